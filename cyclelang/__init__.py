@@ -1,0 +1,40 @@
+"""cyclelang: split-work-merge topologies of neural-network blocks, in the vocabulary
+of rocket-engine power cycles.
+
+The pipeline, one direction, one module each:
+
+    text --syntax.parser--> syntax tree --semantics.resolve--> IR (ir.py)
+         --review--> design-rule diagnostics and reports
+         --backends.torch--> nn.Module and standalone Python source
+         --backends.graphviz--> power-cycle diagrams
+         --stand--> measurements on the test stand
+
+Importing this package is cheap: torch and graphviz are imported only by the
+functions that need them.
+"""
+
+from __future__ import annotations
+
+from .diagnostics import CycleError, Diagnostic
+from .ir import Spec
+from .semantics.resolve import load, parse
+
+__version__ = "0.1.0"
+
+__all__ = ["CycleError", "Diagnostic", "Spec", "parse", "load", "to_spec", "__version__"]
+
+
+def to_spec(spec) -> Spec:
+    """Accept a path, spec text or a resolved IR; return the IR."""
+    import os
+    from pathlib import Path
+
+    if isinstance(spec, Spec):
+        return spec
+    if isinstance(spec, Path):
+        return load(spec)
+    if isinstance(spec, str):
+        if "\n" not in spec and spec.endswith(".cycle") and os.path.exists(spec):
+            return load(spec)
+        return parse(spec)
+    raise TypeError(f"expected a path, spec text or a cyclelang.Spec, got {type(spec).__name__}")

@@ -1,0 +1,139 @@
+"""Diagnostics: one error type with a stable code and a span, rendered in one place.
+
+Every stage of the pipeline reports problems as `Diagnostic`s; the parser and the
+resolver collect as many as they can and raise one `CycleError` holding all of
+them, sorted by position. `render` turns them into compiler-style text:
+
+    specs/gpt2.cycle:7:17: error[E0101]: unknown name 'dept'
+      |
+    7 |   stage block x dept {
+      |                 ^^^^
+      = help: did you mean 'depth'?
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Iterable, Literal
+
+from .ir import Span
+
+Severity = Literal["error", "warning", "note"]
+SEVERITY_ORDER = {"error": 0, "warning": 1, "note": 2}
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    severity: Severity
+    message: str
+    span: Span | None
+    help: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def sort_key(self) -> tuple:
+        s = self.span
+        where = (s.file, s.line, s.column) if s else ("", 0, 0)
+        return (*where, SEVERITY_ORDER[self.severity], self.code, self.message)
+
+    def to_json(self) -> dict:
+        out: dict = {"code": self.code, "severity": self.severity, "message": self.message}
+        if self.span is not None:
+            out["span"] = self.span.model_dump()
+        if self.help:
+            out["help"] = self.help
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+
+class CycleError(Exception):
+    """Raised by the front end and the back-ends for anything wrong with a spec.
+
+    `diagnostics` holds every problem found (sorted by position); `sources` maps
+    each file named in a span to its text so the error can be rendered anywhere.
+    """
+
+    def __init__(self, diagnostics: Iterable[Diagnostic], sources: dict[str, str] | None = None):
+        self.diagnostics = sorted(diagnostics, key=Diagnostic.sort_key)
+        self.sources = dict(sources or {})
+        first = self.diagnostics[0] if self.diagnostics else None
+        super().__init__(_one_line(first) if first else "cyclelang error")
+
+    def render(self, color: bool = False) -> str:
+        return render(self.diagnostics, self.sources, color=color)
+
+
+def _one_line(d: Diagnostic) -> str:
+    where = f"{d.span}: " if d.span else ""
+    return f"{where}{d.severity}[{d.code}]: {d.message}"
+
+
+_COLORS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "note": "\x1b[1;36m"}
+_BOLD, _BLUE, _RESET = "\x1b[1m", "\x1b[1;34m", "\x1b[0m"
+
+
+def render_one(d: Diagnostic, sources: dict[str, str], color: bool = False) -> str:
+    def c(code: str, text: str) -> str:
+        return f"{code}{text}{_RESET}" if color else text
+
+    head = f"{d.severity}[{d.code}]"
+    lines = [(f"{d.span}: " if d.span else "") + c(_COLORS[d.severity], head) + c(_BOLD, f": {d.message}")]
+    text = sources.get(d.span.file) if d.span else None
+    if d.span is not None and text is not None:
+        src_lines = text.splitlines()
+        if 1 <= d.span.line <= len(src_lines):
+            src = src_lines[d.span.line - 1].expandtabs(1)
+            num = str(d.span.line)
+            pad = " " * len(num)
+            start = max(d.span.column - 1, 0)
+            if d.span.end_line == d.span.line:
+                end = max(d.span.end_column - 1, start + 1)
+            else:
+                end = max(len(src), start + 1)
+            end = min(end, max(len(src), start + 1))
+            lines.append(c(_BLUE, f"{pad} |"))
+            lines.append(c(_BLUE, f"{num} |") + f" {src}")
+            lines.append(c(_BLUE, f"{pad} |") + " " + " " * start + c(_COLORS[d.severity], "^" * (end - start)))
+    gutter = " " * (len(str(d.span.line)) if d.span else 1)
+    for note in d.notes:
+        lines.append(f"{gutter} = note: {note}")
+    if d.help:
+        lines.append(f"{gutter} = help: {d.help}")
+    return "\n".join(lines)
+
+
+def render(diagnostics: Iterable[Diagnostic], sources: dict[str, str], color: bool = False) -> str:
+    return "\n\n".join(render_one(d, sources, color) for d in diagnostics) + "\n"
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
+    """A help line for a misspelled name, or None when nothing is close."""
+    cands = sorted(set(candidates))
+    match = difflib.get_close_matches(word, cands, n=1, cutoff=0.6)
+    if not match:
+        lowered = {c.lower(): c for c in cands}
+        if word.lower() in lowered:
+            match = [lowered[word.lower()]]
+    return f"did you mean '{match[0]}'?" if match else None
+
+
+@dataclass
+class Collector:
+    """Accumulates diagnostics during a pass instead of stopping at the first."""
+
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def error(self, code: str, message: str, span: Span | None, help: str | None = None, notes=()) -> None:
+        self.diagnostics.append(Diagnostic(code, "error", message, span, help, tuple(notes)))
+
+    def warning(self, code: str, message: str, span: Span | None, help: str | None = None, notes=()) -> None:
+        self.diagnostics.append(Diagnostic(code, "warning", message, span, help, tuple(notes)))
+
+    def note(self, code: str, message: str, span: Span | None, help: str | None = None, notes=()) -> None:
+        self.diagnostics.append(Diagnostic(code, "note", message, span, help, tuple(notes)))
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.severity == "error" for d in self.diagnostics)

@@ -1,0 +1,877 @@
+"""Syntax tree to IR: constants, includes, templates, defaults and the semantic checks.
+
+One pass over the syntax tree builds the IR and collects every problem it meets
+(unknown names, duplicates, shapes that do not divide, options that do not
+belong, widths that do not meet at a merge) instead of stopping at the first.
+A second pass fills in what depends on the whole topology: the cooling std
+(0.02 / sqrt(merges into the main line)), DeepNet's alpha and beta, LayerScale's
+depth-dependent start.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import posixpath
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import ir
+from ..diagnostics import Collector, CycleError, Diagnostic, did_you_mean
+from ..syntax import ast
+from ..syntax.parser import MAX_SOURCE_BYTES, parse_module
+from .options import Options
+from .values import Binding, EvalError, Keyword, Scope, evaluate, number, unknown_name
+
+MAX_INCLUDE_DEPTH = 16
+MAX_REPEAT = 10_000
+MAX_WIDTH = 1 << 20
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = 1 << 24
+MAX_EXPERTS = 4096
+
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu")
+TURBINES = ("attention", "mlp", "moe", "pool", "linear")
+NORMS = ("layernorm", "rmsnorm")
+MERGES = ("plain", "cooling", "rezero", "layerscale", "deepnorm", "gate", "scale")
+BUILTINS = ("width", "vocab", "context")
+
+
+def load(path: str | os.PathLike, include_path: tuple[str, ...] = ()) -> ir.Spec:
+    """Read, parse and resolve a spec file."""
+    display = os.fspath(path)
+    loader = _Loader(root=Path(display).resolve().parent, include_path=tuple(Path(p).resolve() for p in include_path))
+    module = loader.read_main(Path(display), display)
+    return _resolve_module(module, loader)
+
+
+def parse(text: str, filename: str | None = None, include_path: tuple[str, ...] = ()) -> ir.Spec:
+    """Parse and resolve spec text. Includes are read relative to `filename`'s directory
+    (the current directory when there is no filename)."""
+    display = filename or "<string>"
+    base = Path(filename).resolve().parent if filename else Path.cwd().resolve()
+    loader = _Loader(root=base, include_path=tuple(Path(p).resolve() for p in include_path))
+    loader.sources[display] = text
+    module = loader.parse_text(text, display)
+    if filename:
+        loader.stack.append(Path(filename).resolve())
+    return _resolve_module(module, loader)
+
+
+def _resolve_module(module: ast.Module | None, loader: "_Loader") -> ir.Spec:
+    out = loader.out
+    spec = None
+    if module is not None:
+        r = _Resolver(loader)
+        spec = r.module(module)
+    if out.has_errors or spec is None:
+        raise CycleError([d for d in out.diagnostics if d.severity == "error"], loader.sources)
+    return spec
+
+
+# --- reading files and includes --------------------------------------------------------
+
+
+@dataclass
+class _Loader:
+    root: Path
+    include_path: tuple[Path, ...]
+    sources: dict[str, str] = field(default_factory=dict)
+    out: Collector = field(default_factory=Collector)
+    stack: list[Path] = field(default_factory=list)
+
+    def read_text(self, path: Path, display: str, span: ir.Span | None) -> str | None:
+        try:
+            if path.stat().st_size > MAX_SOURCE_BYTES:
+                self.out.error("E0010", f"'{display}' is larger than {MAX_SOURCE_BYTES // 1024} KiB", span, "split it into files joined with include")
+                return None
+            data = path.read_bytes()
+        except FileNotFoundError:
+            self.out.error("E0105", f"no such file: '{display}'", span)
+            return None
+        except IsADirectoryError:
+            self.out.error("E0105", f"'{display}' is a directory, not a spec", span)
+            return None
+        except OSError as e:
+            self.out.error("E0105", f"cannot read '{display}': {e.strerror or e}", span)
+            return None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            prefix = data[: e.start].decode("utf-8", "replace")
+            line = prefix.count("\n") + 1
+            col = len(prefix) - (prefix.rfind("\n") + 1) + 1
+            self.sources[display] = data.decode("utf-8", "replace")
+            self.out.error("E0001", f"the file is not valid UTF-8 (byte 0x{data[e.start]:02X})", ir.Span(file=display, line=line, column=col, end_line=line, end_column=col + 1), "save the spec as UTF-8")
+            return None
+        if text.startswith("\ufeff"):
+            text = text[1:]
+        self.sources[display] = text
+        return text
+
+    def parse_text(self, text: str, display: str) -> ast.Module | None:
+        try:
+            return parse_module(text, display)
+        except CycleError as e:
+            self.out.diagnostics.extend(e.diagnostics)
+            self.sources.update(e.sources)
+            return None
+
+    def read_main(self, path: Path, display: str) -> ast.Module | None:
+        text = self.read_text(path, display, None)
+        if text is None:
+            return None
+        self.stack.append(path.resolve())
+        return self.parse_text(text, display)
+
+    def read_include(self, inc: ast.Include, from_display: str) -> tuple[ast.Module, str] | None:
+        raw = inc.path
+        if not raw or raw.startswith(("/", "\\", "~")) or (len(raw) > 1 and raw[1] == ":") or "\x00" in raw:
+            self.out.error("E0107", f"include path '{raw}' must be relative to the spec", inc.span, "name a file in the spec's directory tree")
+            return None
+        if len(self.stack) > MAX_INCLUDE_DEPTH:
+            self.out.error("E0111", f"includes nest deeper than {MAX_INCLUDE_DEPTH} files", inc.span)
+            return None
+        base = self.stack[-1].parent if self.stack else self.root
+        target = (base / raw).resolve()
+        allowed = (self.root, *self.include_path)
+        if not any(_inside(target, a) for a in allowed):
+            self.out.error("E0107", f"include '{raw}' leaves the spec's directory", inc.span, "keep included files beside the spec or below it, or allow a directory with --include-path")
+            return None
+        if target in self.stack:
+            chain = " -> ".join(p.name for p in [*self.stack[self.stack.index(target):], target])
+            self.out.error("E0106", f"include cycle: {chain}", inc.span, "remove one of the includes")
+            return None
+        display = posixpath.normpath(posixpath.join(posixpath.dirname(from_display.replace(os.sep, "/")), raw))
+        text = self.read_text(target, display, inc.span)
+        if text is None:
+            return None
+        module = self.parse_text(text, display)
+        if module is None:
+            return None
+        self.stack.append(target)
+        return module, display
+
+    def done_include(self) -> None:
+        self.stack.pop()
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+# --- resolution -------------------------------------------------------------------------
+
+
+class _Resolver:
+    def __init__(self, loader: _Loader):
+        self.loader = loader
+        self.out = loader.out
+        self.globals = Scope()
+        self.templates: dict[str, ast.Template] = {}
+        self.engines: list[ast.Engine] = []
+
+    # top level ----------------------------------------------------------
+    def module(self, m: ast.Module) -> ir.Spec | None:
+        self.items(m, included=False)
+        if len(self.engines) > 1:
+            for e in self.engines[1:]:
+                self.out.error("E0109", f"a second engine '{e.name.name}' in one spec", e.name.span, "put each engine in its own file; share stages with include")
+        if not self.engines:
+            return ir.Spec(engine=None)
+        engine = self.engine(self.engines[0])
+        return ir.Spec(engine=engine, span=self.engines[0].span)
+
+    def items(self, m: ast.Module, included: bool) -> None:
+        for item in m.items:
+            if isinstance(item, ast.Let):
+                self.let(item, self.globals)
+            elif isinstance(item, ast.Include):
+                got = self.loader.read_include(item, m.file)
+                if got is not None:
+                    sub, _ = got
+                    self.items(sub, included=True)
+                    self.loader.done_include()
+            elif isinstance(item, ast.Template):
+                prev = self.templates.get(item.name.name)
+                if prev is not None:
+                    self.out.error("E0102", f"stage template '{item.name.name}' is defined twice", item.name.span, f"the first one is at {prev.name.span}")
+                else:
+                    self.templates[item.name.name] = item
+            elif isinstance(item, ast.Engine):
+                if included:
+                    self.out.error("E0108", f"an included file defines engine '{item.name.name}'", item.name.span, "included files hold lets and stage templates only")
+                else:
+                    self.engines.append(item)
+
+    def let(self, item: ast.Let, scope: Scope) -> None:
+        name = item.name.name
+        if name in scope.names:
+            prev = scope.names[name]
+            self.out.error("E0102", f"'{name}' is defined twice", item.name.span, f"the first definition is at {prev.span}" if prev.span else None)
+            return
+        try:
+            v = evaluate(item.value, scope)
+        except EvalError as e:
+            self.out.error(e.code, e.message, e.span, e.help)
+            return
+        if isinstance(v, Keyword):
+            self.out.error("E0101", f"unknown name '{v.name}'", v.span, did_you_mean(v.name, scope.all_names()) or "a let binds a number or true/false")
+            return
+        scope.names[name] = Binding(v, item.name.span)
+
+    def value(self, expr: ast.Expr, scope: Scope):
+        try:
+            return evaluate(expr, scope)
+        except EvalError as e:
+            self.out.error(e.code, e.message, e.span, e.help)
+            return None
+
+    # engine ---------------------------------------------------------------
+    def engine(self, e: ast.Engine) -> ir.Engine | None:
+        scope = self.globals.child()
+        singles: dict[str, ast.Directive | ast.Startup] = {}
+        body_items: list = []
+        for item in e.body:
+            if isinstance(item, ast.Let):
+                self.let(item, scope)
+            elif isinstance(item, ast.Startup) or (isinstance(item, ast.Directive) and item.keyword in ("chamber", "throat", "feed", "nozzle")):
+                key = "startup" if isinstance(item, ast.Startup) else item.keyword
+                if key in singles:
+                    self.out.error("E0214", f"a second '{key}' in engine '{e.name.name}'", item.span, f"the first is at {singles[key].span}")
+                else:
+                    singles[key] = item
+            else:
+                body_items.append(item)
+
+        width = None
+        if "chamber" not in singles:
+            self.out.error("E0213", f"engine '{e.name.name}' has no chamber", e.name.span, "add 'chamber width=N' (the residual stream's width)")
+        else:
+            c = singles["chamber"]
+            o = Options("chamber", c.options, scope, self.out, c.span)
+            width = o.int("width", required=True, max=MAX_WIDTH)
+            o.finish()
+        throat = "causal"
+        if "throat" in singles:
+            t = singles["throat"]
+            if t.kind.name not in ("causal", "open"):
+                self.out.error("E0204", f"unknown throat '{t.kind.name}'", t.kind.span, did_you_mean(t.kind.name, ["causal", "open"]) or "a throat is causal or open")
+            else:
+                throat = t.kind.name
+            Options(f"throat {t.kind.name}", t.options, scope, self.out, t.span).finish()
+        feed_d = singles.get("feed")
+        if feed_d is None:
+            self.out.error("E0213", f"engine '{e.name.name}' has no feed", e.name.span, "add 'feed tokens vocab=N context=N'")
+        nozzle_d = singles.get("nozzle")
+        if nozzle_d is None:
+            self.out.error("E0213", f"engine '{e.name.name}' has no nozzle", e.name.span, "add 'nozzle head' (or 'nozzle head tied')")
+
+        feed = self.feed(feed_d, scope, width) if feed_d is not None else None
+        builtins = {}
+        if width is not None:
+            builtins["width"] = Binding(width, None)
+        if feed is not None:
+            builtins["vocab"] = Binding(feed.vocab, None)
+            builtins["context"] = Binding(feed.context, None)
+        inner = Scope(builtins)
+        inner.parent = None
+        # user names shadow the built-ins: look up in `scope` first, then built-ins
+        full = _Chain(scope, inner)
+
+        ctx = _EngineCtx(throat=throat, vocab=feed.vocab if feed else None, context=feed.context if feed else None, width=width)
+        body: list = []
+        stage_names: dict[str, ast.Ident] = {}
+        w = width
+        for item in body_items:
+            if isinstance(item, ast.Stage):
+                st = self.stage(item, full, ctx, w, stage_names)
+                if st is not None:
+                    body.append(st)
+                    w = st.width_out
+            else:
+                op = self.main_directive(item, full, ctx, w)
+                if op is not None:
+                    body.append(op)
+                    w = _out_width(op, w)
+        nozzle = self.nozzle(nozzle_d, full, w, width, feed) if nozzle_d is not None else None
+        startup = self.startup(singles.get("startup"), full)
+        if self.out.has_errors or width is None or feed is None or nozzle is None or startup is None:
+            return None
+        body = _finalize_merges(body, startup.init)
+        return ir.Engine(name=e.name.name, width=width, throat=throat, feed=feed, body=body, nozzle=nozzle, startup=startup, span=e.span)
+
+    def feed(self, d: ast.Directive, scope: Scope, width: int | None) -> ir.Feed | None:
+        if d.kind.name != "tokens":
+            self.out.error("E0204", f"unknown feed '{d.kind.name}'", d.kind.span, did_you_mean(d.kind.name, ["tokens"]) or "the feed is 'tokens'")
+            return None
+        o = Options("feed tokens", d.options, scope, self.out, d.span)
+        vocab = o.int("vocab", required=True, max=MAX_VOCAB)
+        context = o.int("context", required=True, max=MAX_CONTEXT)
+        position = o.choice("position", ("learned", "sinusoidal", "none"), "learned")
+        scale = o.float("scale", 1.0, lo=0.0, lo_open=True)
+        dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
+        o.finish()
+        if None in (vocab, context, width, position, scale, dropout):
+            return None
+        if position == "sinusoidal" and width % 2:
+            self.out.error("E0205", "sinusoidal positions need an even width", o.span_of("position"), f"the chamber width is {width}")
+        return ir.Feed(vocab=vocab, context=context, position=position, width=width, scale=scale, dropout=dropout, span=d.span)
+
+    def nozzle(self, d: ast.Directive, scope, w: int | None, width: int | None, feed: ir.Feed | None) -> ir.Nozzle | None:
+        if d.kind.name != "head":
+            self.out.error("E0204", f"unknown nozzle '{d.kind.name}'", d.kind.span, did_you_mean(d.kind.name, ["head"]) or "the nozzle is 'head'")
+            return None
+        o = Options("nozzle head", d.options, scope, self.out, d.span)
+        tied = o.bool("tied", False)
+        bias = o.bool("bias", False)
+        o.finish()
+        if w is None or feed is None:
+            return None
+        if tied and w != width:
+            self.out.error("E0217", f"a tied head needs the chamber's width {width} at the nozzle, but the main line ends at width {w}", o.span_of("tied"), "untie the head, or bring the main line back to the chamber width")
+            return None
+        if tied and bias:
+            pass  # a tied head may still learn its own bias
+        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, span=d.span)
+
+    def startup(self, s: ast.Startup | None, scope) -> ir.Startup | None:
+        warmup, clip, betas, decay = 0, None, (0.9, 0.999), 0.01
+        schedule = ir.Schedule(kind="constant", lr=1e-3, min_lr=0.0, steps=None)
+        init = ir.Init(kind="normal", std=0.02)
+        if s is None:
+            return ir.Startup(warmup=warmup, schedule=schedule, clip=clip, betas=betas, decay=decay, init=init)
+        seen: dict[str, ir.Span] = {}
+        ok = True
+        for item in s.body:
+            key = item.keyword
+            if key in seen:
+                self.out.error("E0214", f"a second '{key}' in startup", item.span, f"the first is at {seen[key]}")
+                continue
+            seen[key] = item.span
+            if isinstance(item, ast.Scalar):
+                vals = []
+                for v in item.values:
+                    try:
+                        vals.append(number(v, scope))
+                    except EvalError as e:
+                        self.out.error(e.code, e.message, e.span, e.help)
+                        ok = False
+                if len(vals) != len(item.values):
+                    continue
+                if key == "warmup":
+                    if float(vals[0]) != int(vals[0]) or vals[0] < 0:
+                        self.out.error("E0205", "warmup is a whole number of steps, 0 or more", item.span)
+                        ok = False
+                    else:
+                        warmup = int(vals[0])
+                elif key == "clip":
+                    if not vals[0] > 0:
+                        self.out.error("E0205", "clip must be above 0", item.span, "remove the line to train without clipping")
+                        ok = False
+                    else:
+                        clip = float(vals[0])
+                elif key == "decay":
+                    if vals[0] < 0:
+                        self.out.error("E0205", "decay must be 0 or more", item.span)
+                        ok = False
+                    else:
+                        decay = float(vals[0])
+                elif key == "betas":
+                    if not all(0 <= b < 1 for b in vals):
+                        self.out.error("E0205", "betas must be in [0, 1)", item.span)
+                        ok = False
+                    else:
+                        betas = (float(vals[0]), float(vals[1]))
+            elif key == "schedule":
+                kind = item.kind.name
+                if kind not in ("constant", "cosine", "linear"):
+                    self.out.error("E0204", f"unknown schedule '{kind}'", item.kind.span, did_you_mean(kind, ["constant", "cosine", "linear"]) or "constant, cosine or linear")
+                    ok = False
+                    continue
+                o = Options(f"schedule {kind}", item.options, scope, self.out, item.span)
+                lr = o.float("lr", 1e-3, lo=0.0, lo_open=True)
+                steps = o.int("steps", None, required=kind != "constant")
+                min_lr = o.float("min", 0.0, lo=0.0) if kind != "constant" else 0.0
+                o.finish()
+                if lr is not None and min_lr is not None and min_lr > lr:
+                    self.out.error("E0205", f"min={min_lr:g} is above lr={lr:g}", o.span_of("min"))
+                    ok = False
+                elif lr is not None and min_lr is not None:
+                    schedule = ir.Schedule(kind=kind, lr=lr, min_lr=min_lr, steps=steps, span=item.span)
+            elif key == "init":
+                kind = item.kind.name
+                if kind not in ("normal", "xavier"):
+                    self.out.error("E0204", f"unknown init '{kind}'", item.kind.span, did_you_mean(kind, ["normal", "xavier"]) or "normal or xavier")
+                    ok = False
+                    continue
+                o = Options(f"init {kind}", item.options, scope, self.out, item.span)
+                std = o.float("std", 0.02, lo=0.0, lo_open=True) if kind == "normal" else 0.02
+                o.finish()
+                init = ir.Init(kind=kind, std=std, span=item.span)
+        if not ok:
+            return None
+        return ir.Startup(warmup=warmup, schedule=schedule, clip=clip, betas=betas, decay=decay, init=init, span=s.span)
+
+    # stages ---------------------------------------------------------------
+    def stage(self, s: ast.Stage, scope, ctx: "_EngineCtx", w: int | None, names: dict) -> ir.Stage | None:
+        name = s.name
+        template_name = None
+        body = s.body
+        body_scope = scope
+        if s.template is not None or s.body is None:
+            tname = s.template if s.template is not None else s.name
+            if s.body is not None:
+                self.out.error("E0215", "a stage made from a template has no body of its own", s.span, f"drop the '{{ ... }}', or drop '= {tname.name}'")
+                return None
+            t = self.templates.get(tname.name)
+            if t is None:
+                hint = did_you_mean(tname.name, self.templates)
+                if hint is None:
+                    hint = "a stage needs a body '{ ... }' or the name of a stage template"
+                self.out.error("E0103", f"unknown stage template '{tname.name}'", tname.span, hint)
+                return None
+            template_name = t.name.name
+            params = self.bind_args(t, s, scope)
+            if params is None:
+                return None
+            body = t.body
+            body_scope = _Chain(Scope(params), scope)
+        elif s.args is not None:
+            self.out.error("E0215", f"stage '{name.name}' has arguments but is not a template", s.span, "define the template at the top of the file: stage NAME(params) { ... }")
+            return None
+
+        if name.name in names:
+            self.out.error("E0102", f"a second stage named '{name.name}'", name.span, f"name it: stage other = {template_name or name.name}(...)" if template_name else "give each stage its own name")
+            return None
+        names[name.name] = name
+
+        repeat = self.repeat(s.repeat, scope) if s.repeat is not None else 1
+
+        ops: list = []
+        prechamber_names: dict[str, ast.Ident] = {}
+        w_in = w
+        for item in body or ():
+            if isinstance(item, ast.Prechamber):
+                op = self.prechamber(item, body_scope, ctx, w, prechamber_names)
+            elif isinstance(item, ast.Fullflow):
+                op = self.fullflow(item, body_scope, ctx, w, prechamber_names)
+            else:
+                op = self.main_directive(item, body_scope, ctx, w)
+            if op is not None:
+                ops.append(op)
+                w = _out_width(op, w)
+        if w_in is None or w is None or repeat is None:
+            return None
+        if repeat > 1 and w != w_in:
+            self.out.error("E0212", f"stage '{name.name}' repeats {repeat} times but changes the width from {w_in} to {w}", s.span, "a repeated stage must end at the width it starts with")
+            return None
+        return ir.Stage(name=name.name, template=template_name, repeat=repeat, width_in=w_in, width_out=w, ops=ops, span=s.span)
+
+    def repeat(self, expr: ast.Expr, scope) -> int | None:
+        """The repeat count; None (reported) when it is not a sensible whole number."""
+        try:
+            rv = number(expr, scope)
+        except EvalError as e:
+            self.out.error(e.code, e.message, e.span, e.help)
+            return None
+        if float(rv) != int(rv) or rv < 1:
+            self.out.error("E0205", f"a stage repeats a whole number of times, 1 or more; found {rv:g}", expr.span)
+            return None
+        if rv > MAX_REPEAT:
+            self.out.error("E0216", f"repeat count {int(rv)} is above the limit of {MAX_REPEAT}", expr.span, "a spec describes a model that can be built")
+            return None
+        return int(rv)
+
+    def bind_args(self, t: ast.Template, s: ast.Stage, scope) -> dict[str, Binding] | None:
+        params = list(t.params or ())
+        args = list(s.args or ())
+        bound: dict[str, Binding] = {}
+        ok = True
+        positional = [a for a in args if a.name is None]
+        seen_named = False
+        for a in args:
+            if a.name is not None:
+                seen_named = True
+            elif seen_named:
+                self.out.error("E0104", "a positional argument after a named one", a.span, "put positional arguments first")
+                ok = False
+        if len(positional) > len(params):
+            self.out.error("E0104", f"template '{t.name.name}' takes {len(params)} argument(s), {len(positional)} given", positional[len(params)].span)
+            return None
+        for p, a in zip(params, positional):
+            v = self.value(a.value, scope)
+            if v is None:
+                ok = False
+            else:
+                bound[p.name.name] = Binding(v, a.span)
+        pnames = [p.name.name for p in params]
+        for a in args:
+            if a.name is None:
+                continue
+            if a.name.name not in pnames:
+                self.out.error("E0104", f"template '{t.name.name}' has no parameter '{a.name.name}'", a.name.span, did_you_mean(a.name.name, pnames) or (f"its parameters: {', '.join(pnames)}" if pnames else "it takes no parameters"))
+                ok = False
+                continue
+            if a.name.name in bound:
+                self.out.error("E0104", f"parameter '{a.name.name}' is given twice", a.name.span)
+                ok = False
+                continue
+            v = self.value(a.value, scope)
+            if v is None:
+                ok = False
+            else:
+                bound[a.name.name] = Binding(v, a.span)
+        for p in params:
+            if p.name.name in bound:
+                continue
+            if p.default is None:
+                self.out.error("E0104", f"template '{t.name.name}' needs argument '{p.name.name}'", s.span, f"add {p.name.name}=VALUE")
+                ok = False
+                continue
+            v = self.value(p.default, _Chain(Scope(bound), scope))
+            if v is None:
+                ok = False
+            else:
+                bound[p.name.name] = Binding(v, p.span)
+        return bound if ok else None
+
+    def fullflow(self, f: ast.Fullflow, scope, ctx, w, names) -> ir.Fullflow | None:
+        name = f.name.name if f.name is not None else "fullflow"
+        span = f.name.span if f.name is not None else f.span
+        if name in names:
+            self.out.error("E0102", f"a second branch named '{name}' in this stage", span, "give each prechamber and fullflow its own name" if f.name else "name it: fullflow NAME { ... }")
+            return None
+        names[name] = f.name
+        norm = None
+        branches = []
+        for item in f.body:
+            if isinstance(item, ast.Directive):  # a norm: the shared valve
+                if branches or norm is not None:
+                    self.out.error("E0215", "a fullflow's shared norm comes first, once", item.span, "put one norm before the prechambers")
+                    continue
+                norm = self.norm(item, scope, w)
+            else:
+                b = self.prechamber(item, scope, ctx, w, names)
+                if b is not None:
+                    branches.append(b)
+        if len(f.body) and not any(isinstance(i, ast.Prechamber) for i in f.body):
+            self.out.error("E0206", "a fullflow needs at least one prechamber", f.span)
+            return None
+        if not f.body:
+            self.out.error("E0206", "a fullflow needs at least one prechamber", f.span)
+            return None
+        if w is None or len(branches) != sum(isinstance(i, ast.Prechamber) for i in f.body):
+            return None
+        return ir.Fullflow(name=name, width=w, norm=norm, branches=branches, span=f.span)
+
+    def prechamber(self, p: ast.Prechamber, scope, ctx, w, names) -> ir.Prechamber | None:
+        name = p.name.name
+        if name in names:
+            self.out.error("E0102", f"a second branch named '{name}' in this stage", p.name.span, "give each prechamber its own name")
+            return None
+        names[name] = p.name
+        o = Options(f"prechamber {name}", p.options, scope, self.out, p.span)
+        detach = o.bool("detach", False)
+        overboard = o.bool("overboard", False)
+        loss = o.float("loss", None, lo=0.0)
+        o.finish()
+        if loss is not None and not overboard:
+            self.out.error("E0211", "loss= weighs an overboard branch's loss; this branch merges back", o.span_of("loss"), "add 'overboard', or drop loss=")
+            return None
+        ops = []
+        merge_d = None
+        bw = w
+        ok = True
+        items = list(p.body)
+        for i, item in enumerate(items):
+            if item.keyword == "merge":
+                if merge_d is not None:
+                    self.out.error("E0214", "a second merge in one prechamber", item.span, "a branch returns to the chamber once")
+                    ok = False
+                elif i != len(items) - 1:
+                    self.out.error("E0215", "merge ends a prechamber", item.span, "move the merge after the turbines and norms")
+                    ok = False
+                merge_d = item
+                continue
+            if item.keyword == "norm":
+                op = self.norm(item, scope, bw)
+            else:
+                op = self.turbine(item, scope, ctx, bw)
+            if op is None:
+                ok = False
+                continue
+            ops.append(op)
+            bw = _out_width(op, bw)
+        if not any(ir.is_turbine(op) for op in ops) and ok:
+            self.out.error("E0206", f"prechamber '{name}' has no turbine", p.span, "add the work it does: turbine attention|mlp|moe|pool|linear")
+            return None
+        if not ok or w is None or bw is None:
+            return None
+        merge = None
+        if overboard:
+            if merge_d is not None:
+                self.out.error("E0211", "an overboard branch never merges", merge_d.span, "drop the merge, or drop 'overboard'")
+                return None
+            if loss is not None and ctx.vocab is not None and bw != ctx.vocab:
+                self.out.error("E0212", f"an overboard branch with a loss predicts the next token, so it must end at width vocab={ctx.vocab}; it ends at {bw}", p.span, "end the branch with 'turbine linear out=vocab'")
+                return None
+        else:
+            if bw != w:
+                self.out.error("E0212", f"prechamber '{name}' returns width {bw} to a chamber of width {w}", (merge_d or p).span, f"end the branch at width {w}, e.g. 'turbine linear out={w}'")
+                return None
+            merge = self.merge(merge_d, scope) if merge_d is not None else ir.PlainMerge()
+            if merge is None:
+                return None
+            if merge.kind == "deepnorm" and False:
+                pass
+        return ir.Prechamber(name=name, width=w, out_width=bw, detach=detach, overboard=overboard, loss=loss, ops=ops, merge=merge, span=p.span)
+
+    def merge(self, d: ast.Directive, scope) -> ir.Merge | None:
+        first = d.options[0]
+        kind = first.name.name
+        if kind not in MERGES:
+            self.out.error("E0204", f"unknown merge '{kind}'", first.name.span, did_you_mean(kind, MERGES) or f"one of: {', '.join(MERGES)}")
+            return None
+        if kind != "scale" and first.value is not None:
+            self.out.error("E0203", f"'merge {kind}' takes no value", first.span, f"write 'merge {kind}'")
+            return None
+        rest = d.options[1:] if kind != "scale" else d.options
+        o = Options(f"merge {kind}", rest, scope, self.out, d.span)
+        m = None
+        if kind == "plain":
+            m = ir.PlainMerge(span=d.span)
+        elif kind == "scale":
+            v = o.float("scale", None, required=True)
+            if v is not None:
+                m = ir.ScaleMerge(value=v, span=d.span)
+        elif kind == "cooling":
+            base = o.float("std", None, lo=0.0, lo_open=True)
+            m = ir.CoolingMerge(std=0.0, base=base if base is not None else -1.0, merges=0, span=d.span)
+        elif kind == "rezero":
+            m = ir.RezeroMerge(init=o.float("init", 0.0), span=d.span)
+        elif kind == "layerscale":
+            init = o.float("init", None, lo=0.0, lo_open=True)
+            m = ir.LayerscaleMerge(init=init if init is not None else -1.0, span=d.span)
+        elif kind == "deepnorm":
+            alpha = o.float("alpha", None, lo=0.0, lo_open=True)
+            beta = o.float("beta", None, lo=0.0, lo_open=True)
+            m = ir.DeepnormMerge(alpha=alpha or -1.0, beta=beta or -1.0, layers=0, span=d.span)
+        elif kind == "gate":
+            m = ir.GateMerge(bias=o.float("bias", -1.0), span=d.span)
+        o.finish()
+        return m
+
+    def norm(self, d: ast.Directive, scope, w) -> ir.Norm | None:
+        kind = d.kind.name
+        if kind not in NORMS:
+            self.out.error("E0204", f"unknown norm '{kind}'", d.kind.span, did_you_mean(kind, NORMS) or "layernorm or rmsnorm")
+            return None
+        o = Options(f"norm {kind}", d.options, scope, self.out, d.span)
+        eps = o.float("eps", 1e-5 if kind == "layernorm" else 1e-6, lo=0.0, lo_open=True)
+        bias = o.bool("bias", True) if kind == "layernorm" else False
+        o.finish()
+        if w is None or eps is None:
+            return None
+        return ir.Norm(type=kind, width=w, eps=eps, bias=bias, span=d.span)
+
+    def main_directive(self, d: ast.Directive, scope, ctx, w):
+        if d.keyword == "norm":
+            return self.norm(d, scope, w)
+        return self.turbine(d, scope, ctx, w)
+
+    def turbine(self, d: ast.Directive, scope, ctx: "_EngineCtx", w):
+        kind = d.kind.name
+        if kind not in TURBINES:
+            self.out.error("E0204", f"unknown turbine '{kind}'", d.kind.span, did_you_mean(kind, TURBINES) or f"one of: {', '.join(TURBINES)}")
+            return None
+        o = Options(f"turbine {kind}", d.options, scope, self.out, d.span)
+        op = getattr(self, "t_" + kind)(o, ctx, w, d)
+        o.finish()
+        return op
+
+    def t_attention(self, o: Options, ctx, w, d):
+        heads = o.int("heads", required=True, max=MAX_WIDTH)
+        kv = o.int("kv_heads", None, max=MAX_WIDTH)
+        head_dim = o.int("head_dim", None, max=MAX_WIDTH)
+        mask = o.choice("mask", ("causal", "open"), ctx.throat)
+        window = o.int("window", None, max=MAX_CONTEXT)
+        rotary = o.float("rotary", 0.0, lo=0.0, hi=1.0, flag=1.0)
+        base = o.float("rotary_base", 10000.0, lo=0.0, lo_open=True)
+        qk_norm = o.bool("qk_norm", False)
+        bias = o.bool("bias", True)
+        dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
+        if None in (heads, w, mask, rotary, base, dropout):
+            return None
+        if kv is None:
+            kv = heads
+        if heads % kv:
+            self.out.error("E0208", f"kv_heads={kv} does not divide heads={heads}", o.span_of("kv_heads"), "each group of query heads shares one KV head; pick a divisor of heads")
+            return None
+        if head_dim is None:
+            if w % heads:
+                self.out.error("E0207", f"heads={heads} does not divide the width {w}", o.span_of("heads"), _divisor_hint(w, heads) + ", or set head_dim=")
+                return None
+            head_dim = w // heads
+        if ctx.throat == "causal" and mask == "open":
+            self.out.error("E0218", "a bidirectional mixer inside a causal engine would leak the future", o.span_of("mask"), "drop mask=open, or make the engine 'throat open'")
+            return None
+        if window is not None and mask == "open":
+            self.out.error("E0211", "a sliding window is defined for causal attention only", o.span_of("window"))
+            return None
+        rotary_dims = int(head_dim * rotary) // 2 * 2
+        if rotary > 0 and rotary_dims == 0:
+            self.out.error("E0205", f"rotary={rotary:g} of head_dim {head_dim} rotates no pair of dimensions", o.span_of("rotary"), "raise the fraction")
+            return None
+        return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
+                            rotary_base=base, qk_norm=qk_norm, bias=bias, dropout=dropout, span=d.span)
+
+    def _hidden(self, o: Options, w: int | None):
+        ratio_given, hidden_given = o.has("ratio"), o.has("hidden")
+        ratio = o.float("ratio", None, lo=0.0, lo_open=True)
+        hidden = o.int("hidden", None, max=MAX_WIDTH * 64)
+        if ratio_given and hidden_given:
+            self.out.error("E0211", "give ratio= or hidden=, not both", o.span_of("hidden"))
+            return None
+        if w is None:
+            return None
+        if hidden is not None:
+            return hidden
+        if hidden_given or ratio_given and ratio is None:
+            return None
+        r = 4.0 if ratio is None else ratio
+        h = r * w
+        if abs(h - round(h)) > 1e-6:
+            self.out.error("E0209", f"ratio={r:g} of width {w} is {h:g}, not a whole width", o.span_of("ratio"), f"set the hidden width directly, e.g. hidden={int(round(h))}")
+            return None
+        if round(h) < 1:
+            self.out.error("E0205", "the hidden width is below 1", o.span_of("ratio"))
+            return None
+        return int(round(h))
+
+    def t_mlp(self, o: Options, ctx, w, d):
+        hidden = self._hidden(o, w)
+        act = o.choice("act", ACTIVATIONS, "gelu")
+        bias = o.bool("bias", True)
+        dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
+        if None in (hidden, act, dropout, w):
+            return None
+        return ir.Mlp(width=w, hidden=hidden, act=act, bias=bias, dropout=dropout, span=d.span)
+
+    def t_moe(self, o: Options, ctx, w, d):
+        experts = o.int("experts", required=True, min=1, max=MAX_EXPERTS)
+        top = o.int("top", 2 if (experts or 0) >= 2 else 1, min=1)
+        capacity = o.float("capacity", None, lo=0.0, lo_open=True)
+        balance = o.float("balance", 0.0, lo=0.0)
+        hidden = self._hidden(o, w)
+        act = o.choice("act", ACTIVATIONS, "gelu")
+        bias = o.bool("bias", True)
+        if None in (experts, top, balance, hidden, act, w):
+            return None
+        if top > experts:
+            self.out.error("E0205", f"top={top} routes to more experts than the {experts} there are", o.span_of("top"))
+            return None
+        return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, span=d.span)
+
+    def t_pool(self, o: Options, ctx, w, d):
+        size = o.int("size", 3, max=MAX_CONTEXT)
+        if size is None or w is None:
+            return None
+        return ir.Pool(width=w, size=size, causal=ctx.throat == "causal", span=d.span)
+
+    def t_linear(self, o: Options, ctx, w, d):
+        out = o.int("out", w, max=MAX_VOCAB)
+        bias = o.bool("bias", True)
+        if out is None or w is None:
+            return None
+        return ir.Linear(width=w, out=out, bias=bias, span=d.span)
+
+
+@dataclass
+class _EngineCtx:
+    throat: str
+    vocab: int | None
+    context: int | None
+    width: int | None
+
+
+class _Chain(Scope):
+    """Look in `first`, then `second` (user names shadow the built-ins)."""
+
+    def __init__(self, first: Scope, second: Scope):
+        super().__init__({}, None)
+        self.first, self.second = first, second
+
+    def lookup(self, name):
+        return self.first.lookup(name) or self.second.lookup(name)
+
+    def all_names(self):
+        return self.first.all_names() | self.second.all_names()
+
+
+def _divisor_hint(w: int, heads: int) -> str:
+    divs = [h for h in range(1, min(w, 4 * heads) + 1) if w % h == 0]
+    near = sorted(divs, key=lambda h: (abs(h - heads), h))[:2]
+    return "heads that divide it: " + " or ".join(str(h) for h in sorted(near))
+
+
+def _out_width(op, w):
+    if w is None or op is None:
+        return None
+    if isinstance(op, ir.Linear):
+        return op.out
+    if isinstance(op, ir.Stage):
+        return op.width_out
+    return w
+
+
+# --- the second pass: what depends on the whole topology ---------------------------------
+
+
+def _finalize_merges(body: list, init: ir.Init) -> list:
+    merges = 0
+    deep_layers = 0
+    layers = 0
+    for op in body:
+        if isinstance(op, ir.Stage):
+            branches = [b for b in ir.stage_branches(op) if not b.overboard]
+            merges += op.repeat * len(branches)
+            if branches:
+                layers += op.repeat
+            if any(isinstance(b.merge, ir.DeepnormMerge) for b in branches):
+                deep_layers += op.repeat
+
+    def fix(m):
+        if isinstance(m, ir.CoolingMerge):
+            base = m.base if m.base > 0 else init.std
+            return m.model_copy(update=dict(base=base, merges=merges, std=base / math.sqrt(max(merges, 1))))
+        if isinstance(m, ir.DeepnormMerge):
+            n = max(deep_layers, 1)
+            alpha = m.alpha if m.alpha > 0 else (2 * n) ** 0.25
+            beta = m.beta if m.beta > 0 else (8 * n) ** -0.25
+            return m.model_copy(update=dict(alpha=alpha, beta=beta, layers=n))
+        if isinstance(m, ir.LayerscaleMerge) and m.init <= 0:
+            # CaiT's rule: the deeper the engine, the leaner each preburner starts
+            return m.model_copy(update=dict(init=0.1 if layers <= 18 else 1e-5 if layers <= 24 else 1e-6))
+        return m
+
+    def fix_branch(b: ir.Prechamber) -> ir.Prechamber:
+        return b.model_copy(update=dict(merge=fix(b.merge))) if b.merge is not None else b
+
+    out = []
+    for op in body:
+        if isinstance(op, ir.Stage):
+            ops = []
+            for s in op.ops:
+                if isinstance(s, ir.Prechamber):
+                    s = fix_branch(s)
+                elif isinstance(s, ir.Fullflow):
+                    s = s.model_copy(update=dict(branches=[fix_branch(b) for b in s.branches]))
+                ops.append(s)
+            op = op.model_copy(update=dict(ops=ops))
+        out.append(op)
+    return out

@@ -1,0 +1,382 @@
+"""Text to syntax tree, and lark's exceptions to cyclelang diagnostics.
+
+This module is the one boundary where lark is visible: its trees become the
+dataclasses of `ast.py`, and its exceptions become `CycleError`s with friendly
+messages (a missing brace points at the brace that was never closed, a
+misspelled keyword gets a suggestion, an option without a value says so).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from lark import Token, Tree
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from ..diagnostics import CycleError, Diagnostic, did_you_mean
+from ..ir import Span
+from . import ast
+from .grammar import COMMENTS, parser
+
+MAX_SOURCE_BYTES = 1 << 20  # 1 MiB: a spec is a page of text, not a data file
+MAX_NESTING = 32  # braces and parentheses; the deepest real spec nests 4 braces
+MAX_IDENTIFIER = 128
+
+# Where each statement keyword may appear, for "X cannot appear here" help lines.
+KEYWORD_HOMES = {
+    "let": "at the top of a file or inside an engine",
+    "include": "at the top of a file",
+    "engine": "at the top of a file",
+    "chamber": "inside an engine",
+    "throat": "inside an engine",
+    "feed": "inside an engine",
+    "nozzle": "inside an engine",
+    "startup": "inside an engine",
+    "stage": "at the top of a file (a template) or inside an engine",
+    "prechamber": "inside a stage or a fullflow",
+    "fullflow": "inside a stage",
+    "norm": "inside an engine, a stage, a fullflow or a prechamber",
+    "turbine": "inside an engine, a stage or a prechamber",
+    "merge": "inside a prechamber",
+    "warmup": "inside startup",
+    "schedule": "inside startup",
+    "clip": "inside startup",
+    "betas": "inside startup",
+    "decay": "inside startup",
+    "init": "inside startup",
+}
+
+# The kinds a directive names right after its keyword, for "needs a kind" help lines.
+KINDS = {
+    "norm": "layernorm|rmsnorm",
+    "turbine": "attention|mlp|moe|pool|linear",
+    "throat": "causal|open",
+    "feed": "tokens",
+    "nozzle": "head",
+    "schedule": "constant|cosine|linear",
+    "init": "normal|xavier",
+}
+
+LOOKALIKES = {
+    "\uff1d": "=", "\u2261": "=", "\uff5b": "{", "\uff5d": "}", "\uff08": "(", "\uff09": ")",
+    "\u2212": "-", "\u2013": "-", "\u2014": "-", "\u00d7": "x", "\u201c": '"', "\u201d": '"',
+    "\uff0c": ",", "\u2018": "'", "\u2019": "'", "\u00a0": " ", "\u3000": " ",
+}
+
+
+def parse_module(text: str, file: str = "<string>") -> ast.Module:
+    """Parse one file's text. Raises CycleError with every syntax problem found (one)."""
+    sources = {file: text}
+    _check_size_and_nesting(text, file, sources)
+    p = parser()
+    COMMENTS.comments = []
+    try:
+        tree = p.parse(text)
+    except UnexpectedInput as e:
+        raise CycleError([_translate(e, text, file)], sources) from None
+    except LarkError as e:  # pragma: no cover - lark's other errors are grammar bugs
+        raise CycleError([Diagnostic("E0005", "error", f"syntax error: {e}", Span(file=file, line=1, column=1, end_line=1, end_column=2))], sources) from None
+    comments = tuple(ast.Comment(t.value.rstrip(), t.line, t.column) for t in COMMENTS.comments)
+    COMMENTS.comments = []
+    builder = _Builder(file)
+    try:
+        items = tuple(builder.top(child) for child in tree.children)
+    except RecursionError:
+        raise CycleError([Diagnostic("E0011", "error", "the spec is nested too deeply", _span_at(file, text, 0), f"keep expressions under {MAX_NESTING} levels of nesting")], sources) from None
+    if builder.errors:
+        raise CycleError(builder.errors, sources)
+    return ast.Module(file=file, items=items, comments=comments)
+
+
+# --- limits checked before lark sees the text ---------------------------------------
+
+
+def _span_at(file: str, text: str, offset: int, length: int = 1) -> Span:
+    line = text.count("\n", 0, offset) + 1
+    col = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return Span(file=file, line=line, column=col, end_line=line, end_column=col + length)
+
+
+def _check_size_and_nesting(text: str, file: str, sources: dict) -> None:
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
+        raise CycleError([Diagnostic("E0010", "error", f"the spec is larger than {MAX_SOURCE_BYTES // 1024} KiB", _span_at(file, text, 0), "split it into files joined with include")], sources)
+    depth, in_comment, in_string = 0, False, False
+    for i, ch in enumerate(text):
+        if in_comment:
+            in_comment = ch != "\n"
+        elif in_string:
+            in_string = ch not in '"\n'
+        elif ch == "#":
+            in_comment = True
+        elif ch == '"':
+            in_string = True
+        elif ch in "{(":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise CycleError([Diagnostic("E0011", "error", f"nesting deeper than {MAX_NESTING} levels", _span_at(file, text, i), "blocks nest at most engine > stage > fullflow > prechamber; simplify the expression")], sources)
+        elif ch in "})":
+            depth = max(depth - 1, 0)
+
+
+def _unclosed_brace(text: str) -> int | None:
+    """Offset of the innermost '{' that is never closed, or None."""
+    stack: list[int] = []
+    in_comment = in_string = False
+    for i, ch in enumerate(text):
+        if in_comment:
+            in_comment = ch != "\n"
+        elif in_string:
+            in_string = ch not in '"\n'
+        elif ch == "#":
+            in_comment = True
+        elif ch == '"':
+            in_string = True
+        elif ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            stack.pop()
+    return stack[-1] if stack else None
+
+
+# --- lark exceptions to diagnostics -----------------------------------------------
+
+
+def _describe(term: str) -> str:
+    try:
+        pattern = parser().get_terminal(term).pattern
+    except (KeyError, AttributeError):
+        return term.lower()
+    if pattern.type == "str":
+        return f"'{pattern.value}'"
+    return {"NAME": "a name", "NUMBER": "a number", "STRING": "a string"}.get(term, term.lower())
+
+
+def _keyword_of(term: str) -> str | None:
+    try:
+        pattern = parser().get_terminal(term).pattern
+    except (KeyError, AttributeError):
+        return None
+    return pattern.value if pattern.type == "str" and pattern.value.isalpha() else None
+
+
+def _token_span(file: str, tok: Token) -> Span:
+    end_line = tok.end_line or tok.line
+    end_col = tok.end_column or (tok.column + max(len(tok.value), 1))
+    return Span(file=file, line=tok.line, column=tok.column, end_line=end_line, end_column=end_col)
+
+
+def _prev_tokens(text: str, tok: Token, count: int) -> list[Token]:
+    """The `count` tokens before `tok`, lexed with the basic lexer (good enough for hints)."""
+    out: list[Token] = []
+    try:
+        for t in parser().lex(text[: tok.start_pos]):
+            out.append(t)
+    except LarkError:
+        return []
+    return out[-count:]
+
+
+def _translate(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
+    if isinstance(e, UnexpectedCharacters):
+        offset = e.pos_in_stream
+        ch = text[offset] if offset < len(text) else ""
+        span = _span_at(file, text, offset)
+        if ch == '"':
+            return Diagnostic("E0009", "error", "unterminated string", span, "close the string with '\"' on the same line")
+        if ch in LOOKALIKES:
+            name = unicodedata.name(ch, "unknown")
+            return Diagnostic("E0002", "error", f"unexpected character '{ch}' (U+{ord(ch):04X} {name})", span, f"this looks like '{LOOKALIKES[ch]}'; use the ASCII character")
+        shown = ch if ch.isprintable() else repr(ch)
+        code = f" (U+{ord(ch):04X})" if ch and ord(ch) > 127 else ""
+        return Diagnostic("E0002", "error", f"unexpected character '{shown}'{code}", span, "names are ASCII letters, digits and '_'; comments start with '#'" if ord(ch or " ") > 127 else None)
+
+    if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
+        brace = _unclosed_brace(text)
+        if brace is not None:
+            return Diagnostic("E0003", "error", "this '{' is never closed", _span_at(file, text, brace), "add the matching '}'")
+        end = len(text.rstrip()) or 0
+        expected = sorted(_describe(t) for t in getattr(e, "expected", ()) if t != "$END")
+        return Diagnostic("E0008", "error", "unexpected end of file", _span_at(file, text, max(end - 1, 0)), f"expected {_one_of(expected)}" if expected else None)
+
+    assert isinstance(e, UnexpectedToken)
+    tok = e.token
+    span = _token_span(file, tok)
+    expected = set(e.expected)
+    value = tok.value
+
+    if tok.type == "RBRACE" and "RBRACE" not in expected and _unclosed_brace(text[: tok.start_pos]) is None:
+        return Diagnostic("E0004", "error", "unmatched '}'", span, "remove it, or add the '{' it should close")
+
+    prev = _prev_tokens(text, tok, 3)
+    if prev and prev[-1].type == "EQUAL" and len(prev) >= 2 and prev[-2].type == "NAME":
+        return Diagnostic("E0007", "error", f"option '{prev[-2].value}' has no value after '='", _token_span(file, prev[-2]), f"write {prev[-2].value}=VALUE, or drop the '=' for a flag")
+    if tok.type == "EQUAL" and len(prev) >= 3 and prev[-1].type == "NAME" and prev[-2].type == "EQUAL" and prev[-3].type == "NAME":
+        return Diagnostic("E0007", "error", f"option '{prev[-3].value}' has no value after '='", _token_span(file, prev[-3]), f"write {prev[-3].value}=VALUE, or drop the '=' for a flag")
+
+    keywords = sorted(k for k in (_keyword_of(t) for t in expected) if k)
+    if tok.type == "NAME" and keywords:
+        hint = did_you_mean(value, keywords)
+        close = did_you_mean(value, KEYWORD_HOMES)
+        if close and close != hint:
+            word = close.split("'")[1]
+            hint = f"{close} ('{word}' belongs {KEYWORD_HOMES[word]})"
+        if hint:
+            return Diagnostic("E0006", "error", f"unknown statement '{value}'", span, hint)
+        return Diagnostic("E0006", "error", f"unknown statement '{value}'", span, f"expected {_one_of(sorted(_describe(t) for t in expected))}")
+    if prev and expected == {"NAME"} and prev[-1].value in KINDS:
+        word = prev[-1].value
+        return Diagnostic("E0005", "error", f"'{word}' needs a kind", _token_span(file, prev[-1]), f"write '{word} {KINDS[word]}'")
+
+    word = _keyword_of(tok.type)
+    if word and word in KEYWORD_HOMES:
+        return Diagnostic("E0005", "error", f"'{word}' cannot appear here", span, f"'{word}' belongs {KEYWORD_HOMES[word]}")
+    if tok.type == "LBRACE":
+        return Diagnostic("E0005", "error", "unexpected '{'", span, f"expected {_one_of(sorted(_describe(t) for t in expected))}")
+    shown = f"'{value}'" if value else tok.type
+    return Diagnostic("E0005", "error", f"unexpected {shown}", span, f"expected {_one_of(sorted(_describe(t) for t in expected))}")
+
+
+def _one_of(items: list[str]) -> str:
+    items = list(dict.fromkeys(items))
+    if len(items) == 1:
+        return items[0]
+    if len(items) > 8:
+        return ", ".join(items[:8]) + ", ..."
+    return "one of " + ", ".join(items)
+
+
+# --- lark tree to syntax tree ---------------------------------------------------------
+
+
+class _Builder:
+    def __init__(self, file: str):
+        self.file = file
+        self.errors: list[Diagnostic] = []
+
+    def span(self, node: Tree | Token) -> Span:
+        if isinstance(node, Token):
+            return _token_span(self.file, node)
+        m = node.meta
+        if getattr(m, "empty", True):
+            return Span(file=self.file, line=1, column=1, end_line=1, end_column=2)
+        return Span(file=self.file, line=m.line, column=m.column, end_line=m.end_line, end_column=m.end_column)
+
+    def close_span(self, node: Tree) -> Span:
+        m = node.meta
+        return Span(file=self.file, line=m.end_line, column=max(m.end_column - 1, 1), end_line=m.end_line, end_column=m.end_column)
+
+    def ident(self, tok: Token) -> ast.Ident:
+        if len(tok.value) > MAX_IDENTIFIER:
+            self.errors.append(Diagnostic("E0012", "error", f"name longer than {MAX_IDENTIFIER} characters", self.span(tok), "use a shorter name"))
+        return ast.Ident(str(tok.value), self.span(tok))
+
+    # top level
+    def top(self, t: Tree):
+        return getattr(self, "t_" + t.data)(t)
+
+    def t_let_stmt(self, t: Tree) -> ast.Let:
+        name, value = t.children
+        return ast.Let(self.ident(name), self.expr(value), self.span(t))
+
+    def t_include_stmt(self, t: Tree) -> ast.Include:
+        (s,) = t.children
+        return ast.Include(str(s.value)[1:-1], self.span(t))
+
+    def t_template(self, t: Tree) -> ast.Template:
+        name, params, *body = t.children
+        ps = None if params is None else tuple(self.param(p) for p in params.children if p is not None)
+        return ast.Template(self.ident(name), ps, tuple(self.stage_item(c) for c in body), self.span(t), self.close_span(t))
+
+    def param(self, t: Tree) -> ast.Param:
+        name, default = t.children
+        return ast.Param(self.ident(name), None if default is None else self.expr(default), self.span(t))
+
+    def t_engine(self, t: Tree) -> ast.Engine:
+        name, *body = t.children
+        return ast.Engine(self.ident(name), tuple(self.engine_item(c) for c in body), self.span(t), self.close_span(t))
+
+    def engine_item(self, t: Tree):
+        if t.data == "stage":
+            return self.stage(t)
+        if t.data == "startup":
+            return self.startup(t)
+        if t.data == "let_stmt":
+            return self.t_let_stmt(t)
+        return self.directive(t)
+
+    def stage(self, t: Tree) -> ast.Stage:
+        name, alias, args, repeat, body = t.children
+        template = self.ident(alias.children[0]) if alias is not None else None
+        arg_list = None
+        if args is not None:
+            arg_list = tuple(self.arg(a) for a in args.children if a is not None)
+        rep = self.expr(repeat.children[0]) if repeat is not None else None
+        items = None
+        close = None
+        if body is not None:
+            items = tuple(self.stage_item(c) for c in body.children)
+            close = self.close_span(body)
+        return ast.Stage(self.ident(name), template, arg_list, rep, items, self.span(t), close)
+
+    def arg(self, t: Tree) -> ast.Arg:
+        if t.data == "named_arg":
+            name, value = t.children
+            return ast.Arg(self.ident(name), self.expr(value), self.span(t))
+        (value,) = t.children
+        return ast.Arg(None, self.expr(value), self.span(t))
+
+    def stage_item(self, t: Tree):
+        if t.data == "prechamber":
+            return self.prechamber(t)
+        if t.data == "fullflow":
+            name, *body = t.children
+            items = tuple(self.prechamber(c) if c.data == "prechamber" else self.directive(c) for c in body)
+            return ast.Fullflow(None if name is None else self.ident(name), items, self.span(t), self.close_span(t))
+        return self.directive(t)
+
+    def prechamber(self, t: Tree) -> ast.Prechamber:
+        name, *rest = t.children
+        options = tuple(self.option(c) for c in rest if c.data == "option")
+        body = tuple(self.directive(c) for c in rest if c.data != "option")
+        return ast.Prechamber(self.ident(name), options, body, self.span(t), self.close_span(t))
+
+    def startup(self, t: Tree) -> ast.Startup:
+        items = []
+        for c in t.children:
+            if c.data in ("schedule", "init"):
+                items.append(self.directive(c))
+            else:
+                items.append(ast.Scalar(str(c.data), tuple(self.expr(v) for v in c.children), self.span(c)))
+        return ast.Startup(tuple(items), self.span(t), self.close_span(t))
+
+    def directive(self, t: Tree) -> ast.Directive:
+        keyword = str(t.data)
+        children = list(t.children)
+        kind = None
+        if children and isinstance(children[0], Token):
+            kind = self.ident(children.pop(0))
+        options = tuple(self.option(c) for c in children)
+        return ast.Directive(keyword, kind, options, self.span(t))
+
+    def option(self, t: Tree) -> ast.Option:
+        name, value = t.children
+        return ast.Option(self.ident(name), None if value is None else self.expr(value), self.span(t))
+
+    # expressions
+    _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
+
+    def expr(self, t: Tree) -> ast.Expr:
+        span = self.span(t)
+        d = t.data
+        if d == "number":
+            return ast.Num(str(t.children[0].value), span)
+        if d == "ref":
+            return ast.Ref(self.ident(t.children[0]).name, span)
+        if d == "group":
+            return ast.Group(self.expr(t.children[0]), span)
+        if d == "sqrt":
+            return ast.Sqrt(self.expr(t.children[0]), span)
+        if d in ("neg", "pos"):
+            return ast.Unary("-" if d == "neg" else "+", self.expr(t.children[0]), span)
+        left, right = t.children
+        return ast.Binary(self._BINARY[d], self.expr(left), self.expr(right), span)

@@ -1,0 +1,50 @@
+"""Shared test machinery: golden files.
+
+A golden is the expected output of a deterministic stage, kept in the repository
+beside the case it belongs to. `golden.check(path, text)` compares; a missing or
+different golden fails the test. `pytest --update-goldens` rewrites them instead
+(review the diff before committing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted((ROOT / "specs").glob("*.cycle"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-goldens", action="store_true", default=False, help="rewrite golden files from the current outputs")
+
+
+class Golden:
+    def __init__(self, update: bool):
+        self.update = update
+
+    def check(self, path: Path, actual: str) -> None:
+        path = Path(path)
+        if self.update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists() or path.read_text("utf-8") != actual:
+                path.write_text(actual, "utf-8")
+            return
+        if not path.exists():
+            pytest.fail(f"missing golden {path.relative_to(ROOT)}; run pytest --update-goldens and review it")
+        expected = path.read_text("utf-8")
+        if expected != actual:
+            import difflib
+
+            diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), "golden", "actual", n=2))
+            pytest.fail(f"output differs from golden {path.relative_to(ROOT)}:\n{diff[:6000]}")
+
+
+@pytest.fixture
+def golden(request) -> Golden:
+    return Golden(request.config.getoption("--update-goldens"))
+
+
+def spec_id(path: Path) -> str:
+    return path.stem
