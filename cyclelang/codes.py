@@ -1,0 +1,109 @@
+"""Every diagnostic code, with its title and the explanation `cyclec explain` prints.
+
+Codes are stable: once released, a code keeps its meaning. E0xxx are syntax,
+E01xx names and files, E02xx values and shapes. W/N codes are the design
+reviewer's warnings and notes (`cyclelang.review`). docs/diagnostics.md is
+generated from this table (`python -m cyclelang.codes > docs/diagnostics.md`)
+and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    title: str
+    explanation: str
+    example: str = ""
+
+
+CODES: dict[str, Code] = {}
+
+
+def _add(code: str, title: str, explanation: str, example: str = "") -> None:
+    assert code not in CODES, code
+    CODES[code] = Code(code, title, explanation.strip(), example.strip())
+
+
+# --- syntax --------------------------------------------------------------------------------
+_add("E0001", "not UTF-8", "A spec is UTF-8 text. The byte shown could not be decoded; save the file as UTF-8.")
+_add("E0002", "unexpected character", """
+The character cannot start any token. Names are ASCII letters, digits and '_';
+comments start with '#'. Unicode look-alikes (a fullwidth '＝', a typographic
+'×' or '−') are named with their code point so they can be found.""", "chamber width＝768")
+_add("E0003", "unclosed brace", "A '{' opens a block that is never closed before the end of the file. The diagnostic points at the brace that is still open.", "engine e {\n  chamber width=8")
+_add("E0004", "unmatched brace", "A '}' closes a block that was never opened.", "engine e { chamber width=8 }}")
+_add("E0005", "unexpected token", """
+The parser met a token that cannot come here. When it is a keyword that belongs
+elsewhere (a 'merge' outside a prechamber), the help line says where it belongs.""", "engine e { merge cooling }")
+_add("E0006", "unknown statement", "A name stands where a statement keyword was expected; usually a misspelled keyword. The help line suggests the closest one.", "stage s { prechamer mix { turbine mlp } }")
+_add("E0007", "option without a value", "An option is written `name=` with nothing after the '='. Give a value, or drop the '=' to write a flag.", "turbine mlp ratio=")
+_add("E0008", "unexpected end of file", "The file ends in the middle of a statement.")
+_add("E0009", "unterminated string", "A string (an include path) has no closing '\"' on its line.", 'include "blocks.cycle')
+_add("E0010", "file too large", "A spec is limited to 1 MiB; a larger file is not a spec. Split it with include.")
+_add("E0011", "nested too deeply", "Braces and parentheses nest at most 32 levels; real specs nest 4 braces deep.")
+_add("E0012", "name too long", "Names are at most 128 characters.")
+
+# --- names and files ----------------------------------------------------------------------
+_add("E0101", "unknown name", "A name is used that no `let`, template parameter or built-in (width, vocab, context) defines. The help line suggests a close one.", "stage block x dept { ... }")
+_add("E0102", "defined twice", "Two lets, templates, stages or branches of one stage share a name. Stage and branch names become parameter names in the built model, so they must be unique where they live.")
+_add("E0103", "unknown stage template", "A stage without a body names a template that is not defined (in this file or an included one).", "stage llama_blok(heads=8) x 4")
+_add("E0104", "bad template arguments", "A template is instanced with an argument it does not take, without one it needs, with too many positional arguments, or with a positional argument after a named one.")
+_add("E0105", "file not found", "The spec or an included file cannot be read.")
+_add("E0106", "include cycle", "Files include each other in a circle; the message shows the chain.")
+_add("E0107", "include outside the spec's tree", """
+An include may only read files in the spec's directory or below it (or in a
+directory given with --include-path). Absolute paths, '..' that climbs out, and
+symbolic links that point out are all refused: a spec cannot make the compiler
+read arbitrary files.""", 'include "../../etc/passwd"')
+_add("E0108", "engine in an included file", "Included files hold lets and stage templates; an engine is defined only in the file that is compiled.")
+_add("E0109", "more than one engine", "A spec defines one engine. Put others in their own files and share blocks with include.")
+_add("E0111", "includes nest too deeply", "Includes nest at most 16 files deep.")
+
+# --- values and shapes ---------------------------------------------------------------------
+_add("E0201", "unknown option", "The option does not belong to this statement (each turbine kind takes its own). The help line suggests the closest option it does take, or lists them.", "turbine mlp heads=12")
+_add("E0202", "option given twice", "An option appears twice on one statement.", "turbine attention heads=8 heads=12")
+_add("E0203", "wrong kind of value", "An option got the wrong kind of value: a fraction where a whole number is needed, a number where true/false is, or a keyword that is not one of the choices.", "turbine mlp act=gelu2")
+_add("E0204", "unknown kind", "The kind after a keyword is not one cyclelang knows (turbine attention|mlp|moe|pool|linear, norm layernorm|rmsnorm, merge plain|scale|cooling|rezero|layerscale|deepnorm|gate, ...).", "turbine atention heads=12")
+_add("E0205", "value out of range", "A size or count is zero or negative, a probability is outside [0, 1), a fraction outside (0, 1], or similar.", "turbine attention heads=0")
+_add("E0206", "missing part", "A required option or part is missing: `chamber width=`, `feed tokens vocab= context=`, a turbine in a prechamber, a prechamber in a fullflow.")
+_add("E0207", "heads do not divide the width", "Multi-head attention splits the width into equal heads, so heads must divide it (or head_dim= must be given). The help line names the nearest divisors.", "chamber width=768 ... turbine attention heads=10")
+_add("E0208", "kv_heads do not divide heads", "In grouped-query attention each KV head serves an equal group of query heads, so kv_heads must divide heads.", "turbine attention heads=8 kv_heads=3")
+_add("E0209", "ratio gives no whole width", "ratio x width must be a whole number of units. Give the hidden width directly with hidden= (Llama's 8/3 ratio is usually rounded to a multiple of 64 or 256).", "turbine mlp ratio=8/3 act=swiglu")
+_add("E0210", "bad arithmetic", "Division by zero, a number too large to be a size (2**62 or more), a power out of range, or a result that is not a finite number.")
+_add("E0211", "contradictory options", "Options that cannot hold together: ratio= with hidden=, loss= on a branch that is not overboard, a merge on an overboard branch, a sliding window on bidirectional attention.")
+_add("E0212", "widths do not meet", """
+A branch's exhaust must return at the chamber's width (or, for an overboard
+branch with a loss, at the vocabulary's width, since it predicts tokens); a
+repeated stage must end at the width it starts with.""", "prechamber p { turbine linear out=64 }")
+_add("E0213", "engine part missing", "An engine needs a chamber, a feed and a nozzle.")
+_add("E0214", "part given twice", "An engine has one chamber, throat, feed, nozzle and startup; a prechamber one merge; a startup one of each line.")
+_add("E0215", "misplaced construct", "A construct in a place where it has no meaning: a body on a stage made from a template, arguments on an inline stage, a merge that is not last in its prechamber, a fullflow's shared norm after its branches.")
+_add("E0216", "repeat count too large", "A stage repeats at most 10,000 times.")
+_add("E0217", "tied head at another width", "A tied head reuses the feed's embedding matrix, so the main line must end at the chamber's width.")
+_add("E0218", "bidirectional mixer in a causal engine", """
+With `throat causal`, nothing may travel upstream: a position may depend only on
+itself and earlier positions. An attention with mask=open would let the future
+leak into the past (and make the KV cache wrong).""", "throat causal ... turbine attention heads=8 mask=open")
+
+
+def markdown() -> str:
+    lines = [
+        "# Diagnostics",
+        "",
+        "Every message `cyclec` prints carries a stable code. `cyclec explain CODE` prints the",
+        "same text as this page. Generated from `cyclelang/codes.py`; do not edit by hand.",
+        "",
+    ]
+    for c in CODES.values():
+        lines += [f"## {c.code}: {c.title}", "", c.explanation, ""]
+        if c.example:
+            lines += ["```", c.example, "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(markdown(), end="")
