@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import ir
 from ..diagnostics import Collector, CycleError, Diagnostic, did_you_mean
 from ..syntax import ast
-from ..syntax.parser import MAX_SOURCE_BYTES, parse_module
+from ..syntax.parser import KEYWORD_HOMES, MAX_SOURCE_BYTES, parse_module
 from .options import Options
 from .values import Binding, EvalError, Keyword, Scope, evaluate, number, unknown_name
 
@@ -666,8 +666,17 @@ class _Resolver:
         o.finish()
         return m
 
+    def missing_kind(self, d: ast.Directive, kinds) -> bool:
+        """`norm turbine mlp`: the kind was left out and the next keyword was read as one."""
+        if d.kind.name in KEYWORD_HOMES:
+            self.out.error("E0005", f"'{d.keyword}' needs a kind", d.span, f"write '{d.keyword} {'|'.join(kinds)}'")
+            return True
+        return False
+
     def norm(self, d: ast.Directive, scope, w) -> ir.Norm | None:
         kind = d.kind.name
+        if self.missing_kind(d, NORMS):
+            return None
         if kind not in NORMS:
             self.out.error("E0204", f"unknown norm '{kind}'", d.kind.span, did_you_mean(kind, NORMS) or "layernorm or rmsnorm")
             return None
@@ -686,6 +695,8 @@ class _Resolver:
 
     def turbine(self, d: ast.Directive, scope, ctx: "_EngineCtx", w):
         kind = d.kind.name
+        if self.missing_kind(d, TURBINES):
+            return None
         if kind not in TURBINES:
             self.out.error("E0204", f"unknown turbine '{kind}'", d.kind.span, did_you_mean(kind, TURBINES) or f"one of: {', '.join(TURBINES)}")
             return None

@@ -229,7 +229,12 @@ def _translate(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
 
     word = _keyword_of(tok.type)
     if word and word in KEYWORD_HOMES:
-        return Diagnostic("E0005", "error", f"'{word}' cannot appear here", span, f"'{word}' belongs {KEYWORD_HOMES[word]}")
+        help = f"'{word}' belongs {KEYWORD_HOMES[word]}"
+        open_brace = _unclosed_brace(text[: tok.start_pos])
+        if open_brace is not None and word in ("nozzle", "startup", "stage", "engine", "chamber", "feed", "throat", "let", "include"):
+            line = text.count("\n", 0, open_brace) + 1
+            help += f"; is the '}}' closing the block opened on line {line} missing?"
+        return Diagnostic("E0005", "error", f"'{word}' cannot appear here", span, help)
     if tok.type == "LBRACE":
         return Diagnostic("E0005", "error", "unexpected '{'", span, f"expected {_one_of(sorted(_describe(t) for t in expected))}")
     shown = f"'{value}'" if value else tok.type
