@@ -90,6 +90,87 @@ itself and earlier positions. An attention with mask=open would let the future
 leak into the past (and make the KV cache wrong).""", "throat causal ... turbine attention heads=8 mask=open")
 
 
+# --- the design reviewer (cyclelang.review) -------------------------------------------------
+# E03xx: review errors; W1xx: warnings, raised to errors by `check --strict`; N1xx: notes.
+# A warning or note is silenced for one line with a comment on that line: `# allow: W102`.
+_add("E0301", "dead branch", """
+An overboard branch never returns its exhaust to the chamber, and this one has no
+loss (or a loss weighted 0) either, so nothing reads its output: its parameters
+never receive a gradient and its work is thrown away on every step. In engine
+terms it is a turbine whose exhaust is dumped without driving anything. Give the
+branch a weight (`overboard loss=0.1`) to make it an auxiliary head, or delete it.
+This is an error, and `# allow:` does not silence it.""", "prechamber probe overboard { norm layernorm  turbine linear out=vocab }")
+_add("W101", "deep Post-LN without warmup", """
+A norm at stage level sits in series on the main line (Post-LN, as in the original
+Transformer): every valve in series adds a pressure drop that the backward pass must
+climb, so in a deep engine (12 layers or more) the gradient reaching the first layers
+is tiny and early training diverges unless the learning rate starts small. Warmup is
+the open-loop start sequence that gets such an engine going. Fix it with
+`startup { warmup N }`, by moving the norms into the prechambers (Pre-LN: the main
+line runs unobstructed), or by returning the branches with `merge deepnorm`, which
+up-weights the main line so Post-LN can go deep.""", "stage layer x 12 { prechamber mix { turbine attention heads=8 }  norm layernorm ... }")
+_add("W102", "deep engine with nothing cooled", """
+Twenty-four or more branches merge into the main line and none of them is cooled:
+no `merge cooling`, `rezero`, `layerscale`, `deepnorm`, `gate` or `scale` below 1.
+A staged-combustion preburner runs rich so the turbine survives; a deep network asks
+each branch for a small update for the same reason. With full-strength merges the
+chamber's norm grows with every one of them at initialisation, and so do the
+gradients. `merge cooling` starts each output projection at std/sqrt(merges)
+(GPT-2's rule); rezero and layerscale start each branch near zero.""", "stage block x 12 { prechamber mix { ... }  prechamber burn { ... } }")
+_add("W103", "mixture of experts with no balance loss", """
+A hard-routed mixture of experts is a liquid-liquid injector: mixing is uneven by
+nature. Without the mixture trim, a load-balancing auxiliary loss (`balance=0.01`,
+as in the Switch Transformer), the router keeps sending tokens to the experts it
+already prefers; a few run hot, the rest starve and never learn.""", "turbine moe experts=8 top=2 capacity=1.25 hidden=512")
+_add("W104", "mixture of experts with no capacity factor", """
+With no restrictor orifice (`capacity=`), one expert may receive every token of a
+batch: its compute and memory spike and the batch is as slow as that expert. A
+capacity of 1.25 lets each expert take a quarter more than an even share and drops
+the overflow to the residual line. Dropless implementations route every token by
+design; silence the rule there with `# allow: W104`.""", "turbine moe experts=8 top=2 balance=0.01 hidden=512")
+_add("W105", "rotary positions on an odd head", """
+Rotary embeddings turn the dimensions of a head in pairs. With an odd head_dim one
+dimension is never turned, so it carries no position, and a fraction of the head
+rounds down further than asked. Choose heads (or head_dim=) so each head has an
+even number of dimensions.""", "chamber width=195 ... turbine attention heads=3 rotary")
+_add("W106", "sliding window at least as long as the context", """
+A sliding window of the context's length or more never slides: the attention is
+full attention with the cost of a window mask. Drop `window=`, or make it shorter
+than the context if the point was to bound the KV cache.""", "feed tokens vocab=32000 context=2048 ... turbine attention heads=8 window=4096")
+_add("W107", "deep plain stack", """
+Turbines work in series on the main line with no prechamber around them, twelve
+layers or more: a pressure-fed engine. With no residual path the gradient passes
+through every turbine on its way up, and it fades or explodes with depth. Put the
+turbines in prechambers (`x = x + f(x)`), so the main line runs straight through.""", "stage layer x 12 { norm layernorm  turbine attention heads=4  norm layernorm  turbine mlp }")
+_add("W108", "no positions in a bidirectional engine", """
+With an open throat and `position=none` and no rotary, nothing tells a position
+where it is: attention without a mask treats the sequence as a bag of tokens and
+cannot tell 'a b' from 'b a'. (A causal mask leaks order by itself, which is why
+the rule is about open throats only.) Give the feed learned or sinusoidal
+positions, or add rotary to the attention.""", "throat open  feed tokens vocab=1000 context=128 position=none")
+_add("W109", "no mixer", """
+No turbine mixes positions: there is no attention and no pooling, so every token
+is processed alone and the prediction at a position ignores all the others. An
+engine can use many kinds of injector, but it cannot go without one.""", "stage block x 4 { prechamber burn { norm layernorm  turbine mlp } }")
+_add("W110", "Pre-LN without a final norm", """
+The stages keep their norms on the branches (Pre-LN), so the main line is never
+normalised, and its norm grows with every merge. Without a norm on the main line
+before the nozzle the head reads that growing stream unregulated. Add a norm after
+the last stage (GPT-2's ln_f).""", "stage block x 12 { prechamber mix { norm layernorm ... } ... }  nozzle head")
+_add("N101", "detached branch", """
+A detached prechamber reads the chamber but passes no gradient back through its
+input: an open cycle, like a gas generator whose turbine exhausts to ambient and
+feels nothing of the chamber's pressure. The note lists the parameters upstream
+that lose the path through this branch (they still learn through the main line)
+and the branch's own parameters, which still learn through its merge or its loss.
+Easier to control, but the exhaust's energy is not recovered: the branch never
+shapes what it reads.""", "prechamber critic detach { norm layernorm  turbine mlp ratio=2  merge cooling }")
+_add("N102", "narrowest width on the main line", """
+A linear at stage or engine level narrows the main line below the chamber's width.
+Like a nozzle's throat, the narrowest section sets the flow: no more numbers per
+position pass it than its width, whatever the widths after it. The note says where
+the throat is; it is a fact about the design, not a fault.""", "stage squeeze { turbine linear out=64 }")
+
 def markdown() -> str:
     lines = [
         "# Diagnostics",

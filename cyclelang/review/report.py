@@ -1,0 +1,397 @@
+"""Static analyses of an engine, from the IR alone (no torch).
+
+- parameters per stage and per role, and the mixer/reactor split;
+- FLOPs per token, forward and training (3x forward: the backward pass costs
+  two forwards, one for the inputs' gradients and one for the weights');
+- gradient reachability: which parameter groups a loss reaches, given detach
+  and overboard;
+- the scaling report, the expander cycle's lesson: how attention FLOPs,
+  activation memory and the KV cache grow with the context length.
+
+FLOPs count matrix products only (2 per multiply-add), as
+`torch.utils.flop_counter.FlopCounterMode` does: norms, activations, rotary
+and pooling are elementwise and left out. Attention's scores and weighted sum
+are counted dense over the attended positions (4 x heads x head_dim x n per
+token), which is what a fused kernel executes for a causal mask too.
+
+`analyze(spec)` returns a plain dict (the `--json` form); `render_text` lays it
+out for a terminal. Both are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import ir
+from .walk import ROLES, Part, is_dead, is_gated, parts
+
+DTYPE_BYTES = 2  # bf16/fp16 activations and KV cache
+
+
+# --- parameters ----------------------------------------------------------------------------
+
+
+def norm_params(n: ir.Norm) -> int:
+    return n.width * (2 if n.bias else 1)
+
+
+def attention_params(a: ir.Attention) -> int:
+    q = a.heads * a.head_dim
+    kv = a.kv_heads * a.head_dim
+    n = a.width * q + 2 * a.width * kv + q * a.width
+    if a.bias:
+        n += q + 2 * kv + a.width
+    if a.qk_norm:
+        n += 2 * a.head_dim  # one RMSNorm weight per head dim, shared by the heads, for q and for k
+    return n
+
+
+def mlp_params(width: int, hidden: int, act: str, bias: bool) -> int:
+    ins = 2 if is_gated(act) else 1  # a gated unit has a gate and an up projection
+    n = ins * width * hidden + hidden * width
+    if bias:
+        n += ins * hidden + width
+    return n
+
+
+def moe_params(m: ir.Moe) -> int:
+    router = m.width * m.experts  # no bias: the router only ranks experts
+    return router + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)
+
+
+def linear_params(lin: ir.Linear) -> int:
+    return lin.width * lin.out + (lin.out if lin.bias else 0)
+
+
+def merge_params(m, width: int) -> int:
+    if isinstance(m, ir.RezeroMerge):
+        return 1
+    if isinstance(m, ir.LayerscaleMerge):
+        return width
+    if isinstance(m, ir.GateMerge):
+        return width * width + width  # g = sigmoid(W x + b), one gate per channel
+    return 0
+
+
+def part_params(p: Part) -> int:
+    n = p.node
+    if isinstance(n, ir.Feed):
+        return n.vocab * n.width + (n.context * n.width if n.position == "learned" else 0)
+    if isinstance(n, ir.Nozzle):
+        return (0 if n.tied else n.width * n.vocab) + (n.vocab if n.bias else 0)
+    if isinstance(n, ir.Norm):
+        return norm_params(n)
+    if isinstance(n, ir.Attention):
+        return attention_params(n)
+    if isinstance(n, ir.Mlp):
+        return mlp_params(n.width, n.hidden, n.act, n.bias)
+    if isinstance(n, ir.Moe):
+        return moe_params(n)
+    if isinstance(n, ir.Linear):
+        return linear_params(n)
+    if isinstance(n, ir.Pool):
+        return 0
+    return merge_params(n, p.branch.out_width if p.branch is not None else 0)
+
+
+# --- FLOPs ---------------------------------------------------------------------------------
+
+
+def attended(a: ir.Attention, n: int) -> int:
+    """Positions each query attends to at context length n."""
+    return min(n, a.window) if a.window is not None else n
+
+
+def part_flops(p: Part, n: int) -> tuple[int, int]:
+    """Forward FLOPs per token at context length n: (projections, attention scores and sum)."""
+    x = p.node
+    if isinstance(x, ir.Nozzle):
+        return 2 * x.width * x.vocab, 0
+    if isinstance(x, ir.Attention):
+        q, kv = x.heads * x.head_dim, x.kv_heads * x.head_dim
+        proj = 2 * (x.width * q + 2 * x.width * kv + q * x.width)
+        return proj, 4 * q * attended(x, n)
+    if isinstance(x, ir.Mlp):
+        return 2 * (mlp_params(x.width, x.hidden, x.act, False)), 0
+    if isinstance(x, ir.Moe):
+        return 2 * x.width * x.experts + x.top * 2 * mlp_params(x.width, x.hidden, x.act, False), 0
+    if isinstance(x, ir.Linear):
+        return 2 * x.width * x.out, 0
+    if isinstance(x, ir.GateMerge):
+        w = p.branch.out_width
+        return 2 * w * w, 0
+    return 0, 0
+
+
+# --- gradient reachability ------------------------------------------------------------------
+
+
+def _losses(engine: ir.Engine) -> list[tuple[str, Part | None]]:
+    """The losses of the engine: the nozzle's, then each weighted overboard head."""
+    out: list[tuple[str, Part | None]] = [("nozzle", None)]
+    seen = set()
+    for p in parts(engine):
+        b = p.branch
+        if b is not None and b.overboard and b.loss and p.group not in seen:
+            seen.add(p.group)
+            out.append((p.group, p))
+    return out
+
+
+def reachability(engine: ir.Engine) -> list[dict]:
+    """For each parameter group, the losses whose gradient reaches it.
+
+    The main line is never cut, so the nozzle's loss reaches every part on it and
+    every branch that merges back. An overboard head's loss reaches its own branch
+    and, unless the branch is detached, everything upstream of where it splits off
+    (in a repeated stage: every instance up to the last one). A dead branch (overboard,
+    no loss) is reached by nothing.
+    """
+    ps = list(parts(engine))
+    groups: dict[str, dict] = {}
+    for p in ps:
+        g = groups.setdefault(p.group, {"group": p.group, "repeat": p.repeat, "params": 0, "_parts": []})
+        g["params"] += part_params(p) * p.repeat
+        g["_parts"].append(p)
+    losses = _losses(engine)
+    order = {g: i for i, g in enumerate(groups)}
+    out = []
+    for name, g in groups.items():
+        first = g["_parts"][0]
+        reached = []
+        b = first.branch
+        for loss, head in losses:
+            if loss == "nozzle":
+                if b is None or not b.overboard:
+                    reached.append(loss)
+                continue
+            hb = head.branch
+            if name == head.group:
+                reached.append(loss)
+            elif not hb.detach and _upstream(first, head, order):
+                reached.append(loss)
+        out.append({"group": name, "repeat": g["repeat"], "params": g["params"], "losses": reached})
+    return out
+
+
+def _upstream(p: Part, head: Part, order: dict[str, int]) -> bool:
+    """Whether part p lies upstream of where the overboard head splits off."""
+    if p.branch is not None and p.branch.overboard:
+        return False  # another overboard branch: its exhaust never reaches the head
+    if p.stage_index < head.stage_index:
+        return True
+    if p.stage_index > head.stage_index:
+        return False
+    if head.repeat > 1:
+        return True  # earlier instances of the same stage feed the last instance's head
+    if head.fullflow is not None and p.fullflow is head.fullflow:
+        return p.branch is None  # the shared valve; parallel branches read the same state
+    return order[p.group] < order[head.group]
+
+
+# --- the analysis --------------------------------------------------------------------------
+
+
+def analyze(spec: ir.Spec, dtype_bytes: int = DTYPE_BYTES) -> dict | None:
+    """The full static report of a spec as plain data; None for a file of templates only."""
+    e = spec.engine
+    if e is None:
+        return None
+    ps = list(parts(e))
+    n = e.feed.context
+
+    by_role = {r: 0 for r in ROLES}
+    stages: list[dict] = []
+    for p in ps:
+        c = part_params(p)
+        by_role[p.role] += c * p.repeat
+        if not stages or stages[-1]["name"] != p.stage or stages[-1]["_index"] != p.stage_index:
+            stages.append({"name": p.stage, "_index": p.stage_index, "repeat": p.repeat, "per_instance": 0, "params": 0, "by_role": {}})
+        s = stages[-1]
+        s["per_instance"] += c
+        s["params"] += c * p.repeat
+        if c:
+            s["by_role"][p.role] = s["by_role"].get(p.role, 0) + c * p.repeat
+    for s in stages:
+        del s["_index"]
+    total = sum(by_role.values())
+    work = by_role["mixer"] + by_role["reactor"]
+
+    flops_role = {r: 0 for r in ROLES}
+    fwd = 0
+    attn_fwd = 0
+    for p in ps:
+        proj, att = part_flops(p, n)
+        flops_role[p.role] += (proj + att) * p.repeat
+        fwd += (proj + att) * p.repeat
+        attn_fwd += att * p.repeat
+
+    return {
+        "engine": e.name,
+        "params": {
+            "total": total,
+            "non_embedding": total - by_role["feed"],
+            "by_role": by_role,
+            "by_stage": stages,
+            "mixer_share": round(by_role["mixer"] / work, 4) if work else 0.0,
+            "reactor_share": round(by_role["reactor"] / work, 4) if work else 0.0,
+        },
+        "flops_per_token": {
+            "context": n,
+            "forward": fwd,
+            "training": 3 * fwd,
+            "attention": attn_fwd,
+            "by_role": {r: v for r, v in flops_role.items() if v},
+        },
+        "gradient": _gradient(e),
+        "scaling": scaling(e, dtype_bytes),
+    }
+
+
+def _gradient(e: ir.Engine) -> dict:
+    groups = reachability(e)
+    dead = [g["group"] for g in groups if not g["losses"]]
+    return {
+        "losses": [name for name, _ in _losses(e)],
+        "groups": groups,
+        "unreached": dead,
+        "unreached_params": sum(g["params"] for g in groups if not g["losses"]),
+    }
+
+
+def kv_bytes_per_token(e: ir.Engine, dtype_bytes: int = DTYPE_BYTES) -> int:
+    """layers x kv_heads x head_dim x 2 (K and V) x dtype bytes; 0 without a causal throat."""
+    if e.throat != "causal":
+        return 0
+    return sum(a.kv_heads * a.head_dim * 2 * dtype_bytes * r for a, r in _attn(e))
+
+
+def _attn(e: ir.Engine) -> list[tuple[ir.Attention, int]]:
+    return [(p.node, p.repeat) for p in parts(e) if isinstance(p.node, ir.Attention)]
+
+
+def _activation_terms(e: ir.Engine, dtype_bytes: int) -> tuple[int, int]:
+    """Bytes kept for the backward pass per sequence of n tokens: (a, b) in a*n + b*n^2.
+
+    A rough account: the input of every matrix product and norm, the hidden units
+    of the reactors, q/k/v and the attention output; b is the attention weights a
+    plain (math) kernel keeps, heads x n^2. A fused kernel keeps none of them, so
+    with it activation memory is linear in n.
+    """
+    lin = quad = 0
+    for p in parts(e):
+        x, r = p.node, p.repeat
+        if isinstance(x, ir.Norm):
+            lin += x.width * r
+        elif isinstance(x, ir.Attention):
+            q, kv = x.heads * x.head_dim, x.kv_heads * x.head_dim
+            lin += (x.width + 2 * q + 2 * kv) * r
+            quad += x.heads * r
+        elif isinstance(x, ir.Mlp):
+            lin += (x.width + x.hidden * (3 if is_gated(x.act) else 2)) * r
+        elif isinstance(x, ir.Moe):
+            lin += (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2)) * r
+        elif isinstance(x, ir.Linear):
+            lin += x.width * r
+        elif isinstance(x, ir.Nozzle):
+            lin += x.width + x.vocab
+    return lin * dtype_bytes, quad * dtype_bytes
+
+
+def scaling(e: ir.Engine, dtype_bytes: int = DTYPE_BYTES) -> dict:
+    """Costs per sequence at context lengths around the spec's, with local exponents."""
+    ps = list(parts(e))
+    attn = _attn(e)
+    lin, quad = _activation_terms(e, dtype_bytes)
+    causal = e.throat == "causal"
+
+    def attn_flops(n: int) -> int:
+        return sum(4 * a.heads * a.head_dim * attended(a, n) * r for a, r in attn) * n
+
+    def fwd_flops(n: int) -> int:
+        return sum(sum(part_flops(p, n)) * p.repeat for p in ps) * n
+
+    def act_bytes(n: int) -> int:
+        return lin * n + quad * n * n
+
+    def kv_bytes(n: int) -> int:
+        if not causal:
+            return 0
+        return sum(a.kv_heads * a.head_dim * 2 * dtype_bytes * min(n, a.window or n) * r for a, r in attn)
+
+    def exponent(f, n: int) -> float:
+        lo, hi = f(n), f(2 * n)
+        return round(math.log2(hi / lo), 3) if lo > 0 and hi > 0 else 0.0
+
+    n0 = e.feed.context
+    lengths = sorted({max(1, n0 // 4), max(1, n0 // 2), n0, 2 * n0, 4 * n0})
+    rows = [{"context": n, "attention_flops": attn_flops(n), "forward_flops": fwd_flops(n),
+             "activation_bytes": act_bytes(n), "kv_cache_bytes": kv_bytes(n)} for n in lengths]
+    return {
+        "dtype_bytes": dtype_bytes,
+        "kv_cache": causal,
+        "kv_bytes_per_token": kv_bytes_per_token(e, dtype_bytes),
+        "activation_bytes_per_token": lin,
+        "activation_bytes_per_token_squared": quad,
+        "rows": rows,
+        "exponents": {  # d log(cost) / d log(n) at the spec's context, per sequence
+            "attention_flops": exponent(attn_flops, n0),
+            "forward_flops": exponent(fwd_flops, n0),
+            "activation_bytes": exponent(act_bytes, n0),
+            "kv_cache_bytes": exponent(kv_bytes, n0),
+        },
+    }
+
+
+# --- text ----------------------------------------------------------------------------------
+
+
+def _si(x: float, unit: str = "") -> str:
+    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.2f} {suffix}{unit}".rstrip()
+    return f"{x:g} {unit}".rstrip()
+
+
+def _bytes(x: float) -> str:
+    for div, suffix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if x >= div:
+            return f"{x / div:.2f} {suffix}"
+    return f"{x:g} B"
+
+
+def render_text(rep: dict) -> str:
+    """A terminal report of `analyze`'s result."""
+    p, f, g, s = rep["params"], rep["flops_per_token"], rep["gradient"], rep["scaling"]
+    out = [f"engine {rep['engine']}", ""]
+    out.append(f"parameters: {p['total']:,} ({_si(p['total'])}), {p['non_embedding']:,} without the feed")
+    out.append(f"  {'stage':<24}{'repeat':>7}{'per instance':>16}{'total':>16}")
+    for st in p["by_stage"]:
+        out.append(f"  {st['name']:<24}{'x' + str(st['repeat']):>7}{st['per_instance']:>16,}{st['params']:>16,}")
+    out.append("  by role: " + ", ".join(f"{r} {v:,}" for r, v in p["by_role"].items() if v))
+    out.append(f"  mixers {p['mixer_share']:.1%} / reactors {p['reactor_share']:.1%} of the turbines' parameters")
+    out.append("")
+    out.append(f"FLOPs per token at context {f['context']}: forward {_si(f['forward'])}, training {_si(f['training'])} (3x)")
+    out.append(f"  attention scores and sums: {_si(f['attention'])} of the forward")
+    out.append("  by role: " + ", ".join(f"{r} {_si(v)}" for r, v in f["by_role"].items()))
+    out.append("")
+    out.append("gradient: losses " + ", ".join(g["losses"]))
+    for grp in g["groups"]:
+        mark = ", ".join(grp["losses"]) if grp["losses"] else "NONE: no gradient"
+        rep_s = f" x{grp['repeat']}" if grp["repeat"] > 1 else ""
+        out.append(f"  {grp['group'] + rep_s:<28}{grp['params']:>14,}  <- {mark}")
+    if g["unreached"]:
+        out.append(f"  {g['unreached_params']:,} parameters receive no gradient: {', '.join(g['unreached'])}")
+    out.append("")
+    out.append(f"scaling with context length n (per sequence, {s['dtype_bytes']}-byte values):")
+    if s["kv_cache"]:
+        out.append(f"  KV cache: {s['kv_bytes_per_token']:,} bytes per token (layers x kv_heads x head_dim x 2 x {s['dtype_bytes']})")
+    else:
+        out.append("  KV cache: none (open throat: every position sees every other, nothing can be cached)")
+    out.append(f"  {'n':>8}{'attention FLOPs':>18}{'forward FLOPs':>16}{'activations':>14}{'KV cache':>14}")
+    for r in s["rows"]:
+        out.append(f"  {r['context']:>8}{_si(r['attention_flops']):>18}{_si(r['forward_flops']):>16}{_bytes(r['activation_bytes']):>14}{_bytes(r['kv_cache_bytes']):>14}")
+    ex = s["exponents"]
+    out.append(f"  exponents at n={f['context']}: attention FLOPs n^{ex['attention_flops']:g}, forward FLOPs n^{ex['forward_flops']:g}, "
+               f"activations n^{ex['activation_bytes']:g} (plain kernel; a fused one keeps no n^2 term), KV cache n^{ex['kv_cache_bytes']:g}")
+    return "\n".join(out) + "\n"

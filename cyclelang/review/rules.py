@@ -1,0 +1,290 @@
+"""The design rules: each a pure function from an engine to diagnostics.
+
+A spec can be valid and still unwise. These rules come from the article behind
+cyclelang (see cyclelang/codes.py for each rule's rationale): keep the main line
+unobstructed, cool the preburners of a deep engine, recover every exhaust, trim
+the injection of a mixture of experts, and know where the throat is.
+
+Every rule returns warnings or notes with a stable code, except a dead branch,
+which is an error (its parameters can never learn). `review(spec)` runs them all
+and returns the diagnostics sorted by position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import ir
+from ..diagnostics import Diagnostic
+from .report import part_params
+from .walk import Part, is_dead, merges_into_main_line, parts, stages
+
+COOLED = (ir.CoolingMerge, ir.RezeroMerge, ir.LayerscaleMerge, ir.DeepnormMerge, ir.GateMerge)
+
+
+@dataclass(frozen=True)
+class ReviewConfig:
+    post_ln_depth: int = 12  # layers of Post-LN (or a plain stack) that count as deep
+    deep_merges: int = 24  # merges into the main line that count as deep for cooling
+
+
+def _w(code, message, span, help=None, notes=()) -> Diagnostic:
+    return Diagnostic(code, "warning", message, span, help, tuple(notes))
+
+
+def _n(code, message, span, help=None, notes=()) -> Diagnostic:
+    return Diagnostic(code, "note", message, span, help, tuple(notes))
+
+
+def _blocks(e: ir.Engine) -> list[ir.Stage]:
+    return [s for s in stages(e) if ir.stage_branches(s)]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+# --- W101: Post-LN, deep, no warmup ----------------------------------------------------------
+
+
+def post_ln_without_warmup(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    post = [s for s in _blocks(e) if any(isinstance(op, ir.Norm) for op in s.ops)]
+    layers = sum(s.repeat for s in post)
+    if not post or layers < cfg.post_ln_depth or e.startup.warmup > 0:
+        return []
+    branches = [b for s in post for b in ir.stage_branches(s) if not b.overboard]
+    if branches and all(isinstance(b.merge, ir.DeepnormMerge) for b in branches):
+        return []  # DeepNet: Post-LN made deep by up-weighting the main line
+    valve = next(op for op in post[0].ops if isinstance(op, ir.Norm))
+    return [_w("W101", f"a norm in series on the main line of {_plural(layers, 'Post-LN layer')}, with no warmup", valve.span,
+               "add 'startup { warmup 4000 }', move the norm into each prechamber (Pre-LN), or return the branches with 'merge deepnorm'",
+               ["every valve in series adds a pressure drop the gradient must climb; deep Post-LN needs an open-loop start"])]
+
+
+# --- W102: deep, nothing cooled --------------------------------------------------------------
+
+
+def deep_without_cooling(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    merges = merges_into_main_line(e)
+    if merges < cfg.deep_merges:
+        return []
+    branches = [b for s in stages(e) for b in ir.stage_branches(s) if not b.overboard]
+    if any(isinstance(b.merge, COOLED) or isinstance(b.merge, ir.ScaleMerge) and abs(b.merge.value) < 1 for b in branches):
+        return []
+    first = next(s for s in _blocks(e))
+    return [_w("W102", f"{merges} branches return to the main line at full strength: nothing is cooled", first.span,
+               "end the prechambers with 'merge cooling' (output projections start at std/sqrt(merges)), or use rezero, layerscale or deepnorm",
+               [f"each merge adds an update of full size, so the chamber's norm grows with all {merges} of them at initialisation"])]
+
+
+# --- E0301: a dead branch --------------------------------------------------------------------
+
+
+def dead_branch(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    seen = set()
+    for p in parts(e):
+        b = p.branch
+        if b is None or id(b) in seen or not is_dead(b):
+            continue
+        seen.add(id(b))
+        n = sum(part_params(q) for q in parts(e) if q.branch is b) * p.repeat
+        why = "weighs its loss at 0" if b.loss == 0 else "has no loss"
+        out.append(Diagnostic("E0301", "error", f"prechamber '{b.name}' goes overboard and {why}: a dead branch", b.span,
+                              "give it a weight, 'overboard loss=0.1', to make it an auxiliary head, or delete it",
+                              (f"its {n:,} parameters never receive a gradient, and its work is thrown away every step",)))
+    return out
+
+
+# --- N101: detached branch --------------------------------------------------------------------
+
+
+def detached_branch(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    ps = list(parts(e))
+    seen = set()
+    for p in ps:
+        b = p.branch
+        if b is None or id(b) in seen or not b.detach or is_dead(b):
+            continue
+        seen.add(id(b))
+        upstream = _upstream_names(ps, p)
+        own = sum(part_params(q) for q in ps if q.branch is b) * p.repeat
+        trained = "its own loss" if b.overboard else "its merge"
+        notes = [f"cut: no gradient from '{b.name}' reaches {', '.join(upstream)}" +
+                 ("" if b.overboard else "; they still learn through the main line"),
+                 f"still trained: the branch's own {own:,} parameters, through {trained}"]
+        out.append(_n("N101", f"prechamber '{b.name}' is detached: its input passes no gradient back (an open cycle)", b.span,
+                      "drop 'detach' to close the cycle, if the branch should shape what it reads", notes))
+    return out
+
+
+def _upstream_names(ps: list[Part], at: Part) -> list[str]:
+    names: list[str] = []
+    for q in ps:
+        if q.stage_index > at.stage_index or q.group == at.group:
+            break
+        if q.branch is not None and q.branch.overboard:
+            continue
+        if q.stage_index == at.stage_index and at.fullflow is not None and q.fullflow is at.fullflow and q.branch is not None:
+            continue  # a parallel branch reads the same state; it is not upstream
+        label = q.group + (f" (x{q.repeat})" if q.repeat > 1 else "")
+        if label not in names:
+            names.append(label)
+    if at.repeat > 1:
+        names.append(f"the earlier instances of stage '{at.stage}'")
+    return names
+
+
+# --- W103, W104: MoE without trim or orifices ---------------------------------------------------
+
+
+def moe_injection(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        m = p.node
+        if not isinstance(m, ir.Moe) or m.experts < 2 or m.top >= m.experts:
+            continue
+        if m.balance == 0:
+            out.append(_w("W103", f"a mixture of {m.experts} experts with no load-balancing loss", m.span,
+                          "add balance=0.01 (the Switch Transformer's auxiliary loss)",
+                          ["without a trim the router favours the experts it already favours; a few run hot, the rest starve"]))
+        if m.capacity is None:
+            out.append(_w("W104", f"a mixture of {m.experts} experts with no capacity factor", m.span,
+                          "add capacity=1.25 to cap each expert's share of the tokens (or allow this rule for a dropless implementation)",
+                          ["with no restrictor orifice one expert may take every token of a batch, and its memory with it"]))
+    return out
+
+
+# --- N102: the throat of the main line ---------------------------------------------------------
+
+
+def narrowest_width(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    narrowest, where = e.width, None
+    for op in e.body:
+        items = op.ops if isinstance(op, ir.Stage) else [op]
+        for x in items:
+            if isinstance(x, ir.Linear) and x.out < narrowest:
+                narrowest, where = x.out, x
+    if where is None:
+        return []
+    return [_n("N102", f"the main line narrows to width {narrowest} here, from a chamber of {e.width}: the throat of this engine", where.span,
+               None, [f"whatever comes after, no more than {narrowest} numbers per position pass this point"])]
+
+
+# --- W105: rotary on an odd head ---------------------------------------------------------------
+
+
+def rotary_odd_head(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        a = p.node
+        if isinstance(a, ir.Attention) and a.rotary_dims > 0 and a.head_dim % 2:
+            out.append(_w("W105", f"rotary positions on an odd head_dim {a.head_dim}: only {a.rotary_dims} of its dimensions turn", a.span,
+                          "choose heads (or head_dim=) so that each head has an even number of dimensions",
+                          ["rotary turns dimensions in pairs, so the odd one out never carries position"]))
+    return out
+
+
+# --- W106: a window that never slides -----------------------------------------------------------
+
+
+def window_over_context(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        a = p.node
+        if isinstance(a, ir.Attention) and a.window is not None and a.window >= e.feed.context:
+            out.append(_w("W106", f"a sliding window of {a.window} tokens over a context of {e.feed.context}: it never slides", a.span,
+                          f"drop window=, or make it smaller than the context ({e.feed.context})"))
+    return out
+
+
+# --- W107: a deep plain stack -------------------------------------------------------------------
+
+
+def deep_plain_stack(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    plain = [s for s in stages(e) if not ir.stage_branches(s) and any(ir.is_turbine(op) and not isinstance(op, ir.Linear) for op in s.ops)]
+    layers = sum(s.repeat for s in plain)
+    if layers < cfg.post_ln_depth:
+        return []
+    first = next(op for op in plain[0].ops if ir.is_turbine(op) and not isinstance(op, ir.Linear))
+    return [_w("W107", f"{_plural(layers, 'layer')} of turbines in series on the main line, with no branch to carry the flow around them", first.span,
+               "put the turbines in prechambers (x = x + f(x)) so the main line runs straight through",
+               ["with no residual path the gradient must pass every turbine on its way up, and it fades or blows up with depth"])]
+
+
+# --- W108: no positions in a bidirectional engine ----------------------------------------------
+
+
+def open_without_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    if e.throat != "open" or e.feed.position != "none":
+        return []
+    ps = list(parts(e))
+    if any(isinstance(p.node, ir.Pool) or isinstance(p.node, ir.Attention) and p.node.rotary_dims for p in ps):
+        return []
+    return [_w("W108", "no position information in an engine with an open throat", e.feed.span,
+               "give the feed position=learned or sinusoidal, or add rotary to the attention",
+               ["attention without a mask or positions treats the sequence as a bag: it cannot tell 'a b' from 'b a'"])]
+
+
+# --- W109: no mixer -------------------------------------------------------------------------------
+
+
+def no_mixer(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    if any(isinstance(p.node, (ir.Attention, ir.Pool)) for p in parts(e)):
+        return []
+    return [_w("W109", "no turbine mixes positions: every token is processed alone", e.span,
+               "add a mixer: 'turbine attention heads=..' or 'turbine pool'",
+               ["an engine needs an injector; only attention and pooling carry information between positions"])]
+
+
+# --- W110: Pre-LN with no final valve ------------------------------------------------------------
+
+
+def pre_ln_without_final_norm(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    last = e.body[-1] if e.body else None
+    if not isinstance(last, ir.Stage) or not ir.stage_branches(last):
+        return []
+    if isinstance(last.ops[-1], ir.Norm):
+        return []  # Post-LN: the stage ends with its own valve
+    branches = [b for b in ir.stage_branches(last) if not b.overboard]
+    shared = any(isinstance(op, ir.Fullflow) and op.norm is not None for op in last.ops)
+    if not branches or not (shared or all(isinstance(b.ops[0], ir.Norm) for b in branches)):
+        return []
+    if all(isinstance(b.merge, ir.DeepnormMerge) for b in branches):
+        return []
+    return [_w("W110", "the main line reaches the nozzle without a norm, after Pre-LN stages", e.nozzle.span,
+               "add a norm on the main line before the nozzle (GPT-2's ln_f)",
+               ["with the valves on the branches, the chamber's norm grows stage after stage and the head reads it unregulated"])]
+
+
+Rule = Callable[[ir.Engine, ReviewConfig], list[Diagnostic]]
+
+RULES: tuple[Rule, ...] = (
+    post_ln_without_warmup,
+    deep_without_cooling,
+    dead_branch,
+    detached_branch,
+    moe_injection,
+    narrowest_width,
+    rotary_odd_head,
+    window_over_context,
+    deep_plain_stack,
+    open_without_positions,
+    no_mixer,
+    pre_ln_without_final_norm,
+)
+
+# The codes each rule may emit, for the docs test and `cyclec explain`.
+REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "N101", "N102")
+
+
+def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:
+    """Every design-rule diagnostic of a spec, sorted by position."""
+    if spec.engine is None:
+        return []
+    out: list[Diagnostic] = []
+    for rule in RULES:
+        out.extend(rule(spec.engine, config))
+    return sorted(out, key=Diagnostic.sort_key)
