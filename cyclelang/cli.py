@@ -180,7 +180,9 @@ def explain(code):
 
     c = CODES.get(code.upper())
     if c is None:
-        hint = did_you_mean(code.upper(), CODES)
+        # letters typed for digits (W1O1) first, then the closest spelling
+        norm = code[:1].upper() + code[1:].upper().replace("O", "0").replace("I", "1").replace("L", "1")
+        hint = f"did you mean '{norm}'?" if norm in CODES else did_you_mean(code.upper(), CODES)
         raise click.UsageError(f"no diagnostic code '{code}'" + (f"; {hint}" if hint else "; codes look like E0101, W102, N101"))
     out = f"{c.code}: {c.title}\n\n{c.explanation}\n"
     if c.example:
