@@ -123,6 +123,11 @@ def part_flops(p: Part, n: int) -> tuple[int, int]:
     return 0, 0
 
 
+def forward_flops_per_token(e: ir.Engine, n: int) -> int:
+    """Forward FLOPs per token when a sequence of n tokens is processed."""
+    return sum(sum(part_flops(p, n)) * p.repeat for p in parts(e))
+
+
 # --- gradient reachability ------------------------------------------------------------------
 
 
