@@ -756,6 +756,9 @@ class _Resolver:
             return None
         r = 4.0 if ratio is None else ratio
         h = r * w
+        if not math.isfinite(h) or h > MAX_WIDTH * 64:  # ratio=1e308 overflows to inf
+            self.out.error("E0205", f"ratio={r:g} of width {w} gives a hidden width above the limit of {MAX_WIDTH * 64}", o.span_of("ratio"))
+            return None
         if abs(h - round(h)) > 1e-6:
             self.out.error("E0209", f"ratio={r:g} of width {w} is {h:g}, not a whole width", o.span_of("ratio"), f"set the hidden width directly, e.g. hidden={int(round(h))}")
             return None

@@ -145,9 +145,9 @@ def _place_comments(lines: list[_Line], comments: tuple[ast.Comment, ...], sourc
                         target = ln
             if target is not None and target.comment is None:
                 target.comment = c.text
-            elif target is not None:
-                target.comment += " " + c.text
             else:
+                # a statement split over lines can carry two trailing comments; joining
+                # them would make one comment of two, so the second gets its own line
                 own.setdefault(c.line, []).append(c)
         else:
             own.setdefault(c.line, []).append(c)
