@@ -21,7 +21,7 @@ from .semantics.resolve import load, parse
 
 __version__ = "0.1.0"
 
-__all__ = ["CycleError", "Diagnostic", "Spec", "parse", "load", "to_spec", "__version__"]
+__all__ = ["CycleError", "Diagnostic", "Spec", "parse", "load", "to_spec", "draw", "__version__"]
 
 
 def to_spec(spec) -> Spec:
@@ -38,3 +38,10 @@ def to_spec(spec) -> Spec:
             return load(spec)
         return parse(spec)
     raise TypeError(f"expected a path, spec text or a cyclelang.Spec, got {type(spec).__name__}")
+
+
+def draw(spec, **kwargs):
+    """Draw a spec as a `graphviz.Digraph`: see `cyclelang.backends.graphviz.draw`."""
+    from .backends.graphviz import draw as _draw
+
+    return _draw(spec, **kwargs)

@@ -29,7 +29,9 @@ from .diagnostics import CycleError
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 123, 130
 
 # Commands that live in back-end modules: name -> "module:attribute".
-LAZY_COMMANDS: dict[str, str] = {}
+LAZY_COMMANDS: dict[str, str] = {
+    "draw": "cyclelang.backends.graphviz.cli:draw",
+}
 
 
 def _use_color(stream) -> bool:

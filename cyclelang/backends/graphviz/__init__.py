@@ -1,0 +1,79 @@
+"""Graphviz back-end: power-cycle diagrams and computation graphs.
+
+`draw(spec, view=...)` returns a `graphviz.Digraph`; `to_dot` its source text,
+which is deterministic (ids from IR paths, sorted attributes, no timestamps or
+paths); `render(dot, fmt)` runs the `dot` program. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from ... import ir
+
+VIEWS = ("cycle", "graph")
+LABELS = ("rocket", "ml", "both")
+THEMES = ("light", "dark")
+RANKDIRS = ("LR", "TB", "RL", "BT")
+FORMATS = ("svg", "png", "pdf", "dot")
+
+INSTALL_HINT = (
+    "the Graphviz 'dot' program is not installed; install Graphviz "
+    "(apt install graphviz, brew install graphviz or conda install graphviz) or write .dot output"
+)
+
+
+class GraphvizMissing(RuntimeError):
+    pass
+
+
+def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", rankdir: str | None = None, theme: str = "light"):
+    """Draw a spec (path, text or IR) as a `graphviz.Digraph`.
+
+    view: "cycle" (the power-cycle schematic) or "graph" (the computation graph with
+    tensor shapes on edges and parameter counts on nodes). expand: unroll repeated
+    stages. labels: "rocket", "ml" or "both". rankdir: Graphviz rank direction,
+    by default LR for the cycle and TB for the graph.
+    """
+    from ... import to_spec
+    from ...diagnostics import CycleError, Diagnostic
+    from .cycle import CycleView, Options
+    from .graph import GraphView
+
+    for name, value, allowed in (("view", view, VIEWS), ("labels", labels, LABELS), ("theme", theme, THEMES)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    if rankdir is not None and rankdir not in RANKDIRS:
+        raise ValueError(f"rankdir must be one of {', '.join(RANKDIRS)}, not {rankdir!r}")
+    s = to_spec(spec)
+    if s.engine is None:
+        raise CycleError([Diagnostic("E0213", "error", "nothing to draw: the spec defines no engine (only templates)", s.span,
+                                     "draw the file that defines the engine; this one is meant to be included")])
+    opts = Options(expand=expand, labels=labels, rankdir=rankdir or ("LR" if view == "cycle" else "TB"), theme=theme)
+    builder = CycleView(s.engine, opts) if view == "cycle" else GraphView(s.engine, opts)
+    return builder.build()
+
+
+def to_dot(spec, **kwargs) -> str:
+    """The DOT source of `draw(spec, **kwargs)`."""
+    return draw(spec, **kwargs).source
+
+
+def render(dot: str, fmt: str) -> bytes:
+    """Run Graphviz on DOT source; `fmt` is svg, png or pdf. Raises GraphvizMissing."""
+    if fmt == "dot":
+        return dot.encode("utf-8")
+    exe = shutil.which("dot")
+    if exe is None:
+        raise GraphvizMissing(INSTALL_HINT)
+    args = [exe, f"-T{fmt}"]
+    if fmt == "png":
+        args.append("-Gdpi=150")  # slide-sharp without a huge file
+    proc = subprocess.run(args, input=dot.encode("utf-8"), capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"dot failed ({proc.returncode}): {proc.stderr.decode('utf-8', 'replace').strip()[:2000]}")
+    return proc.stdout
+
+
+__all__ = ["draw", "to_dot", "render", "GraphvizMissing", "VIEWS", "LABELS", "THEMES", "FORMATS", "ir"]

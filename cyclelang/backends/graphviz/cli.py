@@ -1,0 +1,58 @@
+"""`cyclec draw`: imported only when that command runs (it never imports torch)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ...cli import include_path_option, load_spec, output_option, spec_path, write_output
+
+EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
+
+
+class GraphvizNotInstalled(click.ClickException):
+    """One line on stderr, exit 1: the environment lacks Graphviz's `dot`."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"cyclec: {self.message}", err=True)
+
+
+def output_format(output: str) -> str:
+    if output == "-":
+        return "dot"
+    ext = os.path.splitext(output)[1].lower()
+    if ext not in EXTENSIONS:
+        raise click.BadParameter(f"cannot tell the format from {output!r}: end it in .svg, .png, .pdf or .dot (or use '-' for DOT on stdout)",
+                                 param_hint="'-o'")
+    return EXTENSIONS[ext]
+
+
+@click.command()
+@spec_path
+@output_option
+@click.option("--view", type=click.Choice(["cycle", "graph"]), default="cycle", show_default=True,
+              help="cycle: the power-cycle schematic; graph: the computation graph with shapes and parameter counts.")
+@click.option("--expand", is_flag=True, help="Unroll repeated stages instead of drawing one with a ×N badge.")
+@click.option("--labels", type=click.Choice(["rocket", "ml", "both"]), default="both", show_default=True, help="Words on the diagram.")
+@click.option("--rankdir", type=click.Choice(["LR", "TB"]), default=None, help="Flow direction [default: LR for cycle, TB for graph].")
+@click.option("--theme", type=click.Choice(["light", "dark"]), default="light", show_default=True)
+@include_path_option
+def draw(spec, output, view, expand, labels, rankdir, theme, include_path):
+    """Draw SPEC as a power-cycle diagram or a computation graph.
+
+    The format follows OUT's extension: .svg, .png, .pdf or .dot; `-o -` writes
+    DOT to stdout. Without -o, writes SPEC's name with .svg in the current
+    directory. Only .dot works without the Graphviz `dot` program.
+    """
+    from . import GraphvizMissing, render, to_dot
+
+    if output is None:
+        output = os.path.splitext(os.path.basename(spec))[0] + ".svg"
+    fmt = output_format(output)
+    dot = to_dot(load_spec(spec, include_path), view=view, expand=expand, labels=labels, rankdir=rankdir, theme=theme)
+    try:
+        data = render(dot, fmt)
+    except GraphvizMissing as e:
+        raise GraphvizNotInstalled(str(e)) from None
+    write_output(output, dot if fmt == "dot" else data)

@@ -1,0 +1,324 @@
+"""The power-cycle view: the engine drawn as a propulsion schematic.
+
+The main chamber (residual stream) is one heavy straight line from the tanks to
+the nozzle; every prechamber leaves it at a split point, does its work on a side
+branch and returns its exhaust at a merge junction. Node ids are IR paths
+(`b0.o1.t1`: body item 0, stage op 1, branch op 1), never names, so a spec's
+names reach the DOT only inside escaped labels.
+"""
+
+from __future__ import annotations
+
+import graphviz
+
+from ... import ir
+from . import params, text
+from .style import FONT, THEMES, label
+
+
+class Options:
+    def __init__(self, *, expand: bool, labels: str, rankdir: str, theme: str):
+        self.expand, self.labels, self.rankdir, self.theme = expand, labels, rankdir, theme
+
+
+def new_graph(name: str, title: str, opts: Options, t: dict[str, str], **graph_attr) -> graphviz.Digraph:
+    g = graphviz.Digraph(name=name)
+    g.attr(
+        "graph",
+        bgcolor=t["bg"],
+        fontcolor=t["fg"],
+        fontname=FONT,
+        label=label(title, None, muted=t["muted"], size=18),
+        labelloc="t",
+        labeljust="l",
+        rankdir=opts.rankdir,
+        **graph_attr,
+    )
+    g.attr("node", fontname=FONT, fontcolor=t["fg"], color=t["fg"], penwidth="1.2")
+    g.attr("edge", fontname=FONT, fontcolor=t["muted"], fontsize="11")
+    return g
+
+
+class CycleView:
+    def __init__(self, engine: ir.Engine, opts: Options):
+        self.e, self.o, self.t = engine, opts, THEMES[opts.theme]
+        self.used: set[str] = set()  # legend entries that appear
+        # Edges are written last, at the top level: an edge statement inside a cluster
+        # would pull both of its ends into that cluster.
+        self.edges: list[tuple[str, str, dict]] = []
+        self.merges: set[str] = set()
+        title = f"{self.e.name}: power cycle"
+        self.g = new_graph(
+            "cycle", title, opts, self.t,
+            nodesep="0.2", ranksep="0.25", newrank="true", splines="spline", forcelabels="true",
+        )
+
+    # -- drawing primitives ----------------------------------------------------
+
+    def words(self, w: text.Words) -> tuple[str, str]:
+        return text.pick(w, self.o.labels)
+
+    def lab(self, title, detail=None, **kw) -> str:
+        return label(title, detail, muted=self.t["muted"], **kw)
+
+    def main_node(self, g, nid: str, lbl: str, span=None, **attrs) -> None:
+        attrs.setdefault("group", "main")  # keeps the chamber line straight
+        if span is not None:
+            attrs["tooltip"] = f"line {span.line}"
+        g.node(nid, lbl, **attrs)
+
+    def flow(self, g, a: str, b: str, **attrs) -> None:
+        """The main chamber: heavy, straight, high pressure."""
+        self.edges.append((a, b, {"color": self.t["chamber"], "penwidth": "6", "weight": "100", "arrowsize": "0.5", **attrs}))
+
+    def branch(self, g, a: str, b: str, **attrs) -> None:
+        self.edges.append((a, b, {"color": self.t["branch"], "penwidth": "2", "arrowsize": "0.7", **attrs}))
+
+    def junction(self, g, nid: str, kind: str) -> None:
+        t = self.t
+        if kind == "split":
+            g.node(nid, "", shape="point", width="0.14", color=t["chamber"], group="main")
+        else:
+            self.used.add("merge")
+            self.merges.add(nid)
+            g.node(nid, "+", shape="circle", width="0.34", fixedsize="true", fontsize="16", style="filled,bold",
+                   fillcolor=t["junction"], color=t["chamber"], fontcolor=t["chamber"], group="main", penwidth="2.5")
+
+    # -- the engine ------------------------------------------------------------
+
+    def build(self) -> graphviz.Digraph:
+        e, t, g = self.e, self.t, self.g
+        f = text.feed(e.feed)
+        title, detail = self.words(f)
+        tank_t = "tanks" if self.o.labels != "ml" else "tokens"
+        self.main_node(g, "feed.tank", self.lab(tank_t, f"vocab {e.feed.vocab:,}", size=13), e.feed.span,
+                       shape="cylinder", style="filled", fillcolor=t["feed"], color=t["chamber"])
+        pump_t = "embedding" if self.o.labels == "ml" else "feed pumps"
+        pos = {"learned": f"+ learned positions", "sinusoidal": "+ sinusoidal positions", "none": None}[e.feed.position]
+        pump_d = f"{e.feed.vocab:,}{text.TIMES}{e.feed.width}" if self.o.labels != "rocket" else f"width {e.feed.width}"
+        extra = [x for x in (pos if self.o.labels != "rocket" else None, self._feed_extra(e.feed)) if x]
+        self.main_node(g, "feed.pump", self.lab(pump_t, pump_d, extra=extra, size=13), e.feed.span,
+                       shape="box", style="rounded,filled", fillcolor=t["feed"], color=t["chamber"])
+        self.flow(g, "feed.tank", "feed.pump")
+        cur = "feed.pump"
+        for i, op in enumerate(e.body):
+            cur = self.main_op(g, f"b{i}", op, cur)
+
+        th = text.throat(e.throat)
+        th_t, th_d = self.words(th)
+        if self.o.labels == "both":
+            th_d = th.ml
+        self.main_node(g, "throat", self.lab(th_t, th_d, size=12), None, shape="invtrapezium",
+                       orientation="90", style="filled", fillcolor=t["nozzle"], color=t["chamber"], margin="0.02")
+        self.flow(g, cur, "throat")
+        nz = text.nozzle(e.nozzle)
+        nz_t, nz_d = self.words(nz)
+        if self.o.labels == "both":
+            nz_d = nz.ml
+        self.main_node(g, "nozzle", self.lab(nz_t, nz_d, extra=nz.ml_detail if self.o.labels != "rocket" else None, size=13, detail_size=10),
+                       e.nozzle.span, shape="trapezium", orientation="270", style="filled", fillcolor=t["nozzle"],
+                       color=t["chamber"], margin="0")
+        self.flow(g, "throat", "nozzle")
+        for a, b, attrs in self.edges:
+            g.edge(a, b, **attrs)
+        self.legend()
+        return g
+
+    def _feed_extra(self, f: ir.Feed) -> str | None:
+        bits = []
+        if f.scale != 1.0:
+            bits.append(f"scaled {text.TIMES}{text.num(f.scale)}")
+        if f.dropout:
+            bits.append(f"dropout {text.num(f.dropout)}")
+        return ", ".join(bits) or None
+
+    def main_op(self, g, path: str, op, cur: str) -> str:
+        if isinstance(op, ir.Stage):
+            reps = range(op.repeat) if self.o.expand and op.repeat > 1 else [None]
+            for r in reps:
+                cur = self.stage(g, path if r is None else f"{path}.r{r}", op, r, cur)
+            return cur
+        if isinstance(op, ir.Norm):
+            return self.series_valve(g, path, op, cur)
+        return self.series_turbine(g, path, op, cur)
+
+    def stage(self, g, path: str, s: ir.Stage, rep: int | None, cur: str) -> str:
+        t = self.t
+        n = params.count(s)
+        each = " each" if s.repeat > 1 and rep is None else ""
+        with g.subgraph(name=f"cluster_{path}") as c:
+            c.attr(label=self.lab(text.stage(s, rep), f"{params.human(n)} params{each}", size=15),
+                   style="rounded,filled", fillcolor=t["stage_fill"], color=t["stage_border"],
+                   penwidth="1.5", labeljust="l", margin="12")
+            if s.repeat > 1 and rep is None:
+                self.used.add("repeat")
+            for j, op in enumerate(s.ops):
+                cur = self.stage_op(c, f"{path}.o{j}", op, cur)
+        return cur
+
+    def stage_op(self, g, path: str, op, cur: str) -> str:
+        if isinstance(op, ir.Prechamber):
+            return self.prechamber(g, path, op, cur)
+        if isinstance(op, ir.Fullflow):
+            return self.fullflow(g, path, op, cur)
+        if isinstance(op, ir.Norm):
+            return self.series_valve(g, path, op, cur)
+        return self.series_turbine(g, path, op, cur)
+
+    def series_valve(self, g, path: str, op: ir.Norm, cur: str) -> str:
+        self.used.add("valve_main")
+        t = self.t
+        title, detail = self.words(text.norm(op, on_branch=False))
+        if self.o.labels == "both":
+            detail = text.pick(text.norm(op, False), "ml")[0]
+        self.main_node(g, path, label(title, detail, muted=t["valve_main_text"], size=11, detail_size=9), op.span,
+                       shape="diamond", style="filled", fillcolor=t["valve_main"], color=t["chamber"],
+                       fontcolor=t["valve_main_text"], fixedsize="true", width="1.05", height="0.62")
+        self.flow(g, cur, path)
+        return path
+
+    def series_turbine(self, g, path: str, op, cur: str) -> str:
+        self.used.add("turbine_main")
+        self.turbine_node(g, path, op, on_main=True, penwidth="3", color=self.t["chamber"], group="main")
+        self.flow(g, cur, path)
+        return path
+
+    def turbine_node(self, g, nid: str, op, on_main: bool = False, **attrs) -> None:
+        w = text.turbine(op)
+        if self.o.labels == "ml" or (self.o.labels == "both" and on_main):
+            title, detail = w.ml, w.ml_detail
+        else:  # the branch's label already carries the network words
+            title, detail = w.rocket, w.rocket_detail
+        attrs.setdefault("color", self.t["branch"])
+        g.node(nid, self.lab(title, detail, extra=f"{params.human(params.count(op))} params", size=13),
+               shape="box", style="rounded,filled", fillcolor=self.t[op.op], tooltip=f"line {op.span.line}" if op.span else None,
+               margin="0.12,0.06", **attrs)
+
+    def branch_ops(self, g, path: str, p: ir.Prechamber) -> tuple[str, str]:
+        """The branch's valves and turbines in a row; returns (first, last) node ids."""
+        t = self.t
+        ids = []
+        for k, op in enumerate(p.ops):
+            nid = f"{path}.t{k}"
+            if isinstance(op, ir.Norm):
+                self.used.add("valve_branch")
+                title, detail = self.words(text.norm(op, on_branch=True))
+                if self.o.labels == "both":
+                    detail = text.pick(text.norm(op, True), "ml")[0]
+                g.node(nid, self.lab(title, detail, size=11, detail_size=9), shape="diamond", style="filled",
+                       fillcolor=t["valve_branch"], color=t["branch"], penwidth="2", fixedsize="true", width="1.0", height="0.6",
+                       tooltip=f"line {op.span.line}" if op.span else None)
+            else:
+                self.turbine_node(g, nid, op)
+            if ids:
+                self.branch(g, ids[-1], nid)
+            ids.append(nid)
+        return ids[0], ids[-1]
+
+    def branch_cluster(self, g, path: str, p: ir.Prechamber, split: str, merge: str | None) -> None:
+        """Draw one prechamber from `split` to `merge` (or overboard when merge is None)."""
+        t = self.t
+        with g.subgraph(name=f"cluster_{path}") as c:
+            c.attr(label=self.lab(text.prechamber(p, self.o.labels), None, size=12), style="rounded,filled,dashed" if p.detach else "rounded,filled",
+                   fillcolor=t["branch_fill"], color=t["branch_border"], labeljust="l", margin="8", penwidth="1.2")
+            first, last = self.branch_ops(c, path, p)
+            if p.overboard:
+                self.used.add("vent")
+                vent = f"{path}.vent"
+                loss = f"aux loss {text.TIMES}{text.num(p.loss)}" if p.loss is not None else "never merged"
+                ttl = {"rocket": "overboard", "ml": "output", "both": "overboard"}[self.o.labels]
+                c.node(vent, self.lab(ttl, loss, size=12), shape="invhouse", style="filled", fillcolor=t["vent_fill"],
+                       color=t["vent"], fontcolor=t["vent"], penwidth="2")
+                self.branch(c, last, vent, color=t["vent"], style="bold")
+        if p.detach:
+            self.used.add("cut")
+            cut = {"rocket": "cut", "ml": "detach", "both": "cut: detach"}[self.o.labels]
+            self.edges.append((split, first, dict(color=t["cut"], penwidth="2", style="dashed", dir="both", arrowtail="tee",
+                                                  arrowsize="0.8", xlabel=self.lab(None, cut, detail_size=10), fontcolor=t["cut"])))
+        else:
+            self.branch(g, split, first)
+        if merge is not None:
+            m = text.merge(p.merge)
+            self.branch(g, last, merge, xlabel=self.lab(None, m, detail_size=10) if m else None)
+
+    def split_from(self, g, path: str, cur: str) -> str:
+        """The split point for a branch: the previous merge junction when the flow has
+        just returned there (one rank less per branch), else a new point on the line."""
+        if cur in self.merges:
+            return cur
+        split = f"{path}.split"
+        self.junction(g, split, "split")
+        self.flow(g, cur, split)
+        return split
+
+    def prechamber(self, g, path: str, p: ir.Prechamber, cur: str) -> str:
+        split = self.split_from(g, path, cur)
+        if p.overboard:
+            self.branch_cluster(g, path, p, split, None)
+            return split
+        merge = f"{path}.merge"
+        self.junction(g, merge, "merge")
+        self.branch_cluster(g, path, p, split, merge)
+        self.flow(g, split, merge)
+        return merge
+
+    def fullflow(self, g, path: str, f: ir.Fullflow, cur: str) -> str:
+        t = self.t
+        self.used.add("fullflow")
+        split = self.split_from(g, path, cur)
+        returns = any(not b.overboard for b in f.branches)
+        merge = f"{path}.merge" if returns else None
+        if merge:
+            self.junction(g, merge, "merge")
+        with g.subgraph(name=f"cluster_{path}") as c:
+            ttl = {"rocket": "full flow", "ml": "parallel branches", "both": "full flow"}[self.o.labels]
+            det = "one shared valve, all flow through turbines" if self.o.labels != "ml" else "fed from the same state"
+            c.attr(label=self.lab(ttl, det, size=13), style="rounded,dashed", color=t["branch_border"], labeljust="l",
+                   margin="10", penwidth="1.5")
+            fan = split
+            if f.norm is not None:
+                self.used.add("valve_branch")
+                fan = f"{path}.valve"
+                title, detail = self.words(text.norm(f.norm, on_branch=True))
+                if self.o.labels == "both":
+                    detail = text.pick(text.norm(f.norm, True), "ml")[0]
+                c.node(fan, self.lab(title, detail, size=11, detail_size=9), shape="diamond", style="filled",
+                       fillcolor=t["valve_branch"], color=t["branch"], penwidth="2", fixedsize="true", width="1.0", height="0.6")
+                self.branch(c, split, fan)
+            for k, b in enumerate(f.branches):
+                self.branch_cluster(c, f"{path}.f{k}", b, fan, None if b.overboard else merge)
+        if merge:
+            self.flow(g, split, merge)
+            return merge
+        return split
+
+    # -- the legend ------------------------------------------------------------
+
+    def legend(self) -> None:
+        t = self.t
+        heavy = "\u2501" * 3
+        rows = [(t["chamber"], heavy, "main chamber: the residual stream")]
+        rows.append((t["branch"], "\u2500" * 3, "prechamber: a residual branch"))
+        entries = [
+            ("cut", t["cut"], "\u2575\u254c\u254c", "cut (dashed): detached, no gradient back"),
+            ("valve_main", t["chamber"], "\u25c6", "valve in series: norm on the main line (Post-LN)"),
+            ("valve_branch", t["branch"], "\u25c7", "valve on a branch: norm before the turbine (Pre-LN)"),
+            ("turbine_main", t["chamber"], "\u25ad", "turbine in series: work on the whole flow"),
+            ("merge", t["chamber"], "\u2295", "merge junction: exhaust returns, x + f(x)"),
+            ("vent", t["vent"], "\u25bd", "overboard vent: output never merged"),
+            ("repeat", t["fg"], text.TIMES + "N", "stage repeated N times, drawn once"),
+        ]
+        rows += [(c, sym, words) for key, c, sym, words in entries if key in self.used]
+        from .style import esc
+
+        cells = "".join(
+            f'<tr><td align="center"><font color="{c}" point-size="14"><b>{esc(sym)}</b></font></td>'
+            f'<td align="left"><font point-size="11">{esc(words)}</font></td></tr>'
+            for c, sym, words in rows
+        )
+        tbl = (f'<<table border="1" cellborder="0" cellspacing="1" cellpadding="3" color="{t["stage_border"]}">'
+               f'<tr><td colspan="2" align="left"><b>legend</b></td></tr>{cells}</table>>')
+        with self.g.subgraph() as r:
+            r.attr(rank="same")
+            r.node("nozzle")
+            r.node("legend", tbl, shape="plain")

@@ -1,0 +1,88 @@
+"""Colours, fonts and the one way text gets into a label.
+
+Every piece of text in a diagram goes through `label()`, which escapes it for a
+Graphviz HTML-like label; colours and sizes come only from the palettes below.
+That is the whole escaping story: a spec's names cannot close the label, add
+attributes or start a new statement, whatever characters they hold.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+FONT = "Helvetica,Arial,sans-serif"
+
+# The main chamber is the darkest, heaviest line; hot exhaust (branches) is orange,
+# as on propulsion schematics where the hot-gas path is drawn in red/orange.
+THEMES: dict[str, dict[str, str]] = {
+    "light": {
+        "bg": "white",
+        "fg": "#1f2933",
+        "muted": "#5b6876",
+        "chamber": "#1f3a5f",
+        "branch": "#c2571a",
+        "cut": "#7b8794",
+        "stage_fill": "#f4f7fb",
+        "stage_border": "#9fb3c8",
+        "branch_fill": "#fff7ef",
+        "branch_border": "#e9b68c",
+        "valve_main": "#1f3a5f",
+        "valve_main_text": "white",
+        "valve_branch": "#fffdf9",
+        "attention": "#d6e6fb",
+        "mlp": "#ffe0c2",
+        "moe": "#fbd5d5",
+        "pool": "#dcf1d8",
+        "linear": "#e6e9ee",
+        "feed": "#dfe9f5",
+        "nozzle": "#d5dbe3",
+        "vent": "#9b1c1c",
+        "vent_fill": "#fde8e8",
+        "junction": "white",
+    },
+    "dark": {
+        "bg": "#10161d",
+        "fg": "#e6edf3",
+        "muted": "#a3b1bf",
+        "chamber": "#8cc4ff",
+        "branch": "#ff9f5a",
+        "cut": "#8f9ba8",
+        "stage_fill": "#18222d",
+        "stage_border": "#3f5468",
+        "branch_fill": "#231c17",
+        "branch_border": "#8a5a36",
+        "valve_main": "#8cc4ff",
+        "valve_main_text": "#10161d",
+        "valve_branch": "#2a2119",
+        "attention": "#1e3a5c",
+        "mlp": "#5a3515",
+        "moe": "#5c2020",
+        "pool": "#1f4a2a",
+        "linear": "#2d3640",
+        "feed": "#1d3047",
+        "nozzle": "#2d3640",
+        "vent": "#ff8080",
+        "vent_fill": "#3a1818",
+        "junction": "#10161d",
+    },
+}
+
+
+def esc(text: object) -> str:
+    """Escape text for a Graphviz HTML-like label (also drops control characters)."""
+    s = "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    return escape(s, quote=True).replace("&#x27;", "&#39;")
+
+
+def label(title: str | None, detail: str | None = None, *, muted: str, size: int = 14, detail_size: int = 11, bold: bool = True, extra=None) -> str:
+    """An HTML-like label: a bold title line, then smaller lines in the muted colour
+    (`detail`, then `extra`: a string or a list of strings)."""
+    parts: list[str] = []
+    if title:
+        t = esc(title)
+        parts.append(f'<font point-size="{size}">{"<b>" + t + "</b>" if bold else t}</font>')
+    more = [extra] if isinstance(extra, str) else list(extra or [])
+    for line in [detail, *more]:
+        if line:
+            parts.append(f'<font point-size="{detail_size}" color="{muted}">{esc(line)}</font>')
+    return "<" + ("<br/>".join(parts) or " ") + ">"
