@@ -12,7 +12,7 @@ import pytest
 
 import cyclelang
 from cyclelang.review import analyze
-from cyclelang.review.report import forward_flops_per_token
+from cyclelang.review.report import attention_flops_per_token, forward_flops_per_token
 
 from .conftest import ROOT, SPECS, spec_id
 
@@ -53,6 +53,19 @@ def test_reachability_matches_autograd(path):
     assert no_grad == analyze(spec)["gradient"]["unreached_params"]
 
 
+def _sdpa_is_counted() -> bool:
+    """FlopCounterMode has no formula for some fused kernels (the CPU flash kernel among
+    them); where it counts nothing for attention, leave attention out of the prediction."""
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    q = torch.randn(1, 1, 4, 8)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    return counter.get_total_flops() > 0
+
+
 @pytest.mark.parametrize("path", SPECS, ids=spec_id)
 def test_flops_within_five_percent_of_flop_counter(path):
     from torch.utils.flop_counter import FlopCounterMode
@@ -65,4 +78,6 @@ def test_flops_within_five_percent_of_flop_counter(path):
         model(idx, targets=idx)
     measured = counter.get_total_flops() / idx.shape[1]
     predicted = forward_flops_per_token(spec.engine, idx.shape[1])
+    if not _sdpa_is_counted():
+        predicted -= attention_flops_per_token(spec.engine, idx.shape[1])
     assert abs(measured - predicted) <= 0.05 * predicted, (measured, predicted)
