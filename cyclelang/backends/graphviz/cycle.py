@@ -13,7 +13,7 @@ import graphviz
 
 from ... import ir
 from . import params, text
-from .style import FONT, THEMES, label
+from .style import FONT, THEMES, esc, label
 
 
 class Options:
@@ -219,7 +219,8 @@ class CycleView:
         """Draw one prechamber from `split` to `merge` (or overboard when merge is None)."""
         t = self.t
         with g.subgraph(name=f"cluster_{path}") as c:
-            c.attr(label=self.lab(text.prechamber(p, self.o.labels), None, size=12), style="rounded,filled,dashed" if p.detach else "rounded,filled",
+            first, *rest = text.wrap(text.prechamber(p, self.o.labels), 46)
+            c.attr(label=self.lab(first, None, size=12, extra=rest, detail_size=11), style="rounded,filled,dashed" if p.detach else "rounded,filled",
                    fillcolor=t["branch_fill"], color=t["branch_border"], labeljust="l", margin="8", penwidth="1.2")
             first, last = self.branch_ops(c, path, p)
             if p.overboard:
@@ -295,30 +296,31 @@ class CycleView:
     # -- the legend ------------------------------------------------------------
 
     def legend(self) -> None:
+        """Title and legend together in the graph's label: a label takes no rank, so the
+        legend does not widen the schematic."""
         t = self.t
-        heavy = "\u2501" * 3
-        rows = [(t["chamber"], heavy, "main chamber: the residual stream")]
-        rows.append((t["branch"], "\u2500" * 3, "prechamber: a residual branch"))
         entries = [
-            ("cut", t["cut"], "\u2575\u254c\u254c", "cut (dashed): detached, no gradient back"),
-            ("valve_main", t["chamber"], "\u25c6", "valve in series: norm on the main line (Post-LN)"),
-            ("valve_branch", t["branch"], "\u25c7", "valve on a branch: norm before the turbine (Pre-LN)"),
-            ("turbine_main", t["chamber"], "\u25ad", "turbine in series: work on the whole flow"),
-            ("merge", t["chamber"], "\u2295", "merge junction: exhaust returns, x + f(x)"),
-            ("vent", t["vent"], "\u25bd", "overboard vent: output never merged"),
-            ("repeat", t["fg"], text.TIMES + "N", "stage repeated N times, drawn once"),
+            ("main", t["chamber"], "\u2501\u2501", "main chamber = residual stream"),
+            ("branch", t["branch"], "\u2500\u2500", "prechamber = residual branch"),
+            ("cut", t["cut"], "\u254c\u254c", "cut: detach, no gradient back"),
+            ("valve_main", t["chamber"], "\u25c6", "valve in series = main-line norm"),
+            ("valve_branch", t["branch"], "\u25c7", "valve on a branch = Pre-LN norm"),
+            ("turbine_main", t["chamber"], "\u25ad", "turbine in series: works on all flow"),
+            ("merge", t["chamber"], "\u2295", "merge junction: x + f(x)"),
+            ("vent", t["vent"], "\u25bd", "overboard vent: never merged"),
+            ("repeat", t["fg"], text.TIMES + "N", "stage repeated N times"),
         ]
-        rows += [(c, sym, words) for key, c, sym, words in entries if key in self.used]
-        from .style import esc
-
-        cells = "".join(
-            f'<tr><td align="center"><font color="{c}" point-size="14"><b>{esc(sym)}</b></font></td>'
-            f'<td align="left"><font point-size="11">{esc(words)}</font></td></tr>'
-            for c, sym, words in rows
-        )
-        tbl = (f'<<table border="1" cellborder="0" cellspacing="1" cellpadding="3" color="{t["stage_border"]}">'
-               f'<tr><td colspan="2" align="left"><b>legend</b></td></tr>{cells}</table>>')
-        with self.g.subgraph() as r:
-            r.attr(rank="same")
-            r.node("nozzle")
-            r.node("legend", tbl, shape="plain")
+        used = self.used | {"main", "branch"}
+        cells = [
+            f'<td align="right"><font color="{c}" point-size="14"><b>{esc(sym)}</b></font></td>'
+            f'<td align="left"><font point-size="11" color="{t["muted"]}">{esc(words)}</font></td>'
+            for key, c, sym, words in entries if key in used
+        ]
+        cols = 4
+        rows = "".join("<tr>" + "".join(cells[i:i + cols]) + "</tr>" for i in range(0, len(cells), cols))
+        title = esc(f"{self.e.name}: power cycle")
+        total = esc(f"{params.human(params.count(self.e))} params")
+        self.g.attr("graph", label=(
+            f'<<table border="0" cellspacing="0" cellpadding="2"><tr><td align="left"><font point-size="20"><b>{title}</b></font>'
+            f'<font point-size="13" color="{t["muted"]}">   {total}</font></td></tr>'
+            f'<tr><td align="left"><table border="0" cellspacing="0" cellpadding="3">{rows}</table></td></tr></table>>'))

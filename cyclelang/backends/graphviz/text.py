@@ -139,3 +139,15 @@ def stage(s: ir.Stage, rep: int | None) -> str:
     if rep is None:
         return f"stage {s.name}" + (f"  {TIMES}{s.repeat}" if s.repeat > 1 else "")
     return f"stage {s.name}  {rep + 1}/{s.repeat}"
+
+
+def wrap(line: str, width: int) -> list[str]:
+    """Break a label at ', ' or ' — ' so that no line runs much past `width`."""
+    out, cur = [], ""
+    for part in line.replace(f" {DASH} ", f" {DASH}\0").replace(", ", ",\0").split("\0"):
+        if cur and len(cur) + 1 + len(part) > width:
+            out.append(cur)
+            cur = part
+        else:
+            cur = f"{cur} {part}" if cur else part
+    return out + [cur]
