@@ -21,7 +21,7 @@ from .semantics.resolve import load, parse
 
 __version__ = "0.1.0"
 
-__all__ = ["CycleError", "Diagnostic", "Spec", "parse", "load", "to_spec", "draw", "__version__"]
+__all__ = ["CycleError", "Diagnostic", "Spec", "parse", "load", "to_spec", "draw", "build", "codegen", "__version__"]
 
 
 def to_spec(spec) -> Spec:
@@ -45,3 +45,17 @@ def draw(spec, **kwargs):
     from .backends.graphviz import draw as _draw
 
     return _draw(spec, **kwargs)
+
+
+def build(spec, seed=None):
+    """The spec as a torch.nn.Module: see `cyclelang.backends.torch.build` (imports torch)."""
+    from .backends.torch.build import build as _build
+
+    return _build(spec, seed=seed)
+
+
+def codegen(spec) -> str:
+    """Standalone PyTorch source for a spec: see `cyclelang.backends.torch.codegen`."""
+    from .backends.torch.codegen import codegen as _codegen
+
+    return _codegen(spec)

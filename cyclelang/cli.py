@@ -31,6 +31,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 1
 # Commands that live in back-end modules: name -> "module:attribute".
 LAZY_COMMANDS: dict[str, str] = {
     "draw": "cyclelang.backends.graphviz.cli:draw",
+    "build": "cyclelang.backends.torch.cli:build",
 }
 
 
