@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from ...cli import include_path_option, load_spec, output_option, spec_path, write_output
@@ -37,7 +39,11 @@ def build(spec, output, weights, seed, include_path):
 
         tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         payload = save(tensors, metadata={"engine": s.engine.name, "format": "pt"})
-    # write the artifacts only once everything has been computed
+    # write the artifacts only once everything has been computed, and only when every
+    # target directory is there, so a failure leaves no new file beside an old one
+    for path in (output, weights):
+        if path is not None and path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise click.FileError(path, "the directory does not exist")
     if output is not None and output != "-":
         _write(output, source, atomic_write)
     else:

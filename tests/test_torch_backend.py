@@ -1,0 +1,546 @@
+"""The PyTorch back-end: codegen, build, the model interface, numerics of every construct.
+
+Big specs are shrunk (`shrink`) to a few layers of width 96 so the suite runs on two
+CPU cores; full-size specs are built on the meta device (shapes only, no memory).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import cyclelang
+from cyclelang.backends.torch.codegen import NN_MODULE_ATTRS, codegen
+
+from .conftest import ROOT, SPECS, spec_id
+
+torch = pytest.importorskip("torch")
+from cyclelang.backends.torch.build import build, load_source  # noqa: E402
+
+CAUSAL = [p for p in SPECS if "throat causal" in p.read_text()]
+OPEN = [p for p in SPECS if p not in CAUSAL]
+
+_SHRINK = [
+    (r"chamber width=\d+", "chamber width=96"),
+    (r"let width = \d+", "let width = 96"),
+    (r"vocab=\d+", "vocab=128"),
+    (r"context=\d+", "context=32"),
+    (r"let depth = \d+", "let depth = 2"),
+    (r"(?<=\s)x (\d+)", lambda m: f"x {min(int(m.group(1)), 2)}"),
+    (r"hidden=\d+", "hidden=128"),
+    (r"window=\d+", "window=6"),
+    (r"dropout=[0-9.]+", "dropout=0.1"),
+]
+
+
+def shrink(path) -> str:
+    text = path.read_text("utf-8")
+    for pat, rep in _SHRINK:
+        text = re.sub(pat, rep, text)
+    return text
+
+
+def small(path, seed=0):
+    return build(cyclelang.parse(shrink(path)), seed=seed)
+
+
+def tokens(model, B=2, T=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (B, T), generator=g)
+
+
+# --- codegen: golden, deterministic, safe ------------------------------------------------
+
+
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+def test_generated_source_golden(path, golden):
+    golden.check(ROOT / "tests" / "goldens" / "specs" / f"{path.stem}.model.py", codegen(cyclelang.load(path)))
+
+
+def test_codegen_is_deterministic_across_hash_seeds():
+    prog = "import cyclelang, hashlib, glob\nfor p in sorted(glob.glob('specs/*.cycle')): print(hashlib.sha256(cyclelang.codegen(p).encode()).hexdigest())"
+    outs = set()
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        outs.add(subprocess.run([sys.executable, "-c", prog], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout)
+    assert len(outs) == 1
+
+
+def test_codegen_does_not_import_torch():
+    prog = "import sys, cyclelang; cyclelang.codegen('specs/llama.cycle'); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", prog], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_source_has_no_absolute_paths_and_names_the_spec_line():
+    src = codegen(cyclelang.load(ROOT / "specs" / "gpt2.cycle"))
+    assert str(ROOT) not in src
+    assert "gpt2.cycle:16" in src  # the mix prechamber's line
+    assert "import torch" in src and not re.search(r"^import (?!math|torch)|^from (?!dataclasses|torch)", src, re.M)
+
+
+def test_reserved_names_cover_nn_module():
+    assert set(dir(torch.nn.Module())) <= NN_MODULE_ATTRS
+
+
+HOSTILE = """
+engine class {
+  chamber width=32
+  throat causal
+  feed tokens vocab=50 context=16
+  stage value_error x 2 {
+    prechamber forward { norm layernorm  turbine attention heads=2 }
+    prechamber lambda { turbine mlp ratio=2 }
+    prechamber _modules { turbine mlp ratio=1 }
+    prechamber train { turbine pool size=2 }
+    prechamber key { turbine mlp ratio=1  merge rezero }
+  }
+  stage model {
+    prechamber config { turbine mlp ratio=1 }
+    prechamber None_ { turbine linear }
+    norm layernorm
+    norm rmsnorm
+  }
+  stage none { turbine mlp ratio=1 }
+  norm layernorm
+  nozzle head tied
+}
+"""
+
+
+def test_hostile_names_are_mangled_not_executed():
+    model = build(HOSTILE, seed=0)
+    names = set(dict(model.named_parameters()))
+    assert {"stages.0.forward_.attn.qkv.weight", "stages.0.lambda_.mlp.fc.weight", "stages.0.x_modules.mlp.fc.weight",
+            "stages.0.key_.scale", "stages.2.config.mlp.fc.weight", "stages.2.norm1.weight", "stages.2.norm2.weight"} <= names
+    idx = tokens(model)
+    logits, loss = model(idx, idx)
+    loss.backward()
+    assert torch.isfinite(logits).all()
+    assert model.train() is model  # `train` is still nn.Module.train
+    src = codegen(HOSTILE)
+    compile(src, "hostile", "exec")
+    assert "class None(" not in src and "class ValueError(" not in src
+
+
+# --- every spec: builds, runs, the file equals build() ---------------------------------
+
+
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+def test_full_size_builds_on_meta(path):
+    with torch.device("meta"):
+        model = build(cyclelang.load(path))
+    assert len(model.stages) == sum(op.repeat for op in cyclelang.load(path).engine.body if op.op == "stage")
+
+
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+def test_forward_backward_finite(path):
+    model = small(path).train()
+    idx = tokens(model)
+    logits, loss = model(idx, targets=idx)
+    assert logits.shape == (*idx.shape, model.config.vocab_size)
+    loss.backward()
+    assert torch.isfinite(loss)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+def test_written_source_matches_build_bit_for_bit(path, tmp_path):
+    text = shrink(path)
+    model = build(cyclelang.parse(text), seed=1).eval()
+    file = tmp_path / f"{path.stem}_model.py"
+    file.write_text(codegen(cyclelang.parse(text)), "utf-8")
+    spec = importlib.util.spec_from_file_location(f"gen_{path.stem}", file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    other = mod.Model().eval()
+    other.load_state_dict(model.state_dict())
+    idx = tokens(model)
+    with torch.no_grad():
+        assert torch.equal(model(idx), other(idx))
+
+
+def test_same_seed_same_weights_and_global_rng_untouched():
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    a = small(ROOT / "specs" / "llama.cycle", seed=5)
+    after = torch.rand(1)
+    b = small(ROOT / "specs" / "llama.cycle", seed=5)
+    assert torch.equal(before, after)
+    for (n, p), (_, q) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(p, q), n
+
+
+def test_gpt2_parameter_count_and_names():
+    with torch.device("meta"):
+        model = build(ROOT / "specs" / "gpt2.cycle")
+    assert sum(p.numel() for p in model.parameters()) == 124_439_808  # GPT2LMHeadModel, tied
+    names = list(dict(model.named_parameters()))
+    assert names[:4] == ["feed.tok.weight", "feed.pos.weight", "stages.0.mix.norm.weight", "stages.0.mix.norm.bias"]
+    assert "stages.11.burn.mlp.proj.weight" in names and "stages.0.mix.attn.qkv.weight" in names
+    assert isinstance(model.stages, torch.nn.ModuleList) and len(model.stages) == 12
+
+
+# --- causality and the KV cache ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", CAUSAL, ids=spec_id)
+def test_causal_future_never_changes_the_past(path):
+    model = small(path).eval()
+    idx = tokens(model, T=16)
+    t = 7
+    other = idx.clone()
+    other[:, t + 1 :] = (other[:, t + 1 :] + 1) % model.config.vocab_size
+    with torch.no_grad():
+        a, b = model(idx), model(other)
+    assert torch.allclose(a[:, : t + 1], b[:, : t + 1], rtol=0, atol=1e-6)
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
+
+
+@pytest.mark.parametrize("path", OPEN, ids=spec_id)
+def test_open_throat_sees_the_future(path):
+    model = small(path).eval()
+    idx = tokens(model, T=16)
+    other = idx.clone()
+    other[:, -1] = (other[:, -1] + 1) % model.config.vocab_size
+    with torch.no_grad():
+        assert not torch.allclose(model(idx)[:, 0], model(other)[:, 0])
+    with pytest.raises(RuntimeError, match="causal"):
+        model.generate(idx, 2)
+
+
+@pytest.mark.parametrize("path", CAUSAL, ids=spec_id)
+def test_kv_cache_greedy_equals_no_cache(path):
+    model = small(path).eval()
+    idx = tokens(model, B=2, T=5, seed=3)
+    n = model.config.context - 5 + 3  # runs past the context: the cache restarts
+    a = model.generate(idx, n, temperature=0, use_cache=True)
+    b = model.generate(idx, n, temperature=0, use_cache=False)
+    assert torch.equal(a, b)
+
+
+def test_kv_cache_logits_match_full_forward():
+    model = small(ROOT / "specs" / "mistral.cycle").eval()
+    idx = tokens(model, B=1, T=20)
+    mod = sys.modules[type(model).__module__]
+    cache = mod.Cache()
+    with torch.no_grad():
+        full = model(idx)
+        parts = [model(idx[:, :7], cache=cache), model(idx[:, 7:12], cache=cache)]
+        parts += [model(idx[:, i : i + 1], cache=cache) for i in range(12, 20)]
+    assert torch.allclose(full, torch.cat(parts, 1), atol=1e-5)
+
+
+def test_sliding_window_limits_one_attention():
+    model = small(ROOT / "specs" / "mistral.cycle").eval()
+    attn = model.stages[0].mix.attn
+    x = torch.randn(1, 16, 96)
+    y = x.clone()
+    y[:, 0] += 1.0
+    rope = (model.rope_cos[:16], model.rope_sin[:16])
+    with torch.no_grad():
+        a, b = attn(x, rope, None), attn(y, rope, None)
+    assert torch.equal(a[:, 6:], b[:, 6:])  # window=6: position 6 no longer sees position 0
+    assert not torch.allclose(a[:, 5], b[:, 5])
+
+
+# --- constructs ----------------------------------------------------------------------------
+
+
+def test_detach_cuts_the_gradient_into_the_branch_input():
+    model = small(ROOT / "specs" / "gas_generator.cycle")
+    tap = model.stages[-1]
+    x = torch.randn(2, 8, 96, requires_grad=True)
+    aux = {}
+    y = tap(x, None, None, aux)
+    g = torch.randn_like(y)
+    y.backward(g)
+    assert torch.equal(x.grad, g)  # only the main line carries gradient back
+    assert all(p.grad is not None for p in tap.critic.parameters())  # the turbine itself still learns
+
+
+def test_overboard_head_loss_joins_the_total():
+    model = small(ROOT / "specs" / "gas_generator.cycle")
+    idx = tokens(model)
+    logits, loss = model(idx, idx)
+    (name,) = model.aux_losses
+    assert name == "stages.2.probe"
+    head = model.exhaust[name]
+    expect = torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx.flatten()) + 0.1 * torch.nn.functional.cross_entropy(head.flatten(0, 1), idx.flatten())
+    assert torch.allclose(loss, expect)
+
+
+def test_rezero_is_the_identity_at_init():
+    model = small(ROOT / "specs" / "rezero.cycle")
+    x = torch.randn(2, 8, 96)
+    for stage in model.stages:
+        assert torch.equal(stage(x, None, None, {}), x)
+
+
+def test_deepnorm_alpha_beta_and_init():
+    spec = cyclelang.load(ROOT / "specs" / "deepnet.cycle")
+    m = spec.engine.body[0].ops[0].merge
+    assert m.layers == 36 and m.alpha == pytest.approx((2 * 36) ** 0.25) and m.beta == pytest.approx((8 * 36) ** -0.25)
+    assert f"{m.alpha!r} * x" in codegen(spec)
+    model = small(ROOT / "specs" / "deepnet.cycle", seed=0)
+    beta = cyclelang.parse(shrink(ROOT / "specs" / "deepnet.cycle")).engine.body[0].ops[0].merge.beta
+    qkv = torch.cat([s.mix.attn.qkv.weight for s in model.stages], 1)
+    ratio = qkv[192:].std() / qkv[:96].std()  # v over q
+    assert ratio.item() == pytest.approx(beta, rel=0.05)
+    # the stage computes norm1(alpha * x + mix(x))
+    stage, alpha = model.stages[0], (2 * 2) ** 0.25
+    x = torch.randn(1, 4, 96)
+    with torch.no_grad():
+        h = stage.norm1(alpha * x + stage.mix(x, None))
+        expect = stage.norm2(alpha * h + stage.burn(h))
+        assert torch.allclose(stage(x, None, None, {}), expect)
+
+
+def test_cooling_std_matches_its_formula():
+    spec = cyclelang.load(ROOT / "specs" / "gpt2.cycle")
+    m = spec.engine.body[0].ops[0].merge
+    assert m.merges == 24 and m.std == pytest.approx(0.02 / math.sqrt(24))
+    model = build(textwrap.dedent("""
+        engine cool {
+          chamber width=256
+          feed tokens vocab=64 context=8
+          stage block x 8 {
+            prechamber mix { norm layernorm  turbine attention heads=4  merge cooling }
+            prechamber burn { norm layernorm  turbine mlp ratio=4  merge cooling }
+          }
+          nozzle head
+        }"""), seed=0)
+    proj = torch.cat([s.burn.mlp.proj.weight.flatten() for s in model.stages])
+    fc = torch.cat([s.burn.mlp.fc.weight.flatten() for s in model.stages])
+    assert proj.std().item() == pytest.approx(0.02 / 4, rel=0.02)
+    assert fc.std().item() == pytest.approx(0.02, rel=0.02)
+
+
+def test_layerscale_and_gate_start_as_specified():
+    ls = small(ROOT / "specs" / "layerscale.cycle")
+    assert torch.equal(ls.stages[0].mix.scale, torch.full((96,), 0.1))
+    hw = small(ROOT / "specs" / "highway.cycle")
+    assert torch.equal(hw.stages[1].burn.gate.bias, torch.full((96,), -1.0))
+    stage = hw.stages[0]
+    x = torch.randn(1, 4, 96)
+    with torch.no_grad():
+        f = stage.mix(x, None)
+        g = torch.sigmoid(stage.mix.gate(x))
+        h = x + g * (f - x)
+        assert torch.allclose(stage(x, None, None, {}), h + torch.sigmoid(stage.burn.gate(h)) * (stage.burn(h) - h))
+
+
+def test_fullflow_branches_share_one_input():
+    model = small(ROOT / "specs" / "full_flow.cycle")
+    stage = model.stages[0]
+    x = torch.randn(1, 6, 96)
+    rope = [(model.rope_cos[:6], model.rope_sin[:6])]
+    with torch.no_grad():
+        h = stage.norm(x)
+        assert torch.allclose(stage(x, rope, None, {}), x + stage.mix(h, rope, None) + stage.burn(h))
+
+
+def test_moe_balance_capacity_and_dropless_eval():
+    model = small(ROOT / "specs" / "moe.cycle")
+    moe = model.stages[0].burn.moe
+    x = torch.randn(2, 16, 96)
+    aux = {}
+    y_train = moe.train()(x, aux)
+    probs = torch.softmax(moe.router(x.view(-1, 96)), -1)
+    top = probs.topk(2, -1).indices
+    frac = torch.nn.functional.one_hot(top, 8).float().sum(1).mean(0) / 2
+    assert aux[moe.key].item() == pytest.approx(0.01 * 8 * (frac * probs.mean(0)).sum().item(), rel=1e-5)
+    y_eval = moe.eval()(x, {})
+    # dropless eval: every token gets its two experts, weights renormalised
+    w = probs.gather(1, top)
+    w = w / w.sum(-1, keepdim=True)
+    expect = sum(w[:, k, None] * torch.stack([moe.experts[int(e)](t[None])[0] for t, e in zip(x.view(-1, 96), top[:, k])]) for k in range(2))
+    assert torch.allclose(y_eval.view(-1, 96), expect, atol=1e-5)
+    # capacity drops some assignments in training (32 tokens * 2 / 8 * 1.25 = 10 per expert)
+    counts = torch.bincount(top.flatten(), minlength=8)
+    if counts.max() > 10:
+        assert not torch.allclose(y_train, y_eval)
+
+
+def test_causal_pool_averages_the_latest_positions():
+    model = small(ROOT / "specs" / "poolformer.cycle")
+    pool = model.stages[0].mix.pool
+    x = torch.randn(1, 6, 96)
+    y = pool(x, None)
+    for t in range(6):
+        lo = max(0, t - 2)
+        assert torch.allclose(y[0, t], x[0, lo : t + 1].mean(0) - x[0, t], atol=1e-6)
+
+
+def test_startup_helper():
+    model = small(ROOT / "specs" / "llama.cycle")
+    mod = sys.modules[type(model).__module__]
+    assert mod.learning_rate(0) == pytest.approx(3e-4 / 2001)
+    assert mod.learning_rate(2000) == pytest.approx(3e-4)
+    assert mod.learning_rate(51000) == pytest.approx(3e-5 + 0.5 * (3e-4 - 3e-5))
+    assert mod.learning_rate(10**6) == pytest.approx(3e-5)
+    opt, sched = model.configure_optimizer()
+    assert opt.defaults["betas"] == (0.9, 0.95)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+    assert all(p.dim() < 2 for p in opt.param_groups[1]["params"])
+    idx = tokens(model)
+    model(idx, idx)[1].backward()
+    assert model.clip_gradients() is not None
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(mod.learning_rate(1))
+
+
+# --- against torch's own Post-LN encoder ---------------------------------------------------
+
+
+def test_post_ln_matches_transformer_encoder_layers():
+    model = small(ROOT / "specs" / "post_ln.cycle").eval()
+    layers = torch.nn.ModuleList(
+        torch.nn.TransformerEncoderLayer(96, 8, 128, dropout=0.1, activation="relu", batch_first=True, norm_first=False) for _ in model.stages
+    ).eval()
+    with torch.no_grad():
+        for ours, ref in zip(model.stages, layers):
+            ref.self_attn.in_proj_weight.copy_(ours.mix.attn.qkv.weight)
+            ref.self_attn.in_proj_bias.copy_(ours.mix.attn.qkv.bias)
+            ref.self_attn.out_proj.weight.copy_(ours.mix.attn.proj.weight)
+            ref.self_attn.out_proj.bias.copy_(ours.mix.attn.proj.bias)
+            ref.linear1.load_state_dict(ours.burn.mlp.fc.state_dict())
+            ref.linear2.load_state_dict(ours.burn.mlp.proj.state_dict())
+            ref.norm1.load_state_dict(ours.norm1.state_dict())
+            ref.norm2.load_state_dict(ours.norm2.state_dict())
+        x = torch.randn(2, 10, 96)
+        a = b = x
+        for ours, ref in zip(model.stages, layers):
+            a = ours(a, None, None, {})
+            b = ref(b)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+# --- torch.compile and DDP ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_torch_compile_fullgraph_gpt2():
+    model = small(ROOT / "specs" / "gpt2.cycle")
+    idx = tokens(model, T=16)
+    compiled = torch.compile(model, fullgraph=True)
+    logits, loss = compiled(idx, idx)
+    ref_logits, ref_loss = model(idx, idx)
+    assert torch.allclose(logits, ref_logits, atol=1e-4)
+    loss.backward()
+
+
+DDP_WORKER = r'''
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+sys.path.insert(0, sys.argv[1])
+import cyclelang
+from cyclelang.backends.torch.build import build
+
+SPEC = open(sys.argv[2]).read()
+
+def step(model, idx):
+    opt, _ = model.configure_optimizer()
+    _, loss = model(idx, idx)
+    loss.backward()
+    opt.step()
+
+def worker(rank, world, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    model = build(SPEC, seed=0)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    idx = torch.randint(0, 64, (4, 8), generator=torch.Generator().manual_seed(0))
+    opt, _ = model.configure_optimizer()
+    _, loss = ddp(idx[rank * 2 : rank * 2 + 2], idx[rank * 2 : rank * 2 + 2])
+    loss.backward()
+    opt.step()
+    if rank == 0:
+        torch.save({k: v.clone() for k, v in model.state_dict().items()}, out)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    import socket
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    mp.spawn(worker, args=(2, port, sys.argv[3]), nprocs=2)
+    torch.set_num_threads(1)
+    model = build(SPEC, seed=0)
+    idx = torch.randint(0, 64, (4, 8), generator=torch.Generator().manual_seed(0))
+    step(model, idx)
+    ddp_state = torch.load(sys.argv[3])
+    worst = max((model.state_dict()[k] - v).abs().max().item() for k, v in ddp_state.items())
+    print("WORST", worst)
+'''
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_equal_one_process(tmp_path):
+    spec = tmp_path / "tiny.cycle"
+    spec.write_text(textwrap.dedent("""
+        engine tiny {
+          chamber width=32
+          feed tokens vocab=64 context=16
+          stage block x 2 {
+            prechamber mix { norm layernorm  turbine attention heads=2  merge cooling }
+            prechamber burn { norm layernorm  turbine mlp ratio=2  merge cooling }
+          }
+          norm layernorm
+          nozzle head tied
+        }"""))
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_WORKER)
+    out = subprocess.run([sys.executable, str(script), str(ROOT), str(spec), str(tmp_path / "state.pt")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    worst = float(out.stdout.split("WORST")[1])
+    assert worst < 1e-6
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+def test_cli_build_writes_source_weights_and_summary(tmp_path):
+    from click.testing import CliRunner
+    from safetensors.torch import load_file
+
+    from cyclelang.cli import main
+
+    src, weights = tmp_path / "model.py", tmp_path / "model.safetensors"
+    spec = ROOT / "specs" / "pressure_fed.cycle"
+    r = CliRunner().invoke(main, ["build", str(spec), "-o", str(src), "--weights", str(weights), "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    assert src.read_text() == codegen(cyclelang.load(spec))
+    assert "engine pressure_fed: 5,322,240 parameters" in r.stderr
+    assert "chamber: (B, T<=256, 256)" in r.stderr and "mixers:" in r.stderr and "reactors:" in r.stderr
+    state = load_file(str(weights))
+    model = build(spec, seed=3)
+    assert state.keys() == model.state_dict().keys()
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+
+
+def test_cli_build_errors(tmp_path):
+    from click.testing import CliRunner
+
+    from cyclelang.cli import main
+
+    lib = tmp_path / "lib.cycle"
+    lib.write_text("stage blk { prechamber p { turbine mlp } }\n")
+    out = tmp_path / "out.py"
+    out.write_text("old")
+    r = CliRunner().invoke(main, ["build", str(lib), "-o", str(out)])
+    assert r.exit_code == 1 and "E0213" in r.stderr
+    assert out.read_text() == "old"
+    r = CliRunner().invoke(main, ["build", str(ROOT / "specs" / "pressure_fed.cycle"), "-o", str(out), "--weights", str(tmp_path / "no" / "w.safetensors")])
+    assert r.exit_code != 0 and r.exit_code != 123
+    assert out.read_text() == "old"
+    assert list(tmp_path.glob("*.tmp")) == []
