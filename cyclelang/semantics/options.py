@@ -28,6 +28,7 @@ class Options:
         self.span = span
         self.by_name: dict[str, ast.Option] = {}
         self.known: list[str] = []
+        self.missing: list[str] = []
         for o in options:
             if o.name.name in self.by_name:
                 out.error("E0202", f"option '{o.name.name}' is given twice", o.name.span, "keep one of them")
@@ -46,7 +47,7 @@ class Options:
         o = self.by_name.get(name)
         if o is None:
             if required:
-                self.out.error("E0206", f"{self.what} needs '{name}='", self.span, f"add {name}=VALUE")
+                self.missing.append(name)  # reported by finish(), unless a misspelling explains it
             return _MISSING, None
         if o.value is None:
             return None, o  # a bare flag
@@ -140,14 +141,20 @@ class Options:
         return default
 
     def finish(self) -> None:
+        explained = set()
         for name, o in self.by_name.items():
             if name not in self.known:
                 hint = did_you_mean(name, self.known)
+                if hint is not None:
+                    explained.add(hint.split("'")[1])
                 if hint is None and self.known:
                     hint = f"{self.what} takes: {', '.join(sorted(set(self.known)))}"
                 elif hint is None:
                     hint = f"{self.what} takes no options"
                 self.out.error("E0201", f"unknown option '{name}' for {self.what}", o.name.span, hint)
+        for name in self.missing:
+            if name not in explained:
+                self.out.error("E0206", f"{self.what} needs '{name}='", self.span, f"add {name}=VALUE")
 
 
 def _fmt(x: float) -> str:
