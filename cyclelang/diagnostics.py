@@ -74,7 +74,16 @@ _COLORS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "note": "\x1b[1;36m"}
 _BOLD, _BLUE, _RESET = "\x1b[1m", "\x1b[1;34m", "\x1b[0m"
 
 
-def render_one(d: Diagnostic, sources: dict[str, str], color: bool = False) -> str:
+MAX_SHOWN_COLUMNS = 120  # a source line wider than this is shown as a window around the span
+MAX_RENDERED = 200  # diagnostics rendered per error; a hostile spec can produce 100,000
+
+
+def _shown(ch: str) -> str:
+    # a spec cannot send escape sequences to the terminal through a quoted source line
+    return ch if ch.isprintable() or ch == " " else "\ufffd"
+
+
+def render_one(d: Diagnostic, sources: dict[str, str], color: bool = False, _lines: dict[str, list[str]] | None = None) -> str:
     def c(code: str, text: str) -> str:
         return f"{code}{text}{_RESET}" if color else text
 
@@ -82,9 +91,15 @@ def render_one(d: Diagnostic, sources: dict[str, str], color: bool = False) -> s
     lines = [(f"{d.span}: " if d.span else "") + c(_COLORS[d.severity], head) + c(_BOLD, f": {d.message}")]
     text = sources.get(d.span.file) if d.span else None
     if d.span is not None and text is not None:
-        src_lines = text.splitlines()
+        # split on "\n" only: that is how the parser counts lines (str.splitlines
+        # would also break at \x0c, \u2028, ... and show the wrong line)
+        if _lines is None:
+            _lines = {}
+        if d.span.file not in _lines:
+            _lines[d.span.file] = text.split("\n")
+        src_lines = _lines[d.span.file]
         if 1 <= d.span.line <= len(src_lines):
-            src = src_lines[d.span.line - 1].expandtabs(1)
+            src = src_lines[d.span.line - 1].rstrip("\r").expandtabs(1)
             num = str(d.span.line)
             pad = " " * len(num)
             start = max(d.span.column - 1, 0)
@@ -93,6 +108,14 @@ def render_one(d: Diagnostic, sources: dict[str, str], color: bool = False) -> s
             else:
                 end = max(len(src), start + 1)
             end = min(end, max(len(src), start + 1))
+            if len(src) > MAX_SHOWN_COLUMNS:
+                lo = max(min(start - 40, len(src) - MAX_SHOWN_COLUMNS), 0)
+                hi = lo + MAX_SHOWN_COLUMNS
+                src = ("..." if lo else "") + src[lo:hi] + ("..." if hi < len(src) else "")
+                shift = lo - (3 if lo else 0)
+                start, end = start - shift, min(end, hi) - shift
+                end = max(end, start + 1)
+            src = "".join(map(_shown, src))
             lines.append(c(_BLUE, f"{pad} |"))
             lines.append(c(_BLUE, f"{num} |") + f" {src}")
             lines.append(c(_BLUE, f"{pad} |") + " " + " " * start + c(_COLORS[d.severity], "^" * (end - start)))
@@ -105,7 +128,12 @@ def render_one(d: Diagnostic, sources: dict[str, str], color: bool = False) -> s
 
 
 def render(diagnostics: Iterable[Diagnostic], sources: dict[str, str], color: bool = False) -> str:
-    return "\n\n".join(render_one(d, sources, color) for d in diagnostics) + "\n"
+    diagnostics = list(diagnostics)
+    cache: dict[str, list[str]] = {}
+    out = [render_one(d, sources, color, cache) for d in diagnostics[:MAX_RENDERED]]
+    if len(diagnostics) > MAX_RENDERED:
+        out.append(f"... and {len(diagnostics) - MAX_RENDERED} more (fix these first)")
+    return "\n\n".join(out) + "\n"
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:

@@ -83,7 +83,8 @@ class _Loader:
     def read_text(self, path: Path, display: str, span: ir.Span | None) -> str | None:
         try:
             if path.stat().st_size > MAX_SOURCE_BYTES:
-                self.out.error("E0010", f"'{display}' is larger than {MAX_SOURCE_BYTES // 1024} KiB", span, "split it into files joined with include")
+                where = span or ir.Span(file=display, line=1, column=1, end_line=1, end_column=2)  # the spec itself: its start
+                self.out.error("E0010", f"'{display}' is larger than {MAX_SOURCE_BYTES // 1024} KiB", where, "split it into files joined with include")
                 return None
             data = path.read_bytes()
         except FileNotFoundError:

@@ -186,7 +186,7 @@ def _translate(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
         if ch in LOOKALIKES:
             name = unicodedata.name(ch, "unknown")
             return Diagnostic("E0002", "error", f"unexpected character '{ch}' (U+{ord(ch):04X} {name})", span, f"this looks like '{LOOKALIKES[ch]}'; use the ASCII character")
-        shown = ch if ch.isprintable() else repr(ch)
+        shown = ch if ch.isprintable() else repr(ch)[1:-1]
         code = f" (U+{ord(ch):04X})" if ch and ord(ch) > 127 else ""
         return Diagnostic("E0002", "error", f"unexpected character '{shown}'{code}", span, "names are ASCII letters, digits and '_'; comments start with '#'" if ord(ch or " ") > 127 else None)
 
