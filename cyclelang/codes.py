@@ -171,6 +171,14 @@ Like a nozzle's throat, the narrowest section sets the flow: no more numbers per
 position pass it than its width, whatever the widths after it. The note says where
 the throat is; it is a fact about the design, not a fault.""", "stage squeeze { turbine linear out=64 }")
 
+# --- limits (cyclelang.limits), appended ------------------------------------------------------
+_add("E0219", "model too large to build", """
+`cyclec build` estimates the parameter count from the IR before it allocates
+anything (closed form, no torch) and refuses an engine above 2,000,000,000
+parameters: 8 GB of fp32 weights before a single activation, usually a typo in a
+width or a repeat count. Pass --allow-large to build it anyway.""", "chamber width=65536 ... stage block x 1000 { ... }")
+
+
 def markdown() -> str:
     lines = [
         "# Diagnostics",
