@@ -1102,7 +1102,7 @@ class Cache:
                         overboard.append((f"stages.{i}.{b.attr}", b.br.loss))
         if overboard:
             self.w("# overboard branches: their exhaust leaves the engine and is never merged")
-            self.w("OVERBOARD = (" + "".join(repr(k) + ", " for k, _ in overboard).rstrip(" ") + ")")
+            self.w(f"OVERBOARD = {tuple(k for k, _ in overboard)!r}")
             losses = [(k, w) for k, w in overboard if w is not None]
             self.w("# those that are auxiliary next-token heads: name -> weight of their loss")
             self.w("OVERBOARD_LOSS = {" + ", ".join(f"{k!r}: {num(w)}" for k, w in losses) + "}")
