@@ -8,6 +8,8 @@ of torch's FlopCounterMode. Skipped until the back-end (`cyclelang.build`) exist
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 import cyclelang
@@ -24,7 +26,9 @@ CASES = sorted((ROOT / "tests" / "review_cases").glob("*.cycle"))
 T = 32  # tokens per sequence: short, so every spec runs on two CPU cores
 
 
+@functools.lru_cache(maxsize=None)
 def _model(path):
+    """One module per spec for all three checks: building the big ones dominates the run."""
     torch.manual_seed(0)
     return build(cyclelang.load(path)).train(False)
 
@@ -46,6 +50,7 @@ def test_parameter_count_matches_the_module(path):
 def test_reachability_matches_autograd(path):
     spec = cyclelang.load(path)
     model = _model(path)
+    model.zero_grad(set_to_none=True)
     idx = _tokens(spec)
     _, loss = model(idx, targets=idx)
     loss.backward()
