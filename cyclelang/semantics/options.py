@@ -15,7 +15,7 @@ from typing import Sequence
 from ..diagnostics import Collector, did_you_mean
 from ..ir import Span
 from ..syntax import ast
-from .values import EvalError, Keyword, Scope, evaluate, unknown_name
+from .values import MAX_INT, EvalError, Keyword, Scope, evaluate, unknown_name
 
 _MISSING = object()
 
@@ -75,6 +75,8 @@ class Options:
             self.out.error("E0203", f"'{name}' must be a whole number, found {_show(v)}", o.value.span)
             return default
         v = int(v)
+        if max is None:
+            max = MAX_INT  # steps=1e30 is a float that passes as whole: a count past 2**62 is nonsense
         if min is not None and v < min:
             self.out.error("E0205", f"'{name}' must be at least {min}, found {v}", o.value.span)
             return default

@@ -21,7 +21,7 @@ from ..diagnostics import Collector, CycleError, Diagnostic, did_you_mean
 from ..syntax import ast
 from ..syntax.parser import KEYWORD_HOMES, MAX_SOURCE_BYTES, parse_module
 from .options import Options
-from .values import Binding, EvalError, Keyword, Scope, evaluate, number, unknown_name
+from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, number, unknown_name
 
 MAX_INCLUDE_DEPTH = 16
 MAX_REPEAT = 10_000
@@ -365,8 +365,8 @@ class _Resolver:
                 if len(vals) != len(item.values):
                     continue
                 if key == "warmup":
-                    if float(vals[0]) != int(vals[0]) or vals[0] < 0:
-                        self.out.error("E0205", "warmup is a whole number of steps, 0 or more", item.span)
+                    if float(vals[0]) != int(vals[0]) or not 0 <= vals[0] <= MAX_INT:
+                        self.out.error("E0205", "warmup is a whole number of steps, 0 or more (at most 2**62)", item.span)
                         ok = False
                     else:
                         warmup = int(vals[0])
