@@ -54,6 +54,15 @@ def build(spec, seed=None):
     return _build(spec, seed=seed)
 
 
+def __getattr__(name):
+    # `cyclelang.interop` on first use; it imports torch only inside its functions.
+    if name == "interop":
+        import importlib
+
+        return importlib.import_module(".interop", __name__)
+    raise AttributeError(f"module 'cyclelang' has no attribute {name!r}")
+
+
 def codegen(spec) -> str:
     """Standalone PyTorch source for a spec: see `cyclelang.backends.torch.codegen`."""
     from .backends.torch.codegen import codegen as _codegen

@@ -1,0 +1,243 @@
+"""Proof against transformers: the compiled specs are the models people trust.
+
+Small configs (width 64, two layers) keep this fast; full sizes are compared by
+parameter count and key/shape mapping on the meta device (no memory). Every
+transformers model here is built from a config with random weights: nothing is
+downloaded.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import cyclelang
+
+from .conftest import ROOT
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from cyclelang.backends.torch.build import build  # noqa: E402
+from cyclelang.interop import InteropError, convert_state_dict, load_transformers  # noqa: E402
+
+SPEC = {p.stem: p for p in (ROOT / "specs").glob("*.cycle")}
+B, T = 2, 16
+
+
+def spec_text(name, subs):
+    """specs/NAME.cycle with option values replaced: subs maps a regex to its new text."""
+    text = SPEC[name].read_text("utf-8")
+    for pat, rep in subs.items():
+        text = re.sub(pat, rep, text)  # a pattern absent from the spec changes nothing
+    return text
+
+
+def tiny(name):
+    """The spec shrunk to width 64, two layers, vocab 128: every construct kept."""
+    common = {r"vocab=\d+": "vocab=128", r"context=\d+": "context=32"}
+    if name == "gpt2":
+        return spec_text(name, {**common, r"width=\d+": "width=64", r"heads=12": "heads=4", r"let depth = \d+": "let depth = 2"})
+    if name in ("llama", "mistral"):
+        return spec_text(name, {**common, r"width=\d+": "width=64", r"heads=8": "heads=4", r"hidden=\d+": "hidden=96", r"\) x 8": ") x 2", r"window=\d+": "window=6"})
+    if name == "moe":
+        return spec_text(name, {**common, r"width=\d+": "width=64", r"heads=8 kv_heads=4": "heads=4 kv_heads=2", r"experts=8": "experts=4", r"hidden=\d+": "hidden=96", r"x 4": "x 2"})
+    raise KeyError(name)
+
+
+def hf_config(name, **over):
+    kw = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96, max_position_embeddings=32, tie_word_embeddings=False)
+    if name == "gpt2":
+        kw = dict(vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        return transformers.GPT2Config(**{**kw, **over})
+    if name == "llama":
+        return transformers.LlamaConfig(**{**kw, **over})
+    if name == "mistral":
+        return transformers.MistralConfig(**{**kw, "sliding_window": 6, **over})
+    if name == "moe":
+        return transformers.MixtralConfig(**{**kw, "num_local_experts": 4, "num_experts_per_tok": 2, "rms_norm_eps": 1e-6, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, **over})
+    raise KeyError(name)
+
+
+HF_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "moe": "MixtralForCausalLM"}
+
+
+def hf_model(name, seed=1, **over):
+    torch.manual_seed(seed)
+    return getattr(transformers, HF_CLASS[name])(hf_config(name, **over)).eval()
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
+
+
+def batch(vocab=128, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (B, T), generator=g)
+
+
+# --- numerics: the same model, weight for weight -------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "mistral", "moe"])
+def test_logits_and_loss_match_transformers(name):
+    ref = hf_model(name)
+    ours = build(cyclelang.parse(tiny(name)), seed=0).eval()
+    assert n_params(ours) == n_params(ref)
+    load_transformers(ours, ref)
+    idx = batch()
+    with torch.no_grad():
+        out = ref(idx, labels=idx)
+        targets = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)  # transformers shifts labels itself
+        logits, loss = ours(idx, targets)
+    torch.testing.assert_close(logits, out.logits, rtol=0, atol=1e-5)
+    ce = loss - sum(ours.aux_losses.values(), torch.zeros(()))  # the moe balance loss is ours alone
+    torch.testing.assert_close(ce, out.loss, rtol=0, atol=1e-5)
+
+
+def test_gradients_match_gpt2():
+    ref = hf_model("gpt2").train()
+    ours = load_transformers(build(cyclelang.parse(tiny("gpt2")), seed=0).train(), ref)
+    idx = batch()
+    ref(idx, labels=idx).loss.backward()
+    _, loss = ours(idx, torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1))
+    loss.backward()
+    # c_attn is a Conv1D: its weight is the transpose of our fused qkv
+    torch.testing.assert_close(ours.stages[1].mix.attn.qkv.weight.grad, ref.transformer.h[1].attn.c_attn.weight.grad.t(), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(ours.feed.tok.weight.grad, ref.transformer.wte.weight.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_safetensors_checkpoint_folder(tmp_path):
+    """save_pretrained's folder (a tied head is left out of the file) loads by path."""
+    ref = hf_model("gpt2")
+    ref.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").is_file()
+    ours = load_transformers(build(cyclelang.parse(tiny("gpt2")), seed=0).eval(), tmp_path)
+    idx = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(idx), ref(idx).logits, rtol=0, atol=1e-5)
+
+
+def test_mixtral_released_layout():
+    """Mixtral's released files name experts w1/w2/w3 under block_sparse_moe."""
+    ref = hf_model("moe")
+    state = {}
+    for k, v in ref.state_dict().items():
+        m = re.match(r"model\.layers\.(\d+)\.mlp\.(experts\.gate_up_proj|experts\.down_proj|gate\.weight)$", k)
+        if not m:
+            state[k] = v
+            continue
+        h = f"model.layers.{m.group(1)}.block_sparse_moe."
+        if m.group(2) == "gate.weight":
+            state[h + "gate.weight"] = v
+        elif m.group(2) == "experts.gate_up_proj":
+            for e, w in enumerate(v):
+                state[h + f"experts.{e}.w1.weight"], state[h + f"experts.{e}.w3.weight"] = w.chunk(2)
+        else:
+            for e, w in enumerate(v):
+                state[h + f"experts.{e}.w2.weight"] = w
+    ours = load_transformers(build(cyclelang.parse(tiny("moe")), seed=0).eval(), state)
+    idx = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(idx), ref(idx).logits, rtol=0, atol=1e-5)
+
+
+# --- full sizes: parameter counts and the whole mapping, on the meta device -----------------
+
+
+FULL = {
+    "gpt2": lambda: transformers.GPT2Config(),
+    "gpt2_medium": lambda: transformers.GPT2Config(n_embd=1024, n_layer=24, n_head=16),
+    "llama": lambda: transformers.LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048),
+    "mqa": lambda: transformers.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=1, max_position_embeddings=2048),
+    "mistral": lambda: transformers.MistralConfig(vocab_size=32000, hidden_size=512, intermediate_size=1792, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096, sliding_window=256),
+    # Mixtral is dropless and has no capacity; the spec's restrictor orifices and balance
+    # loss change training, not the parameters or eval-mode numerics.
+    "moe": lambda: transformers.MixtralConfig(vocab_size=8192, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=512),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FULL))
+def test_full_size_matches_transformers(name):
+    config = FULL[name]()
+    with torch.device("meta"):
+        ref = transformers.AutoModelForCausalLM.from_config(config)
+        ours = build(cyclelang.load(SPEC[name]))
+    assert n_params(ours) == n_params(ref)
+    if name == "gpt2":
+        assert n_params(ours) == 124_439_808  # GPT-2 small, as released
+    converted = convert_state_dict(ref.state_dict(), ours.state_dict(), config=config.to_dict())
+    assert list(converted) == list(ours.state_dict())
+
+
+# --- mismatches name the first key that differs --------------------------------------------
+
+
+def _error(name, source, **kw):
+    ours = build(cyclelang.parse(tiny(name)), seed=0)
+    before = {k: v.clone() for k, v in ours.state_dict().items()}
+    with pytest.raises(InteropError) as info:
+        load_transformers(ours, source, **kw)
+    assert all(torch.equal(before[k], v) for k, v in ours.state_dict().items()), "nothing is copied on error"
+    return info.value
+
+
+def test_error_extra_layer():
+    err = _error("gpt2", hf_model("gpt2", n_layer=3))
+    assert err.key == "h.2.ln_1.weight" and "no place for it" in str(err)
+
+
+def test_error_missing_layer():
+    err = _error("llama", hf_model("llama", num_hidden_layers=1))
+    assert err.key == "stages.1.mix.norm.weight" and "lacks layers.1.input_layernorm.weight" in str(err)
+
+
+def test_error_shape():
+    err = _error("gpt2", hf_model("gpt2", n_embd=32))
+    assert err.key == "feed.tok.weight" and "(128, 64) in the module, (128, 32)" in str(err)
+
+
+def test_error_gqa_shape():
+    err = _error("llama", hf_model("llama", num_key_value_heads=4))
+    assert err.key == "stages.0.mix.attn.qkv.weight"
+    assert "from layers.0.self_attn.q_proj.weight + layers.0.self_attn.k_proj.weight" in str(err)
+
+
+def test_error_missing_key():
+    state = dict(hf_model("gpt2").state_dict())
+    del state["transformer.h.0.attn.c_proj.bias"]
+    err = _error("gpt2", state)
+    assert err.key == "stages.0.mix.attn.proj.bias" and "lacks h.0.attn.c_proj.bias" in str(err)
+
+
+def test_error_wrong_architecture():
+    err = _error("gpt2", hf_model("llama"))
+    assert err.key == "feed.pos.weight"  # learned positions: Llama has none
+
+
+def test_error_untied_head_into_tied_nozzle():
+    state = dict(hf_model("gpt2").state_dict())
+    state["lm_head.weight"] = state["lm_head.weight"] + 1.0
+    assert _error("gpt2", state).key == "lm_head.weight"
+
+
+def test_error_config_eps_rope_window():
+    assert "eps" in str(_error("llama", hf_model("llama", rms_norm_eps=1e-5)))
+    err = _error("llama", hf_model("llama", rope_parameters={"rope_type": "default", "rope_theta": 500000.0}))
+    assert err.key == "rope_cos" and "rotary_base" in str(err)
+    assert "sliding window" in str(_error("mistral", hf_model("mistral", sliding_window=8)))
+
+
+def test_pickles_are_refused(tmp_path):
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
+    err = _error("gpt2", tmp_path)
+    assert "pickled" in str(err)
+    err = _error("gpt2", tmp_path / "pytorch_model.bin")
+    assert "pickled" in str(err)
+
+
+def test_interop_import_is_torch_free():
+    code = "import sys, cyclelang; cyclelang.interop.detect_arch(['h.0.attn.c_attn.weight']); assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
