@@ -72,7 +72,6 @@ def test_every_review_code_is_documented():
 # --- the specs of the library: clean, or exactly the notes they should show --------------------
 
 EXPECTED_ON_SPECS = {
-    "full_flow": {"W102"},  # GPT-J's parallel block with 24 plain merges: nothing cooled
     "gas_generator": {"N101"},  # the detached critic
     "throat": {"N102"},  # the bottleneck stage
 }

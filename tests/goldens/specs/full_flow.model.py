@@ -49,7 +49,7 @@ class Config:
 
 
 class Feed(nn.Module):
-    """Tanks and pumps (full_flow.cycle:11): token embedding plus no positions (they come from rotary, or not at all)."""
+    """Tanks and pumps (full_flow.cycle:12): token embedding plus no positions (they come from rotary, or not at all)."""
 
     def __init__(self, config):
         super().__init__()
@@ -126,11 +126,11 @@ class Cache:
 
 
 class BlockMix(nn.Module):
-    """full_flow.cycle:16 prechamber mix: injector: mixes positions; closed cycle: the exhaust returns."""
+    """full_flow.cycle:17 prechamber mix: injector: mixes positions; closed cycle, cooled: output projection starts small."""
 
     def __init__(self):
         super().__init__()
-        self.attn = Attention(768, heads=12, kv_heads=12, head_dim=64, bias=False)  # full_flow.cycle:17 injector: mixes positions
+        self.attn = Attention(768, heads=12, kv_heads=12, head_dim=64, bias=False)  # full_flow.cycle:18 injector: mixes positions
 
     def forward(self, x, rope, cache):
         x = self.attn(x, rope[0], cache)
@@ -138,11 +138,11 @@ class BlockMix(nn.Module):
 
 
 class BlockBurn(nn.Module):
-    """full_flow.cycle:19 prechamber burn: combustion: reacts at each position; closed cycle: the exhaust returns."""
+    """full_flow.cycle:21 prechamber burn: combustion: reacts at each position; closed cycle, cooled: output projection starts small."""
 
     def __init__(self):
         super().__init__()
-        self.mlp = Mlp(768, hidden=3072, bias=True)  # full_flow.cycle:20 combustion: reacts at each position
+        self.mlp = Mlp(768, hidden=3072, bias=True)  # full_flow.cycle:22 combustion: reacts at each position
 
     def forward(self, x):
         x = self.mlp(x)
@@ -150,17 +150,17 @@ class BlockBurn(nn.Module):
 
 
 class Block(nn.Module):
-    """full_flow.cycle:13 stage block, x12."""
+    """full_flow.cycle:14 stage block, x12."""
 
     def __init__(self):
         super().__init__()
-        self.norm = nn.LayerNorm(768, eps=1e-05)  # full_flow.cycle:15 fullflow: one shared valve for every branch
-        self.mix = BlockMix()  # full_flow.cycle:16 fullflow fullflow: prechamber mix
-        self.burn = BlockBurn()  # full_flow.cycle:19 fullflow fullflow: prechamber burn
+        self.norm = nn.LayerNorm(768, eps=1e-05)  # full_flow.cycle:16 fullflow: one shared valve for every branch
+        self.mix = BlockMix()  # full_flow.cycle:17 fullflow fullflow: prechamber mix
+        self.burn = BlockBurn()  # full_flow.cycle:21 fullflow fullflow: prechamber burn
 
     def forward(self, x, rope, cache, aux):
-        h = self.norm(x)  # full_flow.cycle:15 fullflow: one shared valve
-        x = x + self.mix(h, rope, cache) + self.burn(h)  # full_flow.cycle:14 full flow: every branch reads the same state, one junction
+        h = self.norm(x)  # full_flow.cycle:16 fullflow: one shared valve
+        x = x + self.mix(h, rope, cache) + self.burn(h)  # full_flow.cycle:15 full flow: every branch reads the same state, one junction
         return x
 
 
@@ -175,13 +175,13 @@ class Model(nn.Module):
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # full_flow.cycle:11 tanks and pumps
+        self.feed = Feed(config)  # full_flow.cycle:12 tanks and pumps
         self.stages = nn.ModuleList([Block() for _ in range(12)])  # one entry per stage instance
-        self.norm = nn.LayerNorm(768, eps=1e-05)  # full_flow.cycle:25 valve on the main line
+        self.norm = nn.LayerNorm(768, eps=1e-05)  # full_flow.cycle:28 valve on the main line
         cos, sin = rotary_tables(config.context, 16, 10000.0)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, 16)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self.head = nn.Linear(768, config.vocab_size, bias=True)  # full_flow.cycle:26 the nozzle
+        self.head = nn.Linear(768, config.vocab_size, bias=True)  # full_flow.cycle:29 the nozzle
         self.aux_losses = {}
         self.reset_parameters()
 
@@ -195,6 +195,11 @@ class Model(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        for stage in self.stages[0:12]:  # full_flow.cycle:14 stage block
+            # cooling: the output projection starts at 0.02 / sqrt(24) (GPT-2's scaled init)
+            nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=0.004082482904638631)
+            # cooling: the output projection starts at 0.02 / sqrt(24) (GPT-2's scaled init)
+            nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=0.004082482904638631)
 
     def forward(self, idx, targets=None, cache=None):
         """idx: (B, T) token ids; targets: (B, T) next tokens (-1: ignored).
@@ -207,9 +212,9 @@ class Model(nn.Module):
         x = self.feed(idx, past)  # (B, T, C)
         rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each
         aux = {}
-        for stage in self.stages[0:12]:  # full_flow.cycle:13 stage block x12
+        for stage in self.stages[0:12]:  # full_flow.cycle:14 stage block x12
             x = stage(x, rope, cache, aux)
-        x = self.norm(x)  # full_flow.cycle:25 valve on the main line
+        x = self.norm(x)  # full_flow.cycle:28 valve on the main line
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:
             cache.pos += T
