@@ -600,3 +600,17 @@ def test_cli_build_errors(tmp_path):
     assert r.exit_code != 0 and r.exit_code != 123
     assert out.read_text() == "old"
     assert list(tmp_path.glob("*.tmp")) == []
+
+
+def test_build_refuses_a_huge_engine_before_allocating(tmp_path):
+    from click.testing import CliRunner
+
+    from cyclelang.cli import main
+
+    huge = "engine huge {\n  chamber width=65536\n  feed tokens vocab=65536 context=8\n  stage s x 64 { prechamber p { turbine mlp } }\n  nozzle head\n}\n"
+    with pytest.raises(cyclelang.CycleError, match="E0219"):
+        build(huge)
+    spec = tmp_path / "huge.cycle"
+    spec.write_text(huge)
+    r = CliRunner().invoke(main, ["build", str(spec), "-o", str(tmp_path / "m.py")])
+    assert r.exit_code == 1 and "E0219" in r.stderr and not (tmp_path / "m.py").exists()

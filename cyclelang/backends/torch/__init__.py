@@ -10,10 +10,10 @@ from __future__ import annotations
 from .codegen import codegen, lower, module_roles
 
 
-def build(spec, seed=None):
+def build(spec, seed=None, allow_large=False):
     from .build import build as _build
 
-    return _build(spec, seed=seed)
+    return _build(spec, seed=seed, allow_large=allow_large)
 
 
 __all__ = ["build", "codegen", "lower", "module_roles"]

@@ -41,16 +41,21 @@ def load_source(source: str, name: str = "model") -> types.ModuleType:
     return module
 
 
-def build(spec, seed: int | None = None):
+def build(spec, seed: int | None = None, allow_large: bool = False):
     """The spec as a torch.nn.Module (the generated `Model`), initialised per its startup block.
 
     With `seed`, initialisation draws from torch.manual_seed(seed) without touching the
-    caller's global RNG state; the same seed gives the same weights."""
+    caller's global RNG state; the same seed gives the same weights. Before anything is
+    allocated the parameter estimate is checked (E0219, `cyclelang.limits`) unless
+    `allow_large`; building under `torch.device("meta")` allocates nothing and skips it."""
     import torch
 
+    from ...limits import check_parameters
     from .codegen import _engine_spec
 
     ir_spec = _engine_spec(spec)
+    if not allow_large and torch.empty(0).device.type != "meta":
+        check_parameters(ir_spec)
     module = load_source(codegen(ir_spec), ir_spec.engine.name)
     if seed is None:
         return module.Model()

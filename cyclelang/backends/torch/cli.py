@@ -18,8 +18,9 @@ ROLE_ORDER = ("feed", "mixers", "reactors", "throats", "valves", "merges", "nozz
 @click.option("--weights", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Also write the initialised weights to this .safetensors file.")
 @click.option("--seed", type=int, default=None, help="Seed the initialisation (the same seed gives the same weights).")
+@click.option("--allow-large", is_flag=True, help="Build even above the parameter limit (E0219).")
 @include_path_option
-def build(spec, output, weights, seed, include_path):
+def build(spec, output, weights, seed, allow_large, include_path):
     """Compile SPEC to standalone PyTorch source (stdout or -o) and print a summary.
 
     The source imports only torch and the standard library; `cyclelang.build`
@@ -32,7 +33,7 @@ def build(spec, output, weights, seed, include_path):
 
     s = _engine_spec(load_spec(spec, include_path))
     source = codegen(s)
-    model = build_model(s, seed=seed)
+    model = build_model(s, seed=seed, allow_large=allow_large)
     payload = None
     if weights is not None:
         from safetensors.torch import save
