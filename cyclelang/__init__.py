@@ -21,7 +21,7 @@ from .semantics.resolve import load, parse
 
 __version__ = "0.1.0"
 
-__all__ = ["CycleError", "Diagnostic", "Spec", "parse", "load", "to_spec", "draw", "build", "codegen", "__version__"]
+__all__ = ["CycleError", "Diagnostic", "Spec", "parse", "load", "to_spec", "draw", "build", "codegen", "fire", "__version__"]
 
 
 def to_spec(spec) -> Spec:
@@ -68,3 +68,10 @@ def codegen(spec) -> str:
     from .backends.torch.codegen import codegen as _codegen
 
     return _codegen(spec)
+
+
+def fire(specs, **kwargs):
+    """Fire specs on the test stand: see `cyclelang.stand.run.fire` (imports torch)."""
+    from .stand.run import fire as _fire
+
+    return _fire(specs, **kwargs)

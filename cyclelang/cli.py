@@ -32,6 +32,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 1
 LAZY_COMMANDS: dict[str, str] = {
     "draw": "cyclelang.backends.graphviz.cli:draw",
     "build": "cyclelang.backends.torch.cli:build",
+    "fire": "cyclelang.stand.cli:fire",
 }
 
 

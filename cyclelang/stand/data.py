@@ -1,0 +1,97 @@
+"""Propellant for the stand: token sources generated in code, or bytes from a file.
+
+The synthetic source is a first-order Markov chain over a small alphabet with a
+seeded random transition matrix (each row drawn from a Dirichlet, so most
+transitions are unlikely and a few dominate). Its entropy rate is known exactly,
+H = -sum_i pi_i sum_j P_ij log P_ij with pi the stationary distribution: the
+floor under every loss curve, in nats per token. A model that ignores context
+can do no better than the entropy of pi (the unigram line); learning shows as
+the loss falling from log(vocab) past that line towards the floor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..diagnostics import CycleError, Diagnostic
+
+ALPHABET = 32
+CONCENTRATION = 0.1  # Dirichlet concentration of each transition row: lower is more predictable
+
+
+class Markov:
+    def __init__(self, alphabet: int = ALPHABET, seed: int = 0, concentration: float = CONCENTRATION):
+        self.alphabet, self.seed = alphabet, seed
+        with torch.random.fork_rng(devices=[]):  # the caller's RNG stream is left alone
+            torch.manual_seed(10_000 + seed)
+            g = torch._standard_gamma(torch.full((alphabet, alphabet), concentration, dtype=torch.float64))
+        g = g + 1e-12
+        self.P = g / g.sum(dim=1, keepdim=True)  # (K, K) rows: next-symbol distributions
+        pi = torch.full((alphabet,), 1.0 / alphabet, dtype=torch.float64)
+        for _ in range(10_000):
+            nxt = pi @ self.P
+            if float((nxt - pi).abs().max()) < 1e-15:
+                break
+            pi = nxt
+        self.pi = pi / pi.sum()
+        logp = torch.where(self.P > 0, self.P.log(), torch.zeros_like(self.P))
+        self.entropy_rate = float(-(self.pi * (self.P * logp).sum(dim=1)).sum())
+        self.unigram = float(-(self.pi * self.pi.log()).sum())
+        self._cum = self.P.cumsum(dim=1)
+        self._cum[:, -1] = 1.0
+
+    @property
+    def name(self) -> str:
+        return f"markov(alphabet={self.alphabet}, seed={self.seed})"
+
+    def batch(self, B: int, T: int, gen: torch.Generator) -> torch.Tensor:
+        """(B, T + 1) tokens: each row starts from the stationary distribution."""
+        out = torch.empty(B, T + 1, dtype=torch.long)
+        u = torch.rand(B, T + 1, generator=gen, dtype=torch.float64)
+        cur = torch.searchsorted(self.pi.cumsum(0).contiguous(), u[:, :1].contiguous()).clamp_(max=self.alphabet - 1).squeeze(1)
+        out[:, 0] = cur
+        for t in range(1, T + 1):
+            cur = torch.searchsorted(self._cum[cur], u[:, t : t + 1].contiguous()).clamp_(max=self.alphabet - 1).squeeze(1)
+            out[:, t] = cur
+        return out
+
+
+class ByteFile:
+    """A file's bytes as tokens 0..255; batches are windows at seeded offsets."""
+
+    def __init__(self, path: str, vocab: int):
+        if vocab < 256:
+            raise CycleError([Diagnostic("E0205", "error", f"--data feeds bytes (256 tokens), but the engine's vocab is {vocab}", None,
+                                         "fire an engine with vocab >= 256")])
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise CycleError([Diagnostic("E0105", "error", f"cannot read --data {path}: {e.strerror or e}", None)]) from None
+        self.data = torch.frombuffer(bytearray(data), dtype=torch.uint8).long() if data else torch.zeros(0, dtype=torch.long)
+        self.label = f"file:{Path(path).name}"
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    def batch(self, B: int, T: int, gen: torch.Generator) -> torch.Tensor:
+        n = self.data.numel()
+        if n < T + 1:
+            raise CycleError([Diagnostic("E0205", "error", f"--data holds {n} bytes, fewer than one window of {T + 1}", None,
+                                         "use a larger file or a smaller --seq")])
+        starts = torch.randint(0, n - T, (B,), generator=gen)
+        return torch.stack([self.data[s : s + T + 1] for s in starts.tolist()])
+
+
+class RandomTokens:
+    """Uniform random tokens: what the static fire measures on without --data."""
+
+    name = "random tokens"
+
+    def __init__(self, vocab: int):
+        self.vocab = vocab
+
+    def batch(self, B: int, T: int, gen: torch.Generator) -> torch.Tensor:
+        return torch.randint(0, self.vocab, (B, T + 1), generator=gen)

@@ -1,0 +1,245 @@
+"""Static fire: one forward and backward pass at initialisation, measured from outside.
+
+Nothing here edits the generated model: forward hooks on the module tree record
+the residual stream entering and leaving each stage instance and each branch's
+input and output; one `torch.autograd.grad` call then returns the gradient of
+the loss with respect to every recorded stream and every parameter. The model
+is in eval mode (no dropout, MoE routing dropless), so a reading is a pure
+function of the weights and the tokens.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from .. import ir
+from ..backends.torch.codegen import make_plan
+from .result import BranchReading, Check, StageReading
+
+DECODE_PREFIX = 4  # tokens fed in one call before decoding one at a time
+DECODE_TOKENS = 12  # positions compared in the KV-cache check
+
+
+@dataclass
+class BranchSite:
+    stage: int  # index into model.stages
+    attr: str  # attribute on the stage module
+    br: ir.Prechamber
+
+
+@dataclass
+class StageSite:
+    index: int
+    name: str
+    branches: list[BranchSite]
+
+
+def sites(spec: ir.Spec) -> list[StageSite]:
+    """Every stage instance and its branches, with the attribute names the back-end gave them."""
+    plan = make_plan(spec)
+    out = []
+    for sp in plan.stages:
+        for i in range(sp.first, sp.first + sp.stage.repeat):
+            out.append(StageSite(i, sp.stage.name, [BranchSite(i, b.attr, b.br) for b in sp.branches()]))
+    out.sort(key=lambda s: s.index)
+    return out
+
+
+def _norm(t: torch.Tensor | None) -> float:
+    return 0.0 if t is None else float(t.detach().double().norm())
+
+
+def _rms(t: torch.Tensor) -> float:
+    return float(t.detach().double().pow(2).mean().sqrt())
+
+
+def _merge_factor(stage_mod, site: BranchSite):
+    """What the merge multiplies the branch's output by, relative to the main line's x."""
+    m = site.br.merge
+    if isinstance(m, ir.ScaleMerge):
+        return m.value
+    if isinstance(m, (ir.RezeroMerge, ir.LayerscaleMerge)):
+        return getattr(stage_mod, site.attr).scale.detach()
+    if isinstance(m, ir.DeepnormMerge):
+        return 1.0 / m.alpha  # the junction is alpha*x + f(x): compare f(x) with alpha*x
+    return 1.0
+
+
+class Recorder:
+    """Forward hooks that keep the streams a reading needs; remove() takes them all off."""
+
+    def __init__(self, model, stage_sites: list[StageSite]):
+        self.handles = []
+        self.feed_out = None
+        self.stage_in: dict[int, torch.Tensor] = {}
+        self.stage_out: dict[int, torch.Tensor] = {}
+        self.branch_io: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.handles.append(model.feed.register_forward_hook(self._feed))
+        for s in stage_sites:
+            mod = model.stages[s.index]
+            self.handles.append(mod.register_forward_pre_hook(self._stage_in(s.index)))
+            self.handles.append(mod.register_forward_hook(self._stage_out(s.index)))
+            for b in s.branches:
+                self.handles.append(getattr(mod, b.attr).register_forward_hook(self._branch(s.index, b.attr)))
+
+    def _feed(self, mod, args, out):
+        self.feed_out = out
+
+    def _stage_in(self, i):
+        def hook(mod, args):
+            self.stage_in[i] = args[0]
+        return hook
+
+    def _stage_out(self, i):
+        def hook(mod, args, out):
+            self.stage_out[i] = out
+        return hook
+
+    def _branch(self, i, attr):
+        def hook(mod, args, out):
+            if out is None and isinstance(args[-1], dict):  # overboard: the exhaust is filed in aux
+                out = args[-1].get(getattr(mod, "key", None))
+            self.branch_io[(i, attr)] = (args[0], out)
+        return hook
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
+def static_fire(model, spec: ir.Spec, idx: torch.Tensor, targets: torch.Tensor):
+    """One forward and backward pass. Returns (loss, feed RMS, stage readings, engine param grads)."""
+    stage_sites = sites(spec)
+    model.eval()
+    rec = Recorder(model, stage_sites)
+    try:
+        _, loss = model(idx, targets)
+    finally:
+        rec.remove()
+    names, params = zip(*[(n, p) for n, p in model.named_parameters() if p.requires_grad])
+    streams = [rec.stage_in[s.index] for s in stage_sites] + [rec.stage_out[s.index] for s in stage_sites]
+    grads = torch.autograd.grad(loss, list(streams) + list(params), allow_unused=True)
+    n = len(stage_sites)
+    g_in, g_out, g_par = grads[:n], grads[n : 2 * n], dict(zip(names, grads[2 * n :]))
+
+    readings = []
+    for k, s in enumerate(stage_sites):
+        prefix = f"stages.{s.index}."
+        mod = model.stages[s.index]
+        pg = {name[len(prefix):]: _norm(g) for name, g in g_par.items() if name.startswith(prefix)}
+        branches = []
+        for b in s.branches:
+            x, y = rec.branch_io[(s.index, b.attr)]
+            factor = 1.0 if b.br.overboard else _merge_factor(mod, b)
+            bp = [g for name, g in g_par.items() if name.startswith(f"{prefix}{b.attr}.")]
+            gn = float(sum(_norm(g) ** 2 for g in bp) ** 0.5)
+            branches.append(BranchReading(
+                name=b.br.name, merge=None if b.br.merge is None else b.br.merge.kind, detach=b.br.detach,
+                overboard=b.br.overboard, intensity=_norm(y * factor) / max(_norm(x), 1e-30), grad_norm=gn))
+        readings.append(StageReading(
+            depth=k + 1, stage=s.name, pressure=_rms(rec.stage_out[s.index]), grad_in=_norm(g_in[k]),
+            grad_out=_norm(g_out[k]), params=pg, branches=branches))
+    engine = {name: _norm(g) for name, g in g_par.items() if not name.startswith("stages.")}
+    return float(loss.detach()), _rms(rec.feed_out), readings, engine
+
+
+# --- checks: each holds exactly or fails loudly ---------------------------------------------
+
+
+def check_detach(model, spec: ir.Spec, idx, targets) -> Check:
+    """Open-cycle branches: no gradient from a detached branch reaches the main line, and a
+    branch dumped overboard without a loss receives none."""
+    stage_sites = sites(spec)
+    open_sites = [(s, b) for s in stage_sites for b in s.branches if b.br.detach or (b.br.overboard and b.br.loss is None)]
+    if not open_sites:
+        return Check(name="detach", status="skip", value=None, detail="no open-cycle branches (detach, or overboard without a loss)")
+    model.eval()
+    rec = Recorder(model, stage_sites)
+    try:
+        _, loss = model(idx, targets)
+    finally:
+        rec.remove()
+    worst, where = 0.0, []
+    gen = torch.Generator().manual_seed(0)
+    for s, b in open_sites:
+        x_in = rec.stage_in[s.index]
+        if b.br.detach:
+            _, y = rec.branch_io[(s.index, b.attr)]
+            probe = (y * torch.randn(y.shape, generator=gen, dtype=y.dtype)).sum()
+            (g,) = torch.autograd.grad(probe, x_in, retain_graph=True, allow_unused=True)
+            m = 0.0 if g is None else float(g.abs().max())
+            if m != 0.0:
+                where.append(f"stages.{s.index}.{b.attr} passes {m:.3g} back into its input")
+            worst = max(worst, m)
+        if b.br.overboard and b.br.loss is None:
+            ps = [p for p in getattr(model.stages[s.index], b.attr).parameters() if p.requires_grad]
+            if ps:
+                gs = torch.autograd.grad(loss, ps, retain_graph=True, allow_unused=True)
+                m = max((0.0 if g is None else float(g.abs().max())) for g in gs)
+                if m != 0.0:
+                    where.append(f"stages.{s.index}.{b.attr} is dumped overboard but its weights get gradient {m:.3g}")
+                worst = max(worst, m)
+    names = ", ".join(sorted({f"{s.name}.{b.br.name}" for s, b in open_sites}))
+    if where:
+        return Check(name="detach", status="fail", value=worst, detail="; ".join(where))
+    return Check(name="detach", status="pass", value=0.0, detail=f"exactly zero gradient through {names}")
+
+
+def check_causal(model, spec: ir.Spec, idx) -> Check:
+    """The throat: logits at positions before t do not depend on the feed at t or later."""
+    if spec.engine.throat != "causal":
+        return Check(name="causal", status="skip", value=None, detail="open throat: every position sees every other by design")
+    T = idx.size(1)
+    if T < 2:
+        return Check(name="causal", status="skip", value=None, detail="a sequence of one token has no future")
+    model.eval()
+    t = T // 2
+    captured = {}
+    h = model.feed.register_forward_hook(lambda m, a, out: captured.setdefault("x", out))
+    try:
+        logits = model(idx)
+    finally:
+        h.remove()
+    gen = torch.Generator().manual_seed(1)
+    past = logits[:, :t]
+    probe = (past * torch.randn(past.shape, generator=gen, dtype=past.dtype)).sum()
+    (g,) = torch.autograd.grad(probe, captured["x"])
+    leak = float(g[:, t:].abs().max())
+    seen = float(g[:, :t].abs().max())
+    if leak != 0.0:
+        return Check(name="causal", status="fail", value=leak,
+                     detail=f"positions < {t} receive gradient {leak:.3g} from positions >= {t}: the future leaks")
+    if seen == 0.0:
+        return Check(name="causal", status="fail", value=0.0, detail="the logits depend on no input at all")
+    return Check(name="causal", status="pass", value=0.0, detail=f"logits at positions < {t} carry exactly zero gradient to positions >= {t}")
+
+
+@torch.no_grad()
+def check_kv_cache(model, spec: ir.Spec, idx) -> Check:
+    """Decoding with the KV cache, a token at a time, gives the logits of one full forward pass."""
+    if spec.engine.throat != "causal":
+        return Check(name="kv_cache", status="skip", value=None, detail="open throat: a KV cache is not legal")
+    Cache = getattr(sys.modules[type(model).__module__], "Cache", None)
+    if Cache is None:
+        return Check(name="kv_cache", status="skip", value=None, detail="the generated model has no Cache")
+    model.eval()
+    x = idx[:2, : min(idx.size(1), DECODE_TOKENS)]
+    T = x.size(1)
+    full = model(x)
+    cache = Cache()
+    p = min(DECODE_PREFIX, T)
+    parts = [model(x[:, :p], cache=cache)]
+    for i in range(p, T):
+        parts.append(model(x[:, i : i + 1], cache=cache))
+    dec = torch.cat(parts, dim=1)
+    diff = float((dec - full).abs().max())
+    tol = 1e-4 * max(1.0, float(full.abs().max()))
+    if not diff <= tol:
+        return Check(name="kv_cache", status="fail", value=diff,
+                     detail=f"cached decoding differs from the full pass by {diff:.3g} (tolerance {tol:.1g})")
+    return Check(name="kv_cache", status="pass", value=diff,
+                 detail=f"{T} positions ({p} prefilled, then one at a time) match the full pass within {tol:.1g}")

@@ -1,0 +1,111 @@
+"""What the test stand reports: plain pydantic models, the same data as `cyclec fire --json`.
+
+Torch-free, so a report can be read back (`StandReport.model_validate_json`) by
+tools that only draw it, such as `cyclec draw --annotate`.
+
+Units: pressures are RMS values of the residual stream; intensities are ratios of
+norms (Frobenius norms over the whole batch); gradient norms are L2 norms of the
+gradient of the mean next-token cross-entropy (nats per token). Depth counts
+stage instances from 1 (depth 0 is the feed's output).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+REPORT_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")  # a flameout is NaN
+
+
+class BranchReading(_Model):
+    """One prechamber of one stage instance."""
+
+    name: str
+    merge: str | None  # merge kind; None for overboard
+    detach: bool
+    overboard: bool
+    intensity: float  # ||what the merge adds|| / ||x|| at the branch's input: how hard it burns
+    grad_norm: float  # gradient norm over the branch's parameters
+
+
+class StageReading(_Model):
+    depth: int  # 1-based position of the stage instance
+    stage: str  # the stage's name in the spec
+    pressure: float  # RMS of the residual stream leaving the stage
+    grad_in: float  # ||dL/dx|| for the residual stream entering the stage: the pressure chain
+    grad_out: float  # ||dL/dx|| for the stream leaving it
+    params: dict[str, float]  # gradient norm per parameter, named relative to the stage
+    branches: list[BranchReading]
+
+
+class Check(_Model):
+    name: Literal["detach", "causal", "kv_cache"]
+    status: Literal["pass", "fail", "skip"]
+    value: float | None  # the measured quantity (max gradient, max difference)
+    detail: str
+
+
+class Spike(_Model):
+    step: int  # the step whose loss peaked
+    loss: float
+    baseline: float  # median loss over the steps before it
+    size: float  # loss - baseline, nats
+
+
+class Training(_Model):
+    steps: int  # steps asked for
+    done: int  # steps completed (fewer when interrupted)
+    interrupted: bool
+    source: str  # "markov(alphabet=32, seed=0)" or "file:NAME"
+    floor: float | None  # the source's entropy rate in nats/token: no model can go below it
+    unigram: float | None  # entropy of the source's symbol frequencies: what a model ignoring context reaches
+    loss: list[float]
+    grad_norm: list[float]  # before clipping
+    lr: list[float]
+    spikes: list[Spike]
+    final_loss: float | None  # mean of the last 10% of steps
+
+
+class Settings(_Model):
+    width: int
+    depth: int  # stage instances
+    seq: int
+    batch: int
+    seed: int
+    params: int  # parameters in the fired engine
+    data: str  # "random tokens" or "file:NAME"
+
+
+class Firing(_Model):
+    """One engine on the stand."""
+
+    name: str
+    file: str
+    settings: Settings
+    loss: float  # at initialisation
+    feed_pressure: float  # RMS of the feed's output (depth 0)
+    stages: list[StageReading]
+    engine_params: dict[str, float]  # gradient norms of parameters outside stages
+    checks: list[Check]
+    training: Training | None = None
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+
+class StandReport(_Model):
+    """Everything one `cyclec fire` measured: one Firing per spec, in command-line order."""
+
+    version: int = REPORT_VERSION
+    runs: list[Firing]
+    interrupted: bool = False  # Ctrl-C: the runs hold what was measured before it
+
+    @property
+    def failed(self) -> list[tuple[str, Check]]:
+        return [(r.name, c) for r in self.runs for c in r.failed]

@@ -1,0 +1,94 @@
+"""`fire`: put engines on the stand. Imports torch (through the torch back-end)."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import torch
+
+from .. import ir
+from ..diagnostics import CycleError, Diagnostic
+from .data import ALPHABET, ByteFile, Markov, RandomTokens
+from .measure import check_causal, check_detach, check_kv_cache, static_fire
+from .result import Firing, Settings, StandReport
+from .shrink import shrink
+from .train import hot_fire
+
+DEFAULT_SEQ = 64
+DEFAULT_BATCH = 4
+
+
+def _label(spec, s: ir.Spec) -> str:
+    if isinstance(spec, (str, os.PathLike)) and str(spec).endswith(".cycle") and "\n" not in str(spec):
+        return str(spec).replace(os.sep, "/")
+    if s.engine is not None and s.engine.span is not None:
+        return os.path.basename(s.engine.span.file)
+    return "<spec>"
+
+
+def _bad(message: str, help: str | None = None) -> CycleError:
+    return CycleError([Diagnostic("E0205", "error", message, None, help)])
+
+
+def fire(specs, *, width: int | None = None, depth: int | None = None, seq: int | None = None, batch: int = DEFAULT_BATCH,
+         seed: int = 0, data: str | None = None, train: int = 0,
+         progress: Callable[[str, int, int, float], None] | None = None, include_path: tuple[str, ...] = ()) -> StandReport:
+    """Fire one spec or several (paths, texts or IR) and return what the stand measured.
+
+    width/depth: fire a scale model (see `cyclelang.stand.shrink`). seq, batch: the
+    tokens of the static fire and of training. data: a file whose bytes are the tokens
+    (default: seeded random tokens for the static fire, the Markov source for training).
+    train: steps of training with the spec's startup block after the static fire.
+    progress(name, step, steps, loss) is called after every training step.
+    """
+    from .. import to_spec
+    from ..backends.torch.build import build
+
+    if isinstance(specs, (str, os.PathLike, ir.Spec)):
+        specs = [specs]
+    if batch < 1:
+        raise _bad(f"--batch must be at least 1, not {batch}")
+    if train < 0:
+        raise _bad(f"--train must be 0 or more steps, not {train}")
+    runs: list[Firing] = []
+    interrupted = False
+    for spec in specs:
+        if include_path and isinstance(spec, (str, os.PathLike)):
+            from ..semantics.resolve import load
+
+            s = load(spec, include_path=tuple(include_path))
+        else:
+            s = to_spec(spec)
+        small = shrink(s, width=width, depth=depth)
+        e = small.engine
+        T = min(DEFAULT_SEQ, e.feed.context) if seq is None else seq
+        if not 1 <= T <= e.feed.context:
+            raise _bad(f"--seq {T} does not fit {e.name}'s context of {e.feed.context}", f"use --seq {e.feed.context} or less")
+        model = build(small, seed=seed)
+        source = ByteFile(data, e.feed.vocab) if data else RandomTokens(e.feed.vocab)
+        tokens = source.batch(batch, T, torch.Generator().manual_seed(seed))
+        idx, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        loss, feed_rms, stages, engine_params = static_fire(model, small, idx, targets)
+        checks = [check_detach(model, small, idx, targets), check_causal(model, small, idx), check_kv_cache(model, small, idx)]
+        training = None
+        if train:
+            if data:
+                src, floor, unigram = source, None, None
+            else:
+                src = Markov(min(ALPHABET, e.feed.vocab), seed=seed)
+                floor, unigram = src.entropy_rate, src.unigram
+            cb = None if progress is None else (lambda step, steps, value, _n=e.name: progress(_n, step, steps, value))
+            training = hot_fire(model, src, train, batch, T, seed, floor, unigram, cb)
+        runs.append(Firing(
+            name=e.name, file=_label(spec, s),
+            settings=Settings(width=e.width, depth=len(stages), seq=T, batch=batch, seed=seed,
+                              params=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
+                              data=source.name),
+            loss=loss, feed_pressure=feed_rms, stages=stages, engine_params=engine_params, checks=checks, training=training))
+        if training is not None and training.interrupted:
+            interrupted = True
+            break
+    return StandReport(runs=runs, interrupted=interrupted)
+
+
