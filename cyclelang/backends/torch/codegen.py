@@ -1034,7 +1034,7 @@ class Cache:
                         if it.norm is not None:
                             self.w(f"self.{it.norm.attr} = {self.op_ctor(it.norm)}" + _comment(it.norm.op.span, "fullflow: one shared valve for every branch"), it.norm.op.span)
                         for b in it.branches:
-                            self.w(f"self.{b.attr} = {b.cls}()" + _comment(b.br.span, f"fullflow {it.ff.name}: prechamber {b.br.name}"), b.br.span)
+                            self.w(f"self.{b.attr} = {b.cls}()" + _comment(b.br.span, ("fullflow" if it.ff.name == "fullflow" else f"fullflow {it.ff.name}") + f": prechamber {b.br.name}"), b.br.span)
             self.w()
             self.w("def forward(self, x, rope, cache, aux):")
             with self.out.indent():

@@ -155,8 +155,8 @@ class Block(nn.Module):
     def __init__(self):
         super().__init__()
         self.norm = nn.LayerNorm(768, eps=1e-05)  # full_flow.cycle:16 fullflow: one shared valve for every branch
-        self.mix = BlockMix()  # full_flow.cycle:17 fullflow fullflow: prechamber mix
-        self.burn = BlockBurn()  # full_flow.cycle:21 fullflow fullflow: prechamber burn
+        self.mix = BlockMix()  # full_flow.cycle:17 fullflow: prechamber mix
+        self.burn = BlockBurn()  # full_flow.cycle:21 fullflow: prechamber burn
 
     def forward(self, x, rope, cache, aux):
         h = self.norm(x)  # full_flow.cycle:16 fullflow: one shared valve
