@@ -97,30 +97,8 @@ def _span_at(file: str, text: str, offset: int, length: int = 1) -> Span:
     return Span(file=file, line=line, column=col, end_line=line, end_column=col + length)
 
 
-def _check_size_and_nesting(text: str, file: str, sources: dict) -> None:
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
-        raise CycleError([Diagnostic("E0010", "error", f"the spec is larger than {MAX_SOURCE_BYTES // 1024} KiB", _span_at(file, text, 0), "split it into files joined with include")], sources)
-    depth, in_comment, in_string = 0, False, False
-    for i, ch in enumerate(text):
-        if in_comment:
-            in_comment = ch != "\n"
-        elif in_string:
-            in_string = ch not in '"\n'
-        elif ch == "#":
-            in_comment = True
-        elif ch == '"':
-            in_string = True
-        elif ch in "{(":
-            depth += 1
-            if depth > MAX_NESTING:
-                raise CycleError([Diagnostic("E0011", "error", f"nesting deeper than {MAX_NESTING} levels", _span_at(file, text, i), "blocks nest at most engine > stage > fullflow > prechamber; simplify the expression")], sources)
-        elif ch in "})":
-            depth = max(depth - 1, 0)
-
-
-def _unclosed_brace(text: str) -> int | None:
-    """Offset of the innermost '{' that is never closed, or None."""
-    stack: list[int] = []
+def _brackets(text: str):
+    """(offset, char) of every bracket outside comments and strings."""
     in_comment = in_string = False
     for i, ch in enumerate(text):
         if in_comment:
@@ -131,7 +109,28 @@ def _unclosed_brace(text: str) -> int | None:
             in_comment = True
         elif ch == '"':
             in_string = True
-        elif ch == "{":
+        elif ch in "{}()":
+            yield i, ch
+
+
+def _check_size_and_nesting(text: str, file: str, sources: dict) -> None:
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
+        raise CycleError([Diagnostic("E0010", "error", f"the spec is larger than {MAX_SOURCE_BYTES // 1024} KiB", _span_at(file, text, 0), "split it into files joined with include")], sources)
+    depth = 0
+    for i, ch in _brackets(text):
+        if ch in "{(":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise CycleError([Diagnostic("E0011", "error", f"nesting deeper than {MAX_NESTING} levels", _span_at(file, text, i), "blocks nest at most engine > stage > fullflow > prechamber; simplify the expression")], sources)
+        else:
+            depth = max(depth - 1, 0)
+
+
+def _unclosed_brace(text: str) -> int | None:
+    """Offset of the innermost '{' that is never closed, or None."""
+    stack: list[int] = []
+    for i, ch in _brackets(text):
+        if ch == "{":
             stack.append(i)
         elif ch == "}" and stack:
             stack.pop()
