@@ -1,0 +1,423 @@
+"""Regenerate the gallery: `python scripts/gallery.py` (`--check` only reports what is stale).
+
+docs/gallery.md shows every spec of the library: its cycle diagram, its parameters
+per stage and per role (from the reviewer's static report), what `cyclec check`
+says about it, a few lines on the concept it shows, and the spec itself. The
+diagrams are docs/img/gallery/<stem>.svg, each stamped with the SHA-256 of the DOT
+it was drawn from, as the README's are (scripts/render_readme_diagrams.py): the
+test suite compares the markdown exactly and the SVGs by their stamps, so a
+different Graphviz version, which shifts SVG bytes, does not fail it.
+
+Everything here is deterministic and torch-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKDOWN = ROOT / "docs" / "gallery.md"
+IMAGES = ROOT / "docs" / "img" / "gallery"
+STAMP = re.compile(r"<!-- cyclelang: dot sha256 ([0-9a-f]{64})")
+COMMAND = "python scripts/gallery.py"
+
+# Sections, in reading order; every spec of specs/ appears in exactly one.
+SECTIONS: list[tuple[str, str, list[str]]] = [
+    ("Open, closed and full-flow cycles",
+     "How the flow is split off the main line and whether it comes back: the residual connection is the closed cycle.",
+     ["pressure_fed", "gas_generator", "gpt2", "gpt2_medium", "full_flow"]),
+    ("Where the valves sit",
+     "The same turbines with the norms moved: on the branch, in series on the main line, or on both sides of the turbine.",
+     ["post_ln", "sandwich", "deepnet"]),
+    ("Lean starts: what each merge lets back in",
+     "Pre-LN with cooling (gpt2 above) shrinks the turbines' output projections at initialisation; these engines scale or gate the exhaust at the merge itself.",
+     ["rezero", "layerscale", "highway"]),
+    ("Injectors: how positions mix",
+     "Attention is the injector, the one place where positions meet; its baffles (heads, KV heads), its reach (a window) and its very form can change.",
+     ["llama", "mqa", "mistral", "moe", "poolformer"]),
+    ("A throat on the main line",
+     "The narrowest width on the main path caps what the engine can carry past it.",
+     ["throat"]),
+]
+
+# Each spec's concept: (the engine reading, the network reading), in the project's words.
+CONCEPTS: dict[str, tuple[str, str]] = {
+    "pressure_fed": (
+        "No turbomachinery and no split flow: the tanks push propellant straight through every component in series. "
+        "Each stage's pressure drop falls on the whole flow, so a pressure-fed engine is simple and reliable when short, "
+        "and cannot be stacked tall.",
+        "A plain stack, `x = mlp(ln(attn(ln(x))))`, with no residual connection. There is no identity path, so the "
+        "gradient reaching the feed is a product of every operator's Jacobian; four layers train, forty would "
+        "hardly start (the reviewer warns, W107, when a plain stack gets deep). Everything downstream of here is about giving the flow a way around the turbines.",
+    ),
+    "gas_generator": (
+        "An open cycle: some flow drives a turbine and is then dumped rather than returned to the chamber. Here the "
+        "last stage taps the chamber twice. The critic is detached, like a gas generator's turbine exhausting to "
+        "ambient: it draws on the chamber but pushes nothing back upstream. The probe goes overboard: its exhaust never "
+        "rejoins the main line at all.",
+        "`detach` makes the critic `x + f(x.detach())`: the branch learns, through its merge, to use the features it "
+        "reads, but cannot reshape them (the reviewer's note N101 says exactly which groups its gradient no longer "
+        "reaches). `overboard loss=0.1` makes the probe an auxiliary next-token head on an intermediate layer whose "
+        "loss, weighted 0.1, joins the total: deep supervision, or a trained linear probe.",
+    ),
+    "gpt2": (
+        "The closed, staged-combustion cycle: every prechamber's exhaust returns to the chamber, nothing is dumped. "
+        "Each block splits the flow twice, once through the injector and once through the combustor, with a valve at "
+        "each prechamber's inlet; the main line itself is unobstructed from the feed pumps to the last valve before the "
+        "nozzle. The prechambers run cool at ignition: their output projections start at 0.02/sqrt(24).",
+        "GPT-2 small exactly: Pre-LN blocks `x = x + attn(ln(x)); x = x + mlp(ln(x))`, learned positions, a final "
+        "LayerNorm and an LM head tied to the token embedding, 124,439,808 parameters as Hugging Face counts them. "
+        "The clean residual path is why Pre-LN trains without a long warmup.",
+    ),
+    "gpt2_medium": (
+        "The same cycle at the next size: 24 stages of width 1024. Twice the stages means twice the merges into the "
+        "chamber (48), so each prechamber starts leaner, 0.02/sqrt(48), to keep the chamber pressure at ignition where "
+        "it was.",
+        "GPT-2 medium (354,823,168 parameters). The block is written once as a stage template, `stage block(heads)`, "
+        "and instanced `x 24`: a spec can name a block and reuse it, and the diagram still draws one block with a x24 badge.",
+    ),
+    "full_flow": (
+        "Full-flow staged combustion: two preburners fed from the same state, all the flow passing through turbines, "
+        "both exhausts returning at one junction. One valve serves both prechambers, and both run cool at ignition.",
+        "The parallel block of GPT-J and PaLM: `x = x + attn(ln(x)) + mlp(ln(x))`. Attention and MLP read the same "
+        "normalised input, so their input projections can be fused into one matrix product and a block needs one norm "
+        "instead of two. Rotary positions turn 16 of each head's 64 dimensions, and the head is untied with a bias, as "
+        "in GPT-J; the count equals `GPTJForCausalLM` of the same config. Unlike GPT-J, which starts every projection at "
+        "0.02, both exhausts are cooled here (0.02/sqrt(24): 24 merges into the chamber); without that the reviewer "
+        "warns (W102) that 24 full-strength updates land on the chamber at initialisation.",
+    ),
+    "post_ln": (
+        "The valves sit in series on the main line: after each prechamber returns its exhaust, the whole chamber flow "
+        "passes a valve. The turbines are fed straight from the chamber, and every stage adds a pressure drop that the "
+        "return stroke must climb.",
+        "The original Transformer encoder (base size): `x = ln(x + attn(x)); x = ln(x + mlp(x))`. The gradient into "
+        "the first layer passes through all twelve LayerNorms, which is why Post-LN wants a learning-rate warmup "
+        "(here 4000 steps). The throat is open, so every position sees every other and there is no KV cache; positions "
+        "are sinusoidal and the embedding is scaled by sqrt(512). The count equals six of torch's "
+        "`nn.TransformerEncoderLayer` plus the embedding.",
+    ),
+    "sandwich": (
+        "A valve on both sides of each turbine. The inlet valve isolates the turbine from the chamber pressure, as in "
+        "Pre-LN; the outlet valve bounds how hard the exhaust can hit the chamber. Both sit on the branch, so the main "
+        "line stays clear.",
+        "Sandwich-LN from CogView: `x = x + ln(f(ln(x)))`. Normalising each branch's output caps the size of every "
+        "update to the residual stream, which CogView used to keep deep fp16 training from overflowing. It costs two "
+        "LayerNorms per branch, four per block.",
+    ),
+    "deepnet": (
+        "Post-LN's valves stay in series, but the chamber flow is up-weighted before each valve (alpha = (2N)^(1/4) = 2.91 "
+        "for N = 36 blocks) and the turbines are built small (the value and output projections and the MLP weights start scaled "
+        "by beta = (8N)^(-1/4) = 0.24). The main line dominates every junction, so the pressure drops stop compounding.",
+        "DeepNet's DeepNorm: `x = ln(alpha * x + f(x))`. Alpha and beta are constants fixed by the depth, not "
+        "parameters: the count is exactly a Post-LN stack's. With them, a 36-layer Post-LN engine trains where a plain "
+        "one would need great care.",
+    ),
+    "rezero": (
+        "Every preburner starts unlit: each merge multiplies the exhaust by a throttle that starts at zero, so at "
+        "ignition the engine is the bare main line from the feed pumps to the nozzle, and each stage lights as training opens its throttle. "
+        "There are no valves at all.",
+        "ReZero: `x = x + alpha * f(x)` with a learned scalar alpha per branch, initialised to 0, and no LayerNorm "
+        "anywhere. At initialisation the network is the identity (the embedding straight into the head), so signals and "
+        "gradients pass every layer unchanged. The 24 alphas are the only parameters the merges add.",
+    ),
+    "layerscale": (
+        "A lean mixture per channel: each prechamber's exhaust is scaled, channel by channel, by a learned trim that "
+        "starts very small, so each preburner runs lean at first and richens as training asks.",
+        "LayerScale from CaiT: `x = x + diag(lambda) * f(ln(x))` with lambda a learned vector per branch. CaiT's rule sets "
+        "its start by depth: 0.1 up to 18 layers, 1e-5 up to 24, 1e-6 beyond; this engine has 24. It adds one "
+        "width-sized vector per merge (18,432 parameters in all).",
+    ),
+    "highway": (
+        "A throttle valve at each junction: a learned gate decides, channel by channel and position by position, how "
+        "much of the turbine's exhaust replaces the chamber flow. The gate starts mostly shut (bias -1), so the main line "
+        "carries the flow at first.",
+        "Highway-gated merges: `x = x + g * (f(x) - x)` with `g = sigmoid(W x + b)`, the carry gate of Highway Networks "
+        "(which inspired the residual connection: a residual is a gate held open with carry 1). Each gate is a full "
+        "width x width matrix: 789,504 parameters, a tenth of the engine, go into deciding how much to merge.",
+    ),
+    "llama": (
+        "RMSNorm valves on the branches, SwiGLU combustors, rotary positions and a baffled injector: 8 query heads "
+        "share 2 key/value heads. The baffles cut what the injector must remember per token by 4x.",
+        "A small Llama: `x = x + attn(rms(x)); x = x + swiglu(rms(x))`, grouped-query attention (GQA), no biases, "
+        "positions only from rotary (the feed has none), an untied head. The block is a stage template with three "
+        "parameters; the `startup` block carries the training recipe (warmup, cosine schedule, clipping, AdamW "
+        "betas and decay) into the generated `configure_optimizer`. The KV cache holds 4 KiB per token in 16-bit values.",
+    ),
+    "mqa": (
+        "The most baffled injector: sixteen query heads share one key/value head. The injector's memory per token "
+        "shrinks to a sixteenth of what a plain multi-head injector needs.",
+        "Multi-query attention: `kv_heads=1`. The KV cache holds layers x 1 x head_dim x 2 values per token (2 KiB "
+        "here, against 32 KiB with 16 KV heads), which is what makes long-context decoding cheap; the K and V "
+        "projections shrink to 1024 x 64. The count equals transformers' `LlamaForCausalLM` with "
+        "`num_key_value_heads=1`.",
+    ),
+    "mistral": (
+        "A window on the injector: each position sees only the last 256 positions, so the injector's memory stops "
+        "growing at the window whatever the context. Stacked stages still pass information further back, one window "
+        "per stage.",
+        "Mistral-style sliding-window attention with GQA: attention per token costs at most 256 keys at any context, "
+        "the KV cache need hold only the window, and eight layers reach 8 x 256 = 2048 positions back. The static "
+        "report shows attention FLOPs growing linearly past the window instead of quadratically.",
+    ),
+    "moe": (
+        "The combustor becomes a liquid-liquid injector: each token is routed to 2 of 8 experts. Restrictor orifices "
+        "(`capacity=1.25`) cap how many tokens one expert takes, spilling the overflow back to the main line, and a "
+        "mixture trim (`balance=0.01`) keeps the injection even so that no expert runs hot.",
+        "A Mixtral-style sparse MoE: top-2 routing over 8 SwiGLU experts, with the Switch Transformer's load-balancing "
+        "loss added to the total. Every expert holds parameters but each token runs only two: the reactors hold 72% of "
+        "the parameters while a token's forward pass touches a quarter of them. The parameter table counts every expert.",
+    ),
+    "poolformer": (
+        "The injector replaced by the simplest thing that still mixes: an average over the last three positions. "
+        "It has no parameters at all; the combustor does the work.",
+        "MetaFormer's PoolFormer block, made causal for a language model: the token mixer is `avgpool(x) - x` over the "
+        "past 3 positions. MetaFormer's point is that the block's general shape (norm, mixer, residual, MLP, residual) "
+        "carries much of the performance; the table shows every turbine parameter in the reactors.",
+    ),
+    "throat": (
+        "A choked throat fixes the mass flow whatever lies downstream: the main line narrows from 256 to 64 and widens "
+        "back. (The engine's `throat causal` line is the other throat of the analogy, supersonic flow past which "
+        "nothing travels upstream: the causal mask.)",
+        "Two Pre-LN blocks, then `Linear(256, 64)` and `Linear(64, 256)` in series with no residual around them, then "
+        "two more blocks: whatever the later blocks do, they see at most 64 numbers per position of what came before, "
+        "as with an autoencoder's latent or a LoRA rank. The reviewer reports the narrowest width on the main path (N102).",
+    ),
+}
+
+ROLE_HEADS = {  # table columns: the role and its engine part
+    "feed": "feed (pumps)",
+    "mixer": "mixer (injector)",
+    "reactor": "reactor (combustor)",
+    "valve": "valve (norm)",
+    "linear": "linear (duct)",
+    "merge": "merge",
+    "nozzle": "nozzle (head)",
+}
+
+
+def title(stem: str) -> str:
+    """The header comment's first paragraph: what the spec is."""
+    words = []
+    for line in spec_path(stem).read_text("utf-8").splitlines():
+        line = line.strip()
+        if not line.startswith("#") or not line.lstrip("# "):
+            break
+        words.append(line.lstrip("# ").strip())
+    return " ".join(words)
+
+
+def stems() -> list[str]:
+    return [s for _, _, group in SECTIONS for s in group]
+
+
+def spec_path(stem: str) -> Path:
+    return ROOT / "specs" / f"{stem}.cycle"
+
+
+def load(stem: str):
+    from cyclelang.semantics.resolve import parse
+
+    return parse(spec_path(stem).read_text("utf-8"), f"specs/{stem}.cycle")
+
+
+# --- diagrams -------------------------------------------------------------------------------
+
+
+def dot_source(stem: str) -> str:
+    from cyclelang.backends.graphviz import to_dot
+
+    return to_dot(load(stem), view="cycle")
+
+
+def digest(dot: str) -> str:
+    return hashlib.sha256(dot.encode("utf-8")).hexdigest()
+
+
+def stamped_svg(stem: str) -> bytes:
+    from cyclelang.backends.graphviz import render
+
+    dot = dot_source(stem)
+    svg = render(dot, "svg").decode("utf-8")
+    stamp = f"<!-- cyclelang: dot sha256 {digest(dot)}; regenerate with {COMMAND} -->\n"
+    head, sep, rest = svg.partition("?>\n")  # after the XML declaration
+    return ((head + sep + stamp + rest) if sep else (stamp + svg)).encode("utf-8")
+
+
+def stale_images() -> list[str]:
+    """Diagrams that are missing, drawn from a different DOT, or left over from a removed spec."""
+    out = []
+    for stem in stems():
+        path = IMAGES / f"{stem}.svg"
+        m = STAMP.search(path.read_text("utf-8")) if path.exists() else None
+        if m is None or m.group(1) != digest(dot_source(stem)):
+            out.append(path.relative_to(ROOT).as_posix())
+    extra = sorted(p for p in IMAGES.glob("*.svg") if p.stem not in stems()) if IMAGES.exists() else []
+    return out + [p.relative_to(ROOT).as_posix() + " (no such spec)" for p in extra]
+
+
+# --- the markdown ---------------------------------------------------------------------------
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def _si(x: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.1f}{suffix}"
+    return f"{x:g}"
+
+
+def _bytes(x: int) -> str:
+    return f"{x // 1024} KiB" if x >= 1024 and x % 1024 == 0 else f"{x:,} B"
+
+
+def checked(stem: str) -> str:
+    """What `cyclec check` says, in a few words."""
+    from cyclelang.review import apply_allows, review
+
+    spec = load(stem)
+    diags = apply_allows(review(spec), {f"specs/{stem}.cycle": spec_path(stem).read_text("utf-8")})
+    if not diags:
+        return "clean"
+    return "; ".join(f"{d.severity} {d.code}: {d.message}" for d in diags)
+
+
+PSEUDO_STAGES = {"feed": "feed", "main": "main line", "nozzle": "nozzle"}  # the report's names for what is not in a stage
+
+
+def param_table(rep: dict, stage_names: set[str]) -> list[str]:
+    p = rep["params"]
+    roles = [r for r, v in p["by_role"].items() if v]
+    head = ["stage", "×", "per instance"] + [ROLE_HEADS.get(r, r) for r in roles] + ["total"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":--", "--:"] + ["--:"] * (len(head) - 2)) + "|"]
+    for st in p["by_stage"]:
+        if not st["params"]:
+            continue
+        name = st["name"]
+        shown = f"`{name}`" if name in stage_names or name not in PSEUDO_STAGES else f"*{PSEUDO_STAGES[name]}*"
+        cells = [shown, str(st["repeat"]), _n(st["per_instance"])]
+        cells += [_n(st["by_role"].get(r, 0)) if st["by_role"].get(r, 0) else "" for r in roles]
+        cells.append(_n(st["params"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    total = ["**total**", "", ""] + [f"**{_n(p['by_role'][r])}**" for r in roles] + [f"**{_n(p['total'])}**"]
+    lines.append("| " + " | ".join(total) + " |")
+    return lines
+
+
+def entry(stem: str) -> list[str]:
+    from cyclelang.review import analyze
+
+    text = spec_path(stem).read_text("utf-8")
+    spec = load(stem)
+    rep = analyze(spec)
+    stage_names = {op.name for op in spec.engine.body if op.op == "stage"}
+    p, f, s = rep["params"], rep["flops_per_token"], rep["scaling"]
+    engine, network = CONCEPTS[stem]
+    kv = f"KV cache {_bytes(s['kv_bytes_per_token'])} per token" if s["kv_cache"] else "no KV cache (open throat)"
+    figures = (f"**{_si(p['total'])} parameters** ({_n(p['total'])}; {_si(p['non_embedding'])} without the feed) · "
+               f"forward {_si(f['forward'])} FLOPs per token at context {f['context']} · {kv} · "
+               f"mixers {p['mixer_share']:.0%} / reactors {p['reactor_share']:.0%} of the turbines · "
+               f"`cyclec check`: {checked(stem)}")
+    return [
+        f"### {stem}",
+        "",
+        f"*{title(stem)}* — [`specs/{stem}.cycle`](../specs/{stem}.cycle)",
+        "",
+        f"![{stem}: power-cycle diagram](img/gallery/{stem}.svg)",
+        "",
+        figures,
+        "",
+        f"**Engine.** {engine}",
+        "",
+        f"**Network.** {network}",
+        "",
+        *param_table(rep, stage_names),
+        "",
+        "<details><summary>The spec</summary>",
+        "",
+        "```",
+        text.rstrip("\n"),
+        "```",
+        "",
+        "</details>",
+        "",
+    ]
+
+
+def _anchor(title: str) -> str:
+    return re.sub(r"[^a-z0-9_ -]", "", title.lower()).replace(" ", "-")
+
+
+def markdown() -> str:
+    from cyclelang.review import analyze
+
+    out = [
+        "# Gallery",
+        "",
+        f"<!-- Generated by {COMMAND} from specs/*.cycle; edit the specs or the script, not this file. -->",
+        "",
+        "Every spec of the library (`specs/`), with its power-cycle diagram (`cyclec draw`), its parameters per "
+        "stage and per role (`cyclec check --report`), what the reviewer says about it, and the concept it shows, read "
+        "once as an engine and once as a network. Parameter counts are checked against transformers' models or "
+        "hand-written closed forms in the test suite (tests/test_spec_library.py, tests/test_interop.py).",
+        "",
+        "Reading the diagrams: the thick dark line is the main chamber (the residual stream), orange lines are "
+        "prechambers (residual branches), diamonds are valves (norms: filled on the main line, hollow on a branch), "
+        "⊕ is a merge junction and a badge ×N repeats a stage. Roles in the tables: the *mixer* is attention or "
+        "pooling (the injector, where positions meet), the *reactor* the MLP or MoE (combustion at each position), "
+        "*valves* are norms, *linear* a plain projection, *merge* the parameters a merge adds (gates, scales).",
+        "",
+        "| spec | what it shows | parameters |",
+        "|:--|:--|--:|",
+    ]
+    for _, _, group in SECTIONS:
+        for stem in group:
+            total = analyze(load(stem))["params"]["total"]
+            out.append(f"| [{stem}](#{_anchor(stem)}) | {title(stem)} | {_si(total)} |")
+    out.append("")
+    for section, intro, group in SECTIONS:
+        out += [f"## {section}", "", intro, ""]
+        for stem in group:
+            out += entry(stem)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def stale() -> list[str]:
+    out = stale_images()
+    if not MARKDOWN.exists() or MARKDOWN.read_text("utf-8") != markdown():
+        out.insert(0, MARKDOWN.relative_to(ROOT).as_posix())
+    return out
+
+
+def main(argv: list[str]) -> int:
+    specs = sorted(p.stem for p in (ROOT / "specs").glob("*.cycle"))
+    if sorted(stems()) != specs:
+        missing, extra = sorted(set(specs) - set(stems())), sorted(set(stems()) - set(specs))
+        print(f"gallery sections out of step with specs/: missing {missing}, unknown {extra}", file=sys.stderr)
+        return 1
+    if "--check" in argv:
+        bad = stale()
+        for p in bad:
+            print(f"out of date: {p}", file=sys.stderr)
+        return 1 if bad else 0
+    from cyclelang.io import atomic_write
+
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    for stem in stems():
+        atomic_write(IMAGES / f"{stem}.svg", stamped_svg(stem))
+    for p in IMAGES.glob("*.svg"):
+        if p.stem not in stems():
+            p.unlink()
+    atomic_write(MARKDOWN, markdown())
+    print(f"wrote {MARKDOWN.relative_to(ROOT).as_posix()} and {len(stems())} diagrams in {IMAGES.relative_to(ROOT).as_posix()}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main(sys.argv[1:]))

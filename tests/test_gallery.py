@@ -1,0 +1,53 @@
+"""docs/gallery.md and its diagrams are up to date with the specs (`python scripts/gallery.py`).
+
+The markdown is compared exactly; each SVG by the DOT hash stamped in it, so a
+different Graphviz version, which shifts SVG bytes, does not fail the test.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from .conftest import ROOT, SPECS
+
+
+@pytest.fixture(scope="module")
+def gallery():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gallery as g
+    finally:
+        sys.path.pop(0)
+    return g
+
+
+def test_every_spec_has_a_place_and_a_concept(gallery):
+    stems = gallery.stems()
+    assert sorted(stems) == sorted(p.stem for p in SPECS) and len(set(stems)) == len(stems)
+    assert set(gallery.CONCEPTS) == set(stems)
+
+
+def test_markdown_is_up_to_date(gallery):
+    text = (ROOT / "docs" / "gallery.md").read_text("utf-8")
+    assert text == gallery.markdown(), "run: python scripts/gallery.py"
+
+
+def test_diagrams_are_up_to_date(gallery):
+    assert gallery.stale_images() == [], "run: python scripts/gallery.py"
+
+
+def test_every_picture_and_link_resolves():
+    text = (ROOT / "docs" / "gallery.md").read_text("utf-8")
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert sorted(images) == sorted(f"img/gallery/{p.stem}.svg" for p in SPECS)
+    for target in re.findall(r"\]\((\.\./[^)#]+)\)", text):
+        assert (ROOT / "docs" / target).resolve().is_file(), target
+    anchors = set(re.findall(r"^### (\S+)$", text, re.M))
+    assert set(re.findall(r"\]\(#([^)]+)\)", text)) == anchors
+
+
+def test_check_mode_exit_code(gallery, capsys):
+    assert gallery.main(["--check"]) == 0
