@@ -86,6 +86,9 @@ class _Loader:
                 where = span or ir.Span(file=display, line=1, column=1, end_line=1, end_column=2)  # the spec itself: its start
                 self.out.error("E0010", f"'{display}' is larger than {MAX_SOURCE_BYTES // 1024} KiB", where, "split it into files joined with include")
                 return None
+            if span is not None and not path.is_file():  # an include of a FIFO would block forever
+                self.out.error("E0105", f"'{display}' is not a regular file", span)
+                return None
             data = path.read_bytes()
         except FileNotFoundError:
             self.out.error("E0105", f"no such file: '{display}'", span)
