@@ -372,6 +372,11 @@ def markdown() -> str:
         "pooling (the injector, where positions meet), the *reactor* the MLP or MoE (combustion at each position), "
         "*valves* are norms, *linear* a plain projection, *merge* the parameters a merge adds (gates, scales).",
         "",
+        "See also the examples: [`draw_variants.py`](../examples/draw_variants.py) draws one engine in seven block "
+        "variants side by side, [`train_markov.py`](../examples/train_markov.py) compiles a spec and trains it, "
+        "[`load_transformers.py`](../examples/load_transformers.py) loads transformers weights into compiled specs, and "
+        "[`include/`](../examples/include/engine.cycle) builds an engine from a file of shared blocks.",
+        "",
         "| spec | what it shows | parameters |",
         "|:--|:--|--:|",
     ]
