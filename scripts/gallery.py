@@ -318,7 +318,12 @@ def entry(stem: str) -> list[str]:
     stage_names = {op.name for op in spec.engine.body if op.op == "stage"}
     p, f, s = rep["params"], rep["flops_per_token"], rep["scaling"]
     engine, network = CONCEPTS[stem]
-    kv = f"KV cache {_bytes(s['kv_bytes_per_token'])} per token" if s["kv_cache"] else "no KV cache (open throat)"
+    if not s["kv_cache"]:
+        kv = "no KV cache (open throat)"
+    elif not s["kv_bytes_per_token"]:
+        kv = "no KV cache (no attention)"
+    else:
+        kv = f"KV cache {_bytes(s['kv_bytes_per_token'])} per token"
     figures = (f"**{_si(p['total'])} parameters** ({_n(p['total'])}; {_si(p['non_embedding'])} without the feed) · "
                f"forward {_si(f['forward'])} FLOPs per token at context {f['context']} · {kv} · "
                f"mixers {p['mixer_share']:.0%} / reactors {p['reactor_share']:.0%} of the turbines · "
