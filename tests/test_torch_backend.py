@@ -152,6 +152,17 @@ def test_forward_backward_finite(path):
     assert grads and all(torch.isfinite(g).all() for g in grads)
 
 
+def test_targets_may_be_a_non_contiguous_slice():
+    # the usual next-token setup: inputs x[:, :-1], targets x[:, 1:] (a view, not contiguous)
+    model = small(ROOT / "specs" / "gas_generator.cycle").train()
+    x = tokens(model, T=13)
+    idx, targets = x[:, :-1], x[:, 1:]
+    assert not targets.is_contiguous()
+    _, loss = model(idx, targets=targets)
+    _, same = model(idx, targets=targets.contiguous())
+    assert torch.equal(loss, same)
+
+
 @pytest.mark.parametrize("path", SPECS, ids=spec_id)
 def test_written_source_matches_build_bit_for_bit(path, tmp_path):
     text = shrink(path)

@@ -1299,14 +1299,14 @@ class Cache:
                     self.w("for name, weight in OVERBOARD_LOSS.items():  # auxiliary next-token heads")
                     with self.out.indent():
                         self.w("head = self.exhaust[name]")
-                        self.w("losses[name] = weight * F.cross_entropy(head.view(-1, head.size(-1)), targets.view(-1), ignore_index=-1)")
+                        self.w("losses[name] = weight * F.cross_entropy(head.view(-1, head.size(-1)), targets.reshape(-1), ignore_index=-1)")
                 self.w("self.aux_losses = losses")
             else:
                 self.w("self.aux_losses = aux")
             self.w("if targets is None:")
             with self.out.indent():
                 self.w("return logits")
-            self.w("loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)")
+            self.w("loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)")
             self.w("for value in self.aux_losses.values():")
             with self.out.indent():
                 self.w("loss = loss + value")

@@ -264,11 +264,11 @@ class Model(nn.Module):
         if targets is not None:
             for name, weight in OVERBOARD_LOSS.items():  # auxiliary next-token heads
                 head = self.exhaust[name]
-                losses[name] = weight * F.cross_entropy(head.view(-1, head.size(-1)), targets.view(-1), ignore_index=-1)
+                losses[name] = weight * F.cross_entropy(head.view(-1, head.size(-1)), targets.reshape(-1), ignore_index=-1)
         self.aux_losses = losses
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
