@@ -1,0 +1,444 @@
+"""Benchmarks of the compiled models and of the compiler, side by side, in one run.
+
+    python benchmarks/run.py                   # everything (a few minutes on 2 cores)
+    python benchmarks/run.py --only train,frontend
+    python benchmarks/run.py --write           # also refresh the figures in docs/benchmarks.md
+
+Every figure that matters is a ratio measured in the same run, against a side
+timed in the same rounds: sides alternate within each round (so load from other
+processes hits all of them), and the ratio reported is the median over rounds.
+Before timing, each pair is shown to compute the same function (same loss after
+copying weights), so the ratio compares implementations, not architectures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+DOC = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+# --- the specs under test, shrunk to fit two CPU cores -------------------------------------
+
+SHRINK = {
+    # GPT-2 small's cycle at width 256, 4 blocks, 4 heads of 64
+    "gpt2": {r"width=\d+": "width=256", r"heads=12": "heads=4", r"let depth = \d+": "let depth = 4", r"vocab=\d+": "vocab=8192", r"context=\d+": "context=256"},
+    # the Llama cycle at width 256: 8 query heads over 2 KV heads of 32, SwiGLU 704, 4 blocks
+    "llama": {r"width=\d+": "width=256", r"hidden=\d+": "hidden=704", r"\) x 8": ") x 4", r"vocab=\d+": "vocab=8192", r"context=\d+": "context=256"},
+    # the MoE cycle as written (width 256, 4 blocks, 8 experts top-2), a shorter context
+    "moe": {r"context=\d+": "context=256"},
+}
+DECODE = {r"width=\d+": "width=128", r"heads=8": "heads=4", r"hidden=\d+": "hidden=352", r"\) x 8": ") x 2", r"vocab=\d+": "vocab=2048", r"context=\d+": "context=1280"}
+
+
+def spec_text(name: str, subs: dict) -> str:
+    text = (ROOT / "specs" / f"{name}.cycle").read_text("utf-8")
+    for pat, rep in subs.items():
+        text = re.sub(pat, rep, text)
+    return text
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+# --- training step --------------------------------------------------------------------------
+
+
+def models(name, torch):
+    """(ours, reference, transformers) at the same config and the same weights."""
+    import reference as R
+    import transformers
+
+    import cyclelang
+    from cyclelang.interop import load_transformers
+
+    ours = cyclelang.build(cyclelang.parse(spec_text(name, SHRINK[name])), seed=0)
+    c = ours.config
+    if name == "gpt2":
+        ref = R.GPT(R.GPTConfig(vocab_size=c.vocab_size, block_size=c.context, n_layer=4, n_head=4, n_embd=256))
+        hf_cfg = transformers.GPT2Config(vocab_size=c.vocab_size, n_positions=c.context, n_embd=256, n_layer=4, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        hf = transformers.GPT2LMHeadModel(hf_cfg)
+    else:
+        moe = name == "moe"
+        heads, kv, hidden = (8, 4, 512) if moe else (8, 2, 704)
+        ref = R.Llama(R.LlamaConfig(vocab_size=c.vocab_size, max_seq_len=c.context, dim=256, n_layers=4, n_heads=heads, n_kv_heads=kv, hidden=hidden,
+                                    n_experts=8 if moe else 0, top_k=2, capacity=1.25 if moe else 0.0, balance=0.01 if moe else 0.0))
+        kw = dict(vocab_size=c.vocab_size, hidden_size=256, intermediate_size=hidden, num_hidden_layers=4, num_attention_heads=heads, num_key_value_heads=kv,
+                  max_position_embeddings=c.context, rms_norm_eps=1e-6, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        hf_cfg = transformers.MixtralConfig(num_local_experts=8, num_experts_per_tok=2, **kw) if moe else transformers.LlamaConfig(**kw)
+        hf = (transformers.MixtralForCausalLM if moe else transformers.LlamaForCausalLM)(hf_cfg)
+    load_transformers(ours, hf)  # the configs line up (else InteropError); all three share weights
+    R.copy_weights(ref, ours)
+    return ours, ref, hf
+
+
+def _loss(model, idx, tgt, hf=False):
+    if hf:
+        return model(input_ids=idx, labels=idx).loss
+    return model(idx, tgt)[1]
+
+
+def check_same(name, ours, ref, hf, torch, idx, tgt):
+    """Same function: losses agree (train mode for capacity dropping; moe vs HF in eval)."""
+    with torch.no_grad():
+        a, b = _loss(ours, idx, tgt), _loss(ref, idx, tgt)
+        assert abs(float(a) - float(b)) < 1e-4, f"{name}: compiled {float(a)} vs reference {float(b)}"
+        ours.eval(), hf.eval()
+        lo = ours(idx, tgt)[1] - sum(ours.aux_losses.values(), torch.zeros(()))
+        lh = _loss(hf, idx, tgt, hf=True)
+        ours.train(), hf.train()
+        assert abs(float(lo) - float(lh)) < 1e-4, f"{name}: compiled {float(lo)} vs transformers {float(lh)}"
+
+
+def time_sides(sides, rounds, steps):
+    """sides: {label: step_fn}. Alternate sides each round; returns {label: [seconds per step]}."""
+    out = {k: [] for k in sides}
+    for r in range(rounds):
+        order = list(sides) if r % 2 == 0 else list(reversed(sides))
+        for k in order:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                sides[k]()
+            out[k].append((time.perf_counter() - t0) / steps)
+    return out
+
+
+def ratio(times, a, b):
+    return median([x / y for x, y in zip(times[a], times[b])])
+
+
+def bench_train(args, torch, compiled=False):
+    rows = []
+    for name in args.specs.split(","):
+        ours, ref, hf = models(name, torch)
+        B, T = args.batch, args.seq
+        g = torch.Generator().manual_seed(0)
+        idx = torch.randint(0, ours.config.vocab_size, (B, T), generator=g)
+        tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
+        check_same(name, ours, ref, hf, torch, idx, tgt)
+        sides = {}
+        note = ""
+        for label, model, is_hf in (("cyclec", ours, False), ("reference", ref, False), ("transformers", hf, True)):
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            fwd = model
+            if compiled:
+                full = label == "cyclec" and name != "moe"
+                fwd = torch.compile(model, fullgraph=full)
+                if label == "cyclec" and name == "moe":
+                    note = "moe: fullgraph=False (expert dispatch has data-dependent shapes)"
+
+            def step(fwd=fwd, opt=opt, is_hf=is_hf):
+                opt.zero_grad(set_to_none=True)
+                _loss(fwd, idx, tgt, hf=is_hf).backward()
+                opt.step()
+
+            t0 = time.perf_counter()
+            for _ in range(2):  # warm-up (and, compiled, the compilation itself)
+                step()
+            sides[label] = step
+            if compiled:
+                print(f"  compile+2 steps {name}/{label}: {time.perf_counter() - t0:.1f}s", flush=True)
+        times = time_sides(sides, args.rounds, args.steps)
+        row = {"name": name, "ms": {k: 1000 * median(v) for k, v in times.items()},
+               "vs_ref": ratio(times, "cyclec", "reference"), "vs_hf": ratio(times, "cyclec", "transformers"), "note": note}
+        rows.append(row)
+        print(f"  {name}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in row["ms"].items()) + f"; cyclec/reference {row['vs_ref']:.3f}, cyclec/transformers {row['vs_hf']:.3f}", flush=True)
+        del ours, ref, hf, sides
+        gc.collect()
+    return rows
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+def bench_decode(args, torch):
+    import cyclelang
+
+    model = cyclelang.build(cyclelang.parse(spec_text("llama", DECODE)), seed=0).eval()
+    Cache = sys.modules[type(model).__module__].Cache
+    prompt = torch.randint(0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0))
+
+    @torch.no_grad()
+    def per_token(n):
+        """Greedy decoding with the cache, timing each new token."""
+        cache, idx, ts = Cache(), prompt, []
+        logits = model(idx, cache=cache)
+        for _ in range(n):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            idx = torch.cat((idx, nxt), dim=1)
+            t0 = time.perf_counter()
+            logits = model(nxt, cache=cache)
+            ts.append(time.perf_counter() - t0)
+        return ts
+
+    def total(n, use_cache):
+        t0 = time.perf_counter()
+        out = model.generate(prompt, n, temperature=0, use_cache=use_cache)
+        return time.perf_counter() - t0, out
+
+    per_token(16)  # warm-up
+    res = {}
+    ts = per_token(1024)
+    first, last = median(ts[32:96]), median(ts[-64:])
+    res["ms_first"], res["ms_last"], res["flat"] = 1000 * first, 1000 * last, last / first
+    for n, reps in ((256, args.decode_reps), (1024, 1)):
+        speed = []
+        for _ in range(reps):
+            tc, a = total(n, True)
+            tn, b = total(n, False)
+            assert torch.equal(a, b), "cache and recompute disagree"
+            speed.append(tn / tc)
+        res[n] = median(speed)
+        res[f"s{n}"] = (tc, tn)
+    print(f"  per token (cache): {res['ms_first']:.2f} ms at ~64 tokens, {res['ms_last']:.2f} ms at ~1000 (x{res['flat']:.2f}); "
+          f"speed-up over recompute: x{res[256]:.1f} at 256, x{res[1024]:.1f} at 1024", flush=True)
+    return res
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+def peak_step_bytes(model, opt, idx, tgt, torch):
+    """Peak bytes of live tensor storage during one training step (after a warm-up step,
+    so optimizer state exists), counted exactly by a dispatch mode that sees every
+    allocation: storages are tracked by weak reference and dropped when freed."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(idx, tgt)[1].backward()
+        opt.step()
+
+    step()
+    live = {}
+
+    def add(t):
+        st = t.untyped_storage()
+        ref = StorageWeakRef(st)
+        if ref.cdata not in live:
+            live[ref.cdata] = (ref, st.nbytes())
+
+    for p in model.parameters():
+        add(p)
+    for s in opt.state.values():
+        for v in s.values():
+            if isinstance(v, torch.Tensor):
+                add(v)
+    base = sum(n for _, n in live.values())
+    peak = [base]
+
+    class Track(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                    add(t)
+            for k in [k for k, (r, _) in live.items() if r.expired()]:
+                del live[k]
+            peak[0] = max(peak[0], sum(n for _, n in live.values()))
+            return out
+
+    with Track():
+        step()
+    return base, peak[0]
+
+
+def bench_memory(args, torch):
+    rows = []
+    for name in args.specs.split(","):
+        ours, ref, hf = models(name, torch)
+        del hf
+        B, T = args.batch, args.seq
+        idx = torch.randint(0, ours.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
+        tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
+        got = {}
+        for label, m in (("cyclec", ours), ("reference", ref)):
+            got[label] = peak_step_bytes(m.train(), torch.optim.AdamW(m.parameters(), lr=1e-4), idx, tgt, torch)
+        (b0, p0), (b1, p1) = got["cyclec"], got["reference"]
+        rows.append({"name": name, "cyclec": p0, "reference": p1, "ratio": p0 / p1, "act_ratio": (p0 - b0) / (p1 - b1)})
+        print(f"  {name}: peak {p0 / 2**20:.1f} MiB vs {p1 / 2**20:.1f} MiB (x{p0 / p1:.3f}); above weights+state x{(p0 - b0) / (p1 - b1):.3f}", flush=True)
+    return rows
+
+
+# --- the front end --------------------------------------------------------------------------
+
+
+def _cyclec():
+    exe = Path(sysconfig.get_path("scripts")) / "cyclec"
+    return [str(exe)] if exe.is_file() else [sys.executable, "-m", "cyclelang"]
+
+
+def _run_time(cmd, reps):
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        ts.append(time.perf_counter() - t0)
+    return ts
+
+
+def synthetic(n: int) -> str:
+    """A spec of n stage definitions (10 lines each) and an engine using each once."""
+    parts = []
+    for i in range(n):
+        parts.append(f"stage s{i}(h) {{\n  prechamber mix {{\n    norm layernorm\n    turbine attention heads=h\n  }}\n"
+                     f"  prechamber burn {{\n    norm layernorm\n    turbine mlp ratio=4 act=gelu\n  }}\n}}\n")
+    parts.append("engine synth {\n  chamber width=64\n  throat causal\n  feed tokens vocab=256 context=64 position=learned\n")
+    parts += [f"  stage s{i}(h=4)\n" for i in range(n)]
+    parts.append("  norm layernorm\n  nozzle head tied\n}\n")
+    return "".join(parts)
+
+
+def bench_frontend(args):
+    import cyclelang
+    from cyclelang import review
+
+    reps = args.cli_reps
+    gpt2 = "specs/gpt2.cycle"
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "cyclec check": _cyclec() + ["check", gpt2],
+            "cyclec draw -o x.dot": _cyclec() + ["draw", gpt2, "-o", os.path.join(tmp, "x.dot")],
+        }
+        times = {k: [] for k in sides}
+        for _ in range(reps):  # interleaved, like the training rounds
+            for k, cmd in sides.items():
+                times[k] += _run_time(cmd, 1)
+        env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+        imported = subprocess.run(_cyclec() + ["draw", gpt2, "-o", os.path.join(tmp, "y.dot")], cwd=ROOT, env=env, capture_output=True, text=True).stderr
+        torch_free = not re.search(r"\|\s+torch$", imported, re.M)
+    bare = median(times["python -c pass"])
+    cli = {k: median(v) - bare for k, v in times.items() if k != "python -c pass"}
+    print(f"  bare python {bare * 1000:.0f} ms; over it: " + ", ".join(f"{k} +{v * 1000:.0f} ms" for k, v in cli.items()) + f"; torch imported: {not torch_free}", flush=True)
+
+    cyclelang.parse(synthetic(2))  # the parser is built once per process: not part of the rate
+    scale = []
+    texts = [(f"{n} stage definitions", synthetic(n)) for n in (10, 100, 1000)]
+    texts.append(("10,000 lines", synthetic(999)))
+    for label, text in texts:
+        lines = text.count("\n")
+        ts = []
+        for _ in range(args.parse_reps):
+            t0 = time.perf_counter()
+            review.review(cyclelang.parse(text))
+            ts.append(time.perf_counter() - t0)
+        t = median(ts)
+        scale.append({"label": label, "lines": lines, "s": t, "rate": lines / t})
+        print(f"  {label}: {lines} lines, {t * 1000:.1f} ms, {lines / t:,.0f} lines/s", flush=True)
+    return {"bare": bare, "cli": cli, "torch_free": torch_free, "scale": scale}
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def render(results, args, torch) -> str:
+    import platform
+
+    out = [f"Measured {time.strftime('%Y-%m-%d')} on {platform.processor() or platform.machine()}, "
+           f"{torch.get_num_threads()} torch threads, torch {torch.__version__}, Python {platform.python_version()}; "
+           f"batch {args.batch} x {args.seq} tokens, {args.rounds} rounds x {args.steps} steps (medians).", ""]
+    for key, title in (("train", "Training step (forward, backward, AdamW), eager"), ("compiled", "Training step, each side torch.compile'd")):
+        if key not in results:
+            continue
+        out += [f"### {title}", "", "| spec | cyclec ms | reference ms | transformers ms | cyclec / reference | cyclec / transformers |", "|---|---|---|---|---|---|"]
+        for r in results[key]:
+            ms = r["ms"]
+            out.append(f"| {r['name']} | {ms['cyclec']:.1f} | {ms['reference']:.1f} | {ms['transformers']:.1f} | **{r['vs_ref']:.3f}** | **{r['vs_hf']:.3f}** |")
+        notes = [r["note"] for r in results[key] if r["note"]]
+        out += [""] + ([f"Note: {'; '.join(notes)}.", ""] if notes else [])
+    if "decode" in results:
+        d = results["decode"]
+        out += ["### Decoding (greedy, batch 1, Llama-style spec at width 128)", "",
+                "| figure | value |", "|---|---|",
+                f"| per-token time with the cache, around token 64 | {d['ms_first']:.2f} ms |",
+                f"| per-token time with the cache, tokens 960-1024 | {d['ms_last']:.2f} ms (x{d['flat']:.2f}) |",
+                f"| speed-up of the cache over recomputing, 256 tokens | **x{d[256]:.1f}** |",
+                f"| speed-up of the cache over recomputing, 1024 tokens | **x{d[1024]:.1f}** |", ""]
+    if "memory" in results:
+        out += ["### Peak memory of a training step", "", "| spec | cyclec MiB | reference MiB | ratio | ratio above weights + AdamW state |", "|---|---|---|---|---|"]
+        for r in results["memory"]:
+            out.append(f"| {r['name']} | {r['cyclec'] / 2**20:.1f} | {r['reference'] / 2**20:.1f} | **{r['ratio']:.3f}** | {r['act_ratio']:.3f} |")
+        out.append("")
+    if "frontend" in results:
+        f = results["frontend"]
+        out += ["### The front end", "", f"Bare `python -c pass`: {f['bare'] * 1000:.0f} ms (median of {args.cli_reps}).", "",
+                "| command (gpt2.cycle) | over bare Python |", "|---|---|"]
+        out += [f"| `{k}` | **+{v * 1000:.0f} ms** |" for k, v in f["cli"].items()]
+        out += ["", f"torch imported by `cyclec draw`: {'no' if f['torch_free'] else 'YES'}.", "",
+                "| synthetic spec | lines | parse + check | lines/s |", "|---|---|---|---|"]
+        out += [f"| {s['label']} | {s['lines']:,} | {s['s'] * 1000:.1f} ms | {s['rate']:,.0f} |" for s in f["scale"]]
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="train,compiled,decode,memory,frontend")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--decode-reps", type=int, default=3)
+    ap.add_argument("--cli-reps", type=int, default=9)
+    ap.add_argument("--parse-reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fair on a shared 2-core box; OpenMP spinning under contention swamps the figures)")
+    ap.add_argument("--specs", default="gpt2,llama,moe", help="training-step specs")
+    ap.add_argument("--write", action="store_true", help=f"replace the figures in {DOC.relative_to(ROOT)}")
+    args = ap.parse_args(argv)
+    only = args.only.split(",")
+
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    results = {}
+    t0 = time.perf_counter()
+    if "frontend" in only:
+        print("front end", flush=True)
+        results["frontend"] = bench_frontend(args)
+    if "train" in only:
+        print("training step, eager", flush=True)
+        results["train"] = bench_train(args, torch)
+    if "decode" in only:
+        print("decoding", flush=True)
+        results["decode"] = bench_decode(args, torch)
+    if "memory" in only:
+        print("memory", flush=True)
+        results["memory"] = bench_memory(args, torch)
+    if "compiled" in only:
+        print("training step, torch.compile", flush=True)
+        results["compiled"] = bench_train(args, torch, compiled=True)
+    text = render(results, args, torch)
+    print(f"\n{text}\n(total {time.perf_counter() - t0:.0f} s)")
+    if args.write:
+        doc = DOC.read_text("utf-8")
+        cmd = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        block = f"{START}\n<!-- written by: {cmd.strip()} -->\n\n{text}\n{END}"
+        doc = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda m: block, doc, flags=re.S)
+        DOC.write_text(doc, "utf-8")
+
+
+if __name__ == "__main__":
+    main()

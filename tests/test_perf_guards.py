@@ -1,0 +1,222 @@
+"""Performance guards that time nothing: an accidental extra matmul, a graph break or
+torch creeping into the front end fails here, whatever the machine's load.
+
+The expected matmul count and FLOPs of one forward pass come from a closed form
+over the IR written here (not from the code generator), per construct:
+
+    attention  qkv 2N·C·(h+2kv)·d, proj 2N·h·d·C, scores and mix 4·B·h·T·T·d
+    mlp        fc 2N·C·H (×2 for swiglu/geglu), proj 2N·H·C
+    moe        router 2N·C·E, experts 2N·top·(C·H·g + H·C) in eval (dropless routing)
+    linear     2N·in·out;  gate merge 2N·C·C;  nozzle 2N·C·V
+
+with N = B·T tokens. Matmuls are counted as they reach the ATen dispatcher (mm,
+addmm, bmm, baddbmm; attention as one fused kernel); torch's FlopCounterMode
+checks the dense FLOPs independently.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import cyclelang
+from cyclelang import ir
+
+from .conftest import ROOT, SPECS
+
+torch = pytest.importorskip("torch")
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from cyclelang.backends.torch.build import build  # noqa: E402
+
+B, T = 2, 8
+
+_SHRINK = [
+    (r"chamber width=\d+", "chamber width=96"),
+    (r"let width = \d+", "let width = 96"),
+    (r"vocab=\d+", "vocab=96"),
+    (r"context=\d+", "context=16"),
+    (r"let depth = \d+", "let depth = 2"),
+    (r"(?<=\s)x (\d+)", lambda m: f"x {min(int(m.group(1)), 2)}"),
+    (r"hidden=\d+", "hidden=80"),
+    (r"window=\d+", "window=4"),
+    (r"\bout=(?!vocab)\d+", "out=48"),
+]
+
+
+def shrink(path) -> str:
+    text = path.read_text("utf-8")
+    for pat, rep in _SHRINK:
+        text = re.sub(pat, rep, text)
+    return text
+
+
+# --- the closed form ----------------------------------------------------------------------
+
+
+def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
+    """(matmuls, FLOPs) of one eval-mode forward pass on (B, T) tokens."""
+    e = spec.engine
+    N = B * T
+    count = flops = 0
+
+    def turbine(op):
+        nonlocal count, flops
+        if isinstance(op, ir.Attention):
+            h, kv, d, C = op.heads, op.kv_heads, op.head_dim, op.width
+            count += 3  # qkv, the fused attention kernel, proj
+            flops += 2 * N * C * (h + 2 * kv) * d + 2 * N * h * d * C + 4 * B * h * T * T * d
+        elif isinstance(op, ir.Mlp):
+            g = 2 if op.act in ("swiglu", "geglu") else 1
+            count += 2
+            flops += 2 * N * op.width * op.hidden * g + 2 * N * op.hidden * op.width
+        elif isinstance(op, ir.Moe):
+            g = 2 if op.act in ("swiglu", "geglu") else 1
+            count += 1 + 2 * op.experts
+            flops += 2 * N * op.width * op.experts + 2 * N * op.top * (op.width * op.hidden * g + op.hidden * op.width)
+        elif isinstance(op, ir.Linear):
+            count += 1
+            flops += 2 * N * op.width * op.out
+
+    def branch(p: ir.Prechamber):
+        nonlocal count, flops
+        for op in p.ops:
+            turbine(op)
+        if isinstance(p.merge, ir.GateMerge):
+            count += 1
+            flops += 2 * N * p.width * p.width
+
+    for top in e.body:
+        if isinstance(top, ir.Stage):
+            for _ in range(top.repeat):
+                for op in top.ops:
+                    if isinstance(op, ir.Prechamber):
+                        branch(op)
+                    elif isinstance(op, ir.Fullflow):
+                        for p in op.branches:
+                            branch(p)
+                    else:
+                        turbine(op)
+        else:
+            turbine(top)
+    count += 1
+    flops += 2 * N * e.nozzle.width * e.nozzle.vocab
+    return count, flops
+
+
+# --- counting -----------------------------------------------------------------------------
+
+
+class MatmulCounter(TorchDispatchMode):
+    """Counts matmul kernels and their FLOPs as they reach ATen (attention included)."""
+
+    ATTENTION = re.compile(r"aten\._scaled_dot_product_\w*attention\w*")
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.flops = 0
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        if name in ("aten.mm", "aten.addmm"):
+            a, b = (args[0], args[1]) if name == "aten.mm" else (args[1], args[2])
+            self._add(name, 2 * a.shape[0] * a.shape[1] * b.shape[1])
+        elif name in ("aten.bmm", "aten.baddbmm"):
+            a, b = (args[0], args[1]) if name == "aten.bmm" else (args[1], args[2])
+            self._add(name, 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2])
+        elif self.ATTENTION.fullmatch(name):
+            q, k, v = args[:3]
+            Bq, H, L, E = q.shape
+            S = k.shape[-2]
+            self._add(name, 2 * Bq * H * L * S * E + 2 * Bq * H * L * S * v.shape[-1])
+        return func(*args, **(kwargs or {}))
+
+    def _add(self, name, flops):
+        self.count += 1
+        self.flops += flops
+        self.seen.append(name)
+
+
+def small(path):
+    return build(cyclelang.parse(shrink(path)), seed=0).eval()
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_matmuls_and_flops_per_forward(path):
+    spec = cyclelang.parse(shrink(path))
+    model = build(spec, seed=0).eval()
+    idx = torch.randint(0, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
+    want_count, want_flops = expected(spec, B, T)
+    with torch.no_grad(), MatmulCounter() as mc:
+        model(idx)
+    assert (mc.count, mc.flops) == (want_count, want_flops), f"{path.stem}: {mc.seen}"
+    # torch's own counter agrees on the dense part (it cannot see the fused CPU attention kernel)
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        model(idx)
+    attention = sum(4 * B * a.heads * T * T * a.head_dim for a in _attentions(spec))
+    assert fc.get_total_flops() in (want_flops - attention, want_flops)
+
+
+def _attentions(spec):
+    out = []
+
+    def visit(node):
+        if isinstance(node, ir.Attention):
+            out.append(node)
+        elif isinstance(node, ir.Stage):
+            for _ in range(node.repeat):
+                for op in node.ops:
+                    visit(op)
+        elif isinstance(node, ir.Prechamber):
+            for op in node.ops:
+                visit(op)
+        elif isinstance(node, ir.Fullflow):
+            for p in node.branches:
+                visit(p)
+
+    for op in spec.engine.body:
+        visit(op)
+    return out
+
+
+def test_closed_form_gpt2_small():
+    """The closed form at full size: GPT-2 small's well-known forward cost per token."""
+    spec = cyclelang.load(ROOT / "specs" / "gpt2.cycle")
+    _, flops = expected(spec, 1, 1)
+    # 12 layers x (qkv 3C^2 + proj C^2 + mlp 8C^2) x 2 + attention 4Cd... + head 2CV
+    C, V = 768, 50257
+    assert flops == 12 * (2 * 12 * C * C + 4 * 12 * 64) + 2 * C * V
+
+
+# --- graph capture ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_compile_fullgraph(name):
+    model = small(ROOT / "specs" / f"{name}.cycle")
+    idx = torch.randint(0, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")  # graph capture is the guard; no C++ build
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(idx), model(idx))
+    torch._dynamo.reset()
+
+
+# --- the front end stays torch-free -------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["check"], ["draw", "-o", "{tmp}/x.dot"], ["draw", "--view", "graph", "-o", "{tmp}/y.dot"], ["fmt", "--check"]])
+def test_front_end_leaves_torch_unimported(args, tmp_path):
+    argv = [a.format(tmp=tmp_path) for a in args] + [str(ROOT / "specs" / "gpt2.cycle")]
+    code = (
+        "import sys\nfrom cyclelang.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    assert e.code in (0, None, 1), e.code\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
