@@ -470,7 +470,7 @@ def test_generated_source_and_weights_are_identical(tmp_path):
 def test_weights_file_is_byte_identical(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("safetensors")
-    for _ in range(3):  # the order flips about half the time
+    for _ in range(2):  # the order flips about half the time
         (_, w_a), (_, w_b) = _two_builds(tmp_path)
         assert w_a == w_b
         shutil.rmtree(tmp_path / "run0")
