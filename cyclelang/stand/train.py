@@ -76,7 +76,7 @@ def hot_fire(model, source, steps: int, batch: int, seq: int, seed: int, floor: 
                 _, loss = model(idx, targets)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                value = float(loss)
+                value = float(loss.detach())
                 gnorm = _total_norm(params)
                 losses.append(value)
                 gnorms.append(gnorm)
