@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DOC = ROOT / "docs" / "benchmarks.md"
+RESULTS = Path(__file__).resolve().parent / "results.json"  # the figures in DOC, as data
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 # --- the specs under test, shrunk to fit two CPU cores -------------------------------------
@@ -125,7 +126,7 @@ def ratio(times, a, b):
 
 def bench_train(args, torch, compiled=False):
     rows = []
-    for name in args.specs.split(","):
+    for name in (args.compile_specs if compiled else args.specs).split(","):
         ours, ref, hf = models(name, torch)
         B, T = args.batch, args.seq
         g = torch.Generator().manual_seed(0)
@@ -205,10 +206,9 @@ def bench_decode(args, torch):
             tn, b = total(n, False)
             assert torch.equal(a, b), "cache and recompute disagree"
             speed.append(tn / tc)
-        res[n] = median(speed)
-        res[f"s{n}"] = (tc, tn)
+        res[f"x{n}"] = median(speed)
     print(f"  per token (cache): {res['ms_first']:.2f} ms at ~64 tokens, {res['ms_last']:.2f} ms at ~1000 (x{res['flat']:.2f}); "
-          f"speed-up over recompute: x{res[256]:.1f} at 256, x{res[1024]:.1f} at 1024", flush=True)
+          f"speed-up over recompute: x{res['x256']:.1f} at 256, x{res['x1024']:.1f} at 1024", flush=True)
     return res
 
 
@@ -314,6 +314,9 @@ def bench_frontend(args):
 
     reps = args.cli_reps
     gpt2 = "specs/gpt2.cycle"
+    # Bytecode first, as `pip install` does: otherwise (PYTHONDONTWRITEBYTECODE, a read-only
+    # tree) every start recompiles the sources, and the parse tables' literal most of all.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "cyclelang")], check=True, stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory() as tmp:
         sides = {
             "python -c pass": [sys.executable, "-c", "pass"],
@@ -351,12 +354,15 @@ def bench_frontend(args):
 # --- report ---------------------------------------------------------------------------------
 
 
-def render(results, args, torch) -> str:
-    import platform
-
-    out = [f"Measured {time.strftime('%Y-%m-%d')} on {platform.processor() or platform.machine()}, "
-           f"{torch.get_num_threads()} torch threads, torch {torch.__version__}, Python {platform.python_version()}; "
-           f"batch {args.batch} x {args.seq} tokens, {args.rounds} rounds x {args.steps} steps (medians).", ""]
+def render(results) -> str:
+    out = []
+    for m in sorted({json.dumps(r["meta"], sort_keys=True) for r in results.values()}):
+        m = json.loads(m)
+        names = ", ".join(k for k, r in results.items() if r["meta"] == m)
+        out += [f"Measured {m['date']} ({names}) on {m['cpu']}, {m['threads']} torch thread(s), torch {m['torch']}, "
+                f"transformers {m['transformers']}, Python {m['python']}; batch {m['batch']} x {m['seq']} tokens, "
+                f"{m['rounds']} rounds x {m['steps']} steps per side (medians). Command: `{m['command']}`", ""]
+    results = {k: r["data"] for k, r in results.items()}
     for key, title in (("train", "Training step (forward, backward, AdamW), eager"), ("compiled", "Training step, each side torch.compile'd")):
         if key not in results:
             continue
@@ -372,8 +378,8 @@ def render(results, args, torch) -> str:
                 "| figure | value |", "|---|---|",
                 f"| per-token time with the cache, around token 64 | {d['ms_first']:.2f} ms |",
                 f"| per-token time with the cache, tokens 960-1024 | {d['ms_last']:.2f} ms (x{d['flat']:.2f}) |",
-                f"| speed-up of the cache over recomputing, 256 tokens | **x{d[256]:.1f}** |",
-                f"| speed-up of the cache over recomputing, 1024 tokens | **x{d[1024]:.1f}** |", ""]
+                f"| speed-up of the cache over recomputing, 256 tokens | **x{d['x256']:.1f}** |",
+                f"| speed-up of the cache over recomputing, 1024 tokens | **x{d['x1024']:.1f}** |", ""]
     if "memory" in results:
         out += ["### Peak memory of a training step", "", "| spec | cyclec MiB | reference MiB | ratio | ratio above weights + AdamW state |", "|---|---|---|---|---|"]
         for r in results["memory"]:
@@ -381,7 +387,7 @@ def render(results, args, torch) -> str:
         out.append("")
     if "frontend" in results:
         f = results["frontend"]
-        out += ["### The front end", "", f"Bare `python -c pass`: {f['bare'] * 1000:.0f} ms (median of {args.cli_reps}).", "",
+        out += ["### The front end", "", f"Bare `python -c pass`: {f['bare'] * 1000:.0f} ms (median).", "",
                 "| command (gpt2.cycle) | over bare Python |", "|---|---|"]
         out += [f"| `{k}` | **+{v * 1000:.0f} ms** |" for k, v in f["cli"].items()]
         out += ["", f"torch imported by `cyclec draw`: {'no' if f['torch_free'] else 'YES'}.", "",
@@ -402,8 +408,9 @@ def main(argv=None):
     ap.add_argument("--cli-reps", type=int, default=9)
     ap.add_argument("--parse-reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fair on a shared 2-core box; OpenMP spinning under contention swamps the figures)")
-    ap.add_argument("--specs", default="gpt2,llama,moe", help="training-step specs")
-    ap.add_argument("--write", action="store_true", help=f"replace the figures in {DOC.relative_to(ROOT)}")
+    ap.add_argument("--specs", default="gpt2,llama,moe", help="training-step and memory specs")
+    ap.add_argument("--compile-specs", default="gpt2,llama", help="torch.compile specs (moe: add it; its dispatch cannot be one graph)")
+    ap.add_argument("--write", action="store_true", help=f"replace the figures in {DOC.relative_to(ROOT)} (and benchmarks/results.json)")
     args = ap.parse_args(argv)
     only = args.only.split(",")
 
@@ -413,30 +420,29 @@ def main(argv=None):
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    import platform
+
+    meta = {"date": time.strftime("%Y-%m-%d"), "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+            "batch": args.batch, "seq": args.seq, "rounds": args.rounds, "steps": args.steps,
+            "command": ("python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()}
+    sections = {"frontend": lambda: bench_frontend(args), "train": lambda: bench_train(args, torch), "decode": lambda: bench_decode(args, torch),
+                "memory": lambda: bench_memory(args, torch), "compiled": lambda: bench_train(args, torch, compiled=True)}
     results = {}
     t0 = time.perf_counter()
-    if "frontend" in only:
-        print("front end", flush=True)
-        results["frontend"] = bench_frontend(args)
-    if "train" in only:
-        print("training step, eager", flush=True)
-        results["train"] = bench_train(args, torch)
-    if "decode" in only:
-        print("decoding", flush=True)
-        results["decode"] = bench_decode(args, torch)
-    if "memory" in only:
-        print("memory", flush=True)
-        results["memory"] = bench_memory(args, torch)
-    if "compiled" in only:
-        print("training step, torch.compile", flush=True)
-        results["compiled"] = bench_train(args, torch, compiled=True)
-    text = render(results, args, torch)
+    for key, fn in sections.items():
+        if key in only:
+            print(key, flush=True)
+            results[key] = {"meta": meta, "data": fn()}
+    if args.write:  # sections not run this time keep their last figures (with their own command line)
+        old = json.loads(RESULTS.read_text("utf-8")) if RESULTS.is_file() else {}
+        results = {k: results.get(k) or old[k] for k in sections if k in results or k in old}
+        RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", "utf-8")
+    text = render(results)
     print(f"\n{text}\n(total {time.perf_counter() - t0:.0f} s)")
     if args.write:
         doc = DOC.read_text("utf-8")
-        cmd = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        block = f"{START}\n<!-- written by: {cmd.strip()} -->\n\n{text}\n{END}"
-        doc = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda m: block, doc, flags=re.S)
+        doc = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda m: f"{START}\n{text}\n{END}", doc, flags=re.S)
         DOC.write_text(doc, "utf-8")
 
 
