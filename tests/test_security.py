@@ -398,9 +398,10 @@ def test_fmt_write_interrupted_leaves_the_spec(tmp_path, monkeypatch, exc):
     assert r.exit_code == 0 and "# keep me" in spec.read_text() and "# and me" in spec.read_text()
 
 
-@pytest.mark.parametrize("argv", [["ir"], ["draw"], ["build"]])
+@pytest.mark.parametrize("argv", [["ir"], ["draw"], ["build"], ["fire", "--width", "16", "--depth", "1", "--seq", "8", "--batch", "1", "--json"]],
+                         ids=lambda a: a[0])
 def test_outputs_interrupted_mid_write_leave_the_old_file(tmp_path, monkeypatch, argv):
-    if argv[0] == "build":
+    if argv[0] in ("build", "fire"):
         pytest.importorskip("torch")
     if argv[0] == "draw":
         _graphviz()
@@ -413,7 +414,10 @@ def test_outputs_interrupted_mid_write_leave_the_old_file(tmp_path, monkeypatch,
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cio.os, "replace", boom)
-    r = CliRunner().invoke(main, [*argv, str(spec), "-o", str(out)])
+    if argv[0] == "fire":
+        r = CliRunner().invoke(main, [*argv, str(out), str(spec)])
+    else:
+        r = CliRunner().invoke(main, [*argv, str(spec), "-o", str(out)])
     monkeypatch.undo()
     assert r.exit_code == 130, r.output
     assert out.read_bytes() == OLD
