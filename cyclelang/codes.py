@@ -178,6 +178,13 @@ anything (closed form, no torch) and refuses an engine above 2,000,000,000
 parameters: 8 GB of fp32 weights before a single activation, usually a typo in a
 width or a repeat count. Pass --allow-large to build it anyway.""", "chamber width=65536 ... stage block x 1000 { ... }")
 
+# --- diagrams (cyclelang.backends.graphviz), appended -----------------------------------------
+_add("E0220", "too many stages to expand", """
+`cyclec draw --expand` unrolls every repeated stage, one cluster per repeat. A diagram
+unrolls at most 64 stages in all: past that it no longer reads on a page and its DOT
+grows with the repeat count (a stage may repeat 10,000 times). Draw it folded: a
+repeated stage is drawn once with a ×N badge.""", "stage block x 10000 { ... }   # cyclec draw --expand")
+
 
 def markdown() -> str:
     lines = [

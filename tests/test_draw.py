@@ -124,6 +124,19 @@ def test_expand_unrolls_repeats():
     assert "stage block  12/12" in expanded
 
 
+def test_expand_has_a_cap(tmp_path):
+    big = "engine e {\n  chamber width=16\n  feed tokens vocab=32 context=8\n  stage s x 10000 { prechamber p { turbine mlp } }\n  nozzle head\n}\n"
+    assert "×10000" in to_dot(big)  # folded, any repeat count draws
+    with pytest.raises(cyclelang.CycleError) as e:
+        to_dot(big, expand=True)
+    d = e.value.diagnostics[0]
+    assert d.code == "E0220" and d.span is not None and d.span.line == 4 and "at most 64" in d.message
+    (tmp_path / "big.cycle").write_text(big)
+    r = CliRunner().invoke(main, ["draw", str(tmp_path / "big.cycle"), "--expand", "-o", "-"])
+    assert r.exit_code == 1 and "E0220" in r.output and "digraph" not in r.output
+    assert "stage block  24/24" in to_dot(spec("gpt2_medium"), expand=True)  # real engines still unroll
+
+
 def test_graph_view_has_shapes_on_every_edge_and_params_on_nodes():
     dot = to_dot(spec("gpt2"), view="graph")
     edges = [line for line in dot.splitlines() if " -> " in line]

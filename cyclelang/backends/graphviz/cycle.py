@@ -15,6 +15,10 @@ from ... import ir
 from . import params, text
 from .style import FONT, THEMES, esc, label
 
+# A long engine wraps into rows of about this many ranks (columns of nodes), at
+# stage boundaries, so that a cycle view keeps a slide's proportions.
+ROW_RANKS = 14
+
 
 class Options:
     def __init__(self, *, expand: bool, labels: str, rankdir: str, theme: str):
@@ -46,7 +50,7 @@ class CycleView:
         # Edges are written last, at the top level: an edge statement inside a cluster
         # would pull both of its ends into that cluster.
         self.edges: list[tuple[str, str, dict]] = []
-        self.merges: set[str] = set()
+        self.merges: set[str] = set()  # points on the main line a next branch may split from
         title = f"{self.e.name}: power cycle"
         self.g = new_graph(
             "cycle", title, opts, self.t,
@@ -77,12 +81,12 @@ class CycleView:
     def junction(self, g, nid: str, kind: str) -> None:
         t = self.t
         if kind == "split":
-            g.node(nid, "", shape="point", width="0.14", color=t["chamber"], group="main")
+            g.node(nid, "", shape="point", width="0.14", color=t["chamber"], group="main", ordering="out")
         else:
-            self.used.add("merge")
             self.merges.add(nid)
             g.node(nid, "+", shape="circle", width="0.34", fixedsize="true", fontsize="16", style="filled,bold",
-                   fillcolor=t["junction"], color=t["chamber"], fontcolor=t["chamber"], group="main", penwidth="2.5")
+                   fillcolor=t["junction"], color=t["chamber"], fontcolor=t["chamber"], group="main", penwidth="2.5",
+                   ordering="out")
 
     # -- the engine ------------------------------------------------------------
 
@@ -101,16 +105,12 @@ class CycleView:
                        shape="box", style="rounded,filled", fillcolor=t["feed"], color=t["chamber"])
         self.flow(g, "feed.tank", "feed.pump")
         cur = "feed.pump"
-        for i, op in enumerate(e.body):
-            cur = self.main_op(g, f"b{i}", op, cur)
-
-        th = text.throat(e.throat)
-        th_t, th_d = self.words(th)
-        if self.o.labels == "both":
-            th_d = th.ml
-        self.main_node(g, "throat", self.lab(th_t, th_d, size=12), None, shape="invtrapezium",
-                       orientation="90", style="filled", fillcolor=t["nozzle"], color=t["chamber"], margin="0.02")
-        self.flow(g, cur, "throat")
+        items = self.items()
+        breaks = rows([2] + [ranks(op) for _, op, _ in items[:-1]] + [ranks(items[-1][1]) + 1] if items else [3])
+        for k, (path, op, rep) in enumerate(items):
+            if k + 1 in breaks:
+                cur = self.connector(g, len([b for b in breaks if b <= k + 1]) - 1, cur)
+            cur = self.main_op(g, path, op, rep, cur)
         nz = text.nozzle(e.nozzle)
         nz_t, nz_d = self.words(nz)
         if self.o.labels == "both":
@@ -118,11 +118,57 @@ class CycleView:
         self.main_node(g, "nozzle", self.lab(nz_t, nz_d, extra=nz.ml_detail if self.o.labels != "rocket" else None, size=13, detail_size=10),
                        e.nozzle.span, shape="trapezium", orientation="270", style="filled", fillcolor=t["nozzle"],
                        color=t["chamber"], margin="0")
-        self.flow(g, "throat", "nozzle")
+        self.flow(g, cur, "nozzle")
+        self.throat_note(g)
         for a, b, attrs in self.edges:
             g.edge(a, b, **attrs)
         self.legend()
         return g
+
+    def items(self) -> list[tuple[str, object, int | None]]:
+        """The main line's top-level pieces in order: (path, op, repeat index); an
+        expanded stage gives one piece per repeat, so rows may break between them."""
+        out = []
+        for i, op in enumerate(self.e.body):
+            if isinstance(op, ir.Stage) and self.o.expand and op.repeat > 1:
+                out += [(f"b{i}.r{r}", op, r) for r in range(op.repeat)]
+            else:
+                out.append((f"b{i}", op, None))
+        return out
+
+    def connector(self, g, n: int, cur: str) -> str:
+        """Wrap the main line onto a new row: it runs into a lettered connector at the
+        row's end and leaves the same letter at the next row's start (the schematic
+        convention for a line continued elsewhere). No edge joins the two, so each row
+        is laid out on its own, one under the other, with no line running back."""
+        t = self.t
+        letter = chr(ord("A") + n) if n < 26 else str(n + 1)
+        a, b = f"row{n}.out", f"row{n}.in"
+        for nid, tip in ((a, "continues on the next row"), (b, "continued from the row above")):
+            g.node(nid, letter, shape="circle", style="filled", fillcolor=t["chamber"], color=t["chamber"],
+                   fontcolor=t["junction"], fontsize="14", width="0.36", fixedsize="true", group="main", tooltip=tip)
+        self.flow(g, cur, a)
+        self.edges.append((a, b, {"constraint": "false", "style": "invis"}))
+        return b
+
+    def throat_note(self, g) -> None:
+        """The throat is annotation, not a component: the mask acts in every injector,
+        so it is a note pinned above the nozzle's narrow end, dotted, with no flow."""
+        t = self.t
+        th = text.throat(self.e.throat)
+        if self.o.labels == "ml":
+            title, detail = th.ml, th.ml_detail
+        elif self.o.labels == "rocket":
+            title, detail = th.rocket, th.rocket_detail
+        else:
+            title, detail = f"{th.rocket} = {th.ml}", th.rocket_detail
+        g.node("throat", self.lab(title, detail, size=11, detail_size=10), shape="note", style="dashed",
+               color=t["muted"], fontcolor=t["muted"], margin="0.08,0.04")
+        with g.subgraph() as r:
+            r.attr(rank="same")
+            r.node("throat")
+            r.node("nozzle")
+        g.edge("throat", "nozzle", style="dotted", color=t["muted"], arrowhead="none", penwidth="1.2")
 
     def _feed_extra(self, f: ir.Feed) -> str | None:
         bits = []
@@ -132,12 +178,9 @@ class CycleView:
             bits.append(f"dropout {text.num(f.dropout)}")
         return ", ".join(bits) or None
 
-    def main_op(self, g, path: str, op, cur: str) -> str:
+    def main_op(self, g, path: str, op, rep: int | None, cur: str) -> str:
         if isinstance(op, ir.Stage):
-            reps = range(op.repeat) if self.o.expand and op.repeat > 1 else [None]
-            for r in reps:
-                cur = self.stage(g, path if r is None else f"{path}.r{r}", op, r, cur)
-            return cur
+            return self.stage(g, path, op, rep, cur)
         if isinstance(op, ir.Norm):
             return self.series_valve(g, path, op, cur)
         return self.series_turbine(g, path, op, cur)
@@ -218,8 +261,9 @@ class CycleView:
     def branch_cluster(self, g, path: str, p: ir.Prechamber, split: str, merge: str | None) -> None:
         """Draw one prechamber from `split` to `merge` (or overboard when merge is None)."""
         t = self.t
+        self.used.add("branch")
         with g.subgraph(name=f"cluster_{path}") as c:
-            first, *rest = text.wrap(text.prechamber(p, self.o.labels), 46)
+            first, *rest = text.wrap(text.prechamber(p, self.o.labels), 30)
             c.attr(label=self.lab(first, None, size=12, extra=rest, detail_size=11), style="rounded,filled,dashed" if p.detach else "rounded,filled",
                    fillcolor=t["branch_fill"], color=t["branch_border"], labeljust="l", margin="8", penwidth="1.2")
             first, last = self.branch_ops(c, path, p)
@@ -234,13 +278,16 @@ class CycleView:
         if p.detach:
             self.used.add("cut")
             cut = {"rocket": "cut", "ml": "detach", "both": "cut: detach"}[self.o.labels]
+            # A label (not an xlabel) gets its own place on this very edge, clear of the lines.
             self.edges.append((split, first, dict(color=t["cut"], penwidth="2", style="dashed", dir="both", arrowtail="tee",
-                                                  arrowsize="0.8", xlabel=self.lab(None, cut, detail_size=10), fontcolor=t["cut"])))
+                                                  arrowsize="0.8", label=self.lab(None, cut, detail_size=10), fontcolor=t["cut"])))
         else:
             self.branch(g, split, first)
         if merge is not None:
-            m = text.merge(p.merge)
-            self.branch(g, last, merge, xlabel=self.lab(None, m, detail_size=10) if m else None)
+            kind = p.merge.kind if p.merge is not None else "plain"
+            self.used.add(f"merge_{kind}")
+            m = text.merge(p.merge, params.merge_count(p.merge, p.width, p.out_width))
+            self.branch(g, last, merge, label=self.lab(None, m, detail_size=10) if m else None)
 
     def split_from(self, g, path: str, cur: str) -> str:
         """The split point for a branch: the previous merge junction when the flow has
@@ -256,7 +303,7 @@ class CycleView:
         split = self.split_from(g, path, cur)
         if p.overboard:
             self.branch_cluster(g, path, p, split, None)
-            return split
+            return self.pass_point(g, path, split, len(p.ops) + 1)
         merge = f"{path}.merge"
         self.junction(g, merge, "merge")
         self.branch_cluster(g, path, p, split, merge)
@@ -284,14 +331,24 @@ class CycleView:
                 if self.o.labels == "both":
                     detail = text.pick(text.norm(f.norm, True), "ml")[0]
                 c.node(fan, self.lab(title, detail, size=11, detail_size=9), shape="diamond", style="filled",
-                       fillcolor=t["valve_branch"], color=t["branch"], penwidth="2", fixedsize="true", width="1.0", height="0.6")
+                       fillcolor=t["valve_branch"], color=t["branch"], penwidth="2", fixedsize="true", width="1.0", height="0.6",
+                       ordering="out")
                 self.branch(c, split, fan)
             for k, b in enumerate(f.branches):
                 self.branch_cluster(c, f"{path}.f{k}", b, fan, None if b.overboard else merge)
         if merge:
             self.flow(g, split, merge)
             return merge
-        return split
+        return self.pass_point(g, path, split, (1 if f.norm else 0) + max(len(b.ops) for b in f.branches) + 1)
+
+    def pass_point(self, g, path: str, split: str, length: int) -> str:
+        """After an overboard branch the chamber flows on inside the stage to a point
+        `length` ranks on, level with the vent, so what follows stays on the straight line."""
+        nid = f"{path}.pass"
+        g.node(nid, "", shape="point", width="0.02", style="invis", group="main", ordering="out")
+        self.merges.add(nid)
+        self.flow(g, split, nid, minlen=str(length), arrowhead="none")
+        return nid
 
     # -- the legend ------------------------------------------------------------
 
@@ -306,11 +363,11 @@ class CycleView:
             ("valve_main", t["chamber"], "\u25c6", "valve in series = main-line norm"),
             ("valve_branch", t["branch"], "\u25c7", "valve on a branch = Pre-LN norm"),
             ("turbine_main", t["chamber"], "\u25ad", "turbine in series: works on all flow"),
-            ("merge", t["chamber"], "\u2295", "merge junction: x + f(x)"),
+            *((f"merge_{k}", t["chamber"], "\u2295", w) for k, w in text.MERGE_LEGEND.items()),
             ("vent", t["vent"], "\u25bd", "overboard vent: never merged"),
             ("repeat", t["fg"], text.TIMES + "N", "stage repeated N times"),
         ]
-        used = self.used | {"main", "branch"}
+        used = self.used | {"main"}
         cells = [
             f'<td align="right"><font color="{c}" point-size="14"><b>{esc(sym)}</b></font></td>'
             f'<td align="left"><font point-size="11" color="{t["muted"]}">{esc(words)}</font></td>'
@@ -324,3 +381,29 @@ class CycleView:
             f'<<table border="0" cellspacing="0" cellpadding="2"><tr><td align="left"><font point-size="20"><b>{title}</b></font>'
             f'<font point-size="13" color="{t["muted"]}">   {total}</font></td></tr>'
             f'<tr><td align="left"><table border="0" cellspacing="0" cellpadding="3">{rows}</table></td></tr></table>>'))
+
+
+def ranks(op) -> int:
+    """About how many ranks (columns, left to right) a top-level piece takes."""
+    if isinstance(op, ir.Stage):
+        return 1 + sum(ranks(x) for x in op.ops)
+    if isinstance(op, ir.Prechamber):
+        return len(op.ops) + 1  # its ops, then the merge junction or the vent
+    if isinstance(op, ir.Fullflow):
+        return 2 + (1 if op.norm is not None else 0) + max(len(b.ops) for b in op.branches)
+    return 1
+
+
+def rows(widths: list[int], budget: int = ROW_RANKS) -> set[int]:
+    """Where to start new rows: indices into `widths` (pieces in order, the first
+    never breaks), for rows of about equal width, none much over `budget`."""
+    total = sum(widths)
+    n = -(-total // budget)
+    target = total / n
+    out, cur = set(), 0
+    for k, w in enumerate(widths):
+        if k and cur and cur + w / 2 > target and len(out) < n - 1:
+            out.add(k)
+            cur = 0
+        cur += w
+    return out

@@ -46,31 +46,33 @@ class GraphView:
     def build(self) -> graphviz.Digraph:
         e, t, g = self.e, self.t, self.g
         f = e.feed
-        g.node("in.tokens", self.lab("tokens", "token ids", size=13), shape="oval", style="filled", fillcolor=t["feed"])
+        # Every node on the residual line shares group "main" and every edge along it is
+        # heavy, so the line runs straight down and the branches hang off to the side.
+        g.node("in.tokens", self.lab("tokens", "token ids", size=13), shape="oval", style="filled", fillcolor=t["feed"], group="main")
         self.op_node(g, "feed.embed", text.Words("feed pumps", "embedding", "embedding", f"{f.vocab:,}{text.TIMES}{f.width}"),
-                     f.vocab * f.width, t["feed"], f.span)
-        self.edge("in.tokens", "feed.embed", text.shape("B", "T"))
+                     f.vocab * f.width, t["feed"], f.span, group="main")
+        self.edge("in.tokens", "feed.embed", text.shape("B", "T"), weight="10")
         cur, w = "feed.embed", f.width
         if f.position != "none":
             n = f.context * f.width if f.position == "learned" else 0
             self.op_node(g, "feed.pos", text.Words("positions", f.position, f"{f.position} positions", f"{f.context}{text.TIMES}{f.width}"),
                          n, t["feed"], f.span)
-            g.node("feed.add", "+", shape="circle", width="0.35", fixedsize="true")
-            self.edge(cur, "feed.add", self.bt(w))
+            g.node("feed.add", "+", shape="circle", width="0.35", fixedsize="true", group="main")
+            self.edge(cur, "feed.add", self.bt(w), weight="10")
             self.edge("feed.pos", "feed.add", text.shape("T", w))
             cur = "feed.add"
         if f.scale != 1.0 or f.dropout:
             bits = ([f"{text.TIMES}{text.num(f.scale)}"] if f.scale != 1.0 else []) + ([f"dropout {text.num(f.dropout)}"] if f.dropout else [])
-            g.node("feed.post", self.lab(", ".join(bits), None, size=12, bold=False), shape="box", style="rounded")
-            self.edge(cur, "feed.post", self.bt(w))
+            g.node("feed.post", self.lab(", ".join(bits), None, size=12, bold=False), shape="box", style="rounded", group="main")
+            self.edge(cur, "feed.post", self.bt(w), weight="10")
             cur = "feed.post"
         for i, op in enumerate(e.body):
             cur, w = self.main_op(g, f"b{i}", op, cur, w)
         n = e.nozzle
-        self.op_node(g, "nozzle", text.nozzle(n), params.count(n), t["nozzle"], n.span)
-        self.edge(cur, "nozzle", self.bt(w))
-        g.node("out.logits", self.lab("logits", None, size=13), shape="oval", style="filled", fillcolor=t["nozzle"])
-        self.edge("nozzle", "out.logits", self.bt(n.vocab))
+        self.op_node(g, "nozzle", text.nozzle(n), params.count(n), t["nozzle"], n.span, group="main")
+        self.edge(cur, "nozzle", self.bt(w), weight="10")
+        g.node("out.logits", self.lab("logits", None, size=13), shape="oval", style="filled", fillcolor=t["nozzle"], group="main")
+        self.edge("nozzle", "out.logits", self.bt(n.vocab), weight="10")
         for a, b, attrs in self.edges:
             g.edge(a, b, **attrs)
         return g
@@ -91,15 +93,16 @@ class GraphView:
 
     def series(self, g, path: str, op, cur: str, w: int) -> tuple[str, int]:
         self.leaf(g, path, op, on_branch=False)
-        self.edge(cur, path, self.bt(w))
+        self.edge(cur, path, self.bt(w), weight="10")
         return path, out_width(op, w)
 
     def leaf(self, g, nid: str, op, on_branch: bool) -> None:
+        main = {} if on_branch else {"group": "main"}
         if isinstance(op, ir.Norm):
             self.op_node(g, nid, text.norm(op, on_branch), params.count(op), self.t["valve_branch"], op.span,
-                         color=self.t["branch"] if on_branch else self.t["chamber"])
+                         color=self.t["branch"] if on_branch else self.t["chamber"], **main)
         else:
-            self.op_node(g, nid, text.turbine(op), params.count(op), self.t[op.op], op.span)
+            self.op_node(g, nid, text.turbine(op), params.count(op), self.t[op.op], op.span, **main)
 
     def stage_op(self, g, path: str, op, cur: str, w: int) -> tuple[str, int]:
         if isinstance(op, ir.Prechamber):
@@ -119,15 +122,17 @@ class GraphView:
         returning = [b for b in branches if not b.overboard]
         add = f"{path}.add"
         if returning:
-            words = [text.merge(b.merge) for b in returning]
-            kinds = ", ".join(dict.fromkeys(x for x in words if x))
-            g.node(add, self.lab("+", kinds or None, size=16, detail_size=10), shape="ellipse" if kinds else "circle",
-                   style="filled", fillcolor=t["junction"], color=t["chamber"], penwidth="2", margin="0.02")
+            words = [text.merge(b.merge, params.merge_count(b.merge, b.width, b.out_width)) for b in returning]
+            kinds = list(dict.fromkeys(x for x in words if x))
+            g.node(add, self.lab("+", kinds[0] if kinds else None, extra=kinds[1:], size=16, detail_size=10),
+                   shape="ellipse" if kinds else "circle", style="filled", fillcolor=t["junction"], color=t["chamber"],
+                   penwidth="2", margin="0.02", group="main")
             self.edge(cur, add, self.bt(w), color=t["chamber"], penwidth="3", weight="10")
         for k, b in enumerate(branches):
             bp = path if len(branches) == 1 and shared is None else f"{path}.f{k}"
             with g.subgraph(name=f"cluster_{bp}") as c:
-                c.attr(label=self.lab(text.prechamber(b, self.o.labels), None, size=11), style="rounded,dashed" if b.detach else "rounded",
+                first, *rest = text.wrap(text.prechamber(b, self.o.labels), 36)
+                c.attr(label=self.lab(first, None, extra=rest, size=11, detail_size=10), style="rounded,dashed" if b.detach else "rounded",
                        color=t["branch_border"], labeljust="l")
                 prev, bw = src, b.width
                 for j, op in enumerate(b.ops):

@@ -80,23 +80,44 @@ def norm(op: ir.Norm, on_branch: bool) -> Words:
     return Words("valve", where, name, f"{op.width}")
 
 
-def merge(m) -> str:
-    """The junction's annotation: how the exhaust returns."""
+def merge(m, n_params: int = 0) -> str:
+    """The junction's annotation: how the exhaust returns, with the numbers that
+    set it (and the merge's own parameters, when it has any)."""
     if m is None or isinstance(m, ir.PlainMerge):
         return ""
     if isinstance(m, ir.ScaleMerge):
-        return f"scale {num(m.value)}"
-    if isinstance(m, ir.CoolingMerge):
-        return f"cooling \u03c3={num(m.std)}"
-    if isinstance(m, ir.RezeroMerge):
-        return f"rezero \u03b1\u2080={num(m.init)}"
-    if isinstance(m, ir.LayerscaleMerge):
-        return f"layerscale {num(m.init)}"
-    if isinstance(m, ir.DeepnormMerge):
-        return f"deepnorm \u03b1={num(m.alpha)}"
-    if isinstance(m, ir.GateMerge):
-        return f"gate b={num(m.bias)}"
-    raise TypeError(type(m).__name__)  # pragma: no cover
+        s = f"scale s={num(m.value)}"
+    elif isinstance(m, ir.CoolingMerge):
+        s = f"cooling \u03c3={num(m.std)}"
+    elif isinstance(m, ir.RezeroMerge):
+        s = f"rezero \u03b1\u2080={num(m.init)}"
+    elif isinstance(m, ir.LayerscaleMerge):
+        s = f"layerscale \u03b3\u2080={num(m.init)}"
+    elif isinstance(m, ir.DeepnormMerge):
+        s = f"deepnorm \u03b1={num(m.alpha)} \u03b2={num(m.beta)}"
+    elif isinstance(m, ir.GateMerge):
+        s = f"gate g=\u03c3(Wx+b), b\u2080={num(m.bias)}"
+    else:  # pragma: no cover
+        raise TypeError(type(m).__name__)
+    return s + (f", {human(n_params)} params" if n_params else "")
+
+
+def human(n: int) -> str:
+    from .params import human as h
+
+    return h(n)
+
+
+# What each merge kind computes, for the legend: x is the chamber, f the branch.
+MERGE_LEGEND = {
+    "plain": "merge: x + f(x)",
+    "scale": "scale: x + s\u00b7f(x)",
+    "cooling": "cooling: x + f(x), f's output init \u03c3",
+    "rezero": "rezero: x + \u03b1\u00b7f(x), \u03b1 learned",
+    "layerscale": "layerscale: x + \u03b3\u2299f(x), \u03b3 per channel",
+    "deepnorm": "deepnorm: \u03b1\u00b7x + f(x), f's init gain \u03b2",
+    "gate": "gate: x + g\u00b7(f(x) \u2212 x), g = \u03c3(Wx + b)",
+}
 
 
 def summary(p: ir.Prechamber) -> str:
@@ -130,9 +151,13 @@ def nozzle(n: ir.Nozzle) -> Words:
 
 
 def throat(mask: str) -> Words:
+    """The throat is a property of every injector, not a component: the diagram
+    writes it as an annotation on the nozzle, never as a box on the main line."""
     if mask == "causal":
-        return Words("throat", "choked", "causal mask", "")
-    return Words("open throat", "", "no mask", "")
+        return Words("choked throat", f"no flow upstream {DASH} every injector masked",
+                     "causal mask", "in every attention: no position sees ahead")
+    return Words("open throat", f"flow both ways {DASH} no injector masked",
+                 "no mask", "every position sees every other")
 
 
 def stage(s: ir.Stage, rep: int | None) -> str:
@@ -142,12 +167,17 @@ def stage(s: ir.Stage, rep: int | None) -> str:
 
 
 def wrap(line: str, width: int) -> list[str]:
-    """Break a label at ', ' or ' — ' so that no line runs much past `width`."""
+    """Break a label so that no line runs much past `width`: first after ` — `
+    (the name stays on a line of its own), then at ', '. A comma where a line
+    breaks is dropped, so no line ends dangling."""
+    head, sep, rest = line.partition(f" {DASH} ")
+    if sep and len(line) > width:
+        return [head] + wrap(rest, width)
     out, cur = [], ""
-    for part in line.replace(f" {DASH} ", f" {DASH}\0").replace(", ", ",\0").split("\0"):
-        if cur and len(cur) + 1 + len(part) > width:
+    for part in line.split(", "):
+        if cur and len(cur) + 2 + len(part) > width:
             out.append(cur)
             cur = part
         else:
-            cur = f"{cur} {part}" if cur else part
+            cur = f"{cur}, {part}" if cur else part
     return out + [cur]
