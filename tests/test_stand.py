@@ -261,3 +261,23 @@ def test_depth24_example_smoke(tmp_path, monkeypatch):
     assert [r.name for r in report.runs] == depth24.NAMES
     assert all(r.training.done == 2 for r in report.runs)
     assert (tmp_path / "d.png").read_bytes().startswith(b"\x89PNG")
+
+
+# --- measurements on the diagram -------------------------------------------------------------
+
+
+def test_draw_annotate_golden(golden, tmp_path):
+    """The report is a fixture (fired once, kept), so the DOT is a pure function of it."""
+    from cyclelang.backends.graphviz import to_dot
+
+    report = GOLDEN / "gas_generator.fire.json"
+    dot = to_dot(SPEC("gas_generator"), annotate=str(report))
+    golden.check(GOLDEN / "gas_generator.annotated.dot", dot)
+    assert dot != to_dot(SPEC("gas_generator"))
+    assert "||dL/dx|| =" in dot and "branch gradient norm =" in dot
+    expanded = to_dot(SPEC("gas_generator"), annotate=str(report), expand=True)
+    assert expanded.count("||dL/dx|| =") > dot.count("||dL/dx|| =")
+    r = invoke(["draw", SPEC("gpt2"), "--annotate", str(report), "-o", str(tmp_path / "x.dot")])
+    assert r.exit_code == 1 and "no run of engine 'gpt2'" in r.output
+    r = invoke(["draw", SPEC("gas_generator"), "--annotate", str(SPEC("gpt2")), "-o", str(tmp_path / "x.dot")])
+    assert r.exit_code == 1 and "not a test-stand report" in r.output

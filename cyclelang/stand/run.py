@@ -21,7 +21,11 @@ DEFAULT_BATCH = 4
 
 def _label(spec, s: ir.Spec) -> str:
     if isinstance(spec, (str, os.PathLike)) and str(spec).endswith(".cycle") and "\n" not in str(spec):
-        return str(spec).replace(os.sep, "/")
+        path = str(spec)
+        if os.path.isabs(path):  # no absolute paths in reports: relative to here, else the name
+            rel = os.path.relpath(path)
+            path = rel if not rel.startswith("..") else os.path.basename(path)
+        return path.replace(os.sep, "/")
     if s.engine is not None and s.engine.span is not None:
         return os.path.basename(s.engine.span.file)
     return "<spec>"
