@@ -31,13 +31,16 @@ class GraphvizMissing(RuntimeError):
     pass
 
 
-def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", rankdir: str | None = None, theme: str = "light"):
+def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", rankdir: str | None = None, theme: str = "light",
+         annotate=None):
     """Draw a spec (path, text or IR) as a `graphviz.Digraph`.
 
     view: "cycle" (the power-cycle schematic) or "graph" (the computation graph with
     tensor shapes on edges and parameter counts on nodes). expand: unroll repeated
     stages. labels: "rocket", "ml" or "both". rankdir: Graphviz rank direction,
-    by default LR for the cycle and TB for the graph.
+    by default LR for the cycle and TB for the graph. annotate: a test-stand report (a
+    `cyclec fire --json` path, a StandReport or a Firing) whose pressure chain sets the
+    cycle view's edge widths and colours (see annotate.py).
     """
     from ... import to_spec
     from ...diagnostics import CycleError, Diagnostic
@@ -60,7 +63,14 @@ def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", 
             big = max(stages, key=lambda op: op.repeat)
             raise CycleError([Diagnostic("E0220", "error", f"expanding would draw {unrolled:,} stages; a diagram unrolls at most {MAX_EXPAND}",
                                          big.span, f"draw it folded (without --expand): stage {big.name} is drawn once with a {chr(0xd7)}{big.repeat} badge")])
-    opts = Options(expand=expand, labels=labels, rankdir=rankdir or ("LR" if view == "cycle" else "TB"), theme=theme)
+    run = None
+    if annotate is not None:
+        if view != "cycle":
+            raise ValueError("annotate applies to the cycle view")
+        from .annotate import load_run
+
+        run = load_run(annotate, s.engine.name)
+    opts = Options(expand=expand, labels=labels, rankdir=rankdir or ("LR" if view == "cycle" else "TB"), theme=theme, annotate=run)
     builder = CycleView(s.engine, opts) if view == "cycle" else GraphView(s.engine, opts)
     return builder.build()
 

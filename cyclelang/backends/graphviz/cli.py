@@ -37,8 +37,10 @@ def output_format(output: str) -> str:
 @click.option("--labels", type=click.Choice(["rocket", "ml", "both"]), default="both", show_default=True, help="Words on the diagram.")
 @click.option("--rankdir", type=click.Choice(["LR", "TB"]), default=None, help="Flow direction [default: LR for cycle, TB for graph].")
 @click.option("--theme", type=click.Choice(["light", "dark"]), default="light", show_default=True)
+@click.option("--annotate", type=click.Path(dir_okay=False, exists=True, path_type=str), default=None,
+              help="A test-stand report (cyclec fire --json): edge widths and colours from the measured pressure chain (cycle view).")
 @include_path_option
-def draw(spec, output, view, expand, labels, rankdir, theme, include_path):
+def draw(spec, output, view, expand, labels, rankdir, theme, annotate, include_path):
     """Draw SPEC as a power-cycle diagram or a computation graph.
 
     The format follows OUT's extension: .svg, .png, .pdf or .dot; `-o -` writes
@@ -50,7 +52,9 @@ def draw(spec, output, view, expand, labels, rankdir, theme, include_path):
     if output is None:
         output = os.path.splitext(os.path.basename(spec))[0] + ".svg"
     fmt = output_format(output)
-    dot = to_dot(load_spec(spec, include_path), view=view, expand=expand, labels=labels, rankdir=rankdir, theme=theme)
+    if annotate is not None and view != "cycle":
+        raise click.BadParameter("measurements go on the cycle view", param_hint="'--annotate'")
+    dot = to_dot(load_spec(spec, include_path), view=view, expand=expand, labels=labels, rankdir=rankdir, theme=theme, annotate=annotate)
     try:
         data = render(dot, fmt)
     except GraphvizMissing as e:
