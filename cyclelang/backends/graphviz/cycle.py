@@ -407,7 +407,7 @@ def rows(widths: list[int], budget: int = ROW_RANKS) -> set[int]:
     target = total / n
     out, cur = set(), 0
     for k, w in enumerate(widths):
-        if k and cur and cur + w / 2 > target and len(out) < n - 1 and sum(widths[k:]) > target / 2:  # no stub last row
+        if k and cur and cur + w / 2 > target and len(out) < n - 1:
             out.add(k)
             cur = 0
         cur += w
