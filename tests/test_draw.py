@@ -95,11 +95,11 @@ def test_cycle_view_structure():
 def test_labels_modes():
     s = spec("gpt2")
     both = to_dot(s, labels="both")
-    assert "prechamber mix — attention, 12 heads, causal" in both
+    assert "prechamber mix</b>" in both and ">attention, 12 heads, causal<" in both  # the name, then the network words
     rocket = to_dot(s, labels="rocket")
     assert "prechamber mix" in rocket and "attention, 12 heads" not in rocket and "injector" in rocket
     ml = to_dot(s, labels="ml")
-    assert "branch mix: attention, 12 heads, causal" in ml and "injector" not in ml
+    assert "branch mix:</b>" in ml and ">attention, 12 heads, causal<" in ml and "injector" not in ml
 
 
 def test_post_ln_valves_sit_on_the_main_line():

@@ -21,9 +21,8 @@ ROW_RANKS = 14
 
 
 class Options:
-    def __init__(self, *, expand: bool, labels: str, rankdir: str, theme: str, annotate=None):
+    def __init__(self, *, expand: bool, labels: str, rankdir: str, theme: str):
         self.expand, self.labels, self.rankdir, self.theme = expand, labels, rankdir, theme
-        self.annotate = annotate  # a test-stand run (stand.result.Firing) to restyle edges from, or None
 
 
 def new_graph(name: str, title: str, opts: Options, t: dict[str, str], **graph_attr) -> graphviz.Digraph:
@@ -121,10 +120,6 @@ class CycleView:
                        color=t["chamber"], margin="0")
         self.flow(g, cur, "nozzle")
         self.throat_note(g)
-        if self.o.annotate is not None:
-            from .annotate import apply
-
-            apply(e, self.edges, self.o.annotate, t)
         for a, b, attrs in self.edges:
             g.edge(a, b, **attrs)
         self.legend()
@@ -407,7 +402,7 @@ def rows(widths: list[int], budget: int = ROW_RANKS) -> set[int]:
     target = total / n
     out, cur = set(), 0
     for k, w in enumerate(widths):
-        if k and cur and cur + w / 2 > target and len(out) < n - 1:
+        if k and cur and cur + w / 2 > target and len(out) < n - 1 and sum(widths[k:]) > target / 2:  # no stub last row
             out.add(k)
             cur = 0
         cur += w

@@ -167,10 +167,13 @@ def stage(s: ir.Stage, rep: int | None) -> str:
 
 
 def wrap(line: str, width: int) -> list[str]:
-    """Break a label so that no line runs much past `width`: first after ` — `
-    (the name stays on a line of its own), then at ', '. A comma where a line
+    """Break a label so that no line runs much past `width`: first after ` — ` or
+    `: ` (the name stays on a line of its own), then at ', '. A comma where a line
     breaks is dropped, so no line ends dangling."""
     head, sep, rest = line.partition(f" {DASH} ")
+    if not sep:
+        head, sep, rest = line.partition(": ")
+        head += sep.strip()
     if sep and len(line) > width:
         return [head] + wrap(rest, width)
     out, cur = [], ""
