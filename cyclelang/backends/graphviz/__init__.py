@@ -20,9 +20,6 @@ FORMATS = ("svg", "png", "pdf", "dot")
 # `expand` unrolls at most this many stages in all: past it a diagram is no longer
 # readable and its DOT grows without bound (a stage may repeat 10,000 times).
 MAX_EXPAND = 64
-# `expand` unrolls at most this many stages in all: past it a diagram is no longer
-# readable and its DOT grows without bound (a stage may repeat 10,000 times).
-MAX_EXPAND = 64
 
 INSTALL_HINT = (
     "the Graphviz 'dot' program is not installed; install Graphviz "
@@ -73,13 +70,6 @@ def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", 
         from .annotate import load_run
 
         run = load_run(annotate, s.engine.name)
-    if expand:
-        stages = [op for op in s.engine.body if isinstance(op, ir.Stage)]
-        unrolled = sum(op.repeat for op in stages)
-        if unrolled > MAX_EXPAND:
-            big = max(stages, key=lambda op: op.repeat)
-            raise CycleError([Diagnostic("E0220", "error", f"expanding would draw {unrolled:,} stages; a diagram unrolls at most {MAX_EXPAND}",
-                                         big.span, f"draw it folded (without --expand): stage {big.name} is drawn once with a {chr(0xd7)}{big.repeat} badge")])
     opts = Options(expand=expand, labels=labels, rankdir=rankdir or ("LR" if view == "cycle" else "TB"), theme=theme, annotate=run)
     builder = CycleView(s.engine, opts) if view == "cycle" else GraphView(s.engine, opts)
     return builder.build()

@@ -21,8 +21,9 @@ ROW_RANKS = 14
 
 
 class Options:
-    def __init__(self, *, expand: bool, labels: str, rankdir: str, theme: str):
+    def __init__(self, *, expand: bool, labels: str, rankdir: str, theme: str, annotate=None):
         self.expand, self.labels, self.rankdir, self.theme = expand, labels, rankdir, theme
+        self.annotate = annotate  # a test-stand run (stand.result.Firing) to restyle edges from, or None
 
 
 def new_graph(name: str, title: str, opts: Options, t: dict[str, str], **graph_attr) -> graphviz.Digraph:
@@ -120,6 +121,10 @@ class CycleView:
                        color=t["chamber"], margin="0")
         self.flow(g, cur, "nozzle")
         self.throat_note(g)
+        if self.o.annotate is not None:
+            from .annotate import apply
+
+            apply(e, self.edges, self.o.annotate, t)
         for a, b, attrs in self.edges:
             g.edge(a, b, **attrs)
         self.legend()
