@@ -9,7 +9,7 @@ FFN 2048, Xavier init, embeddings scaled by sqrt(d)) at initialisation and plots
 Each point is the mean over SEEDS seeds (weights and tokens both change). Writes
 docs/img/xiong_fig3.png and prints the numbers docs/test_stand.md quotes.
 
-    python examples/xiong_fig3.py                  # about a minute on 2 cores
+    python examples/xiong_fig3.py                  # a few minutes on 2 cores
     XIONG_SEEDS=1 XIONG_DEPTHS=6 python examples/xiong_fig3.py   # a smoke run
 """
 
@@ -37,6 +37,9 @@ def w2(stage) -> float:
 
 
 def main(out: Path = ROOT / "docs/img/xiong_fig3.png") -> dict:
+    import torch
+
+    torch.set_num_threads(1)  # see docs/test_stand.md, Limits
     per_layer, last = {}, {}
     for label, spec in SPECS.items():
         runs = [cyclelang.fire(str(spec), depth=DEPTHS[0], batch=BATCH, seq=SEQ, seed=s).runs[0] for s in SEEDS]
