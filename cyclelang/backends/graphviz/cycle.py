@@ -116,7 +116,7 @@ class CycleView:
         nz_t, nz_d = self.words(nz)
         if self.o.labels == "both":
             nz_d = nz.ml
-        self.main_node(g, "nozzle", self.lab(nz_t, nz_d, extra=nz.ml_detail if self.o.labels != "rocket" else None, size=13, detail_size=10),
+        self.main_node(g, "nozzle", self.lab(nz_t, nz_d, extra=nz.ml_detail if self.o.labels == "both" else None, size=13, detail_size=10),
                        e.nozzle.span, shape="trapezium", orientation="270", style="filled", fillcolor=t["nozzle"],
                        color=t["chamber"], margin="0")
         self.flow(g, cur, "nozzle")
@@ -350,7 +350,7 @@ class CycleView:
         """After an overboard branch the chamber flows on inside the stage to a point
         `length` ranks on, level with the vent, so what follows stays on the straight line."""
         nid = f"{path}.pass"
-        g.node(nid, "", shape="point", width="0.02", style="invis", group="main", ordering="out")
+        g.node(nid, "", shape="point", width="0.14", color=self.t["chamber"], group="main", ordering="out")
         self.merges.add(nid)
         self.flow(g, split, nid, minlen=str(length), arrowhead="none")
         return nid
