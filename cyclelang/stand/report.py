@@ -80,30 +80,35 @@ def plot(report: StandReport) -> bytes:
     nrows = 3 if trained else 2
     fig, axes = plt.subplots(nrows, 2, figsize=(11, 3.4 * nrows))
     ax = axes.flatten()
-    for r in report.runs:
+    styles = ["-", "--", ":", "-."]
+    for k, r in enumerate(report.runs):
         label = f"{r.name} (w{r.settings.width})"
+        color = f"C{k % 10}"  # one colour per engine on every panel; branches differ by line style
         depths = [0] + [s.depth for s in r.stages]
-        ax[0].plot(depths, [r.feed_pressure] + [s.pressure for s in r.stages], marker="o", ms=3, label=label)
-        ax[1].plot([s.depth for s in r.stages], [s.grad_in for s in r.stages], marker="o", ms=3, label=label)
+        ax[0].plot(depths, [r.feed_pressure] + [s.pressure for s in r.stages], marker="o", ms=3, color=color, label=label)
+        ax[1].plot([s.depth for s in r.stages], [s.grad_in for s in r.stages], marker="o", ms=3, color=color, label=label)
         names = []
         for st in r.stages:
             names += [b.name for b in st.branches if b.name not in names and not b.overboard]
-        for n in names:
+        for j, n in enumerate(names):
             pts = [(st.depth, b.intensity) for st in r.stages for b in st.branches if b.name == n]
-            ax[2].plot(*zip(*pts), marker="o", ms=3, label=f"{r.name}: {n}")
+            ax[2].plot(*zip(*pts), marker="o", ms=3, color=color, ls=styles[j % len(styles)], label=f"{r.name}: {n}")
         w2 = [(s.depth, _ffn_out(s)) for s in r.stages if _ffn_out(s) is not None]
         if w2:
-            ax[3].plot(*zip(*w2), marker="o", ms=3, label=label)
+            ax[3].plot(*zip(*w2), marker="o", ms=3, color=color, label=label)
         if r.training is not None and r.training.loss:
             steps = range(1, len(r.training.loss) + 1)
-            ax[4].plot(steps, r.training.loss, lw=1, label=label)
-            ax[5].plot(steps, r.training.grad_norm, lw=1, label=label)
+            ax[4].plot(steps, r.training.loss, lw=1, color=color, label=label)
+            ax[5].plot(steps, r.training.grad_norm, lw=1, color=color, label=label)
             for k in r.training.spikes:
                 ax[4].plot([k.step + 1], [k.loss], "kx", ms=6)
     titles = ["chamber pressure: RMS of the residual stream", "pressure chain: ||dL/dx|| entering each stage",
               "burn intensity: ||f(x)|| / ||x|| per branch", "FFN output weights (W2): gradient norm"]
     ylabels = ["RMS", "gradient norm", "ratio", "gradient norm"]
+    from matplotlib.ticker import MaxNLocator
+
     for a, t, y in zip(ax[:4], titles, ylabels):
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
         a.set_title(t, fontsize=10)
         a.set_xlabel("depth (stage)")
         a.set_ylabel(y)
