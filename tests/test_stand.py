@@ -272,7 +272,9 @@ def test_draw_annotate_golden(golden, tmp_path):
 
     report = GOLDEN / "gas_generator.fire.json"
     dot = to_dot(SPEC("gas_generator"), annotate=str(report))
-    golden.check(GOLDEN / "gas_generator.annotated.dot", dot)
+    # pin the annotated edges (which edge got which number, width and colour), not the rest of the diagram
+    edges = [line.strip() for line in dot.splitlines() if "->" in line and ("||dL/dx||" in line or "gradient norm" in line)]
+    golden.check(GOLDEN / "gas_generator.annotated.txt", "\n".join(edges) + "\n")
     assert dot != to_dot(SPEC("gas_generator"))
     assert "||dL/dx|| =" in dot and "branch gradient norm =" in dot
     expanded = to_dot(SPEC("gas_generator"), annotate=str(report), expand=True)

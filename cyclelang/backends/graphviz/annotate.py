@@ -4,8 +4,9 @@ Reads a test-stand report (`cyclec fire --json`; torch-free pydantic models) and
 restyles the cycle view's edges from the measured pressure chain:
 
 - main-line edges entering a stage: ||dL/dx|| of the residual stream entering it
-  (the stage's instances averaged geometrically when the diagram folds them);
-  the edge into the nozzle carries the gradient leaving the last stage;
+  (the stage's instances averaged geometrically when the diagram folds them); an
+  edge from a stage to an engine-level op (the final valve, the nozzle) carries the
+  gradient leaving the stage's last instance;
 - branch edges: the gradient norm over that prechamber's parameters.
 
 Width and colour run from thin and cool (weakest measured) to thick and hot
@@ -87,17 +88,19 @@ def apply(engine: ir.Engine, edges: list, run, theme: dict[str, str]) -> None:
         got = by_stage.get(st.name, []) if isinstance(st, ir.Stage) else []
         return got if rep is None else got[int(rep) : int(rep) + 1]
 
+    def is_stage(m) -> bool:
+        return m is not None and isinstance(engine.body[int(m.group(1))], ir.Stage)
+
     main_vals, main_attrs, br_vals, br_attrs = {}, {}, {}, {}
-    last = run.stages[-1].grad_out if run.stages else None
     for a, b, attrs in edges:
         if attrs.get("color") == theme["chamber"]:
-            m = _NODE.match(b)
-            if m:
-                rs = readings(int(m.group(1)), m.group(2))
-                key = (m.group(1), m.group(2))
-                value = _gmean([r.grad_in for r in rs])
-            elif b == "nozzle" and last is not None and _NODE.match(a):
-                key, value = ("nozzle",), last
+            mb, ma = _NODE.match(b), _NODE.match(a)
+            if is_stage(mb):  # the stream entering (or running through) a stage
+                key = (mb.group(1), mb.group(2))
+                value = _gmean([r.grad_in for r in readings(int(mb.group(1)), mb.group(2))])
+            elif is_stage(ma):  # leaving a stage for the main line's own valve or the nozzle
+                rs = readings(int(ma.group(1)), ma.group(2))
+                key, value = ("out", ma.group(1), ma.group(2)), (rs[-1].grad_out if rs else None)
             else:
                 continue
             if value is None:
