@@ -47,11 +47,14 @@ def draw(spec, **kwargs):
     return _draw(spec, **kwargs)
 
 
-def build(spec, seed=None):
-    """The spec as a torch.nn.Module: see `cyclelang.backends.torch.build` (imports torch)."""
-    from .backends.torch.build import build as _build
+def build(spec, seed=None, allow_large=False, weights=None):
+    """The spec as a torch.nn.Module: see `cyclelang.backends.torch.build` (imports torch).
 
-    return _build(spec, seed=seed)
+    `weights`: a .safetensors file to load, checked name by name and shape by shape."""
+    from .backends.torch.build import build as _build, load_weights
+
+    model = _build(spec, seed=seed, allow_large=allow_large)
+    return load_weights(model, weights) if weights is not None else model
 
 
 def __getattr__(name):

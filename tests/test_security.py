@@ -470,8 +470,6 @@ def test_generated_source_and_weights_are_identical(tmp_path):
     assert w_a[8 + n_a:] == w_b[8 + n_b:]  # the same tensor bytes
 
 
-@pytest.mark.xfail(strict=False, reason="safetensors writes the __metadata__ map in hash order: the torch back-end's "
-                                        "two metadata keys come out in either order (tensors are identical)")
 def test_weights_file_is_byte_identical(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("safetensors")

@@ -41,6 +41,50 @@ def load_source(source: str, name: str = "model") -> types.ModuleType:
     return module
 
 
+class WeightsError(ValueError):
+    """Weights that do not fit the compiled engine; `key` names the first difference."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+def load_weights(model, path):
+    """Load a safetensors file written by `cyclec build --weights` (or any state dict saved
+    as safetensors) into `model`, refusing anything that does not fit exactly.
+
+    Only safetensors is read: a pickle can run code when loaded. Every name and shape is
+    compared before anything is copied; the first missing, unexpected or differently
+    shaped tensor is named in a WeightsError and the model is left untouched."""
+    import os
+
+    import torch
+
+    path = os.fspath(path)
+    if not path.endswith(".safetensors"):
+        raise WeightsError(path, "weights are read from .safetensors files only (a pickle can run code when loaded)")
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(path)
+    except (SafetensorError, OSError) as e:
+        raise WeightsError(path, f"cannot read it as safetensors: {e}") from None
+    target = model.state_dict()
+    for key in sorted(set(target) | set(state)):
+        if key not in state:
+            raise WeightsError(key, "missing from the weights file")
+        if key not in target:
+            raise WeightsError(key, "in the weights file but not in this engine")
+        if tuple(state[key].shape) != tuple(target[key].shape):
+            raise WeightsError(key, f"shape {tuple(state[key].shape)} in the file, {tuple(target[key].shape)} in the engine")
+        if state[key].dtype != target[key].dtype:
+            raise WeightsError(key, f"dtype {state[key].dtype} in the file, {target[key].dtype} in the engine")
+    with torch.no_grad():
+        model.load_state_dict(state, strict=True)
+    return model
+
+
 def build(spec, seed: int | None = None, allow_large: bool = False):
     """The spec as a torch.nn.Module (the generated `Model`), initialised per its startup block.
 

@@ -39,7 +39,9 @@ def build(spec, output, weights, seed, allow_large, include_path):
         from safetensors.torch import save
 
         tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-        payload = save(tensors, metadata={"engine": s.engine.name, "format": "pt"})
+        # one metadata key: safetensors writes the metadata map in hash order, and a
+        # single key keeps the file byte-identical from run to run
+        payload = save(tensors, metadata={"format": "pt"})
     # write the artifacts only once everything has been computed, and only when every
     # target directory is there, so a failure leaves no new file beside an old one
     for path in (output, weights):
