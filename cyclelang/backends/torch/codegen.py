@@ -718,19 +718,27 @@ def sliding_mask(T, S, window, device):
                     self.w("if cache is not None:")
                     with self.out.indent():
                         self.w("k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
-                if gqa:
-                    self.w("k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, nh, S, hd)")
-                    self.w("v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)")
                 dp = ", dropout_p=self.dropout if self.training else 0.0" if dropout else ""
+                if gqa:  # each group of query heads reads one kv head, inside the kernel: no copies of k, v
+                    dp += ", enable_gqa=True"
                 if mask == "open":
                     self.w(f"y = F.scaled_dot_product_attention(q, k, v{dp})  # (B, nh, T, hd)")
                 elif window:
-                    self.w(f"mask = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)")
-                    self.w(f"y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask{dp})  # (B, nh, T, hd)")
+                    self.w("if T == 1:  # one query (after the cache) sees the latest `window` keys: no mask")
+                    with self.out.indent():
+                        self.w(f"y = F.scaled_dot_product_attention(q, k[:, :, -self.window :], v[:, :, -self.window :]{dp})  # (B, nh, 1, hd)")
+                    self.w("else:")
+                    with self.out.indent():
+                        self.w(f"mask = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)")
+                        self.w(f"y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask{dp})  # (B, nh, T, hd)")
                 else:
                     self.w("if k.size(2) == T:  # no cache: the plain causal mask")
                     with self.out.indent():
                         self.w(f"y = F.scaled_dot_product_attention(q, k, v{dp}, is_causal=True)  # (B, nh, T, hd)")
+                    if causal:
+                        self.w("elif T == 1:  # one query after the cache may see every key: no mask")
+                        with self.out.indent():
+                            self.w(f"y = F.scaled_dot_product_attention(q, k, v{dp})  # (B, nh, 1, hd)")
                     self.w("else:  # T new queries after S - T cached positions")
                     with self.out.indent():
                         self.w(f"y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device){dp})")
@@ -871,18 +879,25 @@ class Cache:
     """What generation remembers: keys and values per attention, recent inputs per pool.
 
     Legal because the throat is causal: nothing travels upstream, so the past's keys
-    and values never change when a token is appended."""
+    and values never change when a token is appended. They go into buffers reserved
+    once for the whole context and written in place: a step copies its own token,
+    never the past. A pool keeps only its last size - 1 inputs, so its copy is bounded."""
 
-    def __init__(self):
+    def __init__(self, length=None):
         self.pos = 0  # positions already processed
+        self.length = length  # positions reserved per attention; None: the model's context
         self.state = {}
 
     def extend(self, layer, k, v):
-        if layer in self.state:
-            past_k, past_v = self.state[layer]
-            k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
-        self.state[layer] = (k, v)
-        return k, v
+        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values so far."""
+        if layer not in self.state:
+            B, nkv, _, hd = k.size()
+            self.state[layer] = (k.new_empty(B, nkv, self.length, hd), v.new_empty(B, nkv, self.length, hd))
+        past_k, past_v = self.state[layer]  # (B, nkv, length, hd)
+        end = self.pos + k.size(2)
+        past_k[:, :, self.pos : end] = k
+        past_v[:, :, self.pos : end] = v
+        return past_k[:, :, :end], past_v[:, :, :end]  # (B, nkv, S, hd): views, no copy
 
     def extend_pool(self, layer, x, keep):
         h = torch.cat((self.state[layer], x), dim=1) if layer in self.state else x
@@ -1257,6 +1272,10 @@ class Cache:
             self.w("if past + T > self.config.context:")
             with self.out.indent():
                 self.w('raise ValueError(f"{past + T} positions exceed the context of {self.config.context}")')
+            if p.causal:
+                self.w("if cache is not None and cache.length is None:")
+                with self.out.indent():
+                    self.w("cache.length = self.config.context  # reserve the whole context once")
             if not p.causal:
                 self.w("cache = None  # the throat is open: nothing to cache")
             self.w("x = self.feed(idx, past)  # (B, T, C)")
@@ -1366,7 +1385,7 @@ class Cache:
                     self.w("logits = self(idx[:, -context:])")
                 self.w("elif cache is None or cache.pos >= context:")
                 with self.out.indent():
-                    self.w("cache = Cache()")
+                    self.w("cache = Cache(context)")
                     self.w("logits = self(idx[:, -context:], cache=cache)")
                 self.w("else:")
                 with self.out.indent():

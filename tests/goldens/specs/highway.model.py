@@ -67,6 +67,8 @@ class Attention(nn.Module):
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if k.size(2) == T:  # no cache: the plain causal mask
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hd)
+        elif T == 1:  # one query after the cache may see every key: no mask
+            y = F.scaled_dot_product_attention(q, k, v)  # (B, nh, 1, hd)
         else:  # T new queries after S - T cached positions
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device))
         y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
@@ -90,18 +92,25 @@ class Cache:
     """What generation remembers: keys and values per attention, recent inputs per pool.
 
     Legal because the throat is causal: nothing travels upstream, so the past's keys
-    and values never change when a token is appended."""
+    and values never change when a token is appended. They go into buffers reserved
+    once for the whole context and written in place: a step copies its own token,
+    never the past. A pool keeps only its last size - 1 inputs, so its copy is bounded."""
 
-    def __init__(self):
+    def __init__(self, length=None):
         self.pos = 0  # positions already processed
+        self.length = length  # positions reserved per attention; None: the model's context
         self.state = {}
 
     def extend(self, layer, k, v):
-        if layer in self.state:
-            past_k, past_v = self.state[layer]
-            k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
-        self.state[layer] = (k, v)
-        return k, v
+        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values so far."""
+        if layer not in self.state:
+            B, nkv, _, hd = k.size()
+            self.state[layer] = (k.new_empty(B, nkv, self.length, hd), v.new_empty(B, nkv, self.length, hd))
+        past_k, past_v = self.state[layer]  # (B, nkv, length, hd)
+        end = self.pos + k.size(2)
+        past_k[:, :, self.pos : end] = k
+        past_v[:, :, self.pos : end] = v
+        return past_k[:, :, :end], past_v[:, :, :end]  # (B, nkv, S, hd): views, no copy
 
     def extend_pool(self, layer, x, keep):
         h = torch.cat((self.state[layer], x), dim=1) if layer in self.state else x
@@ -192,6 +201,8 @@ class Model(nn.Module):
         past = 0 if cache is None else cache.pos
         if past + T > self.config.context:
             raise ValueError(f"{past + T} positions exceed the context of {self.config.context}")
+        if cache is not None and cache.length is None:
+            cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx, past)  # (B, T, C)
         rope = None
         aux = {}
@@ -239,7 +250,7 @@ class Model(nn.Module):
             if not use_cache:
                 logits = self(idx[:, -context:])
             elif cache is None or cache.pos >= context:
-                cache = Cache()
+                cache = Cache(context)
                 logits = self(idx[:, -context:], cache=cache)
             else:
                 logits = self(idx[:, -1:], cache=cache)

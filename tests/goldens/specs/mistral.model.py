@@ -81,10 +81,11 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
-        k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)  # (B, nh, S, hd)
-        v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        mask = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, nh, T, hd)
+        if T == 1:  # one query (after the cache) sees the latest `window` keys: no mask
+            y = F.scaled_dot_product_attention(q, k[:, :, -self.window :], v[:, :, -self.window :], enable_gqa=True)  # (B, nh, 1, hd)
+        else:
+            mask = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # (B, nh, T, hd)
         y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
         return self.proj(y)
 
@@ -107,18 +108,25 @@ class Cache:
     """What generation remembers: keys and values per attention, recent inputs per pool.
 
     Legal because the throat is causal: nothing travels upstream, so the past's keys
-    and values never change when a token is appended."""
+    and values never change when a token is appended. They go into buffers reserved
+    once for the whole context and written in place: a step copies its own token,
+    never the past. A pool keeps only its last size - 1 inputs, so its copy is bounded."""
 
-    def __init__(self):
+    def __init__(self, length=None):
         self.pos = 0  # positions already processed
+        self.length = length  # positions reserved per attention; None: the model's context
         self.state = {}
 
     def extend(self, layer, k, v):
-        if layer in self.state:
-            past_k, past_v = self.state[layer]
-            k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
-        self.state[layer] = (k, v)
-        return k, v
+        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values so far."""
+        if layer not in self.state:
+            B, nkv, _, hd = k.size()
+            self.state[layer] = (k.new_empty(B, nkv, self.length, hd), v.new_empty(B, nkv, self.length, hd))
+        past_k, past_v = self.state[layer]  # (B, nkv, length, hd)
+        end = self.pos + k.size(2)
+        past_k[:, :, self.pos : end] = k
+        past_v[:, :, self.pos : end] = v
+        return past_k[:, :, :end], past_v[:, :, :end]  # (B, nkv, S, hd): views, no copy
 
     def extend_pool(self, layer, x, keep):
         h = torch.cat((self.state[layer], x), dim=1) if layer in self.state else x
@@ -208,6 +216,8 @@ class Model(nn.Module):
         past = 0 if cache is None else cache.pos
         if past + T > self.config.context:
             raise ValueError(f"{past + T} positions exceed the context of {self.config.context}")
+        if cache is not None and cache.length is None:
+            cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx, past)  # (B, T, C)
         rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each
         aux = {}
@@ -255,7 +265,7 @@ class Model(nn.Module):
             if not use_cache:
                 logits = self(idx[:, -context:])
             elif cache is None or cache.pos >= context:
-                cache = Cache()
+                cache = Cache(context)
                 logits = self(idx[:, -context:], cache=cache)
             else:
                 logits = self(idx[:, -1:], cache=cache)
