@@ -321,5 +321,23 @@ def stage_branches(stage: Stage) -> list[Prechamber]:
     return out
 
 
+def map_branches(body: list, fn) -> list:
+    """A copy of a main line in which every prechamber (fullflow branches included)
+    is replaced by `fn(prechamber)`; everything else is kept as it is."""
+    out = []
+    for op in body:
+        if isinstance(op, Stage):
+            ops = []
+            for s in op.ops:
+                if isinstance(s, Prechamber):
+                    s = fn(s)
+                elif isinstance(s, Fullflow):
+                    s = s.model_copy(update=dict(branches=[fn(b) for b in s.branches]))
+                ops.append(s)
+            op = op.model_copy(update=dict(ops=ops))
+        out.append(op)
+    return out
+
+
 def json_schema() -> dict:
     return Spec.model_json_schema()

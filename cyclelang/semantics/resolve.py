@@ -898,23 +898,12 @@ def _finalize_merges(body: list, init: ir.Init) -> list:
             beta = m.beta if m.beta > 0 else (8 * n) ** -0.25
             return m.model_copy(update=dict(alpha=alpha, beta=beta, layers=n))
         if isinstance(m, ir.LayerscaleMerge) and m.init <= 0:
-            # CaiT's rule: the deeper the engine, the leaner each preburner starts
-            return m.model_copy(update=dict(init=0.1 if layers <= 18 else 1e-5 if layers <= 24 else 1e-6))
+            return m.model_copy(update=dict(init=layerscale_init(layers)))
         return m
 
-    def fix_branch(b: ir.Prechamber) -> ir.Prechamber:
-        return b.model_copy(update=dict(merge=fix(b.merge))) if b.merge is not None else b
+    return ir.map_branches(body, lambda b: b.model_copy(update=dict(merge=fix(b.merge))) if b.merge is not None else b)
 
-    out = []
-    for op in body:
-        if isinstance(op, ir.Stage):
-            ops = []
-            for s in op.ops:
-                if isinstance(s, ir.Prechamber):
-                    s = fix_branch(s)
-                elif isinstance(s, ir.Fullflow):
-                    s = s.model_copy(update=dict(branches=[fix_branch(b) for b in s.branches]))
-                ops.append(s)
-            op = op.model_copy(update=dict(ops=ops))
-        out.append(op)
-    return out
+
+def layerscale_init(layers: int) -> float:
+    """CaiT's rule: the deeper the engine, the leaner each preburner starts."""
+    return 0.1 if layers <= 18 else 1e-5 if layers <= 24 else 1e-6

@@ -21,7 +21,7 @@ import math
 
 from .. import ir
 from ..diagnostics import CycleError, Diagnostic
-from ..semantics.resolve import _finalize_merges
+from ..semantics.resolve import _finalize_merges, layerscale_init
 
 MIN_WIDTH = 4
 
@@ -32,10 +32,6 @@ def _error(message: str, help: str | None = None, code: str = "E0205") -> CycleE
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-
-
-def _layerscale_rule(layers: int) -> float:
-    return 0.1 if layers <= 18 else 1e-5 if layers <= 24 else 1e-6
 
 
 def _layers(body) -> int:
@@ -54,27 +50,11 @@ def _forget_derived(body, old_layers: int):
             if _close(m.beta, (8 * n) ** -0.25):
                 upd["beta"] = 0.0
             return m.model_copy(update=upd)
-        if isinstance(m, ir.LayerscaleMerge) and _close(m.init, _layerscale_rule(old_layers)):
+        if isinstance(m, ir.LayerscaleMerge) and _close(m.init, layerscale_init(old_layers)):
             return m.model_copy(update=dict(init=0.0))
         return m  # cooling keeps its base and recomputes std from the merge count
 
-    return _map_branches(body, lambda b: b.model_copy(update=dict(merge=forget(b.merge))) if b.merge is not None else b)
-
-
-def _map_branches(body, fn):
-    out = []
-    for op in body:
-        if isinstance(op, ir.Stage):
-            ops = []
-            for s in op.ops:
-                if isinstance(s, ir.Prechamber):
-                    s = fn(s)
-                elif isinstance(s, ir.Fullflow):
-                    s = s.model_copy(update=dict(branches=[fn(b) for b in s.branches]))
-                ops.append(s)
-            op = op.model_copy(update=dict(ops=ops))
-        out.append(op)
-    return out
+    return ir.map_branches(body, lambda b: b.model_copy(update=dict(merge=forget(b.merge))) if b.merge is not None else b)
 
 
 class _Scaler:
