@@ -197,7 +197,7 @@ def test_closed_form_gpt2_small():
 # --- graph capture ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "moe"])
 def test_compile_fullgraph(name):
     model = small(ROOT / "specs" / f"{name}.cycle")
     idx = torch.randint(0, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))

@@ -820,22 +820,44 @@ def sliding_mask(T, S, window, device):
                     self.w("weight = weight / weight.sum(dim=-1, keepdim=True)")
                 if capacity or balance:
                     self.w("onehot = F.one_hot(choice.t().reshape(-1), E)  # (k * N, E): first choices first")
+                self.w("limit = B * T  # assignments an expert may take; dropless: every token")
                 if capacity:
                     self.w("if self.training:")
                     with self.out.indent():
-                        self.w("limit = math.ceil(self.capacity * B * T * self.top / E)")
+                        self.w("limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)")
                         self.w("rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue")
                         self.w("keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)")
                         self.w("choice = torch.where(keep, choice, -1)  # dropped: no expert takes it")
                 if balance:
                     self.w("routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert")
                     self.w("aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
+                self.w("if torch.compiler.is_compiling():  # one graph: shapes may not depend on the routing")
+                with self.out.indent():
+                    self.w("return self.dispatch_buffered(x, choice, weight, limit).view(B, T, C)")
                 self.w("y = torch.zeros_like(x)")
                 self.w("for e, expert in enumerate(self.experts):")
                 with self.out.indent():
                     self.w("token, slot = torch.where(choice == e)  # the assignments expert e takes")
                     self.w("y.index_add_(0, token, expert(x[token]) * weight[token, slot, None])")
                 self.w("return y.view(B, T, C)")
+            self.w()
+            self.w("def dispatch_buffered(self, x, choice, weight, capacity):")
+            with self.out.indent():
+                self.w('"""The same routing with fixed-size buffers (GShard), for torch.compile: each expert')
+                self.w("runs on a (capacity, C) buffer whose unused rows are zeros that are never read back,")
+                self.w("so every shape follows from the input's. Eager mode gathers exactly the routed")
+                self.w('tokens instead: no padding, but a host sync per expert."""')
+                self.w("N, C = x.size()")
+                self.w("E = len(self.experts)")
+                self.w("flat = choice.t().reshape(-1)  # (k * N,) each assignment's expert, first choices first; -1: dropped")
+                self.w("taken = F.one_hot(flat.clamp(min=0), E) * (flat >= 0)[:, None]  # (k * N, E)")
+                self.w("rank = ((torch.cumsum(taken, dim=0) - 1) * taken).sum(dim=-1)  # (k * N,) row in its expert's buffer")
+                self.w("row = torch.where(flat >= 0, flat * capacity + rank, E * capacity)  # dropped: the spare last row")
+                self.w("buf = x.new_zeros(E * capacity + 1, C).index_copy(0, row, x.repeat(self.top, 1))  # (E * capacity + 1, C)")
+                self.w("out = [expert(buf[e * capacity : (e + 1) * capacity]) for e, expert in enumerate(self.experts)]  # (capacity, C) each")
+                self.w("out = torch.cat(out + [x.new_zeros(1, C)])  # the spare row reads zeros")
+                self.w("y = out[row] * weight.t().reshape(-1, 1)  # (k * N, C): each assignment, weighted")
+                self.w("return y.view(self.top, N, C).sum(dim=0)  # (N, C)")
 
     def cls_pool(self, name: str, key: tuple) -> None:
         _, causal, engine_causal = key

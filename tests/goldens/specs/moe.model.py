@@ -135,18 +135,38 @@ class Moe(nn.Module):
         weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
         weight = weight / weight.sum(dim=-1, keepdim=True)
         onehot = F.one_hot(choice.t().reshape(-1), E)  # (k * N, E): first choices first
+        limit = B * T  # assignments an expert may take; dropless: every token
         if self.training:
-            limit = math.ceil(self.capacity * B * T * self.top / E)
+            limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)
             rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue
             keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
             choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
         routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
         aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))
+        if torch.compiler.is_compiling():  # one graph: shapes may not depend on the routing
+            return self.dispatch_buffered(x, choice, weight, limit).view(B, T, C)
         y = torch.zeros_like(x)
         for e, expert in enumerate(self.experts):
             token, slot = torch.where(choice == e)  # the assignments expert e takes
             y.index_add_(0, token, expert(x[token]) * weight[token, slot, None])
         return y.view(B, T, C)
+
+    def dispatch_buffered(self, x, choice, weight, capacity):
+        """The same routing with fixed-size buffers (GShard), for torch.compile: each expert
+        runs on a (capacity, C) buffer whose unused rows are zeros that are never read back,
+        so every shape follows from the input's. Eager mode gathers exactly the routed
+        tokens instead: no padding, but a host sync per expert."""
+        N, C = x.size()
+        E = len(self.experts)
+        flat = choice.t().reshape(-1)  # (k * N,) each assignment's expert, first choices first; -1: dropped
+        taken = F.one_hot(flat.clamp(min=0), E) * (flat >= 0)[:, None]  # (k * N, E)
+        rank = ((torch.cumsum(taken, dim=0) - 1) * taken).sum(dim=-1)  # (k * N,) row in its expert's buffer
+        row = torch.where(flat >= 0, flat * capacity + rank, E * capacity)  # dropped: the spare last row
+        buf = x.new_zeros(E * capacity + 1, C).index_copy(0, row, x.repeat(self.top, 1))  # (E * capacity + 1, C)
+        out = [expert(buf[e * capacity : (e + 1) * capacity]) for e, expert in enumerate(self.experts)]  # (capacity, C) each
+        out = torch.cat(out + [x.new_zeros(1, C)])  # the spare row reads zeros
+        y = out[row] * weight.t().reshape(-1, 1)  # (k * N, C): each assignment, weighted
+        return y.view(self.top, N, C).sum(dim=0)  # (N, C)
 
 
 class Cache:
