@@ -19,7 +19,9 @@ from pathlib import Path
 
 from lark import Lark
 
-LARK_OPTIONS = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True)
+# Every token stays in the tree and no node carries positions: the builder in parser.py
+# takes a node's span from its first and last tokens, only where it needs one.
+LARK_OPTIONS = dict(parser="lalr", keep_all_tokens=True, maybe_placeholders=True)
 TABLES_PATH = Path(__file__).with_name("_tables.py")
 
 

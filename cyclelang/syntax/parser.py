@@ -250,6 +250,30 @@ def _one_of(items: list[str]) -> str:
 # --- lark tree to syntax tree ---------------------------------------------------------
 
 
+# The parser keeps every token (keep_all_tokens) and builds no positions: a node's span is
+# the span from its first token to its last, keywords and braces included, found here
+# only for the nodes that need one. This is what lark's propagate_positions computes,
+# for every reduction, at a third of the parse time.
+CONTENT = frozenset({"NAME", "NUMBER", "STRING"})  # every other token is a keyword or punctuation
+
+
+def _content(t: Tree) -> list:
+    """A node's children without its keywords and punctuation (placeholders stay)."""
+    return [c for c in t.children if not (type(c) is Token and c.type not in CONTENT)]
+
+
+def _edge(t: Tree, last: bool) -> Token | None:
+    """The first (or last) token under t."""
+    for c in reversed(t.children) if last else t.children:
+        if type(c) is Token:
+            return c
+        if c is not None:
+            tok = _edge(c, last)
+            if tok is not None:
+                return tok
+    return None
+
+
 class _Builder:
     def __init__(self, file: str):
         self.file = file
@@ -258,14 +282,14 @@ class _Builder:
     def span(self, node: Tree | Token) -> Span:
         if isinstance(node, Token):
             return _token_span(self.file, node)
-        m = node.meta
-        if getattr(m, "empty", True):
+        first, last = _edge(node, False), _edge(node, True)
+        if first is None:
             return Span(file=self.file, line=1, column=1, end_line=1, end_column=2)
-        return Span(file=self.file, line=m.line, column=m.column, end_line=m.end_line, end_column=m.end_column)
+        return Span(file=self.file, line=first.line, column=first.column, end_line=last.end_line, end_column=last.end_column)
 
     def close_span(self, node: Tree) -> Span:
-        m = node.meta
-        return Span(file=self.file, line=m.end_line, column=max(m.end_column - 1, 1), end_line=m.end_line, end_column=m.end_column)
+        last = _edge(node, True)
+        return Span(file=self.file, line=last.end_line, column=max(last.end_column - 1, 1), end_line=last.end_line, end_column=last.end_column)
 
     def ident(self, tok: Token) -> ast.Ident:
         if len(tok.value) > MAX_IDENTIFIER:
@@ -277,24 +301,24 @@ class _Builder:
         return getattr(self, "t_" + t.data)(t)
 
     def t_let_stmt(self, t: Tree) -> ast.Let:
-        name, value = t.children
+        name, value = _content(t)
         return ast.Let(self.ident(name), self.expr(value), self.span(t))
 
     def t_include_stmt(self, t: Tree) -> ast.Include:
-        (s,) = t.children
+        (s,) = _content(t)
         return ast.Include(str(s.value)[1:-1], self.span(t))
 
     def t_template(self, t: Tree) -> ast.Template:
-        name, params, *body = t.children
-        ps = None if params is None else tuple(self.param(p) for p in params.children if p is not None)
+        name, params, *body = _content(t)
+        ps = None if params is None else tuple(self.param(p) for p in params.children if type(p) is Tree)
         return ast.Template(self.ident(name), ps, tuple(self.stage_item(c) for c in body), self.span(t), self.close_span(t))
 
     def param(self, t: Tree) -> ast.Param:
-        name, default = t.children
-        return ast.Param(self.ident(name), None if default is None else self.expr(default), self.span(t))
+        name, *default = _content(t)  # [NAME, expr] or [NAME, None, None]: "=" expr left out
+        return ast.Param(self.ident(name), None if default[-1] is None else self.expr(default[-1]), self.span(t))
 
     def t_engine(self, t: Tree) -> ast.Engine:
-        name, *body = t.children
+        name, *body = _content(t)
         return ast.Engine(self.ident(name), tuple(self.engine_item(c) for c in body), self.span(t), self.close_span(t))
 
     def engine_item(self, t: Tree):
@@ -307,53 +331,53 @@ class _Builder:
         return self.directive(t)
 
     def stage(self, t: Tree) -> ast.Stage:
-        name, alias, args, repeat, body = t.children
-        template = self.ident(alias.children[0]) if alias is not None else None
+        name, alias, args, repeat, body = _content(t)
+        template = self.ident(_content(alias)[0]) if alias is not None else None
         arg_list = None
         if args is not None:
-            arg_list = tuple(self.arg(a) for a in args.children if a is not None)
-        rep = self.expr(repeat.children[0]) if repeat is not None else None
+            arg_list = tuple(self.arg(a) for a in args.children if type(a) is Tree)
+        rep = self.expr(_content(repeat)[0]) if repeat is not None else None
         items = None
         close = None
         if body is not None:
-            items = tuple(self.stage_item(c) for c in body.children)
+            items = tuple(self.stage_item(c) for c in _content(body))
             close = self.close_span(body)
         return ast.Stage(self.ident(name), template, arg_list, rep, items, self.span(t), close)
 
     def arg(self, t: Tree) -> ast.Arg:
         if t.data == "named_arg":
-            name, value = t.children
+            name, value = _content(t)
             return ast.Arg(self.ident(name), self.expr(value), self.span(t))
-        (value,) = t.children
+        (value,) = _content(t)
         return ast.Arg(None, self.expr(value), self.span(t))
 
     def stage_item(self, t: Tree):
         if t.data == "prechamber":
             return self.prechamber(t)
         if t.data == "fullflow":
-            name, *body = t.children
+            name, *body = _content(t)
             items = tuple(self.prechamber(c) if c.data == "prechamber" else self.directive(c) for c in body)
             return ast.Fullflow(None if name is None else self.ident(name), items, self.span(t), self.close_span(t))
         return self.directive(t)
 
     def prechamber(self, t: Tree) -> ast.Prechamber:
-        name, *rest = t.children
+        name, *rest = _content(t)
         options = tuple(self.option(c) for c in rest if c.data == "option")
         body = tuple(self.directive(c) for c in rest if c.data != "option")
         return ast.Prechamber(self.ident(name), options, body, self.span(t), self.close_span(t))
 
     def startup(self, t: Tree) -> ast.Startup:
         items = []
-        for c in t.children:
+        for c in _content(t):
             if c.data in ("schedule", "init"):
                 items.append(self.directive(c))
             else:
-                items.append(ast.Scalar(str(c.data), tuple(self.expr(v) for v in c.children), self.span(c)))
+                items.append(ast.Scalar(str(c.data), tuple(self.expr(v) for v in _content(c)), self.span(c)))
         return ast.Startup(tuple(items), self.span(t), self.close_span(t))
 
     def directive(self, t: Tree) -> ast.Directive:
         keyword = str(t.data)
-        children = list(t.children)
+        children = _content(t)
         kind = None
         if children and isinstance(children[0], Token):
             kind = self.ident(children.pop(0))
@@ -361,8 +385,8 @@ class _Builder:
         return ast.Directive(keyword, kind, options, self.span(t))
 
     def option(self, t: Tree) -> ast.Option:
-        name, value = t.children
-        return ast.Option(self.ident(name), None if value is None else self.expr(value), self.span(t))
+        name, *value = _content(t)  # [NAME, expr] or [NAME, None, None]: "=" expr left out
+        return ast.Option(self.ident(name), None if value[-1] is None else self.expr(value[-1]), self.span(t))
 
     # expressions
     _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
@@ -375,10 +399,10 @@ class _Builder:
         if d == "ref":
             return ast.Ref(self.ident(t.children[0]).name, span)
         if d == "group":
-            return ast.Group(self.expr(t.children[0]), span)
+            return ast.Group(self.expr(_content(t)[0]), span)
         if d == "sqrt":
-            return ast.Sqrt(self.expr(t.children[0]), span)
+            return ast.Sqrt(self.expr(_content(t)[0]), span)
         if d in ("neg", "pos"):
-            return ast.Unary("-" if d == "neg" else "+", self.expr(t.children[0]), span)
-        left, right = t.children
+            return ast.Unary("-" if d == "neg" else "+", self.expr(_content(t)[0]), span)
+        left, right = _content(t)
         return ast.Binary(self._BINARY[d], self.expr(left), self.expr(right), span)
