@@ -54,6 +54,11 @@ Semantics the generated code fixes (documented where they are chosen)
   dropped, first choices before second choices (GShard). In eval mode routing
   is dropless, so the causal throat holds and the KV cache is exact. The
   balance loss is the Switch Transformer's: balance * experts * sum_e f_e * P_e.
+  Eager mode gathers each expert's tokens exactly; under torch.compile the same
+  routing runs through fixed-size (experts, capacity) buffers, so the model is one
+  graph (fullgraph=True) at the cost of computing the buffers' padding.
+- The KV cache reserves the whole context per attention once and is written in
+  place; grouped-query attention uses SDPA's enable_gqa (no copies of K and V).
 - Overboard exhaust is collected in `model.exhaust`; with a loss it is an
   auxiliary next-token head whose weighted cross-entropy joins the total.
 - Init: normal(std) for Linear and Embedding weights, zero biases (GPT-2); or
