@@ -211,7 +211,8 @@ class _Resolver:
             for e in self.engines[1:]:
                 self.out.error("E0109", f"a second engine '{e.name.name}' in one spec", e.name.span, "put each engine in its own file; share stages with include")
         if not self.engines:
-            return ir.Spec(engine=None)
+            # a file of templates: point at its start, so that a back-end's 'no engine' has a place
+            return ir.Spec(engine=None, span=ir.Span(file=m.file, line=1, column=1, end_line=1, end_column=2))
         engine = self.engine(self.engines[0])
         return ir.Spec(engine=engine, span=self.engines[0].span)
 

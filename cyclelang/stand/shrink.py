@@ -26,8 +26,8 @@ from ..semantics.resolve import _finalize_merges, layerscale_init
 MIN_WIDTH = 4
 
 
-def _error(message: str, help: str | None = None, code: str = "E0205") -> CycleError:
-    return CycleError([Diagnostic(code, "error", message, None, help)])
+def _error(message: str, help: str | None = None, code: str = "E0205", span: ir.Span | None = None) -> CycleError:
+    return CycleError([Diagnostic(code, "error", message, span, help)])
 
 
 def _close(a: float, b: float) -> bool:
@@ -115,7 +115,7 @@ def shrink(spec: ir.Spec, width: int | None = None, depth: int | None = None) ->
     stage does. None leaves that dimension as it is. Pure: returns a new IR."""
     e = spec.engine
     if e is None:
-        raise _error("nothing to fire: the spec defines no engine (only templates)", code="E0213")
+        raise _error("nothing to fire: the spec defines no engine (only templates)", code="E0213", span=spec.span)
     if width is None and depth is None:
         return spec
     body = list(e.body)
