@@ -48,6 +48,7 @@ def test_parameter_count_matches_the_module(path):
 
 @pytest.mark.parametrize("path", SPECS + CASES, ids=spec_id)
 def test_reachability_matches_autograd(path):
+    """The total count of parameters without a gradient, as the report states it."""
     spec = cyclelang.load(path)
     model = _model(path)
     model.zero_grad(set_to_none=True)
@@ -55,7 +56,153 @@ def test_reachability_matches_autograd(path):
     _, loss = model(idx, targets=idx)
     loss.backward()
     no_grad = sum(p.numel() for p in model.parameters() if p.grad is None)
+    model.zero_grad(set_to_none=True)
     assert no_grad == analyze(spec)["gradient"]["unreached_params"]
+
+
+# --- reachability group by group --------------------------------------------------------------
+#
+# Each torch parameter is mapped to the report's parameter group by the naming scheme
+# codegen.py documents (feed.tok/feed.pos, stages.{i}.{branch}.{op}, stages.{i}.{op},
+# engine-level {op}, head, head_bias), derived here from the IR independently of the
+# back-end's own naming pass. Then, loss by loss, the groups autograd reaches must be
+# the groups the report lists that loss for.
+
+
+def _numbered(kinds: list[str]) -> list[str]:
+    """The documented scheme: a kind that occurs more than once in one place is numbered from 1."""
+    seen: dict[str, int] = {}
+    out = []
+    for k in kinds:
+        if kinds.count(k) == 1:
+            out.append(k)
+        else:
+            seen[k] = seen.get(k, 0) + 1
+            out.append(f"{k}{seen[k]}")
+    return out
+
+
+_KIND = {"norm": "norm", "attention": "attn", "mlp": "mlp", "moe": "moe", "pool": "pool", "linear": "linear"}
+
+
+def group_map(engine) -> dict[str, str]:
+    """Torch attribute prefix ('stages.3.mix', 'norm', 'feed', 'head') -> the report's group."""
+    from cyclelang import ir
+
+    out = {"feed": "feed", "head": "nozzle", "head_bias": "nozzle"}
+    main_ops = [op for op in engine.body if not isinstance(op, ir.Stage)]
+    count: dict[str, int] = {}
+    for op, attr in zip(main_ops, _numbered([_KIND[o.op] for o in main_ops])):
+        k = count.get(op.op, 0)
+        count[op.op] = k + 1
+        out[attr] = f"main.{op.op}{k}"
+    i = 0
+    for st in engine.body:
+        if not isinstance(st, ir.Stage):
+            continue
+        level: list[tuple[str, str]] = []  # (kind, group) of the stage-level ops, in order
+        branches: dict[str, str] = {}
+        count = {}
+        for op in st.ops:
+            if isinstance(op, ir.Prechamber):
+                branches[op.name] = f"{st.name}.{op.name}"
+            elif isinstance(op, ir.Fullflow):
+                if op.norm is not None:
+                    level.append(("norm", f"{st.name}.{op.name}.norm"))
+                for b in op.branches:
+                    branches[b.name] = f"{st.name}.{b.name}"
+            else:
+                k = count.get(op.op, 0)
+                count[op.op] = k + 1
+                level.append((_KIND[op.op], f"{st.name}.{op.op}{k}"))
+        attrs = dict(zip(_numbered([kind for kind, _ in level]), (g for _, g in level)))
+        for r in range(st.repeat):
+            for name, g in {**attrs, **branches}.items():
+                out[f"stages.{i + r}.{name}"] = g
+        i += st.repeat
+    return out
+
+
+def group_of(name: str, prefixes: dict[str, str]) -> str:
+    parts = name.split(".")
+    for n in (3, 1):  # stages.{i}.{attr}, then feed / head / head_bias / an engine-level op
+        if ".".join(parts[:n]) in prefixes:
+            return prefixes[".".join(parts[:n])]
+    raise AssertionError(f"parameter {name} follows no documented name")
+
+
+@pytest.mark.parametrize("path", SPECS + CASES, ids=spec_id)
+def test_parameter_count_group_by_group(path):
+    """Each group's count in the report equals the module's parameters under that group's names."""
+    spec = cyclelang.load(path)
+    prefixes = group_map(spec.engine)
+    built: dict[str, int] = {}
+    for n, p in _model(path).named_parameters():
+        g = group_of(n, prefixes)
+        built[g] = built.get(g, 0) + p.numel()
+    report = {g["group"]: g["params"] for g in analyze(spec)["gradient"]["groups"] if g["params"]}
+    assert built == report
+
+
+def test_counting_conventions_hold_in_the_module():
+    """The conventions the report assumes, looked up in the built modules by name: qk-norm
+    is one RMSNorm weight of head_dim for q and one for k (shared by the heads); the MoE
+    router has no bias whatever the experts' bias; a tied head with a bias adds only head_bias."""
+    cases = ROOT / "tests" / "review_cases"
+    m = dict(_model(cases / "crosscheck_baffles.cycle").named_parameters())
+    assert m["stages.0.mix.attn.q_norm.weight"].shape == m["stages.0.mix.attn.k_norm.weight"].shape == (16,)  # 64 / 4 heads
+    assert m["stages.2.mix.attn.q_norm.weight"].shape == (8,)  # 64 / 8 heads
+    assert "head.weight" not in m and m["head_bias"].shape == (97,)
+    m = dict(_model(cases / "crosscheck_injection.cycle").named_parameters())
+    assert m["stages.0.burn.moe.router.weight"].shape == (4, 64) and "stages.0.burn.moe.router.bias" not in m  # bias=true
+    assert "stages.3.burn.moe.router.bias" not in m and not any(n.startswith("stages.3.burn.moe.experts.") and n.endswith(".bias") for n in m)
+    assert m["stages.0.burn.moe.experts.0.fc.bias"].shape == (2 * 96,)  # geglu: fused [gate | up]
+    assert m["stages.3.norm.weight"].shape == (64,)  # the fullflow's shared valve sits on the stage
+
+
+def _reached(model, loss, groups: list[str], params: list) -> set[str]:
+    grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True)
+    return {g for g, gr in zip(groups, grads) if gr is not None and bool(gr.ne(0).any())}
+
+
+@pytest.mark.parametrize("path", SPECS + CASES, ids=spec_id)
+def test_reachability_group_by_group(path):
+    """For the nozzle's loss, for each overboard head's loss, and for the total (MoE
+    balance losses included, in training mode), the set of groups with a non-zero
+    gradient is the set the report says each loss reaches. Groups without parameters
+    (a pool, a plain merge) cannot show a gradient and are left out."""
+    import torch.nn.functional as F
+
+    spec = cyclelang.load(path)
+    report = analyze(spec)["gradient"]
+    model = _model(path)
+    prefixes = group_map(spec.engine)
+    named = [(n, p) for n, p in model.named_parameters()]
+    groups = [group_of(n, prefixes) for n, _ in named]
+    params = [p for _, p in named]
+    with_params = {g["group"] for g in report["groups"] if g["params"]}
+    assert set(groups) == with_params  # every group with parameters owns some, and no other
+
+    idx = _tokens(spec)
+    model.train(True)  # the MoE balance losses are training-time losses
+    try:
+        logits, total = model(idx, targets=idx)
+        aux = dict(model.aux_losses)
+        heads: dict[str, object] = {}  # report's loss name -> the sum of its instances' losses
+        for key, value in aux.items():
+            g = group_of(key + ".x", prefixes)
+            if g in report["losses"]:
+                heads[g] = heads[g] + value if g in heads else value
+        assert set(heads) == set(report["losses"]) - {"nozzle"}
+        losses = {"nozzle": F.cross_entropy(logits.view(-1, logits.size(-1)), idx.reshape(-1)), **heads}
+        for name, loss in losses.items():
+            expected = {g["group"] for g in report["groups"] if name in g["losses"]} & with_params
+            assert _reached(model, loss, groups, params) == expected, name
+        expected = {g["group"] for g in report["groups"] if g["losses"]} & with_params
+        assert _reached(model, total, groups, params) == expected, "total"
+        assert with_params - expected == set(report["unreached"]) & with_params
+    finally:
+        model.train(False)
 
 
 def _sdpa_is_counted() -> bool:
