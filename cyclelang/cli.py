@@ -128,12 +128,22 @@ def check(specs, include_path, strict, want_report, as_json):
     failed: list[CycleError] = []
     texts: list[str] = []
     entries: list[dict] = []
+    shown = False
+
+    def show(e: CycleError) -> None:
+        """One file's diagnostics; a blank line sets them apart from the previous file's."""
+        nonlocal shown
+        if shown:
+            click.echo("", err=True)
+        report(e)
+        shown = True
+
     for path in specs:
         try:
             spec = load_spec(path, include_path)
         except CycleError as e:
             failed.append(e)
-            report(e)
+            show(e)
             entries.append({"file": path, "diagnostics": [d.to_json() for d in e.diagnostics], "report": None})
             continue
         diags = rv.review(spec)
@@ -143,7 +153,7 @@ def check(specs, include_path, strict, want_report, as_json):
             diags = rv.strict(diags)
         if diags:
             found = CycleError(diags, sources)
-            report(found)
+            show(found)
             if any(d.severity == "error" for d in diags):
                 failed.append(found)
         analysis = rv.analyze(spec) if (want_report or as_json) else None

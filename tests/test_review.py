@@ -207,6 +207,19 @@ def test_check_cli(monkeypatch):
     assert data[0]["report"]["params"]["total"] == 124_439_808 and data[1]["diagnostics"][0]["code"] == "W102"
 
 
+def test_check_separates_files_with_a_blank_line(golden, monkeypatch):
+    """Several files: each file's diagnostics form one block, a blank line between blocks
+    (and none before the first, after the last, or for a clean file)."""
+    monkeypatch.chdir(ROOT)
+    files = ["specs/gas_generator.cycle", "specs/gpt2.cycle", "tests/review_cases/W103_W104_trigger.cycle",
+             "tests/bad/e0002_bad_char.cycle", "tests/review_cases/E0301_trigger.cycle"]
+    res = CliRunner().invoke(main, ["check", *files])
+    assert res.exit_code == 1 and res.stdout == ""
+    assert not res.stderr.startswith("\n") and "\n\n\n" not in res.stderr
+    assert res.stderr.count("\n\nspecs/") + res.stderr.count("\n\ntests/") == 3 + 1  # 3 between files, 1 between W103 and W104
+    golden.check(CASES_DIR / "check_several_files.txt", res.stderr + f"[exit {res.exit_code}]\n")
+
+
 def test_check_json_on_a_broken_spec(tmp_path):
     bad = tmp_path / "bad.cycle"
     bad.write_text("engine e { chamber width=8 }\n")
