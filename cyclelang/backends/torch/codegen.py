@@ -533,6 +533,30 @@ class Lowering:
     def helpers(self) -> None:
         e, p = self.e, self.p
         atts = [o for o in self.all_turbines() if isinstance(o, ir.Attention)]
+        self.block('''
+class NextTokenLoss(torch.autograd.Function):
+    """F.cross_entropy(logits, targets, ignore_index=-1), the same forward, a leaner backward.
+
+    The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
+    buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
+    gradient and allocates a third (N, vocab) tensor to combine them.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets):  # logits (N, vocab); targets (N,), -1: ignored
+        logp = F.log_softmax(logits, dim=-1)  # (N, vocab)
+        ctx.save_for_backward(logp, targets)
+        return F.nll_loss(logp, targets, ignore_index=-1)  # the mean over the kept targets
+
+    @staticmethod
+    def backward(ctx, grad):
+        logp, targets = ctx.saved_tensors
+        keep = targets >= 0  # (N,)
+        g = logp.exp()  # (N, vocab): softmax
+        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
+        return g.mul_((keep * (grad / keep.sum()))[:, None]), None
+''')
+        self.out.blank(2)
         if e.feed.position == "sinusoidal":
             self.block('''
 def sinusoids(length, width):
@@ -1345,14 +1369,14 @@ class Cache:
                     self.w("for name, weight in OVERBOARD_LOSS.items():  # auxiliary next-token heads")
                     with self.out.indent():
                         self.w("head = self.exhaust[name]")
-                        self.w("losses[name] = weight * F.cross_entropy(head.view(-1, head.size(-1)), targets.reshape(-1), ignore_index=-1)")
+                        self.w("losses[name] = weight * NextTokenLoss.apply(head.view(-1, head.size(-1)), targets.reshape(-1))")
                 self.w("self.aux_losses = losses")
             else:
                 self.w("self.aux_losses = aux")
             self.w("if targets is None:")
             with self.out.indent():
                 self.w("return logits")
-            self.w("loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)")
+            self.w("loss = NextTokenLoss.apply(logits.view(-1, logits.size(-1)), targets.reshape(-1))  # F.cross_entropy, ignore_index=-1")
             self.w("for value in self.aux_losses.values():")
             with self.out.indent():
                 self.w("loss = loss + value")

@@ -15,6 +15,29 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 
+class NextTokenLoss(torch.autograd.Function):
+    """F.cross_entropy(logits, targets, ignore_index=-1), the same forward, a leaner backward.
+
+    The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
+    buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
+    gradient and allocates a third (N, vocab) tensor to combine them.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets):  # logits (N, vocab); targets (N,), -1: ignored
+        logp = F.log_softmax(logits, dim=-1)  # (N, vocab)
+        ctx.save_for_backward(logp, targets)
+        return F.nll_loss(logp, targets, ignore_index=-1)  # the mean over the kept targets
+
+    @staticmethod
+    def backward(ctx, grad):
+        logp, targets = ctx.saved_tensors
+        keep = targets >= 0  # (N,)
+        g = logp.exp()  # (N, vocab): softmax
+        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
+        return g.mul_((keep * (grad / keep.sum()))[:, None]), None
+
+
 def causal_mask(T, S, device):
     """(T, S) True where query i, at position S - T + i, may see key j: j <= S - T + i."""
     i = torch.arange(S - T, S, device=device)[:, None]
@@ -215,7 +238,7 @@ class Model(nn.Module):
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        loss = NextTokenLoss.apply(logits.view(-1, logits.size(-1)), targets.reshape(-1))  # F.cross_entropy, ignore_index=-1
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
