@@ -186,6 +186,32 @@ grows with the repeat count (a stage may repeat 10,000 times). Draw it folded: a
 repeated stage is drawn once with a ×N badge.""", "stage block x 10000 { ... }   # cyclec draw --expand")
 
 
+# --- design reviewer (cyclelang.review), appended -----------------------------------------------
+_add("W111", "mixture of experts with top equal to experts", """
+A mixture of experts earns its keep by sparsity: each token visits a few experts,
+so the engine holds many experts' parameters but pays for only `top` of them per
+token. With `top` equal to `experts` every token runs through every expert: the
+compute is that of one mlp `experts` times as wide, the router only reweighs outputs
+that were all computed anyway, and the capacity and balance machinery guard against
+an imbalance that cannot happen. In engine terms it is a multi-element injector whose
+elements are all wide open on every cycle: the plumbing of a throttleable injector
+with none of the throttling. Route each token to one or two experts (Switch,
+Mixtral), or write one `turbine mlp` if the dense compute is what you want.""",
+     "turbine moe experts=4 top=4 capacity=1.25 balance=0.01 hidden=512")
+_add("N103", "large KV cache with every head keeping its own K and V", """
+In a causal engine every attention layer caches the keys and values of each past
+token for decoding: layers x kv_heads x head_dim x 2 x 2 bytes per token at 16-bit
+values. With `kv_heads` equal to `heads` (plain multi-head attention) each head keeps
+its own pair, and once that reaches 64 KiB per token (the threshold of this note:
+GPT-2 medium's 96 KiB is above it, GPT-2 small's 36 KiB below) the cache, not the
+weights, is what limits batch size and context at inference, and every decoding step
+reads all of it. Grouped-query attention (`kv_heads=heads/4`, say) or multi-query
+attention (`kv_heads=1`) lets several heads share one K and V: the baffled injector,
+where baffles group the injector elements so fewer feed passages serve the same
+chamber. Quality usually moves little, and the cache shrinks by heads/kv_heads. The
+note is a fact about the design; silence it with `# allow: N103` where full heads are
+meant.""", "stage block x 24 { prechamber mix { ... turbine attention heads=16 ... } }   # width 1024")
+
 def markdown() -> str:
     lines = [
         "# Diagnostics",

@@ -17,7 +17,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic
-from .report import part_params
+from .report import DTYPE_BYTES, _bytes, part_params
 from .walk import Part, is_dead, merges_into_main_line, parts, stages
 
 COOLED = (ir.CoolingMerge, ir.RezeroMerge, ir.LayerscaleMerge, ir.DeepnormMerge, ir.GateMerge)
@@ -27,6 +27,7 @@ COOLED = (ir.CoolingMerge, ir.RezeroMerge, ir.LayerscaleMerge, ir.DeepnormMerge,
 class ReviewConfig:
     post_ln_depth: int = 12  # layers of Post-LN (or a plain stack) that count as deep
     deep_merges: int = 24  # merges into the main line that count as deep for cooling
+    kv_note_bytes: int = 64 * 1024  # KV cache per token (2-byte values) from full multi-head attention worth a note
 
 
 def _w(code, message, span, help=None, notes=()) -> Diagnostic:
@@ -259,6 +260,43 @@ def pre_ln_without_final_norm(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnosti
                ["with the valves on the branches, the chamber's norm grows stage after stage and the head reads it unregulated"])]
 
 
+# --- N103: every head keeps its own K and V, and the cache is large -----------------------------
+
+
+def full_kv_cache(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    if e.throat != "causal":
+        return []  # an open throat caches nothing
+    mha = [(p.node, p.repeat) for p in parts(e) if isinstance(p.node, ir.Attention) and p.node.kv_heads == p.node.heads > 1]
+    per_token = sum(a.kv_heads * a.head_dim * 2 * DTYPE_BYTES * r for a, r in mha)
+    if per_token < cfg.kv_note_bytes:
+        return []
+    layers = sum(r for _, r in mha)
+    a = mha[0][0]
+    shape = (f"{layers} layers x {a.kv_heads} kv_heads x {a.head_dim} x 2 x {DTYPE_BYTES} bytes"
+             if all(x.kv_heads == a.kv_heads and x.head_dim == a.head_dim for x, _ in mha) else f"{_plural(layers, 'attention layer')}")
+    n = e.feed.context
+    seq = sum(x.kv_heads * x.head_dim * 2 * DTYPE_BYTES * min(n, x.window or n) * r for x, r in mha)
+    g = a.heads // 4 if a.heads % 4 == 0 and a.heads >= 8 else 1  # a quarter of the heads, Llama 2's 64 -> 8 in spirit
+    return [_n("N103", f"every head keeps its own K and V: the KV cache takes {_bytes(per_token)} per token ({shape})", a.span,
+               (f"share K and V between heads (the baffled injector): kv_heads={g} (GQA) cuts the cache {a.heads // g}x, kv_heads=1 (MQA) {a.heads}x"
+                if g > 1 else f"share K and V between heads (the baffled injector): kv_heads=1 (MQA) cuts the cache {a.heads}x, or choose heads with a divisor for GQA"),
+               [f"at the full context of {n} tokens that is {_bytes(seq)} per sequence, read in full at every decoding step"])]
+
+
+# --- W111: a mixture that routes every token to every expert ----------------------------------
+
+
+def moe_without_sparsity(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        m = p.node
+        if isinstance(m, ir.Moe) and m.top >= m.experts:
+            out.append(_w("W111", f"top={m.top} of {_plural(m.experts, 'expert')}: every token visits every expert, so nothing is sparse", m.span,
+                          "route each token to a few experts (top=1 or top=2), or use one 'turbine mlp' if the dense compute is meant",
+                          [f"each token pays for {_plural(m.experts, 'expert')} of compute, and the router only reweighs outputs that are all computed anyway"]))
+    return out
+
+
 Rule = Callable[[ir.Engine, ReviewConfig], list[Diagnostic]]
 
 RULES: tuple[Rule, ...] = (
@@ -274,10 +312,12 @@ RULES: tuple[Rule, ...] = (
     open_without_positions,
     no_mixer,
     pre_ln_without_final_norm,
+    full_kv_cache,
+    moe_without_sparsity,
 )
 
 # The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "N101", "N102")
+REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "N101", "N102", "N103")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:
