@@ -102,6 +102,41 @@ def test_labels_modes():
     assert "branch mix:</b>" in ml and ">attention, 12 heads, causal<" in ml and "injector" not in ml
 
 
+ROCKET_WORDS = ("tank", "pump", "valve", "turbine", "prechamber", "chamber", "throat", "nozzle", "injector", "combustor",
+                "overboard", "full flow", "power cycle", "exhaust", "vent", "duct", "cooling", "cut:", "preburner")
+
+
+def visible_labels(dot: str) -> list[str]:
+    """The text of every label and xlabel (not tooltips), HTML tags stripped."""
+    found = re.findall(r'\b(?:x?label)=(<(?:[^<>]|<[^<>]*>)*>|"(?:[^"\\]|\\.)*")', dot)
+    return [re.sub(r"<[^>]*>", " ", x) for x in found]
+
+
+@pytest.mark.parametrize("view", ["cycle", "graph"])
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+def test_ml_labels_use_no_rocket_words(path, view):
+    s = cyclelang.load(path)
+    for lbl in visible_labels(to_dot(s, view=view, labels="ml")):
+        low = lbl.lower().replace(s.engine.name.lower(), "")  # the engine's own name may be anything
+        assert not [w for w in ROCKET_WORDS if w in low], lbl
+
+
+def test_overboard_branch_sits_above_the_line_like_the_others():
+    dot = to_dot(spec("gas_generator"))
+    # the probe follows the critic on its row, tied to it so Graphviz keeps it on the same side
+    assert '"b1.o0.t1" -> "b1.o1.t0" [style=invis weight=0]' in dot
+
+
+def test_rows_wrap_by_estimated_width():
+    from cyclelang.backends.graphviz.cycle import rows
+
+    assert rows([100.0] * 4) == set()
+    assert rows([600.0] * 4) and all(0 < k < 4 for k in rows([600.0] * 4))
+    assert 2 not in rows([600.0] * 4, keep={2})
+    dot = to_dot(spec("highway"))  # one long stage breaks between its branches
+    assert "stage block  ×6  (continued)" in dot and 'subgraph "cluster_b0.c1"' in dot
+
+
 def test_post_ln_valves_sit_on_the_main_line():
     dot = to_dot(spec("post_ln"))
     assert "valve in series" in dot  # legend entry appears only when drawn

@@ -15,9 +15,16 @@ from ... import ir
 from . import params, text
 from .style import FONT, THEMES, esc, label
 
-# A long engine wraps into rows of about this many ranks (columns of nodes), at
-# stage boundaries, so that a cycle view keeps a slide's proportions.
-ROW_RANKS = 14
+# A long engine wraps into rows no wider than about this many points (2600 px at the
+# 150 dpi of a PNG), between stages or between a stage's branches, so that a cycle
+# view keeps a slide's proportions. Widths are estimated from the labels' text.
+ROW_POINTS = 1150
+RANKSEP = 18.0  # ranksep 0.25 in
+
+
+def text_w(s: str | None, size: float, bold: bool = False) -> float:
+    """About how wide Helvetica sets `s` at `size` points (a deterministic estimate)."""
+    return len(s or "") * size * (0.6 if bold else 0.53)
 
 
 class Options:
@@ -52,11 +59,15 @@ class CycleView:
         # would pull both of its ends into that cluster.
         self.edges: list[tuple[str, str, dict]] = []
         self.merges: set[str] = set()  # points on the main line a next branch may split from
-        title = f"{self.e.name}: power cycle"
+        self.last_branch: str | None = None  # the last node of the latest branch on this row
+        title = self.title()
         self.g = new_graph(
             "cycle", title, opts, self.t,
             nodesep="0.2", ranksep="0.25", newrank="true", splines="spline", forcelabels="true",
         )
+
+    def title(self) -> str:
+        return f"{self.e.name}: " + ("residual stream" if self.o.labels == "ml" else "power cycle")
 
     # -- drawing primitives ----------------------------------------------------
 
@@ -106,12 +117,31 @@ class CycleView:
                        shape="box", style="rounded,filled", fillcolor=t["feed"], color=t["chamber"])
         self.flow(g, "feed.tank", "feed.pump")
         cur = "feed.pump"
-        items = self.items()
-        breaks = rows([2] + [ranks(op) for _, op, _ in items[:-1]] + [ranks(items[-1][1]) + 1] if items else [3])
-        for k, (path, op, rep) in enumerate(items):
-            if k + 1 in breaks:
+        units = self.units()
+        widths = [self.est_feed()] + [self.est_unit(op, j) for _, op, _, j in units]
+        widths[-1] += self.est_nozzle()
+        # A row never starts with an overboard branch: with no branch before it on its row,
+        # nothing keeps it above the line.
+        # A stage breaks inside only when it is long (over half a row).
+        span: dict[str, float] = {}
+        for k, (path, _, _, j) in enumerate(units):
+            span[path] = span.get(path, 0.0) + widths[k + 1]
+        breaks = rows(widths, keep={k + 1 for k, (path, op, _, j) in enumerate(units)
+                                    if j and (getattr(op.ops[j], "overboard", False) or span[path] < ROW_POINTS / 2)})
+        k = 0
+        while k < len(units):
+            if k and k + 1 in breaks:
                 cur = self.connector(g, len([b for b in breaks if b <= k + 1]) - 1, cur)
-            cur = self.main_op(g, path, op, rep, cur)
+            path, op, rep, j = units[k]
+            if j is None:
+                cur = self.main_op(g, path, op, rep, cur)
+                k += 1
+                continue
+            end = k + 1  # this stage's units up to its end or the next row break
+            while end < len(units) and units[end][0] == path and end + 1 not in breaks:
+                end += 1
+            cur = self.stage(g, path, op, rep, cur, [u[3] for u in units[k:end]])
+            k = end
         nz = text.nozzle(e.nozzle)
         nz_t, nz_d = self.words(nz)
         if self.o.labels == "both":
@@ -129,6 +159,68 @@ class CycleView:
             g.edge(a, b, **attrs)
         self.legend()
         return g
+
+    def units(self) -> list[tuple[str, object, int | None, int | None]]:
+        """The pieces a row may break between: (path, op, repeat index, op index in the
+        stage, or None for a piece on the main line outside any stage). A long stage may
+        break between its ops; it is then drawn as two clusters, the second "continued"."""
+        out = []
+        for path, op, rep in self.items():
+            if isinstance(op, ir.Stage) and op.ops:
+                out += [(path, op, rep, j) for j in range(len(op.ops))]
+            else:
+                out.append((path, op, rep, None))
+        return out
+
+    # -- width estimates (points, from the labels' text; no Graphviz needed) ----
+
+    def est_feed(self) -> float:
+        f = self.e.feed
+        return 2 * RANKSEP + max(60.0, text_w(f"vocab {f.vocab:,}", 11) + 20) + text_w(f"{f.vocab:,}{text.TIMES}{f.width}, + sinusoidal positions"[:22], 11) + 24
+
+    def est_nozzle(self) -> float:
+        nz, th = text.nozzle(self.e.nozzle), text.throat(self.e.throat)
+        note = max(text_w(th.rocket_detail, 10), text_w(th.ml_detail, 10)) + 20  # the throat note sits level with it
+        return RANKSEP + max(text_w(nz.ml_detail, 10), text_w(nz.rocket, 13, bold=True), note / 2) + 40 + note / 2
+
+    def est_op(self, op, on_branch: bool) -> float:
+        if isinstance(op, ir.Norm):
+            return 76.0
+        w = text.turbine(op)
+        if self.o.labels == "ml" or (self.o.labels == "both" and not on_branch):
+            lines = [(w.ml, 13, True), (w.ml_detail, 11, False)]
+        else:
+            lines = [(w.rocket, 13, True), (w.rocket_detail, 11, False)]
+        lines.append(("123.4K params", 11, False))
+        return max(text_w(s, size, bold) for s, size, bold in lines) + 18
+
+    def est_branch(self, p: ir.Prechamber) -> float:
+        inner = sum(self.est_op(op, True) + RANKSEP for op in p.ops)
+        if p.overboard:  # the vent, then the line runs on to a point level with it
+            inner += 4 * (90 + RANKSEP)
+        else:
+            m = text.merge(p.merge, params.merge_count(p.merge, p.width, p.out_width), self.o.labels)
+            inner += text_w(m, 10) + RANKSEP + 25
+        if p.detach:
+            inner += text_w("cut: detach", 10)
+        first, *rest = text.wrap(text.prechamber(p, self.o.labels), 30)
+        title = max([text_w(first, 12, True)] + [text_w(x, 11) for x in rest]) + 16
+        return max(inner, title + 25)
+
+    def est_unit(self, op, j: int | None) -> float:
+        """About how wide a piece draws: its nodes, edge labels and ranks, or its
+        cluster's title where that is wider."""
+        if j is not None:
+            x = op.ops[j]
+            w = 24.0 if j == 0 or j == len(op.ops) - 1 else 0.0  # the stage cluster's margins
+            if isinstance(x, ir.Prechamber):
+                return w + RANKSEP + 10 + self.est_branch(x)
+            if isinstance(x, ir.Fullflow):
+                return w + RANKSEP + 10 + (76 + RANKSEP if x.norm is not None else 0) + max(self.est_branch(b) for b in x.branches)
+            return w + RANKSEP + self.est_op(x, False)
+        if isinstance(op, ir.Stage):
+            return 24.0 + text_w(text.stage(op, None), 15, True)
+        return RANKSEP + self.est_op(op, False)
 
     def items(self) -> list[tuple[str, object, int | None]]:
         """The main line's top-level pieces in order: (path, op, repeat index); an
@@ -154,6 +246,7 @@ class CycleView:
                    fontcolor=t["junction"], fontsize="14", width="0.36", fixedsize="true", group="main", tooltip=tip)
         self.flow(g, cur, a)
         self.edges.append((a, b, {"constraint": "false", "style": "invis"}))
+        self.last_branch = None
         return b
 
     def throat_note(self, g) -> None:
@@ -190,18 +283,24 @@ class CycleView:
             return self.series_valve(g, path, op, cur)
         return self.series_turbine(g, path, op, cur)
 
-    def stage(self, g, path: str, s: ir.Stage, rep: int | None, cur: str) -> str:
+    def stage(self, g, path: str, s: ir.Stage, rep: int | None, cur: str, ops: list[int] | None = None) -> str:
+        """A stage's cluster, or the part of it holding `ops` (indices) when a row break
+        falls inside it: the part after a break is its own cluster, titled "continued"."""
         t = self.t
         n = params.count(s)
         each = " each" if s.repeat > 1 and rep is None else ""
-        with g.subgraph(name=f"cluster_{path}") as c:
-            c.attr(label=self.lab(text.stage(s, rep), f"{params.human(n)} params{each}", size=15),
+        ops = list(range(len(s.ops))) if ops is None else ops
+        name, title, detail = f"cluster_{path}", text.stage(s, rep), f"{params.human(n)} params{each}"
+        if ops and ops[0] > 0:
+            name, title, detail = f"cluster_{path}.c{ops[0]}", f"{title}  (continued)", None
+        with g.subgraph(name=name) as c:
+            c.attr(label=self.lab(title, detail, size=15, align="left"),
                    style="rounded,filled", fillcolor=t["stage_fill"], color=t["stage_border"],
                    penwidth="1.5", labeljust="l", margin="12")
             if s.repeat > 1 and rep is None:
                 self.used.add("repeat")
-            for j, op in enumerate(s.ops):
-                cur = self.stage_op(c, f"{path}.o{j}", op, cur)
+            for j in ops:
+                cur = self.stage_op(c, f"{path}.o{j}", s.ops[j], cur)
         return cur
 
     def stage_op(self, g, path: str, op, cur: str) -> str:
@@ -269,14 +368,14 @@ class CycleView:
         self.used.add("branch")
         with g.subgraph(name=f"cluster_{path}") as c:
             first, *rest = text.wrap(text.prechamber(p, self.o.labels), 30)
-            c.attr(label=self.lab(first, None, size=12, extra=rest, detail_size=11), style="rounded,filled,dashed" if p.detach else "rounded,filled",
+            c.attr(label=self.lab(first, None, size=12, extra=rest, detail_size=11, align="left"), style="rounded,filled,dashed" if p.detach else "rounded,filled",
                    fillcolor=t["branch_fill"], color=t["branch_border"], labeljust="l", margin="8", penwidth="1.2")
             first, last = self.branch_ops(c, path, p)
             if p.overboard:
                 self.used.add("vent")
                 vent = f"{path}.vent"
                 loss = f"aux loss {text.TIMES}{text.num(p.loss)}" if p.loss is not None else "never merged"
-                ttl = {"rocket": "overboard", "ml": "output", "both": "overboard"}[self.o.labels]
+                ttl = {"rocket": "overboard", "ml": "side output", "both": "overboard"}[self.o.labels]
                 c.node(vent, self.lab(ttl, loss, size=12), shape="invhouse", style="filled", fillcolor=t["vent_fill"],
                        color=t["vent"], fontcolor=t["vent"], penwidth="2")
                 self.branch(c, last, vent, color=t["vent"], style="bold")
@@ -291,7 +390,7 @@ class CycleView:
         if merge is not None:
             kind = p.merge.kind if p.merge is not None else "plain"
             self.used.add(f"merge_{kind}")
-            m = text.merge(p.merge, params.merge_count(p.merge, p.width, p.out_width))
+            m = text.merge(p.merge, params.merge_count(p.merge, p.width, p.out_width), self.o.labels)
             self.branch(g, last, merge, label=self.lab(None, m, detail_size=10) if m else None)
 
     def split_from(self, g, path: str, cur: str) -> str:
@@ -308,11 +407,17 @@ class CycleView:
         split = self.split_from(g, path, cur)
         if p.overboard:
             self.branch_cluster(g, path, p, split, None)
+            if self.last_branch is not None:
+                # Left to itself Graphviz drops a dead-end branch below the line; an
+                # invisible edge from the branch before it keeps it above, with the others.
+                self.edges.append((self.last_branch, f"{path}.t0", {"style": "invis", "weight": "0"}))
+            self.last_branch = f"{path}.t{len(p.ops) - 1}"
             return self.pass_point(g, path, split, len(p.ops) + 1)
         merge = f"{path}.merge"
         self.junction(g, merge, "merge")
         self.branch_cluster(g, path, p, split, merge)
         self.flow(g, split, merge)
+        self.last_branch = f"{path}.t{len(p.ops) - 1}"
         return merge
 
     def fullflow(self, g, path: str, f: ir.Fullflow, cur: str) -> str:
@@ -326,7 +431,7 @@ class CycleView:
         with g.subgraph(name=f"cluster_{path}") as c:
             ttl = {"rocket": "full flow", "ml": "parallel branches", "both": "full flow"}[self.o.labels]
             det = "one shared valve, all flow through turbines" if self.o.labels != "ml" else "fed from the same state"
-            c.attr(label=self.lab(ttl, det, size=13), style="rounded,dashed", color=t["branch_border"], labeljust="l",
+            c.attr(label=self.lab(ttl, det, size=13, align="left"), style="rounded,dashed", color=t["branch_border"], labeljust="l",
                    margin="10", penwidth="1.5")
             fan = split
             if f.norm is not None:
@@ -361,26 +466,32 @@ class CycleView:
         """Title and legend together in the graph's label: a label takes no rank, so the
         legend does not widen the schematic."""
         t = self.t
+        # (key, colour, symbol, {label mode: words})
+        def say(rocket: str, ml: str, both: str | None = None) -> dict[str, str]:
+            return {"rocket": rocket, "ml": ml, "both": both or f"{rocket} = {ml}"}
+
         entries = [
-            ("main", t["chamber"], "\u2501\u2501", "main chamber = residual stream"),
-            ("branch", t["branch"], "\u2500\u2500", "prechamber = residual branch"),
-            ("cut", t["cut"], "\u254c\u254c", "cut: detach, no gradient back"),
-            ("valve_main", t["chamber"], "\u25c6", "valve in series = main-line norm"),
-            ("valve_branch", t["branch"], "\u25c7", "valve on a branch = Pre-LN norm"),
-            ("turbine_main", t["chamber"], "\u25ad", "turbine in series: works on all flow"),
-            *((f"merge_{k}", t["chamber"], "\u2295", w) for k, w in text.MERGE_LEGEND.items()),
-            ("vent", t["vent"], "\u25bd", "overboard vent: never merged"),
-            ("repeat", t["fg"], text.TIMES + "N", "stage repeated N times"),
+            ("main", t["chamber"], "\u2501\u2501", say("main chamber", "residual stream")),
+            ("branch", t["branch"], "\u2500\u2500", say("prechamber", "residual branch")),
+            ("cut", t["cut"], "\u254c\u254c", say("cut: no flow back", "detach: no gradient back", "cut: detach, no gradient back")),
+            ("valve_main", t["chamber"], "\u25c6", say("valve in series", "norm on the main line (Post-LN)", "valve in series = main-line norm")),
+            ("valve_branch", t["branch"], "\u25c7", say("valve on a branch", "norm on the branch (Pre-LN)", "valve on a branch = Pre-LN norm")),
+            ("turbine_main", t["chamber"], "\u25ad", say("turbine in series: works on all flow", "layer in series: acts on the whole stream",
+                                                        "turbine in series: works on all flow")),
+            *((f"merge_{k}", t["chamber"], "\u2295", say(text.merge_legend(k, "rocket"), text.merge_legend(k, "ml"), text.merge_legend(k, "both")))
+              for k in text.MERGE_LEGEND),
+            ("vent", t["vent"], "\u25bd", say("overboard vent: never merged", "side output: never merged", "overboard vent: never merged")),
+            ("repeat", t["fg"], text.TIMES + "N", say("stage repeated N times", "stage repeated N times", "stage repeated N times")),
         ]
         used = self.used | {"main"}
         cells = [
             f'<td align="right"><font color="{c}" point-size="14"><b>{esc(sym)}</b></font></td>'
             f'<td align="left"><font point-size="11" color="{t["muted"]}">{esc(words)}</font></td>'
-            for key, c, sym, words in entries if key in used
+            for key, c, sym, words in ((k, c, sym, w[self.o.labels]) for k, c, sym, w in entries) if key in used
         ]
         cols = 4
         rows = "".join("<tr>" + "".join(cells[i:i + cols]) + "</tr>" for i in range(0, len(cells), cols))
-        title = esc(f"{self.e.name}: power cycle")
+        title = esc(self.title())
         total = esc(f"{params.human(params.count(self.e))} params")
         self.g.attr("graph", label=(
             f'<<table border="0" cellspacing="0" cellpadding="2"><tr><td align="left"><font point-size="20"><b>{title}</b></font>'
@@ -388,26 +499,19 @@ class CycleView:
             f'<tr><td align="left"><table border="0" cellspacing="0" cellpadding="3">{rows}</table></td></tr></table>>'))
 
 
-def ranks(op) -> int:
-    """About how many ranks (columns, left to right) a top-level piece takes."""
-    if isinstance(op, ir.Stage):
-        return 1 + sum(ranks(x) for x in op.ops)
-    if isinstance(op, ir.Prechamber):
-        return len(op.ops) + 1  # its ops, then the merge junction or the vent
-    if isinstance(op, ir.Fullflow):
-        return 2 + (1 if op.norm is not None else 0) + max(len(b.ops) for b in op.branches)
-    return 1
-
-
-def rows(widths: list[int], budget: int = ROW_RANKS) -> set[int]:
+def rows(widths: list[float], budget: float = ROW_POINTS, keep: set[int] = frozenset()) -> set[int]:
     """Where to start new rows: indices into `widths` (pieces in order, the first
     never breaks), for rows of about equal width, none much over `budget`."""
+    widths = list(widths)
+    for k in sorted(keep, reverse=True):  # a kept piece rides with the one before it
+        if 0 < k < len(widths):
+            widths[k - 1], widths[k] = widths[k - 1] + widths[k], 0.0
     total = sum(widths)
     n = -(-total // budget)
     target = total / n
     out, cur = set(), 0
     for k, w in enumerate(widths):
-        if k and cur and cur + w / 2 > target and len(out) < n - 1 and sum(widths[k:]) > target / 2:  # no stub last row
+        if k and k not in keep and cur and cur + w / 2 > target and len(out) < n - 1 and sum(widths[k:]) > target / 2:  # no stub last row
             out.add(k)
             cur = 0
         cur += w

@@ -84,7 +84,7 @@ class GraphView:
                 p = path if r is None else f"{path}.r{r}"
                 each = " each" if op.repeat > 1 and r is None else ""
                 with g.subgraph(name=f"cluster_{p}") as c:
-                    c.attr(label=self.lab(text.stage(op, r), f"{params.human(params.count(op))} params{each}", size=14),
+                    c.attr(label=self.lab(text.stage(op, r), f"{params.human(params.count(op))} params{each}", size=14, align="left"),
                            style="rounded,filled", fillcolor=self.t["stage_fill"], color=self.t["stage_border"], labeljust="l")
                     for j, sop in enumerate(op.ops):
                         cur, w = self.stage_op(c, f"{p}.o{j}", sop, cur, w)
@@ -122,7 +122,7 @@ class GraphView:
         returning = [b for b in branches if not b.overboard]
         add = f"{path}.add"
         if returning:
-            words = [text.merge(b.merge, params.merge_count(b.merge, b.width, b.out_width)) for b in returning]
+            words = [text.merge(b.merge, params.merge_count(b.merge, b.width, b.out_width), self.o.labels) for b in returning]
             kinds = list(dict.fromkeys(x for x in words if x))
             g.node(add, self.lab("+", kinds[0] if kinds else None, extra=kinds[1:], size=16, detail_size=10),
                    shape="ellipse" if kinds else "circle", style="filled", fillcolor=t["junction"], color=t["chamber"],
@@ -132,7 +132,7 @@ class GraphView:
             bp = path if len(branches) == 1 and shared is None else f"{path}.f{k}"
             with g.subgraph(name=f"cluster_{bp}") as c:
                 first, *rest = text.wrap(text.prechamber(b, self.o.labels), 36)
-                c.attr(label=self.lab(first, None, extra=rest, size=11, detail_size=10), style="rounded,dashed" if b.detach else "rounded",
+                c.attr(label=self.lab(first, None, extra=rest, size=11, detail_size=10, align="left"), style="rounded,dashed" if b.detach else "rounded",
                        color=t["branch_border"], labeljust="l")
                 prev, bw = src, b.width
                 for j, op in enumerate(b.ops):
@@ -145,7 +145,8 @@ class GraphView:
                     prev, bw = nid, out_width(op, bw)
                 if b.overboard:
                     loss = f"aux loss {text.TIMES}{text.num(b.loss)}" if b.loss is not None else "output, never merged"
-                    c.node(f"{bp}.vent", self.lab("overboard", loss, size=12), shape="note", style="filled",
+                    dump = "side output" if self.o.labels == "ml" else "overboard"
+                    c.node(f"{bp}.vent", self.lab(dump, loss, size=12), shape="note", style="filled",
                            fillcolor=t["vent_fill"], color=t["vent"])
                     self.edge(prev, f"{bp}.vent", self.bt(bw))
             if not b.overboard:

@@ -74,9 +74,12 @@ def esc(text: object) -> str:
     return escape(s, quote=True).replace("&#x27;", "&#39;")
 
 
-def label(title: str | None, detail: str | None = None, *, muted: str, size: int = 14, detail_size: int = 11, bold: bool = True, extra=None) -> str:
+def label(title: str | None, detail: str | None = None, *, muted: str, size: int = 14, detail_size: int = 11, bold: bool = True, extra=None,
+          align: str | None = None) -> str:
     """An HTML-like label: a bold title line, then smaller lines in the muted colour
-    (`detail`, then `extra`: a string or a list of strings)."""
+    (`detail`, then `extra`: a string or a list of strings). `align="left"` ends every
+    line with a left-aligned break, so a title's lines share one left edge (cluster
+    titles); by default the lines are centred."""
     parts: list[str] = []
     if title:
         t = esc(title)
@@ -85,4 +88,7 @@ def label(title: str | None, detail: str | None = None, *, muted: str, size: int
     for line in [detail, *more]:
         if line:
             parts.append(f'<font point-size="{detail_size}" color="{muted}">{esc(line)}</font>')
+    if align and parts:
+        br = f'<br align="{align}"/>'
+        return "<" + br.join(parts) + br + ">"
     return "<" + ("<br/>".join(parts) or " ") + ">"

@@ -80,15 +80,16 @@ def norm(op: ir.Norm, on_branch: bool) -> Words:
     return Words("valve", where, name, f"{op.width}")
 
 
-def merge(m, n_params: int = 0) -> str:
+def merge(m, n_params: int = 0, mode: str = "both") -> str:
     """The junction's annotation: how the exhaust returns, with the numbers that
-    set it (and the merge's own parameters, when it has any)."""
+    set it (and the merge's own parameters, when it has any). `cooling` is a rocket
+    word: in ml mode it reads `scaled init`."""
     if m is None or isinstance(m, ir.PlainMerge):
         return ""
     if isinstance(m, ir.ScaleMerge):
         s = f"scale s={num(m.value)}"
     elif isinstance(m, ir.CoolingMerge):
-        s = f"cooling \u03c3={num(m.std)}"
+        s = f"{'scaled init' if mode == 'ml' else 'cooling'} \u03c3={num(m.std)}"
     elif isinstance(m, ir.RezeroMerge):
         s = f"rezero \u03b1\u2080={num(m.init)}"
     elif isinstance(m, ir.LayerscaleMerge):
@@ -120,6 +121,11 @@ MERGE_LEGEND = {
 }
 
 
+def merge_legend(kind: str, mode: str) -> str:
+    w = MERGE_LEGEND[kind]
+    return "scaled init" + w[len("cooling"):] if mode == "ml" and kind == "cooling" else w
+
+
 def summary(p: ir.Prechamber) -> str:
     """The network words for a branch: its turbines' names and numbers."""
     parts = []
@@ -131,7 +137,8 @@ def summary(p: ir.Prechamber) -> str:
 
 
 def prechamber(p: ir.Prechamber, mode: str) -> str:
-    flags = [f for f, on in (("detach", p.detach), ("overboard", p.overboard)) if on]
+    dump = "side output" if mode == "ml" else "overboard"
+    flags = [f for f, on in (("detach", p.detach), (dump, p.overboard)) if on]
     tail = f" ({', '.join(flags)})" if flags else ""
     if mode == "rocket":
         return f"prechamber {p.name}{tail}"
