@@ -181,6 +181,18 @@ def test_reachability_follows_detach_and_overboard():
     assert g["unreached"] == ["block.probe"] and g["unreached_params"] == 2 * (128 + 64 * 16 + 16)
 
 
+def test_kv_cache_note_threshold():
+    """N103 fires at 64 KiB per token from full-head attention, not below, and not for GQA's share."""
+    from cyclelang.review import ReviewConfig
+
+    gpt2 = cyclelang.load(ROOT / "specs" / "gpt2.cycle")  # 12 x 12 x 64 x 2 x 2 = 36 KiB
+    assert "N103" not in {d.code for d in review(gpt2)}
+    assert "N103" in {d.code for d in review(gpt2, ReviewConfig(kv_note_bytes=36 * 1024))}
+    assert "N103" not in {d.code for d in review(gpt2, ReviewConfig(kv_note_bytes=36 * 1024 + 1))}
+    llama = cyclelang.load(ROOT / "specs" / "llama.cycle")  # kv_heads=2 of 8: grouped, never noted
+    assert "N103" not in {d.code for d in review(llama, ReviewConfig(kv_note_bytes=1))}
+
+
 def test_template_file_has_no_report():
     spec = cyclelang.parse("stage s(h) { prechamber m { turbine attention heads=h } }")
     assert review(spec) == [] and analyze(spec) is None
