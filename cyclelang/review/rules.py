@@ -268,7 +268,7 @@ def full_kv_cache(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
         return []  # an open throat caches nothing
     mha = [(p.node, p.repeat) for p in parts(e) if isinstance(p.node, ir.Attention) and p.node.kv_heads == p.node.heads > 1]
     per_token = sum(a.kv_heads * a.head_dim * 2 * DTYPE_BYTES * r for a, r in mha)
-    if per_token < cfg.kv_note_bytes:
+    if not mha or per_token < cfg.kv_note_bytes:
         return []
     layers = sum(r for _, r in mha)
     a = mha[0][0]
