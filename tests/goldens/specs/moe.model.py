@@ -168,17 +168,20 @@ class Moe(nn.Module):
         aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))
         if torch.compiler.is_compiling():  # one graph: shapes may not depend on the routing
             return self.dispatch_buffered(x, choice, weight, limit).view(B, T, C)
-        y = torch.zeros_like(x)
-        for e, expert in enumerate(self.experts):
-            token, slot = torch.where(choice == e)  # the assignments expert e takes
-            y.index_add_(0, token, expert(x[token]) * weight[token, slot, None])
-        return y.view(B, T, C)
+        flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
+        order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
+        counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
+        order = order[counts[0] :]  # (A,) the assignments the experts take
+        token = order // self.top  # (A,) each one's token
+        out = [expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))]  # (count of e, C) each
+        y = torch.cat(out) * weight.reshape(-1)[order, None]  # (A, C): each assignment, weighted
+        return torch.zeros_like(x).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order
 
     def dispatch_buffered(self, x, choice, weight, capacity):
         """The same routing with fixed-size buffers (GShard), for torch.compile: each expert
         runs on a (capacity, C) buffer whose unused rows are zeros that are never read back,
         so every shape follows from the input's. Eager mode gathers exactly the routed
-        tokens instead: no padding, but a host sync per expert."""
+        tokens instead: no padding, but one host sync for the counts."""
         N, C = x.size()
         E = len(self.experts)
         flat = choice.t().reshape(-1)  # (k * N,) each assignment's expert, first choices first; -1: dropped
