@@ -77,7 +77,9 @@ CONCEPTS: dict[str, tuple[str, str]] = {
         "chamber (48), so each prechamber starts leaner, 0.02/sqrt(48), to keep the chamber pressure at ignition where "
         "it was.",
         "GPT-2 medium (354,823,168 parameters). The block is written once as a stage template, `stage block(heads)`, "
-        "and instanced `x 24`: a spec can name a block and reuse it, and the diagram still draws one block with a x24 badge.",
+        "and instanced `x 24`: a spec can name a block and reuse it, and the diagram still draws one block with a x24 badge. "
+        "`cyclec check` notes (N103) that with 16 KV heads of 64 dims in 24 layers the KV cache holds 96 KiB per token: "
+        "at this size grouped-query attention starts to pay.",
     ),
     "full_flow": (
         "Full-flow staged combustion: two preburners fed from the same state, all the flow passing through turbines, "
