@@ -13,7 +13,6 @@ Everything here is deterministic and torch-free.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import sys
 from pathlib import Path
@@ -21,7 +20,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MARKDOWN = ROOT / "docs" / "gallery.md"
 IMAGES = ROOT / "docs" / "img" / "gallery"
-STAMP = re.compile(r"<!-- cyclelang: dot sha256 ([0-9a-f]{64})")
 COMMAND = "python scripts/gallery.py"
 
 # Sections, in reading order; every spec of specs/ appears in exactly one.
@@ -234,27 +232,20 @@ def dot_source(stem: str) -> str:
     return to_dot(load(stem), view="cycle")
 
 
-def digest(dot: str) -> str:
-    return hashlib.sha256(dot.encode("utf-8")).hexdigest()
-
-
 def stamped_svg(stem: str) -> bytes:
-    from cyclelang.backends.graphviz import render
+    from cyclelang.backends.graphviz import stamped_svg as stamp
 
-    dot = dot_source(stem)
-    svg = render(dot, "svg").decode("utf-8")
-    stamp = f"<!-- cyclelang: dot sha256 {digest(dot)}; regenerate with {COMMAND} -->\n"
-    head, sep, rest = svg.partition("?>\n")  # after the XML declaration
-    return ((head + sep + stamp + rest) if sep else (stamp + svg)).encode("utf-8")
+    return stamp(dot_source(stem), COMMAND)
 
 
 def stale_images() -> list[str]:
     """Diagrams that are missing, drawn from a different DOT, or left over from a removed spec."""
+    from cyclelang.backends.graphviz import svg_is_current
+
     out = []
     for stem in stems():
         path = IMAGES / f"{stem}.svg"
-        m = STAMP.search(path.read_text("utf-8")) if path.exists() else None
-        if m is None or m.group(1) != digest(dot_source(stem)):
+        if not svg_is_current(path.read_text("utf-8") if path.exists() else None, dot_source(stem)):
             out.append(path.relative_to(ROOT).as_posix())
     extra = sorted(p for p in IMAGES.glob("*.svg") if p.stem not in stems()) if IMAGES.exists() else []
     return out + [p.relative_to(ROOT).as_posix() + " (no such spec)" for p in extra]

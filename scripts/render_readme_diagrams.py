@@ -9,15 +9,12 @@ a different Graphviz version (which shifts SVG bytes) does not.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "img"
 PICTURES = ("gpt2", "gas_generator", "full_flow")  # specs/<stem>.cycle -> docs/img/<stem>.svg
-STAMP = re.compile(r"<!-- cyclelang: dot sha256 ([0-9a-f]{64})")
 
 
 def dot_source(stem: str) -> str:
@@ -28,27 +25,20 @@ def dot_source(stem: str) -> str:
     return to_dot(parse(path.read_text("utf-8"), f"specs/{stem}.cycle"), view="cycle")
 
 
-def digest(dot: str) -> str:
-    return hashlib.sha256(dot.encode("utf-8")).hexdigest()
-
-
 def stamped_svg(stem: str) -> bytes:
-    from cyclelang.backends.graphviz import render
+    from cyclelang.backends.graphviz import stamped_svg as stamp
 
-    dot = dot_source(stem)
-    svg = render(dot, "svg").decode("utf-8")
-    stamp = f"<!-- cyclelang: dot sha256 {digest(dot)}; regenerate with python scripts/render_readme_diagrams.py -->\n"
-    head, sep, rest = svg.partition("?>\n")  # after the XML declaration
-    return ((head + sep + stamp + rest) if sep else (stamp + svg)).encode("utf-8")
+    return stamp(dot_source(stem), "python scripts/render_readme_diagrams.py")
 
 
 def stale() -> list[str]:
     """Pictures that are missing or were drawn from a different DOT."""
+    from cyclelang.backends.graphviz import svg_is_current
+
     out = []
     for stem in PICTURES:
         path = OUT / f"{stem}.svg"
-        m = STAMP.search(path.read_text("utf-8")) if path.exists() else None
-        if m is None or m.group(1) != digest(dot_source(stem)):
+        if not svg_is_current(path.read_text("utf-8") if path.exists() else None, dot_source(stem)):
             out.append(str(path.relative_to(ROOT)))
     return out
 

@@ -7,6 +7,8 @@ paths); `render(dot, fmt)` runs the `dot` program. Nothing here imports torch.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import shutil
 import subprocess
 
@@ -96,4 +98,28 @@ def render(dot: str, fmt: str) -> bytes:
     return proc.stdout
 
 
-__all__ = ["draw", "to_dot", "render", "GraphvizMissing", "VIEWS", "LABELS", "THEMES", "FORMATS", "ir"]
+# Committed pictures (README, gallery) carry the hash of the DOT they were drawn from:
+# a freshness check recomputes the DOT, so a Graphviz upgrade that shifts SVG bytes
+# does not count as stale, while a change to a spec or to the drawing code does.
+_STAMP = re.compile(r"<!-- cyclelang: dot sha256 ([0-9a-f]{64})")
+
+
+def dot_digest(dot: str) -> str:
+    return hashlib.sha256(dot.encode("utf-8")).hexdigest()
+
+
+def stamped_svg(dot: str, command: str) -> bytes:
+    """The SVG of `dot`, stamped with its DOT hash and the command that regenerates it."""
+    svg = render(dot, "svg").decode("utf-8")
+    stamp = f"<!-- cyclelang: dot sha256 {dot_digest(dot)}; regenerate with {command} -->\n"
+    head, sep, rest = svg.partition("?>\n")  # after the XML declaration
+    return ((head + sep + stamp + rest) if sep else (stamp + svg)).encode("utf-8")
+
+
+def svg_is_current(svg_text: str | None, dot: str) -> bool:
+    """Whether a stamped SVG was drawn from exactly this DOT."""
+    m = _STAMP.search(svg_text) if svg_text is not None else None
+    return m is not None and m.group(1) == dot_digest(dot)
+
+
+__all__ = ["draw", "to_dot", "render", "stamped_svg", "svg_is_current", "dot_digest", "GraphvizMissing", "VIEWS", "LABELS", "THEMES", "FORMATS", "ir"]
