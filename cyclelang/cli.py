@@ -123,7 +123,6 @@ def check(specs, include_path, strict, want_report, as_json):
     warnings with --strict.
     """
     from . import review as rv
-    from .diagnostics import Diagnostic
 
     failed: list[CycleError] = []
     texts: list[str] = []

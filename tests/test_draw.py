@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner

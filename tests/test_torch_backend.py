@@ -23,7 +23,7 @@ from cyclelang.backends.torch.codegen import NN_MODULE_ATTRS, codegen
 from .conftest import ROOT, SPECS, spec_id
 
 torch = pytest.importorskip("torch")
-from cyclelang.backends.torch.build import build, load_source  # noqa: E402
+from cyclelang.backends.torch.build import build  # noqa: E402
 
 CAUSAL = [p for p in SPECS if "throat causal" in p.read_text()]
 OPEN = [p for p in SPECS if p not in CAUSAL]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from .walk import ROLES, Part, is_dead, is_gated, parts
+from .walk import ROLES, Part, is_gated, parts
 
 DTYPE_BYTES = 2  # bf16/fp16 activations and KV cache
 

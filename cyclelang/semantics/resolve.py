@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import ir
-from ..diagnostics import Collector, CycleError, Diagnostic, did_you_mean
+from ..diagnostics import Collector, CycleError, did_you_mean
 from ..syntax import ast
 from ..syntax.parser import KEYWORD_HOMES, MAX_SOURCE_BYTES, parse_module
 from .options import Options
-from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, number, unknown_name
+from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, number
 
 MAX_INCLUDE_DEPTH = 16
 MAX_REPEAT = 10_000

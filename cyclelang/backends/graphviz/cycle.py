@@ -110,7 +110,7 @@ class CycleView:
         self.main_node(g, "feed.tank", self.lab(tank_t, f"vocab {e.feed.vocab:,}", size=13), e.feed.span,
                        shape="cylinder", style="filled", fillcolor=t["feed"], color=t["chamber"])
         pump_t = "embedding" if self.o.labels == "ml" else "feed pumps"
-        pos = {"learned": f"+ learned positions", "sinusoidal": "+ sinusoidal positions", "none": None}[e.feed.position]
+        pos = {"learned": "+ learned positions", "sinusoidal": "+ sinusoidal positions", "none": None}[e.feed.position]
         pump_d = f"{e.feed.vocab:,}{text.TIMES}{e.feed.width}" if self.o.labels != "rocket" else f"width {e.feed.width}"
         extra = [x for x in (pos if self.o.labels != "rocket" else None, self._feed_extra(e.feed)) if x]
         self.main_node(g, "feed.pump", self.lab(pump_t, pump_d, extra=extra, size=13), e.feed.span,

@@ -28,7 +28,7 @@ def build(spec, output, weights, seed, allow_large, include_path):
     stage and per role and gives the main chamber's shape.
     """
     from ...io import atomic_write
-    from .build import build as build_model, param_summary
+    from .build import build as build_model
     from .codegen import _engine_spec, codegen
 
     s = _engine_spec(load_spec(spec, include_path))

@@ -758,7 +758,7 @@ def sliding_mask(T, S, window, device):
                         self.w(f"y = F.scaled_dot_product_attention(q, k[:, :, -self.window :], v[:, :, -self.window :]{dp})  # (B, nh, 1, hd)")
                     self.w("else:")
                     with self.out.indent():
-                        self.w(f"mask = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)")
+                        self.w("mask = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)")
                         self.w(f"y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask{dp})  # (B, nh, T, hd)")
                 else:
                     self.w("if k.size(2) == T:  # no cache: the plain causal mask")
@@ -1162,7 +1162,6 @@ class Cache:
     def model(self) -> None:
         e, p = self.e, self.p
         overboard: list[tuple[str, float | None]] = []
-        moes: list[str] = []
         for sp in p.stages:
             for i in range(sp.first, sp.first + sp.stage.repeat):
                 for b in sp.branches():
