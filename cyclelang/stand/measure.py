@@ -111,15 +111,21 @@ class Recorder:
         self.handles = []
 
 
-def static_fire(model, spec: ir.Spec, idx: torch.Tensor, targets: torch.Tensor):
-    """One forward and backward pass. Returns (loss, feed RMS, stage readings, engine param grads)."""
-    stage_sites = sites(spec)
+def recorded_forward(model, stage_sites, idx, targets):
+    """One forward pass in eval mode with the streams recorded; the hooks are gone after."""
     model.eval()
     rec = Recorder(model, stage_sites)
     try:
         _, loss = model(idx, targets)
     finally:
         rec.remove()
+    return rec, loss
+
+
+def static_fire(model, spec: ir.Spec, idx: torch.Tensor, targets: torch.Tensor):
+    """One forward and backward pass. Returns (loss, feed RMS, stage readings, engine param grads)."""
+    stage_sites = sites(spec)
+    rec, loss = recorded_forward(model, stage_sites, idx, targets)
     names, params = zip(*[(n, p) for n, p in model.named_parameters() if p.requires_grad])
     streams = [rec.stage_in[s.index] for s in stage_sites] + [rec.stage_out[s.index] for s in stage_sites]
     grads = torch.autograd.grad(loss, list(streams) + list(params), allow_unused=True)
@@ -157,12 +163,7 @@ def check_detach(model, spec: ir.Spec, idx, targets) -> Check:
     open_sites = [(s, b) for s in stage_sites for b in s.branches if b.br.detach or (b.br.overboard and b.br.loss is None)]
     if not open_sites:
         return Check(name="detach", status="skip", value=None, detail="no open-cycle branches (detach, or overboard without a loss)")
-    model.eval()
-    rec = Recorder(model, stage_sites)
-    try:
-        _, loss = model(idx, targets)
-    finally:
-        rec.remove()
+    rec, loss = recorded_forward(model, stage_sites, idx, targets)
     worst, where = 0.0, []
     gen = torch.Generator().manual_seed(0)
     for s, b in open_sites:
