@@ -103,7 +103,7 @@ class GPT(nn.Module):
         logits = F.linear(self.ln_f(x), self.wte.weight)  # weight tying
         if targets is None:
             return logits
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
 
 
 # --- Llama --------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ class Llama(nn.Module):
         logits = self.output(self.norm(x))
         if targets is None:
             return logits
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1) + aux
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1) + aux
 
 
 def copy_weights(dst: nn.Module, src: nn.Module) -> None:

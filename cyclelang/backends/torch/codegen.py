@@ -54,9 +54,12 @@ Semantics the generated code fixes (documented where they are chosen)
   dropped, first choices before second choices (GShard). In eval mode routing
   is dropless, so the causal throat holds and the KV cache is exact. The
   balance loss is the Switch Transformer's: balance * experts * sum_e f_e * P_e.
-  Eager mode gathers each expert's tokens exactly; under torch.compile the same
-  routing runs through fixed-size (experts, capacity) buffers, so the model is one
-  graph (fullgraph=True) at the cost of computing the buffers' padding.
+  Eager mode gathers each expert's tokens exactly (one host sync for the counts).
+  Under torch.compile the routing is traced with fixed shapes and the experts run
+  in a custom op (EXPERTS_OP) that reads the counts itself and has a hand-written
+  backward: the model is one graph (fullgraph=True) and computes no padding.
+- The next-token loss is scored in float32 whatever the logits' dtype (as autocast
+  and transformers do); its gradient returns in the logits' dtype.
 - The KV cache reserves the whole context per attention once and is written in
   place; grouped-query attention uses SDPA's enable_gqa (no copies of K and V).
 - Overboard exhaust is collected in `model.exhaust`; with a loss it is an
@@ -71,6 +74,7 @@ Semantics the generated code fixes (documented where they are chosen)
 from __future__ import annotations
 
 import builtins
+import hashlib
 import keyword
 import re
 from contextlib import contextmanager
@@ -470,6 +474,125 @@ def _comment(span, phrase: str) -> str:
 
 # --- the code itself -------------------------------------------------------------------------
 
+# The gradient of each expert activation at its input h, given the output's gradient g,
+# with torch's own backward kernels (the ones autograd runs): (act(h), d act / d h . g).
+ACT_GRADS = {
+    "gelu": (
+        "a = F.gelu(h)",
+        "return a, torch.ops.aten.gelu_backward(g, h)",
+    ),
+    "gelu_tanh": (
+        'a = F.gelu(h, approximate="tanh")',
+        'return a, torch.ops.aten.gelu_backward(g, h, approximate="tanh")',
+    ),
+    "relu": (
+        "a = F.relu(h)",
+        "return a, torch.ops.aten.threshold_backward(g, a, 0)",
+    ),
+    "silu": (
+        "a = F.silu(h)",
+        "return a, torch.ops.aten.silu_backward(g, h)",
+    ),
+    "swiglu": (
+        "gate, up = h.chunk(2, dim=-1)\ns = F.silu(gate)\na = s * up",
+        "gh = torch.empty_like(h)  # [d gate | d up], both halves written in place (no cat)\n"
+        "d_gate, d_up = gh.chunk(2, dim=-1)\n"
+        "torch.mul(g, s, out=d_up)\n"
+        "torch.ops.aten.silu_backward.grad_input(g * up, gate, grad_input=d_gate)\n"
+        "return a, gh",
+    ),
+    "geglu": (
+        "gate, up = h.chunk(2, dim=-1)\ns = F.gelu(gate)\na = s * up",
+        "gh = torch.empty_like(h)  # [d gate | d up], both halves written in place (no cat)\n"
+        "d_gate, d_up = gh.chunk(2, dim=-1)\n"
+        "torch.mul(g, s, out=d_up)\n"
+        "torch.ops.aten.gelu_backward.grad_input(g * up, gate, grad_input=d_gate)\n"
+        "return a, gh",
+    ),
+}
+
+EXPERTS_OP = '''
+def expert_mlps(name, act_grad):
+    """The custom op `cyclelang::{name}`: every expert's MLP on the assignments sorted by expert.
+
+    torch.compile traces the routing (fixed shapes) and calls this op, which it cannot see
+    into, for the experts: inside, the exact row counts may steer Python (one host sync),
+    so no expert computes padding and the model stays one graph (fullgraph=True).
+    xs: (A, C) assignments sorted by expert, the dropped ones first; counts: (E + 1,)
+    [dropped, then per expert]; weights: per expert fc.weight, (fc.bias,) proj.weight,
+    (proj.bias). Returns the (A, C) outputs (zero for dropped rows) and the (A, fc rows)
+    pre-activations the hand-written backward reads. Defined once per process.
+    """
+    try:
+        return getattr(torch.ops.cyclelang, name)
+    except AttributeError:
+        pass
+
+    def unpack(weights, e, bias):
+        if bias:
+            return weights[4 * e : 4 * e + 4]
+        fc, proj = weights[2 * e : 2 * e + 2]
+        return fc, None, proj, None
+
+    def linear_into(out, x, w, b):
+        return torch.mm(x, w.t(), out=out) if b is None else torch.addmm(b, x, w.t(), out=out)
+
+    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()  # a host sync inside
+
+    @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
+    def run(xs: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        sizes = counts.tolist()  # [dropped, then per expert]: the one host sync
+        out, h = torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
+        start = sizes[0]
+        out[:start].zero_(), h[:start].zero_()
+        for e, n in enumerate(sizes[1:]):
+            fc, fc_b, proj, proj_b = unpack(weights, e, bias)
+            rows = slice(start, start + n)
+            a, _ = act_grad(linear_into(h[rows], xs[rows], fc, fc_b))
+            linear_into(out[rows], a, proj, proj_b)
+            start += n
+        return out, h
+
+    @run.register_fake
+    def _(xs, counts, weights, bias):
+        return torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
+
+    @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
+    def run_backward(grad: torch.Tensor, xs: torch.Tensor, h: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool) -> list[torch.Tensor]:
+        sizes = counts.tolist()
+        gx = torch.empty_like(xs)
+        start = sizes[0]
+        gx[:start].zero_()
+        grads = []
+        for e, n in enumerate(sizes[1:]):
+            fc, fc_b, proj, proj_b = unpack(weights, e, bias)
+            rows = slice(start, start + n)
+            g = grad[rows]  # (n, C)
+            a, gh = act_grad(h[rows], g @ proj)  # (n, hidden), (n, fc rows)
+            grads += [gh.t() @ xs[rows]] + ([gh.sum(dim=0)] if bias else []) + [g.t() @ a] + ([g.sum(dim=0)] if bias else [])
+            torch.mm(gh, fc, out=gx[rows])
+            start += n
+        return [gx] + grads
+
+    @run_backward.register_fake
+    def _(grad, xs, h, counts, weights, bias):
+        return [torch.empty_like(xs)] + [torch.empty_like(w) for w in weights]
+
+    def setup_context(ctx, inputs, output):
+        xs, counts, weights, ctx.bias = inputs
+        ctx.save_for_backward(xs, output[1], counts, *weights)
+        ctx.mark_non_differentiable(output[1])
+
+    def backward(ctx, grad, _):
+        xs, h, counts, *weights = ctx.saved_tensors
+        gx, *gw = run_backward(grad.contiguous(), xs, h, counts, weights, ctx.bias)
+        return gx, None, gw, None
+
+    run.register_autograd(backward, setup_context=setup_context)
+    return getattr(torch.ops.cyclelang, name)
+'''
+
+
 HEADER_IMPORTS = """import math
 from dataclasses import dataclass
 
@@ -479,11 +602,12 @@ from torch.nn import functional as F"""
 
 
 class Lowering:
-    def __init__(self, spec: ir.Spec):
+    def __init__(self, spec: ir.Spec, import_math: bool = True):
         self.spec = spec
         self.e = spec.engine
         self.p = make_plan(spec)
         self.out = Emitter()
+        self.import_math = import_math
 
     # small helpers
     def w(self, text: str = "", span=None) -> None:
@@ -497,6 +621,7 @@ class Lowering:
     def source(self) -> str:
         self.header()
         self.helpers()
+        self.expert_ops()
         self.config()
         self.feed()
         for key in self.p.turbine_order:
@@ -526,7 +651,7 @@ class Lowering:
 
     def blank_after_imports(self) -> None:
         self.w()
-        self.block(HEADER_IMPORTS)
+        self.block(HEADER_IMPORTS if self.import_math else HEADER_IMPORTS.replace("import math\n", "", 1))
         self.out.blank(2)
 
     # --- module-level helper functions ----------------------------------------
@@ -535,17 +660,19 @@ class Lowering:
         atts = [o for o in self.all_turbines() if isinstance(o, ir.Attention)]
         self.block('''
 class NextTokenLoss(torch.autograd.Function):
-    """F.cross_entropy(logits, targets, ignore_index=-1), the same forward, a leaner backward.
+    """F.cross_entropy(logits.float(), targets, ignore_index=-1): the same forward, a leaner backward.
 
     The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
     buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them.
+    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
+    logits are scored in float32 (a no-op for float32 ones), as autocast would.
     """
 
     @staticmethod
     def forward(ctx, logits, targets):  # logits (N, vocab); targets (N,), -1: ignored
-        logp = F.log_softmax(logits, dim=-1)  # (N, vocab)
+        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
         ctx.save_for_backward(logp, targets)
+        ctx.dtype = logits.dtype
         return F.nll_loss(logp, targets, ignore_index=-1)  # the mean over the kept targets
 
     @staticmethod
@@ -554,7 +681,7 @@ class NextTokenLoss(torch.autograd.Function):
         keep = targets >= 0  # (N,)
         g = logp.exp()  # (N, vocab): softmax
         g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]), None
+        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
 ''')
         self.out.blank(2)
         if e.feed.position == "sinusoidal":
@@ -614,6 +741,32 @@ def sliding_mask(T, S, window, device):
     return (j <= i) & (i - j < window)
 ''')
             self.out.blank(2)
+
+    def expert_ops(self) -> None:
+        """For torch.compile: one custom op per MoE activation (see EXPERTS_OP).
+
+        The op's name carries a digest of its source, so two builds in one process share an
+        op only when its code is the same.
+        """
+        acts = sorted({op.act for op in self.all_turbines() if isinstance(op, ir.Moe)})
+        if not acts:
+            return
+        funcs = []
+        for act in acts:
+            fwd, bwd = ACT_GRADS[act]
+            body = "\n".join("    " + ln for ln in (fwd + "\nif g is None:\n    return a, None\n" + bwd).split("\n"))
+            funcs.append(f'''
+def {act}_grad(h, g=None):
+    """{act}(h) and, given g (the gradient of its output), the gradient at h."""
+{body}
+''')
+        for text in funcs + [EXPERTS_OP]:
+            self.block(text)
+            self.out.blank(2)
+        for act, text in zip(acts, funcs):
+            digest = hashlib.sha256((text + EXPERTS_OP).encode()).hexdigest()[:8]
+            self.w(f'experts_{act} = expert_mlps("experts_{act}_{digest}", {act}_grad)')
+        self.out.blank(2)
 
     def all_turbines(self) -> list:
         out = []
@@ -849,9 +1002,8 @@ def sliding_mask(T, S, window, device):
                     self.w("weight = weight / weight.sum(dim=-1, keepdim=True)")
                 if capacity or balance:
                     self.w("onehot = F.one_hot(choice.t().reshape(-1), E)  # (k * N, E): first choices first")
-                self.w("limit = B * T  # assignments an expert may take; dropless: every token")
                 if capacity:
-                    self.w("if self.training:")
+                    self.w("if self.training:  # eval is dropless: every expert may take every token")
                     with self.out.indent():
                         self.w("limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)")
                         self.w("rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue")
@@ -860,35 +1012,44 @@ def sliding_mask(T, S, window, device):
                 if balance:
                     self.w("routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert")
                     self.w("aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
-                self.w("if torch.compiler.is_compiling():  # one graph: shapes may not depend on the routing")
-                with self.out.indent():
-                    self.w("return self.dispatch_buffered(x, choice, weight, limit).view(B, T, C)")
                 self.w("flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped")
                 self.w("order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first")
-                self.w("counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync")
-                self.w("order = order[counts[0] :]  # (A,) the assignments the experts take")
-                self.w("token = order // self.top  # (A,) each one's token")
-                self.w("out = [expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))]  # (count of e, C) each")
-                self.w("y = torch.cat(out) * weight.reshape(-1)[order, None]  # (A, C): each assignment, weighted")
-                self.w("return torch.zeros_like(x).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order")
+                self.w("if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing")
+                with self.out.indent():
+                    self.w("token = order // self.top  # (N * k,) each one's token")
+                    self.w("y = self.compiled_experts(x[token], flat)  # (N * k, C); the dropped rows are zeros")
+                self.w("else:")
+                with self.out.indent():
+                    self.w("counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync")
+                    self.w("order = order[counts[0] :]  # (A,) the assignments the experts take")
+                    self.w("token = order // self.top  # (A,) each one's token")
+                    self.w("y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)")
+                self.w("y = y * weight.reshape(-1)[order, None]  # each assignment, weighted")
+                self.w("return y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)")
             self.w()
-            self.w("def dispatch_buffered(self, x, choice, weight, capacity):")
+            self.w("def compiled_experts(self, xs, flat):")
             with self.out.indent():
-                self.w('"""The same routing with fixed-size buffers (GShard), for torch.compile: each expert')
-                self.w("runs on a (capacity, C) buffer whose unused rows are zeros that are never read back,")
-                self.w("so every shape follows from the input's. Eager mode gathers exactly the routed")
-                self.w('tokens instead: no padding, but one host sync for the counts."""')
-                self.w("N, C = x.size()")
+                self.w('"""The experts under torch.compile: xs (N * k, C) are the assignments sorted by expert,')
+                self.w(f"the dropped ones first. They run in the custom op experts_{act}, opaque to the trace,")
+                self.w("which reads the exact counts (one host sync) and so computes no padding; the")
+                self.w('gradients come from its hand-written backward."""')
                 self.w("E = len(self.experts)")
-                self.w("flat = choice.t().reshape(-1)  # (k * N,) each assignment's expert, first choices first; -1: dropped")
-                self.w("taken = F.one_hot(flat.clamp(min=0), E) * (flat >= 0)[:, None]  # (k * N, E)")
-                self.w("rank = ((torch.cumsum(taken, dim=0) - 1) * taken).sum(dim=-1)  # (k * N,) row in its expert's buffer")
-                self.w("row = torch.where(flat >= 0, flat * capacity + rank, E * capacity)  # dropped: the spare last row")
-                self.w("buf = x.new_zeros(E * capacity + 1, C).index_copy(0, row, x.repeat(self.top, 1))  # (E * capacity + 1, C)")
-                self.w("out = [expert(buf[e * capacity : (e + 1) * capacity]) for e, expert in enumerate(self.experts)]  # (capacity, C) each")
-                self.w("out = torch.cat(out + [x.new_zeros(1, C)])  # the spare row reads zeros")
-                self.w("y = out[row] * weight.t().reshape(-1, 1)  # (k * N, C): each assignment, weighted")
-                self.w("return y.view(self.top, N, C).sum(dim=0)  # (N, C)")
+                self.w("counts = flat.new_zeros(E + 1).index_add_(0, flat + 1, torch.ones_like(flat))  # (E + 1,) [dropped, then per expert]")
+                self.w("bias = self.experts[0].fc.bias is not None")
+                self.w("weights = [w for ex in self.experts for w in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias) if w is not None]")
+                self.w("if torch.is_autocast_enabled(xs.device.type) and xs.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would")
+                with self.out.indent():
+                    self.w("dtype = torch.get_autocast_dtype(xs.device.type)")
+                    self.w("xs, weights = xs.to(dtype), [w.to(dtype) for w in weights]")
+                self.w(f"return experts_{act}(xs, counts, weights, bias)[0]")
+            self.w()
+            self.w("def plain_experts(self):")
+            with self.out.indent():
+                self.w(f'"""Whether every expert is still this file\'s {expert} of two plain nn.Linear, whose weights the')
+                self.w("custom op can read. A replaced layer (LoRA, quantised) takes the gather instead, which under")
+                self.w("torch.compile costs a graph break. Forward hooks on the experts run on the gather path only.")
+                self.w('"""')
+                self.w(f"return all(type(ex) is {expert} and type(ex.fc) is nn.Linear and type(ex.proj) is nn.Linear for ex in self.experts)")
 
     def cls_pool(self, name: str, key: tuple) -> None:
         _, causal, engine_causal = key
@@ -1474,8 +1635,12 @@ def _engine_spec(spec) -> ir.Spec:
 
 def lower(spec) -> tuple[str, list[tuple[int, ir.Span]]]:
     """The generated source and its source map: (output line, spec span) pairs."""
-    lw = Lowering(_engine_spec(spec))
+    ir_spec = _engine_spec(spec)
+    lw = Lowering(ir_spec)
     text = lw.source()
+    if "math." not in text:  # only a few constructs need math: lower again without the import
+        lw = Lowering(ir_spec, import_math=False)
+        text = lw.source()
     return text, lw.out.source_map
 
 

@@ -16,17 +16,19 @@ from torch.nn import functional as F
 
 
 class NextTokenLoss(torch.autograd.Function):
-    """F.cross_entropy(logits, targets, ignore_index=-1), the same forward, a leaner backward.
+    """F.cross_entropy(logits.float(), targets, ignore_index=-1): the same forward, a leaner backward.
 
     The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
     buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them.
+    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
+    logits are scored in float32 (a no-op for float32 ones), as autocast would.
     """
 
     @staticmethod
     def forward(ctx, logits, targets):  # logits (N, vocab); targets (N,), -1: ignored
-        logp = F.log_softmax(logits, dim=-1)  # (N, vocab)
+        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
         ctx.save_for_backward(logp, targets)
+        ctx.dtype = logits.dtype
         return F.nll_loss(logp, targets, ignore_index=-1)  # the mean over the kept targets
 
     @staticmethod
@@ -35,7 +37,7 @@ class NextTokenLoss(torch.autograd.Function):
         keep = targets >= 0  # (N,)
         g = logp.exp()  # (N, vocab): softmax
         g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]), None
+        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
 
 
 def rotary_tables(length, dims, base):
@@ -57,6 +59,103 @@ def causal_mask(T, S, device):
     i = torch.arange(S - T, S, device=device)[:, None]
     j = torch.arange(S, device=device)[None, :]
     return j <= i
+
+
+def swiglu_grad(h, g=None):
+    """swiglu(h) and, given g (the gradient of its output), the gradient at h."""
+    gate, up = h.chunk(2, dim=-1)
+    s = F.silu(gate)
+    a = s * up
+    if g is None:
+        return a, None
+    gh = torch.empty_like(h)  # [d gate | d up], both halves written in place (no cat)
+    d_gate, d_up = gh.chunk(2, dim=-1)
+    torch.mul(g, s, out=d_up)
+    torch.ops.aten.silu_backward.grad_input(g * up, gate, grad_input=d_gate)
+    return a, gh
+
+
+def expert_mlps(name, act_grad):
+    """The custom op `cyclelang::{name}`: every expert's MLP on the assignments sorted by expert.
+
+    torch.compile traces the routing (fixed shapes) and calls this op, which it cannot see
+    into, for the experts: inside, the exact row counts may steer Python (one host sync),
+    so no expert computes padding and the model stays one graph (fullgraph=True).
+    xs: (A, C) assignments sorted by expert, the dropped ones first; counts: (E + 1,)
+    [dropped, then per expert]; weights: per expert fc.weight, (fc.bias,) proj.weight,
+    (proj.bias). Returns the (A, C) outputs (zero for dropped rows) and the (A, fc rows)
+    pre-activations the hand-written backward reads. Defined once per process.
+    """
+    try:
+        return getattr(torch.ops.cyclelang, name)
+    except AttributeError:
+        pass
+
+    def unpack(weights, e, bias):
+        if bias:
+            return weights[4 * e : 4 * e + 4]
+        fc, proj = weights[2 * e : 2 * e + 2]
+        return fc, None, proj, None
+
+    def linear_into(out, x, w, b):
+        return torch.mm(x, w.t(), out=out) if b is None else torch.addmm(b, x, w.t(), out=out)
+
+    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()  # a host sync inside
+
+    @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
+    def run(xs: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        sizes = counts.tolist()  # [dropped, then per expert]: the one host sync
+        out, h = torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
+        start = sizes[0]
+        out[:start].zero_(), h[:start].zero_()
+        for e, n in enumerate(sizes[1:]):
+            fc, fc_b, proj, proj_b = unpack(weights, e, bias)
+            rows = slice(start, start + n)
+            a, _ = act_grad(linear_into(h[rows], xs[rows], fc, fc_b))
+            linear_into(out[rows], a, proj, proj_b)
+            start += n
+        return out, h
+
+    @run.register_fake
+    def _(xs, counts, weights, bias):
+        return torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
+
+    @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
+    def run_backward(grad: torch.Tensor, xs: torch.Tensor, h: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool) -> list[torch.Tensor]:
+        sizes = counts.tolist()
+        gx = torch.empty_like(xs)
+        start = sizes[0]
+        gx[:start].zero_()
+        grads = []
+        for e, n in enumerate(sizes[1:]):
+            fc, fc_b, proj, proj_b = unpack(weights, e, bias)
+            rows = slice(start, start + n)
+            g = grad[rows]  # (n, C)
+            a, gh = act_grad(h[rows], g @ proj)  # (n, hidden), (n, fc rows)
+            grads += [gh.t() @ xs[rows]] + ([gh.sum(dim=0)] if bias else []) + [g.t() @ a] + ([g.sum(dim=0)] if bias else [])
+            torch.mm(gh, fc, out=gx[rows])
+            start += n
+        return [gx] + grads
+
+    @run_backward.register_fake
+    def _(grad, xs, h, counts, weights, bias):
+        return [torch.empty_like(xs)] + [torch.empty_like(w) for w in weights]
+
+    def setup_context(ctx, inputs, output):
+        xs, counts, weights, ctx.bias = inputs
+        ctx.save_for_backward(xs, output[1], counts, *weights)
+        ctx.mark_non_differentiable(output[1])
+
+    def backward(ctx, grad, _):
+        xs, h, counts, *weights = ctx.saved_tensors
+        gx, *gw = run_backward(grad.contiguous(), xs, h, counts, weights, ctx.bias)
+        return gx, None, gw, None
+
+    run.register_autograd(backward, setup_context=setup_context)
+    return getattr(torch.ops.cyclelang, name)
+
+
+experts_swiglu = expert_mlps("experts_swiglu_c0c9e27b", swiglu_grad)
 
 
 @dataclass
@@ -158,41 +257,46 @@ class Moe(nn.Module):
         weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
         weight = weight / weight.sum(dim=-1, keepdim=True)
         onehot = F.one_hot(choice.t().reshape(-1), E)  # (k * N, E): first choices first
-        limit = B * T  # assignments an expert may take; dropless: every token
-        if self.training:
+        if self.training:  # eval is dropless: every expert may take every token
             limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)
             rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue
             keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
             choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
         routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
         aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))
-        if torch.compiler.is_compiling():  # one graph: shapes may not depend on the routing
-            return self.dispatch_buffered(x, choice, weight, limit).view(B, T, C)
         flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
         order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
-        counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
-        order = order[counts[0] :]  # (A,) the assignments the experts take
-        token = order // self.top  # (A,) each one's token
-        out = [expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))]  # (count of e, C) each
-        y = torch.cat(out) * weight.reshape(-1)[order, None]  # (A, C): each assignment, weighted
-        return torch.zeros_like(x).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order
+        if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
+            token = order // self.top  # (N * k,) each one's token
+            y = self.compiled_experts(x[token], flat)  # (N * k, C); the dropped rows are zeros
+        else:
+            counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
+            order = order[counts[0] :]  # (A,) the assignments the experts take
+            token = order // self.top  # (A,) each one's token
+            y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
+        y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
+        return y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)
 
-    def dispatch_buffered(self, x, choice, weight, capacity):
-        """The same routing with fixed-size buffers (GShard), for torch.compile: each expert
-        runs on a (capacity, C) buffer whose unused rows are zeros that are never read back,
-        so every shape follows from the input's. Eager mode gathers exactly the routed
-        tokens instead: no padding, but one host sync for the counts."""
-        N, C = x.size()
+    def compiled_experts(self, xs, flat):
+        """The experts under torch.compile: xs (N * k, C) are the assignments sorted by expert,
+        the dropped ones first. They run in the custom op experts_swiglu, opaque to the trace,
+        which reads the exact counts (one host sync) and so computes no padding; the
+        gradients come from its hand-written backward."""
         E = len(self.experts)
-        flat = choice.t().reshape(-1)  # (k * N,) each assignment's expert, first choices first; -1: dropped
-        taken = F.one_hot(flat.clamp(min=0), E) * (flat >= 0)[:, None]  # (k * N, E)
-        rank = ((torch.cumsum(taken, dim=0) - 1) * taken).sum(dim=-1)  # (k * N,) row in its expert's buffer
-        row = torch.where(flat >= 0, flat * capacity + rank, E * capacity)  # dropped: the spare last row
-        buf = x.new_zeros(E * capacity + 1, C).index_copy(0, row, x.repeat(self.top, 1))  # (E * capacity + 1, C)
-        out = [expert(buf[e * capacity : (e + 1) * capacity]) for e, expert in enumerate(self.experts)]  # (capacity, C) each
-        out = torch.cat(out + [x.new_zeros(1, C)])  # the spare row reads zeros
-        y = out[row] * weight.t().reshape(-1, 1)  # (k * N, C): each assignment, weighted
-        return y.view(self.top, N, C).sum(dim=0)  # (N, C)
+        counts = flat.new_zeros(E + 1).index_add_(0, flat + 1, torch.ones_like(flat))  # (E + 1,) [dropped, then per expert]
+        bias = self.experts[0].fc.bias is not None
+        weights = [w for ex in self.experts for w in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias) if w is not None]
+        if torch.is_autocast_enabled(xs.device.type) and xs.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
+            dtype = torch.get_autocast_dtype(xs.device.type)
+            xs, weights = xs.to(dtype), [w.to(dtype) for w in weights]
+        return experts_swiglu(xs, counts, weights, bias)[0]
+
+    def plain_experts(self):
+        """Whether every expert is still this file's Mlp of two plain nn.Linear, whose weights the
+        custom op can read. A replaced layer (LoRA, quantised) takes the gather instead, which under
+        torch.compile costs a graph break. Forward hooks on the experts run on the gather path only.
+        """
+        return all(type(ex) is Mlp and type(ex.fc) is nn.Linear and type(ex.proj) is nn.Linear for ex in self.experts)
 
 
 class Cache:

@@ -7,7 +7,6 @@ Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
 cyclelang/backends/torch/codegen.py for the full scheme.
 """
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -16,17 +15,19 @@ from torch.nn import functional as F
 
 
 class NextTokenLoss(torch.autograd.Function):
-    """F.cross_entropy(logits, targets, ignore_index=-1), the same forward, a leaner backward.
+    """F.cross_entropy(logits.float(), targets, ignore_index=-1): the same forward, a leaner backward.
 
     The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
     buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them.
+    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
+    logits are scored in float32 (a no-op for float32 ones), as autocast would.
     """
 
     @staticmethod
     def forward(ctx, logits, targets):  # logits (N, vocab); targets (N,), -1: ignored
-        logp = F.log_softmax(logits, dim=-1)  # (N, vocab)
+        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
         ctx.save_for_backward(logp, targets)
+        ctx.dtype = logits.dtype
         return F.nll_loss(logp, targets, ignore_index=-1)  # the mean over the kept targets
 
     @staticmethod
@@ -35,7 +36,7 @@ class NextTokenLoss(torch.autograd.Function):
         keep = targets >= 0  # (N,)
         g = logp.exp()  # (N, vocab): softmax
         g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]), None
+        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
 
 
 def causal_mask(T, S, device):

@@ -1,0 +1,196 @@
+"""The MoE experts' custom op, the path torch.compile takes (`EXPERTS_OP` in codegen.py).
+
+Eager mode splits the routed tokens by expert with a host sync; under torch.compile the
+routing is traced with fixed shapes and the experts run in a custom op with a hand-written
+backward. These tests compile the module (fullgraph, the eager backend) and hold that path
+to eager mode: the same outputs and the same gradients for every activation, with and
+without biases, with capacity drops and with an expert that gets no token.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import cyclelang  # noqa: E402
+from cyclelang.backends.torch.build import build  # noqa: E402
+from cyclelang.backends.torch.codegen import ACT_GRADS, codegen  # noqa: E402
+
+ACTS = sorted(ACT_GRADS)
+
+
+def moe_spec(act: str, bias: bool, capacity: float = 1.0) -> str:
+    return f"""engine tiny {{
+  chamber width=24
+  throat causal
+  feed tokens vocab=64 context=32 position=none
+  stage block x 1 {{
+    prechamber burn {{
+      norm rmsnorm
+      turbine moe experts=4 top=2 capacity={capacity} balance=0.01 hidden=12 act={act} bias={str(bias).lower()}
+    }}
+  }}
+  norm rmsnorm
+  nozzle head
+}}
+"""
+
+
+def moe_module(act, bias, capacity=1.0):
+    model = build(cyclelang.parse(moe_spec(act, bias, capacity)), seed=0).double()
+    return model, model.stages[0].burn.moe
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def compiled(moe):
+    """The op path for real: dynamo captures the module whole (fullgraph), then runs the
+    graph as plain torch calls (backend="eager": no C++ build), autograd included."""
+    return torch.compile(moe, fullgraph=True, backend="eager")
+
+
+def run_both(moe, x):
+    """(output, gradients of x and every parameter) by the eager path, then by the op path."""
+    params = [x] + list(moe.parameters())
+    outs = []
+    for fn in (moe, compiled(moe)):
+        y = fn(x, {})
+        g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=y.dtype)
+        outs.append((y, torch.autograd.grad((y * g).sum(), params, allow_unused=True)))
+    return outs
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_op_path_equals_the_eager_gather(act, bias, training):
+    model, moe = moe_module(act, bias)
+    moe.train(training)
+    x = torch.randn(2, 16, 24, dtype=torch.float64, requires_grad=True)
+    (ya, ga), (yb, gb) = run_both(moe, x)
+    torch.testing.assert_close(ya, yb, rtol=1e-12, atol=1e-12)
+    names = ["x"] + [n for n, _ in moe.named_parameters()]
+    for name, a, b in zip(names, ga, gb):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_capacity_drops_and_an_idle_expert_take_the_same_path():
+    """Force the router: every token's first choice is expert 0 and its second expert 1, so
+    capacity 1.0 drops most of them and experts 2 and 3 get nothing."""
+    model, moe = moe_module("swiglu", True)
+    moe.train()
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[0, 0], moe.router.weight[1, 0] = 50.0, 25.0
+    x = torch.randn(2, 16, 24, dtype=torch.float64)
+    x[..., 0] = x[..., 0].abs() + 1.0
+    x.requires_grad_(True)
+    flat = torch.topk(moe.router(x.view(-1, 24)), 2).indices
+    assert set(flat.flatten().tolist()) == {0, 1}
+    (ya, ga), (yb, gb) = run_both(moe, x)
+    torch.testing.assert_close(ya, yb, rtol=1e-12, atol=1e-12)
+    idle = [n for n, p in moe.named_parameters() if n.startswith(("experts.2.", "experts.3."))]
+    grads = dict(zip(["x"] + [n for n, _ in moe.named_parameters()], gb))
+    assert idle and all(grads[n] is not None and not grads[n].any() for n in idle)  # zeros, not missing
+    for a, b in zip(ga, gb):
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_the_op_passes_torch_library_opcheck():
+    """Schema, fake (meta) kernel, autograd registration and AOT dispatch, checked by torch."""
+    model, moe = moe_module("gelu", True)
+    op = type(moe).forward.__globals__["experts_gelu"]
+    xs = torch.randn(10, 24, dtype=torch.float64, requires_grad=True)
+    counts = torch.tensor([2, 3, 0, 4, 1])  # two dropped rows first, then experts 0..3; expert 1 idle
+    weights = [p.detach().clone().requires_grad_(True) for ex in moe.experts for p in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias)]
+    torch.library.opcheck(op, (xs, counts, weights, True))
+    y = op(xs, counts, weights, True)[0]
+    assert not y[:2].any()  # dropped rows read zeros
+    assert torch.autograd.gradcheck(lambda xs, *ws: op(xs, counts, list(ws), True)[0], (xs, *weights))
+
+
+def test_the_op_is_defined_once_per_process_and_named_by_its_code():
+    """Two builds share the op (a second registration would raise); its name carries a digest
+    of the op's source, so changed code can never reuse an op registered by older code."""
+    src = codegen(cyclelang.parse(moe_spec("silu", False)))
+    name = next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith("experts_silu = expert_mlps("))
+    a = build(cyclelang.parse(moe_spec("silu", False)), seed=0)
+    b = build(cyclelang.parse(moe_spec("silu", False)), seed=1)
+    assert hasattr(torch.ops.cyclelang, name)
+    op_a = type(a.stages[0].burn.moe).forward.__globals__["experts_silu"]
+    op_b = type(b.stages[0].burn.moe).forward.__globals__["experts_silu"]
+    assert op_a is op_b is getattr(torch.ops.cyclelang, name)
+    assert "experts_silu" not in codegen(cyclelang.parse(moe_spec("swiglu", False)))  # only the acts a spec uses
+
+
+def test_autocast_casts_the_op_inputs_as_linear_would():
+    model, moe = moe_module("swiglu", False)
+    moe.float().eval()
+    x = torch.randn(2, 8, 24)
+    outs = []
+    for fn in (moe, compiled(moe)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outs.append(fn(x, {}))
+    assert outs[0].dtype == outs[1].dtype
+    torch.testing.assert_close(outs[0], outs[1], rtol=2e-2, atol=2e-2)
+
+
+def test_autocast_leaves_a_float64_model_alone():
+    """autocast does not cast float64 for F.linear, so neither does the op path."""
+    model, moe = moe_module("swiglu", True)
+    moe.eval()
+    x = torch.randn(2, 8, 24, dtype=torch.float64)
+    outs = []
+    for fn in (moe, compiled(moe)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outs.append(fn(x, {}))
+    assert outs[0].dtype == outs[1].dtype == torch.float64
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+
+
+class Doubled(torch.nn.Linear):
+    """A replaced expert layer (as LoRA or quantisation would leave): not a plain nn.Linear."""
+
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+def test_a_replaced_expert_layer_takes_the_gather_under_compile():
+    """The op reads plain Linear weights; a replaced layer must still be run, at the price of
+    a graph break (so fullgraph refuses, and the default compile matches eager)."""
+    model, moe = moe_module("gelu", False)
+    moe.eval()
+    old = moe.experts[1].fc
+    new = Doubled(old.in_features, old.out_features, bias=False).double()
+    new.load_state_dict(old.state_dict())
+    moe.experts[1].fc = new
+    assert not moe.plain_experts()
+    x = torch.randn(2, 8, 24, dtype=torch.float64)
+    eager = moe(x, {})
+    torch.testing.assert_close(torch.compile(moe, backend="eager")(x, {}), eager, rtol=1e-12, atol=1e-12)
+    torch._dynamo.reset()  # compiled code is cached per code object, whatever the wrapper's fullgraph
+    with pytest.raises(Exception, match="bincount"):  # the gather's host sync for the counts breaks the graph
+        compiled(moe)(x, {})
+    torch._dynamo.reset()
+    moe.experts[1].fc = old  # plain again: the op path, and the outputs move
+    assert moe.plain_experts()
+    assert not torch.allclose(compiled(moe)(x, {}), eager)
+
+
+def test_the_ops_are_marked_unsafe_for_cuda_graphs():
+    """Both ops sync with the host (counts.tolist()), which a CUDA graph cannot capture;
+    the tag makes inductor's cudagraphs (mode="reduce-overhead") leave them out."""
+    model, moe = moe_module("relu", False)
+    src = codegen(cyclelang.parse(moe_spec("relu", False)))
+    name = next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith("experts_relu = expert_mlps("))
+    for op in (getattr(torch.ops.cyclelang, name), getattr(torch.ops.cyclelang, name + "_backward")):
+        assert torch.Tag.cudagraph_unsafe in op.default.tags
