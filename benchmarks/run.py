@@ -3,6 +3,7 @@
     python benchmarks/run.py                   # everything (a few minutes on 2 cores)
     python benchmarks/run.py --only train,frontend
     python benchmarks/run.py --write           # also refresh the figures in docs/benchmarks.md
+    python benchmarks/run.py --device cuda --dtype bfloat16 --write   # the GPU section of the doc (train, compiled, decode)
 
 Every figure that matters is a ratio measured in the same run, against a side
 timed in the same rounds: sides alternate within each round (so load from other
@@ -33,6 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 DOC = ROOT / "docs" / "benchmarks.md"
 RESULTS = Path(__file__).resolve().parent / "results.json"  # the figures in DOC, as data
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+# A run on an accelerator keeps its own figures and its own section of the doc.
+GPU_RESULTS = Path(__file__).resolve().parent / "results_gpu.json"
+GPU_START, GPU_END = "<!-- gpu-results:start -->", "<!-- gpu-results:end -->"
 
 # --- the specs under test, shrunk to fit two CPU cores -------------------------------------
 
@@ -56,6 +60,12 @@ def spec_text(name: str, subs: dict) -> str:
 
 def median(xs):
     return statistics.median(xs)
+
+
+def synchronize(torch, device):
+    """Wait for the device's queued work, so a host clock reads the time it took."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 # --- training step --------------------------------------------------------------------------
@@ -107,15 +117,17 @@ def check_same(name, ours, ref, hf, torch, idx, tgt):
         assert abs(float(lo) - float(lh)) < 1e-4, f"{name}: compiled {float(lo)} vs transformers {float(lh)}"
 
 
-def time_sides(sides, rounds, steps):
+def time_sides(sides, rounds, steps, sync=lambda: None):
     """sides: {label: step_fn}. Alternate sides each round; returns {label: [seconds per step]}."""
     out = {k: [] for k in sides}
     for r in range(rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for k in order:
+            sync()
             t0 = time.perf_counter()
             for _ in range(steps):
                 sides[k]()
+            sync()
             out[k].append((time.perf_counter() - t0) / steps)
     return out
 
@@ -132,7 +144,11 @@ def bench_train(args, torch, compiled=False):
         g = torch.Generator().manual_seed(0)
         idx = torch.randint(0, ours.config.vocab_size, (B, T), generator=g)
         tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
-        check_same(name, ours, ref, hf, torch, idx, tgt)
+        check_same(name, ours, ref, hf, torch, idx, tgt)  # float32 on the CPU, then to the device under test
+        dtype = getattr(torch, args.dtype)
+        for m in (ours, ref, hf):
+            m.to(device=args.device, dtype=dtype)
+        idx, tgt = idx.to(args.device), tgt.to(args.device)
         sides = {}
         note = ""
         for label, model, is_hf in (("cyclec", ours, False), ("reference", ref, False), ("transformers", hf, True)):
@@ -140,9 +156,9 @@ def bench_train(args, torch, compiled=False):
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
             fwd = model
             if compiled:
-                # The spec is one graph (fixed-size MoE buffers under compile); the others take
-                # torch.compile's default, graph breaks allowed (their MoE dispatch has
-                # data-dependent shapes).
+                # The spec is one graph (under compile its MoE experts run in one custom op);
+                # the others take torch.compile's default, graph breaks allowed (the
+                # reference's MoE dispatch has data-dependent shapes).
                 fwd = torch.compile(model, fullgraph=label == "cyclec")
 
             def step(fwd=fwd, opt=opt, is_hf=is_hf):
@@ -156,7 +172,7 @@ def bench_train(args, torch, compiled=False):
             sides[label] = step
             if compiled:
                 print(f"  compile+2 steps {name}/{label}: {time.perf_counter() - t0:.1f}s", flush=True)
-        times = time_sides(sides, args.rounds, args.steps)
+        times = time_sides(sides, args.rounds, args.steps, sync=lambda: synchronize(torch, args.device))
         row = {"name": name, "ms": {k: 1000 * median(v) for k, v in times.items()},
                "vs_ref": ratio(times, "cyclec", "reference"), "vs_hf": ratio(times, "cyclec", "transformers"), "note": note}
         rows.append(row)
@@ -173,8 +189,10 @@ def bench_decode(args, torch):
     import cyclelang
 
     model = cyclelang.build(cyclelang.parse(spec_text("llama", DECODE)), seed=0).eval()
+    model.to(device=args.device, dtype=getattr(torch, args.dtype))
     Cache = sys.modules[type(model).__module__].Cache
-    prompt = torch.randint(0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0)).to(args.device)
+    sync = lambda: synchronize(torch, args.device)  # noqa: E731
 
     @torch.no_grad()
     def per_token(n):
@@ -184,14 +202,18 @@ def bench_decode(args, torch):
         for _ in range(n):
             nxt = logits[:, -1].argmax(-1, keepdim=True)
             idx = torch.cat((idx, nxt), dim=1)
+            sync()
             t0 = time.perf_counter()
             logits = model(nxt, cache=cache)
+            sync()
             ts.append(time.perf_counter() - t0)
         return ts
 
     def total(n, use_cache):
+        sync()
         t0 = time.perf_counter()
         out = model.generate(prompt, n, temperature=0, use_cache=use_cache)
+        sync()
         return time.perf_counter() - t0, out
 
     per_token(16)  # warm-up
@@ -199,12 +221,16 @@ def bench_decode(args, torch):
     ts = per_token(1024)
     first, last = median(ts[32:96]), median(ts[-64:])
     res["ms_first"], res["ms_last"], res["flat"] = 1000 * first, 1000 * last, last / first
+    res["same"] = True
     for n, reps in ((256, args.decode_reps), (1024, 1)):
         speed = []
         for _ in range(reps):
             tc, a = total(n, True)
             tn, b = total(n, False)
-            assert torch.equal(a, b), "cache and recompute disagree"
+            if args.dtype == "float32":
+                assert torch.equal(a, b), "cache and recompute disagree"
+            else:  # in half precision the two orders of summation may round a near-tie apart
+                res["same"] = res["same"] and torch.equal(a, b)
             speed.append(tn / tc)
         res[f"x{n}"] = median(speed)
     print(f"  per token (cache): {res['ms_first']:.2f} ms at ~64 tokens, {res['ms_last']:.2f} ms at ~1000 (x{res['flat']:.2f}); "
@@ -360,7 +386,9 @@ def render(results) -> str:
     for m in sorted({json.dumps(r["meta"], sort_keys=True) for r in results.values()}):
         m = json.loads(m)
         names = ", ".join(k for k, r in results.items() if r["meta"] == m)
-        out += [f"Measured {m['date']} ({names}) on {m['cpu']}, {m['threads']} torch thread(s), torch {m['torch']}, "
+        on = f"{m['gpu']}, {m['dtype']}" if m.get("gpu") else f"{m['cpu']}, {m['threads']} torch thread(s)"
+        on += f", {m['dtype']}" if not m.get("gpu") and m.get("dtype", "float32") != "float32" else ""
+        out += [f"Measured {m['date']} ({names}) on {on}, torch {m['torch']}, "
                 f"transformers {m['transformers']}, Python {m['python']}; batch {m['batch']} x {m['seq']} tokens, "
                 f"{m['rounds']} rounds x {m['steps']} steps per side (medians). Command: `{m['command']}`", ""]
     results = {k: r["data"] for k, r in results.items()}
@@ -380,7 +408,10 @@ def render(results) -> str:
                 f"| per-token time with the cache, around token 64 | {d['ms_first']:.2f} ms |",
                 f"| per-token time with the cache, tokens 960-1024 | {d['ms_last']:.2f} ms (x{d['flat']:.2f}) |",
                 f"| speed-up of the cache over recomputing, 256 tokens | **x{d['x256']:.1f}** |",
-                f"| speed-up of the cache over recomputing, 1024 tokens | **x{d['x1024']:.1f}** |", ""]
+                f"| speed-up of the cache over recomputing, 1024 tokens | **x{d['x1024']:.1f}** |"]
+        if not d.get("same", True):
+            out.append("| tokens: cache and recompute | differ (half precision rounds a near-tie apart) |")
+        out.append("")
     if "memory" in results:
         out += ["### Peak memory of a training step", "", "| spec | cyclec MiB | reference MiB | ratio | ratio above weights + AdamW state |", "|---|---|---|---|---|"]
         for r in results["memory"]:
@@ -412,9 +443,18 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fair on a shared 2-core box; OpenMP spinning under contention swamps the figures)")
     ap.add_argument("--specs", default="gpt2,llama,moe", help="training-step and memory specs")
     ap.add_argument("--compile-specs", default="gpt2,llama,moe", help="torch.compile specs")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the models run (cuda: the GPU section of the doc)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the models' dtype, every side alike")
     ap.add_argument("--write", action="store_true", help=f"replace the figures in {DOC.relative_to(ROOT)} (and benchmarks/results.json)")
     args = ap.parse_args(argv)
+    gpu = args.device != "cpu"
+    if gpu and "--only" not in " ".join(argv if argv is not None else sys.argv[1:]):
+        args.only = "train,compiled,decode"
     only = args.only.split(",")
+    if gpu and {"memory", "frontend"} & set(only):
+        ap.error("--device cuda times the models (train, compiled, decode); memory and frontend are CPU figures")
+    if args.write and not gpu and args.dtype != "float32":
+        ap.error("--write records float32 on the CPU, or a --device cuda run; bfloat16 on the CPU is for trying the path")
 
     import torch
     import transformers
@@ -424,7 +464,8 @@ def main(argv=None):
     torch.manual_seed(0)
     import platform
 
-    meta = {"date": time.strftime("%Y-%m-%d"), "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+    meta = {"date": time.strftime("%Y-%m-%d"), "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "dtype": args.dtype,
+            "gpu": torch.cuda.get_device_name(args.device) if gpu else None,
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
             "batch": args.batch, "seq": args.seq, "rounds": args.rounds, "steps": args.steps,
             "command": ("python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()}
@@ -436,15 +477,17 @@ def main(argv=None):
         if key in only:
             print(key, flush=True)
             results[key] = {"meta": meta, "data": fn()}
+    store, (start, end) = (GPU_RESULTS, (GPU_START, GPU_END)) if gpu else (RESULTS, (START, END))
     if args.write:  # sections not run this time keep their last figures (with their own command line)
-        old = json.loads(RESULTS.read_text("utf-8")) if RESULTS.is_file() else {}
+        old = json.loads(store.read_text("utf-8")) if store.is_file() else {}
         results = {k: results.get(k) or old[k] for k in sections if k in results or k in old}
-        RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", "utf-8")
+        store.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", "utf-8")
     text = render(results)
     print(f"\n{text}\n(total {time.perf_counter() - t0:.0f} s)")
     if args.write:
         doc = DOC.read_text("utf-8")
-        doc = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda m: f"{START}\n{text}\n{END}", doc, flags=re.S)
+        assert start in doc and end in doc, f"{DOC} lacks the markers {start} {end}"
+        doc = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda m: f"{start}\n{text}\n{end}", doc, flags=re.S)
         DOC.write_text(doc, "utf-8")
 
 
