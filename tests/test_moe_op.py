@@ -194,3 +194,21 @@ def test_the_ops_are_marked_unsafe_for_cuda_graphs():
     name = next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith("experts_relu = expert_mlps("))
     for op in (getattr(torch.ops.cyclelang, name), getattr(torch.ops.cyclelang, name + "_backward")):
         assert torch.Tag.cudagraph_unsafe in op.default.tags
+
+
+def test_frozen_experts_get_no_weight_gradients_and_the_same_input_gradient():
+    model, moe = moe_module("swiglu", True)
+    moe.train()
+    for p in moe.experts.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(2, 16, 24, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for fn in (moe, compiled(moe)):
+        y = fn(x, {})
+        (gx,) = torch.autograd.grad(y.square().sum(), [x])
+        grads.append(gx)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-12)
+    y = compiled(moe)(x, {})
+    y.square().sum().backward()
+    assert all(p.grad is None for p in moe.experts.parameters())
+    assert moe.router.weight.grad is not None

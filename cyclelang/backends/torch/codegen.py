@@ -558,7 +558,9 @@ def expert_mlps(name, act_grad):
         return torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
 
     @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
-    def run_backward(grad: torch.Tensor, xs: torch.Tensor, h: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool) -> list[torch.Tensor]:
+    def run_backward(
+        grad: torch.Tensor, xs: torch.Tensor, h: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool, weight_grads: bool
+    ) -> list[torch.Tensor]:
         sizes = counts.tolist()
         gx = torch.empty_like(xs)
         start = sizes[0]
@@ -569,24 +571,26 @@ def expert_mlps(name, act_grad):
             rows = slice(start, start + n)
             g = grad[rows]  # (n, C)
             a, gh = act_grad(h[rows], g @ proj)  # (n, hidden), (n, fc rows)
-            grads += [gh.t() @ xs[rows]] + ([gh.sum(dim=0)] if bias else []) + [g.t() @ a] + ([g.sum(dim=0)] if bias else [])
+            if weight_grads:  # frozen experts skip two of the three matmuls
+                grads += [gh.t() @ xs[rows]] + ([gh.sum(dim=0)] if bias else []) + [g.t() @ a] + ([g.sum(dim=0)] if bias else [])
             torch.mm(gh, fc, out=gx[rows])
             start += n
         return [gx] + grads
 
     @run_backward.register_fake
-    def _(grad, xs, h, counts, weights, bias):
-        return [torch.empty_like(xs)] + [torch.empty_like(w) for w in weights]
+    def _(grad, xs, h, counts, weights, bias, weight_grads):
+        return [torch.empty_like(xs)] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
 
     def setup_context(ctx, inputs, output):
         xs, counts, weights, ctx.bias = inputs
+        ctx.weight_grads = any(w.requires_grad for w in weights)
         ctx.save_for_backward(xs, output[1], counts, *weights)
         ctx.mark_non_differentiable(output[1])
 
     def backward(ctx, grad, _):
         xs, h, counts, *weights = ctx.saved_tensors
-        gx, *gw = run_backward(grad.contiguous(), xs, h, counts, weights, ctx.bias)
-        return gx, None, gw, None
+        gx, *gw = run_backward(grad.contiguous(), xs, h, counts, weights, ctx.bias, ctx.weight_grads)
+        return gx, None, gw if ctx.weight_grads else [None] * len(weights), None
 
     run.register_autograd(backward, setup_context=setup_context)
     return getattr(torch.ops.cyclelang, name)
