@@ -432,7 +432,7 @@ def render(results) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="train,compiled,decode,memory,frontend")
+    ap.add_argument("--only", help="sections, comma-separated (default: train,compiled,decode,memory,frontend; on cuda train,compiled,decode)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=7)
@@ -448,9 +448,7 @@ def main(argv=None):
     ap.add_argument("--write", action="store_true", help=f"replace the figures in {DOC.relative_to(ROOT)} (and benchmarks/results.json)")
     args = ap.parse_args(argv)
     gpu = args.device != "cpu"
-    if gpu and "--only" not in " ".join(argv if argv is not None else sys.argv[1:]):
-        args.only = "train,compiled,decode"
-    only = args.only.split(",")
+    only = (args.only or ("train,compiled,decode" if gpu else "train,compiled,decode,memory,frontend")).split(",")
     if gpu and {"memory", "frontend"} & set(only):
         ap.error("--device cuda times the models (train, compiled, decode); memory and frontend are CPU figures")
     if args.write and not gpu and args.dtype != "float32":

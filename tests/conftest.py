@@ -8,12 +8,22 @@ different golden fails the test. `pytest --update-goldens` rewrites them instead
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.cycle"))
+
+
+def shrink(path: Path, rules) -> str:
+    """A spec's text with each (pattern, replacement) of rules applied in turn: big specs made
+    small enough to build and run in the suite."""
+    text = Path(path).read_text("utf-8")
+    for pat, rep in rules:
+        text = re.sub(pat, rep, text)
+    return text
 
 
 def pytest_addoption(parser):

@@ -9,15 +9,18 @@ without biases, with capacity drops and with an expert that gets no token.
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import cyclelang  # noqa: E402
+from cyclelang import ir  # noqa: E402
 from cyclelang.backends.torch.build import build  # noqa: E402
-from cyclelang.backends.torch.codegen import ACT_GRADS, codegen  # noqa: E402
+from cyclelang.backends.torch.codegen import codegen  # noqa: E402
 
-ACTS = sorted(ACT_GRADS)
+ACTS = sorted(typing.get_args(ir.Activation))
 
 
 def moe_spec(act: str, bias: bool, capacity: float = 1.0) -> str:
@@ -35,6 +38,12 @@ def moe_spec(act: str, bias: bool, capacity: float = 1.0) -> str:
   nozzle head
 }}
 """
+
+
+def op_name(act: str) -> str:
+    """The name the generated source registers its `act` experts' op under."""
+    src = codegen(cyclelang.parse(moe_spec(act, False)))
+    return next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith(f"experts_{act} = expert_mlps("))
 
 
 def moe_module(act, bias, capacity=1.0):
@@ -121,8 +130,7 @@ def test_the_op_passes_torch_library_opcheck():
 def test_the_op_is_defined_once_per_process_and_named_by_its_code():
     """Two builds share the op (a second registration would raise); its name carries a digest
     of the op's source, so changed code can never reuse an op registered by older code."""
-    src = codegen(cyclelang.parse(moe_spec("silu", False)))
-    name = next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith("experts_silu = expert_mlps("))
+    name = op_name("silu")
     a = build(cyclelang.parse(moe_spec("silu", False)), seed=0)
     b = build(cyclelang.parse(moe_spec("silu", False)), seed=1)
     assert hasattr(torch.ops.cyclelang, name)
@@ -190,8 +198,7 @@ def test_the_ops_are_marked_unsafe_for_cuda_graphs():
     """Both ops sync with the host (counts.tolist()), which a CUDA graph cannot capture;
     the tag makes inductor's cudagraphs (mode="reduce-overhead") leave them out."""
     model, moe = moe_module("relu", False)
-    src = codegen(cyclelang.parse(moe_spec("relu", False)))
-    name = next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith("experts_relu = expert_mlps("))
+    name = op_name("relu")
     for op in (getattr(torch.ops.cyclelang, name), getattr(torch.ops.cyclelang, name + "_backward")):
         assert torch.Tag.cudagraph_unsafe in op.default.tags
 

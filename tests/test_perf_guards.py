@@ -25,7 +25,7 @@ import pytest
 import cyclelang
 from cyclelang import ir
 
-from .conftest import ROOT, SPECS
+from .conftest import ROOT, SPECS, shrink as shrink_text
 
 torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
@@ -49,10 +49,7 @@ _SHRINK = [
 
 
 def shrink(path) -> str:
-    text = path.read_text("utf-8")
-    for pat, rep in _SHRINK:
-        text = re.sub(pat, rep, text)
-    return text
+    return shrink_text(path, _SHRINK)
 
 
 # --- the closed form ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 import cyclelang
 from cyclelang.backends.torch.codegen import NN_MODULE_ATTRS, codegen
 
-from .conftest import ROOT, SPECS, spec_id
+from .conftest import ROOT, SPECS, shrink as shrink_text, spec_id
 
 torch = pytest.importorskip("torch")
 from cyclelang.backends.torch.build import build  # noqa: E402
@@ -42,10 +42,7 @@ _SHRINK = [
 
 
 def shrink(path) -> str:
-    text = path.read_text("utf-8")
-    for pat, rep in _SHRINK:
-        text = re.sub(pat, rep, text)
-    return text
+    return shrink_text(path, _SHRINK)
 
 
 def small(path, seed=0):

@@ -150,6 +150,12 @@ class Emitter:
         finally:
             self.level -= 1
 
+    def drop(self, text: str) -> None:
+        """Remove the first line that reads `text`, and shift the source map past it."""
+        i = self.lines.index(text)
+        del self.lines[i]
+        self.source_map = [(n - 1 if n > i else n, span) for n, span in self.source_map]
+
     def text(self) -> str:
         out = "\n".join(self.lines).rstrip("\n") + "\n"
         return re.sub(r"\n{4,}", "\n\n\n", out)
@@ -474,42 +480,39 @@ def _comment(span, phrase: str) -> str:
 
 # --- the code itself -------------------------------------------------------------------------
 
-# The gradient of each expert activation at its input h, given the output's gradient g,
-# with torch's own backward kernels (the ones autograd runs): (act(h), d act / d h . g).
-ACT_GRADS = {
-    "gelu": (
-        "a = F.gelu(h)",
-        "return a, torch.ops.aten.gelu_backward(g, h)",
-    ),
-    "gelu_tanh": (
-        'a = F.gelu(h, approximate="tanh")',
-        'return a, torch.ops.aten.gelu_backward(g, h, approximate="tanh")',
-    ),
-    "relu": (
-        "a = F.relu(h)",
-        "return a, torch.ops.aten.threshold_backward(g, a, 0)",
-    ),
-    "silu": (
-        "a = F.silu(h)",
-        "return a, torch.ops.aten.silu_backward(g, h)",
-    ),
-    "swiglu": (
-        "gate, up = h.chunk(2, dim=-1)\ns = F.silu(gate)\na = s * up",
-        "gh = torch.empty_like(h)  # [d gate | d up], both halves written in place (no cat)\n"
-        "d_gate, d_up = gh.chunk(2, dim=-1)\n"
-        "torch.mul(g, s, out=d_up)\n"
-        "torch.ops.aten.silu_backward.grad_input(g * up, gate, grad_input=d_gate)\n"
-        "return a, gh",
-    ),
-    "geglu": (
-        "gate, up = h.chunk(2, dim=-1)\ns = F.gelu(gate)\na = s * up",
-        "gh = torch.empty_like(h)  # [d gate | d up], both halves written in place (no cat)\n"
-        "d_gate, d_up = gh.chunk(2, dim=-1)\n"
-        "torch.mul(g, s, out=d_up)\n"
-        "torch.ops.aten.gelu_backward.grad_input(g * up, gate, grad_input=d_gate)\n"
-        "return a, gh",
-    ),
+# Each activation as generated code, a format string over its input; a gated one is
+# gate(first half) * second half, with the gate named here.
+ACTIVATIONS = {"gelu": "F.gelu({})", "gelu_tanh": 'F.gelu({}, approximate="tanh")', "relu": "F.relu({})", "silu": "F.silu({})"}
+GATES = {"swiglu": "silu", "geglu": "gelu"}
+# Each plain activation's gradient at its input h, given its output a and the output's
+# gradient g, with torch's own backward kernels (the ones autograd runs).
+ACT_BACKWARD = {
+    "gelu": "torch.ops.aten.gelu_backward(g, h)",
+    "gelu_tanh": 'torch.ops.aten.gelu_backward(g, h, approximate="tanh")',
+    "relu": "torch.ops.aten.threshold_backward(g, a, 0)",
+    "silu": "torch.ops.aten.silu_backward(g, h)",
 }
+
+
+def act_grad_source(act: str) -> str:
+    """The generated `{act}_grad(h, g=None)`: the activation, and with g its gradient at h."""
+    if act in GATES:
+        gate = GATES[act]
+        fwd = ["gate, up = h.chunk(2, dim=-1)", f"s = {ACTIVATIONS[gate].format('gate')}", "a = s * up"]
+        bwd = ["gh = torch.empty_like(h)  # [d gate | d up], both halves written in place (no cat)",
+               "d_gate, d_up = gh.chunk(2, dim=-1)",
+               "torch.mul(g, s, out=d_up)",
+               f"torch.ops.aten.{gate}_backward.grad_input(g * up, gate, grad_input=d_gate)",
+               "return a, gh"]
+    else:
+        fwd, bwd = [f"a = {ACTIVATIONS[act].format('h')}"], [f"return a, {ACT_BACKWARD[act]}"]
+    body = "\n".join("    " + ln for ln in [*fwd, "if g is None:", "    return a, None", *bwd])
+    return f'''
+def {act}_grad(h, g=None):
+    """{act}(h) and, given g (the gradient of its output), the gradient at h."""
+{body}
+'''
+
 
 EXPERTS_OP = '''
 def expert_mlps(name, act_grad):
@@ -606,12 +609,11 @@ from torch.nn import functional as F"""
 
 
 class Lowering:
-    def __init__(self, spec: ir.Spec, import_math: bool = True):
+    def __init__(self, spec: ir.Spec):
         self.spec = spec
         self.e = spec.engine
         self.p = make_plan(spec)
         self.out = Emitter()
-        self.import_math = import_math
 
     # small helpers
     def w(self, text: str = "", span=None) -> None:
@@ -638,6 +640,8 @@ class Lowering:
             self.stage_class(sp)
         self.startup()
         self.model()
+        if not any("math." in ln for ln in self.out.lines):  # only a few constructs need it
+            self.out.drop("import math")
         return self.out.text()
 
     # --- file header -----------------------------------------------------------
@@ -655,7 +659,7 @@ class Lowering:
 
     def blank_after_imports(self) -> None:
         self.w()
-        self.block(HEADER_IMPORTS if self.import_math else HEADER_IMPORTS.replace("import math\n", "", 1))
+        self.block(HEADER_IMPORTS)
         self.out.blank(2)
 
     # --- module-level helper functions ----------------------------------------
@@ -755,15 +759,7 @@ def sliding_mask(T, S, window, device):
         acts = sorted({op.act for op in self.all_turbines() if isinstance(op, ir.Moe)})
         if not acts:
             return
-        funcs = []
-        for act in acts:
-            fwd, bwd = ACT_GRADS[act]
-            body = "\n".join("    " + ln for ln in (fwd + "\nif g is None:\n    return a, None\n" + bwd).split("\n"))
-            funcs.append(f'''
-def {act}_grad(h, g=None):
-    """{act}(h) and, given g (the gradient of its output), the gradient at h."""
-{body}
-''')
+        funcs = [act_grad_source(act) for act in acts]
         for text in funcs + [EXPERTS_OP]:
             self.block(text)
             self.out.blank(2)
@@ -773,19 +769,12 @@ def {act}_grad(h, g=None):
         self.out.blank(2)
 
     def all_turbines(self) -> list:
-        out = []
-        for op in self.e.body:
-            if isinstance(op, ir.Stage):
-                for s in op.ops:
-                    if isinstance(s, ir.Prechamber):
-                        out += [o for o in s.ops if ir.is_turbine(o)]
-                    elif isinstance(s, ir.Fullflow):
-                        for b in s.branches:
-                            out += [o for o in b.ops if ir.is_turbine(o)]
-                    elif ir.is_turbine(s):
-                        out.append(s)
-            elif ir.is_turbine(op):
-                out.append(op)
+        """Every turbine of the engine: on the main line, bare in a stage, or in its branches."""
+        out = [op for op in self.e.body if ir.is_turbine(op)]
+        for st in self.e.body:
+            if isinstance(st, ir.Stage):
+                out += [op for op in st.ops if ir.is_turbine(op)]
+                out += [op for b in ir.stage_branches(st) for op in b.ops if ir.is_turbine(op)]
         return out
 
     # --- config ----------------------------------------------------------------
@@ -933,7 +922,7 @@ def {act}_grad(h, g=None):
 
     def cls_mlp(self, name: str, key: tuple) -> None:
         _, act, dropout = key
-        gated = act in ("swiglu", "geglu")
+        gated = act in GATES
         self.w(f"class {name}(nn.Module):")
         with self.out.indent():
             doc = {"swiglu": "SwiGLU: silu(gate) * up", "geglu": "GeGLU: gelu(gate) * up"}.get(act, act)
@@ -954,12 +943,9 @@ def {act}_grad(h, g=None):
             with self.out.indent():
                 if gated:
                     self.w("gate, up = self.fc(x).chunk(2, dim=-1)  # (B, T, hidden) each")
-                    fn = "F.silu(gate)" if act == "swiglu" else "F.gelu(gate)"
-                    self.w(f"x = {fn} * up")
+                    self.w(f"x = {ACTIVATIONS[GATES[act]].format('gate')} * up")
                 else:
-                    fn = {"gelu": "F.gelu(self.fc(x))", "gelu_tanh": 'F.gelu(self.fc(x), approximate="tanh")',
-                          "relu": "F.relu(self.fc(x))", "silu": "F.silu(self.fc(x))"}[act]
-                    self.w(f"x = {fn}  # (B, T, hidden)")
+                    self.w(f"x = {ACTIVATIONS[act].format('self.fc(x)')}  # (B, T, hidden)")
                 self.w("return self.drop(self.proj(x))" if dropout else "return self.proj(x)")
 
     def cls_moe(self, name: str, key: tuple) -> None:
@@ -1639,12 +1625,8 @@ def _engine_spec(spec) -> ir.Spec:
 
 def lower(spec) -> tuple[str, list[tuple[int, ir.Span]]]:
     """The generated source and its source map: (output line, spec span) pairs."""
-    ir_spec = _engine_spec(spec)
-    lw = Lowering(ir_spec)
+    lw = Lowering(_engine_spec(spec))
     text = lw.source()
-    if "math." not in text:  # only a few constructs need math: lower again without the import
-        lw = Lowering(ir_spec, import_math=False)
-        text = lw.source()
     return text, lw.out.source_map
 
 
