@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .ir.kinds import BY_KEYWORD, MERGE_BY_KEYWORD
+
 
 @dataclass(frozen=True)
 class Code:
@@ -67,7 +69,7 @@ _add("E0111", "includes nest too deeply", "Includes nest at most 16 files deep."
 _add("E0201", "unknown option", "The option does not belong to this statement (each turbine kind takes its own). The help line suggests the closest option it does take, or lists them.", "turbine mlp heads=12")
 _add("E0202", "option given twice", "An option appears twice on one statement.", "turbine attention heads=8 heads=12")
 _add("E0203", "wrong kind of value", "An option got the wrong kind of value: a fraction where a whole number is needed, a number where true/false is, or a keyword that is not one of the choices.", "turbine mlp act=gelu2")
-_add("E0204", "unknown kind", "The kind after a keyword is not one cyclelang knows (turbine attention|mlp|moe|pool|linear, norm layernorm|rmsnorm, merge plain|scale|cooling|rezero|layerscale|deepnorm|gate, ...).", "turbine atention heads=12")
+_add("E0204", "unknown kind", "The kind after a keyword is not one cyclelang knows (turbine " + "|".join(BY_KEYWORD) + ", norm layernorm|rmsnorm, merge " + "|".join(MERGE_BY_KEYWORD) + ", ...).", "turbine atention heads=12")
 _add("E0205", "value out of range", "A size or count is zero or negative, a probability is outside [0, 1), a fraction outside (0, 1], or similar.", "turbine attention heads=0")
 _add("E0206", "missing part", "A required option or part is missing: `chamber width=`, `feed tokens vocab= context=`, a turbine in a prechamber, a prechamber in a fullflow.")
 _add("E0207", "heads do not divide the width", "Multi-head attention splits the width into equal heads, so heads must divide it (or head_dim= must be given). The help line names the nearest divisors.", "chamber width=768 ... turbine attention heads=10")

@@ -8,8 +8,8 @@ back-end calls `check_parameters` before it allocates anything, so a spec that
 asks for a trillion weights gets a diagnostic instead of an out-of-memory kill;
 `--allow-large` lifts it.
 
-The estimate is closed form, from the IR alone (no torch): it reuses the design
-reviewer's per-part counts, multiplied by each stage's repeat.
+The estimate is closed form, from the IR alone (no torch): the kinds table's count
+for every part of the layout, multiplied by each stage's repeat.
 """
 
 from __future__ import annotations
@@ -22,12 +22,9 @@ MAX_PARAMETERS = 2_000_000_000  # 8 GB of fp32 weights before a single activatio
 
 def estimate_parameters(spec: ir.Spec) -> int:
     """Trainable parameters of the spec's engine (0 for a file of templates only)."""
-    from .review.report import part_params
-    from .review.walk import parts
-
     if spec.engine is None:
         return 0
-    return sum(part_params(p) * p.repeat for p in parts(spec.engine))
+    return sum(p.params * p.repeat for p in ir.layout.layout(spec.engine).parts())
 
 
 def check_parameters(spec: ir.Spec, allow_large: bool = False, limit: int = MAX_PARAMETERS) -> int:

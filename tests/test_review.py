@@ -121,7 +121,7 @@ def test_gpt2_parameters_and_flops():
     assert p["total"] == 124_439_808  # transformers' GPT2LMHeadModel: the tied head adds nothing
     d, L, V, n = 768, 12, 50257, 1024
     per_layer = (4 * d * d + 4 * d) + (8 * d * d + 5 * d) + 4 * d
-    assert p["by_stage"][1] == {"name": "block", "repeat": L, "per_instance": per_layer, "params": L * per_layer,
+    assert p["by_stage"][1] == {"name": "block", "path": "stages.0-11", "repeat": L, "per_instance": per_layer, "params": L * per_layer,
                                 "by_role": {"valve": L * 4 * d, "mixer": L * (4 * d * d + 4 * d), "reactor": L * (8 * d * d + 5 * d)}}
     assert abs(p["mixer_share"] - 1 / 3) < 1e-3
     f = rep["flops_per_token"]
@@ -171,14 +171,14 @@ def test_open_throat_has_no_kv_cache():
 def test_reachability_follows_detach_and_overboard():
     g = analyze(cyclelang.load(ROOT / "specs" / "gas_generator.cycle"))["gradient"]
     losses = {x["group"]: x["losses"] for x in g["groups"]}
-    assert losses["tap.probe"] == ["tap.probe"]  # an overboard head: only its own loss
-    assert losses["block.mix"] == ["nozzle", "tap.probe"]  # the probe is not detached
-    assert losses["main.norm0"] == ["nozzle"]  # downstream of the probe
+    assert losses["stages.4.probe"] == ["stages.4.probe"]  # an overboard head: only its own loss
+    assert losses["stages.0-3.mix"] == ["nozzle", "stages.4.probe"]  # the probe is not detached
+    assert losses["norm"] == ["nozzle"]  # downstream of the probe
     g = analyze(cyclelang.load(CASES_DIR / "N101_trigger.cycle"))["gradient"]
     losses = {x["group"]: x["losses"] for x in g["groups"]}
-    assert losses["block.mix"] == ["nozzle"] and losses["tap.probe"] == ["tap.probe"]  # a detached head
+    assert losses["stages.0-1.mix"] == ["nozzle"] and losses["stages.2.probe"] == ["stages.2.probe"]  # a detached head
     g = analyze(cyclelang.load(CASES_DIR / "E0301_trigger.cycle"))["gradient"]
-    assert g["unreached"] == ["block.probe"] and g["unreached_params"] == 2 * (128 + 64 * 16 + 16)
+    assert g["unreached"] == ["stages.0-1.probe"] and g["unreached_params"] == 2 * (128 + 64 * 16 + 16)
 
 
 def test_kv_cache_note_threshold():

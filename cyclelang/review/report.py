@@ -23,104 +23,30 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from .walk import ROLES, Part, is_gated, parts
+from ..ir.layout import Part
+from .walk import ROLES, parts
 
 DTYPE_BYTES = 2  # bf16/fp16 activations and KV cache
 
 
-# --- parameters ----------------------------------------------------------------------------
-
-
-def norm_params(n: ir.Norm) -> int:
-    return n.width * (2 if n.bias else 1)
-
-
 def attention_params(a: ir.Attention) -> int:
-    q = a.heads * a.head_dim
-    kv = a.kv_heads * a.head_dim
-    n = a.width * q + 2 * a.width * kv + q * a.width
-    if a.bias:
-        n += q + 2 * kv + a.width
-    if a.qk_norm:
-        n += 2 * a.head_dim  # one RMSNorm weight per head dim, shared by the heads, for q and for k
-    return n
+    return ir.kinds.params(a)
 
 
-def mlp_params(width: int, hidden: int, act: str, bias: bool) -> int:
-    ins = 2 if is_gated(act) else 1  # a gated unit has a gate and an up projection
-    n = ins * width * hidden + hidden * width
-    if bias:
-        n += ins * hidden + width
-    return n
+mlp_params = ir.kinds.mlp_params
 
 
-def moe_params(m: ir.Moe) -> int:
-    router = m.width * m.experts  # no bias: the router only ranks experts
-    return router + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)
-
-
-def linear_params(lin: ir.Linear) -> int:
-    return lin.width * lin.out + (lin.out if lin.bias else 0)
-
-
-def merge_params(m, width: int) -> int:
-    if isinstance(m, ir.RezeroMerge):
-        return 1
-    if isinstance(m, ir.LayerscaleMerge):
-        return width
-    if isinstance(m, ir.GateMerge):
-        return width * width + width  # g = sigmoid(W x + b), one gate per channel
-    return 0
+# --- per part: asked of the kinds table -------------------------------------------------------
 
 
 def part_params(p: Part) -> int:
-    n = p.node
-    if isinstance(n, ir.Feed):
-        return n.vocab * n.width + (n.context * n.width if n.position == "learned" else 0)
-    if isinstance(n, ir.Nozzle):
-        return (0 if n.tied else n.width * n.vocab) + (n.vocab if n.bias else 0)
-    if isinstance(n, ir.Norm):
-        return norm_params(n)
-    if isinstance(n, ir.Attention):
-        return attention_params(n)
-    if isinstance(n, ir.Mlp):
-        return mlp_params(n.width, n.hidden, n.act, n.bias)
-    if isinstance(n, ir.Moe):
-        return moe_params(n)
-    if isinstance(n, ir.Linear):
-        return linear_params(n)
-    if isinstance(n, ir.Pool):
-        return 0
-    return merge_params(n, p.branch.out_width if p.branch is not None else 0)
-
-
-# --- FLOPs ---------------------------------------------------------------------------------
-
-
-def attended(a: ir.Attention, n: int) -> int:
-    """Positions each query attends to at context length n."""
-    return min(n, a.window) if a.window is not None else n
+    return p.params
 
 
 def part_flops(p: Part, n: int) -> tuple[int, int]:
-    """Forward FLOPs per token at context length n: (projections, attention scores and sum)."""
-    x = p.node
-    if isinstance(x, ir.Nozzle):
-        return 2 * x.width * x.vocab, 0
-    if isinstance(x, ir.Attention):
-        q, kv = x.heads * x.head_dim, x.kv_heads * x.head_dim
-        proj = 2 * (x.width * q + 2 * x.width * kv + q * x.width)
-        return proj, 4 * q * attended(x, n)
-    if isinstance(x, ir.Mlp):
-        return 2 * (mlp_params(x.width, x.hidden, x.act, False)), 0
-    if isinstance(x, ir.Moe):
-        return 2 * x.width * x.experts + x.top * 2 * mlp_params(x.width, x.hidden, x.act, False), 0
-    if isinstance(x, ir.Linear):
-        return 2 * x.width * x.out, 0
-    if isinstance(x, ir.GateMerge):
-        w = p.branch.out_width
-        return 2 * w * w, 0
-    return 0, 0
+    """Forward FLOPs per token at context length n: (projections, mixing), one instance.
+    A merge's FLOPs scale with its branch's width; everything else's with n."""
+    return p.kind.flops(p.node, p.width if p.role == "merge" else n)
 
 
 def forward_flops_per_token(e: ir.Engine, n: int) -> int:
@@ -215,8 +141,9 @@ def analyze(spec: ir.Spec, dtype_bytes: int = DTYPE_BYTES) -> dict | None:
     for p in ps:
         c = part_params(p)
         by_role[p.role] += c * p.repeat
-        if not stages or stages[-1]["name"] != p.stage or stages[-1]["_index"] != p.stage_index:
-            stages.append({"name": p.stage, "_index": p.stage_index, "repeat": p.repeat, "per_instance": 0, "params": 0, "by_role": {}})
+        if not stages or stages[-1]["_index"] != p.stage_index:
+            name, path = _stage_of(p)
+            stages.append({"name": name, "path": path, "_index": p.stage_index, "repeat": p.repeat, "per_instance": 0, "params": 0, "by_role": {}})
         s = stages[-1]
         s["per_instance"] += c
         s["params"] += c * p.repeat
@@ -258,6 +185,14 @@ def analyze(spec: ir.Spec, dtype_bytes: int = DTYPE_BYTES) -> dict | None:
     }
 
 
+def _stage_of(p: Part) -> tuple[str, str]:
+    """(the stage's name, its path) for the stage table: a stage's folded path; the
+    feed, the nozzle and an engine-level op stand for themselves."""
+    if p.stage is not None:
+        return p.stage.name, ir.layout.stage_path(p.first, p.repeat)
+    return {"feed": "feed", "head": "nozzle"}.get(p.path, "main"), p.path
+
+
 def _gradient(e: ir.Engine) -> dict:
     groups = reachability(e)
     dead = [g["group"] for g in groups if not g["losses"]]
@@ -270,14 +205,17 @@ def _gradient(e: ir.Engine) -> dict:
 
 
 def kv_bytes_per_token(e: ir.Engine, dtype_bytes: int = DTYPE_BYTES) -> int:
-    """layers x kv_heads x head_dim x 2 (K and V) x dtype bytes; 0 without a causal throat."""
+    """What decoding keeps per token, in bytes (a KV cache: layers x kv_heads x head_dim x 2
+    x dtype bytes); 0 without a causal throat."""
+    return _state_bytes(e, 1, dtype_bytes)
+
+
+def _state_bytes(e: ir.Engine, n: int, dtype_bytes: int) -> int:
+    """The KV cache of a sequence of n tokens, in bytes: the state that grows with n
+    (a pool's few remembered inputs are left out)."""
     if e.throat != "causal":
         return 0
-    return sum(a.kv_heads * a.head_dim * 2 * dtype_bytes * r for a, r in _attn(e))
-
-
-def _attn(e: ir.Engine) -> list[tuple[ir.Attention, int]]:
-    return [(p.node, p.repeat) for p in parts(e) if isinstance(p.node, ir.Attention)]
+    return sum(p.kind.state(p.node, n) * p.repeat for p in parts(e) if p.kind.state_kind == "kv") * dtype_bytes
 
 
 def _activation_terms(e: ir.Engine, dtype_bytes: int) -> tuple[int, int]:
@@ -290,33 +228,19 @@ def _activation_terms(e: ir.Engine, dtype_bytes: int) -> tuple[int, int]:
     """
     lin = quad = 0
     for p in parts(e):
-        x, r = p.node, p.repeat
-        if isinstance(x, ir.Norm):
-            lin += x.width * r
-        elif isinstance(x, ir.Attention):
-            q, kv = x.heads * x.head_dim, x.kv_heads * x.head_dim
-            lin += (x.width + 2 * q + 2 * kv) * r
-            quad += x.heads * r
-        elif isinstance(x, ir.Mlp):
-            lin += (x.width + x.hidden * (3 if is_gated(x.act) else 2)) * r
-        elif isinstance(x, ir.Moe):
-            lin += (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2)) * r
-        elif isinstance(x, ir.Linear):
-            lin += x.width * r
-        elif isinstance(x, ir.Nozzle):
-            lin += x.width + x.vocab
+        a, b = p.kind.activations(p.node, 0)
+        lin, quad = lin + a * p.repeat, quad + b * p.repeat
     return lin * dtype_bytes, quad * dtype_bytes
 
 
 def scaling(e: ir.Engine, dtype_bytes: int = DTYPE_BYTES) -> dict:
     """Costs per sequence at context lengths around the spec's, with local exponents."""
     ps = list(parts(e))
-    attn = _attn(e)
     lin, quad = _activation_terms(e, dtype_bytes)
     causal = e.throat == "causal"
 
     def attn_flops(n: int) -> int:
-        return sum(4 * a.heads * a.head_dim * attended(a, n) * r for a, r in attn) * n
+        return sum(part_flops(p, n)[1] * p.repeat for p in ps) * n
 
     def fwd_flops(n: int) -> int:
         return sum(sum(part_flops(p, n)) * p.repeat for p in ps) * n
@@ -325,9 +249,7 @@ def scaling(e: ir.Engine, dtype_bytes: int = DTYPE_BYTES) -> dict:
         return lin * n + quad * n * n
 
     def kv_bytes(n: int) -> int:
-        if not causal:
-            return 0
-        return sum(a.kv_heads * a.head_dim * 2 * dtype_bytes * min(n, a.window or n) * r for a, r in attn)
+        return _state_bytes(e, n, dtype_bytes)
 
     def exponent(f, n: int) -> float:
         lo, hi = f(n), f(2 * n)
@@ -375,9 +297,9 @@ def render_text(rep: dict) -> str:
     p, f, g, s = rep["params"], rep["flops_per_token"], rep["gradient"], rep["scaling"]
     out = [f"engine {rep['engine']}", ""]
     out.append(f"parameters: {p['total']:,} ({_si(p['total'])}), {p['non_embedding']:,} without the feed")
-    out.append(f"  {'stage':<24}{'repeat':>7}{'per instance':>16}{'total':>16}")
+    out.append(f"  {'stage':<16}{'path':<16}{'repeat':>7}{'per instance':>16}{'total':>16}")
     for st in p["by_stage"]:
-        out.append(f"  {st['name']:<24}{'x' + str(st['repeat']):>7}{st['per_instance']:>16,}{st['params']:>16,}")
+        out.append(f"  {st['name']:<16}{st['path']:<16}{'x' + str(st['repeat']):>7}{st['per_instance']:>16,}{st['params']:>16,}")
     out.append("  by role: " + ", ".join(f"{r} {v:,}" for r, v in p["by_role"].items() if v))
     out.append(f"  mixers {p['mixer_share']:.1%} / reactors {p['reactor_share']:.1%} of the turbines' parameters")
     out.append("")
@@ -388,8 +310,7 @@ def render_text(rep: dict) -> str:
     out.append("gradient: losses " + ", ".join(g["losses"]))
     for grp in g["groups"]:
         mark = ", ".join(grp["losses"]) if grp["losses"] else "NONE: no gradient"
-        rep_s = f" x{grp['repeat']}" if grp["repeat"] > 1 else ""
-        out.append(f"  {grp['group'] + rep_s:<28}{grp['params']:>14,}  <- {mark}")
+        out.append(f"  {grp['group']:<28}{grp['params']:>14,}  <- {mark}")
     if g["unreached"]:
         out.append(f"  {g['unreached_params']:,} parameters receive no gradient: {', '.join(g['unreached'])}")
     out.append("")

@@ -17,10 +17,9 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic
-from .report import DTYPE_BYTES, _bytes, part_params
+from .report import DTYPE_BYTES, _bytes
 from .walk import Part, is_dead, merges_into_main_line, parts, stages
 
-COOLED = (ir.CoolingMerge, ir.RezeroMerge, ir.LayerscaleMerge, ir.DeepnormMerge, ir.GateMerge)
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ def deep_without_cooling(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     if merges < cfg.deep_merges:
         return []
     branches = [b for s in stages(e) for b in ir.stage_branches(s) if not b.overboard]
-    if any(isinstance(b.merge, COOLED) or isinstance(b.merge, ir.ScaleMerge) and abs(b.merge.value) < 1 for b in branches):
+    if any(ir.kinds.kind_of(b.merge).cooled or isinstance(b.merge, ir.ScaleMerge) and abs(b.merge.value) < 1 for b in branches):
         return []
     first = next(s for s in _blocks(e))
     return [_w("W102", f"{merges} branches return to the main line at full strength: nothing is cooled", first.span,
@@ -90,7 +89,7 @@ def dead_branch(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
         if b is None or id(b) in seen or not is_dead(b):
             continue
         seen.add(id(b))
-        n = sum(part_params(q) for q in parts(e) if q.branch is b) * p.repeat
+        n = sum(q.params for q in parts(e) if q.branch is b) * p.repeat
         why = "weighs its loss at 0" if b.loss == 0 else "has no loss"
         out.append(Diagnostic("E0301", "error", f"prechamber '{b.name}' goes overboard and {why}: a dead branch", b.span,
                               "give it a weight, 'overboard loss=0.1', to make it an auxiliary head, or delete it",
@@ -111,7 +110,7 @@ def detached_branch(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
             continue
         seen.add(id(b))
         upstream = _upstream_names(ps, p)
-        own = sum(part_params(q) for q in ps if q.branch is b) * p.repeat
+        own = sum(q.params for q in ps if q.branch is b) * p.repeat
         trained = "its own loss" if b.overboard else "its merge"
         notes = [f"cut: no gradient from '{b.name}' reaches {', '.join(upstream)}" +
                  ("" if b.overboard else "; they still learn through the main line"),
@@ -130,11 +129,11 @@ def _upstream_names(ps: list[Part], at: Part) -> list[str]:
             continue
         if q.stage_index == at.stage_index and at.fullflow is not None and q.fullflow is at.fullflow and q.branch is not None:
             continue  # a parallel branch reads the same state; it is not upstream
-        label = q.group + (f" (x{q.repeat})" if q.repeat > 1 else "")
+        label = q.group  # a folded path names its range of instances
         if label not in names:
             names.append(label)
     if at.repeat > 1:
-        names.append(f"the earlier instances of stage '{at.stage}'")
+        names.append(f"the earlier instances of stage '{at.stage.name}'")
     return names
 
 
@@ -222,8 +221,8 @@ def open_without_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     if e.throat != "open" or e.feed.position != "none":
         return []
     ps = list(parts(e))
-    if any(isinstance(p.node, ir.Pool) or isinstance(p.node, ir.Attention) and p.node.rotary_dims for p in ps):
-        return []
+    if any(isinstance(p.node, ir.Attention) and p.node.rotary_dims or p.kind.mixes_positions and not isinstance(p.node, ir.Attention) for p in ps):
+        return []  # rotary carries positions; a mixer that is not attention (pool) sees order by construction
     return [_w("W108", "no position information in an engine with an open throat", e.feed.span,
                "give the feed position=learned or sinusoidal, or add rotary to the attention",
                ["attention without a mask or positions treats the sequence as a bag: it cannot tell 'a b' from 'b a'"])]
@@ -233,7 +232,7 @@ def open_without_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 
 
 def no_mixer(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
-    if any(isinstance(p.node, (ir.Attention, ir.Pool)) for p in parts(e)):
+    if any(p.kind.mixes_positions for p in parts(e)):
         return []
     return [_w("W109", "no turbine mixes positions: every token is processed alone", e.span,
                "add a mixer: 'turbine attention heads=..' or 'turbine pool'",
@@ -266,8 +265,13 @@ def pre_ln_without_final_norm(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnosti
 def full_kv_cache(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     if e.throat != "causal":
         return []  # an open throat caches nothing
-    mha = [(p.node, p.repeat) for p in parts(e) if isinstance(p.node, ir.Attention) and p.node.kv_heads == p.node.heads > 1]
-    per_token = sum(a.kv_heads * a.head_dim * 2 * DTYPE_BYTES * r for a, r in mha)
+    mha_parts = [p for p in parts(e) if isinstance(p.node, ir.Attention) and p.node.kv_heads == p.node.heads > 1]
+    mha = [(p.node, p.repeat) for p in mha_parts]
+
+    def cache(n: int) -> int:
+        return sum(p.kind.state(p.node, n) * p.repeat for p in mha_parts) * DTYPE_BYTES
+
+    per_token = cache(1)
     if not mha or per_token < cfg.kv_note_bytes:
         return []
     layers = sum(r for _, r in mha)
@@ -275,7 +279,7 @@ def full_kv_cache(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     shape = (f"{layers} layers x {a.kv_heads} kv_heads x {a.head_dim} x 2 x {DTYPE_BYTES} bytes"
              if all(x.kv_heads == a.kv_heads and x.head_dim == a.head_dim for x, _ in mha) else f"{_plural(layers, 'attention layer')}")
     n = e.feed.context
-    seq = sum(x.kv_heads * x.head_dim * 2 * DTYPE_BYTES * min(n, x.window or n) * r for x, r in mha)
+    seq = cache(n)
     g = a.heads // 4 if a.heads % 4 == 0 and a.heads >= 8 else 1  # a quarter of the heads, Llama 2's 64 -> 8 in spirit
     return [_n("N103", f"every head keeps its own K and V: the KV cache takes {_bytes(per_token)} per token ({shape})", a.span,
                (f"share K and V between heads (the baffled injector): kv_heads={g} (GQA) cuts the cache {a.heads // g}x, kv_heads=1 (MQA) {a.heads}x"

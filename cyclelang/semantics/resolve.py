@@ -3,9 +3,9 @@
 One pass over the syntax tree builds the IR and collects every problem it meets
 (unknown names, duplicates, shapes that do not divide, options that do not
 belong, widths that do not meet at a merge) instead of stopping at the first.
-A second pass fills in what depends on the whole topology: the cooling std
-(0.02 / sqrt(merges into the main line)), DeepNet's alpha and beta, LayerScale's
-depth-dependent start.
+What depends on the whole topology (the cooling std, 0.02 / sqrt(merges into the
+main line); DeepNet's alpha and beta; LayerScale's depth-dependent start) is left
+to `ir.passes.finalize_merges`, which fills it in from what the spec asked for.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ MAX_CONTEXT = 1 << 24
 MAX_EXPERTS = 4096
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu")
-TURBINES = ("attention", "mlp", "moe", "pool", "linear")
+TURBINES = tuple(ir.kinds.BY_KEYWORD)  # each has an option reader below, t_<keyword>
 NORMS = ("layernorm", "rmsnorm")
 MERGES = ("plain", "cooling", "rezero", "layerscale", "deepnorm", "gate", "scale")
 BUILTINS = ("width", "vocab", "context")
@@ -332,7 +332,7 @@ class _Resolver:
         startup = self.startup(singles.get("startup"), full)
         if self.out.has_errors or width is None or feed is None or nozzle is None or startup is None:
             return None
-        body = _finalize_merges(body, startup.init)
+        body = ir.passes.finalize_merges(body, startup.init)
         return ir.Engine(name=e.name.name, width=width, throat=throat, feed=feed, body=body, nozzle=nozzle, startup=startup, span=e.span)
 
     def feed(self, d: ast.Directive, scope: Scope, width: int | None) -> ir.Feed | None:
@@ -350,6 +350,7 @@ class _Resolver:
             return None
         if position == "sinusoidal" and width % 2:
             self.out.error("E0205", "sinusoidal positions need an even width", o.span_of("position"), f"the chamber width is {width}")
+            return None
         return ir.Feed(vocab=vocab, context=context, position=position, width=width, scale=scale, dropout=dropout, span=d.span)
 
     def nozzle(self, d: ast.Directive, scope, w: int | None, width: int | None, feed: ir.Feed | None) -> ir.Nozzle | None:
@@ -638,7 +639,7 @@ class _Resolver:
             ops.append(op)
             bw = _out_width(op, bw)
         if not any(ir.is_turbine(op) for op in ops) and ok:
-            self.out.error("E0206", f"prechamber '{name}' has no turbine", p.span, "add the work it does: turbine attention|mlp|moe|pool|linear")
+            self.out.error("E0206", f"prechamber '{name}' has no turbine", p.span, f"add the work it does: turbine {'|'.join(TURBINES)}")
             return None
         if not ok or w is None or bw is None:
             return None
@@ -657,8 +658,6 @@ class _Resolver:
             merge = self.merge(merge_d, scope) if merge_d is not None else ir.PlainMerge()
             if merge is None:
                 return None
-            if merge.kind == "deepnorm" and False:
-                pass
         return ir.Prechamber(name=name, width=w, out_width=bw, detach=detach, overboard=overboard, loss=loss, ops=ops, merge=merge, span=p.span)
 
     def merge(self, d: ast.Directive, scope) -> ir.Merge | None:
@@ -681,16 +680,16 @@ class _Resolver:
                 m = ir.ScaleMerge(value=v, span=d.span)
         elif kind == "cooling":
             base = o.float("std", None, lo=0.0, lo_open=True)
-            m = ir.CoolingMerge(std=0.0, base=base if base is not None else -1.0, merges=0, span=d.span)
+            m = ir.CoolingMerge(base_asked=base, span=d.span)
         elif kind == "rezero":
             m = ir.RezeroMerge(init=o.float("init", 0.0), span=d.span)
         elif kind == "layerscale":
             init = o.float("init", None, lo=0.0, lo_open=True)
-            m = ir.LayerscaleMerge(init=init if init is not None else -1.0, span=d.span)
+            m = ir.LayerscaleMerge(init_asked=init, span=d.span)
         elif kind == "deepnorm":
             alpha = o.float("alpha", None, lo=0.0, lo_open=True)
             beta = o.float("beta", None, lo=0.0, lo_open=True)
-            m = ir.DeepnormMerge(alpha=alpha or -1.0, beta=beta or -1.0, layers=0, span=d.span)
+            m = ir.DeepnormMerge(alpha_asked=alpha, beta_asked=beta, span=d.span)
         elif kind == "gate":
             m = ir.GateMerge(bias=o.float("bias", -1.0), span=d.span)
         o.finish()
@@ -864,47 +863,4 @@ def _divisor_hint(w: int, heads: int) -> str:
 
 
 def _out_width(op, w):
-    if w is None or op is None:
-        return None
-    if isinstance(op, ir.Linear):
-        return op.out
-    if isinstance(op, ir.Stage):
-        return op.width_out
-    return w
-
-
-# --- the second pass: what depends on the whole topology ---------------------------------
-
-
-def _finalize_merges(body: list, init: ir.Init) -> list:
-    merges = 0
-    deep_layers = 0
-    layers = 0
-    for op in body:
-        if isinstance(op, ir.Stage):
-            branches = [b for b in ir.stage_branches(op) if not b.overboard]
-            merges += op.repeat * len(branches)
-            if branches:
-                layers += op.repeat
-            if any(isinstance(b.merge, ir.DeepnormMerge) for b in branches):
-                deep_layers += op.repeat
-
-    def fix(m):
-        if isinstance(m, ir.CoolingMerge):
-            base = m.base if m.base > 0 else init.std
-            return m.model_copy(update=dict(base=base, merges=merges, std=base / math.sqrt(max(merges, 1))))
-        if isinstance(m, ir.DeepnormMerge):
-            n = max(deep_layers, 1)
-            alpha = m.alpha if m.alpha > 0 else (2 * n) ** 0.25
-            beta = m.beta if m.beta > 0 else (8 * n) ** -0.25
-            return m.model_copy(update=dict(alpha=alpha, beta=beta, layers=n))
-        if isinstance(m, ir.LayerscaleMerge) and m.init <= 0:
-            return m.model_copy(update=dict(init=layerscale_init(layers)))
-        return m
-
-    return ir.map_branches(body, lambda b: b.model_copy(update=dict(merge=fix(b.merge))) if b.merge is not None else b)
-
-
-def layerscale_init(layers: int) -> float:
-    """CaiT's rule: the deeper the engine, the leaner each preburner starts."""
-    return 0.1 if layers <= 18 else 1e-5 if layers <= 24 else 1e-6
+    return None if w is None or op is None else ir.out_width(op, w)

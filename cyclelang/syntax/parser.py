@@ -16,6 +16,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, Unex
 
 from ..diagnostics import CycleError, Diagnostic, did_you_mean
 from ..ir import Span
+from ..ir.kinds import BY_KEYWORD
 from . import ast
 from .grammar import COMMENTS, parser
 
@@ -50,7 +51,7 @@ KEYWORD_HOMES = {
 # The kinds a directive names right after its keyword, for "needs a kind" help lines.
 KINDS = {
     "norm": "layernorm|rmsnorm",
-    "turbine": "attention|mlp|moe|pool|linear",
+    "turbine": "|".join(BY_KEYWORD),
     "throat": "causal|open",
     "feed": "tokens",
     "nozzle": "head",

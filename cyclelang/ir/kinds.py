@@ -1,0 +1,254 @@
+"""One record per kind of part: every fact about a kind lives here, once.
+
+The reviewer's report, the size limit, the diagrams, the torch back-end and the
+test stand ask this table; none of them works a fact out again. A kind is keyed
+by its IR class (`KINDS[ir.Attention]`, or `kind_of(node)`); a test walks the
+IR's unions and fails, naming the kind, when a record is missing, and each
+back-end's own table (emitters, diagram colours) is held to the same list.
+
+Counting conventions
+--------------------
+- Parameters follow the usual layouts (nanoGPT, Llama): q/k/v/o projections, a
+  gated MLP with three matrices, a bias-free router, a tied head that owns nothing
+  but its bias.
+- FLOPs are per token, forward, matrix products only (2 per multiply-add), as
+  `torch.utils.flop_counter.FlopCounterMode` counts them: norms, activations,
+  rotary and pooling are elementwise and left out. `flops` returns (projections,
+  mixing): mixing is what grows with the context (attention's scores and weighted
+  sum, 4 x heads x head_dim x attended positions), counted dense over the attended
+  positions, which is what a fused kernel executes for a causal mask too.
+- Activations: values kept for the backward pass per token, (a, b) in a + b*n for a
+  sequence of n tokens (b: the attention weights a plain kernel keeps, heads x n).
+- State: what decoding keeps per sequence of n tokens (values, not bytes): a KV
+  cache grows with n (up to a window); a pool keeps its last size - 1 inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import nodes as ir
+
+ROLES = ("feed", "mixer", "reactor", "valve", "projection", "merge", "nozzle")
+# How summaries name each role's parts, and the one-line account of what it holds.
+ROLE_WORDS = {
+    "feed": ("feed", "token and position embeddings"),
+    "mixer": ("mixers", "attention and pool, the only operators that mix positions; qk-norms included"),
+    "reactor": ("reactors", "mlp and moe, router included: position-wise work"),
+    "valve": ("valves", "norms"),
+    "projection": ("projections", "linear turbines"),
+    "merge": ("merges", "rezero, layerscale and gate parameters"),
+    "nozzle": ("nozzle", "the head; 0 when tied to the feed"),
+}
+
+GATED = ("swiglu", "geglu")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
+GATE_OF = {"swiglu": "silu", "geglu": "gelu"}
+
+
+def is_gated(act: str) -> bool:
+    return act in GATED
+
+
+def _zero2(node, n: int = 0) -> tuple[int, int]:
+    return 0, 0
+
+
+def _zero(node, n: int = 0) -> int:
+    return 0
+
+
+def _same_width(node, w: int) -> int:
+    return w
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Everything cyclelang knows about one kind of part."""
+
+    cls: type
+    keyword: str  # the spec's word after turbine / norm / merge (norm: its types, "layernorm|rmsnorm")
+    attr: str  # the module attribute it gets in the built model ("attn"); "" for what has no module
+    role: str  # one of ROLES
+    rocket: str  # the engine word ("injector")
+    ml: str  # the network word ("attention")
+    phrase: str  # what it does, in a few words, rocket first ("injector: mixes positions")
+    params: Callable[[object, int], int]  # trainable numbers, given the width where the part sits
+    flops: Callable[[object, int], tuple[int, int]] = _zero2  # per token at context n: (projections, mixing)
+    activations: Callable[[object, int], tuple[int, int]] = _zero2  # values kept per token: (a, b) in a + b*n
+    state: Callable[[object, int], int] = _zero  # values decoding keeps per sequence of n tokens
+    out_width: Callable[[object, int], int] = _same_width
+    mixes_positions: bool = False  # lets positions interact (the injector's job)
+    masked: bool = False  # reads other positions, so the causal throat must mask it
+    state_kind: str | None = None  # "kv" (grows with n), "window" (bounded), None (nothing kept)
+    # merges only: how the junction combines the chamber x and the branch's f(x)
+    formula: str = ""  # for legends: "x + s·f(x)"
+    cooled: bool = False  # starts the branch small (a rich, cool preburner)
+    fields: tuple[str, ...] = field(default_factory=tuple)  # parameter names the part owns under its path
+
+    def describe(self, node) -> tuple[str, str]:
+        """(rocket word, network word) for one node: a narrow linear is a throat, not a duct."""
+        if isinstance(node, ir.Linear) and node.out < node.width:
+            return "narrow throat", self.ml
+        return self.rocket, self.ml
+
+
+# --- the formulas -------------------------------------------------------------------------
+
+
+def _norm_params(n: ir.Norm, w: int) -> int:
+    return n.width * (2 if n.bias else 1)
+
+
+def _qkv(a: ir.Attention) -> tuple[int, int]:
+    return a.heads * a.head_dim, a.kv_heads * a.head_dim
+
+
+def _attention_params(a: ir.Attention, w: int) -> int:
+    q, kv = _qkv(a)
+    n = a.width * (q + 2 * kv) + q * a.width
+    if a.bias:
+        n += q + 2 * kv + a.width
+    if a.qk_norm:
+        n += 2 * a.head_dim  # one RMSNorm gain per head dim, shared by the heads, for q and for k
+    return n
+
+
+def attended(a: ir.Attention, n: int) -> int:
+    """Positions each query attends to at context length n."""
+    return min(n, a.window) if a.window is not None else n
+
+
+def _attention_flops(a: ir.Attention, n: int) -> tuple[int, int]:
+    q, kv = _qkv(a)
+    return 2 * (a.width * (q + 2 * kv) + q * a.width), 4 * q * attended(a, n)
+
+
+def _attention_activations(a: ir.Attention, n: int = 0) -> tuple[int, int]:
+    q, kv = _qkv(a)
+    return a.width + 2 * q + 2 * kv, a.heads
+
+
+def _attention_state(a: ir.Attention, n: int) -> int:
+    return 2 * a.kv_heads * a.head_dim * attended(a, n)  # K and V of every attended position
+
+
+def mlp_params(width: int, hidden: int, act: str, bias: bool) -> int:
+    ins = 2 if is_gated(act) else 1  # a gated unit has a gate and an up projection
+    return ins * width * hidden + hidden * width + ((ins * hidden + width) if bias else 0)
+
+
+def _mlp_activations(width: int, hidden: int, act: str) -> int:
+    return width + hidden * (3 if is_gated(act) else 2)
+
+
+def _moe_params(m: ir.Moe, w: int) -> int:
+    return m.width * m.experts + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)  # router: no bias
+
+
+def _moe_flops(m: ir.Moe, n: int) -> tuple[int, int]:
+    return 2 * m.width * m.experts + m.top * 2 * mlp_params(m.width, m.hidden, m.act, False), 0
+
+
+def _pool_state(p: ir.Pool, n: int) -> int:
+    return p.width * min(n, p.size - 1) if p.causal else 0
+
+
+def _gate_params(m: ir.GateMerge, w: int) -> int:
+    return w * w + w  # g = sigmoid(W x + b), one gate per channel
+
+
+# --- the table -----------------------------------------------------------------------------
+
+OPS: tuple[Kind, ...] = (
+    Kind(ir.Norm, "layernorm|rmsnorm", "norm", "valve", "valve", "norm", "valve",
+         params=_norm_params, activations=lambda x, n=0: (x.width, 0)),
+    Kind(ir.Attention, "attention", "attn", "mixer", "injector", "attention", "injector: mixes positions",
+         params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
+         mixes_positions=True, masked=True, state_kind="kv"),
+    Kind(ir.Mlp, "mlp", "mlp", "reactor", "combustor", "MLP", "combustion: reacts at each position",
+         params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
+         flops=lambda x, n: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
+         activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0)),
+    Kind(ir.Moe, "moe", "moe", "reactor", "liquid-liquid injector", "MoE", "liquid-liquid injection: routed experts",
+         params=_moe_params, flops=_moe_flops,
+         activations=lambda x, n=0: (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2), 0)),
+    Kind(ir.Pool, "pool", "pool", "mixer", "passive mixer", "pool", "injector: pooling mixer",
+         params=lambda x, w: 0, state=_pool_state, mixes_positions=True, masked=True, state_kind="window"),
+    Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
+         params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n: (2 * x.width * x.out, 0),
+         activations=lambda x, n=0: (x.width, 0), out_width=lambda x, w: x.out),
+)
+
+MERGES: tuple[Kind, ...] = (
+    Kind(ir.PlainMerge, "plain", "", "merge", "closed cycle", "residual add", "closed cycle: the exhaust returns",
+         params=_zero, formula="x + f(x)"),
+    Kind(ir.ScaleMerge, "scale", "", "merge", "throttled return", "scaled residual", "the exhaust returns, throttled",
+         params=_zero, formula="x + s\u00b7f(x)"),
+    Kind(ir.CoolingMerge, "cooling", "", "merge", "cooling", "scaled init", "closed cycle, cooled: output projection starts small",
+         params=_zero, formula="x + f(x), f's output init \u03c3", cooled=True),
+    Kind(ir.RezeroMerge, "rezero", "scale", "merge", "rezero", "ReZero", "starts closed (ReZero)",
+         params=lambda m, w: 1, formula="x + \u03b1\u00b7f(x), \u03b1 learned", cooled=True, fields=("scale",)),
+    Kind(ir.LayerscaleMerge, "layerscale", "scale", "merge", "layerscale", "LayerScale", "lean start, per channel (LayerScale)",
+         params=lambda m, w: w, formula="x + \u03b3\u2299f(x), \u03b3 per channel", cooled=True, fields=("scale",)),
+    Kind(ir.DeepnormMerge, "deepnorm", "", "merge", "deepnorm", "DeepNorm", "DeepNorm: the main line is scaled by alpha",
+         params=_zero, formula="\u03b1\u00b7x + f(x), f's init gain \u03b2", cooled=True),
+    Kind(ir.GateMerge, "gate", "gate", "merge", "gate", "highway gate", "a gated return (highway)",
+         params=_gate_params, flops=lambda m, w: (2 * w * w, 0), formula="x + g\u00b7(f(x) \u2212 x), g = \u03c3(Wx + b)",
+         cooled=True, fields=("gate",)),
+)
+
+ENDS: tuple[Kind, ...] = (
+    Kind(ir.Feed, "tokens", "feed", "feed", "tanks and pumps", "token embedding", "tanks and pumps",
+         params=lambda f, w: f.vocab * f.width + (f.context * f.width if f.position == "learned" else 0)),
+    Kind(ir.Nozzle, "head", "head", "nozzle", "nozzle", "LM head", "the nozzle",
+         params=lambda z, w: (0 if z.tied else z.width * z.vocab) + (z.vocab if z.bias else 0),
+         flops=lambda z, n: (2 * z.width * z.vocab, 0), activations=lambda z, n=0: (z.width + z.vocab, 0)),
+)
+
+KINDS: dict[type, Kind] = {k.cls: k for k in (*OPS, *MERGES, *ENDS)}
+BY_KEYWORD: dict[str, Kind] = {k.keyword: k for k in OPS if k.cls is not ir.Norm}  # turbine keywords
+MERGE_BY_KEYWORD: dict[str, Kind] = {k.keyword: k for k in MERGES}
+
+
+def kind_of(node) -> Kind:
+    """The record of a node's kind; a node with none fails with its class's name."""
+    try:
+        return KINDS[type(node)]
+    except KeyError:
+        raise KeyError(f"no kinds record for IR class {type(node).__name__}: add one to cyclelang/ir/kinds.py") from None
+
+
+def params(node, width: int = 0) -> int:
+    """Trainable parameters of one part; `width` is where it sits (a merge's branch width)."""
+    return kind_of(node).params(node, width)
+
+
+def mixes_positions(node) -> bool:
+    return kind_of(node).mixes_positions
+
+
+# --- what a merge multiplies ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gain:
+    """What a junction multiplies the branch's output by: a fixed number, or a learned
+    parameter the part owns (`learned` names it); `main` multiplies the chamber's x."""
+
+    value: float = 1.0
+    learned: str | None = None
+    main: float = 1.0
+    gated: bool = False  # x + g * (f(x) - x): the gate decides, per channel, per position
+
+
+def gain(m) -> Gain:
+    if isinstance(m, ir.ScaleMerge):
+        return Gain(value=m.value)
+    if isinstance(m, (ir.RezeroMerge, ir.LayerscaleMerge)):
+        return Gain(learned="scale")
+    if isinstance(m, ir.DeepnormMerge):
+        return Gain(main=m.alpha)
+    if isinstance(m, ir.GateMerge):
+        return Gain(gated=True)
+    return Gain()

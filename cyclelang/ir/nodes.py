@@ -1,0 +1,515 @@
+"""The IR's nodes: frozen models, the contract between the front end and every back-end.
+
+By the time a back-end sees these models, everything is resolved: `let` constants
+are numbers, templates are expanded, includes are read, and every default is
+explicit (an attention's mask follows the engine's throat, a cooling merge knows
+its std, a deepnorm merge knows its alpha and beta). Back-ends never guess.
+
+What the user asked for and what was derived are separate fields: a cooling
+merge's `base_asked` is the `std=` the spec wrote (None: none was written), its
+`base`, `merges` and `std` are derived by `passes.finalize_merges` from the whole
+engine. A derived field is None only before that pass has run; an `Engine` refuses
+to be built with one missing, or with one that disagrees with its formula.
+
+Every invariant the resolver checks holds for any IR, however it was made: each
+model validates itself on construction (names are identifiers, numbers are finite
+and in range, kv_heads divides heads, widths meet at every merge, ...), so
+`Spec.model_validate` of hostile JSON is refused, and `validate(spec)` re-checks a
+tree that passes edited with `model_copy` (which skips validation).
+
+All models are frozen and reject unknown fields. Node variants are discriminated
+unions on `op` (main-line and branch operations) or `kind` (merges). Every node
+carries its source span, which is left out of the JSON dump so that dumps are
+stable across file locations.
+
+Repeated stages stay folded (`Stage.repeat`): the diagram draws one block with a
+xN badge and the PyTorch back-end builds one class with N instances.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+IR_VERSION = 2  # 2: merges keep what was asked (`*_asked`) apart from what was derived
+
+__all__ = [
+    "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear",
+    "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
+    "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
+    "Nozzle", "Schedule", "Init", "Startup", "Engine", "Spec", "out_width", "validate",
+]
+
+# Every name in the IR is a Python identifier in ASCII, as the grammar's NAME is:
+# nothing a name holds can close a string, start a line or reach a path.
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+
+Count = Annotated[int, Field(ge=1, le=2**62)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+Rate = Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)]  # a dropout probability
+
+
+class IRError(ValueError):
+    """An IR that breaks an invariant; `where` names the node."""
+
+    def __init__(self, where: str, message: str):
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+def _name(value: str | None, what: str) -> None:
+    if value is not None and not NAME.match(value):
+        raise ValueError(f"{what} {value!r} is not an identifier (letters, digits and _, not starting with a digit)")
+
+
+class Span(BaseModel):
+    """Where a node came from: 1-based line and column, end exclusive."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    file: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    span: SkipJsonSchema[Span | None] = Field(default=None, exclude=True, repr=False)
+
+    def check(self) -> None:
+        """This node's own invariants (its children check theirs); raises ValueError."""
+
+    @model_validator(mode="after")
+    def _validated(self):
+        self.check()
+        return self
+
+
+# --- valves ------------------------------------------------------------------
+
+NormType = Literal["layernorm", "rmsnorm"]
+
+
+class Norm(Node):
+    """A normalisation: a valve. On a branch it is an injector pressure drop (Pre-LN);
+    at stage or engine level it sits in series on the main line (Post-LN, final norm)."""
+
+    op: Literal["norm"] = "norm"
+    type: NormType
+    width: Count
+    eps: Positive
+    bias: bool  # layernorm only; rmsnorm never has one
+
+    def check(self) -> None:
+        if self.type == "rmsnorm" and self.bias:
+            raise ValueError("an rmsnorm has no bias")
+
+
+# --- turbines: the work done on a split-off flow -------------------------------
+
+Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu"]
+Mask = Literal["causal", "open"]
+
+
+class Attention(Node):
+    """The injector: the only operator that mixes positions."""
+
+    op: Literal["attention"] = "attention"
+    width: Count
+    heads: Count
+    kv_heads: Count  # == heads: multi-head; 1: MQA; in between: GQA (injector baffles)
+    head_dim: Count
+    mask: Mask  # follows the engine's throat unless the spec says otherwise
+    window: Count | None  # sliding-window size in tokens, None for full attention
+    rotary_dims: Annotated[int, Field(ge=0)]  # how many dims of each head are rotated (even); 0: no rotary
+    rotary_base: Positive
+    qk_norm: bool
+    bias: bool
+    dropout: Rate
+
+    def check(self) -> None:
+        if self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads={self.kv_heads} does not divide heads={self.heads}")
+        if self.rotary_dims % 2 or self.rotary_dims > self.head_dim:
+            raise ValueError(f"rotary_dims={self.rotary_dims} must be even and at most head_dim={self.head_dim}")
+        if self.window is not None and self.mask != "causal":
+            raise ValueError("a sliding window is defined for causal attention only")
+
+
+class Mlp(Node):
+    """Combustion: a position-wise reaction, no mixing between positions."""
+
+    op: Literal["mlp"] = "mlp"
+    width: Count
+    hidden: Count
+    act: Activation
+    bias: bool
+    dropout: Rate
+
+
+class Moe(Node):
+    """Hard-routed experts: liquid-liquid injection. `capacity` is the restrictor
+    orifice (tokens per expert relative to an even share), `balance` the mixture trim
+    (weight of the load-balancing auxiliary loss)."""
+
+    op: Literal["moe"] = "moe"
+    width: Count
+    hidden: Count
+    experts: Count
+    top: Count
+    capacity: Positive | None  # None: no token dropping
+    balance: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]  # 0.0: no balancing loss
+    act: Activation
+    bias: bool
+
+    def check(self) -> None:
+        if self.top > self.experts:
+            raise ValueError(f"top={self.top} routes to more experts than the {self.experts} there are")
+
+
+class Pool(Node):
+    """MetaFormer's pooling mixer: average over a window of positions, minus the input."""
+
+    op: Literal["pool"] = "pool"
+    width: Count
+    size: Count
+    causal: bool  # only past positions are pooled
+
+
+class Linear(Node):
+    """A single projection; a narrow one is a throat that caps the flow."""
+
+    op: Literal["linear"] = "linear"
+    width: Count
+    out: Count
+    bias: bool
+
+
+# The one list of turbine kinds: every union below is built from it, so a new kind is
+# added here (and given its record in kinds.py), nowhere else in the IR.
+TURBINE_TYPES = (Attention, Mlp, Moe, Pool, Linear)
+OP_TYPES = (Norm, *TURBINE_TYPES)
+
+Turbine = Annotated[Union[TURBINE_TYPES], Field(discriminator="op")]
+BranchOp = Annotated[Union[OP_TYPES], Field(discriminator="op")]
+
+
+# --- merges: how a branch's exhaust returns to the chamber ---------------------
+
+
+class PlainMerge(Node):
+    kind: Literal["plain"] = "plain"
+
+
+class ScaleMerge(Node):
+    kind: Literal["scale"] = "scale"
+    value: Finite
+
+
+class CoolingMerge(Node):
+    """Output projections start at std / sqrt(merges): a rich, cool preburner."""
+
+    kind: Literal["cooling"] = "cooling"
+    base_asked: Positive | None = None  # `merge cooling std=`; None: the startup's init std
+    base: Positive | None = None  # derived: the std before cooling
+    merges: Count | None = None  # derived: merges into the main line across the engine (GPT-2: 2 x layers)
+    std: Positive | None = None  # derived: the init std of the branch's output projection
+
+
+class RezeroMerge(Node):
+    kind: Literal["rezero"] = "rezero"
+    init: Finite
+
+
+class LayerscaleMerge(Node):
+    kind: Literal["layerscale"] = "layerscale"
+    init_asked: Positive | None = None  # `merge layerscale init=`; None: CaiT's depth rule
+    init: Positive | None = None  # derived
+
+
+class DeepnormMerge(Node):
+    """DeepNet: x_next = LN(alpha * x + f(x)), with f's projections initialised with gain beta."""
+
+    kind: Literal["deepnorm"] = "deepnorm"
+    alpha_asked: Positive | None = None  # `merge deepnorm alpha=`; None: (2N)^(1/4)
+    beta_asked: Positive | None = None  # `merge deepnorm beta=`; None: (8N)^(-1/4)
+    alpha: Positive | None = None  # derived
+    beta: Positive | None = None  # derived
+    layers: Count | None = None  # derived: the N the formulas are computed from
+
+
+class GateMerge(Node):
+    """Highway merge: x + g * (f(x) - x) with g = sigmoid(W x + b), b starts negative."""
+
+    kind: Literal["gate"] = "gate"
+    bias: Finite
+
+
+MERGE_TYPES = (PlainMerge, ScaleMerge, CoolingMerge, RezeroMerge, LayerscaleMerge, DeepnormMerge, GateMerge)
+Merge = Annotated[Union[MERGE_TYPES], Field(discriminator="kind")]
+
+
+# --- branches and stages -------------------------------------------------------
+
+
+def out_width(op, w: int) -> int:
+    """The width of the main line (or a branch) after `op`, given the width before it."""
+    if isinstance(op, Linear):
+        return op.out
+    if isinstance(op, Stage):
+        return op.width_out
+    return w
+
+
+def _chain(ops, w: int, where: str) -> int:
+    """Walk ops from width w, checking each reads the width it is given; the width after."""
+    for k, op in enumerate(ops):
+        got = getattr(op, "width", getattr(op, "width_in", None))
+        if got != w:
+            raise ValueError(f"{where} op {k} ({op.op}) reads width {got}, but the flow there is {w} wide")
+        w = out_width(op, w)
+    return w
+
+
+class Prechamber(Node):
+    """A residual branch: split off the chamber, do work, return the exhaust."""
+
+    op: Literal["prechamber"] = "prechamber"
+    name: str
+    width: Count  # chamber width where the branch splits off
+    out_width: Count  # width of the branch's exhaust
+    detach: bool  # open cycle: the branch's input carries no gradient back
+    overboard: bool  # the exhaust never returns to the chamber
+    loss: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None  # overboard with a loss: an auxiliary head, weighted
+    ops: list[BranchOp]
+    merge: Merge | None  # None exactly when overboard
+
+    def check(self) -> None:
+        _name(self.name, "prechamber name")
+        if not any(isinstance(op, TURBINE_TYPES) for op in self.ops):
+            raise ValueError(f"prechamber '{self.name}' has no turbine")
+        if _chain(self.ops, self.width, f"prechamber '{self.name}'") != self.out_width:
+            raise ValueError(f"prechamber '{self.name}' ends at width {_chain(self.ops, self.width, '')}, not its out_width {self.out_width}")
+        if self.overboard != (self.merge is None):
+            raise ValueError(f"prechamber '{self.name}': a merge exactly when the branch is not overboard")
+        if self.loss is not None and not self.overboard:
+            raise ValueError(f"prechamber '{self.name}': loss weighs an overboard branch only")
+        if not self.overboard and self.out_width != self.width:
+            raise ValueError(f"prechamber '{self.name}' returns width {self.out_width} to a chamber of width {self.width}")
+
+
+class Fullflow(Node):
+    """Full-flow staged combustion: parallel branches fed from the same state."""
+
+    op: Literal["fullflow"] = "fullflow"
+    name: str
+    width: Count
+    norm: Norm | None  # one shared valve in front of every branch
+    branches: Annotated[list[Prechamber], Field(min_length=1)]
+
+    def check(self) -> None:
+        _name(self.name, "fullflow name")
+        if self.norm is not None and self.norm.width != self.width:
+            raise ValueError(f"fullflow '{self.name}': its valve is {self.norm.width} wide, the flow {self.width}")
+        for b in self.branches:
+            if b.width != self.width:
+                raise ValueError(f"fullflow '{self.name}': branch '{b.name}' reads width {b.width}, the flow is {self.width}")
+
+
+StageOp = Annotated[Union[(Prechamber, Fullflow, *OP_TYPES)], Field(discriminator="op")]
+
+
+class Stage(Node):
+    op: Literal["stage"] = "stage"
+    name: str
+    template: str | None  # the template it was expanded from, if any
+    repeat: Annotated[int, Field(ge=1, le=1 << 20)]
+    width_in: Count
+    width_out: Count
+    ops: list[StageOp]
+
+    def check(self) -> None:
+        _name(self.name, "stage name")
+        _name(self.template, "template name")
+        names = [b.name for b in self.branch_list()] + [op.name for op in self.ops if isinstance(op, Fullflow)]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"stage '{self.name}' has two branches named '{dup}'")
+        w = self.width_in
+        for k, op in enumerate(self.ops):
+            if isinstance(op, (Prechamber, Fullflow)):
+                if op.width != w:
+                    raise ValueError(f"stage '{self.name}' op {k} ({op.op} '{op.name}') reads width {op.width}, but the flow there is {w} wide")
+            else:
+                w = _chain([op], w, f"stage '{self.name}'")
+        if w != self.width_out:
+            raise ValueError(f"stage '{self.name}' ends at width {w}, not its width_out {self.width_out}")
+        if self.repeat > 1 and self.width_in != self.width_out:
+            raise ValueError(f"stage '{self.name}' repeats {self.repeat} times but changes the width")
+
+    def branch_list(self) -> list[Prechamber]:
+        """Every prechamber in source order, fullflow branches included."""
+        out: list[Prechamber] = []
+        for op in self.ops:
+            if isinstance(op, Prechamber):
+                out.append(op)
+            elif isinstance(op, Fullflow):
+                out.extend(op.branches)
+        return out
+
+
+MainOp = Annotated[Union[(Stage, *OP_TYPES)], Field(discriminator="op")]
+
+
+# --- feed, nozzle, startup ----------------------------------------------------
+
+Position = Literal["learned", "sinusoidal", "none"]
+
+
+class Feed(Node):
+    """Tanks and pumps: token embedding plus positions."""
+
+    type: Literal["tokens"] = "tokens"
+    vocab: Count
+    context: Count
+    position: Position
+    width: Count
+    scale: Finite  # embeddings are multiplied by this (the original Transformer: sqrt(width))
+    dropout: Rate
+
+    def check(self) -> None:
+        if self.position == "sinusoidal" and self.width % 2:
+            raise ValueError("sinusoidal positions need an even width")
+
+
+class Nozzle(Node):
+    type: Literal["head"] = "head"
+    width: Count
+    vocab: Count
+    tied: bool  # shares the feed's embedding matrix
+    bias: bool
+
+
+class Schedule(Node):
+    kind: Literal["constant", "cosine", "linear"]
+    lr: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+    min_lr: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+    steps: Count | None  # None: constant after warmup, whatever the kind
+
+
+class Init(Node):
+    """Chill-down: how weights start before the first step."""
+
+    kind: Literal["normal", "xavier"]
+    std: Positive  # normal only; xavier derives its own
+
+
+class Startup(Node):
+    """The start sequence: warmup is the open-loop valve timetable, betas the POGO
+    accumulator, clip the restrictor orifice."""
+
+    warmup: Annotated[int, Field(ge=0)]
+    schedule: Schedule
+    clip: Positive | None
+    betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)], Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)]]
+    decay: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+    init: Init
+
+
+class Engine(Node):
+    name: str
+    width: Count
+    throat: Mask
+    feed: Feed
+    body: list[MainOp]
+    nozzle: Nozzle
+    startup: Startup
+
+    def check(self) -> None:
+        _name(self.name, "engine name")
+        if self.feed.width != self.width:
+            raise ValueError(f"the feed is {self.feed.width} wide, the chamber {self.width}")
+        names = [op.name for op in self.body if isinstance(op, Stage)]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"two stages named '{dup}'")
+        w = _chain(self.body, self.width, "the main line")
+        if self.nozzle.width != w:
+            raise ValueError(f"the nozzle reads width {self.nozzle.width}, the main line ends at {w}")
+        if self.nozzle.vocab != self.feed.vocab:
+            raise ValueError(f"the nozzle predicts {self.nozzle.vocab} tokens, the feed takes {self.feed.vocab}")
+        causal = self.throat == "causal"
+        for op in _all_ops(self.body):
+            if isinstance(op, Attention) and causal and op.mask == "open":
+                raise ValueError("a bidirectional attention inside a causal engine would leak the future")
+            if isinstance(op, Pool) and op.causal != causal:
+                raise ValueError("a pool's causal flag follows the engine's throat")
+        for b in (b for op in self.body if isinstance(op, Stage) for b in op.branch_list()):
+            if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:
+                raise ValueError(f"overboard branch '{b.name}' has a loss, so it must end at width vocab={self.feed.vocab}, not {b.out_width}")
+        from .passes import merge_totals, derived_merge  # the formulas live with the pass that applies them
+
+        totals = merge_totals(self.body)
+        for b in (b for op in self.body if isinstance(op, Stage) for b in op.branch_list()):
+            if b.merge is None:
+                continue
+            want = derived_merge(b.merge, totals, self.startup.init)
+            for field in type(b.merge).model_fields:
+                got, expect = getattr(b.merge, field), getattr(want, field)
+                if field == "span" or got == expect:
+                    continue
+                if got is None or expect is None or not math.isclose(got, expect, rel_tol=1e-9, abs_tol=1e-12):
+                    raise ValueError(f"prechamber '{b.name}': merge {b.merge.kind} has {field}={got}, "
+                                     f"but the engine gives {expect} (run ir.passes.finalize_merges)")
+
+
+def _all_ops(body) -> list:
+    """Every norm and turbine in a main line: in stages, their branches and fullflows too."""
+    out = []
+    for op in body:
+        if isinstance(op, Stage):
+            for s in op.ops:
+                if isinstance(s, Fullflow):
+                    out += ([s.norm] if s.norm else []) + [o for b in s.branches for o in b.ops]
+                elif isinstance(s, Prechamber):
+                    out += s.ops
+                else:
+                    out.append(s)
+        else:
+            out.append(op)
+    return out
+
+
+class Spec(Node):
+    """A resolved spec. A file of templates only (meant to be included) has no engine."""
+
+    version: Literal[2] = IR_VERSION
+    engine: Engine | None
+
+
+# --- re-checking a tree that was edited without validation ----------------------------
+
+
+def validate(spec: Spec) -> Spec:
+    """Check every invariant of the tree again; returns `spec` itself (spans and all).
+
+    `model_copy(update=...)` skips validation, so every pass ends here. Raises
+    IRError naming the first node that breaks one."""
+    try:
+        Spec.model_validate(spec.model_dump())
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-after", "tagged-union")))
+        raise IRError(where or "spec", err["msg"].removeprefix("Value error, ")) from None
+    return spec

@@ -1,0 +1,180 @@
+"""IR -> IR passes. Each is pure, returns a new tree, and ends in `validate`.
+
+    finalize_merges(body, init)   the merge values that depend on the whole engine
+    shrink(spec, width, depth)    the test stand's scale model
+
+A derived value is always computed from what the user asked for (`*_asked`) and
+the topology, never from a previous derivation, so running a pass twice, or
+after another pass changed the depth, gives the values a spec of that size gets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import nodes as ir
+
+
+@dataclass(frozen=True)
+class Totals:
+    merges: int  # branches returning to the main line, across all stage instances
+    layers: int  # stage instances with at least one returning branch
+    deep_layers: int  # stage instances with a deepnorm merge
+
+
+def merge_totals(body) -> Totals:
+    merges = layers = deep = 0
+    for op in body:
+        if isinstance(op, ir.Stage):
+            returning = [b for b in op.branch_list() if not b.overboard]
+            merges += op.repeat * len(returning)
+            layers += op.repeat if returning else 0
+            deep += op.repeat if any(isinstance(b.merge, ir.DeepnormMerge) for b in returning) else 0
+    return Totals(merges, layers, deep)
+
+
+def layerscale_init(layers: int) -> float:
+    """CaiT's rule: the deeper the engine, the leaner each preburner starts."""
+    return 0.1 if layers <= 18 else 1e-5 if layers <= 24 else 1e-6
+
+
+def derived_merge(m, totals: Totals, init: ir.Init):
+    """`m` with its derived fields computed from its asked ones and the engine's totals."""
+    if isinstance(m, ir.CoolingMerge):
+        base = m.base_asked if m.base_asked is not None else init.std
+        merges = max(totals.merges, 1)
+        return m.model_copy(update=dict(base=base, merges=merges, std=base / math.sqrt(merges)))
+    if isinstance(m, ir.DeepnormMerge):
+        n = max(totals.deep_layers, 1)
+        alpha = m.alpha_asked if m.alpha_asked is not None else (2 * n) ** 0.25
+        beta = m.beta_asked if m.beta_asked is not None else (8 * n) ** -0.25
+        return m.model_copy(update=dict(alpha=alpha, beta=beta, layers=n))
+    if isinstance(m, ir.LayerscaleMerge):
+        return m.model_copy(update=dict(init=m.init_asked if m.init_asked is not None else layerscale_init(totals.layers)))
+    return m
+
+
+def map_branches(body: list, fn) -> list:
+    """A copy of a main line in which every prechamber (fullflow branches included)
+    is replaced by `fn(prechamber)`; everything else is kept as it is."""
+    out = []
+    for op in body:
+        if isinstance(op, ir.Stage):
+            ops = []
+            for s in op.ops:
+                if isinstance(s, ir.Prechamber):
+                    s = fn(s)
+                elif isinstance(s, ir.Fullflow):
+                    s = s.model_copy(update=dict(branches=[fn(b) for b in s.branches]))
+                ops.append(s)
+            op = op.model_copy(update=dict(ops=ops))
+        out.append(op)
+    return out
+
+
+def finalize_merges(body: list, init: ir.Init) -> list:
+    """The main line with every merge's derived values filled in (cooling's std from the
+    number of merges, DeepNorm's alpha and beta from its layers, LayerScale's depth rule)."""
+    totals = merge_totals(body)
+    return map_branches(body, lambda b: b.model_copy(update=dict(merge=derived_merge(b.merge, totals, init))) if b.merge is not None else b)
+
+
+# --- the test stand's scale model ------------------------------------------------------------
+
+MIN_WIDTH = 4
+
+
+class ShrinkError(ValueError):
+    """A scale model that cannot be made; `code` is the diagnostic's."""
+
+    def __init__(self, message: str, help: str | None = None, code: str = "E0205"):
+        super().__init__(message)
+        self.message, self.help, self.code = message, help, code
+
+
+class _Scaler:
+    def __init__(self, old: int, new: int, vocab: int):
+        self.old, self.new, self.vocab = old, new, vocab
+
+    def dim(self, d: int) -> int:
+        return max(1, round(d * self.new / self.old))
+
+    def op(self, op):
+        if isinstance(op, ir.Attention):
+            return self.attention(op)
+        if isinstance(op, (ir.Mlp, ir.Moe)):
+            return op.model_copy(update=dict(width=self.dim(op.width), hidden=self.dim(op.hidden)))
+        if isinstance(op, (ir.Norm, ir.Pool)):
+            return op.model_copy(update=dict(width=self.dim(op.width)))
+        if isinstance(op, ir.Linear):
+            return op.model_copy(update=dict(width=self.dim(op.width), out=op.out if op.out == self.vocab else self.dim(op.out)))
+        if isinstance(op, ir.Prechamber):
+            out = self.dim(op.out_width) if op.out_width != self.vocab or op.out_width == op.width else op.out_width
+            return op.model_copy(update=dict(width=self.dim(op.width), out_width=out, ops=[self.op(o) for o in op.ops]))
+        if isinstance(op, ir.Fullflow):
+            return op.model_copy(update=dict(width=self.dim(op.width), norm=self.op(op.norm) if op.norm else None,
+                                             branches=[self.op(b) for b in op.branches]))
+        if isinstance(op, ir.Stage):
+            return op.model_copy(update=dict(width_in=self.dim(op.width_in), width_out=self.dim(op.width_out),
+                                             ops=[self.op(o) for o in op.ops]))
+        raise TypeError(f"no scale rule for IR node {type(op).__name__}")
+
+    def attention(self, a: ir.Attention) -> ir.Attention:
+        width = self.dim(a.width)
+        inner = self.dim(a.heads * a.head_dim)
+        # keep the head count where it still divides the inner width into even heads; else fewer heads
+        heads = next((h for h in range(min(a.heads, inner), 0, -1) if inner % h == 0 and (inner // h) % 2 == 0), None)
+        if heads is None:
+            raise ShrinkError(f"attention at width {width} cannot be split into heads of even size",
+                              "choose a --width that is a multiple of the spec's head count times 2", code="E0207")
+        group = a.heads // a.kv_heads
+        kv = max(1, heads // group)
+        while heads % kv:
+            kv -= 1
+        head_dim = inner // heads
+        rotary = 0
+        if a.rotary_dims:
+            rotary = max(2, int(a.rotary_dims / a.head_dim * head_dim) // 2 * 2)
+            rotary = min(rotary, head_dim - head_dim % 2)
+        return a.model_copy(update=dict(width=width, heads=heads, kv_heads=kv, head_dim=head_dim, rotary_dims=rotary))
+
+
+def shrink(spec: ir.Spec, width: int | None = None, depth: int | None = None) -> ir.Spec:
+    """The spec at chamber width `width` with every repeated stage repeated `depth` times.
+
+    Every width-like dimension is multiplied by width / chamber width (heads kept where
+    they still divide, hidden widths kept in proportion); stages that repeat get `depth`
+    instances (if none repeats, every stage does). None leaves that dimension as it is.
+    Values derived from the engine's size are derived again for the new size; values the
+    spec set stay as written. An embedding scale of sqrt(width) follows the new width.
+    Raises ShrinkError for a scale model that cannot be made."""
+    e = spec.engine
+    if e is None:
+        raise ShrinkError("nothing to fire: the spec defines no engine (only templates)", code="E0213")
+    if width is None and depth is None:
+        return spec
+    body = list(e.body)
+    if depth is not None:
+        if depth < 1:
+            raise ShrinkError(f"--depth must be at least 1, not {depth}")
+        repeated = [op for op in body if isinstance(op, ir.Stage) and op.repeat > 1]
+        body = [op.model_copy(update=dict(repeat=depth)) if isinstance(op, ir.Stage) and (op.repeat > 1 or not repeated) else op
+                for op in body]
+    feed, nozzle, ew = e.feed, e.nozzle, e.width
+    if width is not None and width != e.width:
+        if width < MIN_WIDTH:
+            raise ShrinkError(f"--width must be at least {MIN_WIDTH}, not {width}")
+        if feed.position == "sinusoidal" and width % 2:
+            raise ShrinkError("sinusoidal positions need an even width", f"--width {width + 1}")
+        s = _Scaler(e.width, width, feed.vocab)
+        body = [s.op(op) for op in body]
+        ew = width
+        scale = feed.scale
+        if math.isclose(scale, math.sqrt(e.width), rel_tol=1e-9):  # the original Transformer's sqrt(d) follows d
+            scale = math.sqrt(width)
+        feed = feed.model_copy(update=dict(width=width, scale=scale))
+        nozzle = nozzle.model_copy(update=dict(width=s.dim(nozzle.width)))
+    body = finalize_merges(body, e.startup.init)
+    engine = e.model_copy(update=dict(width=ew, feed=feed, nozzle=nozzle, body=body))
+    return ir.validate(spec.model_copy(update=dict(engine=engine)))
