@@ -1,4 +1,4 @@
-"""The MoE experts' custom op, the path torch.compile takes (`EXPERTS_OP` in codegen.py).
+"""The MoE experts' custom op, the path torch.compile takes (`expert_mlps` in runtime/experts.py).
 
 Eager mode splits the routed tokens by expert with a host sync; under torch.compile the
 routing is traced with fixed shapes and the experts run in a custom op with a hand-written

@@ -13,6 +13,7 @@ import functools
 import pytest
 
 import cyclelang
+from cyclelang import ir
 from cyclelang.review import analyze
 from cyclelang.review.report import attention_flops_per_token, forward_flops_per_token
 
@@ -62,80 +63,24 @@ def test_reachability_matches_autograd(path):
 
 # --- reachability group by group --------------------------------------------------------------
 #
-# Each torch parameter is mapped to the report's parameter group by the naming scheme
-# codegen.py documents (feed.tok/feed.pos, stages.{i}.{branch}.{op}, stages.{i}.{op},
-# engine-level {op}, head, head_bias), derived here from the IR independently of the
-# back-end's own naming pass. Then, loss by loss, the groups autograd reaches must be
-# the groups the report lists that loss for.
+# Each torch parameter is mapped to the report's parameter group through the IR's
+# layout, the one naming authority (test_ir.py holds its paths to the built model's
+# module paths). Then, loss by loss, the groups autograd reaches must be the groups
+# the report lists that loss for.
 
 
-def _numbered(kinds: list[str]) -> list[str]:
-    """The documented scheme: a kind that occurs more than once in one place is numbered from 1."""
-    seen: dict[str, int] = {}
-    out = []
-    for k in kinds:
-        if kinds.count(k) == 1:
-            out.append(k)
-        else:
-            seen[k] = seen.get(k, 0) + 1
-            out.append(f"{k}{seen[k]}")
-    return out
-
-
-_KIND = {"norm": "norm", "attention": "attn", "mlp": "mlp", "moe": "moe", "pool": "pool", "linear": "linear"}
-
-
-def group_map(engine) -> dict[str, str]:
-    """Torch attribute prefix ('stages.3.mix', 'norm', 'feed', 'head') -> the report's group."""
-    from cyclelang import ir
-
-    out = {"feed": "feed", "head": "nozzle", "head_bias": "nozzle"}
-    main_ops = [op for op in engine.body if not isinstance(op, ir.Stage)]
-    count: dict[str, int] = {}
-    for op, attr in zip(main_ops, _numbered([_KIND[o.op] for o in main_ops])):
-        k = count.get(op.op, 0)
-        count[op.op] = k + 1
-        out[attr] = f"main.{op.op}{k}"
-    i = 0
-    for st in engine.body:
-        if not isinstance(st, ir.Stage):
-            continue
-        level: list[tuple[str, str]] = []  # (kind, group) of the stage-level ops, in order
-        branches: dict[str, str] = {}
-        count = {}
-        for op in st.ops:
-            if isinstance(op, ir.Prechamber):
-                branches[op.name] = f"{st.name}.{op.name}"
-            elif isinstance(op, ir.Fullflow):
-                if op.norm is not None:
-                    level.append(("norm", f"{st.name}.{op.name}.norm"))
-                for b in op.branches:
-                    branches[b.name] = f"{st.name}.{b.name}"
-            else:
-                k = count.get(op.op, 0)
-                count[op.op] = k + 1
-                level.append((_KIND[op.op], f"{st.name}.{op.op}{k}"))
-        attrs = dict(zip(_numbered([kind for kind, _ in level]), (g for _, g in level)))
-        for r in range(st.repeat):
-            for name, g in {**attrs, **branches}.items():
-                out[f"stages.{i + r}.{name}"] = g
-        i += st.repeat
-    return out
-
-
-def group_of(name: str, prefixes: dict[str, str]) -> str:
-    parts = name.split(".")
-    for n in (3, 1):  # stages.{i}.{attr}, then feed / head / head_bias / an engine-level op
-        if ".".join(parts[:n]) in prefixes:
-            return prefixes[".".join(parts[:n])]
-    raise AssertionError(f"parameter {name} follows no documented name")
+def group_of(name: str, lay) -> str:
+    group = lay.group_of(name)
+    if group is None:
+        raise AssertionError(f"{name} belongs to no part of the layout")
+    return group
 
 
 @pytest.mark.parametrize("path", SPECS + CASES, ids=spec_id)
 def test_parameter_count_group_by_group(path):
     """Each group's count in the report equals the module's parameters under that group's names."""
     spec = cyclelang.load(path)
-    prefixes = group_map(spec.engine)
+    prefixes = ir.layout.layout(spec)
     built: dict[str, int] = {}
     for n, p in _model(path).named_parameters():
         g = group_of(n, prefixes)
@@ -176,7 +121,7 @@ def test_reachability_group_by_group(path):
     spec = cyclelang.load(path)
     report = analyze(spec)["gradient"]
     model = _model(path)
-    prefixes = group_map(spec.engine)
+    prefixes = ir.layout.layout(spec)
     named = [(n, p) for n, p in model.named_parameters()]
     groups = [group_of(n, prefixes) for n, _ in named]
     params = [p for _, p in named]
@@ -191,7 +136,7 @@ def test_reachability_group_by_group(path):
         logits, total = model(idx, targets=idx)
         out = {"nozzle": F.cross_entropy(logits.view(-1, logits.size(-1)), idx.reshape(-1))}
         for key, value in model.aux_losses.items():
-            g = group_of(key + ".x", prefixes)
+            g = group_of(key, prefixes)
             if g in report["losses"]:
                 out[g] = out[g] + value if g in out else value
         out["total"] = total

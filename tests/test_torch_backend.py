@@ -18,7 +18,8 @@ import textwrap
 import pytest
 
 import cyclelang
-from cyclelang.backends.torch.codegen import NN_MODULE_ATTRS, codegen
+from cyclelang.backends.torch.codegen import codegen
+from cyclelang.ir.layout import NN_MODULE_ATTRS
 
 from .conftest import ROOT, SPECS, shrink as shrink_text, spec_id
 
@@ -126,7 +127,7 @@ engine class {
 
 
 def test_hostile_names_are_mangled_not_executed():
-    model = build(HOSTILE, seed=0)
+    model = build(cyclelang.parse(HOSTILE), seed=0)
     names = set(dict(model.named_parameters()))
     assert {"stages.0.forward_.attn.qkv.weight", "stages.0.lambda_.mlp.fc.weight", "stages.0.x_modules.mlp.fc.weight",
             "stages.0.key_.scale", "stages.2.config.mlp.fc.weight", "stages.2.norm1.weight", "stages.2.norm2.weight"} <= names
@@ -135,7 +136,7 @@ def test_hostile_names_are_mangled_not_executed():
     loss.backward()
     assert torch.isfinite(logits).all()
     assert model.train() is model  # `train` is still nn.Module.train
-    src = codegen(HOSTILE)
+    src = codegen(cyclelang.parse(HOSTILE))
     compile(src, "hostile", "exec")
     assert "class None(" not in src and "class ValueError(" not in src
 
@@ -220,7 +221,7 @@ def test_same_seed_same_weights_and_global_rng_untouched():
 
 def test_gpt2_parameter_count_and_names():
     with torch.device("meta"):
-        model = build(ROOT / "specs" / "gpt2.cycle")
+        model = build(cyclelang.load(ROOT / "specs" / "gpt2.cycle"))
     assert sum(p.numel() for p in model.parameters()) == 124_439_808  # GPT2LMHeadModel, tied
     names = list(dict(model.named_parameters()))
     assert names[:4] == ["feed.tok.weight", "feed.pos.weight", "stages.0.mix.norm.weight", "stages.0.mix.norm.bias"]
@@ -322,7 +323,7 @@ def test_kitchen_sink_every_construct(throat, tmp_path):
     partial rotary, qk-norm, MQA/GQA, every merge, pool, fullflow with overboard, MoE
     with and without capacity, xavier init, a tied head with a bias."""
     text = KITCHEN_SINK.replace("THROAT", throat)
-    model = build(text, seed=0)
+    model = build(cyclelang.parse(text), seed=0)
     idx = tokens(model, T=10)
     logits, loss = model(idx, idx)
     loss.backward()
@@ -330,7 +331,7 @@ def test_kitchen_sink_every_construct(throat, tmp_path):
     assert list(model.exhaust) == ["stages.0.f3", "stages.1.f3"]
     model.eval()
     file = tmp_path / "sink.py"
-    file.write_text(codegen(text))
+    file.write_text(codegen(cyclelang.parse(text)))
     spec = importlib.util.spec_from_file_location("sink_" + throat, file)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -403,7 +404,7 @@ def test_cooling_std_matches_its_formula():
     spec = cyclelang.load(ROOT / "specs" / "gpt2.cycle")
     m = spec.engine.body[0].ops[0].merge
     assert m.merges == 24 and m.std == pytest.approx(0.02 / math.sqrt(24))
-    model = build(textwrap.dedent("""
+    model = build(cyclelang.parse(textwrap.dedent("""
         engine cool {
           chamber width=256
           feed tokens vocab=64 context=8
@@ -412,7 +413,7 @@ def test_cooling_std_matches_its_formula():
             prechamber burn { norm layernorm  turbine mlp ratio=4  merge cooling }
           }
           nozzle head
-        }"""), seed=0)
+        }""")), seed=0)
     proj = torch.cat([s.burn.mlp.proj.weight.flatten() for s in model.stages])
     fc = torch.cat([s.burn.mlp.fc.weight.flatten() for s in model.stages])
     assert proj.std().item() == pytest.approx(0.02 / 4, rel=0.02)
@@ -572,7 +573,7 @@ def worker(rank, world, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
-    model = build(SPEC, seed=0)
+    model = build(cyclelang.parse(SPEC), seed=0)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     idx = torch.randint(0, 64, (4, 8), generator=torch.Generator().manual_seed(0))
     opt, _ = model.configure_optimizer()
@@ -588,7 +589,7 @@ if __name__ == "__main__":
     s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
     mp.spawn(worker, args=(2, port, sys.argv[3]), nprocs=2)
     torch.set_num_threads(1)
-    model = build(SPEC, seed=0)
+    model = build(cyclelang.parse(SPEC), seed=0)
     idx = torch.randint(0, 64, (4, 8), generator=torch.Generator().manual_seed(0))
     step(model, idx)
     ddp_state = torch.load(sys.argv[3])
@@ -637,7 +638,7 @@ def test_cli_build_writes_source_weights_and_summary(tmp_path):
     assert "engine pressure_fed: 5,322,240 parameters" in r.stderr
     assert "chamber: (B, T<=256, 256)" in r.stderr and "mixers:" in r.stderr and "reactors:" in r.stderr
     state = load_file(str(weights))
-    model = build(spec, seed=3)
+    model = build(cyclelang.load(spec), seed=3)
     assert state.keys() == model.state_dict().keys()
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
 
@@ -667,7 +668,7 @@ def test_build_refuses_a_huge_engine_before_allocating(tmp_path):
 
     huge = "engine huge {\n  chamber width=65536\n  feed tokens vocab=65536 context=8\n  stage s x 64 { prechamber p { turbine mlp } }\n  nozzle head\n}\n"
     with pytest.raises(cyclelang.CycleError, match="E0219"):
-        build(huge)
+        build(cyclelang.parse(huge))
     spec = tmp_path / "huge.cycle"
     spec.write_text(huge)
     r = CliRunner().invoke(main, ["build", str(spec), "-o", str(tmp_path / "m.py")])

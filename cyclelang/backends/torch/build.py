@@ -3,6 +3,9 @@
 The generated source is registered as a real module (`cyclelang._generated.<engine>_<hash>`)
 with its text in linecache, so tracebacks, `inspect.getsource`, pickling of the classes
 and torch.compile all see the same file a user would get from `cyclec build -o`.
+`build_source` executes a source lowered once (`cyclec build` writes and runs the same
+text); `param_summary` and `summary_text` count the built model's parameters by the
+part that owns each one, as `ir.layout` names them.
 """
 
 from __future__ import annotations
@@ -12,7 +15,12 @@ import linecache
 import sys
 import types
 
-from .codegen import codegen, module_roles
+from ... import ir
+from ...ir.kinds import ROLE_WORDS, ROLES
+from .codegen import codegen, engine_spec
+
+# What each role counts, for the command line's help: one phrase per role, in ROLES order.
+ROLE_DOC = "Roles: " + "; ".join(f"{ROLE_WORDS[r][0]} ({ROLE_WORDS[r][1]})" for r in ROLES) + "."
 
 _PACKAGE = "cyclelang._generated"
 
@@ -85,50 +93,88 @@ def load_weights(model, path):
     return model
 
 
-def build(spec, seed: int | None = None, allow_large: bool = False):
+def build(spec: ir.Spec, seed: int | None = None, allow_large: bool = False):
     """The spec as a torch.nn.Module (the generated `Model`), initialised per its startup block.
 
     With `seed`, initialisation draws from torch.manual_seed(seed) without touching the
     caller's global RNG state; the same seed gives the same weights. Before anything is
     allocated the parameter estimate is checked (E0219, `cyclelang.limits`) unless
     `allow_large`; building under `torch.device("meta")` allocates nothing and skips it."""
+    return build_source(spec, codegen(engine_spec(spec)), seed=seed, allow_large=allow_large)
+
+
+def build_source(spec: ir.Spec, source: str, seed: int | None = None, allow_large: bool = False):
+    """`build`, executing `source`, which must be `codegen(spec)`: a caller that also writes
+    the file (`cyclec build`) lowers once and runs the very text it writes. The model
+    keeps the IR it was built from as `model.spec` (a plain attribute, not state)."""
     import torch
 
     from ...limits import check_parameters
-    from .codegen import _engine_spec
 
-    ir_spec = _engine_spec(spec)
+    ir_spec = engine_spec(spec)
     if not allow_large and torch.empty(0).device.type != "meta":
         check_parameters(ir_spec)
-    module = load_source(codegen(ir_spec), ir_spec.engine.name)
+    module = load_source(source, ir_spec.engine.name)
     if seed is None:
-        return module.Model()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return module.Model()
+        model = module.Model()
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = module.Model()
+    model.spec = ir_spec  # the IR it was built from: interop reads the parts' paths from its layout
+    return model
 
 
-def param_summary(spec, model) -> dict:
-    """Parameter counts: total, per role and per stage (name -> (instances, total)).
+# --- what the parameters are: asked of the layout -----------------------------------------
 
-    Roles: see codegen.ROLE_DOC. Parameters are counted once even when shared."""
-    roles = sorted(module_roles(spec), key=lambda r: -len(r[0]))
+
+def parameter_roles(spec: ir.Spec, names) -> dict[str, tuple[str, str]]:
+    """name -> (role, stage) for parameter names of the built model: the role (`ir.kinds.ROLES`)
+    of the layout part that owns the parameter, and its stage's name ('' outside stages).
+    A name no part owns (a module added after the build) is ("other", "")."""
+    lay = ir.layout.layout(engine_spec(spec))
+    out = {}
+    for name in names:
+        part = lay.part_of(name)
+        out[name] = ("other", "") if part is None else (part.role, part.stage.name if part.stage is not None else "")
+    return out
+
+
+def param_summary(spec: ir.Spec, model) -> dict:
+    """Parameter counts: total, per role and per stage name.
+
+    Roles: see ROLE_DOC. Parameters are counted once even when shared."""
+    params, seen = [], set()
+    for name, p in model.named_parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            params.append((name, p.numel()))
+    roles = parameter_roles(spec, [name for name, _ in params])
     by_role: dict[str, int] = {}
     by_stage: dict[str, int] = {}
-    seen: set[int] = set()
-    total = 0
-    for name, p in model.named_parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        n = p.numel()
-        total += n
-        role, stage = "other", ""
-        for prefix, r, st in roles:
-            if name.startswith(prefix) or name == prefix:
-                role, stage = r, st
-                break
+    for name, n in params:
+        role, stage = roles[name]
         by_role[role] = by_role.get(role, 0) + n
         if stage:
             by_stage[stage] = by_stage.get(stage, 0) + n
-    return {"total": total, "roles": by_role, "stages": by_stage}
+    return {"total": sum(n for _, n in params), "roles": by_role, "stages": by_stage}
+
+
+def summary_text(spec: ir.Spec, model) -> str:
+    """The summary `cyclec build` prints: the total, the chamber, each stage, each role."""
+    e = spec.engine
+    info = param_summary(spec, model)
+    lines = [f"engine {e.name}: {info['total']:,} parameters"]
+    lines.append(f"  chamber: (B, T<={e.feed.context}, {e.width}), throat {e.throat}, vocab {e.feed.vocab}")
+    for op in e.body:
+        if isinstance(op, ir.Stage):
+            n = info["stages"].get(op.name, 0)
+            each = f" ({n // op.repeat:,} each)" if op.repeat > 1 else ""
+            lines.append(f"  stage {op.name} x{op.repeat}: {n:,}{each}")
+    roles = info["roles"]
+    for r in (*ROLES, "other"):
+        if r in roles or r in ("feed", "nozzle"):
+            n = roles.get(r, 0)
+            note = " (tied to the feed)" if r == "nozzle" and e.nozzle.tied and n == 0 else ""
+            lines.append(f"  {ROLE_WORDS[r][0] if r in ROLE_WORDS else r}: {n:,}{note}")
+    return "\n".join(lines) + "\n"

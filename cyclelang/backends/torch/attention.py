@@ -1,0 +1,101 @@
+"""The attention emitter: the injector's class, constructor and call."""
+
+from __future__ import annotations
+
+from ... import ir
+from .ops import OpEmitter, call_args, if_set
+from .plan import AttentionVariant, OpPlan, Plan
+from .writer import Writer, num
+
+
+class AttentionEmitter(OpEmitter):
+    def ctor(self, o: OpPlan) -> str:
+        a = o.op
+        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
+
+    def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
+        out = ()
+        if a.rotary_dims:
+            out += ("rotary_tables", "apply_rotary" if a.rotary_dims == a.head_dim else "apply_rotary_partial")
+        if a.window is not None:
+            out += ("sliding_mask",)
+        elif causal:
+            out += ("causal_mask",)
+        return out
+
+    def output_init(self, a, op, std):
+        return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
+
+    def deepnorm_init(self, a, op, beta):
+        q, kv = op.heads * op.head_dim, op.kv_heads * op.head_dim
+        return [f"{a}.qkv.weight[{q + kv}:].mul_({beta})  # v", f"{a}.proj.weight.mul_({beta})"]
+
+    def class_text(self, out: Writer, name: str, v: AttentionVariant, plan: Plan) -> None:
+        w = out.line
+        kind = "sliding-window causal" if v.window else "causal" if v.mask == "causal" else "bidirectional"
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            extra = []
+            if v.gqa:
+                extra.append("grouped-query (kv_heads < heads: baffles share keys and values)")
+            if v.rotary != "none":
+                extra.append(("rotary" if v.rotary == "full" else "partial rotary") + " positions")
+            if v.qk_norm:
+                extra.append("qk-norm")
+            head = f"{kind[0].upper() + kind[1:]} self-attention: the injector, the only place positions mix."
+            if extra:
+                out.block(f'"""{head}\n\nWith {", ".join(extra)}.\n"""')
+            else:
+                w(f'"""{head}"""')
+            w()
+            optional = [name for name, on in (("window", v.window), ("dropout", v.dropout)) if on]
+            with out.constructor("width", "heads", "kv_heads", "head_dim", "bias", *optional):
+                w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
+                w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
+                w("self.proj = nn.Linear(heads * head_dim, width, bias=bias)")
+                if v.qk_norm:
+                    w("self.q_norm = nn.RMSNorm(head_dim, eps=1e-6)")
+                    w("self.k_norm = nn.RMSNorm(head_dim, eps=1e-6)")
+                for name in optional:
+                    w(f"self.{name} = {name}")
+                if v.dropout:
+                    w("self.drop = nn.Dropout(dropout)")
+            w()
+            w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
+            with out.indent():
+                self.forward(out, v)
+
+    def forward(self, out: Writer, v: AttentionVariant) -> None:
+        w = out.line
+        out.block("""
+B, T, C = x.size()
+q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
+k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
+v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)""")
+        if v.qk_norm:
+            w("q, k = self.q_norm(q), self.k_norm(k)")
+        if v.rotary != "none":
+            fn = "apply_rotary" if v.rotary == "full" else "apply_rotary_partial"
+            w(f"q, k = {fn}(q, *rope), {fn}(k, *rope)")
+        if v.causal:
+            out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
+        dp = ", dropout_p=self.dropout if self.training else 0.0" if v.dropout else ""
+        if v.gqa:  # each group of query heads reads one kv head, inside the kernel: no copies of k, v
+            dp += ", enable_gqa=True"
+        sdpa = "y = F.scaled_dot_product_attention"
+        if v.mask == "open":
+            w(f"{sdpa}(q, k, v{dp})  # (B, nh, T, hd)")
+        elif v.window:
+            out.nested("if T == 1:  # one query (after the cache) sees the latest `window` keys: no mask",
+                       f"{sdpa}(q, k[:, :, -self.window :], v[:, :, -self.window :]{dp})  # (B, nh, 1, hd)")
+            out.nested("else:", "mask = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)",
+                       f"{sdpa}(q, k, v, attn_mask=mask{dp})  # (B, nh, T, hd)")
+        else:
+            out.nested("if k.size(2) == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v{dp}, is_causal=True)  # (B, nh, T, hd)")
+            if v.causal:
+                out.nested("elif T == 1:  # one query after the cache may see every key: no mask", f"{sdpa}(q, k, v{dp})  # (B, nh, 1, hd)")
+            out.nested("else:  # T new queries after S - T cached positions",
+                       f"{sdpa}(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device){dp})")
+        w("y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
+        w("return self.drop(self.proj(y))" if v.dropout else "return self.proj(y)")

@@ -1,0 +1,41 @@
+"""The op emitters' table, keyed by IR class (the merges' is `merges.MERGE_EMITTERS`).
+
+Like sqlglot's Generator, a kind the table lacks fails with the IR class's name; a
+test holds both tables to `ir.OP_TYPES` and `ir.MERGE_TYPES`.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from ... import ir
+from .attention import AttentionEmitter
+from .moe import MoeEmitter
+from .ops import LinearEmitter, MlpEmitter, NormEmitter, OpEmitter, PoolEmitter
+
+E = TypeVar("E")
+
+EMITTERS: dict[type, OpEmitter] = {
+    ir.Norm: NormEmitter(),
+    ir.Attention: AttentionEmitter(),
+    ir.Mlp: MlpEmitter(),
+    ir.Moe: MoeEmitter(),
+    ir.Pool: PoolEmitter(),
+    ir.Linear: LinearEmitter(),
+}
+
+
+def lookup(table: dict[type, E], cls: type) -> E:
+    """The emitter of an IR class; a kind without one fails with the class's name."""
+    try:
+        return table[cls]
+    except KeyError:
+        raise NotImplementedError(f"no torch emitter for {cls.__name__}") from None
+
+
+def emitter_for(cls: type) -> OpEmitter:
+    return lookup(EMITTERS, cls)
+
+
+def emitter(op) -> OpEmitter:
+    return lookup(EMITTERS, type(op))

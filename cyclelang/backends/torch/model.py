@@ -1,0 +1,288 @@
+"""The engine's own code: the learning-rate schedule and the `Model` class (init, forward,
+the optimizer, sampling)."""
+
+from __future__ import annotations
+
+from .emitters import emitter
+from .merges import merge_emitter
+from .plan import MoeVariant, OpPlan, Plan, StagePlan
+from .writer import Writer, comment, num
+
+
+def uses_math(p: Plan) -> bool:
+    """Whether the code written here reads `math` (a cosine schedule does)."""
+    sch = p.engine.startup.schedule
+    return sch.kind == "cosine" and sch.steps is not None
+
+
+def learning_rate(out: Writer, p: Plan) -> None:
+    s = p.engine.startup
+    sch, w = s.schedule, out.line
+    w("def learning_rate(step):")
+    with out.indent():
+        constant = sch.steps is None or sch.kind == "constant"
+        desc = f"warmup for {s.warmup} steps, then " if s.warmup else ""
+        desc += f"constant at {num(sch.lr)}" if constant else f"{sch.kind} from {num(sch.lr)} to {num(sch.min_lr)} by step {sch.steps}"
+        w(f'"""The throttle: {desc}."""')
+        if s.warmup:
+            w(f"if step < {num(s.warmup)}:  # the open-loop start sequence")
+            with out.indent():
+                w(f"return {num(sch.lr)} * (step + 1) / {num(s.warmup + 1)}")
+        if constant:
+            w(f"return {num(sch.lr)}")
+        else:
+            w(f"if step >= {num(sch.steps)}:")
+            with out.indent():
+                w(f"return {num(sch.min_lr)}")
+            w(f"ratio = (step - {num(s.warmup)}) / {num(max(sch.steps - s.warmup, 1))}")
+            if sch.kind == "cosine":
+                w(f"return {num(sch.min_lr)} + 0.5 * (1.0 + math.cos(math.pi * ratio)) * ({num(sch.lr)} - {num(sch.min_lr)})")
+            else:
+                w(f"return {num(sch.lr)} + ratio * ({num(sch.min_lr)} - {num(sch.lr)})")
+    out.blank(2)
+
+
+def overboard(p: Plan) -> list[tuple[str, float | None]]:
+    """(instance path, loss weight or None) of every overboard branch, instance by instance."""
+    return [(f"stages.{i}.{b.attr}", b.br.loss) for sp in p.stages for i in range(sp.first, sp.first + sp.stage.repeat)
+            for b in sp.branches() if b.br.overboard]
+
+
+def model_class(out: Writer, p: Plan) -> None:
+    e, w = p.engine, out.line
+    dumped = overboard(p)
+    if dumped:
+        w("# overboard branches: their exhaust leaves the engine and is never merged")
+        w(f"OVERBOARD = {tuple(k for k, _ in dumped)!r}")
+        w("# those that are auxiliary next-token heads: name -> weight of their loss")
+        w("OVERBOARD_LOSS = {" + ", ".join(f"{k!r}: {num(x)}" for k, x in dumped if x is not None) + "}")
+        out.blank(2)
+    keyed = sorted({p.turbine_classes[k] for k in p.turbine_order if isinstance(k, MoeVariant) and k.balance})
+    keyed += [b.cls for sp in p.stages for b in sp.branches() if b.br.overboard]
+
+    w("class Model(nn.Module):")
+    with out.indent():
+        w(f'"""The engine {e.name} ({p.file}): feed, stages, nozzle."""')
+        w()
+        with out.constructor("config=None"):
+            w("self.config = config = config or Config()")
+            w("self.feed = Feed(config)" + comment(e.feed.span, "tanks and pumps"), e.feed.span)
+            parts = [f"[{sp.cls}() for _ in range({sp.stage.repeat})]" if sp.stage.repeat > 1 else f"[{sp.cls}()]" for sp in p.stages]
+            w("self.stages = nn.ModuleList(" + " + ".join(parts) + ")  # one entry per stage instance")
+            for it in p.main:
+                if isinstance(it, OpPlan):
+                    x = emitter(it.op)
+                    w(f"self.{it.attr} = {x.ctor(it)}" + comment(it.op.span, x.phrase(it.op, "engine")), it.op.span)
+            for k, (dims, base) in enumerate(p.ropes):
+                pre = "rope" if len(p.ropes) == 1 else f"rope{k}"
+                w(f"cos, sin = rotary_tables(config.context, {num(dims)}, {num(base)})")
+                w(f'self.register_buffer("{pre}_cos", cos, persistent=False)  # (context, {dims})')
+                w(f'self.register_buffer("{pre}_sin", sin, persistent=False)')
+            nz = e.nozzle
+            if not nz.tied:
+                w(f"self.head = nn.Linear({num(nz.width)}, config.vocab_size, bias={num(nz.bias)})" + comment(nz.span, "the nozzle"), nz.span)
+            elif nz.bias:
+                w(f"self.head_bias = nn.Parameter(torch.zeros({num(nz.vocab)}))" + comment(nz.span, "nozzle: tied to the feed"), nz.span)
+            if keyed:
+                w("for name, module in self.named_modules():  # auxiliary outputs are filed under their module's name")
+                with out.indent():
+                    w(f"if isinstance(module, ({', '.join(keyed)},)):")
+                    with out.indent():
+                        w("module.key = name")
+            w("self.aux_losses = {}")
+            if dumped:
+                w("self.exhaust = {}")
+            w("self.reset_parameters()")
+        w()
+        reset_parameters(out, p)
+        w()
+        forward(out, p)
+        w()
+        optimizer(out, p)
+        w()
+        generate(out, p)
+
+
+def reset_parameters(out: Writer, p: Plan) -> None:
+    e, w = p.engine, out.line
+    init = e.startup.init
+    normal = init.kind == "normal"
+    w("@torch.no_grad()")
+    w("def reset_parameters(self):")
+    with out.indent():
+        if normal:
+            w(f'"""Chill-down: weights normal(0, {num(init.std)}), biases zero (GPT-2); then the merges\' own rules."""')
+        else:
+            w('"""Chill-down: xavier_uniform weights, biases zero, embeddings normal(0, width**-0.5);')
+            w('then the merges\' own rules."""')
+        out.block(f"""
+for module in self.modules():
+    if isinstance(module, nn.Linear):
+        {f"nn.init.normal_(module.weight, mean=0.0, std={num(init.std)})" if normal else "nn.init.xavier_uniform_(module.weight)"}
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std={num(init.std) if normal else "module.embedding_dim**-0.5"})""")
+        if e.nozzle.tied and e.nozzle.bias:
+            w("nn.init.zeros_(self.head_bias)")
+        for sp in p.stages:
+            merge_init(out, sp)
+
+
+def merge_init(out: Writer, sp: StagePlan) -> None:
+    """The merges' own init rules for every instance of one stage."""
+    lines: list[str] = []
+    for b in sp.branches():
+        if b.br.merge is not None:
+            lines += merge_emitter(b.br.merge).init(b.br.merge, b, f"stage.{b.attr}")
+    if not lines:
+        return
+    st = sp.stage
+    if st.repeat > 1:
+        out.line(f"for stage in self.stages[{sp.first}:{sp.first + st.repeat}]:" + comment(st.span, f"stage {st.name}"))
+        with out.indent():
+            for ln in lines:
+                out.line(ln)
+    else:
+        out.line(f"stage = self.stages[{sp.first}]" + comment(st.span, f"stage {st.name}"))
+        for ln in lines:
+            out.line(ln)
+
+
+def forward(out: Writer, p: Plan) -> None:
+    e, w = p.engine, out.line
+    w("def forward(self, idx, targets=None" + (", cache=None" if p.causal else "") + "):")
+    with out.indent():
+        out.block('''
+"""idx: (B, T) token ids; targets: (B, T) next tokens (-1: ignored).
+Returns logits (B, T, vocab), or (logits, loss) with every auxiliary loss added.
+"""
+B, T = idx.size()''')
+        w("past = 0 if cache is None else cache.pos" if p.causal else "past = 0")
+        w("if past + T > self.config.context:")
+        with out.indent():
+            w('raise ValueError(f"{past + T} positions exceed the context of {self.config.context}")')
+        if p.causal:
+            w("if cache is not None and cache.length is None:")
+            with out.indent():
+                w("cache.length = self.config.context  # reserve the whole context once")
+        else:
+            w("cache = None  # the throat is open: nothing to cache")
+        w("x = self.feed(idx, past)  # (B, T, C)")
+        if p.ropes:
+            pres = ["rope"] if len(p.ropes) == 1 else [f"rope{k}" for k in range(len(p.ropes))]
+            pairs = [f"(self.{pre}_cos[past : past + T], self.{pre}_sin[past : past + T])" for pre in pres]
+            w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each")
+        else:
+            w("rope = None")
+        w("aux = {}")
+        for it in p.main:
+            if isinstance(it, StagePlan):
+                st = it.stage
+                if st.repeat > 1:
+                    w(f"for stage in self.stages[{it.first}:{it.first + st.repeat}]:" + comment(st.span, f"stage {st.name} x{st.repeat}"), st.span)
+                    with out.indent():
+                        w("x = stage(x, rope, cache, aux)")
+                else:
+                    w(f"x = self.stages[{it.first}](x, rope, cache, aux)" + comment(st.span, f"stage {st.name}"), st.span)
+            else:
+                x = emitter(it.op)
+                w(f"x = {x.call(it, 'self', 'x')}" + comment(it.op.span, x.phrase(it.op, "engine")), it.op.span)
+        nz = e.nozzle
+        if nz.tied:
+            bias = ", self.head_bias" if nz.bias else ""
+            w(f"logits = F.linear(x, self.feed.tok.weight{bias})  # (B, T, vocab): the nozzle, tied to the feed", nz.span)
+        else:
+            w("logits = self.head(x)  # (B, T, vocab)", nz.span)
+        if p.causal:
+            w("if cache is not None:")
+            with out.indent():
+                w("cache.pos += T")
+        if overboard(p):
+            out.block('''
+self.exhaust = {name: aux.pop(name) for name in OVERBOARD}
+losses = aux  # MoE balance losses, already weighted
+if targets is not None:
+    for name, weight in OVERBOARD_LOSS.items():  # auxiliary next-token heads
+        head = self.exhaust[name]
+        losses[name] = weight * NextTokenLoss.apply(head.view(-1, head.size(-1)), targets.reshape(-1))
+self.aux_losses = losses''')
+        else:
+            w("self.aux_losses = aux")
+        out.block('''
+if targets is None:
+    return logits
+loss = NextTokenLoss.apply(logits.view(-1, logits.size(-1)), targets.reshape(-1))  # F.cross_entropy, ignore_index=-1
+for value in self.aux_losses.values():
+    loss = loss + value
+return logits, loss''')
+
+
+def optimizer(out: Writer, p: Plan) -> None:
+    s, w = p.engine.startup, out.line
+    lr = s.schedule.lr
+    out.block(f'''
+def configure_optimizer(self):
+    """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
+    Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
+    """
+    params = [p for p in self.parameters() if p.requires_grad]
+    groups = [
+        {{"params": [p for p in params if p.dim() >= 2], "weight_decay": {num(s.decay)}}},
+        {{"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr={num(lr)}, betas=({num(s.betas[0])}, {num(s.betas[1])}))  # betas: the POGO accumulator
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / {num(lr if lr > 0 else 1.0)})
+    return optimizer, scheduler
+''')
+    w()
+    w("def clip_gradients(self):")
+    with out.indent():
+        if s.clip is not None:
+            w(f'"""The restrictor orifice: clip the global gradient norm at {num(s.clip)}; returns the norm."""')
+            w(f"return torch.nn.utils.clip_grad_norm_(self.parameters(), {num(s.clip)})")
+        else:
+            w('"""The spec sets no clip: nothing to do."""')
+            w("return None")
+
+
+def generate(out: Writer, p: Plan) -> None:
+    w = out.line
+    w("@torch.no_grad()")
+    w("def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None" + (", use_cache=True" if p.causal else "") + "):")
+    with out.indent():
+        if not p.causal:
+            out.block('''
+"""Not available: the throat is open, so every position sees the future."""
+raise RuntimeError(
+    "generate() needs a causal engine: this one has 'throat open', so each position "
+    "depends on later ones and there is no next token to sample; use 'throat causal'"
+)''')
+            return
+        out.block('''
+"""Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
+
+With the cache each step feeds only the new token. Past the context, the cache
+restarts on the latest `context` tokens, so the result equals use_cache=False.
+"""
+context = self.config.context
+cache = None
+for _ in range(max_new_tokens):
+    if not use_cache:
+        logits = self(idx[:, -context:])
+    elif cache is None or cache.pos >= context:
+        cache = Cache(context)
+        logits = self(idx[:, -context:], cache=cache)
+    else:
+        logits = self(idx[:, -1:], cache=cache)
+    logits = logits[:, -1, :]  # (B, vocab)
+    if temperature == 0:
+        nxt = logits.argmax(dim=-1, keepdim=True)
+    else:
+        logits = logits / temperature
+        if top_k is not None:
+            v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+            logits[logits < v[:, [-1]]] = -float("inf")
+        nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)  # (B, 1)
+    idx = torch.cat((idx, nxt), dim=1)
+return idx''')

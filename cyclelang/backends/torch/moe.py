@@ -1,0 +1,140 @@
+"""The MoE emitter: routed experts, their class, and the custom op torch.compile runs them in."""
+
+from __future__ import annotations
+
+import hashlib
+
+from .ops import OpEmitter, call_args, if_set
+from .plan import MoeVariant, OpPlan, Plan
+from .runtime import definition
+from .writer import Writer, num
+
+
+def expert_ops(out: Writer, acts: list[str]) -> None:
+    """For torch.compile: one custom op per MoE activation (runtime/experts.py).
+
+    The op's name carries a digest of its source, so two builds in one process share an
+    op only when its code is the same."""
+    if not acts:
+        return
+    grads = [definition(f"{act}_grad") for act in acts]
+    op = definition("expert_mlps")
+    for text in grads + [op]:
+        out.block(text)
+        out.blank(2)
+    for act, grad in zip(acts, grads):
+        # each definition framed by newlines, as the file holds them
+        digest = hashlib.sha256(f"\n{grad}\n\n{op}\n".encode()).hexdigest()[:8]
+        out.line(f'experts_{act} = expert_mlps("experts_{act}_{digest}", {act}_grad)')
+    out.blank(2)
+
+
+class MoeEmitter(OpEmitter):
+    def ctor(self, o: OpPlan) -> str:
+        m = o.op
+        return f"{o.cls}({call_args(num(m.width), hidden=num(m.hidden), experts=num(m.experts), top=num(m.top), bias=num(m.bias), capacity=if_set(m.capacity, m.capacity is not None), balance=if_set(m.balance, m.balance > 0))})"
+
+    def needs_math(self, op) -> bool:
+        return op.capacity is not None  # math.ceil of the capacity
+
+    def output_init(self, a, op, std):
+        return [f"for expert in {a}.experts:", f"    nn.init.normal_(expert.proj.weight, mean=0.0, std={std})"]
+
+    def deepnorm_init(self, a, op, beta):
+        return [f"for expert in {a}.experts:", f"    expert.fc.weight.mul_({beta})", f"    expert.proj.weight.mul_({beta})"]
+
+    def class_text(self, out: Writer, name: str, v: MoeVariant, plan: Plan) -> None:
+        w = out.line
+        expert = plan.turbine_classes[v.expert]
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            w('"""Mixture of experts, top-k routed: liquid-liquid injection.')
+            w()
+            w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.multi else ")."))
+            if v.capacity:
+                out.block("""
+In training, restrictor orifices cap each expert at ceil(capacity * tokens * top /
+experts) assignments; the overflow is dropped (first choices before second
+choices) and the residual line carries those tokens. Eval is dropless, so the
+causal throat holds and a KV cache is exact.""")
+            if v.balance:
+                out.block("""
+The mixture trim is the Switch Transformer's balance loss,
+balance * experts * sum_e(fraction routed to e * mean router probability of e),
+filed in aux under this module's name.""")
+            w('"""')
+            w()
+            w("key = None  # this module's name in the model, set by Model")
+            w()
+            optional = [name for name, on in (("capacity", v.capacity), ("balance", v.balance)) if on]
+            with out.constructor("width", "hidden", "experts", "top", "bias", *optional):
+                w("self.top = top")
+                for name in optional:
+                    w(f"self.{name} = {name}")
+                w("self.router = nn.Linear(width, experts, bias=False)")
+                w(f"self.experts = nn.ModuleList([{expert}(width, hidden, bias) for _ in range(experts)])")
+            w()
+            w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
+            with out.indent():
+                self.forward(out, v)
+            w()
+            self.compiled(out, v, expert)
+
+    def forward(self, out: Writer, v: MoeVariant) -> None:
+        w = out.line
+        out.block("""
+B, T, C = x.size()
+x = x.view(B * T, C)  # (N, C): every token of the batch
+E = len(self.experts)
+probs = F.softmax(self.router(x), dim=-1)  # (N, E)
+weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)""")
+        if v.multi:
+            w("weight = weight / weight.sum(dim=-1, keepdim=True)")
+        if v.capacity or v.balance:
+            w("onehot = F.one_hot(choice.t().reshape(-1), E)  # (k * N, E): first choices first")
+        if v.capacity:
+            w("if self.training:  # eval is dropless: every expert may take every token")
+            with out.indent():
+                w("limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)")
+                w("rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue")
+                w("keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)")
+                w("choice = torch.where(keep, choice, -1)  # dropped: no expert takes it")
+        if v.balance:
+            w("routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert")
+            w("aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
+        out.block("""
+flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
+order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
+if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
+    token = order // self.top  # (N * k,) each one's token
+    y = self.compiled_experts(x[token], flat)  # (N * k, C); the dropped rows are zeros
+else:
+    counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
+    order = order[counts[0] :]  # (A,) the assignments the experts take
+    token = order // self.top  # (A,) each one's token
+    y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
+y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
+return y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)""")
+
+    def compiled(self, out: Writer, v: MoeVariant, expert: str) -> None:
+        out.block(f'''
+def compiled_experts(self, xs, flat):
+    """The experts under torch.compile: xs (N * k, C) are the assignments sorted by expert,
+    the dropped ones first. They run in the custom op experts_{v.act}, opaque to the trace,
+    which reads the exact counts (one host sync) and so computes no padding; the
+    gradients come from its hand-written backward."""
+    E = len(self.experts)
+    counts = flat.new_zeros(E + 1).index_add_(0, flat + 1, torch.ones_like(flat))  # (E + 1,) [dropped, then per expert]
+    bias = self.experts[0].fc.bias is not None
+    weights = [w for ex in self.experts for w in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias) if w is not None]
+    if torch.is_autocast_enabled(xs.device.type) and xs.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
+        dtype = torch.get_autocast_dtype(xs.device.type)
+        xs, weights = xs.to(dtype), [w.to(dtype) for w in weights]
+    return experts_{v.act}(xs, counts, weights, bias)[0]
+
+def plain_experts(self):
+    """Whether every expert is still this file's {expert} of two plain nn.Linear, whose weights the
+    custom op can read. A replaced layer (LoRA, quantised) takes the gather instead, which under
+    torch.compile costs a graph break. Forward hooks on the experts run on the gather path only.
+    """
+    return all(type(ex) is {expert} and type(ex.fc) is nn.Linear and type(ex.proj) is nn.Linear for ex in self.experts)''')

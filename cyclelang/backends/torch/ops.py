@@ -1,0 +1,173 @@
+"""The op emitters' interface, and the emitters of the small kinds (norm, linear, mlp, pool).
+
+An emitter writes the class of a variant (norms and linears use torch's modules and
+write none), the constructor expression and the call expression of one op, and says
+what else the op needs: runtime definitions (`runtime/`), `math`, and how the merges'
+init rules reach its weights (cooling re-initialises the output projection, deepnorm
+scales v, the output projection and the reactor by beta). `emitters.EMITTERS` is the
+table, keyed by IR class; attention and moe have modules of their own.
+"""
+
+from __future__ import annotations
+
+from ...ir.kinds import GATE_OF, is_gated, kind_of
+from .plan import MlpVariant, OpPlan, Plan, PoolVariant
+from .writer import Writer, num
+
+# Each activation as generated code, a format string over its input; a gated one is
+# gate(first half) * second half, with the gate from ir.kinds.GATE_OF.
+ACTIVATIONS = {"gelu": "F.gelu({})", "gelu_tanh": 'F.gelu({}, approximate="tanh")', "relu": "F.relu({})", "silu": "F.silu({})"}
+GLU_NAMES = {"swiglu": "SwiGLU", "geglu": "GeGLU"}
+
+
+def call_args(*positional: str, **keywords: str | None) -> str:
+    """`a, key=value, ...` for a constructor call; a keyword whose value is None is left out."""
+    return ", ".join([*positional, *(f"{k}={v}" for k, v in keywords.items() if v is not None)])
+
+
+def if_set(value, keep: bool) -> str | None:
+    """The literal of an optional constructor argument, or None to leave it out."""
+    return num(value) if keep else None
+
+
+class OpEmitter:
+    """The defaults: a torch module, no class text, no runtime, untouched by the merges' init."""
+
+    def class_text(self, out: Writer, name: str, v, plan: Plan) -> None:
+        raise NotImplementedError(f"{type(self).__name__} writes no class: its ops use a torch module")
+
+    def ctor(self, o: OpPlan) -> str:
+        raise NotImplementedError
+
+    def module(self, o: OpPlan) -> str:
+        """The class that builds the op: generated (`Attention2`) or torch's (`nn.Linear`)."""
+        return o.cls
+
+    def call(self, o: OpPlan, owner: str, x: str) -> str:
+        """The expression applying the op to `x`: x, then rope, cache, aux as its variant takes them."""
+        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "aux": "aux"}
+        return f"{owner}.{o.attr}({', '.join([x] + [extra[i] for i in o.inputs])})"
+
+    def phrase(self, op, place: str) -> str:
+        """What the op does where it sits: place is "branch", "stage" or "engine"."""
+        words = kind_of(op).phrase
+        return words if place == "branch" else words + ", in series on the main line (pressure-fed)"
+
+    def runtime(self, op, causal: bool) -> tuple[str, ...]:
+        return ()
+
+    def needs_math(self, op) -> bool:
+        return False
+
+    def output_init(self, a: str, op, std: str) -> list[str] | None:
+        """Cooling: re-initialise the output projection of the op at `a`; None: it has none."""
+        return None
+
+    def deepnorm_init(self, a: str, op, beta: str) -> list[str]:
+        return []
+
+
+class NormEmitter(OpEmitter):
+    PLACES = {"branch": "valve on the branch (Pre-LN)", "stage": "valve in series on the main line", "engine": "valve on the main line"}
+
+    def ctor(self, o: OpPlan) -> str:
+        op = o.op
+        if op.type == "layernorm":
+            return f"nn.LayerNorm({num(op.width)}, eps={num(op.eps)}{'' if op.bias else ', bias=False'})"
+        return f"nn.RMSNorm({num(op.width)}, eps={num(op.eps)})"
+
+    def module(self, o: OpPlan) -> str:
+        return "nn.LayerNorm" if o.op.type == "layernorm" else "nn.RMSNorm"
+
+    def phrase(self, op, place: str) -> str:
+        return self.PLACES[place]
+
+
+class LinearEmitter(OpEmitter):
+    def ctor(self, o: OpPlan) -> str:
+        return f"nn.Linear({num(o.op.width)}, {num(o.op.out)}, bias={num(o.op.bias)})"
+
+    def module(self, o: OpPlan) -> str:
+        return "nn.Linear"
+
+    def output_init(self, a, op, std):
+        return [f"nn.init.normal_({a}.weight, mean=0.0, std={std})"]
+
+    def deepnorm_init(self, a, op, beta):
+        return [f"{a}.weight.mul_({beta})"]
+
+
+class MlpEmitter(OpEmitter):
+    def ctor(self, o: OpPlan) -> str:
+        m = o.op
+        return f"{o.cls}({call_args(num(m.width), hidden=num(m.hidden), bias=num(m.bias), dropout=if_set(m.dropout, m.dropout > 0))})"
+
+    def output_init(self, a, op, std):
+        return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
+
+    def deepnorm_init(self, a, op, beta):
+        return [f"{a}.fc.weight.mul_({beta})", f"{a}.proj.weight.mul_({beta})"]
+
+    def class_text(self, out: Writer, name: str, v: MlpVariant, plan: Plan) -> None:
+        w = out.line
+        gated = is_gated(v.act)
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            doc = f"{GLU_NAMES[v.act]}: {GATE_OF[v.act]}(gate) * up" if gated else v.act
+            w(f'"""Position-wise MLP ({doc}): combustion, a reaction at each position."""')
+            w()
+            with out.constructor("width", "hidden", "bias", *(["dropout"] if v.dropout else [])):
+                if gated:
+                    w("self.fc = nn.Linear(width, 2 * hidden, bias=bias)  # rows [gate | up]")
+                else:
+                    w("self.fc = nn.Linear(width, hidden, bias=bias)")
+                w("self.proj = nn.Linear(hidden, width, bias=bias)")
+                if v.dropout:
+                    w("self.drop = nn.Dropout(dropout)")
+            w()
+            w("def forward(self, x):")
+            with out.indent():
+                if gated:
+                    w("gate, up = self.fc(x).chunk(2, dim=-1)  # (B, T, hidden) each")
+                    w(f"x = {ACTIVATIONS[GATE_OF[v.act]].format('gate')} * up")
+                else:
+                    w(f"x = {ACTIVATIONS[v.act].format('self.fc(x)')}  # (B, T, hidden)")
+                w("return self.drop(self.proj(x))" if v.dropout else "return self.proj(x)")
+
+
+class PoolEmitter(OpEmitter):
+    def ctor(self, o: OpPlan) -> str:
+        return f"{o.cls}(size={num(o.op.size)})"
+
+    def class_text(self, out: Writer, name: str, v: PoolVariant, plan: Plan) -> None:
+        w = out.line
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            if v.causal:
+                out.block('''"""PoolFormer's mixer, causal: the mean of the latest `size` positions (this one
+included, fewer at the start), minus the position itself."""''')
+            else:
+                out.block('''"""PoolFormer's mixer: the mean over a window of `size` positions centred on each
+one (padding not counted), minus the position itself."""''')
+            w()
+            with out.constructor("size"):
+                w("self.size = size")
+            w()
+            if not v.causal:
+                w("def forward(self, x):")
+                with out.indent():
+                    w("T = x.size(1)")
+                    w("h = F.avg_pool1d(x.transpose(1, 2), self.size, stride=1, padding=self.size // 2, count_include_pad=False)")
+                    w("return h[..., :T].transpose(1, 2) - x  # (B, T, C)")
+                return
+            w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
+            with out.indent():
+                w("B, T, C = x.size()")
+                if v.engine_causal:
+                    w("past = 0 if cache is None else cache.pos")
+                    w("h = x if cache is None else cache.extend_pool(self, x, self.size - 1)  # (B, P + T, C)")
+                else:
+                    w("past, h = 0, x")
+                w("sums = F.avg_pool1d(F.pad(h.transpose(1, 2), (self.size - 1, 0)), self.size, stride=1)  # (B, C, P + T)")
+                w("count = torch.arange(past + 1, past + T + 1, device=x.device).clamp(max=self.size).to(x.dtype)  # (T,)")
+                w("return sums[..., -T:].transpose(1, 2) * (self.size / count)[:, None] - x  # (B, T, C)")

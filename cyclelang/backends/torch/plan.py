@@ -1,0 +1,256 @@
+"""The plan: every decision about the generated file made before a line is written.
+
+Attribute names (and so parameter names) come from `ir.layout`, the one naming
+authority: a part's attribute is the last segment of its layout path. What the plan
+decides itself is what only the generated file has: class names (`Block`,
+`BlockMix`, `Attention2`), which ops share a class (a *variant*: what decides the
+text of a turbine's class, its sizes being constructor arguments), and the rotary
+tables the model keeps.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterator, Union
+
+from ... import ir
+from ...ir.layout import BranchLayout, Layout, Names, Part, layout
+from .writer import camel, where
+
+# Module-level names of the generated file that no class may shadow.
+GLOBALS = frozenset({
+    "math", "dataclass", "torch", "nn", "F", "Config", "Feed", "Model", "Cache", "Startup",
+    "learning_rate", "causal_mask", "sliding_mask", "rotary_tables", "apply_rotary",
+    "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional",
+}) | frozenset(dir(builtins))
+
+INPUTS = ("rope", "cache", "aux")  # what an op's call may take besides x, in this order
+
+
+# --- variants: one frozen record per kind, hashable, the key of a generated class ----------------
+
+
+@dataclass(frozen=True)
+class AttentionVariant:
+    kind: ClassVar[type] = ir.Attention
+    base: ClassVar[str] = "Attention"
+    mask: str  # "causal" | "open"
+    window: bool  # sliding-window attention
+    rotary: str  # "none" | "full" | "partial"
+    qk_norm: bool
+    gqa: bool  # kv_heads < heads
+    dropout: bool
+    causal: bool  # the engine's throat: the forward takes a KV cache
+
+    @classmethod
+    def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
+        rot = "none" if a.rotary_dims == 0 else ("full" if a.rotary_dims == a.head_dim else "partial")
+        return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (("rope",) if self.rotary != "none" else ()) + (("cache",) if self.causal else ())
+
+
+@dataclass(frozen=True)
+class MlpVariant:
+    kind: ClassVar[type] = ir.Mlp
+    base: ClassVar[str] = "Mlp"
+    act: str
+    dropout: bool
+
+    @classmethod
+    def of(cls, m: ir.Mlp, causal: bool) -> "MlpVariant":
+        return cls(m.act, m.dropout > 0)
+
+    inputs: ClassVar[tuple[str, ...]] = ()
+
+
+@dataclass(frozen=True)
+class MoeVariant:
+    kind: ClassVar[type] = ir.Moe
+    base: ClassVar[str] = "Moe"
+    act: str
+    capacity: bool  # training drops assignments past each expert's capacity
+    balance: bool  # files a load-balancing loss in aux
+    multi: bool  # top > 1: the chosen weights are renormalised
+
+    @classmethod
+    def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
+        return cls(m.act, m.capacity is not None, m.balance > 0, m.top > 1)
+
+    @property
+    def expert(self) -> MlpVariant:
+        """Its experts are mlps of the same activation, without dropout."""
+        return MlpVariant(self.act, False)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("aux",) if self.balance else ()
+
+
+@dataclass(frozen=True)
+class PoolVariant:
+    kind: ClassVar[type] = ir.Pool
+    base: ClassVar[str] = "Pool"
+    causal: bool  # only past positions are pooled
+    engine_causal: bool  # the forward takes a cache
+
+    @classmethod
+    def of(cls, p: ir.Pool, causal: bool) -> "PoolVariant":
+        return cls(p.causal, causal)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("cache",) if self.engine_causal else ()
+
+
+Variant = Union[AttentionVariant, MlpVariant, MoeVariant, PoolVariant]
+# The kinds that get a class of their own in the generated file; norms and linears use torch's.
+VARIANTS: dict[type, type] = {v.kind: v for v in (AttentionVariant, MlpVariant, MoeVariant, PoolVariant)}
+
+
+# --- the plan's records -------------------------------------------------------------------------
+
+
+@dataclass
+class OpPlan:
+    op: object  # ir.Norm or a turbine
+    attr: str  # its attribute on the module that holds it (the layout path's last segment)
+    path: str  # the layout path ("stages.0-11.mix.attn")
+    variant: Variant | None = None  # None: a torch module (norms, linears)
+    cls: str = ""  # the generated class of its variant
+    rope: int | None = None  # index into the model's rotary tables
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.variant.inputs if self.variant is not None else ()
+
+
+@dataclass
+class BranchPlan:
+    br: ir.Prechamber
+    attr: str
+    cls: str
+    ops: list[OpPlan]
+    path: str  # "stages.0-11.mix"
+    merge: Part | None  # the merge's layout part (its own path when it owns parameters)
+    fullflow: bool = False
+
+    @property
+    def params(self) -> list[str]:
+        """The branch forward's parameters: x, then what its ops (and an overboard exit) take."""
+        used = {i for o in self.ops for i in o.inputs} | ({"aux"} if self.br.overboard else set())
+        return ["x"] + [i for i in INPUTS if i in used]
+
+
+@dataclass
+class FullflowPlan:
+    ff: ir.Fullflow
+    norm: OpPlan | None
+    branches: list[BranchPlan]
+
+
+@dataclass
+class StagePlan:
+    stage: ir.Stage
+    cls: str
+    first: int  # index of the first instance in model.stages
+    items: list  # OpPlan | BranchPlan | FullflowPlan, in source order
+    path: str  # "stages.0-11"
+    branch_plans: list[BranchPlan] = field(default_factory=list)  # every branch in source order, fullflows' included
+
+    def branches(self) -> list[BranchPlan]:
+        return self.branch_plans
+
+    def ops(self) -> Iterator[OpPlan]:
+        """Every op of the stage: stage-level ones and fullflow valves in source order, then the branches'."""
+        for it in self.items:
+            if isinstance(it, OpPlan):
+                yield it
+            elif isinstance(it, FullflowPlan) and it.norm is not None:
+                yield it.norm
+        for b in self.branch_plans:
+            yield from b.ops
+
+
+@dataclass
+class Plan:
+    engine: ir.Engine
+    layout: Layout
+    file: str  # the spec's base name, for comments
+    stages: list[StagePlan] = field(default_factory=list)
+    main: list = field(default_factory=list)  # StagePlan | OpPlan in body order
+    ropes: list[tuple[int, float]] = field(default_factory=list)  # (dims, base) per rotary table
+    turbine_classes: dict[Variant, str] = field(default_factory=dict)  # variant -> class name, in order of first use
+
+    @property
+    def causal(self) -> bool:
+        return self.engine.throat == "causal"
+
+    @property
+    def turbine_order(self) -> list[Variant]:
+        return list(self.turbine_classes)
+
+    def ops(self) -> Iterator[OpPlan]:
+        """Every op of the engine: in the stages, then on the main line."""
+        for sp in self.stages:
+            yield from sp.ops()
+        yield from (it for it in self.main if isinstance(it, OpPlan))
+
+    def turbine_class(self, v: Variant) -> str:
+        if isinstance(v, MoeVariant):
+            self.turbine_class(v.expert)  # the experts' class comes first
+        if v not in self.turbine_classes:
+            n = sum(1 for k in self.turbine_classes if type(k) is type(v))
+            self.turbine_classes[v] = v.base if n == 0 else f"{v.base}{n + 1}"
+        return self.turbine_classes[v]
+
+    def rope_index(self, op) -> int | None:
+        if not isinstance(op, ir.Attention) or op.rotary_dims == 0:
+            return None
+        k = (op.rotary_dims, op.rotary_base)
+        if k not in self.ropes:
+            self.ropes.append(k)
+        return self.ropes.index(k)
+
+
+def _class_names() -> Names:
+    # turbine class names are numbered variants of fixed bases; reserve a generous set
+    bases = [v.base for v in VARIANTS.values()]
+    return Names(GLOBALS | set(bases) | {f"{b}{i}" for b in bases for i in range(2, 64)})
+
+
+def make_plan(spec: ir.Spec) -> Plan:
+    e = spec.engine
+    assert e is not None
+    lay = layout(e)
+    p = Plan(engine=e, layout=lay, file=where(e.span).rsplit(":", 1)[0] if e.span else "spec")
+    classes = _class_names()
+
+    def op(part: Part) -> OpPlan:
+        v = VARIANTS[type(part.node)].of(part.node, p.causal) if type(part.node) in VARIANTS else None
+        return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "", p.rope_index(part.node))
+
+    for sl in lay.stages:  # the stages first, then the main line's own ops: class and table order
+        sp = StagePlan(sl.stage, classes.fresh(camel(sl.stage.name) or "Stage"), sl.first, [], sl.path)
+
+        def branch(b: BranchLayout) -> BranchPlan:
+            cls = classes.fresh(sp.cls + (camel(b.branch.name) or "Branch"))
+            bp = BranchPlan(b.branch, b.attr, cls, [op(o) for o in b.ops], f"{sl.path}.{b.attr}", b.merge, b.fullflow is not None)
+            sp.branch_plans.append(bp)
+            return bp
+
+        for it in sl.items:
+            if isinstance(it, Part):
+                sp.items.append(op(it))
+            elif isinstance(it, BranchLayout):
+                sp.items.append(branch(it))
+            else:
+                norm = op(it.norm) if it.norm is not None else None
+                sp.items.append(FullflowPlan(it.fullflow, norm, [branch(b) for b in it.branches]))
+        p.stages.append(sp)
+    stages = iter(p.stages)
+    p.main = [op(it) if isinstance(it, Part) else next(stages) for it in lay.main]
+    return p

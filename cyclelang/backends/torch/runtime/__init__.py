@@ -1,0 +1,60 @@
+"""What a generated file runs besides its classes, as real Python modules.
+
+    loss        NextTokenLoss: F.cross_entropy's forward, a leaner backward
+    positions   sinusoids, rotary_tables, apply_rotary, apply_rotary_partial
+    masks       causal_mask, sliding_mask
+    cache       Cache: the KV cache of a causal engine
+    experts     {act}_grad for every activation, expert_mlps (the MoE custom op)
+
+Each module imports torch and can be imported and tested on its own
+(`tests/test_torch_runtime.py`). Codegen never imports them: it reads their text
+(`definition(name)`, taken from the file with `ast`) and copies each top-level
+definition a spec needs into the generated file, which therefore imports only torch
+and the standard library. So these modules are written in the generated file's own
+vocabulary: `torch`, `F` (torch.nn.functional), `math`, nothing else.
+
+This package's `__init__` stays free of torch, so reading the text costs no import.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+# Where each definition the generated file may inline lives.
+MODULES = ("loss", "positions", "masks", "cache", "experts")
+
+
+@functools.lru_cache(maxsize=None)
+def _definitions() -> dict[str, tuple[str, frozenset[str]]]:
+    """name -> (its source text, the global names it reads) for every top-level def and class."""
+    out: dict[str, tuple[str, frozenset[str]]] = {}
+    for module in MODULES:
+        text = (HERE / f"{module}.py").read_text("utf-8")
+        lines = text.splitlines()
+        for node in ast.parse(text).body:
+            if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                continue
+            if node.decorator_list or node.col_offset:
+                raise ValueError(f"runtime/{module}.py: {node.name} must be a plain top-level definition to be inlined")
+            reads = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+            # whole lines, not ast.get_source_segment: that stops at the last statement and
+            # would drop a comment closing the definition
+            out[node.name] = ("\n".join(lines[node.lineno - 1 : node.end_lineno]), reads)
+    return out
+
+
+def definition(name: str) -> str:
+    """The source of one runtime definition, exactly as its module holds it."""
+    try:
+        return _definitions()[name][0]
+    except KeyError:
+        raise KeyError(f"no runtime definition {name!r} in cyclelang/backends/torch/runtime/") from None
+
+
+def reads(name: str, global_name: str) -> bool:
+    """Whether a runtime definition uses `global_name` (e.g. `math`), so the file must import it."""
+    return global_name in _definitions()[name][1]

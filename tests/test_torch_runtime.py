@@ -1,0 +1,257 @@
+"""The runtime helpers every generated file inlines, tested as the modules they are.
+
+`cyclelang/backends/torch/runtime/` holds them as real Python; codegen copies their text
+into the file. Here each is imported and held to a reference written independently
+(F.cross_entropy, the papers' equations, autograd, plain concatenation), and the text
+codegen inlines is held to the modules: the same definitions, reading only the names the
+generated file defines.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+
+import pytest
+
+import cyclelang
+from cyclelang.backends.torch import runtime
+from cyclelang.backends.torch.codegen import codegen
+
+from .conftest import ROOT
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from cyclelang.backends.torch.runtime import cache, experts, loss, masks, positions  # noqa: E402
+
+ACTS = ["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu"]
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# --- the text codegen inlines -------------------------------------------------------------------
+
+
+def test_runtime_modules_speak_the_generated_files_vocabulary():
+    """Each module imports only what the generated file imports (torch, F, math), so a
+    definition copied into the file finds every global it reads."""
+    file_globals = {"torch", "F", "math", "nn"} | set(dir(builtins))
+    for module in runtime.MODULES:
+        tree = ast.parse((runtime.HERE / f"{module}.py").read_text("utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                assert [a.name for a in node.names] in (["torch"], ["math"]), (module, ast.unparse(node))
+            elif isinstance(node, ast.ImportFrom):
+                assert ast.unparse(node) == "from torch.nn import functional as F", (module, ast.unparse(node))
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+                defined |= {a.arg for n in ast.walk(node) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs}
+                defined |= {n.name for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+                free = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - defined - file_globals
+                assert not free, f"runtime/{module}.py: {node.name} reads {sorted(free)}, which the generated file lacks"
+
+
+def test_inlined_text_is_the_modules_text():
+    """What a generated file holds is each definition exactly as its module has it."""
+    src = codegen(cyclelang.load(ROOT / "specs" / "moe.cycle")) + codegen(cyclelang.load(ROOT / "specs" / "mistral.cycle"))
+    for name in ("NextTokenLoss", "rotary_tables", "apply_rotary", "sliding_mask", "Cache", "expert_mlps", "swiglu_grad"):
+        text = runtime.definition(name)
+        assert text.startswith(("def ", "class ")) and text in src, name
+    assert runtime.definition("sinusoids").endswith("return table  # (length, width)")  # a closing comment stays
+    assert runtime.reads("sinusoids", "math") and not runtime.reads("Cache", "math")
+    with pytest.raises(KeyError, match="no runtime definition 'nope'"):
+        runtime.definition("nope")
+
+
+def test_reading_the_runtime_and_lowering_import_no_torch():
+    import subprocess
+    import sys
+
+    prog = ("import sys; from cyclelang.backends.torch import runtime; runtime.definition('Cache'); "
+            "import cyclelang.backends.torch.codegen, cyclelang.backends.torch.build; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", prog], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+# --- NextTokenLoss ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_next_token_loss_equals_cross_entropy_forward_and_gradient(dtype):
+    g = gen()
+    logits = torch.randn(24, 50, generator=g, dtype=dtype)
+    targets = torch.randint(0, 50, (24,), generator=g)
+    targets[[3, 7, 20]] = -1
+    a, b = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    ours = loss.NextTokenLoss.apply(a, targets)
+    theirs = F.cross_entropy(b.float(), targets, ignore_index=-1)
+    assert torch.equal(ours, theirs)
+    (3.0 * ours).backward()
+    (3.0 * theirs).backward()
+    assert a.grad.dtype == dtype
+    torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+    assert not a.grad[[3, 7, 20]].any()  # ignored targets get no gradient
+
+
+def test_next_token_loss_scores_half_precision_in_float32():
+    g = gen(1)
+    logits = torch.randn(16, 40, generator=g).to(torch.bfloat16).requires_grad_()
+    targets = torch.randint(0, 40, (16,), generator=g)
+    out = loss.NextTokenLoss.apply(logits, targets)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, F.cross_entropy(logits.detach().float(), targets))
+    out.backward()
+    assert logits.grad.dtype == torch.bfloat16
+
+
+# --- positions ------------------------------------------------------------------------------------
+
+
+def test_sinusoids_are_the_transformers_formula():
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) (Vaswani et al.)."""
+    length, d = 9, 12
+    table = positions.sinusoids(length, d)
+    ref = torch.zeros(length, d, dtype=torch.float64)
+    for pos in range(length):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            ref[pos, 2 * i], ref[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    torch.testing.assert_close(table.double(), ref, rtol=0, atol=1e-5)
+
+
+def roformer(x: torch.Tensor, base: float) -> torch.Tensor:
+    """RoFormer's rotation (Su et al., eq. 34), in the rotate-half pairing: dims i and i + d/2
+    form the complex number z_i, rotated by m * theta_i with theta_i = base^(-2i/d) at position m."""
+    T, d = x.size(-2), x.size(-1)
+    theta = base ** (-2 * torch.arange(d // 2, dtype=torch.float64) / d)  # (d/2,)
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * theta  # (T, d/2)
+    z = torch.complex(x[..., : d // 2].double(), x[..., d // 2 :].double()) * torch.polar(torch.ones_like(angle), angle)
+    return torch.cat((z.real, z.imag), dim=-1)
+
+
+@pytest.mark.parametrize("base", [10000.0, 500.0])
+def test_rotary_is_roformers_rotation(base):
+    x = torch.randn(2, 3, 7, 8, generator=gen(), dtype=torch.float64)
+    cos, sin = positions.rotary_tables(7, 8, base)
+    assert cos.shape == sin.shape == (7, 8)
+    torch.testing.assert_close(positions.apply_rotary(x, cos.double(), sin.double()), roformer(x, base), rtol=1e-6, atol=1e-6)
+
+
+def test_rotary_scores_depend_on_the_offset_only():
+    """<R_m q, R_n k> = <R_(m+s) q, R_(n+s) k>: what makes rotary a relative position code."""
+    cos, sin = (t.double() for t in positions.rotary_tables(16, 8, 10000.0))
+    q, k = torch.randn(2, 8, generator=gen(2), dtype=torch.float64)
+
+    def score(m, n):
+        rq = positions.apply_rotary(q, cos[m], sin[m])
+        rk = positions.apply_rotary(k, cos[n], sin[n])
+        return (rq * rk).sum()
+
+    torch.testing.assert_close(score(3, 1), score(12, 10))
+    torch.testing.assert_close(score(5, 5), (q * k).sum())  # no offset: the plain dot product
+
+
+def test_partial_rotary_rotates_the_first_dims_only():
+    x = torch.randn(1, 2, 5, 12, generator=gen(3), dtype=torch.float64)
+    cos, sin = (t.double() for t in positions.rotary_tables(5, 4, 10000.0))
+    y = positions.apply_rotary_partial(x, cos, sin)
+    torch.testing.assert_close(y[..., :4], positions.apply_rotary(x[..., :4], cos, sin))
+    assert torch.equal(y[..., 4:], x[..., 4:])
+
+
+# --- masks ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("T, S", [(5, 5), (3, 8), (1, 6)])
+def test_masks_let_a_query_see_its_past(T, S):
+    for window in (1, 3, 100):
+        m, s = masks.causal_mask(T, S, "cpu"), masks.sliding_mask(T, S, window, "cpu")
+        assert m.shape == s.shape == (T, S)
+        for i in range(T):
+            pos = S - T + i  # the query's position after S - T cached ones
+            for j in range(S):
+                assert bool(m[i, j]) == (j <= pos)
+                assert bool(s[i, j]) == (j <= pos and pos - j < window)
+
+
+# --- the KV cache -----------------------------------------------------------------------------
+
+
+def test_cache_extend_equals_concatenation():
+    c = cache.Cache(length=10)
+    layer = object()
+    ks, vs = [], []
+    for step, T in enumerate((4, 1, 3, 1)):
+        k = torch.randn(2, 3, T, 5, generator=gen(step))
+        v = torch.randn(2, 3, T, 5, generator=gen(step + 10))
+        ks.append(k)
+        vs.append(v)
+        got_k, got_v = c.extend(layer, k, v)
+        c.pos += T
+        assert torch.equal(got_k, torch.cat(ks, 2)) and torch.equal(got_v, torch.cat(vs, 2))
+    assert c.state[layer][0].shape == (2, 3, 10, 5)  # reserved once, for the whole length
+
+
+def test_cache_keeps_a_pools_last_inputs():
+    c = cache.Cache(length=10)
+    layer = object()
+    history = torch.empty(1, 0, 4)
+    for T in (3, 1, 2):
+        x = torch.randn(1, T, 4, generator=gen(T))
+        h = c.extend_pool(layer, x, keep=2)
+        assert torch.equal(h, torch.cat((history[:, -2:], x), 1))  # the kept inputs, then the new ones
+        history = torch.cat((history, x), 1)
+        assert torch.equal(c.state[layer], history[:, -2:])  # a bounded copy
+
+
+# --- activations and their gradients ------------------------------------------------------------
+
+
+def reference_act(act: str, h: torch.Tensor) -> torch.Tensor:
+    plain = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu, "silu": F.silu}
+    if act in plain:
+        return plain[act](h)
+    gate, up = h.chunk(2, dim=-1)
+    return plain["silu" if act == "swiglu" else "gelu"](gate) * up
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_act_grad_matches_autograd(act):
+    fn = getattr(experts, f"{act}_grad")
+    h = torch.randn(7, 10, generator=gen(4), dtype=torch.float64)
+    h = h + 0.01 * torch.sign(h)  # perturbed away from 0, where relu's derivative is a convention
+    g = torch.randn(7, 5 if act in ("swiglu", "geglu") else 10, generator=gen(5), dtype=torch.float64)
+    a, none = fn(h)
+    assert none is None
+    torch.testing.assert_close(a, reference_act(act, h), rtol=0, atol=0)
+    hr = h.clone().requires_grad_()
+    (ref,) = torch.autograd.grad((reference_act(act, hr) * g).sum(), hr)
+    a2, gh = fn(h, g)
+    assert torch.equal(a2, a)
+    torch.testing.assert_close(gh, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_expert_mlps_runs_each_experts_rows():
+    """The custom op on hand-made assignments: dropped rows are zeros, each expert's rows go
+    through its own MLP, and its backward agrees with finite differences."""
+    op = experts.expert_mlps("test_runtime_experts_silu", experts.silu_grad)
+    assert op is experts.expert_mlps("test_runtime_experts_silu", experts.silu_grad)  # defined once
+    g = gen(6)
+    xs = torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    counts = torch.tensor([1, 4, 0, 2])  # one dropped row, then experts 0, 1 (idle), 2
+    weights = []
+    for _ in range(3):
+        weights += [torch.randn(6, 4, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64),
+                    torch.randn(4, 6, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)]
+    weights = [w.requires_grad_() for w in weights]
+    out, h = op(xs, counts, weights, True)
+    assert not out[0].any()
+    rows = {0: slice(1, 5), 2: slice(5, 7)}
+    for e, r in rows.items():
+        fc, fc_b, proj, proj_b = weights[4 * e : 4 * e + 4]
+        torch.testing.assert_close(out[r], F.linear(F.silu(F.linear(xs[r], fc, fc_b)), proj, proj_b))
+    assert torch.autograd.gradcheck(lambda x, *ws: op(x, counts, list(ws), True)[0], (xs, *weights))
