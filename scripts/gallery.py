@@ -192,7 +192,7 @@ ROLE_HEADS = {  # table columns: the role and its engine part
     "mixer": "mixer (injector)",
     "reactor": "reactor (combustor)",
     "valve": "valve (norm)",
-    "linear": "linear (duct)",
+    "projection": "projection (duct)",
     "merge": "merge",
     "nozzle": "nozzle (head)",
 }

@@ -182,13 +182,13 @@ def test_spike_detection():
 
 
 def test_ctrl_c_stops_cleanly_and_writes(tmp_path, monkeypatch):
-    from cyclelang.stand import cli as stand_cli
+    from cyclelang.cli import fire as fire_cli
 
     def interrupt(self, name, step, steps, loss):
         if step == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(stand_cli.Progress, "__call__", interrupt)
+    monkeypatch.setattr(fire_cli.Progress, "__call__", interrupt)
     out = tmp_path / "fire.json"
     r = invoke(["fire", SPEC("gpt2"), SPEC("rezero"), "--width", "16", "--depth", "1", "--seq", "8", "--batch", "2",
                 "--train", "50", "--json", str(out), "--plot", str(tmp_path / "f.png")])
@@ -269,15 +269,19 @@ def test_depth24_example_smoke(tmp_path, monkeypatch):
 def test_draw_annotate_golden(golden, tmp_path):
     """The report is a fixture (fired once, kept), so the DOT is a pure function of it."""
     from cyclelang.backends.graphviz import to_dot
+    from cyclelang.stand.readings import pressure_readings
 
     report = GOLDEN / "gas_generator.fire.json"
-    dot = to_dot(SPEC("gas_generator"), annotate=str(report))
+    spec = cyclelang.load(SPEC("gas_generator"))
+    readings = pressure_readings(spec, StandReport.model_validate_json(report.read_text("utf-8")).runs[0])
+    assert readings["chain"]["stages.0-3"] > 0 and "stages.4.probe" in readings["branches"]  # folded and instance paths
+    dot = to_dot(spec, annotate=readings)
     # pin the annotated edges (which edge got which number, width and colour), not the rest of the diagram
     edges = [line.strip() for line in dot.splitlines() if "->" in line and ("||dL/dx||" in line or "gradient norm" in line)]
     golden.check(GOLDEN / "gas_generator.annotated.txt", "\n".join(edges) + "\n")
-    assert dot != to_dot(SPEC("gas_generator"))
+    assert dot != to_dot(spec)
     assert "||dL/dx|| =" in dot and "branch gradient norm =" in dot
-    expanded = to_dot(SPEC("gas_generator"), annotate=str(report), expand=True)
+    expanded = to_dot(spec, annotate=readings, expand=True)
     assert expanded.count("||dL/dx|| =") > dot.count("||dL/dx|| =")
     r = invoke(["draw", SPEC("gpt2"), "--annotate", str(report), "-o", str(tmp_path / "x.dot")])
     assert r.exit_code == 1 and "no run of engine 'gpt2'" in r.output

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import torch
 
 from .. import ir
-from ..backends.torch.codegen import make_plan
 from .result import BranchReading, Check, StageReading
 
 DECODE_PREFIX = 4  # tokens fed in one call before decoding one at a time
@@ -29,6 +28,10 @@ class BranchSite:
     attr: str  # attribute on the stage module
     br: ir.Prechamber
 
+    @property
+    def path(self) -> str:
+        return f"stages.{self.stage}.{self.attr}"
+
 
 @dataclass
 class StageSite:
@@ -36,15 +39,17 @@ class StageSite:
     name: str
     branches: list[BranchSite]
 
+    @property
+    def path(self) -> str:
+        return f"stages.{self.index}"
+
 
 def sites(spec: ir.Spec) -> list[StageSite]:
-    """Every stage instance and its branches, with the attribute names the back-end gave them."""
-    plan = make_plan(spec)
+    """Every stage instance and its branches, named by the IR's layout (the model's paths)."""
     out = []
-    for sp in plan.stages:
-        for i in range(sp.first, sp.first + sp.stage.repeat):
-            out.append(StageSite(i, sp.stage.name, [BranchSite(i, b.attr, b.br) for b in sp.branches()]))
-    out.sort(key=lambda s: s.index)
+    for sl in ir.layout.layout(spec).stages:
+        for i in range(sl.first, sl.first + sl.stage.repeat):
+            out.append(StageSite(i, sl.stage.name, [BranchSite(i, b.attr, b.branch) for b in sl.branches()]))
     return out
 
 
@@ -57,15 +62,11 @@ def _rms(t: torch.Tensor) -> float:
 
 
 def _merge_factor(stage_mod, site: BranchSite):
-    """What the merge multiplies the branch's output by, relative to the main line's x."""
-    m = site.br.merge
-    if isinstance(m, ir.ScaleMerge):
-        return m.value
-    if isinstance(m, (ir.RezeroMerge, ir.LayerscaleMerge)):
-        return getattr(stage_mod, site.attr).scale.detach()
-    if isinstance(m, ir.DeepnormMerge):
-        return 1.0 / m.alpha  # the junction is alpha*x + f(x): compare f(x) with alpha*x
-    return 1.0
+    """What the merge multiplies the branch's output by, relative to the main line's x
+    (the kinds table says which: a fixed gain, a learned one, or a scaled main line)."""
+    g = ir.kinds.gain(site.br.merge)
+    value = getattr(getattr(stage_mod, site.attr), g.learned).detach() if g.learned else g.value
+    return value / g.main  # alpha*x + f(x) (deepnorm): compare f(x) with alpha*x
 
 
 class Recorder:
@@ -144,10 +145,10 @@ def static_fire(model, spec: ir.Spec, idx: torch.Tensor, targets: torch.Tensor):
             bp = [g for name, g in g_par.items() if name.startswith(f"{prefix}{b.attr}.")]
             gn = float(sum(_norm(g) ** 2 for g in bp) ** 0.5)
             branches.append(BranchReading(
-                name=b.br.name, merge=None if b.br.merge is None else b.br.merge.kind, detach=b.br.detach,
+                name=b.br.name, path=b.path, merge=None if b.br.merge is None else b.br.merge.kind, detach=b.br.detach,
                 overboard=b.br.overboard, intensity=_norm(y * factor) / max(_norm(x), 1e-30), grad_norm=gn))
         readings.append(StageReading(
-            depth=k + 1, stage=s.name, pressure=_rms(rec.stage_out[s.index]), grad_in=_norm(g_in[k]),
+            depth=k + 1, stage=s.name, path=s.path, pressure=_rms(rec.stage_out[s.index]), grad_in=_norm(g_in[k]),
             grad_out=_norm(g_out[k]), params=pg, branches=branches))
     engine = {name: _norm(g) for name, g in g_par.items() if not name.startswith("stages.")}
     return float(loss.detach()), _rms(rec.feed_out), readings, engine
@@ -174,7 +175,7 @@ def check_detach(model, spec: ir.Spec, idx, targets) -> Check:
             (g,) = torch.autograd.grad(probe, x_in, retain_graph=True, allow_unused=True)
             m = 0.0 if g is None else float(g.abs().max())
             if m != 0.0:
-                where.append(f"stages.{s.index}.{b.attr} passes {m:.3g} back into its input")
+                where.append(f"{b.path} passes {m:.3g} back into its input")
             worst = max(worst, m)
         if b.br.overboard and b.br.loss is None:
             ps = [p for p in getattr(model.stages[s.index], b.attr).parameters() if p.requires_grad]
@@ -182,7 +183,7 @@ def check_detach(model, spec: ir.Spec, idx, targets) -> Check:
                 gs = torch.autograd.grad(loss, ps, retain_graph=True, allow_unused=True)
                 m = max((0.0 if g is None else float(g.abs().max())) for g in gs)
                 if m != 0.0:
-                    where.append(f"stages.{s.index}.{b.attr} is dumped overboard but its weights get gradient {m:.3g}")
+                    where.append(f"{b.path} is dumped overboard but its weights get gradient {m:.3g}")
                 worst = max(worst, m)
     names = ", ".join(sorted({f"{s.name}.{b.br.name}" for s, b in open_sites}))
     if where:

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: readings carry their layout path
 
 
 class _Model(BaseModel):
@@ -26,6 +26,7 @@ class BranchReading(_Model):
     """One prechamber of one stage instance."""
 
     name: str
+    path: str  # the branch's layout path in the fired model: "stages.3.mix"
     merge: str | None  # merge kind; None for overboard
     detach: bool
     overboard: bool
@@ -36,6 +37,7 @@ class BranchReading(_Model):
 class StageReading(_Model):
     depth: int  # 1-based position of the stage instance
     stage: str  # the stage's name in the spec
+    path: str  # the instance's layout path in the fired model: "stages.3"
     pressure: float  # RMS of the residual stream leaving the stage
     grad_in: float  # ||dL/dx|| for the residual stream entering the stage: the pressure chain
     grad_out: float  # ||dL/dx|| for the stream leaving it

@@ -19,10 +19,12 @@ DEFAULT_SEQ = 64
 DEFAULT_BATCH = 4
 
 
-def _label(spec, s: ir.Spec) -> str:
+def file_label(spec, s: ir.Spec) -> str:
+    """How a report names the file a spec came from: a path as given (relative to here when
+    it was absolute, else its name), or the engine's file name; never an absolute path."""
     if isinstance(spec, (str, os.PathLike)) and str(spec).endswith(".cycle") and "\n" not in str(spec):
         path = str(spec)
-        if os.path.isabs(path):  # no absolute paths in reports: relative to here, else the name
+        if os.path.isabs(path):
             rel = os.path.relpath(path)
             path = rel if not rel.startswith("..") else os.path.basename(path)
         return path.replace(os.sep, "/")
@@ -35,35 +37,32 @@ def _bad(message: str, help: str | None = None) -> CycleError:
     return CycleError([Diagnostic("E0205", "error", message, None, help)])
 
 
-def fire(specs, *, width: int | None = None, depth: int | None = None, seq: int | None = None, batch: int = DEFAULT_BATCH,
+def fire(specs, *, files=None, width: int | None = None, depth: int | None = None, seq: int | None = None, batch: int = DEFAULT_BATCH,
          seed: int = 0, data: str | None = None, train: int = 0,
-         progress: Callable[[str, int, int, float], None] | None = None, include_path: tuple[str, ...] = ()) -> StandReport:
-    """Fire one spec or several (paths, texts or IR) and return what the stand measured.
+         progress: Callable[[str, int, int, float], None] | None = None) -> StandReport:
+    """Fire one resolved spec or several (`ir.Spec`) and return what the stand measured.
 
-    width/depth: fire a scale model (see `cyclelang.stand.shrink`). seq, batch: the
+    files: how the report names each spec's file (default: its engine's file name).
+    width/depth: fire a scale model (see `ir.passes.shrink`). seq, batch: the
     tokens of the static fire and of training. data: a file whose bytes are the tokens
     (default: seeded random tokens for the static fire, the Markov source for training).
     train: steps of training with the spec's startup block after the static fire.
     progress(name, step, steps, loss) is called after every training step.
     """
-    from .. import to_spec
     from ..backends.torch.build import build
 
-    if isinstance(specs, (str, os.PathLike, ir.Spec)):
+    if isinstance(specs, ir.Spec):
         specs = [specs]
+    if not all(isinstance(s, ir.Spec) for s in specs):
+        raise TypeError("the stand fires ir.Spec objects; cyclelang.fire takes paths and text")
+    files = list(files) if files is not None else [file_label(s, s) for s in specs]
     if batch < 1:
         raise _bad(f"--batch must be at least 1, not {batch}")
     if train < 0:
         raise _bad(f"--train must be 0 or more steps, not {train}")
     runs: list[Firing] = []
     interrupted = False
-    for spec in specs:
-        if include_path and isinstance(spec, (str, os.PathLike)):
-            from ..semantics.resolve import load
-
-            s = load(spec, include_path=tuple(include_path))
-        else:
-            s = to_spec(spec)
+    for s, label in zip(specs, files):
         small = shrink(s, width=width, depth=depth)
         e = small.engine
         T = min(DEFAULT_SEQ, e.feed.context) if seq is None else seq
@@ -85,7 +84,7 @@ def fire(specs, *, width: int | None = None, depth: int | None = None, seq: int 
             cb = None if progress is None else (lambda step, steps, value, _n=e.name: progress(_n, step, steps, value))
             training = hot_fire(model, src, train, batch, T, seed, floor, unigram, cb)
         runs.append(Firing(
-            name=e.name, file=_label(spec, s),
+            name=e.name, file=label,
             settings=Settings(width=e.width, depth=len(stages), seq=T, batch=batch, seed=seed,
                               params=sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
                               data=source.name),

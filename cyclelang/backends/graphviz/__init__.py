@@ -33,28 +33,30 @@ class GraphvizMissing(RuntimeError):
     pass
 
 
-def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", rankdir: str | None = None, theme: str = "light",
+def draw(spec: ir.Spec, view: str = "cycle", expand: bool = False, labels: str = "both", rankdir: str | None = None, theme: str = "light",
          annotate=None):
-    """Draw a spec (path, text or IR) as a `graphviz.Digraph`.
+    """Draw a resolved spec as a `graphviz.Digraph`.
 
     view: "cycle" (the power-cycle schematic) or "graph" (the computation graph with
     tensor shapes on edges and parameter counts on nodes). expand: unroll repeated
     stages. labels: "rocket", "ml" or "both". rankdir: Graphviz rank direction,
-    by default LR for the cycle and TB for the graph. annotate: a test-stand report (a
-    `cyclec fire --json` path, a StandReport or a Firing) whose pressure chain sets the
-    cycle view's edge widths and colours (see annotate.py).
+    by default LR for the cycle and TB for the graph. annotate: measurements keyed by
+    layout path (`cyclelang.stand.readings.pressure_readings`), which set the cycle
+    view's edge widths and colours (see annotate.py).
     """
-    from ... import to_spec
     from ...diagnostics import CycleError, Diagnostic
     from .cycle import CycleView, Options
     from .graph import GraphView
 
+    if not isinstance(spec, ir.Spec):
+        raise TypeError(f"the graphviz back-end draws an ir.Spec, not {type(spec).__name__} (cyclelang.draw takes paths and text)")
+    ir.validate(spec)  # an IR edited with model_copy skipped its models' checks
     for name, value, allowed in (("view", view, VIEWS), ("labels", labels, LABELS), ("theme", theme, THEMES)):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     if rankdir is not None and rankdir not in RANKDIRS:
         raise ValueError(f"rankdir must be one of {', '.join(RANKDIRS)}, not {rankdir!r}")
-    s = to_spec(spec)
+    s = spec
     if s.engine is None:
         raise CycleError([Diagnostic("E0213", "error", "nothing to draw: the spec defines no engine (only templates)", s.span,
                                      "draw the file that defines the engine; this one is meant to be included")])
@@ -65,14 +67,9 @@ def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", 
             big = max(stages, key=lambda op: op.repeat)
             raise CycleError([Diagnostic("E0220", "error", f"expanding would draw {unrolled:,} stages; a diagram unrolls at most {MAX_EXPAND}",
                                          big.span, f"draw it folded (without --expand): stage {big.name} is drawn once with a {chr(0xd7)}{big.repeat} badge")])
-    run = None
-    if annotate is not None:
-        if view != "cycle":
-            raise ValueError("annotate applies to the cycle view")
-        from .annotate import load_run
-
-        run = load_run(annotate, s.engine.name)
-    opts = Options(expand=expand, labels=labels, rankdir=rankdir or ("LR" if view == "cycle" else "TB"), theme=theme, annotate=run)
+    if annotate is not None and view != "cycle":
+        raise ValueError("annotate applies to the cycle view")
+    opts = Options(expand=expand, labels=labels, rankdir=rankdir or ("LR" if view == "cycle" else "TB"), theme=theme, annotate=annotate)
     builder = CycleView(s.engine, opts) if view == "cycle" else GraphView(s.engine, opts)
     return builder.build()
 

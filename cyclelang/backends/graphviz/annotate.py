@@ -1,65 +1,31 @@
 """Measurements on the diagram: `cyclec draw SPEC --annotate fire.json`.
 
-Reads a test-stand report (`cyclec fire --json`; torch-free pydantic models) and
-restyles the cycle view's edges from the measured pressure chain:
+The diagram never reads a stand report: it is handed readings keyed by layout path
+(`cyclelang.stand.readings.pressure_readings` makes them from a report):
 
-- main-line edges entering a stage: ||dL/dx|| of the residual stream entering it
-  (the stage's instances averaged geometrically when the diagram folds them); an
-  edge from a stage to an engine-level op (the final valve, the nozzle) carries the
-  gradient leaving the stage's last instance;
-- branch edges: the gradient norm over that prechamber's parameters.
+    {"chain":    {stage path: ||dL/dx|| of the residual stream entering it},
+     "exit":     {stage path: ||dL/dx|| of the stream leaving it},
+     "branches": {branch path: the gradient norm over that prechamber's parameters}}
 
-Width and colour run from thin and cool (weakest measured) to thick and hot
-(strongest) on a log scale, separately for the main line and the branches, and
-every restyled edge gets a tooltip with the number. Stages are matched by name,
-so a report fired at another --depth still applies.
+and restyles the cycle view's edges by the path each one carries in its class
+(`chain stages.0-11`, `exit stages.0-11`, `branch stages.0-11.mix`): a main-line edge
+inside a stage shows the gradient entering it; an edge from a stage's end to an
+engine-level op (the final valve, the nozzle) shows the gradient leaving it; a branch's
+edges show its parameters' gradient norm. Width and colour run from thin and cool
+(weakest measured) to thick and hot (strongest) on a log scale, separately for the
+main line and the branches, and every restyled edge gets a tooltip with the number.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from pathlib import Path
+from typing import Mapping
 
-from ... import ir
-from ...diagnostics import CycleError, Diagnostic
-
-_NODE = re.compile(r"^b(\d+)(?:\.r(\d+))?(?:\.o(\d+)(?:\.f(\d+))?)?(?:\.|$)")
 COOL, HOT = (0x3B, 0x6F, 0xB6), (0xD7, 0x30, 0x1F)
 MAIN_WIDTH, BRANCH_WIDTH = (2.0, 12.0), (1.0, 6.0)
-
-
-def load_run(source, engine_name: str):
-    """The run for `engine_name` from a report path, JSON text, StandReport or Firing."""
-    from ...stand.result import Firing, StandReport
-
-    if isinstance(source, Firing):
-        return source
-    if isinstance(source, StandReport):
-        report = source
-    else:
-        try:
-            text = Path(source).read_text("utf-8")
-        except OSError as e:
-            raise CycleError([Diagnostic("E0105", "error", f"cannot read --annotate {source}: {e.strerror or e}", None)]) from None
-        try:
-            report = StandReport.model_validate_json(text)
-        except ValueError:
-            raise CycleError([Diagnostic("E0205", "error", f"{source} is not a test-stand report", None,
-                                         "write one with: cyclec fire SPEC --json fire.json")]) from None
-    runs = [r for r in report.runs if r.name == engine_name]
-    if not runs:
-        names = ", ".join(r.name for r in report.runs) or "none"
-        raise CycleError([Diagnostic("E0205", "error", f"the report holds no run of engine '{engine_name}' (it has: {names})", None,
-                                     "fire this spec: cyclec fire SPEC --json fire.json")])
-    return runs[0]
-
-
-def _gmean(values: list[float]) -> float | None:
-    pos = [v for v in values if v > 0]
-    if not pos:
-        return 0.0 if values else None
-    return math.exp(sum(math.log(v) for v in pos) / len(pos))
+READINGS = ("chain", "exit", "branches")
+# The class's first word says which table of readings the edge's path is looked up in.
+_TABLE = {"chain": "chain", "exit": "exit", "branch": "branches"}
 
 
 def _color(x: float) -> str:
@@ -77,56 +43,20 @@ def _scale(values: dict, attrs_of: dict, widths: tuple[float, float], what: str)
             attrs["tooltip"] = f"{what} {v:.3g}"
 
 
-def apply(engine: ir.Engine, edges: list, run, theme: dict[str, str]) -> None:
-    """Restyle `edges` ((tail, head, attrs) with mutable attrs) in place from `run`."""
-    by_stage: dict[str, list] = {}
-    for s in run.stages:
-        by_stage.setdefault(s.stage, []).append(s)
-
-    def readings(i: int, rep):
-        st = engine.body[i]
-        got = by_stage.get(st.name, []) if isinstance(st, ir.Stage) else []
-        return got if rep is None else got[int(rep) : int(rep) + 1]
-
-    def is_stage(m) -> bool:
-        return m is not None and isinstance(engine.body[int(m.group(1))], ir.Stage)
-
+def apply(edges: list, readings: Mapping[str, Mapping[str, float]]) -> None:
+    """Restyle `edges` ((tail, head, attrs) with mutable attrs) in place from `readings`."""
+    unknown = set(readings) - set(READINGS)
+    if unknown:
+        raise ValueError(f"readings hold {', '.join(sorted(unknown))}; expected {', '.join(READINGS)}")
     main_vals, main_attrs, br_vals, br_attrs = {}, {}, {}, {}
-    for a, b, attrs in edges:
-        if attrs.get("color") == theme["chamber"]:
-            mb, ma = _NODE.match(b), _NODE.match(a)
-            if is_stage(mb):  # the stream entering (or running through) a stage
-                key = (mb.group(1), mb.group(2))
-                value = _gmean([r.grad_in for r in readings(int(mb.group(1)), mb.group(2))])
-            elif is_stage(ma):  # leaving a stage for the main line's own valve or the nozzle
-                rs = readings(int(ma.group(1)), ma.group(2))
-                key, value = ("out", ma.group(1), ma.group(2)), (rs[-1].grad_out if rs else None)
-            else:
-                continue
-            if value is None:
-                continue
-            main_vals[key] = value
-            main_attrs.setdefault(key, []).append(attrs)
-            continue
-        m = _NODE.match(b) or _NODE.match(a)
-        if not m or m.group(3) is None:
-            continue
-        st = engine.body[int(m.group(1))]
-        if not isinstance(st, ir.Stage):
-            continue
-        op = st.ops[int(m.group(3))]
-        if isinstance(op, ir.Fullflow):
-            if m.group(4) is None:
-                continue  # the shared valve's feed edge
-            op = op.branches[int(m.group(4))]
-        if not isinstance(op, ir.Prechamber):
-            continue
-        rs = readings(int(m.group(1)), m.group(2))
-        value = _gmean([br.grad_norm for r in rs for br in r.branches if br.name == op.name])
+    for _, _, attrs in edges:
+        role, _, path = attrs.get("class", "").partition(" ")
+        table = _TABLE.get(role)
+        value = readings.get(table, {}).get(path) if table else None
         if value is None:
             continue
-        key = (m.group(1), m.group(2), m.group(3), m.group(4))
-        br_vals[key] = value
-        br_attrs.setdefault(key, []).append(attrs)
+        vals, into = (br_vals, br_attrs) if table == "branches" else (main_vals, main_attrs)
+        vals[(table, path)] = value
+        into.setdefault((table, path), []).append(attrs)
     _scale(main_vals, main_attrs, MAIN_WIDTH, "||dL/dx|| =")
     _scale(br_vals, br_attrs, BRANCH_WIDTH, "branch gradient norm =")

@@ -30,7 +30,7 @@ def text_w(s: str | None, size: float, bold: bool = False) -> float:
 class Options:
     def __init__(self, *, expand: bool, labels: str, rankdir: str, theme: str, annotate=None):
         self.expand, self.labels, self.rankdir, self.theme = expand, labels, rankdir, theme
-        self.annotate = annotate  # a test-stand run (stand.result.Firing) to restyle edges from, or None
+        self.annotate = annotate  # readings keyed by layout path to restyle edges from (see annotate.py), or None
 
 
 def new_graph(name: str, title: str, opts: Options, t: dict[str, str], **graph_attr) -> graphviz.Digraph:
@@ -60,6 +60,13 @@ class CycleView:
         self.edges: list[tuple[str, str, dict]] = []
         self.merges: set[str] = set()  # points on the main line a next branch may split from
         self.last_branch: str | None = None  # the last node of the latest branch on this row
+        # Layout paths: the edges say which part of the model they stand for.
+        self.layout = ir.layout.layout(engine)
+        self.stage_layout = {sl.index: sl for sl in self.layout.stages}
+        self.branch_attr = {id(b.branch): b.attr for sl in self.layout.stages for b in sl.branches()}
+        self.ctx: tuple[str, str] | None = None  # ("chain" | "exit", stage path) for main-line edges
+        self.stage_here: str | None = None  # the path of the stage being drawn
+        self.branch_path: str | None = None  # the path of the prechamber being drawn
         title = self.title()
         self.g = new_graph(
             "cycle", title, opts, self.t,
@@ -84,10 +91,17 @@ class CycleView:
         g.node(nid, lbl, **attrs)
 
     def flow(self, g, a: str, b: str, **attrs) -> None:
-        """The main chamber: heavy, straight, high pressure."""
+        """The main chamber: heavy, straight, high pressure. The edge's class names the
+        layout path it stands for: `chain stages.0-11` inside a stage, `exit stages.0-11`
+        from a stage's end to what follows on the main line."""
+        if self.ctx is not None:
+            attrs.setdefault("class", " ".join(self.ctx))
         self.edges.append((a, b, {"color": self.t["chamber"], "penwidth": "6", "weight": "100", "arrowsize": "0.5", **attrs}))
 
     def branch(self, g, a: str, b: str, **attrs) -> None:
+        """A branch's flow; its class is `branch PATH`, the prechamber's layout path."""
+        if self.branch_path is not None:
+            attrs.setdefault("class", f"branch {self.branch_path}")
         self.edges.append((a, b, {"color": self.t["branch"], "penwidth": "2", "arrowsize": "0.7", **attrs}))
 
     def junction(self, g, nid: str, kind: str) -> None:
@@ -154,7 +168,7 @@ class CycleView:
         if self.o.annotate is not None:
             from .annotate import apply
 
-            apply(e, self.edges, self.o.annotate, t)
+            apply(self.edges, self.o.annotate)
         for a, b, attrs in self.edges:
             g.edge(a, b, **attrs)
         self.legend()
@@ -279,9 +293,9 @@ class CycleView:
     def main_op(self, g, path: str, op, rep: int | None, cur: str) -> str:
         if isinstance(op, ir.Stage):
             return self.stage(g, path, op, rep, cur)
-        if isinstance(op, ir.Norm):
-            return self.series_valve(g, path, op, cur)
-        return self.series_turbine(g, path, op, cur)
+        out = self.series_valve(g, path, op, cur) if isinstance(op, ir.Norm) else self.series_turbine(g, path, op, cur)
+        self.ctx = None  # past an engine-level op, the flow is no stage's any more
+        return out
 
     def stage(self, g, path: str, s: ir.Stage, rep: int | None, cur: str, ops: list[int] | None = None) -> str:
         """A stage's cluster, or the part of it holding `ops` (indices) when a row break
@@ -290,6 +304,9 @@ class CycleView:
         n = params.count(s)
         each = " each" if s.repeat > 1 and rep is None else ""
         ops = list(range(len(s.ops))) if ops is None else ops
+        sl = self.stage_layout[int(path[1:].split(".")[0])]
+        self.stage_here = sl.path if rep is None else sl.instance(rep)
+        self.ctx = ("chain", self.stage_here)
         name, title, detail = f"cluster_{path}", text.stage(s, rep), f"{params.human(n)} params{each}"
         if ops and ops[0] > 0:
             name, title, detail = f"cluster_{path}.c{ops[0]}", f"{title}  (continued)", None
@@ -301,6 +318,7 @@ class CycleView:
                 self.used.add("repeat")
             for j in ops:
                 cur = self.stage_op(c, f"{path}.o{j}", s.ops[j], cur)
+        self.ctx = ("exit", self.stage_here)
         return cur
 
     def stage_op(self, g, path: str, op, cur: str) -> str:
@@ -366,6 +384,7 @@ class CycleView:
         """Draw one prechamber from `split` to `merge` (or overboard when merge is None)."""
         t = self.t
         self.used.add("branch")
+        self.branch_path = f"{self.stage_here}.{self.branch_attr[id(p)]}"
         with g.subgraph(name=f"cluster_{path}") as c:
             first, *rest = text.wrap(text.prechamber(p, self.o.labels), 30)
             c.attr(label=self.lab(first, None, size=12, extra=rest, detail_size=11, align="left"), style="rounded,filled,dashed" if p.detach else "rounded,filled",
@@ -383,7 +402,7 @@ class CycleView:
             self.used.add("cut")
             cut = {"rocket": "cut", "ml": "detach", "both": "cut: detach"}[self.o.labels]
             # A label (not an xlabel) gets its own place on this very edge, clear of the lines.
-            self.edges.append((split, first, dict(color=t["cut"], penwidth="2", style="dashed", dir="both", arrowtail="tee",
+            self.edges.append((split, first, dict(color=t["cut"], penwidth="2", style="dashed", dir="both", arrowtail="tee", **{"class": f"branch {self.branch_path}"},
                                                   arrowsize="0.8", label=self.lab(None, cut, detail_size=10), fontcolor=t["cut"])))
         else:
             self.branch(g, split, first)
@@ -392,6 +411,7 @@ class CycleView:
             self.used.add(f"merge_{kind}")
             m = text.merge(p.merge, params.merge_count(p.merge, p.width, p.out_width), self.o.labels)
             self.branch(g, last, merge, label=self.lab(None, m, detail_size=10) if m else None)
+        self.branch_path = None  # what follows is the main line's, or the next branch's
 
     def split_from(self, g, path: str, cur: str) -> str:
         """The split point for a branch: the previous merge junction when the flow has

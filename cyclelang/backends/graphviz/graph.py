@@ -23,6 +23,11 @@ class GraphView:
         self.g = new_graph("graph", f"{engine.name}: computation graph, {total} params", opts, self.t,
                            nodesep="0.3", ranksep="0.35", newrank="true")
         self.edges: list[tuple[str, str, dict]] = []
+        # Each op node's layout path (an expanded stage's instance), for the edges into it.
+        lay = ir.layout.layout(engine)
+        self.part_path = {id(p.node): p.path for p in lay.parts() if p.role != "merge"}
+        self.node_path: dict[str, str] = {"feed.embed": "feed", "nozzle": "head"}
+        self.rep: int | None = None
 
     def lab(self, title, detail=None, **kw) -> str:
         return label(title, detail, muted=self.t["muted"], **kw)
@@ -74,6 +79,8 @@ class GraphView:
         g.node("out.logits", self.lab("logits", None, size=13), shape="oval", style="filled", fillcolor=t["nozzle"], group="main")
         self.edge("nozzle", "out.logits", self.bt(n.vocab), weight="10")
         for a, b, attrs in self.edges:
+            if b in self.node_path:  # the edge feeds a part: it carries the part's path
+                attrs.setdefault("class", f"part {self.node_path[b]}")
             g.edge(a, b, **attrs)
         return g
 
@@ -81,6 +88,7 @@ class GraphView:
         if isinstance(op, ir.Stage):
             reps = range(op.repeat) if self.o.expand and op.repeat > 1 else [None]
             for r in reps:
+                self.rep = r
                 p = path if r is None else f"{path}.r{r}"
                 each = " each" if op.repeat > 1 and r is None else ""
                 with g.subgraph(name=f"cluster_{p}") as c:
@@ -88,6 +96,7 @@ class GraphView:
                            style="rounded,filled", fillcolor=self.t["stage_fill"], color=self.t["stage_border"], labeljust="l")
                     for j, sop in enumerate(op.ops):
                         cur, w = self.stage_op(c, f"{p}.o{j}", sop, cur, w)
+            self.rep = None
             return cur, w
         return self.series(g, path, op, cur, w)
 
@@ -97,6 +106,8 @@ class GraphView:
         return path, out_width(op, w)
 
     def leaf(self, g, nid: str, op, on_branch: bool) -> None:
+        path = self.part_path[id(op)]
+        self.node_path[nid] = path if self.rep is None else ir.layout.instances(path)[self.rep]
         main = {} if on_branch else {"group": "main"}
         if isinstance(op, ir.Norm):
             self.op_node(g, nid, text.norm(op, on_branch), params.count(op), self.t["valve_branch"], op.span,

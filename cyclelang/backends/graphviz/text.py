@@ -42,36 +42,47 @@ def shape(*dims: int | str) -> str:
     return TIMES.join(str(d) for d in dims)
 
 
+def _attention(op: ir.Attention) -> str:
+    bits = [f"{op.heads} heads"]
+    if op.kv_heads == 1 and op.heads > 1:
+        bits.append("MQA")
+    elif op.kv_heads != op.heads:
+        bits.append(f"{op.kv_heads} kv heads")
+    bits.append(op.mask)
+    if op.window is not None:
+        bits.append(f"window {op.window}")
+    if op.rotary_dims:
+        bits.append(f"rotary {op.rotary_dims}/{op.head_dim}")
+    if op.qk_norm:
+        bits.append("qk-norm")
+    return ", ".join(bits)
+
+
+def _moe(op: ir.Moe) -> str:
+    bits = [f"{op.experts} experts", f"top {op.top}", f"{op.hidden} hidden", op.act]
+    if op.capacity is not None:
+        bits.append(f"capacity {num(op.capacity)}")
+    if op.balance:
+        bits.append(f"balance {num(op.balance)}")
+    return ", ".join(bits)
+
+
+# The numbers each turbine kind shows beside its name; the names come from ir.kinds.
+DETAILS = {
+    ir.Attention: _attention,
+    ir.Mlp: lambda op: f"{op.width}{ARROW}{op.hidden}, {op.act}",
+    ir.Moe: _moe,
+    ir.Pool: lambda op: f"size {op.size}" + (", causal" if op.causal else ""),
+    ir.Linear: lambda op: f"{op.width}{ARROW}{op.out}",
+}
+
+
 def turbine(op) -> Words:
-    if isinstance(op, ir.Attention):
-        bits = [f"{op.heads} heads"]
-        if op.kv_heads == 1 and op.heads > 1:
-            bits.append("MQA")
-        elif op.kv_heads != op.heads:
-            bits.append(f"{op.kv_heads} kv heads")
-        bits.append(op.mask)
-        if op.window is not None:
-            bits.append(f"window {op.window}")
-        if op.rotary_dims:
-            bits.append(f"rotary {op.rotary_dims}/{op.head_dim}")
-        if op.qk_norm:
-            bits.append("qk-norm")
-        return Words("turbine", "injector", "attention", ", ".join(bits))
-    if isinstance(op, ir.Mlp):
-        return Words("turbine", "combustor", "MLP", f"{op.width}{ARROW}{op.hidden}, {op.act}")
-    if isinstance(op, ir.Moe):
-        bits = [f"{op.experts} experts", f"top {op.top}", f"{op.hidden} hidden", op.act]
-        if op.capacity is not None:
-            bits.append(f"capacity {num(op.capacity)}")
-        if op.balance:
-            bits.append(f"balance {num(op.balance)}")
-        return Words("turbine", "liquid-liquid injector", "MoE", ", ".join(bits))
-    if isinstance(op, ir.Pool):
-        return Words("turbine", "passive mixer", "pool", f"size {op.size}" + (", causal" if op.causal else ""))
-    if isinstance(op, ir.Linear):
-        narrow = op.out < op.width
-        return Words("turbine", "narrow throat" if narrow else "duct", "linear", f"{op.width}{ARROW}{op.out}")
-    raise TypeError(type(op).__name__)  # pragma: no cover
+    detail = DETAILS.get(type(op))
+    if detail is None:
+        raise TypeError(f"no diagram words for IR class {type(op).__name__}: add them to DETAILS in graphviz/text.py")
+    rocket, ml = ir.kinds.kind_of(op).describe(op)
+    return Words("turbine", rocket, ml, detail(op))
 
 
 def norm(op: ir.Norm, on_branch: bool) -> Words:
@@ -110,15 +121,7 @@ def human(n: int) -> str:
 
 
 # What each merge kind computes, for the legend: x is the chamber, f the branch.
-MERGE_LEGEND = {
-    "plain": "merge: x + f(x)",
-    "scale": "scale: x + s\u00b7f(x)",
-    "cooling": "cooling: x + f(x), f's output init \u03c3",
-    "rezero": "rezero: x + \u03b1\u00b7f(x), \u03b1 learned",
-    "layerscale": "layerscale: x + \u03b3\u2299f(x), \u03b3 per channel",
-    "deepnorm": "deepnorm: \u03b1\u00b7x + f(x), f's init gain \u03b2",
-    "gate": "gate: x + g\u00b7(f(x) \u2212 x), g = \u03c3(Wx + b)",
-}
+MERGE_LEGEND = {k.keyword: f"{k.keyword}: {k.formula}" if k.keyword != "plain" else f"merge: {k.formula}" for k in ir.kinds.MERGES}
 
 
 def merge_legend(kind: str, mode: str) -> str:
