@@ -10,10 +10,10 @@ Supported checkpoints: GPT-2 (`GPT2LMHeadModel`, `GPT2Model`), Llama
 and Mixtral (`MixtralForCausalLM`, both the transformers 5 fused-expert layout and
 the `block_sparse_moe.experts.{e}.w1/w2/w3` layout of the released files).
 
-The mapping is driven by the compiled module, not by the spec's names: in each
-stage `stages.{i}` it finds the attention turbine (`....attn.qkv`), the reactor
-(`....mlp.fc` or `....moe.router`) and the valve beside each (the `norm` in the
-same prechamber, i.e. Pre-LN), and maps transformers layer i onto them. Anything
+The mapping is driven by the IR's layout (the parts' paths in the compiled module):
+in each stage instance `stages.{i}` it takes the attention turbine, the reactor
+(mlp or moe) and the valve beside each (the `norm` in the same prechamber, i.e.
+Pre-LN), and maps transformers layer i onto them. Anything
 that does not line up (a missing or extra key, a different shape, an eps or a
 rotary base the config disagrees with) raises `InteropError` (a ValueError) naming
 the first key that differs, before a single weight is copied.
@@ -31,6 +31,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import ir
 
 __all__ = ["InteropError", "load_transformers", "convert_state_dict", "detect_arch", "read_safetensors", "ARCHS"]
 
@@ -138,26 +140,22 @@ class _Plan:
     reasons: dict = field(default_factory=dict)  # module keys with no source: why
 
 
-def _layout(keys) -> dict[int, _Stage]:
+def _layout(spec) -> dict[int, _Stage]:
+    """Each stage instance's attention, reactor and their experts, by the IR's layout paths."""
+    lay = ir.layout.layout(spec)
     stages: dict[int, _Stage] = {}
-    for k in keys:
-        if not k.startswith("stages."):
-            continue
-        i = int(k.split(".", 2)[1])
-        st = stages.setdefault(i, _Stage())
-        m = re.match(r"^(stages\.\d+\.(?:[^.]+\.)*?)attn\.qkv\.weight$", k)
-        if m:
-            st.attn = st.attn or m.group(1) + "attn"
-            continue
-        m = re.match(r"^(stages\.\d+\.(?:[^.]+\.)*?)(mlp|moe)\.(fc|router)\.weight$", k)
-        if m and ".experts." not in k:
-            if m.group(2) == "mlp":
-                st.mlp = st.mlp or m.group(1) + "mlp"
-            else:
-                st.moe = st.moe or m.group(1) + "moe"
-        m = re.match(r"^(stages\.\d+\.(?:[^.]+\.)*?)moe\.experts\.(\d+)\.fc\.weight$", k)
-        if m:
-            st.experts = max(st.experts, int(m.group(2)) + 1)
+    for sl in lay.stages:
+        parts = [p for p in lay.parts() if p.stage is sl.stage and p.role != "merge"]
+        for r in range(sl.stage.repeat):
+            st = stages.setdefault(sl.first + r, _Stage())
+            for part in parts:
+                path = part.instances()[r]
+                if isinstance(part.node, ir.Attention):
+                    st.attn = st.attn or path
+                elif isinstance(part.node, ir.Mlp):
+                    st.mlp = st.mlp or path
+                elif isinstance(part.node, ir.Moe) and st.moe is None:
+                    st.moe, st.experts = path, part.node.experts
     return stages
 
 
@@ -179,7 +177,7 @@ def _same(t):
     return t
 
 
-def _plan(arch: str, target: list[str], state: dict) -> _Plan:
+def _plan(arch: str, spec, state: dict) -> _Plan:
     plan = _Plan()
     e = plan.entries
 
@@ -187,7 +185,7 @@ def _plan(arch: str, target: list[str], state: dict) -> _Plan:
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    layout = _layout(target)
+    layout = _layout(spec)
     for i, st in sorted(layout.items()):
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
@@ -244,9 +242,10 @@ def _plan(arch: str, target: list[str], state: dict) -> _Plan:
 # --- converting and checking -------------------------------------------------------------
 
 
-def convert_state_dict(state: Mapping, target: Mapping, arch: str | None = None, config: dict | None = None) -> dict:
+def convert_state_dict(state: Mapping, target: Mapping, arch: str | None = None, config: dict | None = None, *, spec) -> dict:
     """Map a transformers state dict onto `target` (the compiled module's state dict:
-    names and shapes are all that is read). Returns a dict with exactly target's keys.
+    names and shapes are all that is read), whose parts `spec` (the IR it was built
+    from) names. Returns a dict with exactly target's keys.
 
     Raises InteropError at the first key that differs: a module key with no source, a
     source key missing, a shape that differs (in the module's key order), then a
@@ -255,7 +254,7 @@ def convert_state_dict(state: Mapping, target: Mapping, arch: str | None = None,
     if arch not in ARCHS:
         raise InteropError(arch, f"unknown architecture; supported: {', '.join(ARCHS)}")
     src = _strip_prefix(dict(state), arch)
-    plan = _plan(arch, list(target), src)
+    plan = _plan(arch, spec, src)
     for where, why in plan.reasons.items():
         raise InteropError(where, why)
     used: set[str] = set()
@@ -330,8 +329,11 @@ def _check_config(model, arch: str, config: dict) -> None:
                 raise InteropError("rope_cos", f"the module's rotary base differs from rope_theta={theta} (set rotary_base=)")
 
 
-def load_transformers(model, source, *, arch: str | None = None, check_config: bool = True):
+def load_transformers(model, source, *, arch: str | None = None, check_config: bool = True, spec=None):
     """Copy a transformers checkpoint's weights into `model` (a compiled cyclelang module).
+
+    spec: the IR the model was built from; `cyclelang.build` records it on the model
+    (`model.spec`), so it is needed only for a model made from a generated file.
 
     source: a transformers model, a state dict, or a safetensors file / checkpoint folder.
     arch: 'gpt2', 'llama', 'mistral' or 'mixtral'; detected from the keys (or the
@@ -339,10 +341,13 @@ def load_transformers(model, source, *, arch: str | None = None, check_config: b
     key and shape lines up; otherwise InteropError names the first difference."""
     import torch
 
+    spec = spec if spec is not None else getattr(model, "spec", None)
+    if spec is None:
+        raise InteropError(type(model).__name__, "the model does not say which spec it was built from; pass spec= (its IR)")
     state, config = _source(source)
     arch = arch or detect_arch(state.keys(), config)
     target = model.state_dict()
-    converted = convert_state_dict(state, target, arch, config)
+    converted = convert_state_dict(state, target, arch, config, spec=spec)
     if check_config and config:
         _check_config(model, arch, config)
     with torch.no_grad():

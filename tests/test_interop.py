@@ -164,11 +164,12 @@ def test_full_size_matches_transformers(name):
     config = FULL[name]()
     with torch.device("meta"):
         ref = transformers.AutoModelForCausalLM.from_config(config)
-        ours = build(cyclelang.load(SPEC[name]))
+        spec = cyclelang.load(SPEC[name])
+        ours = build(spec)
     assert n_params(ours) == n_params(ref)
     if name == "gpt2":
         assert n_params(ours) == 124_439_808  # GPT-2 small, as released
-    converted = convert_state_dict(ref.state_dict(), ours.state_dict(), config=config.to_dict())
+    converted = convert_state_dict(ref.state_dict(), ours.state_dict(), config=config.to_dict(), spec=spec)
     assert list(converted) == list(ours.state_dict())
 
 
