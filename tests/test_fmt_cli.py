@@ -92,12 +92,12 @@ def test_check_exit_codes(tmp_path):
 
 
 def test_internal_errors_exit_123(monkeypatch):
-    import cyclelang.cli as cli
+    import cyclelang.cli.check as check_module
 
     def boom(*a, **k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(cli, "load_spec", boom)
+    monkeypatch.setattr(check_module, "load_spec", boom)
     r = CliRunner().invoke(main, ["check", str(SPECS[0])])
     assert r.exit_code == 123 and "internal error" in r.stderr
 
@@ -107,7 +107,7 @@ def test_ir_and_schema_go_to_stdout(tmp_path):
     assert r.exit_code == 0 and json.loads(r.stdout)["engine"]["name"] == "gpt2" and r.stderr == ""
     out = tmp_path / "ir.json"
     r = CliRunner().invoke(main, ["ir", str(ROOT / "specs" / "gpt2.cycle"), "-o", str(out)])
-    assert r.exit_code == 0 and r.stdout == "" and json.loads(out.read_text())["version"] == 1
+    assert r.exit_code == 0 and r.stdout == "" and json.loads(out.read_text())["version"] == 2
     r = CliRunner().invoke(main, ["schema"])
     assert r.exit_code == 0 and json.loads(r.stdout)["title"] == "Spec"
 

@@ -247,7 +247,7 @@ def test_parameter_estimate_matches_the_built_model(path):
 
 def test_build_refuses_a_huge_model_before_allocating(tmp_path):
     pytest.importorskip("torch")
-    from cyclelang.backends.torch.cli import build as build_cmd
+    from cyclelang.cli.build import build as build_cmd
 
     if not any("--allow-large" in o.opts for o in build_cmd.params if hasattr(o, "opts")):
         pytest.skip("cyclec build has no --allow-large yet (cyclelang.limits.check_parameters is ready for it)")

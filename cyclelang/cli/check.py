@@ -1,0 +1,86 @@
+"""`cyclec check`: parse, resolve, validate and review specs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..diagnostics import CycleError
+from . import EXIT_FINDINGS, include_path_option, load_spec, report, spec_paths
+
+
+@click.command()
+@spec_paths
+@include_path_option
+@click.option("--strict", is_flag=True, help="Treat the design reviewer's warnings as errors.")
+@click.option("--report", "want_report", is_flag=True, help="Print the static analyses on stdout: parameters, FLOPs, gradient reachability, scaling.")
+@click.option("--json", "as_json", is_flag=True, help="Print diagnostics and the analyses as JSON on stdout.")
+def check(specs, include_path, strict, want_report, as_json):
+    """Parse, resolve, validate and review SPECS; report every problem found.
+
+    Warnings and notes come from the design reviewer (`cyclec explain CODE` says why);
+    a line silences one with a comment, `# allow: W102`. Exit 1 on errors, or on
+    warnings with --strict.
+    """
+    from .. import review as rv
+
+    failed: list[CycleError] = []
+    texts: list[str] = []
+    entries: list[dict] = []
+    shown = False
+
+    def show(e: CycleError) -> None:
+        """One file's diagnostics; a blank line sets them apart from the previous file's."""
+        nonlocal shown
+        if shown:
+            click.echo("", err=True)
+        report(e)
+        shown = True
+
+    for path in specs:
+        try:
+            spec = load_spec(path, include_path)
+        except CycleError as e:
+            failed.append(e)
+            show(e)
+            entries.append({"file": path, "diagnostics": [d.to_json() for d in e.diagnostics], "report": None})
+            continue
+        diags = rv.review(spec)
+        sources = _span_sources(diags)
+        diags = rv.apply_allows(diags, sources)
+        if strict:
+            diags = rv.strict(diags)
+        if diags:
+            found = CycleError(diags, sources)
+            show(found)
+            if any(d.severity == "error" for d in diags):
+                failed.append(found)
+        analysis = rv.analyze(spec) if (want_report or as_json) else None
+        if as_json:
+            entries.append({"file": path, "diagnostics": [d.to_json() for d in diags], "report": analysis})
+        elif analysis is not None:
+            texts.append(rv.render_text(analysis))
+    if as_json:
+        click.echo(json.dumps(entries, indent=2))
+    elif texts:
+        click.echo("\n".join(texts), nl=False)
+    if failed:
+        n = sum(sum(d.severity == "error" for d in e.diagnostics) for e in failed)
+        click.echo(f"cyclec: {n} problem{'s' if n != 1 else ''} in {len(failed)} file{'s' if len(failed) != 1 else ''}", err=True)
+        sys.exit(EXIT_FINDINGS)
+
+
+def _span_sources(diags) -> dict[str, str]:
+    """The text of each file a diagnostic points into, for carets and `# allow:` comments."""
+    out: dict[str, str] = {}
+    for d in diags:
+        f = d.span.file if d.span else None
+        if f and f not in out:
+            try:
+                with open(f, encoding="utf-8") as fh:
+                    out[f] = fh.read().removeprefix("\ufeff")
+            except (OSError, UnicodeDecodeError):
+                pass
+    return out

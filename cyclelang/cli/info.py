@@ -1,0 +1,47 @@
+"""`cyclec explain`, `cyclec ir` and `cyclec schema`: what a code means, a spec's IR, the IR's schema."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from . import include_path_option, load_spec, output_option, spec_path, write_output
+
+
+@click.command()
+@click.argument("code")
+def explain(code):
+    """Print what diagnostic CODE means, why it matters and how to fix it."""
+    from ..codes import CODES
+    from ..diagnostics import did_you_mean
+
+    c = CODES.get(code.upper())
+    if c is None:
+        # letters typed for digits (W1O1) first, then the closest spelling
+        norm = code[:1].upper() + code[1:].upper().replace("O", "0").replace("I", "1").replace("L", "1")
+        hint = f"did you mean '{norm}'?" if norm in CODES else did_you_mean(code.upper(), CODES)
+        raise click.UsageError(f"no diagnostic code '{code}'" + (f"; {hint}" if hint else "; codes look like E0101, W102, N101"))
+    out = f"{c.code}: {c.title}\n\n{c.explanation}\n"
+    if c.example:
+        out += "\nexample:\n" + "".join(f"    {line}\n" for line in c.example.splitlines())
+    click.echo(out, nl=False)
+
+
+@click.command()
+@spec_path
+@output_option
+@include_path_option
+def ir(spec, output, include_path):
+    """Print the resolved IR of SPEC as JSON."""
+    s = load_spec(spec, include_path)
+    write_output(output, json.dumps(s.model_dump(mode="json"), indent=2) + "\n")
+
+
+@click.command()
+@output_option
+def schema(output):
+    """Print the JSON Schema of the IR."""
+    from ..ir import json_schema
+
+    write_output(output, json.dumps(json_schema(), indent=2, sort_keys=True) + "\n")
