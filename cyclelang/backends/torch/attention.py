@@ -9,6 +9,8 @@ from .writer import Writer, num
 
 
 class AttentionEmitter(OpEmitter):
+    variant = AttentionVariant
+
     def ctor(self, o: OpPlan) -> str:
         a = o.op
         return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"

@@ -30,6 +30,8 @@ def expert_ops(out: Writer, acts: list[str]) -> None:
 
 
 class MoeEmitter(OpEmitter):
+    variant = MoeVariant
+
     def ctor(self, o: OpPlan) -> str:
         m = o.op
         return f"{o.cls}({call_args(num(m.width), hidden=num(m.hidden), experts=num(m.experts), top=num(m.top), bias=num(m.bias), capacity=if_set(m.capacity, m.capacity is not None), balance=if_set(m.balance, m.balance > 0))})"

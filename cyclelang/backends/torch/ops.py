@@ -33,6 +33,8 @@ def if_set(value, keep: bool) -> str | None:
 class OpEmitter:
     """The defaults: a torch module, no class text, no runtime, untouched by the merges' init."""
 
+    variant: type | None = None  # the plan's record of what decides this kind's class text; None: a torch module
+
     def class_text(self, out: Writer, name: str, v, plan: Plan) -> None:
         raise NotImplementedError(f"{type(self).__name__} writes no class: its ops use a torch module")
 
@@ -98,6 +100,8 @@ class LinearEmitter(OpEmitter):
 
 
 class MlpEmitter(OpEmitter):
+    variant = MlpVariant
+
     def ctor(self, o: OpPlan) -> str:
         m = o.op
         return f"{o.cls}({call_args(num(m.width), hidden=num(m.hidden), bias=num(m.bias), dropout=if_set(m.dropout, m.dropout > 0))})"
@@ -136,6 +140,8 @@ class MlpEmitter(OpEmitter):
 
 
 class PoolEmitter(OpEmitter):
+    variant = PoolVariant
+
     def ctor(self, o: OpPlan) -> str:
         return f"{o.cls}(size={num(o.op.size)})"
 

@@ -107,8 +107,14 @@ class PoolVariant:
 
 
 Variant = Union[AttentionVariant, MlpVariant, MoeVariant, PoolVariant]
-# The kinds that get a class of their own in the generated file; norms and linears use torch's.
-VARIANTS: dict[type, type] = {v.kind: v for v in (AttentionVariant, MlpVariant, MoeVariant, PoolVariant)}
+
+
+def variants() -> dict[type, type]:
+    """The kinds that get a class of their own in the generated file (norms and linears use
+    torch's): each emitter names its variant, so a new kind registers in one table."""
+    from .emitters import EMITTERS
+
+    return {cls: e.variant for cls, e in EMITTERS.items() if e.variant is not None}
 
 
 # --- the plan's records -------------------------------------------------------------------------
@@ -218,7 +224,7 @@ class Plan:
 
 def _class_names() -> Names:
     # turbine class names are numbered variants of fixed bases; reserve a generous set
-    bases = [v.base for v in VARIANTS.values()]
+    bases = [v.base for v in variants().values()]
     return Names(GLOBALS | set(bases) | {f"{b}{i}" for b in bases for i in range(2, 64)})
 
 
@@ -228,9 +234,10 @@ def make_plan(spec: ir.Spec) -> Plan:
     lay = layout(e)
     p = Plan(engine=e, layout=lay, file=where(e.span).rsplit(":", 1)[0] if e.span else "spec")
     classes = _class_names()
+    kinds = variants()
 
     def op(part: Part) -> OpPlan:
-        v = VARIANTS[type(part.node)].of(part.node, p.causal) if type(part.node) in VARIANTS else None
+        v = kinds[type(part.node)].of(part.node, p.causal) if type(part.node) in kinds else None
         return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "", p.rope_index(part.node))
 
     for sl in lay.stages:  # the stages first, then the main line's own ops: class and table order
