@@ -11,9 +11,9 @@ Counting conventions
 - Parameters follow the usual layouts (nanoGPT, Llama): q/k/v/o projections, a
   gated MLP with three matrices, a bias-free router, a tied head that owns nothing
   but its bias.
-- FLOPs are per token, forward, matrix products only (2 per multiply-add), as
-  `torch.utils.flop_counter.FlopCounterMode` counts them: norms, activations,
-  rotary and pooling are elementwise and left out. `flops` returns (projections,
+- FLOPs are per token, forward, matrix products and convolutions only (2 per
+  multiply-add), as `torch.utils.flop_counter.FlopCounterMode` counts them: norms,
+  activations, rotary and pooling are elementwise and left out. `flops` returns (projections,
   mixing): mixing is what grows with the context (attention's scores and weighted
   sum, 4 x heads x head_dim x attended positions), counted dense over the attended
   positions, which is what a fused kernel executes for a causal mask too.
@@ -175,6 +175,10 @@ OPS: tuple[Kind, ...] = (
          activations=lambda x, n=0: (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2), 0)),
     Kind(ir.Pool, "pool", "pool", "mixer", "passive mixer", "pool", "injector: pooling mixer",
          params=lambda x, w: 0, state=_pool_state, mixes_positions=True, masked=True, state_kind="window"),
+    Kind(ir.Conv, "conv", "conv", "mixer", "swirl injector", "conv", "swirl injector: mixes a few neighbouring positions",
+         params=lambda x, w: x.width * x.size + (x.width if x.bias else 0), flops=lambda x, n: (2 * x.width * x.size, 0),
+         activations=lambda x, n=0: (x.width, 0), state=lambda x, n: x.width * min(n, x.size - 1) if x.causal else 0,
+         mixes_positions=True, masked=True, state_kind="window"),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
          params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n: (2 * x.width * x.out, 0),
          activations=lambda x, n=0: (x.width, 0), out_width=lambda x, w: x.out),

@@ -38,7 +38,7 @@ from pydantic.json_schema import SkipJsonSchema
 IR_VERSION = 2  # 2: merges keep what was asked (`*_asked`) apart from what was derived
 
 __all__ = [
-    "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear",
+    "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Startup", "Engine", "Spec", "out_width", "validate",
@@ -196,9 +196,21 @@ class Linear(Node):
     bias: bool
 
 
+class Conv(Node):
+    """A depthwise convolution over positions: each channel mixes its own last `size`
+    positions (centred on each one with an open throat), as the short convolutions of
+    H3, Hyena and Mamba do. A mixer with a bounded state: decoding keeps size - 1 inputs."""
+
+    op: Literal["conv"] = "conv"
+    width: Count
+    size: Annotated[int, Field(ge=1, le=1 << 16)]
+    bias: bool
+    causal: bool  # follows the engine's throat: only the past is mixed
+
+
 # The one list of turbine kinds: every union below is built from it, so a new kind is
 # added here (and given its record in kinds.py), nowhere else in the IR.
-TURBINE_TYPES = (Attention, Mlp, Moe, Pool, Linear)
+TURBINE_TYPES = (Attention, Mlp, Moe, Pool, Conv, Linear)
 OP_TYPES = (Norm, *TURBINE_TYPES)
 
 Turbine = Annotated[Union[TURBINE_TYPES], Field(discriminator="op")]
@@ -453,8 +465,8 @@ class Engine(Node):
         for op in _all_ops(self.body):
             if isinstance(op, Attention) and causal and op.mask == "open":
                 raise ValueError("a bidirectional attention inside a causal engine would leak the future")
-            if isinstance(op, Pool) and op.causal != causal:
-                raise ValueError("a pool's causal flag follows the engine's throat")
+            if isinstance(op, (Pool, Conv)) and op.causal != causal:
+                raise ValueError(f"a {op.op}'s causal flag follows the engine's throat")
         for b in (b for op in self.body if isinstance(op, Stage) for b in op.branch_list()):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:
                 raise ValueError(f"overboard branch '{b.name}' has a loss, so it must end at width vocab={self.feed.vocab}, not {b.out_width}")

@@ -826,6 +826,13 @@ class _Resolver:
             return None
         return ir.Pool(width=w, size=size, causal=ctx.throat == "causal", span=d.span)
 
+    def t_conv(self, o: Options, ctx, w, d):
+        size = o.int("size", 4, max=MAX_CONTEXT)
+        bias = o.bool("bias", True)
+        if size is None or w is None:
+            return None
+        return ir.Conv(width=w, size=size, bias=bias, causal=ctx.throat == "causal", span=d.span)
+
     def t_linear(self, o: Options, ctx, w, d):
         out = o.int("out", w, max=MAX_VOCAB)
         bias = o.bool("bias", True)

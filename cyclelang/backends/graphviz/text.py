@@ -73,6 +73,7 @@ DETAILS = {
     ir.Mlp: lambda op: f"{op.width}{ARROW}{op.hidden}, {op.act}",
     ir.Moe: _moe,
     ir.Pool: lambda op: f"size {op.size}" + (", causal" if op.causal else ""),
+    ir.Conv: lambda op: f"depthwise, size {op.size}" + (", causal" if op.causal else ""),
     ir.Linear: lambda op: f"{op.width}{ARROW}{op.out}",
 }
 

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from ... import ir
 from .attention import AttentionEmitter
+from .conv import ConvEmitter
 from .moe import MoeEmitter
 from .ops import LinearEmitter, MlpEmitter, NormEmitter, OpEmitter, PoolEmitter
 
@@ -21,6 +22,7 @@ EMITTERS: dict[type, OpEmitter] = {
     ir.Mlp: MlpEmitter(),
     ir.Moe: MoeEmitter(),
     ir.Pool: PoolEmitter(),
+    ir.Conv: ConvEmitter(),
     ir.Linear: LinearEmitter(),
 }
 
