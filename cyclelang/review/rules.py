@@ -162,11 +162,12 @@ def moe_injection(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 
 def narrowest_width(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     narrowest, where = e.width, None
-    for op in e.body:
-        items = op.ops if isinstance(op, ir.Stage) else [op]
-        for x in items:
-            if isinstance(x, ir.Linear) and x.out < narrowest:
-                narrowest, where = x.out, x
+    for p in parts(e):
+        if p.branch is not None or p.role in ("feed", "nozzle", "merge"):
+            continue  # a branch's width is its own; the main line's is what the ops on it leave
+        w = p.kind.out_width(p.node, p.width)
+        if w < narrowest:
+            narrowest, where = w, p.node
     if where is None:
         return []
     return [_n("N102", f"the main line narrows to width {narrowest} here, from a chamber of {e.width}: the throat of this engine", where.span,
@@ -204,11 +205,14 @@ def window_over_context(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 
 
 def deep_plain_stack(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
-    plain = [s for s in stages(e) if not ir.stage_branches(s) and any(ir.is_turbine(op) and not isinstance(op, ir.Linear) for op in s.ops)]
+    def working(op) -> bool:  # a turbine that does work: a mixer or a reactor, not a projection
+        return ir.is_turbine(op) and ir.kinds.kind_of(op).role in ("mixer", "reactor")
+
+    plain = [s for s in stages(e) if not ir.stage_branches(s) and any(working(op) for op in s.ops)]
     layers = sum(s.repeat for s in plain)
     if layers < cfg.post_ln_depth:
         return []
-    first = next(op for op in plain[0].ops if ir.is_turbine(op) and not isinstance(op, ir.Linear))
+    first = next(op for op in plain[0].ops if working(op))
     return [_w("W107", f"{_plural(layers, 'layer')} of turbines in series on the main line, with no branch to carry the flow around them", first.span,
                "put the turbines in prechambers (x = x + f(x)) so the main line runs straight through",
                ["with no residual path the gradient must pass every turbine on its way up, and it fades or blows up with depth"])]

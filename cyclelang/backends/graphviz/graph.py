@@ -103,7 +103,7 @@ class GraphView:
     def series(self, g, path: str, op, cur: str, w: int) -> tuple[str, int]:
         self.leaf(g, path, op, on_branch=False)
         self.edge(cur, path, self.bt(w), weight="10")
-        return path, out_width(op, w)
+        return path, ir.out_width(op, w)
 
     def leaf(self, g, nid: str, op, on_branch: bool) -> None:
         path = self.part_path[id(op)]
@@ -153,7 +153,7 @@ class GraphView:
                         self.edge(prev, nid, f"detach, {self.bt(bw)}", style="dashed", color=t["cut"], dir="both", arrowtail="tee")
                     else:
                         self.edge(prev, nid, self.bt(bw))
-                    prev, bw = nid, out_width(op, bw)
+                    prev, bw = nid, ir.out_width(op, bw)
                 if b.overboard:
                     loss = f"aux loss {text.TIMES}{text.num(b.loss)}" if b.loss is not None else "output, never merged"
                     dump = "side output" if self.o.labels == "ml" else "overboard"
@@ -165,9 +165,3 @@ class GraphView:
         if returning:
             return add, returning[0].out_width
         return cur, w
-
-
-def out_width(op, w: int) -> int:
-    if isinstance(op, ir.Linear):
-        return op.out
-    return w
