@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir.kinds import BY_KEYWORD, MERGE_BY_KEYWORD
+from .ir.kinds import BY_KEYWORD, MERGE_BY_KEYWORD, OPS
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ cannot tell 'a b' from 'b a'. (A causal mask leaks order by itself, which is why
 the rule is about open throats only.) Give the feed learned or sinusoidal
 positions, or add rotary to the attention.""", "throat open  feed tokens vocab=1000 context=128 position=none")
 _add("W109", "no mixer", """
-No turbine mixes positions: there is no attention and no pooling, so every token
+No turbine mixes positions: there is no mixer (""" + ", ".join(k.keyword for k in OPS if k.mixes_positions) + """), so every token
 is processed alone and the prediction at a position ignores all the others. An
 engine can use many kinds of injector, but it cannot go without one.""", "stage block x 4 { prechamber burn { norm layernorm  turbine mlp } }")
 _add("W110", "Pre-LN without a final norm", """

@@ -130,6 +130,7 @@ class _Stage:
     mlp: str | None = None  # "stages.0.burn.mlp"
     moe: str | None = None  # "stages.0.burn.moe"
     experts: int = 0
+    valves: dict = field(default_factory=dict)  # a turbine's path -> the valve in front of it ("stages.0.mix.norm")
 
 
 @dataclass
@@ -148,8 +149,14 @@ def _layout(spec) -> dict[int, _Stage]:
         parts = [p for p in lay.parts() if p.stage is sl.stage and p.role != "merge"]
         for r in range(sl.stage.repeat):
             st = stages.setdefault(sl.first + r, _Stage())
+            valve = None  # the latest valve on the way to each turbine, in its branch (Pre-LN)
             for part in parts:
                 path = part.instances()[r]
+                if part.role == "valve":
+                    valve = (part.branch, part.fullflow, path)
+                    continue
+                if valve is not None and (valve[0] is part.branch or valve[0] is None and valve[1] is part.fullflow is not None):
+                    st.valves[path] = valve[2]
                 if isinstance(part.node, ir.Attention):
                     st.attn = st.attn or path
                 elif isinstance(part.node, ir.Mlp):
@@ -157,6 +164,12 @@ def _layout(spec) -> dict[int, _Stage]:
                 elif isinstance(part.node, ir.Moe) and st.moe is None:
                     st.moe, st.experts = path, part.node.experts
     return stages
+
+
+def _final_valve(spec) -> str:
+    """The engine-level valve before the nozzle (`norm`), by the layout."""
+    valves = [p.path for p in ir.layout.layout(spec).main if isinstance(p, ir.layout.Part) and p.role == "valve"]
+    return valves[-1] if valves else "norm"
 
 
 def _parent(prefix: str) -> str:
@@ -185,7 +198,7 @@ def _plan(arch: str, spec, state: dict) -> _Plan:
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    layout = _layout(spec)
+    layout, final = _layout(spec), _final_valve(spec)
     for i, st in sorted(layout.items()):
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
@@ -195,7 +208,8 @@ def _plan(arch: str, spec, state: dict) -> _Plan:
             kind = "moe" if arch == "mixtral" else "mlp"
             plan.reasons[f"stages.{i}"] = f"stage {i} has no {kind} turbine; transformers' {arch} layer {i} has one"
             continue
-        an, rn = _parent(st.attn) + "norm", _parent(reactor) + "norm"
+        # a turbine without a valve before it maps its checkpoint norm nowhere, which is then left over
+        an, rn = st.valves.get(st.attn, _parent(st.attn) + "norm"), st.valves.get(reactor, _parent(reactor) + "norm")
         if arch == "gpt2":
             h = f"h.{i}."
             for p in ("weight", "bias"):
@@ -230,11 +244,11 @@ def _plan(arch: str, spec, state: dict) -> _Plan:
     if arch == "gpt2":
         put("feed.tok.weight", "wte.weight")
         put("feed.pos.weight", "wpe.weight")
-        put("norm.weight", "ln_f.weight")
-        put("norm.bias", "ln_f.bias")
+        put(f"{final}.weight", "ln_f.weight")
+        put(f"{final}.bias", "ln_f.bias")
     else:
         put("feed.tok.weight", "embed_tokens.weight")
-        put("norm.weight", "norm.weight")
+        put(f"{final}.weight", "norm.weight")
     put("head.weight", "lm_head.weight")
     return plan
 

@@ -366,9 +366,9 @@ def markdown() -> str:
         "",
         "Reading the diagrams: the thick dark line is the main chamber (the residual stream), orange lines are "
         "prechambers (residual branches), diamonds are valves (norms: filled on the main line, hollow on a branch), "
-        "⊕ is a merge junction and a badge ×N repeats a stage. Roles in the tables: the *mixer* is attention or "
-        "pooling (the injector, where positions meet), the *reactor* the MLP or MoE (combustion at each position), "
-        "*valves* are norms, *linear* a plain projection, *merge* the parameters a merge adds (gates, scales).",
+        "⊕ is a merge junction and a badge ×N repeats a stage. Roles in the tables: the *mixer* is attention, "
+        "pooling or a convolution (the injector, where positions meet), the *reactor* the MLP or MoE (combustion at each "
+        "position), *valves* are norms, *projection* a plain linear layer, *merge* the parameters a merge adds (gates, scales).",
         "",
         "See also the examples: [`draw_variants.py`](../examples/draw_variants.py) draws one engine in seven block "
         "variants side by side, [`train_markov.py`](../examples/train_markov.py) compiles a spec and trains it, "

@@ -105,3 +105,21 @@ def test_a_conv_is_a_mixer_to_the_reviewer_and_the_diagram():
     assert "W109" not in {d.code for d in review(spec)}  # positions do mix
     dot = cyclelang.draw(spec).source
     assert "swirl injector" in dot and "depthwise, size 3" in dot
+
+
+def test_a_conv_engine_fires_as_a_scale_model_and_cools():
+    spec = _spec(size=3)
+    small = ir.passes.shrink(spec, width=8, depth=3)
+    conv = ir.layout.layout(small).part_of("stages.2.mix.conv.conv.weight")
+    assert conv.node.width == 8 and conv.repeat == 3
+    report = cyclelang.fire(spec, width=8, depth=3, seq=8, batch=2)
+    assert not report.failed and [c.status for c in report.runs[0].checks][1:] == ["pass", "pass"]
+    cooled = cyclelang.codegen(cyclelang.parse(SPEC.format(throat="causal", size=3, bias="true", position="none")
+                                               .replace("turbine conv size=3 bias=true", "turbine conv size=3 bias=true  merge cooling")))
+    assert "nn.init.normal_(stage.mix.conv.conv.weight" in cooled  # the convolution is the branch's output
+
+
+def test_an_oversized_kernel_is_a_diagnostic_not_a_traceback():
+    big = SPEC.format(throat="causal", size=100000, bias="true", position="none")
+    spec = cyclelang.parse(big)  # wider than the context: legal, if unwise
+    assert spec.engine.body[0].ops[0].ops[1].size == 100000

@@ -263,3 +263,14 @@ def test_an_injected_name_never_reaches_generated_code():
 
     with pytest.raises(ir.IRError):
         codegen(bad)
+
+
+def test_a_tied_head_reads_the_chamber():
+    d = _dump()
+    d["engine"]["body"].insert(1, {"op": "linear", "width": 16, "out": 8, "bias": False})
+    d["engine"]["body"][2]["width"] = 8  # the final norm
+    d["engine"]["nozzle"]["width"] = 8
+    with pytest.raises(ValidationError, match="tied head"):
+        ir.Spec.model_validate(d)
+    d["engine"]["nozzle"]["tied"] = False
+    ir.Spec.model_validate(d)  # untied, the head may read a narrower line

@@ -34,7 +34,7 @@ ROLES = ("feed", "mixer", "reactor", "valve", "projection", "merge", "nozzle")
 # How summaries name each role's parts, and the one-line account of what it holds.
 ROLE_WORDS = {
     "feed": ("feed", "token and position embeddings"),
-    "mixer": ("mixers", "attention and pool, the only operators that mix positions; qk-norms included"),
+    "mixer": ("mixers", "attention, pool and conv, the only operators that mix positions; qk-norms included"),
     "reactor": ("reactors", "mlp and moe, router included: position-wise work"),
     "valve": ("valves", "norms"),
     "projection": ("projections", "linear turbines"),
@@ -50,7 +50,7 @@ def is_gated(act: str) -> bool:
     return act in GATED
 
 
-def _zero2(node, n: int = 0) -> tuple[int, int]:
+def _zero2(node, n: int = 0, w: int = 0) -> tuple[int, int]:
     return 0, 0
 
 
@@ -74,7 +74,7 @@ class Kind:
     ml: str  # the network word ("attention")
     phrase: str  # what it does, in a few words, rocket first ("injector: mixes positions")
     params: Callable[[object, int], int]  # trainable numbers, given the width where the part sits
-    flops: Callable[[object, int], tuple[int, int]] = _zero2  # per token at context n: (projections, mixing)
+    flops: Callable[[object, int, int], tuple[int, int]] = _zero2  # per token at context n, width w: (projections, mixing)
     activations: Callable[[object, int], tuple[int, int]] = _zero2  # values kept per token: (a, b) in a + b*n
     state: Callable[[object, int], int] = _zero  # values decoding keeps per sequence of n tokens
     out_width: Callable[[object, int], int] = _same_width
@@ -119,7 +119,7 @@ def attended(a: ir.Attention, n: int) -> int:
     return min(n, a.window) if a.window is not None else n
 
 
-def _attention_flops(a: ir.Attention, n: int) -> tuple[int, int]:
+def _attention_flops(a: ir.Attention, n: int, w: int = 0) -> tuple[int, int]:
     q, kv = _qkv(a)
     return 2 * (a.width * (q + 2 * kv) + q * a.width), 4 * q * attended(a, n)
 
@@ -146,7 +146,7 @@ def _moe_params(m: ir.Moe, w: int) -> int:
     return m.width * m.experts + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)  # router: no bias
 
 
-def _moe_flops(m: ir.Moe, n: int) -> tuple[int, int]:
+def _moe_flops(m: ir.Moe, n: int, w: int = 0) -> tuple[int, int]:
     return 2 * m.width * m.experts + m.top * 2 * mlp_params(m.width, m.hidden, m.act, False), 0
 
 
@@ -168,7 +168,7 @@ OPS: tuple[Kind, ...] = (
          mixes_positions=True, masked=True, state_kind="kv"),
     Kind(ir.Mlp, "mlp", "mlp", "reactor", "combustor", "MLP", "combustion: reacts at each position",
          params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
-         flops=lambda x, n: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
+         flops=lambda x, n, w=0: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
          activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0)),
     Kind(ir.Moe, "moe", "moe", "reactor", "liquid-liquid injector", "MoE", "liquid-liquid injection: routed experts",
          params=_moe_params, flops=_moe_flops,
@@ -176,11 +176,11 @@ OPS: tuple[Kind, ...] = (
     Kind(ir.Pool, "pool", "pool", "mixer", "passive mixer", "pool", "injector: pooling mixer",
          params=lambda x, w: 0, state=_pool_state, mixes_positions=True, masked=True, state_kind="window"),
     Kind(ir.Conv, "conv", "conv", "mixer", "swirl injector", "conv", "swirl injector: mixes a few neighbouring positions",
-         params=lambda x, w: x.width * x.size + (x.width if x.bias else 0), flops=lambda x, n: (2 * x.width * x.size, 0),
+         params=lambda x, w: x.width * x.size + (x.width if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.size, 0),
          activations=lambda x, n=0: (x.width, 0), state=lambda x, n: x.width * min(n, x.size - 1) if x.causal else 0,
          mixes_positions=True, masked=True, state_kind="window"),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
-         params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n: (2 * x.width * x.out, 0),
+         params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
          activations=lambda x, n=0: (x.width, 0), out_width=lambda x, w: x.out),
 )
 
@@ -198,7 +198,7 @@ MERGES: tuple[Kind, ...] = (
     Kind(ir.DeepnormMerge, "deepnorm", "", "merge", "deepnorm", "DeepNorm", "DeepNorm: the main line is scaled by alpha",
          params=_zero, formula="\u03b1\u00b7x + f(x), f's init gain \u03b2", cooled=True),
     Kind(ir.GateMerge, "gate", "gate", "merge", "gate", "highway gate", "a gated return (highway)",
-         params=_gate_params, flops=lambda m, w: (2 * w * w, 0), formula="x + g\u00b7(f(x) \u2212 x), g = \u03c3(Wx + b)",
+         params=_gate_params, flops=lambda m, n, w: (2 * w * w, 0), formula="x + g\u00b7(f(x) \u2212 x), g = \u03c3(Wx + b)",
          cooled=True, fields=("gate",)),
 )
 
@@ -207,7 +207,7 @@ ENDS: tuple[Kind, ...] = (
          params=lambda f, w: f.vocab * f.width + (f.context * f.width if f.position == "learned" else 0)),
     Kind(ir.Nozzle, "head", "head", "nozzle", "nozzle", "LM head", "the nozzle",
          params=lambda z, w: (0 if z.tied else z.width * z.vocab) + (z.vocab if z.bias else 0),
-         flops=lambda z, n: (2 * z.width * z.vocab, 0), activations=lambda z, n=0: (z.width + z.vocab, 0)),
+         flops=lambda z, n, w=0: (2 * z.width * z.vocab, 0), activations=lambda z, n=0: (z.width + z.vocab, 0)),
 )
 
 KINDS: dict[type, Kind] = {k.cls: k for k in (*OPS, *MERGES, *ENDS)}
@@ -243,16 +243,13 @@ class Gain:
     value: float = 1.0
     learned: str | None = None
     main: float = 1.0
-    gated: bool = False  # x + g * (f(x) - x): the gate decides, per channel, per position
 
 
 def gain(m) -> Gain:
     if isinstance(m, ir.ScaleMerge):
         return Gain(value=m.value)
     if isinstance(m, (ir.RezeroMerge, ir.LayerscaleMerge)):
-        return Gain(learned="scale")
+        return Gain(learned=kind_of(m).fields[0])
     if isinstance(m, ir.DeepnormMerge):
         return Gain(main=m.alpha)
-    if isinstance(m, ir.GateMerge):
-        return Gain(gated=True)
-    return Gain()
+    return Gain()  # plain, cooling; a gate's g*(f(x) - x) is no fixed gain: it is measured as it merges

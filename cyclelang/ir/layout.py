@@ -12,7 +12,7 @@ Paths
     stages.{i}.{branch}               a prechamber, named as in the spec (fullflow
                                       branches sit directly on the stage too)
     stages.{i}.{branch}.{op}          an op of a branch, named by its kind's attr: norm,
-                                      attn, mlp, moe, pool, linear; a kind that occurs more
+                                      attn, mlp, moe, pool, conv, linear; a kind that occurs more
                                       than once in one place is numbered from 1 (norm1,
                                       norm2), as in nn.TransformerEncoderLayer
     stages.{i}.{op}                   stage-level ops (Post-LN valves, pressure-fed
@@ -160,6 +160,10 @@ class Part:
     def params(self) -> int:
         """Trainable numbers of one instance."""
         return self.kind.params(self.node, self.width)
+
+    def flops(self, n: int) -> tuple[int, int]:
+        """Forward FLOPs per token of one instance at context length n: (projections, mixing)."""
+        return self.kind.flops(self.node, n, self.width)
 
     def instances(self) -> list[str]:
         return instances(self.path)

@@ -88,12 +88,21 @@ class Node(BaseModel):
     span: SkipJsonSchema[Span | None] = Field(default=None, exclude=True, repr=False)
 
     def check(self) -> None:
-        """This node's own invariants (its children check theirs); raises ValueError."""
+        """This node's own invariants (its children check theirs); raises ValueError. A class
+        that has some says so with `_checked = checked()`, so the others pay nothing."""
 
-    @model_validator(mode="after")
-    def _validated(self):
-        self.check()
-        return self
+
+def _run_check(cls, value, handler):
+    if isinstance(value, cls):
+        return value  # built (and checked) already: a parent does not check its children again
+    node = handler(value)
+    node.check()
+    return node
+
+
+def checked():
+    """The model validator that runs `check` when a node is built from data."""
+    return model_validator(mode="wrap")(classmethod(_run_check))
 
 
 # --- valves ------------------------------------------------------------------
@@ -110,6 +119,8 @@ class Norm(Node):
     width: Count
     eps: Positive
     bias: bool  # layernorm only; rmsnorm never has one
+
+    _checked = checked()
 
     def check(self) -> None:
         if self.type == "rmsnorm" and self.bias:
@@ -137,6 +148,8 @@ class Attention(Node):
     qk_norm: bool
     bias: bool
     dropout: Rate
+
+    _checked = checked()
 
     def check(self) -> None:
         if self.heads % self.kv_heads:
@@ -173,6 +186,8 @@ class Moe(Node):
     act: Activation
     bias: bool
 
+    _checked = checked()
+
     def check(self) -> None:
         if self.top > self.experts:
             raise ValueError(f"top={self.top} routes to more experts than the {self.experts} there are")
@@ -203,7 +218,7 @@ class Conv(Node):
 
     op: Literal["conv"] = "conv"
     width: Count
-    size: Annotated[int, Field(ge=1, le=1 << 16)]
+    size: Count
     bias: bool
     causal: bool  # follows the engine's throat: only the past is mixed
 
@@ -284,13 +299,24 @@ def out_width(op, w: int) -> int:
     return w
 
 
-def _chain(ops, w: int, where: str) -> int:
-    """Walk ops from width w, checking each reads the width it is given; the width after."""
+def _first_repeat(names: list[str]) -> str | None:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            return n
+        seen.add(n)
+    return None
+
+
+def _chain(ops, w: int, what: str, name: str | None = None) -> int:
+    """Walk ops from width w, checking each reads the width it is given; the width after.
+    (The message is formatted only when it is needed: this runs for every node built.)"""
     for k, op in enumerate(ops):
-        got = getattr(op, "width", getattr(op, "width_in", None))
+        got = op.width_in if isinstance(op, Stage) else op.width
         if got != w:
+            where = what if name is None else f"{what} '{name}'"
             raise ValueError(f"{where} op {k} ({op.op}) reads width {got}, but the flow there is {w} wide")
-        w = out_width(op, w)
+        w = op.out if isinstance(op, Linear) else op.width_out if isinstance(op, Stage) else w
     return w
 
 
@@ -307,12 +333,15 @@ class Prechamber(Node):
     ops: list[BranchOp]
     merge: Merge | None  # None exactly when overboard
 
+    _checked = checked()
+
     def check(self) -> None:
         _name(self.name, "prechamber name")
         if not any(isinstance(op, TURBINE_TYPES) for op in self.ops):
             raise ValueError(f"prechamber '{self.name}' has no turbine")
-        if _chain(self.ops, self.width, f"prechamber '{self.name}'") != self.out_width:
-            raise ValueError(f"prechamber '{self.name}' ends at width {_chain(self.ops, self.width, '')}, not its out_width {self.out_width}")
+        end = _chain(self.ops, self.width, "prechamber", self.name)
+        if end != self.out_width:
+            raise ValueError(f"prechamber '{self.name}' ends at width {end}, not its out_width {self.out_width}")
         if self.overboard != (self.merge is None):
             raise ValueError(f"prechamber '{self.name}': a merge exactly when the branch is not overboard")
         if self.loss is not None and not self.overboard:
@@ -329,6 +358,8 @@ class Fullflow(Node):
     width: Count
     norm: Norm | None  # one shared valve in front of every branch
     branches: Annotated[list[Prechamber], Field(min_length=1)]
+
+    _checked = checked()
 
     def check(self) -> None:
         _name(self.name, "fullflow name")
@@ -351,11 +382,12 @@ class Stage(Node):
     width_out: Count
     ops: list[StageOp]
 
+    _checked = checked()
+
     def check(self) -> None:
         _name(self.name, "stage name")
         _name(self.template, "template name")
-        names = [b.name for b in self.branch_list()] + [op.name for op in self.ops if isinstance(op, Fullflow)]
-        dup = next((n for n in names if names.count(n) > 1), None)
+        dup = _first_repeat([b.name for b in self.branch_list()] + [op.name for op in self.ops if isinstance(op, Fullflow)])
         if dup is not None:
             raise ValueError(f"stage '{self.name}' has two branches named '{dup}'")
         w = self.width_in
@@ -364,7 +396,7 @@ class Stage(Node):
                 if op.width != w:
                     raise ValueError(f"stage '{self.name}' op {k} ({op.op} '{op.name}') reads width {op.width}, but the flow there is {w} wide")
             else:
-                w = _chain([op], w, f"stage '{self.name}'")
+                w = _chain([op], w, "stage", self.name)
         if w != self.width_out:
             raise ValueError(f"stage '{self.name}' ends at width {w}, not its width_out {self.width_out}")
         if self.repeat > 1 and self.width_in != self.width_out:
@@ -399,6 +431,8 @@ class Feed(Node):
     width: Count
     scale: Finite  # embeddings are multiplied by this (the original Transformer: sqrt(width))
     dropout: Rate
+
+    _checked = checked()
 
     def check(self) -> None:
         if self.position == "sinusoidal" and self.width % 2:
@@ -448,17 +482,20 @@ class Engine(Node):
     nozzle: Nozzle
     startup: Startup
 
+    _checked = checked()
+
     def check(self) -> None:
         _name(self.name, "engine name")
         if self.feed.width != self.width:
             raise ValueError(f"the feed is {self.feed.width} wide, the chamber {self.width}")
-        names = [op.name for op in self.body if isinstance(op, Stage)]
-        dup = next((n for n in names if names.count(n) > 1), None)
+        dup = _first_repeat([op.name for op in self.body if isinstance(op, Stage)])
         if dup is not None:
             raise ValueError(f"two stages named '{dup}'")
         w = _chain(self.body, self.width, "the main line")
         if self.nozzle.width != w:
             raise ValueError(f"the nozzle reads width {self.nozzle.width}, the main line ends at {w}")
+        if self.nozzle.tied and self.nozzle.width != self.width:
+            raise ValueError(f"a tied head reads the chamber's width {self.width}, not {self.nozzle.width}")
         if self.nozzle.vocab != self.feed.vocab:
             raise ValueError(f"the nozzle predicts {self.nozzle.vocab} tokens, the feed takes {self.feed.vocab}")
         causal = self.throat == "causal"
@@ -470,18 +507,15 @@ class Engine(Node):
         for b in (b for op in self.body if isinstance(op, Stage) for b in op.branch_list()):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:
                 raise ValueError(f"overboard branch '{b.name}' has a loss, so it must end at width vocab={self.feed.vocab}, not {b.out_width}")
-        from .passes import merge_totals, derived_merge  # the formulas live with the pass that applies them
+        from .passes import derived_values, merge_totals  # the formulas live with the pass that applies them
 
         totals = merge_totals(self.body)
         for b in (b for op in self.body if isinstance(op, Stage) for b in op.branch_list()):
             if b.merge is None:
                 continue
-            want = derived_merge(b.merge, totals, self.startup.init)
-            for field in type(b.merge).model_fields:
-                got, expect = getattr(b.merge, field), getattr(want, field)
-                if field == "span" or got == expect:
-                    continue
-                if got is None or expect is None or not math.isclose(got, expect, rel_tol=1e-9, abs_tol=1e-12):
+            for field, expect in derived_values(b.merge, totals, self.startup.init).items():
+                got = getattr(b.merge, field)
+                if got != expect and (got is None or not math.isclose(got, expect, rel_tol=1e-9, abs_tol=1e-12)):
                     raise ValueError(f"prechamber '{b.name}': merge {b.merge.kind} has {field}={got}, "
                                      f"but the engine gives {expect} (run ir.passes.finalize_merges)")
 

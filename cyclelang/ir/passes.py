@@ -39,20 +39,26 @@ def layerscale_init(layers: int) -> float:
     return 0.1 if layers <= 18 else 1e-5 if layers <= 24 else 1e-6
 
 
-def derived_merge(m, totals: Totals, init: ir.Init):
-    """`m` with its derived fields computed from its asked ones and the engine's totals."""
+def derived_values(m, totals: Totals, init: ir.Init) -> dict:
+    """The derived fields of merge `m`, from its asked ones and the engine's totals."""
     if isinstance(m, ir.CoolingMerge):
         base = m.base_asked if m.base_asked is not None else init.std
         merges = max(totals.merges, 1)
-        return m.model_copy(update=dict(base=base, merges=merges, std=base / math.sqrt(merges)))
+        return dict(base=base, merges=merges, std=base / math.sqrt(merges))
     if isinstance(m, ir.DeepnormMerge):
         n = max(totals.deep_layers, 1)
         alpha = m.alpha_asked if m.alpha_asked is not None else (2 * n) ** 0.25
         beta = m.beta_asked if m.beta_asked is not None else (8 * n) ** -0.25
-        return m.model_copy(update=dict(alpha=alpha, beta=beta, layers=n))
+        return dict(alpha=alpha, beta=beta, layers=n)
     if isinstance(m, ir.LayerscaleMerge):
-        return m.model_copy(update=dict(init=m.init_asked if m.init_asked is not None else layerscale_init(totals.layers)))
-    return m
+        return dict(init=m.init_asked if m.init_asked is not None else layerscale_init(totals.layers))
+    return {}
+
+
+def derived_merge(m, totals: Totals, init: ir.Init):
+    """`m` with its derived fields computed from its asked ones and the engine's totals."""
+    values = derived_values(m, totals, init)
+    return m.model_copy(update=values) if values else m
 
 
 def map_branches(body: list, fn) -> list:
@@ -105,10 +111,10 @@ class _Scaler:
             return self.attention(op)
         if isinstance(op, (ir.Mlp, ir.Moe)):
             return op.model_copy(update=dict(width=self.dim(op.width), hidden=self.dim(op.hidden)))
-        if isinstance(op, (ir.Norm, ir.Pool)):
-            return op.model_copy(update=dict(width=self.dim(op.width)))
         if isinstance(op, ir.Linear):
             return op.model_copy(update=dict(width=self.dim(op.width), out=op.out if op.out == self.vocab else self.dim(op.out)))
+        if isinstance(op, ir.OP_TYPES):  # a kind whose only width-like field is its width (norm, pool, conv)
+            return op.model_copy(update=dict(width=self.dim(op.width)))
         if isinstance(op, ir.Prechamber):
             out = self.dim(op.out_width) if op.out_width != self.vocab or op.out_width == op.width else op.out_width
             return op.model_copy(update=dict(width=self.dim(op.width), out_width=out, ops=[self.op(o) for o in op.ops]))

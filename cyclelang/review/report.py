@@ -44,9 +44,8 @@ def part_params(p: Part) -> int:
 
 
 def part_flops(p: Part, n: int) -> tuple[int, int]:
-    """Forward FLOPs per token at context length n: (projections, mixing), one instance.
-    A merge's FLOPs scale with its branch's width; everything else's with n."""
-    return p.kind.flops(p.node, p.width if p.role == "merge" else n)
+    """Forward FLOPs per token at context length n: (projections, mixing), one instance."""
+    return p.flops(n)
 
 
 def forward_flops_per_token(e: ir.Engine, n: int) -> int:

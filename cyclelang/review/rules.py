@@ -238,9 +238,10 @@ def open_without_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 def no_mixer(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     if any(p.kind.mixes_positions for p in parts(e)):
         return []
+    mixers = [k.keyword for k in ir.kinds.OPS if k.mixes_positions]
     return [_w("W109", "no turbine mixes positions: every token is processed alone", e.span,
-               "add a mixer: 'turbine attention heads=..' or 'turbine pool'",
-               ["an engine needs an injector; only attention and pooling carry information between positions"])]
+               "add a mixer: " + ", ".join(f"'turbine {m}'" for m in mixers[:-1]) + f" or 'turbine {mixers[-1]}'",
+               [f"an engine needs an injector; only the mixers ({', '.join(mixers)}) carry information between positions"])]
 
 
 # --- W110: Pre-LN with no final valve ------------------------------------------------------------

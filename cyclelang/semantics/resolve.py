@@ -15,6 +15,7 @@ import gc
 import math
 import os
 import posixpath
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,8 +35,8 @@ MAX_EXPERTS = 4096
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu")
 TURBINES = tuple(ir.kinds.BY_KEYWORD)  # each has an option reader below, t_<keyword>
-NORMS = ("layernorm", "rmsnorm")
-MERGES = ("plain", "cooling", "rezero", "layerscale", "deepnorm", "gate", "scale")
+NORMS = typing.get_args(ir.NormType)
+MERGES = tuple(ir.kinds.MERGE_BY_KEYWORD)
 BUILTINS = ("width", "vocab", "context")
 
 
@@ -827,7 +828,7 @@ class _Resolver:
         return ir.Pool(width=w, size=size, causal=ctx.throat == "causal", span=d.span)
 
     def t_conv(self, o: Options, ctx, w, d):
-        size = o.int("size", 4, max=MAX_CONTEXT)
+        size = o.int("size", 4, max=MAX_CONTEXT)  # a kernel past the context is unwise, not wrong
         bias = o.bool("bias", True)
         if size is None or w is None:
             return None

@@ -33,6 +33,13 @@ class ConvEmitter(OpEmitter):
         c = o.op
         return f"{o.cls}({call_args(num(c.width), size=num(c.size), bias=num(c.bias))})"
 
+    def output_init(self, a, op, std):
+        """Cooling: the convolution is the branch's output, so its filters start small."""
+        return [f"nn.init.normal_({a}.conv.weight, mean=0.0, std={std})"]
+
+    def deepnorm_init(self, a, op, beta):
+        return [f"{a}.conv.weight.mul_({beta})"]
+
     def class_text(self, out: Writer, name: str, v: ConvVariant, plan: Plan) -> None:
         w = out.line
         w(f"class {name}(nn.Module):")

@@ -16,6 +16,7 @@ from typing import ClassVar, Iterator, Union
 
 from ... import ir
 from ...ir.layout import BranchLayout, Layout, Names, Part, layout
+from .runtime import names as runtime_names
 from .writer import camel, where
 
 # Module-level names of the generated file that no class may shadow.
@@ -23,7 +24,7 @@ GLOBALS = frozenset({
     "math", "dataclass", "torch", "nn", "F", "Config", "Feed", "Model", "Cache", "Startup",
     "learning_rate", "causal_mask", "sliding_mask", "rotary_tables", "apply_rotary",
     "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional",
-}) | frozenset(dir(builtins))
+}) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage next_token_loss` is a class NextTokenLoss)
 
 INPUTS = ("rope", "cache", "aux")  # what an op's call may take besides x, in this order
 

@@ -47,6 +47,11 @@ def _definitions() -> dict[str, tuple[str, frozenset[str]]]:
     return out
 
 
+def names() -> frozenset[str]:
+    """Every name the runtime may define in a generated file: no class of the spec's may take one."""
+    return frozenset(_definitions())
+
+
 def definition(name: str) -> str:
     """The source of one runtime definition, exactly as its module holds it."""
     try:
