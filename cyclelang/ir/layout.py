@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -350,16 +351,27 @@ class Layout:
         return sum(sl.stage.repeat for sl in self.stages)
 
 
-_last: tuple[ir.Engine, Layout] | None = None  # the reviewer's rules ask for the same engine's layout many times
+_held: list[tuple[ir.Engine, Layout]] = []  # the layouts of `held` scopes, innermost last
+
+
+@contextmanager
+def held(engine: ir.Engine):
+    """Within this block, `layout(engine)` hands out one Layout instead of building one per call
+    (the reviewer's rules ask for it many times). Nothing outlives the block, so a finished
+    review keeps no engine alive."""
+    _held.append((engine, Layout(engine)))
+    try:
+        yield _held[-1][1]
+    finally:
+        _held.pop()
 
 
 def layout(spec_or_engine) -> Layout:
-    """The layout of an engine (or of a spec's engine). IR nodes are frozen, so the layout
-    of the engine asked for last is kept and handed out again."""
-    global _last
+    """The layout of an engine (or of a spec's engine)."""
     e = spec_or_engine.engine if isinstance(spec_or_engine, ir.Spec) else spec_or_engine
     if e is None:
         raise ValueError("a spec without an engine has no layout")
-    if _last is None or _last[0] is not e:
-        _last = (e, Layout(e))
-    return _last[1]
+    for engine, lay in reversed(_held):
+        if engine is e:
+            return lay
+    return Layout(e)

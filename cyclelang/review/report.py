@@ -132,6 +132,11 @@ def analyze(spec: ir.Spec, dtype_bytes: int = DTYPE_BYTES) -> dict | None:
     e = spec.engine
     if e is None:
         return None
+    with ir.layout.held(e):  # the analyses walk the same parts many times
+        return _analyze(e, dtype_bytes)
+
+
+def _analyze(e: ir.Engine, dtype_bytes: int) -> dict:
     ps = list(parts(e))
     n = e.feed.context
 

@@ -334,6 +334,7 @@ def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnos
     if spec.engine is None:
         return []
     out: list[Diagnostic] = []
-    for rule in RULES:
-        out.extend(rule(spec.engine, config))
+    with ir.layout.held(spec.engine):  # every rule walks the same parts
+        for rule in RULES:
+            out.extend(rule(spec.engine, config))
     return sorted(out, key=Diagnostic.sort_key)
