@@ -58,8 +58,8 @@ def _zero(node, n: int = 0) -> int:
     return 0
 
 
-def _same_width(node, w: int) -> int:
-    return w
+def _out_width(node, w: int) -> int:
+    return ir.out_width(node, w)  # the one formula: the IR's own, which its validators use too
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Kind:
     flops: Callable[[object, int, int], tuple[int, int]] = _zero2  # per token at context n, width w: (projections, mixing)
     activations: Callable[[object, int], tuple[int, int]] = _zero2  # values kept per token: (a, b) in a + b*n
     state: Callable[[object, int], int] = _zero  # values decoding keeps per sequence of n tokens
-    out_width: Callable[[object, int], int] = _same_width
+    out_width: Callable[[object, int], int] = _out_width
     mixes_positions: bool = False  # lets positions interact (the injector's job)
     masked: bool = False  # reads other positions, so the causal throat must mask it
     state_kind: str | None = None  # "kv" (grows with n), "window" (bounded), None (nothing kept)
@@ -181,7 +181,7 @@ OPS: tuple[Kind, ...] = (
          mixes_positions=True, masked=True, state_kind="window"),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
          params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
-         activations=lambda x, n=0: (x.width, 0), out_width=lambda x, w: x.out),
+         activations=lambda x, n=0: (x.width, 0)),
 )
 
 MERGES: tuple[Kind, ...] = (

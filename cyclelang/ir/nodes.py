@@ -316,7 +316,7 @@ def _chain(ops, w: int, what: str, name: str | None = None) -> int:
         if got != w:
             where = what if name is None else f"{what} '{name}'"
             raise ValueError(f"{where} op {k} ({op.op}) reads width {got}, but the flow there is {w} wide")
-        w = op.out if isinstance(op, Linear) else op.width_out if isinstance(op, Stage) else w
+        w = out_width(op, w)
     return w
 
 
