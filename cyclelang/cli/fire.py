@@ -48,7 +48,8 @@ def fire(ctx, specs, width, depth, seq, batch, seed, json_out, plot_out, data, t
     intensity of each branch (||f(x)|| / ||x||), and the pressure chain (the
     gradient norm entering the stage, and per parameter). Checks that fail loudly
     (exit 1): detached branches pass exactly zero gradient, a causal engine leaks
-    nothing from the future, KV-cache decoding matches the full pass. Ctrl-C during
+    nothing from the future, KV-cache decoding matches the full pass; with --train, a
+    flameout (the loss NaN, infinite or above its initial value) also exits 1. Ctrl-C during
     --train stops the run and still writes what was measured (exit 130).
     """
     from ..stand.report import plot, table
@@ -66,8 +67,11 @@ def fire(ctx, specs, width, depth, seq, batch, seed, json_out, plot_out, data, t
         write_output(plot_out, plot(report))
     for name, check in report.failed:
         click.echo(f"cyclec: {name}: check '{check.name}' failed: {check.detail}", err=True)
+    flameouts = [(r.name, r.training.flameout) for r in report.runs if r.training is not None and r.training.flameout is not None]
+    for name, f in flameouts:
+        click.echo(f"cyclec: {name}: flameout at step {f.step + 1}: {f.reason}" + (f" (largest update ratio: {f.group})" if f.group else ""), err=True)
     if report.interrupted:
         click.echo("cyclec: interrupted; wrote what was measured", err=True)
         ctx.exit(EXIT_INTERRUPTED)
-    if report.failed:
+    if report.failed or flameouts:
         ctx.exit(EXIT_FINDINGS)

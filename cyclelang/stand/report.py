@@ -53,14 +53,24 @@ def run_table(r: Firing) -> str:
     t = r.training
     if t is not None:
         first = t.loss[0] if t.loss else None
-        line = f"  trained {t.done}/{t.steps} steps on {t.source}: loss {_g(first)} -> {_g(t.final_loss)} (mean of the last 10%)"
+        out.append(f"  trained {t.done}/{t.steps} steps on {t.source}, objective {t.objective}: "
+                   f"loss {_g(first)} -> {_g(t.final_loss)} (mean of the last 10%)" + (" [interrupted]" if t.interrupted else ""))
         if t.floor is not None:
-            line += f"; floor {t.floor:.3f} (entropy rate), unigram {t.unigram:.3f}"
-        out.append(line + (" [interrupted]" if t.interrupted else ""))
+            out.append(f"  floor {t.floor:.3f} nats/token (the best any model can do on this source and objective), "
+                       f"unigram {t.unigram:.3f} (what ignoring context reaches)")
+        else:
+            out.append("  floor unknown (a file's bytes have no known entropy rate): compare runs with each other, not with a floor")
+        f = t.flameout
+        if f is not None:
+            blame = "" if f.group is None else (f"; the largest update ratio ||dp||/||p|| before it: {f.group} "
+                                                f"{_g(f.update_ratio)} (first step {_g(f.first_ratio)})")
+            out.append(f"  FLAMEOUT at step {f.step + 1}: {f.reason}{blame}")
         if t.spikes:
-            out.append("  loss spikes: " + ", ".join(f"step {k.step} +{_g(k.size)} nats" for k in t.spikes))
+            out.append("  loss spikes: " + ", ".join(f"step {k.step + 1} +{_g(k.size)} nats" for k in t.spikes))
         else:
             out.append("  loss spikes: none")
+        for note in t.notes:
+            out.append(f"  note: {note}")
     return "\n".join(out) + "\n"
 
 
@@ -118,7 +128,7 @@ def plot(report: StandReport) -> bytes:
     if trained:
         floors = {r.training.floor for r in report.runs if r.training is not None and r.training.floor is not None}
         for f in floors:
-            ax[4].axhline(f, color="k", ls="--", lw=0.8, label="entropy-rate floor")
+            ax[4].axhline(f, color="k", ls="--", lw=0.8, label="floor (best possible loss)")
         ax[4].set_title("loss during training (x: spikes)", fontsize=10)
         ax[4].set_xlabel("step")
         ax[4].set_ylabel("nats/token")

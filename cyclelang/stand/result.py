@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-REPORT_VERSION = 2  # 2: readings carry their layout path
+REPORT_VERSION = 3  # 2: readings carry their layout path; 3: training's objective, flameout and notes
 
 
 class _Model(BaseModel):
@@ -59,17 +59,31 @@ class Spike(_Model):
     size: float  # loss - baseline, nats
 
 
+class Flameout(_Model):
+    """Training that diverged: the step it was seen, and the group whose update blew up."""
+
+    step: int  # 0-based step whose loss is the flameout
+    loss: float
+    reason: str
+    group: str | None  # the parameter group (layout path of the instance) with the largest update ratio just before
+    update_ratio: float | None  # that group's ||dp|| / ||p|| in the update before the flameout
+    first_ratio: float | None  # ... and in the first update, for scale
+
+
 class Training(_Model):
     steps: int  # steps asked for
     done: int  # steps completed (fewer when interrupted)
     interrupted: bool
     source: str  # "markov(alphabet=32, seed=0)" or "file:NAME"
-    floor: float | None  # the source's entropy rate in nats/token: no model can go below it
+    objective: str  # "next-token", or "masked-token (...)" behind an open throat
+    floor: float | None  # the lowest loss any model can reach on this source and objective (nats/token); None: unknown
     unigram: float | None  # entropy of the source's symbol frequencies: what a model ignoring context reaches
     loss: list[float]
     grad_norm: list[float]  # before clipping
     lr: list[float]
     spikes: list[Spike]
+    flameout: Flameout | None = None  # the run stopped: the loss diverged or is not finite
+    notes: list[str] = []  # what makes the run less than it looks (a warmup longer than the run)
     final_loss: float | None  # mean of the last 10% of steps
 
 
