@@ -17,9 +17,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cyclelang  # noqa: E402
-from cyclelang.cli import main  # noqa: E402
 from cyclelang.stand.data import Markov  # noqa: E402
 from cyclelang.stand.train import Objective, diverged, find_spikes, mask_positions  # noqa: E402
+
+from .test_stand import invoke, one_thread  # noqa: E402,F401  (one_thread: an autouse fixture)
 
 
 def spec(throat="causal", lr="3e-3", extra="", vocab=64):
@@ -36,20 +37,6 @@ def spec(throat="causal", lr="3e-3", extra="", vocab=64):
   startup {{ schedule constant lr={lr} {extra} }}
 }}
 """
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def invoke(args):
-    from click.testing import CliRunner
-
-    return CliRunner().invoke(main, args, catch_exceptions=False)
 
 
 def write(tmp_path, text, name="tiny.cycle"):
