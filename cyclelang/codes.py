@@ -83,6 +83,7 @@ branch with a loss, at the vocabulary's width, since it predicts tokens); a
 repeated stage must end at the width it starts with.""", "prechamber p { turbine linear out=64 }")
 _add("E0213", "engine part missing", "An engine needs a chamber, a feed and a nozzle.")
 _add("E0214", "part given twice", "An engine has one chamber, throat, feed, nozzle and startup; a prechamber one merge; a startup one of each line.")
+_add("E0260", "mup needs a normal init", "`param mup` scales the init per parameter group from the spec's std (the standard init at base_width); xavier derives its own scale from the shapes, which mup would scale a second time.", "startup { param mup init xavier }")
 _add("E0215", "misplaced construct", "A construct in a place where it has no meaning: a body on a stage made from a template, arguments on an inline stage, a merge that is not last in its prechamber, a fullflow's shared norm after its branches.")
 _add("E0216", "repeat count too large", "A stage repeats at most 10,000 times.")
 _add("E0217", "tied head at another width", "A tied head reuses the feed's embedding matrix, so the main line must end at the chamber's width.")

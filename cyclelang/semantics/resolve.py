@@ -330,7 +330,7 @@ class _Resolver:
                     body.append(op)
                     w = _out_width(op, w)
         nozzle = self.nozzle(nozzle_d, full, w, width, feed) if nozzle_d is not None else None
-        startup = self.startup(singles.get("startup"), full)
+        startup = self.startup(singles.get("startup"), full, width)
         if self.out.has_errors or width is None or feed is None or nozzle is None or startup is None:
             return None
         body = ir.passes.finalize_merges(body, startup.init)
@@ -371,10 +371,11 @@ class _Resolver:
             pass  # a tied head may still learn its own bias
         return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, span=d.span)
 
-    def startup(self, s: ast.Startup | None, scope) -> ir.Startup | None:
+    def startup(self, s: ast.Startup | None, scope, width: int | None = None) -> ir.Startup | None:
         warmup, clip, betas, decay = 0, None, (0.9, 0.999), 0.01
         schedule = ir.Schedule(kind="constant", lr=1e-3, min_lr=0.0, steps=None)
         init = ir.Init(kind="normal", std=0.02)
+        param = ir.STANDARD
         if s is None:
             return ir.Startup(warmup=warmup, schedule=schedule, clip=clip, betas=betas, decay=decay, init=init)
         seen: dict[str, ir.Span] = {}
@@ -445,9 +446,27 @@ class _Resolver:
                 std = o.float("std", 0.02, lo=0.0, lo_open=True) if kind == "normal" else 0.02
                 o.finish()
                 init = ir.Init(kind=kind, std=std, span=item.span)
+            elif key == "param":
+                kind = item.kind.name
+                if kind not in ("standard", "mup"):
+                    self.out.error("E0204", f"unknown parametrisation '{kind}'", item.kind.span,
+                                   did_you_mean(kind, ["standard", "mup"]) or "standard (the default) or mup")
+                    ok = False
+                    continue
+                o = Options(f"param {kind}", item.options, scope, self.out, item.span)
+                base = o.int("base_width", width) if kind == "mup" else None
+                o.finish()
+                if kind == "mup" and base is None:
+                    ok = False  # the chamber's width is itself in error, or base_width is
+                    continue
+                param = ir.Param(kind=kind, base_width=base, span=item.span)
         if not ok:
             return None
-        return ir.Startup(warmup=warmup, schedule=schedule, clip=clip, betas=betas, decay=decay, init=init, span=s.span)
+        if param.kind == "mup" and init.kind != "normal":
+            self.out.error("E0260", "mup scales a normal init, not xavier", init.span or param.span,
+                           "use 'init normal std=0.02' (the std at base_width) with 'param mup'")
+            return None
+        return ir.Startup(warmup=warmup, schedule=schedule, clip=clip, betas=betas, decay=decay, init=init, param=param, span=s.span)
 
     # stages ---------------------------------------------------------------
     def stage(self, s: ast.Stage, scope, ctx: "_EngineCtx", w: int | None, names: dict) -> ir.Stage | None:

@@ -173,7 +173,8 @@ def hot_fire(model, spec: ir.Spec, source, steps: int, batch: int, seq: int, see
             for step in range(steps):
                 tokens = source.batch(batch, seq, gen)
                 idx, targets = objective.inputs(tokens, mask_gen)
-                lr = optimizer.param_groups[0]["lr"]
+                g0 = optimizer.param_groups[0]
+                lr = g0["lr"] / g0.get("lr_mult", 1.0)  # the spec's lr (μP's groups carry a multiplier)
                 _, loss = model(idx, targets)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()

@@ -370,8 +370,9 @@ class _Builder:
     def startup(self, t: Tree) -> ast.Startup:
         items = []
         for c in _content(t):
-            if c.data in ("schedule", "init"):
-                items.append(self.directive(c))
+            if c.data in ("schedule", "init", "parametrization"):
+                d = self.directive(c)
+                items.append(d if c.data != "parametrization" else ast.Directive("param", d.kind, d.options, d.span))
             else:
                 items.append(ast.Scalar(str(c.data), tuple(self.expr(v) for v in _content(c)), self.span(c)))
         return ast.Startup(tuple(items), self.span(t), self.close_span(t))

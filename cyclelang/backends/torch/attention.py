@@ -13,7 +13,7 @@ class AttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a = o.op
-        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
+        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0), scale=if_set(o.scale, o.scale is not None))})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
@@ -50,7 +50,7 @@ class AttentionEmitter(OpEmitter):
             else:
                 w(f'"""{head}"""')
             w()
-            optional = [name for name, on in (("window", v.window), ("dropout", v.dropout)) if on]
+            optional = [name for name, on in (("window", v.window), ("dropout", v.dropout), ("scale", v.scaled)) if on]
             with out.constructor("width", "heads", "kv_heads", "head_dim", "bias", *optional):
                 w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
                 w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
@@ -85,6 +85,8 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
         dp = ", dropout_p=self.dropout if self.training else 0.0" if v.dropout else ""
         if v.gqa:  # each group of query heads reads one kv head, inside the kernel: no copies of k, v
             dp += ", enable_gqa=True"
+        if v.scaled:  # μP: scores x 1/head_dim (sqrt(d0)/d), not the kernel's 1/sqrt(head_dim)
+            dp += ", scale=self.scale"
         sdpa = "y = F.scaled_dot_product_attention"
         if v.mask == "open":
             w(f"{sdpa}(q, k, v{dp})  # (B, nh, T, hd)")

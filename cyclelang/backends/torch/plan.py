@@ -11,7 +11,7 @@ tables the model keeps.
 from __future__ import annotations
 
 import builtins
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Iterator, Union
 
 from ... import ir
@@ -43,6 +43,7 @@ class AttentionVariant:
     gqa: bool  # kv_heads < heads
     dropout: bool
     causal: bool  # the engine's throat: the forward takes a KV cache
+    scaled: bool = False  # μP: the scores take the constructor's scale (1/head_dim), not 1/sqrt(head_dim)
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
@@ -129,6 +130,7 @@ class OpPlan:
     variant: Variant | None = None  # None: a torch module (norms, linears)
     cls: str = ""  # the generated class of its variant
     rope: int | None = None  # index into the model's rotary tables
+    scale: float | None = None  # μP: the attention scores' scale (ir.mup.attention_scale)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -239,7 +241,10 @@ def make_plan(spec: ir.Spec) -> Plan:
 
     def op(part: Part) -> OpPlan:
         v = kinds[type(part.node)].of(part.node, p.causal) if type(part.node) in kinds else None
-        return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "", p.rope_index(part.node))
+        scale = ir.mup.attention_scale(e, part.node) if isinstance(part.node, ir.Attention) else None
+        if scale is not None:
+            v = replace(v, scaled=True)
+        return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "", p.rope_index(part.node), scale)
 
     for sl in lay.stages:  # the stages first, then the main line's own ops: class and table order
         sp = StagePlan(sl.stage, classes.fresh(camel(sl.stage.name) or "Stage"), sl.first, [], sl.path)
