@@ -205,18 +205,18 @@ def _per_step(values: list[float], steps: int) -> list[float]:
 
 
 def with_lr(spec: ir.Spec, lr: float) -> ir.Spec:
-    """The spec with its schedule's peak at `lr` (its floor in proportion; warmup and shape kept)."""
+    """The spec at a constant learning rate `lr`, no warmup (its betas, clip, decay and init kept):
+    a sweep of a few hundred steps would otherwise measure a spec's 2000-step warmup."""
     e = spec.engine
-    sch = e.startup.schedule
-    sch = sch.model_copy(update=dict(lr=lr, min_lr=sch.min_lr * lr / sch.lr if sch.lr > 0 else 0.0))
-    startup = e.startup.model_copy(update=dict(schedule=sch))
+    sch = ir.Schedule(kind="constant", lr=lr, min_lr=0.0, steps=None)
+    startup = e.startup.model_copy(update=dict(schedule=sch, warmup=0))
     return ir.validate(spec.model_copy(update=dict(engine=e.model_copy(update=dict(startup=startup)))))
 
 
 def lr_sweep(spec: ir.Spec, *, file: str, widths: list[int], lrs: list[float], steps: int = 200, depth: int | None = None,
              seq: int | None = None, batch: int = 8, seed: int = 0, base_width: int | None = None,
              progress: Callable[[str, int, int, float], None] | None = None) -> LrSweep:
-    """Train every width at every learning rate (the spec's start sequence, its peak lr replaced),
+    """Train every width at every learning rate (constant, no warmup; the rest of the start sequence kept),
     under the standard parametrisation and under μP (base width: the spec's own if it is μP,
     else `base_width`, else the smallest width); the best lr per width is the lowest final loss."""
     from ..backends.torch.build import build

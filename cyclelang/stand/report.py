@@ -202,7 +202,7 @@ def coord_plot(checks) -> bytes:
 
 
 def sweep_table(s) -> str:
-    out = [f"LR sweep of {s.name} ({s.file}): widths {', '.join(map(str, s.widths))}; {s.steps} steps on {s.source}, "
+    out = [f"LR sweep of {s.name} ({s.file}): widths {', '.join(map(str, s.widths))}; {s.steps} steps at a constant lr on {s.source}, "
            f"{s.batch} x {s.seq} tokens, seed {s.seed}; final loss = mean of the last 10% of steps"]
     for sw in s.sweeps:
         out.append(f"  {sw.param}:")
