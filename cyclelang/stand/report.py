@@ -242,8 +242,13 @@ def sweep_plot(sweeps) -> bytes:
                 best = sw.best.get(w)
                 if best is not None:
                     a.plot([best], [pts[best]], "*", color=f"C{k % 10}", ms=10, mec="k")
+            top = a.get_ylim()[1]
+            for k, w in enumerate(s.widths):  # a flameout has no loss: an x on the top edge
+                out = [r.lr for r in sw.runs if r.width == w and r.final_loss is None]
+                if out:
+                    a.plot(out, [top] * len(out), "x", color=f"C{k % 10}", ms=7, clip_on=False)
             a.set_xscale("log")
-            a.set_title(f"{s.name}: {sw.param}", fontsize=10)
+            a.set_title(f"{s.name}: {sw.param} (x: flameout)", fontsize=10)
             a.set_xlabel("learning rate")
             a.grid(alpha=0.3)
             a.legend(fontsize=7)
