@@ -65,14 +65,16 @@ def load(path: str | os.PathLike, include_path: tuple[str, ...] = ()) -> ir.Spec
 
 
 @_gc_paused
-def parse(text: str, filename: str | None = None, include_path: tuple[str, ...] = ()) -> ir.Spec:
+def parse(text: str, filename: str | None = None, include_path: tuple[str, ...] = (), module: ast.Module | None = None) -> ir.Spec:
     """Parse and resolve spec text. Includes are read relative to `filename`'s directory
-    (the current directory when there is no filename)."""
+    (the current directory when there is no filename). `module`: the text's syntax tree,
+    when the caller has parsed it already (the language server keeps it for hover)."""
     display = filename or "<string>"
     base = Path(filename).resolve().parent if filename else Path.cwd().resolve()
     loader = _Loader(root=base, include_path=tuple(Path(p).resolve() for p in include_path))
     loader.sources[display] = text
-    module = loader.parse_text(text, display)
+    if module is None:
+        module = loader.parse_text(text, display)
     if filename:
         loader.stack.append(Path(filename).resolve())
     return _resolve_module(module, loader)
