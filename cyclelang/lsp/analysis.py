@@ -649,7 +649,7 @@ def complete(a: Analysis, line0: int, character: int) -> list[dict]:
         if key is not None:
             named = stmt not in ("chamber",)  # the kind (or the branch's name) comes first
             given = {t.value for t in rest[1 if named else 0:] if t.type == "NAME"}
-            items += [_item(o.name + ("=" if o.type != "bool" else ""), _K_PROPERTY, f"{o.type}, default {o.shown_default()}", _md_option(key, o))
+            items += [_item(o.name + ("" if o.type == "bool" else "="), _K_PROPERTY, f"{o.type}, default {o.shown_default()}", _md_option(key, o))
                       for o in options_for(key) if o.name not in given]
     if stmt is None and "NAME" in accepts and _in_args(toks):
         tname = _args_template(toks)

@@ -220,6 +220,11 @@ class Opt:
     flag: object = _MISSING  # a float option's value when written bare (`rotary`)
     choices: tuple[str, ...] = ()
 
+    @property
+    def bare(self) -> bool:
+        """May be written as a bare name (`tied`, `rotary`)."""
+        return self.type == "bool" or self.flag is not _MISSING
+
     def shown_default(self) -> str:
         if self.required:
             return "required"

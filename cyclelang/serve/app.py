@@ -21,11 +21,9 @@ from importlib import resources
 from .. import ir
 from .. import review as rv
 from ..diagnostics import CycleError
-from ..ir.kinds import BY_KEYWORD, MERGE_BY_KEYWORD
 from ..lsp import analysis as an
-from ..semantics.options import TABLE
-from ..semantics.resolve import NORMS
-from ..syntax.parser import KEYWORD_MEANINGS, MAX_SOURCE_BYTES
+from ..lsp.words import words
+from ..syntax.parser import MAX_SOURCE_BYTES
 
 MAX_BODY = 2 * MAX_SOURCE_BYTES
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
@@ -59,10 +57,8 @@ engine gpt2 {
 
 
 def language() -> dict:
-    """What the page's highlighter colours: keywords, kinds and option names, from the
-    parser's keyword table, the kinds table and the option table."""
-    kinds = set(BY_KEYWORD) | set(NORMS) | set(MERGE_BY_KEYWORD) | {k.split(" ", 1)[1] for k in TABLE if " " in k}
-    return {"keywords": sorted(KEYWORD_MEANINGS), "kinds": sorted(kinds), "options": sorted({o.name for opts in TABLE.values() for o in opts})}
+    """What the page's highlighter colours (`lsp.words`: from the compiler's tables)."""
+    return words()
 
 
 def _diag(d, display: str) -> dict:
