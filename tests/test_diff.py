@@ -127,3 +127,14 @@ def test_bad_spec_is_exit_2(tmp_path):
     assert r.returncode == 2 and "error[E0003]" in r.stderr and "Traceback" not in r.stderr
     r = _cli("specs/gpt2.cycle", str(tmp_path / "missing.cycle"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_a_merge_that_returns_another_way():
+    text = (ROOT / "specs" / "gpt2.cycle").read_text("utf-8")
+    b = text.replace("merge cooling", "merge rezero", 1)
+    d = diff(cyclelang.parse(text), cyclelang.parse(b))
+    merges = [c for c in d["parts"]["changed"] if any(f["field"] == "merge" for f in c["fields"])]
+    assert [(c["a"], c["b"]) for c in merges] == [("stages.0-11.mix", "stages.0-11.mix.scale")]
+    assert merges[0]["fields"] == [{"field": "merge", "a": "cooling", "b": "rezero"}] and "ReZero" in merges[0]["words"]
+    assert not d["parts"]["added"] and not d["parts"]["removed"]
+    assert d["total"]["params"]["delta"] == 12  # one learned scalar per instance

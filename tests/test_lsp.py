@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cyclelang import review as rv
-from cyclelang.ir.kinds import BY_KEYWORD
+from cyclelang.ir.kinds import BY_KEYWORD, MERGE_BY_KEYWORD
 from cyclelang.semantics.options import options_for
 from cyclelang.semantics.resolve import parse
 from cyclelang.syntax.fmt import format_text
@@ -106,6 +106,16 @@ def test_typo_diagnostic_quick_fix_and_clear(client):
     edit = actions[0]["edit"]["changes"][uri][0]
     assert edit["newText"] == "heads" and edit["range"] == d["range"]
     assert _change(client, uri, good, 3) == []
+    # an incremental change, as editors send them: replace the five characters of 'heads'
+    start = _at(good, "heads=12")
+    end = {"line": start["line"], "character": start["character"] + 5}
+    client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 4},
+                                            "contentChanges": [{"range": {"start": start, "end": end}, "text": "haeds"}]})
+    diags = client.diagnostics(uri, 4)
+    assert [d["code"] for d in diags] == ["E0201"] and diags[0]["range"]["start"] == start
+    client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 5},
+                                            "contentChanges": [{"range": {"start": start, "end": end}, "text": "heads"}]})
+    assert client.diagnostics(uri, 5) == []
 
 
 def test_syntax_error_keeps_hover_working(client):
@@ -140,6 +150,8 @@ def test_hover_option_let_and_stage(client):
     spec = parse(text, str(path))
     report = rv.analyze(spec)
     stage = next(s for s in report["params"]["by_stage"] if s["name"] == "llama_block")
+    h = hover(_at(text, "heads=8, kv=2", 1))
+    assert "parameter of stage template `llama_block`" in h
     h = hover(_at(text, "stage llama_block(heads=8", 7))
     assert "stage llama_block(heads, kv, hidden)" in h and f"{stage['params']:,} for all 8" in h and stage["path"] in h
 
@@ -196,6 +208,12 @@ def test_completion_keywords_kinds_and_values(client):
     text2 = text.replace("turbine mlp\n", "turbine mlp act=\n")
     _change(client, uri, text2, 2)
     assert labels(_at(text2, "act=", 4)) == {"gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu"}
+    # after `merge`: the merge kinds; after a merge kind: only its options
+    text3 = text.replace("      \n    }", "      merge layerscale \n    }")
+    _change(client, uri, text3, 3)
+    assert labels(_at(text3, "merge layerscale", 6)) == set(MERGE_BY_KEYWORD)
+    got = labels(_at(text3, "merge layerscale ", 17))
+    assert {"init="} <= got and not got & {"heads=", "ratio=", "alpha="}
 
 
 def test_document_symbols(client):

@@ -224,3 +224,28 @@ def test_in_the_browser(server, golden, tmp_path):
         assert other.input_value("#src") == text
         browser.close()
     assert errors == []
+
+
+def test_the_command(tmp_path):
+    import re
+    import socket
+    import subprocess
+    import sys
+
+    spec = tmp_path / "mine.cycle"
+    spec.write_text(TINY, "utf-8")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "cyclelang.cli", "serve", str(spec), "--port", "0", "--quiet"], stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        line = proc.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert m, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/api/initial", timeout=10) as r:
+            assert json.loads(r.read()) == {"text": TINY, "name": str(spec)}
+        # the port is taken now: a second server on it is a usage error, not a traceback
+        r = subprocess.run([sys.executable, "-m", "cyclelang.cli", "serve", "--port", m.group(1)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=30)
+        assert r.returncode == 2 and "cannot listen" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert spec.read_text("utf-8") == TINY  # read once, never written

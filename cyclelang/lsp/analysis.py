@@ -328,7 +328,15 @@ def _hover_in_tree(a: Analysis, module: ast.Module, line: int, col: int, word: s
     if isinstance(node, ast.Ident) and isinstance(parent, ast.Prechamber):
         return f"**prechamber {node.name}**: a residual branch x + f(x)\n\n*engine:* {KEYWORD_MEANINGS['prechamber'][1]}"
     if isinstance(node, ast.Ident) and isinstance(parent, ast.Param):
-        return f"**{node.name}**: a parameter of the stage template" + (f", default `{expr_text(parent.default)}`" if parent.default else "")
+        tmpl = next((n for n in chain if isinstance(n, ast.Template)), None)
+        return _md_param(tmpl.name.name if tmpl else "?", parent)
+    if isinstance(node, ast.Ident) and isinstance(parent, ast.Arg):
+        stage = next((n for n in reversed(chain) if isinstance(n, ast.Stage)), None)
+        tname = (stage.template.name if stage.template is not None else stage.name.name) if stage is not None else None
+        t = (_template(module, tname) or _included_template(a, module, tname)[0]) if tname else None
+        p = next((p for p in (t.params or ()) if p.name.name == node.name), None) if t is not None else None
+        if p is not None:
+            return _md_param(tname, p)
     if isinstance(node, ast.Stage) and at_start:
         return _md_keyword("stage")
     if at_start and word in KEYWORD_MEANINGS:
@@ -381,15 +389,19 @@ def _hover_name(a: Analysis, module: ast.Module, chain, name: str) -> str | None
     if tmpl is not None and tmpl.params:
         for p in tmpl.params:
             if p.name.name == name:
-                return f"**{name}**: a parameter of stage template `{tmpl.name.name}`" + (f", default `{expr_text(p.default)}`" if p.default else "")
+                return _md_param(tmpl.name.name, p)
     lets = _scopes(module, _engine_of(chain))
     if name in lets:
         let, v = lets[name]
-        shown = f" = {_show(v)}" if v is not None and expr_text(let.value) != _show(v) else ""
-        return f"```cycle\nlet {name} = {expr_text(let.value, spaced=True)}\n```\nvalue{shown or ' = ' + _show(v) if v is not None else ': does not evaluate'}"
+        value = f"value = {_show(v)}" if v is not None else "value: does not evaluate (see the diagnostics)"
+        return f"```cycle\nlet {name} = {expr_text(let.value, spaced=True)}\n```\n{value}"
     if name in ("width", "vocab", "context"):
         return f"**{name}**: built-in, the chamber's width and the feed's vocabulary and context"
     return None
+
+
+def _md_param(template: str, p: ast.Param) -> str:
+    return f"**{p.name.name}**: a parameter of stage template `{template}`" + (f", default `{expr_text(p.default)}`" if p.default else "")
 
 
 def _md_template(t: ast.Template) -> str:

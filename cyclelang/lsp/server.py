@@ -135,7 +135,7 @@ def did_change(ls: CycleServer, params: types.DidChangeTextDocumentParams):
 @_guarded
 def did_save(ls: CycleServer, params: types.DidSaveTextDocumentParams):
     ls.refresh(params.text_document.uri, None)  # an included file may have changed on disk
-    
+
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 @_guarded

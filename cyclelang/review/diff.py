@@ -220,6 +220,18 @@ def _unit_alone(lay, e, u, status: str, stages: list, parts: dict) -> None:
     parts[status] += [_entry(p) for p in ps]
 
 
+def _key(p: Part) -> str:
+    """How a part is matched inside a stage: its path in one instance; a merge by its branch
+    (a merge with parameters is named `mix.scale`, one without takes the branch's `mix`)."""
+    if p.kind.role == "merge" and p.branch is not None:
+        return f"{p.local.split('.')[0]} merge"
+    return p.local
+
+
+def _same_kind(p: Part, q: Part) -> bool:
+    return type(p.node) is type(q.node) or (p.kind.role == "merge" and q.kind.role == "merge")
+
+
 def _unit_pair(la, lb, ea, eb, x, y, stages: list, parts: dict) -> None:
     if isinstance(x, Part):
         ch = _field_changes(x.node, y.node)
@@ -230,16 +242,21 @@ def _unit_pair(la, lb, ea, eb, x, y, stages: list, parts: dict) -> None:
     changes: list[str] = []
     if x.stage.repeat != y.stage.repeat:
         changes.append(f"repeated x{x.stage.repeat} → x{y.stage.repeat}")
-    by_a = {p.local: p for p in pa}
-    by_b = {p.local: p for p in pb}
-    gone = [p for p in pa if p.local not in by_b or type(by_b[p.local].node) is not type(p.node)]
-    new = [p for p in pb if p.local not in by_a or type(by_a[p.local].node) is not type(p.node)]
+    by_a = {_key(p): p for p in pa}
+    by_b = {_key(p): p for p in pb}
+    gone = [p for p in pa if _key(p) not in by_b or not _same_kind(p, by_b[_key(p)])]
+    new = [p for p in pb if _key(p) not in by_a or not _same_kind(by_a[_key(p)], p)]
     for p in pa:
-        q = by_b.get(p.local)
-        if q is not None and type(q.node) is type(p.node):
+        q = by_b.get(_key(p))
+        if q is None:
+            continue
+        if type(q.node) is type(p.node):
             ch = _field_changes(p.node, q.node)
             if ch:
                 parts["changed"].append(_changed(p, q, ch))
+        elif p.kind.role == "merge" and q.kind.role == "merge":  # a branch returns another way
+            parts["changed"].append(_changed(p, q, [{"field": "merge", "a": p.kind.keyword, "b": q.kind.keyword}]))
+            parts["changed"][-1]["words"] = f"{p.kind.ml} → {q.kind.ml} ({p.kind.rocket} → {q.kind.rocket}): {p.kind.formula} → {q.kind.formula}"
     # a part of one kind leaving one place and arriving at another is a move
     moved = []
     for p in list(gone):

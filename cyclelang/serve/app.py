@@ -155,6 +155,13 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self._json(400, {"error": "bad Content-Length"})
         if n < 0 or n > MAX_BODY:
+            self.close_connection = True
+            if 0 < n <= 8 * MAX_BODY:  # read what the client is sending, so it gets the answer instead of a broken pipe
+                while n > 0:
+                    chunk = self.rfile.read(min(n, 1 << 16))
+                    if not chunk:
+                        break
+                    n -= len(chunk)
             return self._json(413, {"error": f"a spec is at most {MAX_SOURCE_BYTES // 1024} KiB"})
         try:
             req = json.loads(self.rfile.read(n).decode("utf-8"))
