@@ -301,3 +301,51 @@ def test_without_pygls_it_is_a_usage_error(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     r = subprocess.run([sys.executable, "-m", "cyclelang.cli", "lsp"], capture_output=True, text=True, env=env, cwd=ROOT, input="")
     assert r.returncode == 2 and "pip install" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_every_question_at_every_place_answers(tmp_path):
+    """In-process, over each library spec cut short at many places (text being typed): hover,
+    completion, definition, symbols, formatting and quick fixes answer, never raise."""
+    from cyclelang.lsp import analysis as an
+
+    for path in SPECS:
+        text = path.read_text("utf-8")
+        prev = None
+        for cut in range(0, len(text) + 1, max(len(text) // 12, 1)):
+            a = an.analyze(text[:cut], str(path), previous=prev)
+            prev = a
+            lines = a.lines
+            for line in range(0, len(lines), 3):
+                for ch in range(0, len(lines[line]) + 1, 9):
+                    an.hover(a, line, ch)
+                    an.definition(a, line, ch, path.as_uri())
+                    assert isinstance(an.complete(a, line, ch), list)
+            an.symbols(a)
+            an.format_edits(a)
+            an.quick_fixes(a, path.as_uri())
+            an.lsp_diagnostics(a, path.as_uri())
+
+
+BROKEN = sorted((ROOT / "tests" / "bad").glob("*.cycle")) + sorted((ROOT / "tests" / "hostile").glob("*.cycle"))
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_broken_and_hostile_specs(path):
+    """The diagnostics corpus and the hostile corpus: diagnostics as check gives them, and no
+    question at any sampled place raises."""
+    from cyclelang.lsp import analysis as an
+
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    a = an.analyze(text, str(path))
+    diags = an.lsp_diagnostics(a, path.as_uri())
+    assert all(d["severity"] in (1, 2, 3) and d["code"] for d in diags)
+    lines = a.lines
+    places = [(line, ch) for line in range(0, len(lines), max(len(lines) // 12, 1)) for ch in range(0, min(len(lines[line]), 400) + 1, 11)]
+    for line, ch in places[:: max(len(places) // 60, 1)]:  # about 60 places a file: a 10,000-line file costs one parse per completion
+        an.hover(a, line, ch)
+        an.definition(a, line, ch, path.as_uri())
+        if len(text) <= 1 << 20:
+            an.complete(a, line, ch)
+    an.symbols(a)
+    an.format_edits(a)
+    an.quick_fixes(a, path.as_uri())

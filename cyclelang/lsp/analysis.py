@@ -588,8 +588,42 @@ def _lex_prefix(prefix: str):
         COMMENTS.comments = []
 
 
-_BLOCK_KEYWORDS = {"engine", "stage", "prechamber", "fullflow", "startup"}
 _STATEMENTS = {"chamber", "throat", "feed", "nozzle", "norm", "turbine", "merge", "schedule", "init", "prechamber"}
+_STARTS = _STATEMENTS | {"let", "include", "engine", "stage", "fullflow", "startup", "warmup", "clip", "betas", "decay"}
+# After these a word is a name or a kind, even one spelled like a keyword (`engine throat`).
+_NAMED_NEXT = {"engine", "stage", "prechamber", "fullflow", "let", "turbine", "norm", "throat", "feed", "nozzle", "schedule", "init", "merge", "=", "(", ",", "x"}
+_LEX = re.compile(r'#[^\n]*|"[^"\n]*"?|[{}]|[A-Za-z_][A-Za-z0-9_]*|(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?\d+)?|//|\*\*|\S')
+
+
+def compact_prefix(prefix: str) -> str:
+    """The text before the cursor, cut to what decides what may come next: each closed
+    block becomes `{}`, and at each open level only the statement being written is kept
+    (the items before it are complete, whatever they were). The grammar's state after it
+    is the same as after the whole prefix, and a 10,000-line spec costs a regex pass."""
+    levels: list[list[str]] = [[]]
+    prev = ""
+    for m in _LEX.finditer(prefix):
+        t = m.group()
+        if t[0] == "#":
+            continue
+        after, prev = prev, t
+        if t in _STARTS and after in _NAMED_NEXT:
+            levels[-1].append(t)  # a name spelled like a keyword: `engine throat`, `act=norm`
+            continue
+        if t == "{":
+            levels[-1].append(t)
+            levels.append([])
+        elif t == "}":
+            if len(levels) > 1:
+                levels.pop()
+                levels[-1].append("}")
+            else:
+                levels[-1].append(t)  # unmatched: the parser will say so
+        elif t in _STARTS:
+            levels[-1] = [t]
+        else:
+            levels[-1].append(t)
+    return " ".join(t for level in levels for t in level) + " "
 
 
 def _current_statement(toks) -> tuple[str | None, list]:
@@ -629,10 +663,14 @@ def complete(a: Analysis, line0: int, character: int) -> list[dict]:
     and parameters, and the names in scope."""
     off = offset_of(a.lines, line0, character)
     prefix = a.text[:off]
-    partial = re.search(r"[A-Za-z_][A-Za-z0-9_]*$", prefix)
-    if partial:
-        prefix = prefix[: partial.start()]
-    toks, accepts = _lex_prefix(prefix)
+    if re.search(r'^[^"#\n]*("[^"\n]*"[^"#\n]*)*#[^\n]*$', prefix[prefix.rfind("\n") + 1:]):
+        return []  # inside a comment
+    i = len(prefix)  # the word being typed is left out: scanned back by hand (a regex anchored at $ is quadratic in a long word)
+    while i > 0 and (prefix[i - 1].isascii() and (prefix[i - 1].isalnum() or prefix[i - 1] == "_")):
+        i -= 1
+    if i < len(prefix) and not prefix[i].isdigit():  # a number being typed stays: `heads=1` still wants options next
+        prefix = prefix[:i]
+    toks, accepts = _lex_prefix(compact_prefix(prefix))
     kw_of = _keyword_terminals()
     last = toks[-1] if toks else None
     items: list[dict] = []
@@ -666,7 +704,7 @@ def complete(a: Analysis, line0: int, character: int) -> list[dict]:
     if stmt is None and "NAME" in accepts and _in_args(toks):
         tname = _args_template(toks)
         t = (_template(module, tname) or _included_template(a, module, tname)[0]) if module is not None and tname else None
-        items += [_item(p.name.name + "=", _K_PROPERTY, "template parameter") for p in (t.params or ()) if t is not None]
+        items += [_item(p.name.name + "=", _K_PROPERTY, "template parameter", _md_param(tname, p)) for p in ((t.params or ()) if t is not None else ())]
     for term in sorted(accepts):
         word = kw_of.get(term)
         if word and word in KEYWORD_MEANINGS and word not in ("x", "sqrt"):
