@@ -397,6 +397,21 @@ def bench_lsp(args):
             cs.append(time.process_time() - c0)
     out = {"lines": lines, "ms": median(ts) * 1000, "max_ms": max(ts) * 1000, "cpu_ms": median(cs) * 1000, "target_ms": 50.0}
     print(f"  a change to a {lines}-line spec -> diagnostics: {out['ms']:.1f} ms median ({out['cpu_ms']:.1f} ms CPU), {out['max_ms']:.1f} ms worst; target 50 ms", flush=True)
+    # completion and hover at the last stage of the engine, the most text before the cursor
+    big = an.analyze(synthetic(999), "big.cycle")
+    for label, a in (("300", prev), ("10k", big)):
+        line = max(i for i, s in enumerate(a.lines) if s.startswith("  stage "))
+        tc, th = [], []
+        for _ in range(args.parse_reps * 2):
+            t0 = time.perf_counter()
+            an.complete(a, line, len(a.lines[line]))
+            tc.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            an.hover(a, line, 4)
+            th.append(time.perf_counter() - t0)
+        out[f"complete_{label}_ms"], out[f"hover_{label}_ms"] = median(tc) * 1000, median(th) * 1000
+        out[f"lines_{label}"] = len(a.lines) - 1
+        print(f"  {len(a.lines) - 1}-line spec: completion {median(tc) * 1000:.1f} ms, hover {median(th) * 1000:.1f} ms (medians)", flush=True)
     return out
 
 
@@ -453,7 +468,11 @@ def render(results) -> str:
         r = results["lsp"]
         out += ["### The language server", "", "| figure | value |", "|---|---|",
                 f"| a change to a {r['lines']}-line spec, to LSP diagnostics (in-process, median) | **{r['ms']:.1f} ms** (target ≤ {r['target_ms']:.0f} ms) |",
-                f"| the same, CPU time | {r['cpu_ms']:.1f} ms |", f"| the same, worst of the run | {r['max_ms']:.1f} ms |", ""]
+                f"| the same, CPU time | {r['cpu_ms']:.1f} ms |", f"| the same, worst of the run | {r['max_ms']:.1f} ms |"]
+        for k in ("300", "10k"):
+            if f"complete_{k}_ms" in r:
+                out.append(f"| completion / hover at the last stage of a {r[f'lines_{k}']:,}-line spec | {r[f'complete_{k}_ms']:.1f} ms / {r[f'hover_{k}_ms']:.1f} ms |")
+        out.append("")
     return "\n".join(out)
 
 

@@ -349,3 +349,22 @@ def test_broken_and_hostile_specs(path):
     an.symbols(a)
     an.format_edits(a)
     an.quick_fixes(a, path.as_uri())
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_the_compacted_prefix_leaves_the_parser_where_the_full_one_does(path):
+    """Completion parses `compact_prefix(prefix)` instead of the whole text before the cursor:
+    at every token boundary of every library spec, the grammar accepts the same terminals
+    after both, and the statement being written is the same."""
+    from cyclelang.lsp.analysis import _current_statement, _lex_prefix, compact_prefix
+
+    text = path.read_text("utf-8")
+    ends = sorted({m.end() for m in re.finditer(r"\S+", text)})
+    for end in ends[:: max(len(ends) // 80, 1)]:
+        prefix = text[:end] + " "
+        full_toks, full = _lex_prefix(prefix)
+        short_toks, short = _lex_prefix(compact_prefix(prefix))
+        assert short == full, (path.name, text[max(0, end - 40):end])
+        stmt_full, rest_full = _current_statement(full_toks)
+        stmt_short, rest_short = _current_statement(short_toks)
+        assert (stmt_full, [t.value for t in rest_full]) == (stmt_short, [t.value for t in rest_short]), text[max(0, end - 40):end]

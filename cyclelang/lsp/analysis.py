@@ -631,16 +631,18 @@ def _current_statement(toks) -> tuple[str | None, list]:
     (None, []) when the cursor sits where a statement may start."""
     kw = _keyword_terminals()
     depth = 0
+    closed = False  # a block's body has closed since: the statement is complete
     for i in range(len(toks) - 1, -1, -1):
         t = toks[i]
         if t.type in ("RBRACE", "RPAR"):
+            closed |= t.type == "RBRACE" and depth == 0
             depth += 1
         elif t.type in ("LBRACE", "LPAR"):
             if depth == 0:
                 return None, []
             depth -= 1
-        elif depth == 0 and t.type in kw and kw[t.type] in _STATEMENTS | {"stage", "let", "warmup", "clip", "decay", "betas", "include"}:
-            return kw[t.type], toks[i + 1:]
+        elif depth == 0 and t.type in kw and kw[t.type] in _STARTS:
+            return (None, []) if closed else (kw[t.type], toks[i + 1:])
     return None, []
 
 
