@@ -52,8 +52,9 @@ def server():
     srv.server_close()
 
 
-def _post(url, body: bytes, host=None):
-    req = urllib.request.Request(url + "/api/analyze", data=body, headers={"Content-Type": "application/json", **({"Host": host} if host else {})})
+def _post(url, body: bytes, host=None, origin=None, ctype="application/json"):
+    headers = {"Content-Type": ctype, **({"Host": host} if host else {}), **({"Origin": origin} if origin else {})}
+    req = urllib.request.Request(url + "/api/analyze", data=body, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, json.loads(r.read())
@@ -94,6 +95,9 @@ def test_endpoints_and_guards(server):
     status, out = _post(server, json.dumps({"text": TINY}).encode())
     assert status == 200 and out["engine"] == "tiny"
     assert _post(server, json.dumps({"text": TINY}).encode(), host="evil.example:80")[0] == 403  # DNS rebinding
+    assert _post(server, json.dumps({"text": TINY}).encode(), origin="https://evil.example")[0] == 403  # another site's page
+    assert _post(server, json.dumps({"text": TINY}).encode(), origin=server)[0] == 200  # our own page
+    assert _post(server, json.dumps({"text": TINY}).encode(), ctype="text/plain")[0] == 415  # a form post needs no preflight
     assert _post(server, b"{not json")[0] == 400
     assert _post(server, json.dumps({"text": TINY, "view": "nope"}).encode())[0] == 400
     status, out = _post(server, json.dumps({"text": "let a = 1\n" * 120_000}).encode())
@@ -242,6 +246,11 @@ def test_the_command(tmp_path):
         assert m, line
         with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/api/initial", timeout=10) as r:
             assert json.loads(r.read()) == {"text": TINY, "name": str(spec)}
+        # includes resolve beside SPEC
+        (tmp_path / "blocks.cycle").write_text("stage blk { prechamber p { turbine mlp } }\n", "utf-8")
+        with_include = 'include "blocks.cycle"\n' + TINY.replace("  norm layernorm\n  nozzle", "  stage blk\n  norm layernorm\n  nozzle")
+        status, out = _post(f"http://127.0.0.1:{m.group(1)}", json.dumps({"text": with_include}).encode())
+        assert status == 200 and out["diagnostics"] == [] and out["stages"] == ["block", "blk"]
         # the port is taken now: a second server on it is a usage error, not a traceback
         r = subprocess.run([sys.executable, "-m", "cyclelang.cli", "serve", "--port", m.group(1)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=30)
         assert r.returncode == 2 and "cannot listen" in r.stderr and "Traceback" not in r.stderr

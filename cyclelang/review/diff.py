@@ -356,9 +356,10 @@ def marks(d: dict, b: ir.Spec) -> dict[int, str]:
         for e in d["parts"][status]:
             paths[e.get("path") or e["b"]] = status
     out: dict[int, str] = {}
+    main = b.engine.span.file if b.engine.span is not None else None
     with ir.layout.held(b.engine):
         for p in ir.layout.layout(b.engine).parts():
             span = getattr(p.node, "span", None)
-            if p.path in paths and span is not None:
+            if p.path in paths and span is not None and span.file == main:  # a line of an included file is another file's
                 out[span.line] = paths[p.path]
     return out

@@ -107,6 +107,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "cyclec-serve"
     initial_text = DEFAULT_SPEC
     initial_name = "gpt2.cycle"
+    spec_path: str | None = None
     quiet = False
 
     def log_message(self, fmt, *args):  # one line per request on stderr, unless quiet
@@ -114,7 +115,15 @@ class Handler(BaseHTTPRequestHandler):
             sys.stderr.write("cyclec serve: " + (fmt % args) + "\n")
 
     def _host_ok(self) -> bool:
+        """The Host names the loopback (no DNS rebinding), and a request sent by a page says
+        it comes from the loopback too (no other site's page can post specs here)."""
         host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]")
+        origin = self.headers.get("Origin")
+        if origin is not None:
+            from urllib.parse import urlsplit
+
+            if (urlsplit(origin).hostname or "") not in ("127.0.0.1", "localhost", "::1"):
+                return False
         return host in ("127.0.0.1", "localhost", "::1")
 
     def _send(self, code: int, body: bytes, ctype: str) -> None:
@@ -150,6 +159,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(403, {"error": "the playground answers on the loopback only"})
         if self.path != "/api/analyze":
             return self._json(404, {"error": "not found"})
+        if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
+            return self._json(415, {"error": "send the spec as application/json"})
         try:
             n = int(self.headers.get("Content-Length") or "0")
         except ValueError:
@@ -166,7 +177,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             req = json.loads(self.rfile.read(n).decode("utf-8"))
             text, view, labels = str(req.get("text", "")), req.get("view", "cycle"), req.get("labels", "both")
-            out = payload(text, view, labels)
+            out = payload(text, view, labels, self.spec_path)  # includes resolve beside SPEC
         except (ValueError, UnicodeDecodeError, AttributeError) as e:
             return self._json(400, {"error": f"bad request: {e}"})
         except Exception:
@@ -181,6 +192,7 @@ def make_server(port: int = 8765, text: str | None = None, name: str | None = No
     if text is not None:
         attrs["initial_text"] = text
         attrs["initial_name"] = name or "spec.cycle"
+        attrs["spec_path"] = name
     handler = type("PlaygroundHandler", (Handler,), attrs)
     srv = ThreadingHTTPServer(("127.0.0.1", port), handler)
     srv.daemon_threads = True
