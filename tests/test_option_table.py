@@ -29,13 +29,13 @@ CASES = [
 @pytest.fixture
 def reads(monkeypatch):
     seen: dict[str, set[str]] = {}
-    real = opts.Options.get
+    real = opts.Options._raw  # every getter reads through it
 
-    def get(self, name, *a, **k):
+    def raw(self, name, *a, **k):
         seen.setdefault(self.key, set()).add(name)
         return real(self, name, *a, **k)
 
-    monkeypatch.setattr(opts.Options, "get", get)
+    monkeypatch.setattr(opts.Options, "_raw", raw)
     return seen
 
 
@@ -57,3 +57,15 @@ def test_an_unknown_option_lists_the_table():
     msgs = {d.message: d.help for d in e.value.diagnostics}
     assert msgs["unknown option 'sizee' for turbine pool"] == "did you mean 'size'?"
     assert msgs["unknown option 'qq' for turbine pool"] == "turbine pool takes: " + ", ".join(sorted(o.name for o in opts.options_for("turbine pool")))
+
+
+def test_reading_an_option_without_a_row_is_a_bug_not_a_silent_option():
+    from cyclelang.diagnostics import Collector
+    from cyclelang.ir import Span
+    from cyclelang.semantics.values import Scope
+
+    o = opts.Options("turbine pool", (), Scope(), Collector(), Span(file="x", line=1, column=1, end_line=1, end_column=2))
+    with pytest.raises(KeyError, match="not in the table"):
+        o.int("stride", 1)
+    with pytest.raises(KeyError, match="not in the table"):
+        o.get("stride")

@@ -48,7 +48,7 @@ class Options:
         """Read an option as the table declares it; `default` overrides a contextual default."""
         spec = option(self.key, name)
         if spec is None:
-            raise KeyError(f"option {name!r} of {self.key!r} is not in the table: add it to cyclelang/semantics/options.py")
+            return self._raw(name, False)  # raises, naming the missing row
         d = spec.default if default is _MISSING else default
         if spec.type == "int":
             return self.int(name, d, required=spec.required, min=spec.min, max=spec.max)
@@ -59,6 +59,8 @@ class Options:
         return self.choice(name, spec.choices, d, required=spec.required)
 
     def _raw(self, name: str, required: bool):
+        if option(self.key, name) is None:  # every option read is a row of TABLE: hover and completion show them
+            raise KeyError(f"option {name!r} of {self.key!r} is not in the table: add it to cyclelang/semantics/options.py")
         self.known.append(name)
         o = self.by_name.get(name)
         if o is None:
