@@ -75,6 +75,16 @@ class Client:
             if pred(m):
                 return m
 
+    def notification(self, method: str, timeout: float = 30) -> dict:
+        """The next notification of `method` (one already read counts)."""
+        for m in self.notifications:
+            if m.get("method") == method:
+                self.notifications.remove(m)
+                return m
+        m = self.wait(lambda m: m.get("method") == method, timeout)
+        self.notifications.remove(m)
+        return m
+
     def diagnostics(self, uri: str, version: int | None = None, timeout: float = 30) -> list[dict]:
         def match(m):
             return m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == uri and (

@@ -55,6 +55,7 @@ def test_capabilities(client):
     caps = client.capabilities
     for key in ("hoverProvider", "completionProvider", "definitionProvider", "documentSymbolProvider", "documentFormattingProvider", "codeActionProvider"):
         assert caps.get(key), key
+    assert "cyclelang.explain" in caps["executeCommandProvider"]["commands"]
     assert caps["textDocumentSync"]["change"] == 2  # incremental
 
 
@@ -102,9 +103,21 @@ def test_typo_diagnostic_quick_fix_and_clear(client):
     assert any(r["message"] == "help: did you mean 'heads'?" for r in d["relatedInformation"])
     assert any(r["message"].startswith("cyclec explain E0201") for r in d["relatedInformation"])
     actions = client.request("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": d["range"], "context": {"diagnostics": [d]}})["result"]
-    assert len(actions) == 1 and actions[0]["kind"] == "quickfix"
-    edit = actions[0]["edit"]["changes"][uri][0]
+    fixes = [x for x in actions if x.get("kind") == "quickfix"]
+    assert len(fixes) == 1
+    edit = fixes[0]["edit"]["changes"][uri][0]
     assert edit["newText"] == "heads" and edit["range"] == d["range"]
+    # and one that shows `cyclec explain E0201`'s text
+    (explain,) = [x for x in actions if x.get("command")]
+    assert explain["command"]["arguments"] == ["E0201"] and explain["title"].startswith("Explain E0201")
+    text = client.request("workspace/executeCommand", {"command": explain["command"]["command"], "arguments": ["E0201"]})["result"]
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "cyclelang.cli", "explain", "E0201"], capture_output=True, text=True, cwd=ROOT).stdout
+    assert text == shown and d["data"]["explain"] == shown
+    msg = client.notification("window/showMessage")
+    assert msg["params"]["message"] == shown
     assert _change(client, uri, good, 3) == []
     # an incremental change, as editors send them: replace the five characters of 'heads'
     start = _at(good, "heads=12")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import ir
 from .. import review as rv
-from ..codes import CODES
+from ..codes import CODES, explanation
 from ..diagnostics import CycleError, Diagnostic
 from ..ir.kinds import BY_KEYWORD, KINDS, MERGE_BY_KEYWORD
 from ..semantics.options import TABLE, Opt, option, options_for
@@ -140,7 +140,7 @@ def lsp_diagnostics(a: Analysis, uri: str) -> list[dict]:
         item = {"range": rng, "severity": SEVERITY[d.severity], "code": d.code, "source": "cyclec", "message": message}
         if related:
             item["relatedInformation"] = related
-        item["data"] = {"explain": f"{c.code}: {c.title}\n\n{c.explanation}" if c else "", "help": d.help or ""}
+        item["data"] = {"explain": explanation(c) if c else "", "help": d.help or ""}
         out.append(item)
     return out
 
@@ -555,6 +555,28 @@ def quick_fixes(a: Analysis, uri: str, rng: dict | None = None) -> list[dict]:
             continue
         edit = {"changes": {uri: [{"range": item["range"], "newText": m.group(1)}]}}
         out.append({"title": f"Change to '{m.group(1)}'", "kind": "quickfix", "diagnostics": [item], "edit": edit, "isPreferred": True})
+    return out
+
+
+EXPLAIN = "cyclelang.explain"  # the server's command: `cyclec explain CODE`'s text
+
+
+def explain_text(code: str) -> str | None:
+    c = CODES.get(code)
+    return explanation(c) if c is not None else None
+
+
+def explain_actions(a: Analysis, uri: str, rng: dict | None = None) -> list[dict]:
+    """A code action per diagnostic code in range: show what `cyclec explain CODE` says."""
+    seen, out = set(), []
+    for d, item in zip(a.diagnostics, lsp_diagnostics(a, uri)):
+        if d.code in seen or d.code not in CODES:
+            continue
+        if rng is not None and (item["range"]["end"]["line"] < rng["start"]["line"] or item["range"]["start"]["line"] > rng["end"]["line"]):
+            continue
+        seen.add(d.code)
+        out.append({"title": f"Explain {d.code}: {CODES[d.code].title}", "diagnostics": [item],
+                    "command": {"title": f"cyclec explain {d.code}", "command": EXPLAIN, "arguments": [d.code]}})
     return out
 
 

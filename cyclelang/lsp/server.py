@@ -190,7 +190,21 @@ def formatting(ls: CycleServer, params: types.DocumentFormattingParams):
 def code_action(ls: CycleServer, params: types.CodeActionParams):
     a = ls.analysis(params.text_document.uri)
     rng = _convert.unstructure(params.range)
-    return [_convert.structure(c, types.CodeAction) for c in an.quick_fixes(a, params.text_document.uri, rng)]
+    actions = an.quick_fixes(a, params.text_document.uri, rng) + an.explain_actions(a, params.text_document.uri, rng)
+    return [_convert.structure(c, types.CodeAction) for c in actions]
+
+
+@server.command(an.EXPLAIN)
+def explain(ls: CycleServer, *args):
+    """`cyclec explain CODE`'s text: shown to the user, and returned."""
+    if len(args) == 1 and isinstance(args[0], list):  # pygls 1 passes the arguments as one list
+        args = tuple(args[0])
+    code = args[0] if args else ""
+    text = an.explain_text(str(code).upper()) if isinstance(code, str) else None
+    if text is None:
+        return None
+    ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Info, message=text))
+    return text
 
 
 class _OneLine(logging.Formatter):
