@@ -215,6 +215,14 @@ chamber. Quality usually moves little, and the cache shrinks by heads/kv_heads. 
 note is a fact about the design; silence it with `# allow: N103` where full heads are
 meant.""", "stage block x 24 { prechamber mix { ... turbine attention heads=16 ... } }   # width 1024")
 
+def explanation(c: Code) -> str:
+    """What `cyclec explain CODE` prints (the language server shows the same)."""
+    out = f"{c.code}: {c.title}\n\n{c.explanation}\n"
+    if c.example:
+        out += "\nexample:\n" + "".join(f"    {line}\n" for line in c.example.splitlines())
+    return out
+
+
 def markdown() -> str:
     lines = [
         "# Diagnostics",

@@ -54,6 +54,9 @@ ALLOWED: dict[str, set[str]] = {
     "backends.torch": CORE,
     "backends.graphviz": CORE,
     "stand": {"backends.torch"} | CORE,  # it fires IR: the façade and the CLI resolve paths
+    # the editor's and the browser's front ends: the whole torch-free pipeline, not the CLI
+    "lsp": {"syntax", "semantics", "review"} | CORE,
+    "serve": {"lsp", "syntax", "semantics", "review", "backends.graphviz", "backends.torch"} | CORE,
 }
 
 

@@ -33,6 +33,9 @@ LAZY_COMMANDS: dict[str, str] = {
     "draw": "cyclelang.cli.draw:draw",
     "build": "cyclelang.cli.build:build",
     "fire": "cyclelang.cli.fire:fire",
+    "lsp": "cyclelang.cli.lsp:lsp",
+    "serve": "cyclelang.cli.serve:serve",
+    "diff": "cyclelang.cli.diff:diff",
 }
 
 

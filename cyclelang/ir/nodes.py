@@ -562,11 +562,22 @@ def _all_ops(body) -> list:
     return out
 
 
+# How a notebook shows a Spec: set by the façade (cyclelang.api), which may import the
+# back-ends; the IR imports none. (spec, "svg" | "html") -> text, or None for nothing.
+NOTEBOOK_DISPLAY: list = []
+
+
 class Spec(Node):
     """A resolved spec. A file of templates only (meant to be included) has no engine."""
 
     version: Literal[2] = IR_VERSION
     engine: Engine | None
+
+    def _repr_svg_(self):  # Jupyter: the diagram
+        return NOTEBOOK_DISPLAY[0](self, "svg") if NOTEBOOK_DISPLAY else None
+
+    def _repr_html_(self):  # Jupyter: the diagram and the parameter/FLOP table
+        return NOTEBOOK_DISPLAY[0](self, "html") if NOTEBOOK_DISPLAY else None
 
 
 # --- re-checking a tree that was edited without validation ----------------------------
