@@ -23,6 +23,7 @@ CASES = [
     dict(throat="causal", body="  stage s { prechamber p { turbine mlp  merge deepnorm }\n norm layernorm }", startup="  startup { schedule cosine steps=10  init xavier }\n"),
     dict(throat="causal", body="  turbine mlp", startup="  startup { schedule linear steps=10  init normal }\n"),
     dict(throat="causal", body="  turbine mlp", startup="  startup { schedule constant }\n"),
+    dict(throat="causal", body="  turbine mlp", startup="  startup { schedule constant  param mup base_width=32 }\n"),
 ]
 
 

@@ -318,6 +318,10 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("beta", "float", "DeepNet's init gain of the branch's projections", "", default_text="(8N)^(-1/4)", lo=0.0, lo_open=True),
     ),
     "merge gate": (Opt("bias", "float", "highway gate's starting bias: g = sigmoid(Wx + b)", "a throttle valve", default=-1.0, lo=None),),
+    "param standard": (),
+    "param mup": (
+        Opt("base_width", "int", "the width whose learning rates and init std are the spec's own (Tensor Programs V)", "the reference engine a bigger one is scaled from", default_text="the chamber's width", max=MAX_WIDTH),
+    ),
     "schedule constant": (
         Opt("lr", "float", "the learning rate", "", default=1e-3, lo=0.0, lo_open=True),
         Opt("steps", "int", "steps to train (the stand's --train may say)", ""),
