@@ -364,9 +364,12 @@ def markdown() -> str:
         "once as an engine and once as a network. Parameter counts are checked against transformers' models or "
         "hand-written closed forms in the test suite (tests/test_spec_library.py, tests/test_interop.py).",
         "",
-        "Reading the diagrams: the thick dark line is the main chamber (the residual stream), orange lines are "
-        "prechambers (residual branches), diamonds are valves (norms: filled on the main line, hollow on a branch), "
-        "⊕ is a merge junction and a badge ×N repeats a stage. Roles in the tables: the *mixer* is attention, "
+        "Reading the diagrams (each carries its own legend): tokens at the bottom, logits at the top; the thick dark line is "
+        "the residual stream (the main chamber), drawn as wide as the chamber is, so a throat pinches it; orange lines are "
+        "residual branches (prechambers), each reading the stream at a dot and returning at a ⊕ junction; a dashed grey "
+        "cut is a detached read (no gradient) and a red dump nozzle outside the frame a side output that never merges. "
+        "A repeated block is one frame with a large ×N badge. Every box is titled with its operation and key numbers, "
+        "its rocket role in italics beneath. Roles in the tables: the *mixer* is attention, "
         "pooling or a convolution (the injector, where positions meet), the *reactor* the MLP or MoE (combustion at each "
         "position), *valves* are norms, *projection* a plain linear layer, *merge* the parameters a merge adds (gates, scales).",
         "",
