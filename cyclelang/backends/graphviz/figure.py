@@ -19,7 +19,7 @@ from .scene import COL_GAP, DETAIL, MODES, Box, Line, Scene, Wire, lines_size, l
 from .style import FONT, THEMES, esc
 
 SIZES = {"slide": (960.0, 540.0), "column": (234.0, 662.0), "page": (504.0, 662.0)}
-WRAP = {"slide": 190.0, "column": 128.0, "page": 190.0, None: 200.0}
+WRAP = {"slide": 230.0, "column": 150.0, "page": 230.0, None: 230.0}
 MARGIN = 12.0
 MAX_POINTS = 14400.0  # 200 in: past this a figure is no longer a figure (--expand's hard cap)
 
@@ -116,16 +116,19 @@ class Figure:
     # -- layout -------------------------------------------------------------------------------
 
     def layout(self) -> None:
+        """Lay the figure out; with a size preset, wrap the main line into columns (never inside
+        a stage) so that it fits the preset's height (TB) or width (LR), if it can."""
         sc = self.scenes(None)
         used = set().union(*(s.used for s in sc))
         if self.size is not None:
             W, H = SIZES[self.size]
             legend_below = not self.legend_right()
             lw, lh = self.legend_size(used, W - 2 * MARGIN if legend_below else 260.0)
+            title_h = 30.0 + (24.0 if len(self.engines) > 1 else 0.0)
             if self.tb:
-                avail = H - 2 * MARGIN - 30 - 24 - (lh + 10 if legend_below else 0) - 20
+                avail = H - 2 * MARGIN - title_h - (lh + 10 if legend_below else 0) - 8
             else:
-                avail = W - 2 * MARGIN - (0 if legend_below else lw + 12) - 20
+                avail = W - 2 * MARGIN - (0 if legend_below else lw + 12) - 8
             if any(self.extent(s)[0] > avail for s in sc):
                 sc = self.scenes(avail)
         self.sc = sc
@@ -209,24 +212,33 @@ class Figure:
             lx, ly = MARGIN, MARGIN + bar_h
             bx, by = MARGIN, MARGIN
             total_w, total_h = max(body_w, lw + 2 * MARGIN, 240.0 if bar_h else 0), body_h + lift
-        # scene subtitles (one per engine) and the figure title
-        sub_h = 22.0
-        title_h = 28.0
-        top = total_h + sub_h + 6
-        for (s, x0, y0, x1, y1), (dx, dy) in zip(placed, offs):
-            self.emit_scene(s, dx, dy + lift)
-            e = s.e
-            sub = f"{e.name} \u00b7 {params.human(params.count(e))} params \u00b7 width {e.width} \u00b7 {s.lay.instance_count()} blocks"
-            self.text_node(f"{s.pre}subtitle", [Line(sub, DETAIL, bold=True)], x0 + dx + text_w(sub, DETAIL, True) / 2 + 3,
-                           (top - sub_h / 2) if self.tb else (y1 + dy + lift + 12), left=True)
-            if not self.tb:
-                pass
+        # the figure title, and each engine's numbers: beside the title when one engine fits there
         names = ", ".join(e.name for e in self.engines)
         whats = {"cycle": {"ml": "residual stream", "both": "power cycle", "rocket": "power cycle"},
                  "graph": {"ml": "computation graph", "both": "computation graph", "rocket": "computation graph"}}[self.view]
         titles = {m: f"{names}: {w}" + (" \u00b7 annotated: \u2016dL/dx\u2016" if self.scale else "") for m, w in whats.items()}
         ttl = titles[self.labels]
         tw = max(text_w(x, 18, True) for x in titles.values())
+        title_h = 28.0
+
+        def stats(s: Scene) -> str:
+            e = s.e
+            return f"{e.name} \u00b7 {params.human(params.count(e))} params \u00b7 width {e.width} \u00b7 {s.lay.instance_count()} blocks"
+
+        limit = SIZES[self.size][0] - 2 * MARGIN if self.size else max(total_w, 600.0)
+        beside = len(placed) == 1 and tw + 16 + text_w(stats(placed[0][0]), DETAIL, True) <= limit
+        sub_h = 0.0 if beside or not self.tb else 22.0
+        top = total_h + sub_h + 6
+        for (s, x0, y0, x1, y1), (dx, dy) in zip(placed, offs):
+            self.emit_scene(s, dx, dy + lift)
+            sw = text_w(stats(s), DETAIL, True)
+            if beside:
+                X, Y = MARGIN + tw + 16 + sw / 2 + 3, top + title_h / 2 - 2
+            elif self.tb:
+                X, Y = x0 + dx + sw / 2 + 3, top - sub_h / 2
+            else:
+                X, Y = x0 + dx + sw / 2 + 3, y1 + dy + lift + 12
+            self.text_node(f"{s.pre}subtitle", [Line(stats(s), DETAIL, bold=True)], X, Y, left=True)
         self.text_node("title", [Line(ttl, 18, bold=True)], MARGIN + tw / 2, top + title_h / 2, left=True, w=tw)
         self.legend(used, lx, ly, lw)
         if self.scale:

@@ -38,17 +38,33 @@ from .style import kind_style
 
 TITLE, DETAIL, CAPTION, SMALL = 14, 12, 12, 12  # nothing is set under 12 pt
 STAGE_TITLE, BADGE = 16, 30
-GAP = 11.0  # along the line, between pieces
+GAP = 9.0  # along the line, between pieces
 COL_GAP = 18.0  # across, from the main line to a branch column
-PAD = 10.0  # inside a frame
+PAD = 8.0  # inside a frame
 LINE = 1.22  # line height / font size
 MODES = ("ml", "both", "rocket")
 
 
+_NARROW = set("iljtf.,:;'|!()[] \u00b7")
+_WIDE = set("mwMW\u2192\u2016\u22ef")
+
+
 def text_w(s: str, size: float, bold: bool = False) -> float:
-    """About how wide Helvetica sets `s` (a deterministic, generous estimate)."""
-    wide = sum(1 for ch in s if ch.isupper() or ch in "mwMW\u00d7\u2192\u22ef\u03b1\u03b3\u03c3")
-    return (len(s) * (0.6 if bold else 0.56) + wide * 0.12) * size
+    """About how wide Helvetica sets `s` (from its glyph widths, a little generous; a
+    deterministic estimate, so the layout never depends on the machine's fonts)."""
+    em = 0.0
+    for ch in s:
+        if ch in _NARROW:
+            em += 0.28
+        elif ch in _WIDE:
+            em += 0.86
+        elif ch.isupper():
+            em += 0.69
+        elif ch.isdigit():
+            em += 0.56
+        else:
+            em += 0.55
+    return em * size * (1.08 if bold else 1.03)
 
 
 @dataclass
@@ -237,6 +253,9 @@ class Scene:
             + [Line(rocket_title, CAPTION, italic=True, muted=True)],
             "rocket": [Line(rocket_title, TITLE, bold=True)] + ([Line(rocket_detail)] if rocket_detail else []) + extra,
         }
+        if isinstance(p.node, ir.Norm):  # a norm says what it is in one line: where it sits is drawn
+            words = {"ml": [Line(ml_title, TITLE, bold=True)] + extra, "both": [Line(ml_title, TITLE, bold=True)] + extra,
+                     "rocket": [Line(f"valve \u00b7 {ml_title}", TITLE, bold=True)] + extra}
         glyph, gw, gh = text.glyph(p.node)
         key = kind_style(kind.attr)[0]
         b = self.box(kind.attr or "op", key, words, path=p.path, glyph_h=gh, glyph_w=gw, html=glyph,
@@ -439,15 +458,21 @@ class Scene:
             # a band at the top of the frame, right of the main line
             u_hdr = u + GAP / 2
             x = max(neg, 6) * 0 + COL_GAP
+            room = max(pos - COL_GAP, self.wrap_w) + 20  # a little wider than the column is fine
+            one_row = hdr_w + 10 + sub.w <= room
             for h in hdr:
-                h.u, h.v = u_hdr + sub.h + hdr_h / 2, x + h.w / 2
+                h.u, h.v = u_hdr + (0 if one_row else sub.h) + hdr_h / 2, x + h.w / 2
                 x += h.w + 8
-            sub.u, sub.v = u_hdr + sub.h / 2, COL_GAP + sub.w / 2
-            band = hdr_h + sub.h
+            if one_row:  # the parameter count beside the badge, on its baseline
+                sub.u, sub.v = u_hdr + sub.h / 2 + 2, x + 2 + sub.w / 2
+                band = hdr_h
+            else:
+                sub.u, sub.v = u_hdr + sub.h / 2, COL_GAP + sub.w / 2
+                band = hdr_h + sub.h
             if spark is not None:
                 band += self.place_spark(b, spark, u_hdr + band + 4, COL_GAP) + 4
             u = u_hdr + band + PAD
-            pos = max(pos, COL_GAP + max(hdr_w, sub.w, spark[2] if spark else 0))
+            pos = max(pos, COL_GAP + max(hdr_w + (10 + sub.w if one_row else 0), sub.w, spark[2] if spark else 0))
         else:
             # a band above the branches, from the frame's left edge
             v_hdr = pos + PAD
@@ -543,12 +568,17 @@ class Scene:
             g = self.readings["branches"][bpath]
             names = {m: f"{w} \u00b7 grad {text.num(g)}" for m, w in names.items()}
         title = self.tagw("branch", {m: [Line(w, DETAIL, bold=True, muted=True)] for m, w in names.items()}, key="branch_title")
-        col_w = max([self.across(o) for o in ops] + [self.across(title)])
+        col_w = max([self.across(o) for o in ops] + ([self.across(title)] if self.tb else []))
         v = (col_v if col_v is not None else COL_GAP + col_w / 2)
-        u = split.u + GAP
-        # the branch's name beside the wire that runs up to its first op, never across it
-        title.u, title.v = u + self.along(title) / 2, v + 6 + self.across(title) / 2
-        u += self.along(title) + 4
+        # the branch's name beside the wire that runs to its first op, never across it: TB, right
+        # of that wire and just past the split; LR, above the column's ops
+        if self.tb:
+            title.u, title.v = split.u + 2 + self.along(title) / 2, v + 6 + self.across(title) / 2
+            u = max(split.u + GAP, title.u + self.along(title) / 2 + 4)
+        else:
+            title.u = split.u + 6 + self.along(title) / 2
+            title.v = v + max([self.across(o) for o in ops] + [0]) / 2 + 3 + self.across(title) / 2
+            u = split.u + GAP
         b.boxes.append(title)
         prev = (split.u, 0.0)
         first = True
@@ -607,6 +637,8 @@ class Scene:
                 b.neg = max(b.neg, 6 + self.across(t))
             b.length = j.u + self.along(j) / 2 + after
         b.pos = max(b.pos, v + col_w / 2, title.v + self.across(title) / 2)
+        if not self.tb:
+            b.length = max(b.length, title.u + self.along(title) / 2 + GAP / 2)
         b.neg = max(b.neg, 6)
         return b
 
