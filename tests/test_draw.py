@@ -162,9 +162,9 @@ def test_ml_words_first_rocket_role_as_italic_caption():
     dot = to_dot(spec("gpt2"))
     assert re.search(r"<b>Attention · 12 heads(<br/>| · )causal</b>|<b>Attention · 12 heads</b></font><br/><font[^>]*><b>causal</b>", dot)
     assert re.search(r"<b>MLP 768→3072→768( |</b></font><br/><font[^>]*><b>)gelu_tanh</b>", dot)
-    assert "<i>turbine: injector</i>" in dot and "<i>valve on the branch</i>" in dot
+    assert "<i>turbine: injector</i>" in dot and "<i>turbine: combustor</i>" in dot
     rocket = to_dot(spec("gpt2"), labels="rocket")
-    assert "<b>turbine: injector</b>" in rocket and "Attention" not in rocket
+    assert "<b>turbine: injector</b>" in rocket and "Attention" not in rocket and "<b>valve · LayerNorm</b>" in rocket
 
 
 ROCKET_WORDS = ("tank", "pump", "valve", "turbine", "prechamber", "chamber", "throat", "nozzle", "injector", "combustor",
@@ -329,8 +329,11 @@ def test_template_only_file_is_a_diagnostic():
 
 # --- size presets: measured in the SVG ----------------------------------------------
 
-# (spec, preset) pairs that need more room than the preset has at 12 pt: refused with E0275.
-DOES_NOT_FIT = {"slide": {p.stem for p in SPECS}, "column": {p.stem for p in SPECS}, "page": {p.stem for p in SPECS}}
+# The specs that need more room than a preset has at 12 pt, refused with E0275 (not yet laid out
+# densely enough: a column is 3.25 in wide, and a page's two columns of blocks do not fit 7 in).
+# Kept exact, so that a spec that stops fitting fails here, and one that starts fitting must be
+# taken off the list.
+DOES_NOT_FIT = {"slide": {"gas_generator", "moe", "throat"}, "column": {p.stem for p in SPECS}, "page": {p.stem for p in SPECS}}
 
 
 def svg_text_sizes(svg: str, preset: tuple[float, float]) -> tuple[float, list[float]]:

@@ -19,7 +19,7 @@ from .scene import COL_GAP, DETAIL, MODES, Box, Line, Scene, Wire, lines_size, l
 from .style import FONT, THEMES, esc
 
 SIZES = {"slide": (960.0, 540.0), "column": (234.0, 662.0), "page": (504.0, 662.0)}
-WRAP = {"slide": 230.0, "column": 150.0, "page": 230.0, None: 230.0}
+WRAP = {"slide": 230.0, "column": 130.0, "page": 200.0, None: 230.0}
 MARGIN = 12.0
 MAX_POINTS = 14400.0  # 200 in: past this a figure is no longer a figure (--expand's hard cap)
 
@@ -136,7 +136,7 @@ class Figure:
         self.place(sc, used)
 
     def legend_right(self) -> bool:
-        return self.size == "slide" or (self.size is None and self.tb)
+        return self.tb
 
     def extent(self, s: Scene) -> tuple[float, float]:
         """(along, across) of a scene."""
@@ -197,21 +197,48 @@ class Figure:
                 cur -= 36
         body_w = max(o[0] + p[3] for o, p in zip(offs, placed)) + MARGIN
         body_h = max(o[1] + p[4] for o, p in zip(offs, placed))
-        # legend (and colour bar): below, or to the right on a slide
-        legend_right = self.legend_right()
-        lw_avail = 260.0 if legend_right else max(body_w - 2 * MARGIN, 220.0 if self.size != "column" else SIZES["column"][0] - 2 * MARGIN)
-        lw, lh = self.legend_size(used, lw_avail)
+        # legend (and colour bar): in the free space over the last column (TB, one engine), to the
+        # right, or below; with a size preset the first of these that fits, else to the right (TB)
         bar_h = 64.0 if self.scale else 0.0
-        if legend_right:
-            lift = MARGIN
-            lx, ly = body_w + 12, max(body_h, lh + bar_h) - lh
-            total_w, total_h = lx + lw + MARGIN, max(body_h, lh + bar_h)
-            bx, by = lx, ly - bar_h
-        else:
-            lift = lh + bar_h + MARGIN + 6
-            lx, ly = MARGIN, MARGIN + bar_h
-            bx, by = MARGIN, MARGIN
-            total_w, total_h = max(body_w, lw + 2 * MARGIN, 240.0 if bar_h else 0), body_h + lift
+        options = []
+        if self.tb and len(placed) == 1 and len(scenes[0].columns) > 1:
+            options.append("column")
+        options += ["right", "below"] if self.tb else ["below", "right"]
+        if self.size is None:
+            options = ["right" if self.tb else "below"]
+        W, H = SIZES[self.size] if self.size else (math.inf, math.inf)
+        def legend_at(opt: str):
+            if opt == "right":
+                lw, lh = self.legend_size(used, 260.0)
+                lift = MARGIN
+                lx, ly = body_w + 12, max(body_h, lh + bar_h) - lh
+                total_w, total_h = lx + lw + MARGIN, max(body_h, lh + bar_h)
+                bx, by = lx, ly - bar_h
+            elif opt == "below":
+                lw, lh = self.legend_size(used, max(body_w - 2 * MARGIN, (W if self.size else 240.0) - 2 * MARGIN))
+                lift = lh + bar_h + MARGIN + 6
+                lx, ly = MARGIN, MARGIN + bar_h
+                bx, by = MARGIN, MARGIN
+                total_w, total_h = max(body_w, lw + 2 * MARGIN, 240.0 if bar_h else 0), body_h + lift
+            else:  # over the last column, which is the shortest
+                s0 = scenes[0]
+                cdv, cneg, cpos, clen = s0.columns[-1]
+                (X0, Y0), (X1, Y1) = self.xy(s0, 0, cdv - cneg), self.xy(s0, clen, cdv + cpos)
+                X0, Y1 = X0 + offs[0][0], Y1 + offs[0][1]
+                lw, lh = self.legend_size(used, max(W - MARGIN - X0, 200.0))
+                lift = MARGIN
+                lx, ly = X0, Y1 + 16 + bar_h + MARGIN
+                bx, by = lx, Y1 + 16 + MARGIN
+                total_w, total_h = max(body_w, lx + lw + MARGIN), max(body_h + MARGIN, ly + lh)
+                lift = MARGIN
+            return lift, lx, ly, lw, lh, bx, by, total_w, total_h
+
+        def overflow(r) -> float:
+            return max(r[7] / W, (r[8] + 36) / H)
+
+        tries = [legend_at(o) for o in options]
+        fit = [r for r in tries if overflow(r) <= 1.0]
+        lift, lx, ly, lw, lh, bx, by, total_w, total_h = fit[0] if fit else min(tries, key=overflow)
         # the figure title, and each engine's numbers: beside the title when one engine fits there
         names = ", ".join(e.name for e in self.engines)
         whats = {"cycle": {"ml": "residual stream", "both": "power cycle", "rocket": "power cycle"},

@@ -733,32 +733,34 @@ class Scene:
                 total = 0.0
             cols[-1].append(bk)
             total += bk.length
+        # TB: the next column to the right (v grows); LR: the next row below (v falls)
+        sgn = 1.0 if self.tb else -1.0
         dv = 0.0
-        prev_end = None
+        prev = None  # (end u, dv, neg, pos) of the previous column
+        self.columns = []  # (dv, neg, pos, length) of each column, in flow coordinates
         for ci, col in enumerate(cols):
             neg = max(b.neg for b in col)
             pos = max(b.pos for b in col)
-            dv += neg if ci else 0
-            u = 0.0 if ci == 0 else 0.0
-            start = None
+            if prev is not None:
+                pu, pdv, pneg, ppos = prev
+                dv = pdv + ppos + 2 * COL_GAP + neg if sgn > 0 else pdv - pneg - 2 * COL_GAP - pos
+            u = 0.0
             for bk in col:
-                s = bk.shifted(u, dv)
-                self.boxes += s.boxes
-                self.wires += s.wires
-                self.frames += s.frames
-                if start is None:
-                    start = (u, dv)
+                sh = bk.shifted(u, dv)
+                self.boxes += sh.boxes
+                self.wires += sh.wires
+                self.frames += sh.frames
                 u += bk.length
-            if prev_end is not None:
-                # from the previous column's top over, in the gap, to this column's bottom
-                (pu, pv), gap_v = prev_end, dv - neg - COL_GAP / 2
-                w = col[0].width_in
+            if prev is not None:
+                # from the previous column's end over, through the gap between them, to this one's start
+                pu, pdv, pneg, ppos = prev
+                gap_v = pdv + ppos + COL_GAP if sgn > 0 else pdv - pneg - COL_GAP
                 top = max(pu, self.col_len) + GAP
-                self.wires.append(Wire(self.nid("wrap"), [(pu, pv), (top, pv), (top, gap_v), (-GAP, gap_v), (-GAP, dv), (0, dv)], "main", w, col[0].path))
+                self.wires.append(Wire(self.nid("wrap"), [(pu, pdv), (top, pdv), (top, gap_v), (-GAP, gap_v), (-GAP, dv), (0, dv)], "main",
+                                       col[0].width_in, col[0].path))
             self.col_len = max(self.col_len, u)
-            prev_end = (u, dv)
-            dv += pos + 2 * COL_GAP
-        self.extent_v = (-max(b.neg for b in cols[0]), dv - 2 * COL_GAP)
+            self.columns.append((dv, neg, pos, u))
+            prev = (u, dv, neg, pos)
 
 
 def log_scale(values) -> tuple[float, float]:

@@ -151,8 +151,9 @@ def _attention_glyph(op: ir.Attention) -> tuple[str, float, float]:
     heads = min(op.heads, 12)
     group = max(1, op.heads // max(1, op.kv_heads))
     kv = min(op.kv_heads, 12)
-    mask = "".join("<tr>" + _cells([GLYPH_INK["mask"] if on else "#ffffff" for on in row], 5, "#9aa5b1") + "</tr>" for row in mask_rows(op))
-    mask_t = f'<table border="0" cellspacing="0" cellpadding="0">{mask}</table>'
+    mask = "".join("<tr>" + "".join(f'<td width="6" height="6" fixedsize="true" bgcolor="{GLYPH_INK["mask"] if on else "#ffffff"}"></td>'
+                                    for on in row) + "</tr>" for row in mask_rows(op))
+    mask_t = f'<table border="0" cellspacing="1" cellpadding="0" bgcolor="#9aa5b1" fixedsize="true" width="36" height="36">{mask}</table>'
     q = _cells([GLYPH_INK["q"]] * heads)
     k = _cells([GLYPH_INK["kv"]] * kv)
     more_q = f'<td><font point-size="12">+{op.heads - heads}</font></td>' if op.heads > heads else ""
@@ -160,7 +161,7 @@ def _attention_glyph(op: ir.Attention) -> tuple[str, float, float]:
     heads_t = (f'<table border="0" cellspacing="1" cellpadding="0"><tr><td><font point-size="12">Q</font></td>{q}{more_q}</tr>'
                f'<tr><td><font point-size="12">KV</font></td>{k}{more_k}</tr></table>')
     html = f'<table border="0" cellspacing="4" cellpadding="0"><tr><td>{mask_t}</td><td>{heads_t}</td></tr></table>'
-    w = 5 * 5 + 12 + 18 + max(heads, kv) * 8 + (24 if op.heads > heads else 0)
+    w = 6 * 6 + 12 + 18 + max(heads, kv) * 8 + (24 if op.heads > heads else 0)
     return html, float(w), 34.0 if group else 34.0
 
 
