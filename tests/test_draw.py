@@ -195,7 +195,7 @@ def test_a_legend_entry_for_every_colour_and_shape(path, view):
     legend_edges = {classes(a)[1]: a for a in edges(dot) if classes(a)[:1] == ["legend"]}
     for a in ns.values():
         key = (classes(a) or [""])[0]
-        if key in ("", "legend", "legend_text", "text", "frame", "stage", "stage_params", "branch_title", "merge_note", "main_note",
+        if key in ("", "canvas", "legend", "legend_text", "text", "frame", "stage", "stage_params", "branch_title", "merge_note", "main_note",
                    "cut_label", "logits", "shape", "value", "colourbar", "badge", "spark_label") or a.get("style") == "invis" \
                 or a.get("shape") == "plaintext":  # words, not a colour or a shape
             continue
@@ -303,7 +303,7 @@ def test_expand_elides_and_has_caps(tmp_path):
 
 def test_theme_and_rankdir():
     dark = to_dot(spec("gpt2"), theme="dark", rankdir="LR")
-    assert 'bgcolor="#10161d"' in dark and dark != to_dot(spec("gpt2"), theme="dark")
+    assert nodes(dark)["canvas"]["fillcolor"] == "#10161d" and dark != to_dot(spec("gpt2"), theme="dark")
     with pytest.raises(ValueError):
         draw(spec("gpt2"), view="nope")
     with pytest.raises(ValueError):
@@ -428,6 +428,9 @@ def test_svg_png_pdf_byte_identical_across_runs():
     time.sleep(1.1)  # a timestamp would now differ
     assert {fmt: render(dot, fmt) for fmt in ("svg", "pdf", "png")} == first
     assert b"/CreationDate (D:20000101000000Z" in first["pdf"]
+    for stem in ("gpt2", "throat"):  # one PNG colour type for every figure (a transparent graph, a filled page)
+        png = render(to_dot(spec(stem)), "png")
+        assert png[25] == 6, stem  # IHDR colour type 6: RGBA
 
 
 @needs_dot

@@ -119,9 +119,9 @@ def render(dot: str, fmt: str) -> bytes:
     exe = shutil.which("neato")
     if exe is None:
         raise GraphvizMissing(INSTALL_HINT)
-    args = [exe, "-n2", f"-T{fmt}"]  # every position is pinned: neato only draws them
+    args = [exe, "-n2", "-Tpng:cairo" if fmt == "png" else f"-T{fmt}"]  # every position is pinned: neato only draws them
     if fmt == "png":
-        args += ["-Gdpi=150", "-Gbgcolor=white" if "bgcolor=\"white\"" in dot else "-Gtruecolor=true"]  # slide-sharp, one colour type
+        args += ["-Gdpi=150", "-Gtruecolor=true"]  # slide-sharp; always RGBA
     proc = subprocess.run(args, input=dot.encode("utf-8"), capture_output=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"neato failed ({proc.returncode}): {proc.stderr.decode('utf-8', 'replace').strip()[:2000]}")

@@ -278,6 +278,11 @@ class Figure:
             self.H = max(self.H, math.ceil(Y + float(a["height"]) * 36 + 2))
         for nid, (X, Y) in (("canvas.lo", (0, 0)), ("canvas.hi", (self.W, self.H))):
             self.nodes.append((nid, {"pos": f"{X:.1f},{Y:.1f}!", "shape": "point", "style": "invis", "width": "0.01", "height": "0.01", "label": ""}))
+        # the page itself, drawn first: the graph's own background is transparent, so every PNG
+        # is RGBA whatever Graphviz would pick for an opaque one
+        self.nodes.insert(0, ("canvas", {"pos": f"{self.W / 2:.1f},{self.H / 2:.1f}!", "shape": "box", "style": "filled", "fillcolor": self.t["bg"],
+                                         "color": self.t["bg"], "penwidth": "0", "width": f"{self.W / 72:.3f}", "height": f"{self.H / 72:.3f}",
+                                         "fixedsize": "true", "label": "", "class": "canvas"}))
         if self.size is not None:
             W, H = SIZES[self.size]
             if self.W > W + 0.5 or self.H > H + 0.5:
@@ -507,7 +512,7 @@ class Figure:
             return " ".join(f"{k}={_q(v)}" for k, v in items)
 
         out = [f"digraph {_q('figure')} {{",
-               f"\tgraph [bb={_q(f'0,0,{self.W:.1f},{self.H:.1f}')} bgcolor={_q(t['bg'])} fontname={_q(FONT)} outputorder=nodesfirst pad=0 "
+               f"\tgraph [bb={_q(f'0,0,{self.W:.1f},{self.H:.1f}')} bgcolor=\"transparent\" fontname={_q(FONT)} outputorder=nodesfirst pad=0 "
                f"splines=true]",
                f"\tnode [fontcolor={_q(t['fg'])} fontname={_q(FONT)}]",
                f"\tedge [fontname={_q(FONT)}]"]
