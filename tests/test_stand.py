@@ -294,6 +294,26 @@ def test_draw_annotate_golden(golden, tmp_path):
     assert all(line.count("value=") <= 1 for line in dot.splitlines())
     expanded = to_dot(spec, annotate=readings, expand=True)
     assert expanded.count("‖dL/dx‖ =") > dot.count("‖dL/dx‖ =")
+    # compare mode: one scale for every engine drawn, so the same value has the same colour
+    louder = {t: {k: v * 20 for k, v in table.items()} for t, table in readings.items()}
+    both = to_dot([spec, spec], annotate=[readings, louder])
+    bars = re.findall(r'class="colourbar ([0-9.e+-]+) ([0-9.e+-]+)"', both)
+    assert len(bars) == 1
+    lo2, hi2 = (float(x) for x in bars[0])
+    assert lo2 <= float(lo) and hi2 >= 20 * max(vals) and lo2 * 10 ** round(math.log10(hi2 / lo2)) == pytest.approx(hi2)
+
+    def colour_of(dot, prefix, path):
+        line = next(x for x in dot.splitlines() if f'"{prefix}' in x and f'class="main {path} value=' in x)
+        return re.search(r'color="(#[0-9a-f]{6})"', line).group(1)
+
+    first = colour_of(both, "e0.", "stages.0-3")
+    assert first != colour_of(both, "e1.", "stages.0-3")  # twenty times the gradient: another colour on the shared scale
+    from cyclelang.backends.graphviz.annotate import colour, log_pos
+
+    v0 = readings["chain"]["stages.0-3"]
+    assert first == colour(log_pos(v0, (lo2, hi2)))  # the colour is the shared scale's, not the engine's own
+    same = to_dot([spec, spec], annotate=[readings, readings])
+    assert colour_of(same, "e0.", "stages.0-3") == colour_of(same, "e1.", "stages.0-3")
     # a report fired at another depth or width is refused with the reason, never half-applied
     r = invoke(["draw", SPEC("gas_generator"), "--annotate", str(report), "-o", str(tmp_path / "x.dot")])
     assert r.exit_code == 1 and "E0276" in r.output and "depth 3" in r.output and "width 32" in r.output

@@ -643,30 +643,94 @@ class Scene:
         return b
 
     def fullflow_block(self, fl: FullflowLayout, spath: str, width: int, r: int | None) -> Block:
-        """Full flow: one split (after the shared norm), branches side by side, one junction."""
+        """Full flow: x + f1(n(x)) + f2(n(x)). One split; the shared norm (on the branch side:
+        the stream itself is not normalised) feeds every branch; the branches run side by side
+        and all return at one junction, along one manifold above their tops."""
         b = Block(width_in=width, width_out=width, path=spath)
-        u = 0.0
-        if fl.norm is not None:
-            nb = self.series_block(fl.norm, False)
-            # the shared norm reads the stream beside it, feeding every branch
-            nb = nb.shifted(0, 0)
-            self.absorb(b, nb)
-            u = nb.length
-            b.neg, b.pos = nb.neg, nb.pos
-        subs, v = [], COL_GAP
+        split = self.point("split", spath)
+        split.u = GAP / 2
+        b.boxes.append(split)
+        cols = []  # (branch layout, path, op boxes, title, column width)
         for bl in fl.branches:
+            bpath = f"{spath}.{bl.attr}"
             ops = [self.part_box(p, True) for p in bl.ops]
-            col = max([self.across(o) for o in ops] + [120.0])
-            sb = self.branch_block(bl, spath, width, r, col_v=v + col / 2)
-            subs.append(sb)
-            v += col + COL_GAP
-        length = max(s.length for s in subs)
-        for s in subs:
-            s = s.shifted(u, 0)
-            # the returning branches meet at one junction: stretch each to the longest
-            self.absorb(b, s)
-            b.pos = max(b.pos, s.pos)
-        b.length = u + length
+            names = text.branch_titles(bl.branch)
+            if self.readings is not None and bpath in self.readings.get("branches", {}):
+                names = {m: f"{w} \u00b7 grad {text.num(self.readings['branches'][bpath])}" for m, w in names.items()}
+            title = self.tagw("branch", {m: [Line(w, DETAIL, bold=True, muted=True)] for m, w in names.items()}, key="branch_title")
+            cw = max([self.across(o) for o in ops] + ([self.across(title) + 6] if self.tb else []))
+            cols.append((bl, bpath, ops, title, cw))
+        norm = self.part_box(fl.norm, True) if fl.norm is not None else None
+        v = COL_GAP
+        vs = []
+        for _, _, _, _, cw in cols:
+            vs.append(v + cw / 2)
+            v += cw + COL_GAP
+        src = (split.u, 0.0)
+        u = split.u + GAP
+        if norm is not None:  # in the first column, fed by the split
+            norm.u, norm.v = u + self.along(norm) / 2, vs[0]
+            b.boxes.append(norm)
+            b.wires.append(Wire(self.nid("bw"), [src, (split.u, vs[0]), (u, vs[0])], "branch", 0, spath, arrow=True, table="branches"))
+            self.used.add("branch")
+            u += self.along(norm)
+            src = (u, vs[0])
+            u += GAP
+        fan_u = src[0] + GAP / 2 if norm is not None else split.u
+        ends = []
+        for (bl, bpath, ops, title, cw), cv in zip(cols, vs):
+            cu = u
+            if self.tb:
+                title.u, title.v = cu + self.along(title) / 2, cv + 6 + self.across(title) / 2
+                cu += self.along(title) + 4
+            else:
+                title.u = cu + 6 + self.along(title) / 2
+                title.v = cv + max([self.across(o) for o in ops] + [0]) / 2 + 3 + self.across(title) / 2
+            b.boxes.append(title)
+            prev = None
+            for k, o in enumerate(ops):
+                o.u, o.v = cu + self.along(o) / 2, cv
+                b.boxes.append(o)
+                if k == 0:
+                    pts = [src, (fan_u, src[1]), (fan_u, cv), (cu, cv)] if norm is not None else [src, (src[0], cv), (cu, cv)]
+                    cut = bl.branch.detach
+                    b.wires.append(Wire(self.nid("bw"), pts, "cut" if cut else "branch", 0, bpath, arrow=True, dashed=cut, table="branches"))
+                    self.used.add("cut" if cut else "branch")
+                else:
+                    b.wires.append(Wire(self.nid("bw"), [prev, (cu, cv)], "branch", 0, bpath, arrow=True, table="branches"))
+                prev = (cu + self.along(o), cv)
+                cu = prev[0] + GAP
+            ends.append((bl, bpath, prev if prev is not None else (u, cv)))
+        top = max(e[2][0] for e in ends) + GAP / 2
+        returning = [e for e in ends if not e[0].branch.overboard]
+        j = None
+        if returning:
+            j = self.junction(returning[0][0].branch.merge, spath)
+            j.u = top + self.along(j) / 2
+            b.boxes.append(j)
+            for bl, bpath, (eu, ev) in returning:
+                wire = Wire(self.nid("bw"), [(eu, ev), (j.u, ev), (j.u, self.across(j) / 2)], "branch", 0, bpath, arrow=True, table="branches")
+                b.wires.append(wire)
+        for bl, bpath, (eu, ev) in ends:
+            if bl.branch.overboard:
+                loss = f"aux loss \u00d7{text.num(bl.branch.loss)}" if bl.branch.loss is not None else "never merged"
+                dump = self.box("dump", "vent", {"ml": [Line("side output", TITLE, True), Line(loss)],
+                                                 "both": [Line("side output", TITLE, True), Line(loss), Line("overboard", CAPTION, italic=True, muted=True)],
+                                                 "rocket": [Line("overboard", TITLE, True), Line(loss)]}, shape="trapezium", path=bpath)
+                dump.u, dump.v = eu + GAP / 2 + (0 if self.tb else GAP / 2 + self.along(dump) / 2), ev
+                b.boxes.append(dump)
+                b.wires.append(Wire(self.nid("vw"), [(eu, ev), (eu + GAP / 2, ev)], "vent", 0, bpath, arrow=True, table="branches"))
+                self.used.add("vent")
+        after = GAP / 2
+        note = text.merge_note(returning[0][0].branch.merge) if returning else ""
+        if note and j is not None:
+            t = self.tag("merge_note", note, italic=True)
+            t.u, t.v = j.u + self.along(j) / 2 + 2 + self.along(t) / 2, self.across(j) / 2 + 4 + self.across(t) / 2
+            b.boxes.append(t)
+            after = max(after, self.along(t) + 4)
+        b.length = (j.u + self.along(j) / 2 if j is not None else top) + after
+        b.pos = max([x.v + self.across(x) / 2 for x in b.boxes] + [0.0])
+        b.neg = 6
         return b
 
     # -- annotate -----------------------------------------------------------------------------
