@@ -461,10 +461,20 @@ class Figure:
             lab = {"stage": "", "repeat": "\u00d7N", "elided": "\u22ef"}[key]
             attrs = {"shape": "box", "style": "rounded,filled", "fillcolor": t["stage_fill"], "color": t["stage_border"], "label":
                      f'<<font point-size="12"><b>{esc(lab)}</b></font>>' if lab else "", "width": "0.33", "height": "0.22"}
-        elif key.startswith("mask_") or key in ("heads", "experts"):
+        elif key.startswith("mask_"):  # the mask's own picture, small
+            from types import SimpleNamespace
+
+            from .text import GLYPH_INK, mask_rows
+
+            op = SimpleNamespace(mask="causal" if key.startswith("mask_causal") else "open", window=2 if key.endswith("_window") else None)
+            rows = "".join("<tr>" + "".join(f'<td width="2" height="2" fixedsize="true" bgcolor="{GLYPH_INK["mask"] if on else "#ffffff"}"></td>'
+                                            for on in row) + "</tr>" for row in mask_rows(op))
+            attrs = {"shape": "plaintext", "width": "0.25", "height": "0.25", "label":
+                     f'<<table border="0" cellspacing="1" cellpadding="0" bgcolor="#9aa5b1" fixedsize="true" width="16" height="16">{rows}</table>>'}
+        elif key in ("heads", "experts"):
             from .text import GLYPH_INK
 
-            ink = {"heads": GLYPH_INK["q"], "experts": GLYPH_INK["expert_on"]}.get(key, GLYPH_INK["mask"])
+            ink = {"heads": GLYPH_INK["q"], "experts": GLYPH_INK["expert_on"]}[key]
             attrs = {"shape": "plaintext", "label": f'<<table border="0" cellspacing="1" cellpadding="0"><tr><td width="7" height="7" fixedsize="true" bgcolor="{ink}" border="1" color="#5b6876"></td></tr></table>>',
                      "width": "0.2", "height": "0.2"}
         else:

@@ -320,6 +320,7 @@ class Scene:
         b.neg = b.pos = max(self.across(tok), self.across(emb)) / 2
         if self.view == "graph":
             self.shape_tag(b, u + 2, f.width)
+            self.main_wire(b, [(u, 0), (b.length, 0)], f.width, "feed")
         return b
 
     def nozzle_block(self) -> Block:
@@ -338,11 +339,13 @@ class Scene:
         head.u = u + self.along(head) / 2
         u += self.along(head)
         self.main_wire(b, [(0, 0), (u - self.along(head), 0)], z.width, "head", arrow=True)
+        head_end = u
         if self.view == "graph":
             self.shape_tag(b, u + 2, z.vocab)
+            u = b.length
         u += GAP
         logits.u = u + self.along(logits) / 2
-        self.main_wire(b, [(u - GAP, 0), (u, 0)], 0, "head", arrow=True, kind="link")
+        self.main_wire(b, [(head_end, 0), (u, 0)], 0, "head", arrow=True, kind="link")
         u += self.along(logits)
         b.boxes += [head, logits]
         b.length = u
@@ -350,11 +353,13 @@ class Scene:
         return b
 
     def shape_tag(self, b: Block, u: float, width: int) -> None:
-        """The graph view writes a tensor shape on the main line where its width changes."""
+        """The graph view writes a tensor shape beside the main line where its width changes
+        (on the title side, in length of its own, so it meets no frame and no branch)."""
         t = self.tag("shape", text.shape("B", "T", f"{width:,}"))
-        t.u, t.v = u + self.along(t) / 2, COL_GAP / 2 + self.across(t) / 2
+        t.u, t.v = u + self.along(t) / 2, -(6 + self.across(t) / 2)
         b.boxes.append(t)
-        b.pos = max(b.pos, COL_GAP / 2 + self.across(t))
+        b.neg = max(b.neg, 6 + self.across(t))
+        b.length = max(b.length, u + self.along(t) + 2)
 
     def main_wire(self, b: Block, pts, width: int, path: str, arrow: bool = False, kind: str = "main", table: str = "") -> Wire:
         w = Wire(self.nid("line"), [(float(u), float(v)) for u, v in pts], kind, width, path, arrow=arrow, table=table)
@@ -373,7 +378,9 @@ class Scene:
         b.neg = b.pos = self.across(bx) / 2
         out = b.width_out
         if self.view == "graph" and out != p.width:
-            self.shape_tag(b, b.length + 2, out)
+            end = b.length
+            self.shape_tag(b, end + 2, out)
+            self.main_wire(b, [(end, 0), (b.length, 0)], out, p.path, table="chain")
         return b
 
     # -- stages -------------------------------------------------------------------------------
