@@ -321,6 +321,28 @@ def test_compare_mode_one_legend_small_multiples():
     assert r.exit_code == 0 and r.output == dot
 
 
+def test_a_kind_without_titles_or_fill_is_drawn_from_its_kinds_record(monkeypatch):
+    """What a new kind needs in the diagram: nothing but its kinds record (and, for its own
+    colour, a KIND_FILL entry): without either it is titled by its word and drawn in "other"."""
+    from cyclelang.backends.graphviz import style
+    from cyclelang.backends.graphviz import text as gtext
+
+    monkeypatch.delitem(gtext.TITLES, ir.Pool)
+    monkeypatch.delitem(style.KIND_FILL, "pool")
+    dot = to_dot(spec("poolformer"))
+    pools = [a for a in nodes(dot).values() if classes(a)[:1] == ["kind_pool"]]
+    assert pools and all(a["fillcolor"] == style.THEMES["light"]["other"] for a in pools)
+    assert "<b>Pool</b>" in dot and "pool · passive mixer" in dot  # the word and the legend entry, from the record
+
+
+def test_cli_size_preset_and_its_refusal(tmp_path):
+    r = CliRunner().invoke(main, ["draw", str(ROOT / "specs/gpt2.cycle"), "--size", "slide", "-o", "-"])
+    assert r.exit_code == 0 and r.output == to_dot(spec("gpt2"), size="slide")
+    out = tmp_path / "t.svg"
+    r = CliRunner().invoke(main, ["draw", str(ROOT / "specs/throat.cycle"), "--size", "slide", "-o", str(out)])
+    assert r.exit_code == 1 and "E0275" in r.output and "--size slide is 960×540 pt" in r.output and not out.exists()
+
+
 def test_template_only_file_is_a_diagnostic():
     with pytest.raises(cyclelang.CycleError) as e:
         cyclelang.draw("stage s { prechamber p { turbine mlp } }\n")

@@ -292,6 +292,8 @@ def test_draw_annotate_golden(golden, tmp_path):
     assert float(lo) <= min(vals) and max(vals) <= float(hi) and math.log10(float(hi) / float(lo)) % 1 == 0
     # one value per wire
     assert all(line.count("value=") <= 1 for line in dot.splitlines())
+    # a folded stage carries a sparkline of the gradient entering each of its instances
+    assert dot.count('class="spark"') == 1 and "legend spark" in dot
     expanded = to_dot(spec, annotate=readings, expand=True)
     assert expanded.count("‖dL/dx‖ =") > dot.count("‖dL/dx‖ =")
     # compare mode: one scale for every engine drawn, so the same value has the same colour
