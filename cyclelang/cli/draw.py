@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..diagnostics import CycleError, Diagnostic
-from . import include_path_option, load_spec, output_option, spec_path, write_output
+from . import include_path_option, load_spec, output_option, write_output
 
 EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
 

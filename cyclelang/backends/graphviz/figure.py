@@ -15,7 +15,7 @@ import math
 from ... import ir
 from . import params, text
 from .annotate import colour, log_pos, ZERO
-from .scene import COL_GAP, DETAIL, MODES, Box, Line, Scene, Wire, lines_size, log_scale, text_w
+from .scene import DETAIL, MODES, Box, Line, Scene, Wire, lines_size, log_scale, text_w
 from .style import FONT, THEMES, esc
 
 SIZES = {"slide": (960.0, 540.0), "column": (234.0, 662.0), "page": (504.0, 662.0)}
@@ -167,7 +167,6 @@ class Figure:
     def place(self, scenes: list[Scene], used: set[str]) -> None:
         t = self.t
         # each scene's page box, side by side (TB) or stacked (LR), under one title
-        x = MARGIN
         placed = []
         for s in scenes:
             pts = []

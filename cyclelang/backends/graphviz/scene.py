@@ -412,8 +412,7 @@ class Scene:
         t.u, t.v = GAP + self.along(t) / 2, COL_GAP + self.across(t) / 2
         b.boxes.append(t)
         b.length = 2 * GAP + self.along(t)
-        self.main_wire(b, [(0, 0), (b.length, 0)], sl.stage.width_in, sl.path, dashed_main := False)
-        b.wires[-1].dotted = True
+        self.main_wire(b, [(0, 0), (b.length, 0)], sl.stage.width_in, sl.path).dotted = True
         b.neg, b.pos = 6, COL_GAP + self.across(t)
         return b
 
@@ -464,7 +463,7 @@ class Scene:
         if self.tb:
             # a band at the top of the frame, right of the main line
             u_hdr = u + GAP / 2
-            x = max(neg, 6) * 0 + COL_GAP
+            x = COL_GAP
             room = max(pos - COL_GAP, self.wrap_w) + 20  # a little wider than the column is fine
             one_row = hdr_w + 10 + sub.w <= room
             for h in hdr:
@@ -561,7 +560,7 @@ class Scene:
                 return p
         return None
 
-    def branch_block(self, bl: BranchLayout, spath: str, width: int, r: int | None, shared=None, col_v: float | None = None) -> Block:
+    def branch_block(self, bl: BranchLayout, spath: str, width: int, r: int | None, col_v: float | None = None) -> Block:
         br = bl.branch
         bpath = f"{spath}.{bl.attr}"
         b = Block(width_in=width, width_out=width, path=bpath)
@@ -589,7 +588,6 @@ class Scene:
         b.boxes.append(title)
         prev = (split.u, 0.0)
         first = True
-        kind = "cut" if br.detach else "branch"
         for o in ops:
             o.u, o.v = u + self.along(o) / 2, v
             b.boxes.append(o)
@@ -600,9 +598,10 @@ class Scene:
             self.used.add(wire.kind)
             if first and br.detach:
                 cut = self.tag("cut", "0 \u00b7 no gradient" if self.readings is not None else "no gradient", key="cut_label", italic=True)
-                cut.u, cut.v = prev[0] + 2 + self.along(cut) / 2 if not self.tb else prev[0] - cut.h / 2 - 2, v / 2
-                if self.tb:
+                if self.tb:  # under the cut, halfway out to the column
                     cut.u, cut.v = prev[0] - cut.h / 2 - 1, v / 2 + 4
+                else:  # beside the cut, halfway up
+                    cut.u, cut.v = prev[0] + 2 + cut.w / 2, v / 2
                 b.boxes.append(cut)
             first = False
             prev = (u + self.along(o), v)

@@ -149,7 +149,6 @@ def mask_rows(op: ir.Attention, n: int = 5) -> list[list[bool]]:
 
 def _attention_glyph(op: ir.Attention) -> tuple[str, float, float]:
     heads = min(op.heads, 12)
-    group = max(1, op.heads // max(1, op.kv_heads))
     kv = min(op.kv_heads, 12)
     mask = "".join("<tr>" + "".join(f'<td width="6" height="6" fixedsize="true" bgcolor="{GLYPH_INK["mask"] if on else "#ffffff"}"></td>'
                                     for on in row) + "</tr>" for row in mask_rows(op))
@@ -160,9 +159,9 @@ def _attention_glyph(op: ir.Attention) -> tuple[str, float, float]:
     more_k = f'<td><font point-size="12">+{op.kv_heads - kv}</font></td>' if op.kv_heads > kv else ""
     heads_t = (f'<table border="0" cellspacing="1" cellpadding="0"><tr><td><font point-size="12">Q</font></td>{q}{more_q}</tr>'
                f'<tr><td><font point-size="12">KV</font></td>{k}{more_k}</tr></table>')
-    html = f'<table border="0" cellspacing="4" cellpadding="0"><tr><td>{mask_t}</td><td>{heads_t}</td></tr></table>'
+    html = f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{mask_t}</td><td>{heads_t}</td></tr></table>'
     w = 6 * 6 + 12 + 18 + max(heads, kv) * 8 + (24 if op.heads > heads else 0)
-    return html, float(w), 34.0 if group else 34.0
+    return html, float(w), 40.0  # the 36 pt mask and the table's spacing
 
 
 def _moe_glyph(op: ir.Moe) -> tuple[str, float, float]:
