@@ -108,25 +108,26 @@ def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", 
 
 
 HIGHLIGHT = {"added": "#2ca02c", "changed": "#ff7f0e", "moved": "#9467bd"}
-_TOOLTIP_LINE = re.compile(r'tooltip="line (\d+)"')
+_TOOLTIP_LINE = re.compile(r'tooltip="[^"]*\bline (\d+)"')
 
 
 def highlight(graph, lines: dict[int, str], note: str | None = None):
-    """Restyle the nodes drawn from the given source lines ({line: "added" | "changed" |
-    "moved"}, colours in HIGHLIGHT) and add `note` under the title: `cyclec diff --draw`.
-    Nodes carry their spec line as a tooltip, which is what this reads."""
-    body = []
-    for stmt in graph.body:
+    """Restyle the boxes drawn from the given source lines ({line: "added" | "changed" |
+    "moved"}, colours in HIGHLIGHT) and put `note` over the figure: `cyclec diff --draw`.
+    A box carries its layout path and spec line as its tooltip (`path · line N`), which is
+    what this reads; the layout stays pinned, only colours and pens change."""
+    out = []
+    for stmt in graph.source.splitlines(keepends=True):
         m = _TOOLTIP_LINE.search(stmt)
         status = lines.get(int(m.group(1))) if m else None
         if status is not None and stmt.rstrip().endswith("]"):
-            colour = HIGHLIGHT[status]
-            stmt = stmt.rstrip()[:-1] + f' color="{colour}" penwidth=4 class="diff-{status}"]\n'
-        body.append(stmt)
-    graph.body[:] = body
-    if note:
-        graph.node("diff.legend", note, shape="note", color="#5b6876", fontcolor="#5b6876", fontsize="11")
-    return graph
+            stmt = re.sub(r' (color|penwidth)="[^"]*"', "", stmt.rstrip()[:-1])
+            stmt += f' class="diff-{status}" color="{HIGHLIGHT[status]}" penwidth="4"]\n'
+        elif note and stmt.startswith("\tgraph [") and "label=" not in stmt:
+            esc = note.replace('"', '\\"')  # our own words; "\\n" in them is DOT's line break
+            stmt = stmt.rstrip()[:-1] + f' label="{esc}" labeljust="l" labelloc="t" fontsize="11" fontcolor="#5b6876"]\n'
+        out.append(stmt)
+    return type(graph)("".join(out), engine=getattr(graph, "engine", "neato"))
 
 
 def to_dot(spec, **kwargs) -> str:
