@@ -10,12 +10,13 @@ IR, review, the back-ends, the stand) imports this module: they take an `ir.Spec
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
 
 from .ir import Spec
 from .semantics.resolve import load, parse
 
-__all__ = ["parse", "load", "to_spec", "draw", "codegen", "lower", "build", "fire"]
+__all__ = ["parse", "load", "to_spec", "draw", "codegen", "lower", "build", "fire", "train"]
 
 
 def to_spec(spec) -> Spec:
@@ -111,3 +112,26 @@ from .ir import nodes as _nodes  # noqa: E402
 
 _nodes.NOTEBOOK_DISPLAY[:] = [notebook_display]
 
+
+def train(spec, data, out, *, resume: bool = False, **settings):
+    """Train a spec (path, text or IR) on `data` (paths) into the run folder `out` and return the
+    run's `Result`: see `cyclelang.train.loop` for the settings (imports torch). With
+    `resume=True`, `out` is an earlier run folder and its saved settings are used."""
+    from .train.loop import Settings, load_settings, run
+
+    if isinstance(data, (str, os.PathLike)):
+        data = [data]
+    s = load_settings(out) if resume else Settings(data=[os.fspath(d) for d in data], **settings)
+    if resume:
+        for key, value in settings.items():
+            setattr(s, key, value)
+    text = Path(spec).read_text("utf-8") if isinstance(spec, (Path,)) or (isinstance(spec, str) and spec.endswith(".cycle") and "\n" not in spec) else (spec if isinstance(spec, str) else "")
+    return run(to_spec(spec), s, out, spec_text=text, resume=resume)
+
+
+class TrainPackage(types.ModuleType):
+    """The class of the package `cyclelang.train`: calling it is `train` above, so
+    `cyclelang.train(...)` runs a training and `cyclelang.train.loop` is its module."""
+
+    def __call__(self, spec, data, out, **settings):
+        return train(spec, data, out, **settings)

@@ -11,7 +11,7 @@ Exit codes (the same for every command):
 Domain errors are mapped to exit codes in exactly one place (`CycleGroup.invoke`).
 Diagnostics go to stderr; artifacts go to stdout or to `-o FILE`. This package
 holds the group and what the commands share; each command lives in a module of
-its own. Those that need torch or graphviz (`draw`, `build`, `fire`) are imported
+its own. Those that need torch or graphviz (`draw`, `build`, `fire`, `train`) are imported
 only when that command runs, so `check`, `ir`, `fmt` and `schema` start fast.
 """
 
@@ -36,6 +36,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "lsp": "cyclelang.cli.lsp:lsp",
     "serve": "cyclelang.cli.serve:serve",
     "diff": "cyclelang.cli.diff:diff",
+    "train": "cyclelang.cli.train:train",
 }
 
 

@@ -87,6 +87,10 @@ class Kind:
     fields: tuple[str, ...] = field(default_factory=tuple)  # parameter names the part owns under its path
     mup: str | None = None  # μP rule for its matrices when its role's (ir.mup.ROLE_RULE) does not fit
     mup_sub: tuple[tuple[str, str], ...] = ()  # (module under the part, μP rule) where a piece differs
+    # how tensor parallelism splits it (backends/torch/runtime/parallel.py): "heads" (q/k/v
+    # column-wise by whole heads, output row-wise), "hidden" (up/gate column-wise, down
+    # row-wise; an MoE's every expert), "replicate" (computed whole on every rank)
+    tp: str = "replicate"
 
     def describe(self, node) -> tuple[str, str]:
         """(rocket word, network word) for one node: a narrow linear is a throat, not a duct."""
@@ -167,14 +171,14 @@ OPS: tuple[Kind, ...] = (
          params=_norm_params, activations=lambda x, n=0: (x.width, 0)),
     Kind(ir.Attention, "attention", "attn", "mixer", "injector", "attention", "injector: mixes positions",
          params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
-         mixes_positions=True, masked=True, state_kind="kv"),
+         mixes_positions=True, masked=True, state_kind="kv", tp="heads"),
     Kind(ir.Mlp, "mlp", "mlp", "reactor", "combustor", "MLP", "combustion: reacts at each position",
          params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
          flops=lambda x, n, w=0: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
-         activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0)),
+         activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0), tp="hidden"),
     Kind(ir.Moe, "moe", "moe", "reactor", "liquid-liquid injector", "MoE", "liquid-liquid injection: routed experts",
          params=_moe_params, flops=_moe_flops, mup_sub=(("router", "output"),),  # width -> experts: a fixed fan-out
-         activations=lambda x, n=0: (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2), 0)),
+         activations=lambda x, n=0: (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2), 0), tp="hidden"),
     Kind(ir.Pool, "pool", "pool", "mixer", "passive mixer", "pool", "injector: pooling mixer",
          params=lambda x, w: 0, state=_pool_state, mixes_positions=True, masked=True, state_kind="window"),
     Kind(ir.Conv, "conv", "conv", "mixer", "swirl injector", "conv", "swirl injector: mixes a few neighbouring positions",

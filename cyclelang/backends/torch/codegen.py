@@ -167,7 +167,34 @@ class Lowering:
         classes(out, p)
         learning_rate(out, p)
         model_class(out, p)
+        self.parallel_plan()
         return out.text()
+
+    def parallel_plan(self) -> None:
+        """TP_PLAN from the kinds' records (`tp`), the runtime that applies it, and `parallelize`."""
+        out, w = self.out, self.out.line
+        out.blank(2)
+        w("# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every")
+        w("# part not listed is replicated. See `parallelize`.")
+        plan = [(part.path, part.kind.tp) for part in self.p.layout.parts() if part.kind.tp != "replicate"]
+        if plan:
+            w("TP_PLAN = {")
+            with out.indent():
+                for path, rule in plan:
+                    w(f"{path!r}: {rule!r},")
+            w("}")
+        else:
+            w("TP_PLAN = {}")
+        out.blank(2)
+        for name in ("unshard_rows", "apply_parallel_plan"):
+            out.block(definition(name))
+            out.blank(2)
+        out.block('''
+def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compile=False):
+    """Shard a Model over a DeviceMesh with torch.distributed: FSDP2 per stage instance and on
+    the root, tensor parallelism by TP_PLAN, activation checkpointing per stage ("none",
+    "stage", "selective"), per-stage compile. See apply_parallel_plan."""
+    return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)''')
 
     def header(self) -> None:
         e, p, w = self.e, self.p, self.out.line

@@ -1,0 +1,101 @@
+"""The launch: a process group from torchrun's environment, the device mesh, and DCP.
+
+`torchrun --nproc-per-node N -m cyclelang train ...` sets RANK, WORLD_SIZE, LOCAL_RANK
+and the rendezvous; `Distributed.from_env()` joins it (gloo on CPU, NCCL on GPU).
+The mesh is ("dp", "tp") with tp = --tp; data parallelism is FSDP2 with --fsdp and DDP
+otherwise. Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at
+another data-parallel world size) plus the full weights gathered on rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Distributed:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    mesh: object = None  # DeviceMesh ("dp", "tp")
+    tp: int = 1
+
+    @classmethod
+    def from_env(cls, tp: int = 1) -> "Distributed | None":
+        """The run's process group when launched by torchrun (WORLD_SIZE > 1), else None."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1 and tp <= 1:
+            return None
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.set_device(local)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if cuda else "gloo")
+        if world % tp:
+            raise ValueError(f"--tp {tp} does not divide the world size {world}")
+        mesh = init_device_mesh("cuda" if cuda else "cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+        return cls(dist.get_rank(), world, local, torch.device("cuda", local) if cuda else torch.device("cpu"), mesh, tp)
+
+    @property
+    def dp(self) -> int:
+        return self.world // self.tp
+
+    @property
+    def dp_rank(self) -> int:
+        return self.mesh["dp"].get_local_rank()
+
+    def barrier(self) -> None:
+        torch.distributed.barrier()
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        """The data-parallel mean of a scalar (every TP rank holds the same one)."""
+        t = value.detach().clone().reshape(1).to(torch.float64)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM, group=self.mesh["dp"].get_group())
+        return t[0] / self.dp
+
+    def any(self, flag: bool) -> bool:
+        t = torch.tensor([1 if flag else 0])
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return bool(t[0])
+
+    def gather_rng(self, state: torch.Tensor) -> list[torch.Tensor]:
+        out = [None] * self.world
+        torch.distributed.all_gather_object(out, state)
+        return out
+
+    def save(self, path, model, optimizer) -> dict:
+        """Write the model's and optimizer's shards with DCP; return the full weights (rank 0:
+        every tensor; the other ranks: an empty dict), in the generated file's own layout."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+
+        msd, osd = get_state_dict(model, optimizer)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return unshard_layout(full, getattr(model, "tp_layout", {})) if self.rank == 0 else {}
+
+
+def unshard_layout(state: dict, layout: dict) -> dict:
+    """Full weights with the fused rows TP regrouped put back in the file's order."""
+    from ..backends.torch.runtime.parallel import unshard_rows
+
+    return {k: unshard_rows(v, *layout[k]) if k in layout else v for k, v in state.items()}
+
+
+def dcp_load(path, model, optimizer, dist: Distributed | None) -> None:
+    """Load a DCP checkpoint into a model (sharded or not) and its optimizer, resharding as needed."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    msd, osd = get_state_dict(model, optimizer)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])

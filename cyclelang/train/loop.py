@@ -1,0 +1,442 @@
+"""The training run: the spec's startup block, real data, checkpoints, resume, many processes.
+
+`run(spec, settings, spec_text=...)` trains the engine and returns a `Result`. The run
+folder is self-describing:
+
+    RUN_DIR/spec.cycle      the spec's text as given
+    RUN_DIR/model.py        the generated source the run trains (the startup overrides in it)
+    RUN_DIR/run.json        the settings
+    RUN_DIR/metrics.jsonl   one record per step (loss, lr, grad_norm, tokens, ...) and per eval
+    RUN_DIR/curves.png      train and held-out loss, learning rate, gradient norm
+    RUN_DIR/checkpoints/, LATEST   see `checkpoint.py`
+
+One optimizer step takes `accum` micro-steps of `micro_batch` sequences per data-parallel
+rank, so that a step sees `batch_tokens` tokens; the loss of a step is the mean over them.
+The order of the data is (seed, step) (`data.Corpus.batch`), the RNG states and the
+optimizer's are checkpointed, so an interrupted run resumed from its folder reproduces
+the uninterrupted one's metrics exactly on the same machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import ir
+from ..diagnostics import CycleError, Diagnostic
+from ..io import atomic_write
+from . import checkpoint
+from .data import Corpus, data_error, load as load_corpus
+from .flameout import Flameout, Watch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+@dataclass
+class Settings:
+    """What a run is; saved in run.json, taken back on --resume."""
+
+    data: list[str] = field(default_factory=list)
+    steps: int = 1000
+    seq: int | None = None  # tokens per sequence [default: min(context, 256)]
+    micro_batch: int = 8  # sequences per micro-step on each data-parallel rank
+    batch_tokens: int | None = None  # tokens per optimizer step [default: one micro-step's]
+    tokenizer: str | None = None
+    holdout: float = 0.1
+    bin_dtype: str = "uint16"
+    seed: int = 0
+    dtype: str = "fp32"
+    compile: bool = False
+    eval_every: int = 100
+    eval_batches: int = 8
+    ckpt_every: int = 500  # 0: only at the end and on Ctrl-C
+    # the spec's startup, overridden (None: as the spec says)
+    lr: float | None = None
+    min_lr: float | None = None
+    warmup: int | None = None
+    schedule: str | None = None
+    lr_steps: int | None = None
+    clip: float | None = None
+    betas: tuple[float, float] | None = None
+    decay: float | None = None
+    # parallelism
+    fsdp: bool = False
+    tp: int = 1
+    checkpointing: str = "none"
+
+
+@dataclass
+class Result:
+    run_dir: Path
+    step: int
+    metrics: list[dict]
+    val_loss: float | None
+    val_bpb: float | None
+    interrupted: bool = False
+
+
+def _bad(code: str, message: str, help: str | None = None, span=None) -> CycleError:
+    return CycleError([Diagnostic(code, "error", message, span, help)])
+
+
+def with_startup(spec: ir.Spec, s: Settings) -> ir.Spec:
+    """The spec with the command line's startup overrides applied (validated again)."""
+    e = spec.engine
+    st, sch = e.startup, e.startup.schedule
+    sch_up = {k: v for k, v in (("lr", s.lr), ("min_lr", s.min_lr), ("kind", s.schedule), ("steps", s.lr_steps)) if v is not None}
+    st_up = {k: v for k, v in (("warmup", s.warmup), ("clip", s.clip), ("betas", tuple(s.betas) if s.betas else None), ("decay", s.decay))
+             if v is not None}
+    if s.clip is not None and s.clip <= 0:
+        st_up["clip"] = None  # --clip 0: no clipping
+    if not sch_up and not st_up:
+        return spec
+    try:
+        startup = st.model_copy(update={**st_up, "schedule": sch.model_copy(update=sch_up)})
+        return ir.validate(spec.model_copy(update={"engine": e.model_copy(update={"startup": startup})}))
+    except Exception as err:  # pydantic's ValidationError: an override out of range
+        raise _bad("E0507", f"a startup override is out of range: {str(err).splitlines()[-1].strip()}",
+                   "see `cyclec train --help` for each option's range") from None
+
+
+def _check_settings(s: Settings, e: ir.Engine, dp: int) -> tuple[int, int]:
+    """(seq, accum) for these settings, or a clear error."""
+    seq = s.seq if s.seq is not None else min(e.feed.context, 256)
+    if not 1 <= seq <= e.feed.context:
+        raise _bad("E0507", f"--seq {seq} does not fit {e.name}'s context of {e.feed.context}", f"use --seq {e.feed.context} or less")
+    for name, v, lo in (("--steps", s.steps, 1), ("--micro-batch", s.micro_batch, 1), ("--eval-batches", s.eval_batches, 1),
+                        ("--eval-every", s.eval_every, 0), ("--ckpt-every", s.ckpt_every, 0)):
+        if v < lo:
+            raise _bad("E0507", f"{name} must be at least {lo}, not {v}")
+    if s.dtype not in DTYPES:
+        raise _bad("E0507", f"--dtype must be one of {', '.join(DTYPES)}, not {s.dtype}")
+    per = s.micro_batch * seq * dp
+    total = s.batch_tokens if s.batch_tokens is not None else per
+    if total % per:
+        raise _bad("E0507", f"--batch-tokens {total} is not a whole number of micro-steps of {per} tokens "
+                   f"({s.micro_batch} sequences x {seq} tokens x {dp} data-parallel ranks)",
+                   f"use a multiple of {per}, e.g. {max(1, round(total / per)) * per}")
+    return seq, total // per
+
+
+def grad_norm(params) -> torch.Tensor:
+    """The global gradient norm, over plain and DTensor gradients (each mesh's norm gathered)."""
+    groups: dict = {}
+    for p in params:
+        if p.grad is not None:
+            mesh = getattr(p.grad, "device_mesh", None)
+            groups.setdefault(id(mesh) if mesh is not None else None, []).append(p.grad)
+    sq = torch.zeros((), dtype=torch.float64)
+    for grads in groups.values():
+        n = torch.nn.utils.get_total_norm(grads, 2.0)
+        if hasattr(n, "full_tensor"):
+            n = n.full_tensor()
+        sq = sq + n.detach().double().cpu() ** 2
+    return sq.sqrt()
+
+
+def clip_(params, clip: float, norm: torch.Tensor) -> None:
+    grads = [p for p in params if p.grad is not None]
+    by_mesh: dict = {}
+    for p in grads:
+        by_mesh.setdefault(id(getattr(p.grad, "device_mesh", None)), []).append(p)
+    for group in by_mesh.values():
+        torch.nn.utils.clip_grads_with_norm_(group, clip, norm.to(group[0].grad.dtype))  # as clip_grad_norm_ computes it
+
+
+class Metrics:
+    """metrics.jsonl: appended line by line (rank 0), kept in memory for the plot and the result."""
+
+    def __init__(self, path: Path, write: bool):
+        self.path, self.write, self.records = path, write, []
+        self.f = None
+
+    def resume(self, step: int) -> None:
+        """Keep the records up to `step` (a run killed after its checkpoint logged a few more)."""
+        if self.path.exists():
+            self.records = [r for r in map(json.loads, self.path.read_text("utf-8").splitlines()) if r["step"] <= step]
+        if self.write:
+            atomic_write(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records))
+
+    def add(self, record: dict) -> None:
+        record = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        self.records.append(record)
+        if self.write:
+            if self.f is None:
+                self.f = open(self.path, "a", encoding="utf-8")
+            self.f.write(json.dumps(record, sort_keys=True) + "\n")
+            self.f.flush()
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+
+class Stop:
+    """SIGINT / SIGTERM set a flag; the run checkpoints and stops after the current step."""
+
+    def __init__(self):
+        self.flag = False
+        self.old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self.old[sig] = signal.signal(sig, self._set)
+            except ValueError:  # not the main thread: no handler, Ctrl-C raises as usual
+                pass
+        return self
+
+    def _set(self, signum, frame):
+        if self.flag:  # a second Ctrl-C: stop now (the last checkpoint stays)
+            raise KeyboardInterrupt
+        self.flag = True
+
+    def __exit__(self, *exc):
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
+
+
+def _progress(total: int, initial: int, show: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not show, file=sys.stderr, unit="step", dynamic_ncols=True, leave=True)
+
+
+def _log(line: str, bar) -> None:
+    if bar is not None and not bar.disable:
+        bar.write(line, file=sys.stderr)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def prepare_run_dir(run_dir: Path, spec_text: str, source: str, settings: Settings, resume: bool, rank0: bool) -> None:
+    """A new run folder (refusing one that holds a run), or a resumed one checked against the spec."""
+    if resume:
+        if not (run_dir / "run.json").exists():
+            raise _bad("E0509", f"--resume {run_dir}: not a run folder (no run.json)", "give the --out folder of an earlier `cyclec train`")
+        saved = (run_dir / "model.py").read_text("utf-8") if (run_dir / "model.py").exists() else None
+        if saved != source:
+            name = next((ln.split(":")[0] for ln in (saved or "").splitlines()[:1]), "?").strip('"')
+            raise _bad("E0508", f"--resume {run_dir}: the run folder was trained from another spec ({name}); "
+                       "its model.py differs from what this spec generates",
+                       "resume with the spec that started the run (its text is RUN_DIR/spec.cycle), or train into a new --out")
+        if checkpoint.latest(run_dir) is None:
+            raise _bad("E0509", f"--resume {run_dir}: the run folder holds no complete checkpoint", "start the run again")
+        return
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise _bad("E0509", f"--out {run_dir} already holds files", "resume it with --resume, or train into a new folder")
+    if rank0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(run_dir / "spec.cycle", spec_text)
+        atomic_write(run_dir / "model.py", source)
+        atomic_write(run_dir / "run.json", json.dumps(dataclasses.asdict(settings), indent=1, sort_keys=True) + "\n")
+
+
+def load_settings(run_dir) -> Settings:
+    raw = json.loads((Path(run_dir) / "run.json").read_text("utf-8"))
+    if raw.get("betas") is not None:
+        raw["betas"] = tuple(raw["betas"])
+    return Settings(**{k: v for k, v in raw.items() if k in {f.name for f in dataclasses.fields(Settings)}})
+
+
+def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: bool = False, show_progress: bool | None = None,
+        on_step=None) -> Result:
+    """Train `spec` into `run_dir` (see the module's docstring). `on_step(step)` is called after
+    every step (tests use it to interrupt a run at a known point)."""
+    from ..backends.torch.build import build_source, load_source
+    from ..backends.torch.codegen import codegen, engine_spec
+    from .distributed import Distributed
+
+    s = settings
+    run_dir = Path(run_dir)
+    spec = with_startup(engine_spec(spec), s)
+    e = spec.engine
+    if s.tp < 1:
+        raise _bad("E0507", f"--tp must be at least 1, not {s.tp}")
+    if s.checkpointing not in ("none", "stage", "selective"):
+        raise _bad("E0507", f"--checkpointing must be none, stage or selective, not {s.checkpointing}")
+    dist = Distributed.from_env(tp=s.tp)
+    rank0 = dist is None or dist.rank == 0
+    dp, dp_rank = (dist.dp, dist.dp_rank) if dist is not None else (1, 0)
+    if dist is not None and dist.tp > 1 and dp > 1 and not s.fsdp:
+        raise _bad("E0507", f"--tp {dist.tp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
+    if s.tp > 1 and dist is None:
+        raise _bad("E0513", f"--tp {s.tp} needs {s.tp} processes or more", f"launch with torchrun --nproc-per-node {s.tp} -m cyclelang train ...")
+    seq, accum = _check_settings(s, e, dp)
+    source = codegen(spec)
+    prepare_run_dir(run_dir, spec_text, source, s, resume, rank0)
+    if dist is not None:
+        dist.barrier()
+    corpus: Corpus = load_corpus(s.data, e.feed.vocab, tokenizer=s.tokenizer, cache=run_dir / "tokens", holdout=s.holdout,
+                                 bin_dtype=s.bin_dtype)
+    corpus.check_windows(seq, ", ".join(s.data))
+
+    device = dist.device if dist is not None else torch.device("cpu")
+    model = build_source(spec, source, seed=s.seed).to(device)
+    module = load_source(source, e.name)
+    if dist is not None and (s.fsdp or dist.tp > 1):
+        try:
+            module.parallelize(model, dist.mesh, fsdp=s.fsdp, tp=dist.tp > 1, checkpointing=s.checkpointing, compile=s.compile)
+        except ValueError as err:
+            raise _bad("E0512", str(err).splitlines()[0], "\n".join(str(err).splitlines()[1:]) or None) from None
+    elif s.checkpointing != "none":
+        module.parallelize(model, None, fsdp=False, tp=False, checkpointing=s.checkpointing, compile=False)
+    optimizer, scheduler = model.configure_optimizer()
+    params = [p for p in model.parameters() if p.requires_grad]
+    clip = e.startup.clip
+    step_model = model
+    if dist is not None and not s.fsdp and dist.tp == 1:
+        step_model = torch.nn.parallel.DistributedDataParallel(model)
+    if s.compile and (dist is None or not (s.fsdp or dist.tp > 1)):
+        step_model = torch.compile(step_model)
+    amp = DTYPES[s.dtype]
+    scaler = torch.amp.GradScaler(device.type) if amp is torch.float16 else None
+
+    def autocast():
+        return torch.autocast(device.type, dtype=amp) if amp is not torch.float32 else contextlib.nullcontext()
+
+    watch = Watch()
+    metrics = Metrics(run_dir / "metrics.jsonl", rank0)
+    start, tokens_seen, elapsed = 0, 0, 0.0
+    torch.manual_seed(s.seed + 1 + (dist.rank if dist is not None else 0))  # dropout; checkpointed from here on
+    if resume:
+        ck = checkpoint.latest(run_dir)
+        state = checkpoint.load(ck, model, optimizer, scheduler, scaler, dist)
+        if state["data"]["fingerprint"] != corpus.fingerprint():
+            raise _bad("E0509", f"--resume {run_dir}: the data differ from the run's ({state['data']['fingerprint']['tokens']} tokens then, "
+                       f"{corpus.fingerprint()['tokens']} now)", "resume with the same --data and --tokenizer")
+        if state.get("tp", 1) != (dist.tp if dist is not None else 1):
+            raise _bad("E0509", f"--resume {run_dir}: saved with --tp {state.get('tp', 1)}; a checkpoint's regrouped q/k/v rows "
+                       "reload only at the same TP degree", f"resume with --tp {state.get('tp', 1)} (the data-parallel size may change)")
+        start, tokens_seen, elapsed = state["step"], state["tokens"], state["elapsed"]
+        watch.load(state["watch"])
+        metrics.resume(start)
+    rows = s.micro_batch * dp
+    part = slice(dp_rank * s.micro_batch, (dp_rank + 1) * s.micro_batch)
+
+    def to_device(a: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.from_numpy(a).to(device)
+        return t[:, :-1], t[:, 1:]
+
+    def evaluate() -> tuple[float, float | None]:
+        model.eval()
+        total = torch.zeros((), dtype=torch.float64)
+        with torch.no_grad():
+            for i in range(s.eval_batches):
+                x, y = to_device(corpus.eval_batch(s.seed, i, rows, seq, part))
+                with autocast():
+                    _, loss = step_model(x, y)
+                total += loss.detach().double().cpu()
+        model.train()
+        value = total / s.eval_batches
+        value = float(dist.mean(value)) if dist is not None else float(value)
+        bpb = value / math.log(2) / corpus.bytes_per_token if corpus.bytes_per_token else None
+        return value, bpb
+
+    def save(step: int) -> None:
+        meta = {"tokens": tokens_seen, "elapsed": elapsed, "watch": watch.state(), "tp": dist.tp if dist is not None else 1,
+                "world": dist.world if dist is not None else 1,
+                "data": {"seed": s.seed, "step": step, "fingerprint": corpus.fingerprint()}}
+        try:
+            checkpoint.save(run_dir, step, model, optimizer, scheduler, scaler, meta, dist)
+        except OSError as err:
+            last = checkpoint.latest(run_dir)
+            kept = f"the last good checkpoint ({last.name}) is intact" if last is not None else "no earlier checkpoint exists"
+            raise _bad("E0510", f"cannot write the checkpoint of step {step} in {run_dir}: {err.strerror or err}; {kept}",
+                       f"free space and resume with --resume {run_dir}" if last is not None else "free space and start again") from None
+
+    show = rank0 and (sys.stderr.isatty() if show_progress is None else show_progress)
+    bar = _progress(s.steps, start, show) if rank0 else None
+    val = (None, None)
+    interrupted = False
+    step = start
+    model.train()
+    try:
+        with Stop() as stop:
+            while step < s.steps:
+                t0 = time.perf_counter()
+                lr = scheduler.get_last_lr()[0]
+                optimizer.zero_grad(set_to_none=True)
+                total = torch.zeros((), dtype=torch.float64)
+                for m in range(accum):
+                    x, y = to_device(corpus.batch(s.seed, step, m, rows, seq, part))
+                    with autocast():
+                        _, loss = step_model(x, y)
+                    scaled = loss / accum
+                    (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                    total += loss.detach().double().cpu()
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
+                norm = grad_norm(params)
+                value = total / accum
+                value = float(dist.mean(value)) if dist is not None else float(value)
+                gn = float(norm)
+                try:
+                    spike = watch.step(step + 1, value, gn if scaler is None else None)
+                except Flameout as f:
+                    metrics.add({"step": step + 1, "loss": value, "lr": lr, "grad_norm": gn, "flameout": f.what})
+                    last = checkpoint.latest(run_dir)
+                    raise _bad("E0511", f"{f}; training stopped", (f"the last good checkpoint ({last.name}) is intact; " if last else "")
+                               + "lower --lr, lengthen --warmup or set --clip") from None
+                if clip is not None and math.isfinite(gn):
+                    clip_(params, clip, norm)
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                scheduler.step()
+                step += 1
+                tokens_seen += accum * rows * seq
+                dt = time.perf_counter() - t0
+                elapsed += dt
+                rec = {"step": step, "loss": value, "lr": lr, "grad_norm": gn, "tokens": tokens_seen,
+                       "tokens_per_s": accum * rows * seq / dt if dt > 0 else None, "elapsed": elapsed}
+                if spike is not None:
+                    rec["spike"] = spike.size
+                metrics.add(rec)
+                if bar is not None:
+                    bar.set_postfix_str(f"loss {value:.3f} lr {lr:.2e} {rec['tokens_per_s'] or 0:,.0f} tok/s", refresh=False)
+                    bar.update(1)
+                if spike is not None and rank0:
+                    _log(f"step {step}: loss spike {value:.3f} ({spike.size:+.3f} over the median of the last steps)", bar)
+                if (s.eval_every and step % s.eval_every == 0) or step == s.steps:
+                    val = evaluate()
+                    metrics.add({"step": step, "val_loss": val[0], "val_bpb": val[1]})
+                    if rank0:
+                        bpb = f" ({val[1]:.3f} bits/byte)" if val[1] is not None else ""
+                        _log(f"step {step}/{s.steps} | train {value:.4f} | held-out {val[0]:.4f}{bpb} | lr {lr:.2e} | "
+                             f"grad norm {gn:.3f} | {tokens_seen:,} tokens", bar)
+                if on_step is not None:
+                    on_step(step)
+                stopping = dist.any(stop.flag) if dist is not None else stop.flag
+                if stopping or step == s.steps or (s.ckpt_every and step % s.ckpt_every == 0):
+                    save(step)
+                if stopping and step < s.steps:
+                    interrupted = True
+                    if rank0:
+                        _log(f"interrupted at step {step}: checkpoint written; continue with --resume {run_dir}", bar)
+                    break
+    finally:
+        metrics.close()
+        if bar is not None:
+            bar.close()
+    if rank0 and metrics.records:
+        from .plot import plot
+
+        atomic_write(run_dir / "curves.png", plot(metrics.records, title=e.name))
+    if dist is not None:
+        dist.barrier()
+    return Result(run_dir, step, metrics.records, val[0], val[1], interrupted)
