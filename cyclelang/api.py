@@ -56,10 +56,15 @@ def lower(spec):
 def build(spec, seed=None, allow_large=False, weights=None):
     """The spec as a torch.nn.Module: see `cyclelang.backends.torch.build` (imports torch).
 
-    `weights`: a .safetensors file to load, checked name by name and shape by shape."""
+    `weights`: a .safetensors file to load, checked name by name and shape by shape, or a
+    `cyclec train` run folder (its newest checkpoint's weights)."""
     from .backends.torch.build import build as _build, load_weights
 
     model = _build(to_spec(spec), seed=seed, allow_large=allow_large)
+    if weights is not None and os.path.isdir(weights):  # a run folder of `cyclec train`: its newest checkpoint
+        from .train.checkpoint import weights as run_weights
+
+        weights = run_weights(weights) or os.path.join(weights, "checkpoints", "(none)", "model.safetensors")
     return load_weights(model, weights) if weights is not None else model
 
 

@@ -5,6 +5,7 @@ folder is self-describing:
 
     RUN_DIR/spec.cycle      the spec's text as given
     RUN_DIR/model.py        the generated source the run trains (the startup overrides in it)
+    RUN_DIR/engine.json     the engine's IR without source positions (a resume must match it)
     RUN_DIR/run.json        the settings
     RUN_DIR/metrics.jsonl   one record per step (loss, lr, grad_norm, tokens, ...) and per eval
     RUN_DIR/curves.png      train and held-out loss, learning rate, gradient norm
@@ -221,27 +222,44 @@ def _log(line: str, bar) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def prepare_run_dir(run_dir: Path, spec_text: str, source: str, settings: Settings, resume: bool, rank0: bool) -> None:
-    """A new run folder (refusing one that holds a run), or a resumed one checked against the spec."""
+def engine_record(spec: ir.Spec) -> dict:
+    """The engine as JSON without source positions: what a resumed run must match."""
+
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k != "span"}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+
+    return strip(json.loads(spec.engine.model_dump_json()))
+
+
+def check_run_dir(run_dir: Path, engine: dict, resume: bool) -> None:
+    """Refuse a new run's folder that holds files, or a resumed one from another spec."""
     if resume:
         if not (run_dir / "run.json").exists():
             raise _bad("E0509", f"--resume {run_dir}: not a run folder (no run.json)", "give the --out folder of an earlier `cyclec train`")
-        saved = (run_dir / "model.py").read_text("utf-8") if (run_dir / "model.py").exists() else None
-        if saved != source:
-            name = next((ln.split(":")[0] for ln in (saved or "").splitlines()[:1]), "?").strip('"')
-            raise _bad("E0508", f"--resume {run_dir}: the run folder was trained from another spec ({name}); "
-                       "its model.py differs from what this spec generates",
+        saved = json.loads((run_dir / "engine.json").read_text("utf-8")) if (run_dir / "engine.json").exists() else None
+        if saved != engine:
+            name = saved.get("name", "?") if isinstance(saved, dict) else "?"
+            raise _bad("E0508", f"--resume {run_dir}: the run folder was trained from another spec (engine {name}); "
+                       "its engine.json differs from this spec's engine",
                        "resume with the spec that started the run (its text is RUN_DIR/spec.cycle), or train into a new --out")
         if checkpoint.latest(run_dir) is None:
             raise _bad("E0509", f"--resume {run_dir}: the run folder holds no complete checkpoint", "start the run again")
         return
     if run_dir.exists() and any(run_dir.iterdir()):
         raise _bad("E0509", f"--out {run_dir} already holds files", "resume it with --resume, or train into a new folder")
-    if rank0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(run_dir / "spec.cycle", spec_text)
-        atomic_write(run_dir / "model.py", source)
-        atomic_write(run_dir / "run.json", json.dumps(dataclasses.asdict(settings), indent=1, sort_keys=True) + "\n")
+
+
+def write_run_dir(run_dir: Path, spec_text: str, source: str, engine: dict, settings: Settings) -> None:
+    """A new run folder: the spec's text, the generated source, the settings."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(run_dir / "spec.cycle", spec_text)
+    atomic_write(run_dir / "model.py", source)
+    atomic_write(run_dir / "engine.json", json.dumps(engine, indent=1, sort_keys=True) + "\n")
+    atomic_write(run_dir / "run.json", json.dumps(dataclasses.asdict(settings), indent=1, sort_keys=True) + "\n")
 
 
 def load_settings(run_dir) -> Settings:
@@ -274,14 +292,33 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
         raise _bad("E0507", f"--tp {dist.tp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
     if s.tp > 1 and dist is None:
         raise _bad("E0513", f"--tp {s.tp} needs {s.tp} processes or more", f"launch with torchrun --nproc-per-node {s.tp} -m cyclelang train ...")
+    if resume and (ck := checkpoint.latest(run_dir)) is not None:
+        rows = json.loads((ck / "state.json").read_text("utf-8")).get("rows", s.micro_batch * dp)
+        if rows % dp:
+            raise _bad("E0509", f"--resume {run_dir}: {rows} sequences per micro-step do not split over {dp} data-parallel ranks",
+                       "resume on a number of processes that divides them")
+        s = dataclasses.replace(s, micro_batch=rows // dp)  # the same global batch at another world size
     seq, accum = _check_settings(s, e, dp)
     source = codegen(spec)
-    prepare_run_dir(run_dir, spec_text, source, s, resume, rank0)
+    engine = engine_record(spec)
+    check_run_dir(run_dir, engine, resume)  # every rank, before rank 0 writes anything
     if dist is not None:
         dist.barrier()
-    corpus: Corpus = load_corpus(s.data, e.feed.vocab, tokenizer=s.tokenizer, cache=run_dir / "tokens", holdout=s.holdout,
-                                 bin_dtype=s.bin_dtype)
-    corpus.check_windows(seq, ", ".join(s.data))
+
+    def corpus_() -> Corpus:
+        c = load_corpus(s.data, e.feed.vocab, tokenizer=s.tokenizer, cache=run_dir / "tokens", holdout=s.holdout, bin_dtype=s.bin_dtype)
+        c.check_windows(seq, ", ".join(s.data))
+        return c
+
+    # the data are checked before the run folder is made; rank 0 encodes (into tokens/) first
+    corpus = corpus_() if rank0 else None
+    if dist is not None:
+        dist.barrier()
+        corpus = corpus or corpus_()
+    if rank0 and not resume:
+        write_run_dir(run_dir, spec_text, source, engine, s)
+    if dist is not None:
+        dist.barrier()
 
     device = dist.device if dist is not None else torch.device("cpu")
     model = build_source(spec, source, seed=s.seed).to(device)
@@ -347,7 +384,7 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
 
     def save(step: int) -> None:
         meta = {"tokens": tokens_seen, "elapsed": elapsed, "watch": watch.state(), "tp": dist.tp if dist is not None else 1,
-                "world": dist.world if dist is not None else 1,
+                "world": dist.world if dist is not None else 1, "rows": rows,
                 "data": {"seed": s.seed, "step": step, "fingerprint": corpus.fingerprint()}}
         try:
             checkpoint.save(run_dir, step, model, optimizer, scheduler, scaler, meta, dist)
