@@ -363,8 +363,9 @@ def test_the_facade_trains(tmp_path, corpus_file):
 @pytest.mark.slow
 def test_a_small_spec_learns_generated_text_down_to_its_entropy(tmp_path):
     """A Markov chain over 32 letters with a known entropy rate H: after 300 steps the held-out
-    loss is within 0.15 nats of H (a model ignoring context stays at the unigram entropy,
-    which is more than 1 nat above H for this chain)."""
+    loss is within 0.1 nats of H (a model ignoring context stays at the unigram entropy,
+    more than 1 nat above H for this chain; each window's first letter, which has no
+    context, costs (unigram - H) / 32 = 0.05 of the 0.1). About 15 s on one core."""
     from cyclelang.stand.data import Markov
 
     src = Markov(32, seed=3)
@@ -373,6 +374,6 @@ def test_a_small_spec_learns_generated_text_down_to_its_entropy(tmp_path):
     (tmp_path / "markov.txt").write_bytes(text)
     assert src.unigram - src.entropy_rate > 1.0
     r = run(cyclelang.load(tiny(tmp_path)), Settings(data=[str(tmp_path / "markov.txt")], steps=300, seq=32, micro_batch=16,
-                                                     eval_every=0, eval_batches=8, ckpt_every=0, lr=3e-3, lr_steps=300),
+                                                     eval_every=0, eval_batches=8, ckpt_every=0, lr=1e-2, lr_steps=300),
             tmp_path / "run", spec_text="")
-    assert r.val_loss < src.entropy_rate + 0.15, (r.val_loss, src.entropy_rate)
+    assert src.entropy_rate < r.val_loss < src.entropy_rate + 0.1, (r.val_loss, src.entropy_rate)
