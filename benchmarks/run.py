@@ -2,6 +2,7 @@
 
     python benchmarks/run.py                   # everything (a few minutes on 2 cores)
     python benchmarks/run.py --only train,frontend
+    python benchmarks/run.py --only train-loop     # `cyclec train`'s overhead and checkpointing's memory
     python benchmarks/run.py --write           # also refresh the figures in docs/benchmarks.md
     python benchmarks/run.py --device cuda --dtype bfloat16 --write   # the GPU section of the doc (train, compiled, decode)
 
@@ -305,6 +306,94 @@ def bench_memory(args, torch):
     return rows
 
 
+# --- the training loop ------------------------------------------------------------------------
+
+
+def bench_train_loop(args, torch):
+    """`cyclec train`'s loop against the bare step it runs, in the same rounds.
+
+    The loop (memory-mapped data sampled per step, the flameout watch, metrics.jsonl, the
+    progress bookkeeping) is timed as the difference of two runs, `few` and `few + n`
+    steps, so building the model, reading the corpus, the final evaluation, the final
+    checkpoint and the plot cancel; the bare step (the same model, optimizer and clip,
+    batches already in memory) is timed over n steps. A checkpoint's cost is timed on its
+    own and reported per step at the default cadence (--ckpt-every 500). Then the peak
+    memory of one step with activation checkpointing none / stage / selective
+    (`parallelize`), counted exactly by `peak_step_bytes`."""
+    import cyclelang
+    from cyclelang.backends.torch.build import load_source
+    from cyclelang.train.loop import Settings, run
+
+    text = spec_text("gpt2", SHRINK["gpt2"])
+    spec = cyclelang.parse(text)
+    B, T, n, few, ckpt = args.batch, args.seq, 30, 3, 500
+    tmp = Path(tempfile.mkdtemp(prefix="cyclec-bench-"))
+    corpus = tmp / "corpus.txt"
+    corpus.write_text("".join(p.read_text("utf-8") for p in sorted((ROOT / "docs").glob("*.md"))), "utf-8")
+    settings = dict(data=[str(corpus)], seq=T, micro_batch=B, eval_every=0, eval_batches=1, ckpt_every=0)
+
+    def loop(steps, k):
+        t = time.perf_counter()
+        run(spec, Settings(steps=steps, **settings), tmp / f"run-{steps}-{k}", spec_text=text, show_progress=False)
+        return time.perf_counter() - t
+
+    def bare():
+        model = cyclelang.build(spec, seed=0)
+        opt, sched = model.configure_optimizer()
+        g = torch.Generator().manual_seed(0)
+        batches = [torch.randint(0, 256, (B, T + 1), generator=g) for _ in range(n)]
+        model.train()
+        t = time.perf_counter()
+        for b in batches:
+            opt.zero_grad(set_to_none=True)
+            model(b[:, :-1], b[:, 1:])[1].backward()
+            model.clip_gradients()
+            opt.step()
+            sched.step()
+        return time.perf_counter() - t
+
+    ratios, loops, bares = [], [], []
+    for k in range(max(3, args.rounds // 2)):
+        lp = (loop(few + n, k) - loop(few, k)) / n
+        bp = bare() / n
+        loops.append(lp)
+        bares.append(bp)
+        ratios.append(lp / bp)
+        print(f"  round {k}: loop {lp * 1000:.1f} ms/step, bare step {bp * 1000:.1f} ms/step (x{lp / bp:.3f})", flush=True)
+    out = {"loop_ms": median(loops) * 1000, "bare_ms": median(bares) * 1000, "ratio": median(ratios), "ckpt_every": ckpt, "steps": n}
+    from cyclelang.train import checkpoint
+
+    model = cyclelang.build(spec, seed=0)
+    opt, sched = model.configure_optimizer()
+    b = torch.randint(0, 256, (B, T + 1), generator=torch.Generator().manual_seed(0))
+    model(b[:, :-1], b[:, 1:])[1].backward()
+    opt.step()  # the optimizer's state exists, as in a run
+    saves = []
+    for k in range(3):
+        t = time.perf_counter()
+        checkpoint.save(tmp / "ckpt", k + 1, model, opt, sched, None, {})
+        saves.append(time.perf_counter() - t)
+    out["ckpt_s"] = median(saves)
+    out["ckpt_share"] = out["ckpt_s"] / (ckpt * out["bare_ms"] / 1000)
+    print(f"  one checkpoint: {out['ckpt_s']:.2f} s, x{1 + out['ckpt_share']:.4f} per step at one every {ckpt} steps", flush=True)
+
+    idx = torch.randint(0, 256, (B, T), generator=torch.Generator().manual_seed(0))
+    tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
+    source = cyclelang.codegen(spec)
+    mem = {}
+    for mode in ("none", "stage", "selective"):
+        model = cyclelang.build(spec, seed=0)
+        load_source(source, spec.engine.name).parallelize(model, None, fsdp=False, checkpointing=mode)
+        base, peak = peak_step_bytes(model.train(), torch.optim.AdamW(model.parameters(), lr=1e-4), idx, tgt, torch)
+        mem[mode] = {"base": base, "peak": peak}
+        print(f"  checkpointing {mode}: peak {peak / 2**20:.1f} MiB, {(peak - base) / 2**20:.1f} MiB above weights + AdamW state", flush=True)
+    out["memory"] = mem
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 # --- the front end --------------------------------------------------------------------------
 
 
@@ -478,6 +567,23 @@ def render(results) -> str:
         for r in results["memory"]:
             out.append(f"| {r['name']} | {r['cyclec'] / 2**20:.1f} | {r['reference'] / 2**20:.1f} | **{r['ratio']:.3f}** | {r['act_ratio']:.3f} |")
         out.append("")
+    if "train-loop" in results:
+        t = results["train-loop"]
+        out += ["### The training loop (`cyclec train`) against its bare step", "",
+                "gpt2 shrunk (width 256, 4 blocks), byte-level data from docs/*.md.", "",
+                "| figure | value |", "|---|---|",
+                f"| bare step (forward, backward, clip, AdamW) | {t['bare_ms']:.1f} ms |",
+                f"| loop step (data, flameout watch, metrics.jsonl, progress) | {t['loop_ms']:.1f} ms |",
+                f"| loop / bare | **{t['ratio']:.3f}** |",
+                f"| one checkpoint (weights, optimizer, state; fsync'd) | {t['ckpt_s']:.2f} s |",
+                f"| loop / bare with a checkpoint every {t['ckpt_every']} steps | **{t['ratio'] + t['ckpt_share']:.3f}** |", ""]
+        m = t["memory"]
+        out += ["| activation checkpointing | peak MiB | above weights + AdamW state, MiB | saving |", "|---|---|---|---|"]
+        act0 = m["none"]["peak"] - m["none"]["base"]
+        for mode in ("none", "stage", "selective"):
+            act = m[mode]["peak"] - m[mode]["base"]
+            out.append(f"| {mode} | {m[mode]['peak'] / 2**20:.1f} | {act / 2**20:.1f} | **x{act0 / act:.2f}** |")
+        out.append("")
     if "frontend" in results:
         f = results["frontend"]
         out += ["### The front end", "", f"Bare `python -c pass`: {f['bare'] * 1000:.0f} ms (median).", "",
@@ -541,7 +647,8 @@ def main(argv=None):
             "command": ("python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()}
     sections = {"frontend": lambda: bench_frontend(args), "train": lambda: bench_train(args, torch), "decode": lambda: bench_decode(args, torch),
                 "memory": lambda: bench_memory(args, torch), "compiled": lambda: bench_train(args, torch, compiled=True),
-                "lsp": lambda: bench_lsp(args)}
+                "lsp": lambda: bench_lsp(args),
+                "train-loop": lambda: bench_train_loop(args, torch)}
     results = {}
     t0 = time.perf_counter()
     for key, fn in sections.items():

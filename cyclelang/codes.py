@@ -227,6 +227,56 @@ chamber. Quality usually moves little, and the cache shrinks by heads/kv_heads. 
 note is a fact about the design; silence it with `# allow: N103` where full heads are
 meant.""", "stage block x 24 { prechamber mix { ... turbine attention heads=16 ... } }   # width 1024")
 
+# --- training (cyclelang.train, `cyclec train`), appended ---------------------------------------
+_add("E0501", "data not found", "A `--data` path does not exist or cannot be read. Give text files, folders of them, or .bin/.npy token arrays.")
+_add("E0502", "no data", """
+A data file given by name is empty, or the --data paths hold no tokens at all (a folder
+whose files are all empty or binary). In a folder, empty and binary files are skipped
+and listed; a file named on the command line must hold text.""")
+_add("E0503", "not text, or not a token array", """
+A text data file holds a NUL byte or bytes that are not UTF-8 in its first 64 KiB: it
+is binary, not text. Give UTF-8 text, or give tokens as a .npy array (1-D, integer) or
+a raw .bin file (uint16 as nanoGPT writes it, or --bin-dtype).""")
+_add("E0504", "tokenizer unreadable", "`--tokenizer` names neither a `tokenizers` JSON file nor a folder saved by a transformers tokenizer, or the package it needs is missing.")
+_add("E0505", "tokens outside the feed's vocab", """
+The tokenizer has more tokens than the spec's feed takes (`feed tokens vocab=`), or a
+pre-tokenized array holds an id at or above it: the embedding would be indexed out of
+range. The byte-level default needs vocab >= 256. Use a tokenizer that fits, or widen
+the feed.""", "feed tokens vocab=128   # with the byte-level default (256 tokens)")
+_add("E0506", "too little data", "A split (training or held-out) holds fewer tokens than one window of --seq + 1. Give more data, a smaller --seq, or another --holdout.")
+_add("E0507", "bad training settings", """
+A training setting is out of range: --steps, --micro-batch or --eval-batches below 1,
+--seq longer than the context, a --batch-tokens that is not a whole number of
+micro-steps (micro-batch x seq x data-parallel ranks), a startup override the startup
+block would refuse (a negative lr, betas outside [0, 1)), or --tp without --fsdp where
+data-parallel replicas remain.""")
+_add("E0508", "run folder from another spec", """
+`--resume RUN_DIR` continues a run only with the engine it was started with: the
+folder's engine.json (the engine's IR without source positions) differs from what this
+spec resolves to. Resume with the spec the run started from (its text is
+RUN_DIR/spec.cycle, the default when SPEC is left out), or train into a new --out.""")
+_add("E0509", "run folder unusable", """
+`--out` already holds files (a new run never writes over an old one), or `--resume`
+names a folder that is not a run, holds no complete checkpoint, was trained on other
+data, or was saved with another tensor-parallel degree (its fused q/k/v rows are
+regrouped per TP rank; the data-parallel size may change freely).""")
+_add("E0510", "checkpoint not written", """
+Writing a checkpoint failed (a full disk, a permission). A checkpoint is written into
+a temporary folder and renamed into place only when complete, so the last good one is
+intact and named in the message; free the space and continue with --resume.""")
+_add("E0511", "flameout", """
+A step's loss or gradient norm is not finite: the engine is out. The optimizer step
+is not taken; the record of the step is in metrics.jsonl and the last good checkpoint
+is intact. Lower --lr, lengthen --warmup, set --clip (the restrictor orifice), or
+resume from the checkpoint with other settings in a new run.""")
+_add("E0512", "parallelism plan refused", """
+The model cannot be split as asked: tensor parallelism splits attention by whole heads
+(heads and kv_heads must be divisible by --tp) and MLPs by hidden units (the hidden
+width must be divisible by --tp); under --compile the MoE experts' custom op takes whole
+weights. Each part that cannot be split is named with the reason.""", "turbine attention heads=6   # with --tp 4")
+_add("E0513", "distributed launch needed", "--tp N splits the model over N processes: launch with `torchrun --nproc-per-node N -m cyclelang train ...`.")
+
+
 def explanation(c: Code) -> str:
     """What `cyclec explain CODE` prints (the language server shows the same)."""
     out = f"{c.code}: {c.title}\n\n{c.explanation}\n"

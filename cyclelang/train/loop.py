@@ -320,7 +320,7 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
     if dist is not None:
         dist.barrier()
 
-    device = dist.device if dist is not None else torch.device("cpu")
+    device = dist.device if dist is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = build_source(spec, source, seed=s.seed).to(device)
     module = load_source(source, e.name)
     if dist is not None and (s.fsdp or dist.tp > 1):

@@ -181,7 +181,7 @@ class Lowering:
             w("TP_PLAN = {")
             with out.indent():
                 for path, rule in plan:
-                    w(f"{path!r}: {rule!r},")
+                    w(f'"{path}": "{rule}",')  # layout paths and rule words: plain identifiers, dots and digits
             w("}")
         else:
             w("TP_PLAN = {}")

@@ -34,8 +34,8 @@ def unshard_rows(weight, blocks, degree):
 
 def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing="none", compile=False):
     """Shard `model` in place over `mesh` (a DeviceMesh; a 2-D mesh names its dims "dp" and
-    "tp"; None for checkpointing or compile alone) by `plan` and return it. fsdp: FSDP2's fully_shard on every stage instance, then
-    on the root, over the data-parallel dim. tp: tensor parallelism over the "tp" dim.
+    "tp"; None for checkpointing or compile alone) by `plan` and return it. fsdp: FSDP2's
+    fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor parallelism over the "tp" dim.
     checkpointing: "none", "stage" (recompute a whole stage in the backward pass) or
     "selective" (keep the matrix products' outputs, recompute the rest). compile:
     torch.compile each stage instance."""
