@@ -440,3 +440,18 @@ def test_unshard_rows_inverts_the_tp_regrouping():
     regrouped = torch.cat([q[r] for r in range(degree) for q in parts])  # as apply_parallel_plan lays the rows out
     assert regrouped[:6].tolist() == w[[0, 1, 2, 3, 8, 10]].tolist()  # rank 0: q heads 0-1, k_0, v_0
     assert torch.equal(unshard_rows(regrouped, blocks, degree), w)
+
+
+def test_fire_accepts_a_run_folder_as_weights(tmp_path, corpus_file):
+    spec = tiny(tmp_path)
+    run(cyclelang.load(spec), fast(data=[str(corpus_file)], steps=3), tmp_path / "run", spec_text="")
+    init = cyclec("fire", spec, "--json", "-", check=0)
+    trained = cyclec("fire", spec, "--weights", tmp_path / "run", "--json", "-", check=0)
+    a, b = json.loads(init.stdout)["runs"][0], json.loads(trained.stdout)["runs"][0]
+    assert a["loss"] != b["loss"]  # the trained weights were fired, not the initialisation
+    model = cyclelang.build(spec, weights=tmp_path / "run")
+    t = torch.randint(0, 256, (4, 65), generator=torch.Generator().manual_seed(0))  # the stand's static-fire tokens
+    with torch.no_grad():
+        assert b["loss"] == pytest.approx(float(model(t[:, :-1], t[:, 1:])[1]), rel=1e-5)
+    p = cyclec("fire", spec, "--weights", tmp_path / "run", "--width", "16", check=1)
+    assert "--weights fires one spec at its full size" in p.stderr

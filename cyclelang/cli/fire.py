@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -45,10 +46,12 @@ class Progress:
 @click.option("--lrs", type=str, default=None, help="Comma-separated learning rates for --lr-sweep.")
 @click.option("--steps", type=int, default=None, help="Training steps of --coord-check [default: 5] or of each --lr-sweep run [default: 200].")
 @click.option("--lr", type=float, default=None, help="--coord-check's fixed learning rate [default: the schedule's peak].")
+@click.option("--weights", type=click.Path(exists=True, path_type=str), default=None,
+              help="Fire these weights: a .safetensors file or a `cyclec train` run folder (its newest checkpoint).")
 @include_path_option
 @click.pass_context
 def fire(ctx, specs, width, depth, seq, batch, seed, json_out, plot_out, data, train_steps, coord_check, lr_sweep, widths, lrs, steps,
-         lr, include_path):
+         lr, weights, include_path):
     """The test stand: fire SPECS at initialisation and measure them.
 
     For each stage: chamber pressure (RMS of the residual stream after it), burn
@@ -66,9 +69,16 @@ def fire(ctx, specs, width, depth, seq, batch, seed, json_out, plot_out, data, t
     if coord_check or lr_sweep:
         return scaling_runs(ctx, specs, resolved, coord_check, lr_sweep, widths, lrs, steps, lr, width, depth, seq, batch, seed,
                             json_out, plot_out, data, train_steps)
+    if weights is not None and os.path.isdir(weights):
+        from ..train.checkpoint import weights as run_weights
+
+        found = run_weights(weights)
+        if found is None:
+            raise click.BadParameter(f"{weights} is not a run folder with a complete checkpoint", param_hint="--weights")
+        weights = str(found)
     progress = Progress() if train_steps else None
     report = run_fire(resolved, files=[file_label(path, s) for path, s in zip(specs, resolved)], width=width, depth=depth, seq=seq,
-                      batch=batch, seed=seed, data=data, train=train_steps, progress=progress)
+                      batch=batch, seed=seed, data=data, train=train_steps, progress=progress, weights=weights)
     if json_out is not None:
         write_output(json_out, report.model_dump_json(indent=2) + "\n")
     if json_out != "-":

@@ -82,7 +82,7 @@ def _bad(message: str, help: str | None = None) -> CycleError:
 
 def fire(specs, *, files=None, width: int | None = None, depth: int | None = None, seq: int | None = None, batch: int = DEFAULT_BATCH,
          seed: int = 0, data: str | None = None, train: int = 0,
-         progress: Callable[[str, int, int, float], None] | None = None) -> StandReport:
+         progress: Callable[[str, int, int, float], None] | None = None, weights: str | None = None) -> StandReport:
     """Fire one resolved spec or several (`ir.Spec`) and return what the stand measured.
 
     files: how the report names each spec's file (default: its engine's file name).
@@ -90,7 +90,8 @@ def fire(specs, *, files=None, width: int | None = None, depth: int | None = Non
     tokens of the static fire and of training. data: a file whose bytes are the tokens
     (default: seeded random tokens for the static fire, the Markov source for training).
     train: steps of training with the spec's startup block after the static fire.
-    progress(name, step, steps, loss) is called after every training step.
+    progress(name, step, steps, loss) is called after every training step. weights: a
+    .safetensors file (one spec, full size) to fire instead of the initialisation.
     """
     from ..backends.torch.build import build
 
@@ -103,6 +104,8 @@ def fire(specs, *, files=None, width: int | None = None, depth: int | None = Non
         raise _bad(f"--batch must be at least 1, not {batch}")
     if train < 0:
         raise _bad(f"--train must be 0 or more steps, not {train}")
+    if weights is not None and (len(specs) != 1 or width is not None or depth is not None):
+        raise _bad("--weights fires one spec at its full size", "drop --width/--depth and the other specs")
     runs: list[Firing] = []
     interrupted = False
     for s, label in zip(specs, files):
@@ -112,6 +115,13 @@ def fire(specs, *, files=None, width: int | None = None, depth: int | None = Non
         if not 1 <= T <= e.feed.context:
             raise _bad(f"--seq {T} does not fit {e.name}'s context of {e.feed.context}", f"use --seq {e.feed.context} or less")
         model = build(small, seed=seed)
+        if weights is not None:
+            from ..backends.torch.build import WeightsError, load_weights
+
+            try:
+                load_weights(model, weights)
+            except WeightsError as err:
+                raise _bad(f"--weights {weights} do not fit {e.name}: {err}") from None
         source = ByteFile(data, e.feed.vocab) if data else RandomTokens(e.feed.vocab)
         tokens = source.batch(batch, T, torch.Generator().manual_seed(seed))
         idx, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()

@@ -270,9 +270,14 @@ def load_settings(run_dir) -> Settings:
 
 
 def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: bool = False, show_progress: bool | None = None,
-        on_step=None) -> Result:
+        on_step=None, clock: dict | None = None) -> Result:
     """Train `spec` into `run_dir` (see the module's docstring). `on_step(step)` is called after
-    every step (tests use it to interrupt a run at a known point)."""
+    every step (tests use it to interrupt a run at a known point). `clock`, a dict, collects
+    seconds: "data" (reading batches), "books" (watch, metrics, progress) and "steps" (whole
+    steps, evaluations and checkpoints aside): the benchmark's measure of the loop's overhead."""
+    clock = clock if clock is not None else {}
+    for key in ("data", "books", "steps"):
+        clock.setdefault(key, 0.0)
     from ..backends.torch.build import build_source, load_source
     from ..backends.torch.codegen import codegen, engine_spec
     from .distributed import Distributed
@@ -408,7 +413,9 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
                 optimizer.zero_grad(set_to_none=True)
                 total = torch.zeros((), dtype=torch.float64)
                 for m in range(accum):
+                    td = time.perf_counter()
                     x, y = to_device(corpus.batch(s.seed, step, m, rows, seq, part))
+                    clock["data"] += time.perf_counter() - td
                     with autocast():
                         _, loss = step_model(x, y)
                     scaled = loss / accum
@@ -437,7 +444,8 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
                 scheduler.step()
                 step += 1
                 tokens_seen += accum * rows * seq
-                dt = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                dt = t1 - t0
                 elapsed += dt
                 rec = {"step": step, "loss": value, "lr": lr, "grad_norm": gn, "tokens": tokens_seen,
                        "tokens_per_s": accum * rows * seq / dt if dt > 0 else None, "elapsed": elapsed}
@@ -449,6 +457,9 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
                     bar.update(1)
                 if spike is not None and rank0:
                     _log(f"step {step}: loss spike {value:.3f} ({spike.size:+.3f} over the median of the last steps)", bar)
+                t2 = time.perf_counter()
+                clock["books"] += t2 - t1
+                clock["steps"] += t2 - t0
                 if (s.eval_every and step % s.eval_every == 0) or step == s.steps:
                     val = evaluate()
                     metrics.add({"step": step, "val_loss": val[0], "val_bpb": val[1]})
