@@ -130,8 +130,14 @@ def train(spec, data, out, *, resume: bool = False, **settings):
     if resume:
         for key, value in settings.items():
             setattr(s, key, value)
-    text = Path(spec).read_text("utf-8") if isinstance(spec, (Path,)) or (isinstance(spec, str) and spec.endswith(".cycle") and "\n" not in spec) else (spec if isinstance(spec, str) else "")
-    return run(to_spec(spec), s, out, spec_text=text, resume=resume)
+    ir_spec = to_spec(spec)
+    if isinstance(spec, Spec):
+        text = ""  # an IR has no text: the run folder's spec.cycle stays empty (model.py and engine.json describe it)
+    elif isinstance(spec, Path) or (spec.endswith(".cycle") and "\n" not in spec):
+        text = Path(spec).read_text("utf-8")
+    else:
+        text = spec
+    return run(ir_spec, s, out, spec_text=text, resume=resume)
 
 
 class TrainPackage(types.ModuleType):

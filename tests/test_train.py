@@ -133,7 +133,6 @@ def test_a_tokenizers_json_encodes_into_a_mapped_token_file(tmp_path, corpus_fil
     files = list((tmp_path / "tokens").iterdir())
     assert len(files) == 1 and isinstance(c.segments[0], np.memmap)
     text = corpus_file.read_text("utf-8")
-    expected = [i for line in text.splitlines(True) for i in ()]  # noqa: F841 (lines are encoded in blocks of whole lines)
     assert c.total == len(tok.encode(text).ids)  # whole-line blocks: the same ids as encoding the file at once
     assert c.bytes_per_token == pytest.approx(len(text.encode("utf-8")) / c.total)
     with pytest.raises(CycleError) as e:

@@ -106,3 +106,30 @@ def test_a_tp_degree_that_does_not_divide_the_heads_is_refused(setup, tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=300)
     assert p.returncode != 0 and "error[E0512]" in p.stderr
     assert "the hidden width 63 is not divisible by the TP degree 2" in p.stderr
+
+
+MOE = """\
+engine tinymoe {
+  chamber width=32
+  throat causal
+  feed tokens vocab=256 context=64
+  stage block x 2 {
+    prechamber mix { norm rmsnorm  turbine attention heads=4 kv_heads=2 rotary bias=false  merge cooling }
+    prechamber burn { norm rmsnorm  turbine moe experts=4 top=2 capacity=1.25 balance=0.01 hidden=32 act=swiglu bias=false  merge cooling }
+  }
+  norm rmsnorm
+  nozzle head
+  startup { warmup 2  schedule constant lr=1e-3  clip 1.0 }
+}
+"""
+
+
+def test_tp_splits_grouped_query_attention_and_gated_experts(setup, tmp_path):
+    """kv_heads < heads (the fused rows [q | k | v] of unequal blocks), rotary, SwiGLU's fused
+    [gate | up] rows in every expert, the balance loss: TP=2 equals one process."""
+    _, _, corpus, _ = setup
+    spec = tmp_path / "moe.cycle"
+    spec.write_text(MOE)
+    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
+    launch(2, spec, "--data", corpus, "--out", tmp_path / "tp", "--micro-batch", "4", "--tp", "2", *COMMON)
+    assert_same_parameters(tmp_path / "tp", tmp_path / "one")

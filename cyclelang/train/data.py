@@ -149,6 +149,7 @@ class Corpus:
     bytes_per_token: float | None  # None: pre-tokenized, the bytes are unknown
     sources: list[str]
     tokenizer: str
+    skipped: list[str] = field(default_factory=list)  # a folder's empty or binary files, left out
 
     def __post_init__(self):
         self.ends = np.cumsum([len(s) for s in self.segments]).tolist()
@@ -241,9 +242,7 @@ def load(paths, vocab: int, *, tokenizer: str | None = None, cache: Path | None 
         more = f" (skipped: {', '.join(skipped[:5])})" if skipped else ""
         raise data_error("E0502", f"no tokens in --data {' '.join(map(str, paths))}{more}", None, "give text files or token arrays")
     bpt = text_bytes / text_tokens if text_tokens and not pretokenized else None
-    corpus = Corpus(segments, holdout, bpt, sources, tok.name)
-    corpus.skipped = skipped
-    return corpus
+    return Corpus(segments, holdout, bpt, sources, tok.name, skipped)
 
 
 def _token_array(f: Path, bin_dtype: str, vocab: int) -> np.ndarray:
