@@ -209,7 +209,9 @@ def _accepts(text: str):
         return None  # refusing a name with a diagnostic is a fine answer too
 
 
-ALLOWED_IMPORTS = {"torch", "math", "dataclasses", "typing", "__future__", "torch.nn", "torch.nn.functional", "functools"}
+ALLOWED_IMPORTS = {"torch", "math", "dataclasses", "typing", "__future__", "torch.nn", "torch.nn.functional", "functools",
+                   # parallelize (runtime/parallel.py), inside its function
+                   "torch.distributed.fsdp", "torch.distributed.tensor.parallel", "torch.utils.checkpoint"}
 
 
 def _check_python(source: str, payload: str) -> None:
