@@ -454,3 +454,16 @@ def test_fire_accepts_a_run_folder_as_weights(tmp_path, corpus_file):
         assert b["loss"] == pytest.approx(float(model(t[:, :-1], t[:, 1:])[1]), rel=1e-5)
     p = cyclec("fire", spec, "--weights", tmp_path / "run", "--width", "16", check=1)
     assert "--weights fires one spec at its full size" in p.stderr
+
+
+@pytest.mark.slow
+def test_compile_trains_the_same_model(tmp_path, corpus_file):
+    """--compile (torch.compile of the whole model, about a minute of compiling on one core)
+    reaches the eager run's parameters after 3 steps."""
+    spec = tiny(tmp_path)
+    common = ["--data", corpus_file, "--steps", "3", "--seq", "16", "--micro-batch", "2", "--eval-every", "0", "--ckpt-every", "0",
+              "--no-progress"]
+    cyclec("train", spec, *common, "--out", tmp_path / "eager", check=0)
+    cyclec("train", spec, *common, "--compile", "--out", tmp_path / "compiled", check=0, timeout=900)
+    a, b = checkpoint_weights(tmp_path / "eager"), checkpoint_weights(tmp_path / "compiled")
+    assert a.keys() == b.keys() and max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
