@@ -214,6 +214,33 @@ chamber. Quality usually moves little, and the cache shrinks by heads/kv_heads. 
 note is a fact about the design; silence it with `# allow: N103` where full heads are
 meant.""", "stage block x 24 { prechamber mix { ... turbine attention heads=16 ... } }   # width 1024")
 
+# --- transformers interop (cyclelang.interop, `cyclec import` / `cyclec export`), appended -------
+_add("E0401", "config field the language cannot express", """
+`cyclec import` turns a transformers checkpoint's config.json into the spec it
+implies, field by field, by its `model_type`. A field whose value the language cannot
+write (a llama3 or YaRN rotary scaling, GPT-2's attention scaled by 1/(layer + 1), a
+per-layer pattern of sliding windows, an activation with no counterpart) is refused by
+name rather than approximated: a spec that drops it would build an engine that
+computes something else. The same check refuses to load such a checkpoint.""", '"rope_parameters": {"rope_type": "llama3", ...}')
+_add("E0402", "unknown or unsupported model type", """
+Interop reads a checkpoint by its config's `model_type` only, never by guessing from
+the weights' key names (a Gemma checkpoint has Llama's key names but computes
+(1 + w) norms). The supported families are listed in docs/families.md; the common
+ones not yet supported are refused with what they need.""", '"model_type": "gemma"')
+_add("E0403", "unreadable checkpoint config", """
+The source given to `cyclec import` is not a checkpoint folder with a config.json, a
+config.json file, or the file is not one JSON object.""", "cyclec import weights.bin")
+_add("E0404", "the spec corresponds to no transformers family", """
+`cyclec export` writes a transformers config and weights only for a spec that one
+family computes exactly: it writes the config and checks, field by field, that
+importing it gives back the spec's function. A construct no family has (a feed
+scale, a residual scale, a parallel block, a different norm per layer) is refused
+with the first field that differs, in both vocabularies.""", "merge scale=0.5   # no family scales its residual")
+_add("E0405", "weights that do not fit the spec", """
+`cyclec export --weights` reads the compiled module's state dict (`cyclec build
+--weights`); a key or a shape that the spec's module does not have is refused,
+naming it, before anything is written.""", "cyclec export llama.cycle --weights gpt2.safetensors -o out/")
+
 def markdown() -> str:
     lines = [
         "# Diagnostics",

@@ -108,7 +108,9 @@ def _attention_params(a: ir.Attention, w: int) -> int:
     q, kv = _qkv(a)
     n = a.width * (q + 2 * kv) + q * a.width
     if a.bias:
-        n += q + 2 * kv + a.width
+        n += q + 2 * kv
+    if a.out_bias:
+        n += a.width
     if a.qk_norm:
         n += 2 * a.head_dim  # one RMSNorm gain per head dim, shared by the heads, for q and for k
     return n

@@ -146,10 +146,18 @@ class Attention(Node):
     rotary_dims: Annotated[int, Field(ge=0)]  # how many dims of each head are rotated (even); 0: no rotary
     rotary_base: Positive
     qk_norm: bool
-    bias: bool
+    bias: bool  # the q, k, v projections' biases
+    out_bias: bool  # the output projection's bias (Qwen2: q, k, v biased, the output not); omitted: as bias
     dropout: Rate
 
     _checked = checked()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _out_bias_follows_bias(cls, data):
+        if isinstance(data, dict) and "out_bias" not in data and "bias" in data:
+            data = {**data, "out_bias": data["bias"]}
+        return data
 
     def check(self) -> None:
         if self.heads % self.kv_heads:
@@ -185,6 +193,7 @@ class Moe(Node):
     balance: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]  # 0.0: no balancing loss
     act: Activation
     bias: bool
+    normalize: bool = True  # the top-k routing weights are renormalised to sum to 1 (Mixtral, for every k)
 
     _checked = checked()
 

@@ -302,10 +302,13 @@ class _Resolver:
         if nozzle_d is None:
             self.out.error("E0213", f"engine '{e.name.name}' has no nozzle", e.name.span, "add 'nozzle head' (or 'nozzle head tied')")
 
-        feed = self.feed(feed_d, scope, width) if feed_d is not None else None
         builtins = {}
         if width is not None:
             builtins["width"] = Binding(width, None)
+        # the feed may read the chamber's width (`scale=sqrt(width)`); vocab and context are its own
+        feed_scope = Scope(dict(builtins))
+        feed_scope.parent = None
+        feed = self.feed(feed_d, _Chain(scope, feed_scope), width) if feed_d is not None else None
         if feed is not None:
             builtins["vocab"] = Binding(feed.vocab, None)
             builtins["context"] = Binding(feed.context, None)
@@ -745,6 +748,7 @@ class _Resolver:
         base = o.float("rotary_base", 10000.0, lo=0.0, lo_open=True)
         qk_norm = o.bool("qk_norm", False)
         bias = o.bool("bias", True)
+        out_bias = o.bool("out_bias", bias)
         dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
         if None in (heads, w, mask, rotary, base, dropout):
             return None
@@ -769,7 +773,7 @@ class _Resolver:
             self.out.error("E0205", f"rotary={rotary:g} of head_dim {head_dim} rotates no pair of dimensions", o.span_of("rotary"), "raise the fraction")
             return None
         return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
-                            rotary_base=base, qk_norm=qk_norm, bias=bias, dropout=dropout, span=d.span)
+                            rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout, span=d.span)
 
     def _hidden(self, o: Options, w: int | None):
         ratio_given, hidden_given = o.has("ratio"), o.has("hidden")
@@ -814,12 +818,13 @@ class _Resolver:
         hidden = self._hidden(o, w)
         act = o.choice("act", ACTIVATIONS, "gelu")
         bias = o.bool("bias", True)
+        normalize = o.bool("normalize", True)
         if None in (experts, top, balance, hidden, act, w):
             return None
         if top > experts:
             self.out.error("E0205", f"top={top} routes to more experts than the {experts} there are", o.span_of("top"))
             return None
-        return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, span=d.span)
+        return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, normalize=normalize, span=d.span)
 
     def t_pool(self, o: Options, ctx, w, d):
         size = o.int("size", 3, max=MAX_CONTEXT)

@@ -13,7 +13,7 @@ class AttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a = o.op
-        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
+        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
@@ -51,10 +51,10 @@ class AttentionEmitter(OpEmitter):
                 w(f'"""{head}"""')
             w()
             optional = [name for name, on in (("window", v.window), ("dropout", v.dropout)) if on]
-            with out.constructor("width", "heads", "kv_heads", "head_dim", "bias", *optional):
+            with out.constructor("width", "heads", "kv_heads", "head_dim", "bias", *(["out_bias"] if v.split_bias else []), *optional):
                 w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
                 w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
-                w("self.proj = nn.Linear(heads * head_dim, width, bias=bias)")
+                w(f"self.proj = nn.Linear(heads * head_dim, width, bias={'out_bias' if v.split_bias else 'bias'})")
                 if v.qk_norm:
                     w("self.q_norm = nn.RMSNorm(head_dim, eps=1e-6)")
                     w("self.k_norm = nn.RMSNorm(head_dim, eps=1e-6)")

@@ -52,7 +52,7 @@ class MoeEmitter(OpEmitter):
         with out.indent():
             w('"""Mixture of experts, top-k routed: liquid-liquid injection.')
             w()
-            w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.multi else ")."))
+            w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.normalize else ")."))
             if v.capacity:
                 out.block("""
 In training, restrictor orifices cap each expert at ceil(capacity * tokens * top /
@@ -90,7 +90,7 @@ x = x.view(B * T, C)  # (N, C): every token of the batch
 E = len(self.experts)
 probs = F.softmax(self.router(x), dim=-1)  # (N, E)
 weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)""")
-        if v.multi:
+        if v.normalize:
             w("weight = weight / weight.sum(dim=-1, keepdim=True)")
         if v.capacity or v.balance:
             w("onehot = F.one_hot(choice.t().reshape(-1), E)  # (k * N, E): first choices first")

@@ -43,11 +43,12 @@ class AttentionVariant:
     gqa: bool  # kv_heads < heads
     dropout: bool
     causal: bool  # the engine's throat: the forward takes a KV cache
+    split_bias: bool = False  # the output projection's bias differs from q, k, v's (out_bias)
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
         rot = "none" if a.rotary_dims == 0 else ("full" if a.rotary_dims == a.head_dim else "partial")
-        return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal)
+        return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -75,11 +76,11 @@ class MoeVariant:
     act: str
     capacity: bool  # training drops assignments past each expert's capacity
     balance: bool  # files a load-balancing loss in aux
-    multi: bool  # top > 1: the chosen weights are renormalised
+    normalize: bool  # the chosen weights are renormalised to sum to 1 (for every top, as Mixtral)
 
     @classmethod
     def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
-        return cls(m.act, m.capacity is not None, m.balance > 0, m.top > 1)
+        return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize)
 
     @property
     def expert(self) -> MlpVariant:

@@ -1,22 +1,18 @@
-"""Load transformers checkpoints into compiled cyclelang modules.
+"""Load transformers checkpoints into compiled cyclelang modules, checked by construction.
 
     model = cyclelang.build(spec)
     cyclelang.interop.load_transformers(model, hf_model)        # a PreTrainedModel
-    cyclelang.interop.load_transformers(model, "ckpt/")         # model.safetensors (+ config.json)
-    cyclelang.interop.load_transformers(model, state_dict)      # a mapping of tensors
+    cyclelang.interop.load_transformers(model, "ckpt/")         # model.safetensors + config.json
+    cyclelang.interop.load_transformers(model, state_dict, config=config)
 
-Supported checkpoints: GPT-2 (`GPT2LMHeadModel`, `GPT2Model`), Llama
-(`LlamaForCausalLM`), Mistral (same keys as Llama; the window is in the config)
-and Mixtral (`MixtralForCausalLM`, both the transformers 5 fused-expert layout and
-the `block_sparse_moe.experts.{e}.w1/w2/w3` layout of the released files).
-
-The mapping is driven by the IR's layout (the parts' paths in the compiled module):
-in each stage instance `stages.{i}` it takes the attention turbine, the reactor
-(mlp or moe) and the valve beside each (the `norm` in the same prechamber, i.e.
-Pre-LN), and maps transformers layer i onto them. Anything
-that does not line up (a missing or extra key, a different shape, an eps or a
-rotary base the config disagrees with) raises `InteropError` (a ValueError) naming
-the first key that differs, before a single weight is copied.
+Before a weight is copied, the checkpoint's config is turned into the IR it implies
+(`families.read_config` by its `model_type`, then `families.spec_text`, parsed) and
+compared with the spec's IR field by field (`compare.difference`): any difference
+refuses to load, naming the first differing field in both vocabularies. Then the
+weights are mapped by the IR's layout (the parts' paths in the compiled module): in
+each stage instance `stages.{i}` the attention turbine, the reactor (mlp or moe) and
+the valve in front of each take transformers layer i. A missing or extra key or a
+different shape raises `InteropError` (a ValueError) naming the first key that differs.
 
 Weights are read from safetensors only: pickled checkpoints (`.bin`, `.pt`) can
 run code when loaded, so they are refused. torch is imported by the functions
@@ -32,11 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ir
+from .. import ir
+from . import families
+from .compare import difference
 
-__all__ = ["InteropError", "load_transformers", "convert_state_dict", "detect_arch", "read_safetensors", "ARCHS"]
-
-ARCHS = ("gpt2", "llama", "mistral", "mixtral")
+__all__ = ["InteropError", "load_transformers", "convert_state_dict", "read_safetensors", "implied_engine", "check_config"]
 
 # Suffixes of pickled checkpoints: refused, since unpickling can run code.
 _PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -99,20 +95,6 @@ def _source(source) -> tuple[dict, dict | None]:
     raise TypeError(f"expected a transformers model, a state dict or a safetensors path, got {type(source).__name__}")
 
 
-def detect_arch(keys, config: dict | None = None) -> str:
-    """Which transformers architecture a state dict comes from: one of ARCHS."""
-    if config and config.get("model_type") in ARCHS:
-        return config["model_type"]
-    keys = list(keys)
-    if any(re.search(r"(^|\.)h\.\d+\.attn\.c_attn\.weight$", k) for k in keys):
-        return "gpt2"
-    if any(re.search(r"layers\.\d+\.(mlp\.experts\.gate_up_proj|block_sparse_moe\.)", k) for k in keys):
-        return "mixtral"
-    if any(re.search(r"layers\.\d+\.mlp\.gate_proj\.weight$", k) for k in keys):
-        return "llama"
-    raise InteropError(keys[0] if keys else "<empty>", "not a GPT-2, Llama, Mistral or Mixtral checkpoint")
-
-
 def _strip_prefix(state: dict, arch: str) -> dict:
     """Drop `transformer.` / `model.` so keys read `h.0....` / `layers.0....`; lm_head stays."""
     prefix = "transformer." if arch == "gpt2" else "model."
@@ -129,6 +111,8 @@ class _Stage:
     attn: str | None = None  # "stages.0.mix.attn"
     mlp: str | None = None  # "stages.0.burn.mlp"
     moe: str | None = None  # "stages.0.burn.moe"
+    attn_node: object = None
+    work_node: object = None
     experts: int = 0
     valves: dict = field(default_factory=dict)  # a turbine's path -> the valve in front of it ("stages.0.mix.norm")
 
@@ -157,12 +141,12 @@ def _layout(spec) -> dict[int, _Stage]:
                     continue
                 if valve is not None and (valve[0] is part.branch or valve[0] is None and valve[1] is part.fullflow is not None):
                     st.valves[path] = valve[2]
-                if isinstance(part.node, ir.Attention):
-                    st.attn = st.attn or path
-                elif isinstance(part.node, ir.Mlp):
-                    st.mlp = st.mlp or path
+                if isinstance(part.node, ir.Attention) and st.attn is None:
+                    st.attn, st.attn_node = path, part.node
+                elif isinstance(part.node, ir.Mlp) and st.mlp is None:
+                    st.mlp, st.work_node = path, part.node
                 elif isinstance(part.node, ir.Moe) and st.moe is None:
-                    st.moe, st.experts = path, part.node.experts
+                    st.moe, st.experts, st.work_node = path, part.node.experts, part.node
     return stages
 
 
@@ -176,72 +160,119 @@ def _parent(prefix: str) -> str:
     return prefix.rsplit(".", 1)[0] + "."
 
 
-def _T(t):
-    return t.t()
+# Transforms from checkpoint tensors to the module's, each with its inverse (export).
 
 
-def _cat(*ts):
-    import torch
+class _Same:
+    def __call__(self, t):
+        return t
 
-    return torch.cat(ts, dim=0)
-
-
-def _same(t):
-    return t
+    def inverse(self, t):
+        return [t]
 
 
-def _plan(arch: str, spec, state: dict) -> _Plan:
+class _T:
+    """GPT-2's Conv1D stores the transpose of nn.Linear's weight."""
+
+    def __call__(self, t):
+        return t.t()
+
+    def inverse(self, t):
+        return [t.t().contiguous()]
+
+
+@dataclass(frozen=True)
+class _Cat:
+    """Several checkpoint matrices fused along rows (q, k, v; gate, up)."""
+
+    sizes: tuple
+
+    def __call__(self, *ts):
+        import torch
+
+        return torch.cat(ts, dim=0)
+
+    def inverse(self, t):
+        return [x.contiguous() for x in t.split(list(self.sizes), dim=0)]
+
+
+@dataclass(frozen=True)
+class _Index:
+    """One expert's slice of transformers 5's fused expert tensors."""
+
+    x: int
+    count: int
+
+    def __call__(self, t):
+        return t[self.x]
+
+    def inverse(self, t):
+        return [t]
+
+
+_SAME, _TRANSPOSE = _Same(), _T()
+
+
+def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
+    """fused: whether Mixtral's experts come as transformers 5's fused tensors (read from
+    the state dict when None)."""
     plan = _Plan()
     e = plan.entries
 
-    def put(ours, srcs, fn=_same):
+    def put(ours, srcs, fn=_SAME):
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
+    gpt2, moe = arch == "gpt2", arch == "mixtral"
     layout, final = _layout(spec), _final_valve(spec)
     for i, st in sorted(layout.items()):
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
-        reactor = st.moe if arch == "mixtral" else st.mlp
+        reactor = st.moe if moe else st.mlp
         if reactor is None:
-            kind = "moe" if arch == "mixtral" else "mlp"
+            kind = "moe" if moe else "mlp"
             plan.reasons[f"stages.{i}"] = f"stage {i} has no {kind} turbine; transformers' {arch} layer {i} has one"
             continue
         # a turbine without a valve before it maps its checkpoint norm nowhere, which is then left over
         an, rn = st.valves.get(st.attn, _parent(st.attn) + "norm"), st.valves.get(reactor, _parent(reactor) + "norm")
-        if arch == "gpt2":
+        if gpt2:
             h = f"h.{i}."
             for p in ("weight", "bias"):
+                fn = _TRANSPOSE if p == "weight" else _SAME
                 put(f"{an}.{p}", h + f"ln_1.{p}")
                 put(f"{rn}.{p}", h + f"ln_2.{p}")
-                put(f"{st.attn}.qkv.{p}", h + f"attn.c_attn.{p}", _T if p == "weight" else _same)
-                put(f"{st.attn}.proj.{p}", h + f"attn.c_proj.{p}", _T if p == "weight" else _same)
-                put(f"{reactor}.fc.{p}", h + f"mlp.c_fc.{p}", _T if p == "weight" else _same)
-                put(f"{reactor}.proj.{p}", h + f"mlp.c_proj.{p}", _T if p == "weight" else _same)
+                put(f"{st.attn}.qkv.{p}", h + f"attn.c_attn.{p}", fn)
+                put(f"{st.attn}.proj.{p}", h + f"attn.c_proj.{p}", fn)
+                put(f"{reactor}.fc.{p}", h + f"mlp.c_fc.{p}", fn)
+                put(f"{reactor}.proj.{p}", h + f"mlp.c_proj.{p}", fn)
             continue
         h = f"layers.{i}."
+        a = st.attn_node
+        qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
+        gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
         put(f"{an}.weight", h + "input_layernorm.weight")
         put(f"{rn}.weight", h + "post_attention_layernorm.weight")
-        for p in ("weight", "bias"):  # biases only where the config has attention_bias
-            put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"], _cat)
+        for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
+            put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"], qkv)
             put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
-        if arch in ("llama", "mistral"):
-            put(f"{reactor}.fc.weight", [h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"], _cat)
-            put(f"{reactor}.proj.weight", h + "mlp.down_proj.weight")
+            if not moe:
+                put(f"{reactor}.fc.{p}", [h + f"mlp.gate_proj.{p}", h + f"mlp.up_proj.{p}"], gate_up)
+                put(f"{reactor}.proj.{p}", h + f"mlp.down_proj.{p}")
+        if not moe:
             continue
-        fused = h + "mlp.experts.gate_up_proj" in state
-        put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if fused else "block_sparse_moe.gate.weight"))
+        is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
+        put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused else "block_sparse_moe.gate.weight"))
         for x in range(st.experts):
             ours = f"{reactor}.experts.{x}"
-            if fused:
-                put(f"{ours}.fc.weight", h + "mlp.experts.gate_up_proj", lambda t, x=x: t[x])
-                put(f"{ours}.proj.weight", h + "mlp.experts.down_proj", lambda t, x=x: t[x])
+            if is_fused:
+                put(f"{ours}.fc.weight", h + "mlp.experts.gate_up_proj", _Index(x, st.experts))
+                put(f"{ours}.proj.weight", h + "mlp.experts.down_proj", _Index(x, st.experts))
             else:
                 b = h + f"block_sparse_moe.experts.{x}."
-                put(f"{ours}.fc.weight", [b + "w1.weight", b + "w3.weight"], _cat)
+                put(f"{ours}.fc.weight", [b + "w1.weight", b + "w3.weight"], gate_up)
                 put(f"{ours}.proj.weight", b + "w2.weight")
-    if arch == "gpt2":
+    if gpt2:
         put("feed.tok.weight", "wte.weight")
         put("feed.pos.weight", "wpe.weight")
         put(f"{final}.weight", "ln_f.weight")
@@ -253,20 +284,25 @@ def _plan(arch: str, spec, state: dict) -> _Plan:
     return plan
 
 
+def _prefix(arch: str) -> str:
+    return "transformer." if arch == "gpt2" else "model."
+
+
 # --- converting and checking -------------------------------------------------------------
 
 
-def convert_state_dict(state: Mapping, target: Mapping, arch: str | None = None, config: dict | None = None, *, spec) -> dict:
+def convert_state_dict(state: Mapping, target: Mapping, config: dict, *, spec) -> dict:
     """Map a transformers state dict onto `target` (the compiled module's state dict:
     names and shapes are all that is read), whose parts `spec` (the IR it was built
-    from) names. Returns a dict with exactly target's keys.
+    from) names; `config` is the checkpoint's config (its model_type picks the family).
+    Returns a dict with exactly target's keys.
 
     Raises InteropError at the first key that differs: a module key with no source, a
     source key missing, a shape that differs (in the module's key order), then a
     checkpoint key left over."""
-    arch = arch or detect_arch(state.keys(), config)
-    if arch not in ARCHS:
-        raise InteropError(arch, f"unknown architecture; supported: {', '.join(ARCHS)}")
+    arch = config.get("model_type")
+    if arch not in families.CAUSAL_LM:
+        raise InteropError("model_type", f"unknown model type {arch!r}; supported: {', '.join(families.FAMILIES)}")
     src = _strip_prefix(dict(state), arch)
     plan = _plan(arch, spec, src)
     for where, why in plan.reasons.items():
@@ -299,6 +335,35 @@ def convert_state_dict(state: Mapping, target: Mapping, arch: str | None = None,
     return out
 
 
+def export_state_dict(model_state: Mapping, spec, family: str) -> dict:
+    """The transformers state dict (full key names) of a compiled module's weights: the
+    inverse of convert_state_dict, with Mixtral's experts in transformers 5's fused layout."""
+    import torch
+
+    plan = _plan(family, spec, {}, fused=True)
+    for where, why in plan.reasons.items():
+        raise InteropError(where, why)
+    out: dict = {}
+    stacks: dict = {}
+    for key, value in model_state.items():
+        if key not in plan.entries:
+            raise InteropError(key, f"the module has it; transformers' {family} has no place for it")
+        srcs, fn = plan.entries[key]
+        if isinstance(fn, _Index):
+            stacks.setdefault(srcs[0], [None] * fn.count)[fn.x] = value
+            continue
+        for s, t in zip(srcs, fn.inverse(value.detach())):
+            out[s] = t
+    for s, parts in stacks.items():
+        out[s] = torch.stack([p.detach() for p in parts]).contiguous()
+    pre = _prefix(family)
+    full = {(k if k == "lm_head.weight" else pre + k): v.contiguous() for k, v in out.items()}
+    if "lm_head.weight" not in full:
+        emb = pre + ("wte.weight" if family == "gpt2" else "embed_tokens.weight")
+        full["lm_head.weight"] = full[emb].clone()  # tied: the head is the embedding (from_pretrained ties them again)
+    return full
+
+
 def _same_tensor(a, b) -> bool:
     """Equal values (shape-only on the meta device, where there are none)."""
     import torch
@@ -315,55 +380,59 @@ def _ignorable(key: str) -> bool:
     return bool(re.search(r"(attn\.(bias|masked_bias)|rotary_emb\.inv_freq)$", key))
 
 
-def _check_config(model, arch: str, config: dict) -> None:
-    """What the keys cannot show: norm eps, rotary base, sliding window."""
-    import torch
-    from torch import nn
+def implied_engine(config: dict) -> ir.Engine:
+    """The IR a checkpoint's config implies (by its model_type); InteropError names a field it cannot express."""
+    from ..semantics.resolve import parse
 
-    eps = config.get("layer_norm_epsilon" if arch == "gpt2" else "rms_norm_eps")
-    kinds = (nn.LayerNorm,) if arch == "gpt2" else (nn.RMSNorm,)
-    for name, mod in model.named_modules():
-        if isinstance(mod, (nn.LayerNorm, nn.RMSNorm)) and not isinstance(mod, kinds):
-            raise InteropError(name, f"{type(mod).__name__} in the module; transformers' {arch} uses {kinds[0].__name__}")
-        if eps is not None and isinstance(mod, kinds) and mod.eps is not None and not math.isclose(mod.eps, eps, rel_tol=1e-6):
-            raise InteropError(name, f"norm eps {mod.eps} in the module, {eps} in the config (set eps= on the norm)")
-        if hasattr(mod, "qkv") and hasattr(mod, "heads"):  # an attention turbine
-            window = getattr(mod, "window", None)
-            want = config.get("sliding_window") if arch in ("mistral", "mixtral") else None
-            if (window or None) != (want or None):
-                raise InteropError(name, f"sliding window {window} in the module, {want} in the config")
-    if arch != "gpt2" and hasattr(model, "rope_cos"):
-        rope = config.get("rope_parameters") or {}
-        theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
-        dims = model.rope_cos.shape[-1]
-        inv = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims))
-        if model.rope_cos.shape[0] > 1:
-            want = torch.cat((inv, inv)).cos().to(model.rope_cos.dtype)
-            if not torch.allclose(model.rope_cos[1].cpu(), want, rtol=1e-4, atol=1e-6):
-                raise InteropError("rope_cos", f"the module's rotary base differs from rope_theta={theta} (set rotary_base=)")
+    try:
+        arch = families.read_config(config)
+    except families.Unsupported as e:
+        raise InteropError(e.field, str(e).split(": ", 1)[1]) from None
+    return parse(families.spec_text(arch), "<config.json>").engine
 
 
-def load_transformers(model, source, *, arch: str | None = None, check_config: bool = True, spec=None):
+def check_config(spec, config: dict) -> str:
+    """Refuse (InteropError) unless the spec's engine computes what `config` implies; its family."""
+    engine = spec.engine if isinstance(spec, ir.Spec) else spec
+    implied = implied_engine(config)
+    d = difference(engine, implied)
+    if d is not None:
+        raise InteropError(d.where, f"{d.text()} (the {config['model_type']} checkpoint's config implies another engine)")
+    return config["model_type"]
+
+
+def load_transformers(model, source, *, config: dict | None = None, spec=None):
     """Copy a transformers checkpoint's weights into `model` (a compiled cyclelang module).
 
     spec: the IR the model was built from; `cyclelang.build` records it on the model
     (`model.spec`), so it is needed only for a model made from a generated file.
 
     source: a transformers model, a state dict, or a safetensors file / checkpoint folder.
-    arch: 'gpt2', 'llama', 'mistral' or 'mixtral'; detected from the keys (or the
-    config's model_type) when omitted. Returns `model`. Nothing is copied unless every
-    key and shape lines up; otherwise InteropError names the first difference."""
+    config: the checkpoint's config (a dict or a transformers config), needed when the
+    source does not carry one (a state dict, a bare .safetensors file): a state dict
+    alone does not say what it computes. Returns `model`. Nothing is copied unless the
+    config implies the spec's IR and every key and shape lines up; otherwise
+    InteropError names the first difference."""
     import torch
 
     spec = spec if spec is not None else getattr(model, "spec", None)
     if spec is None:
         raise InteropError(type(model).__name__, "the model does not say which spec it was built from; pass spec= (its IR)")
-    state, config = _source(source)
-    arch = arch or detect_arch(state.keys(), config)
-    target = model.state_dict()
-    converted = convert_state_dict(state, target, arch, config, spec=spec)
-    if check_config and config:
-        _check_config(model, arch, config)
+    state, found = _source(source)
+    config = _config_dict(config if config is not None else found)
+    if config is None:
+        raise InteropError("config", "the checkpoint comes without its config (config.json): pass config=, "
+                           "since its keys alone do not say what it computes")
+    check_config(spec, config)
+    converted = convert_state_dict(state, model.state_dict(), config, spec=spec)
     with torch.no_grad():
         model.load_state_dict(converted, strict=True)
     return model
+
+
+def _config_dict(config):
+    if config is None or isinstance(config, dict):
+        return config
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    raise TypeError(f"config: expected a dict or a transformers config, got {type(config).__name__}")

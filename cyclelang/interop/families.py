@@ -1,0 +1,366 @@
+"""transformers model families: a checkpoint's config as the spec it implies, and back.
+
+Each family reads its `config.json` by its `model_type` (never by guessing from the
+weights' key names) into an `Arch`, the few numbers a decoder of that family is made
+of, and `spec_text(arch)` writes the spec those numbers imply. The IR a checkpoint
+implies is therefore `parse(spec_text(read_config(config)))`: one home for the
+mapping, used by `cyclec import`, by the check before weights load, and by
+`cyclec export` (which writes a config and checks that importing it gives back the
+spec it came from).
+
+A config field the language cannot express is refused by name (`Unsupported`),
+never approximated: a llama3 rotary scaling, GPT-2's layer-index attention scaling,
+a per-layer pattern of sliding windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .. import ir
+
+# transformers activations -> the language's. A gated MLP (Llama's gate/up/down)
+# takes the gated form of its activation.
+_PLAIN_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": None,
+               "relu": "relu", "silu": "silu", "swish": "silu"}
+_GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
+_HF_PLAIN = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+_HF_GATED = {"swiglu": "silu", "geglu": "gelu"}
+
+
+class Unsupported(ValueError):
+    """A config field (or a spec construct, on export) the other side cannot express."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One decoder-only transformer of a family: what its config says, in the language's terms."""
+
+    family: str  # the config's model_type
+    vocab: int
+    context: int
+    width: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    act: str  # the language's activation (swiglu for Llama's silu-gated MLP)
+    norm: str  # layernorm | rmsnorm
+    eps: float
+    position: str = "none"  # learned | none
+    norm_bias: bool = False
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
+    rotary: float = 0.0  # fraction of each head rotated
+    rotary_base: float = 10000.0
+    window: int | None = None
+    experts: int = 0  # 0: a dense MLP
+    top: int = 0
+    normalize: bool = True
+    tied: bool = False
+    sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
+
+
+class _Config:
+    """A config dict read field by field, with the family's defaults."""
+
+    def __init__(self, config: dict, defaults: dict):
+        self.config, self.defaults = config, defaults
+
+    def get(self, name: str, default=None):
+        v = self.config.get(name)
+        if v is None:
+            v = self.defaults.get(name, default)
+        return v
+
+    def need(self, name: str):
+        v = self.get(name)
+        if v is None:
+            raise Unsupported(name, "missing from the config (and the family has no default)")
+        return v
+
+
+def _rope(c: _Config) -> float:
+    """rope_theta, refusing rotary scaling (rope_parameters or the older rope_scaling)."""
+    rope = c.config.get("rope_parameters") or {}
+    old = c.config.get("rope_scaling") or {}
+    kind = rope.get("rope_type") or rope.get("type") or old.get("rope_type") or old.get("type") or "default"
+    if kind != "default":
+        where = "rope_parameters.rope_type" if rope.get("rope_type") or rope.get("type") else "rope_scaling"
+        raise Unsupported(where, f"rotary scaling '{kind}' is not in the language yet; only plain rotary (rope_type=default) imports")
+    theta = rope.get("rope_theta", c.config.get("rope_theta"))
+    return float(theta if theta is not None else c.defaults.get("rope_theta", 10000.0))
+
+
+def _gpt2(cfg: dict) -> Arch:
+    c = _Config(cfg, {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "activation_function": "gelu_new",
+                      "layer_norm_epsilon": 1e-5, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                      "add_cross_attention": False, "tie_word_embeddings": True})
+    if not c.get("scale_attn_weights"):
+        raise Unsupported("scale_attn_weights", "attention without the 1/sqrt(head_dim) scale is not in the language")
+    if c.get("scale_attn_by_inverse_layer_idx"):
+        raise Unsupported("scale_attn_by_inverse_layer_idx", "a per-layer attention scale 1/(layer + 1) is not in the language")
+    if c.get("add_cross_attention"):
+        raise Unsupported("add_cross_attention", "cross-attention to an encoder is not in the language")
+    width, heads = c.need("n_embd"), c.need("n_head")
+    act_name = c.get("activation_function")
+    act = _PLAIN_ACTS.get(act_name)
+    if act is None:
+        raise Unsupported("activation_function", f"'{act_name}' has no counterpart among the language's activations")
+    return Arch("gpt2", vocab=c.need("vocab_size"), context=c.need("n_positions"), width=width, layers=c.need("n_layer"),
+                heads=heads, kv_heads=heads, head_dim=width // heads, hidden=c.get("n_inner") or 4 * width, act=act,
+                norm="layernorm", eps=float(c.get("layer_norm_epsilon")), position="learned", norm_bias=True, qkv_bias=True,
+                out_bias=True, mlp_bias=True, tied=bool(c.get("tie_word_embeddings")),
+                sources={"vocab": "vocab_size", "context": "n_positions", "width": "n_embd", "layers": "n_layer", "heads": "n_head",
+                         "hidden": "n_inner", "act": "activation_function", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
+
+
+# The Llama-shaped families: RMSNorm valves, rotary, gated MLP (or routed experts).
+_DECODER_DEFAULTS = {
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "hidden_act": "silu", "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+              "attention_bias": False, "mlp_bias": False, "rope_theta": 10000.0},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+                "tie_word_embeddings": False, "rope_theta": 10000.0},
+    "mixtral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+                "tie_word_embeddings": False, "rope_theta": 1000000.0, "num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "hidden_act": "silu", "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+              "rope_theta": 10000.0, "use_sliding_window": False, "max_window_layers": 28},
+}
+
+
+def _decoder(family: str):
+    def read(cfg: dict) -> Arch:
+        c = _Config(cfg, _DECODER_DEFAULTS[family])
+        width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
+        kv = c.get("num_key_value_heads") or heads
+        act_name = c.get("hidden_act")
+        act = _GATED_ACTS.get(act_name)
+        if act is None:
+            raise Unsupported("hidden_act", f"a gated MLP with '{act_name}' has no counterpart (the language has swiglu = silu, geglu = gelu)")
+        window = None
+        if family in ("mistral", "mixtral"):
+            window = c.get("sliding_window")
+        if family == "qwen2":
+            types = c.config.get("layer_types")
+            if c.get("use_sliding_window") or (types and any(t != "full_attention" for t in types)):
+                raise Unsupported("use_sliding_window", "Qwen2's sliding window from max_window_layers on is a per-layer pattern the language does not have yet")
+        if c.get("pretraining_tp", 1) not in (1, None):
+            pass  # a tensor-parallel split of the same matrices: the function is the same
+        experts = top = 0
+        if family == "mixtral":
+            experts, top = c.need("num_local_experts"), c.need("num_experts_per_tok")
+        bias = bool(c.get("attention_bias", False)) if family == "llama" else family == "qwen2"
+        return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
+                    heads=heads, kv_heads=kv, head_dim=c.get("head_dim") or width // heads, hidden=c.need("intermediate_size"), act=act,
+                    norm="rmsnorm", eps=float(c.get("rms_norm_eps")), qkv_bias=bias,
+                    out_bias=bool(c.get("attention_bias", False)) if family == "llama" else False,
+                    mlp_bias=bool(c.get("mlp_bias", False)) if family == "llama" else False, rotary=1.0, rotary_base=_rope(c),
+                    window=window, experts=experts, top=top, normalize=True, tied=bool(c.get("tie_word_embeddings")),
+                    sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+                             "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
+                             "act": "hidden_act", "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window",
+                             "experts": "num_local_experts", "top": "num_experts_per_tok", "tied": "tie_word_embeddings"})
+    return read
+
+
+READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}}
+FAMILIES = tuple(READERS)
+
+# The transformers classes a family's weights come from (what export's config names).
+CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
+             "qwen2": "Qwen2ForCausalLM"}
+
+# Families whose names the language knows but cannot write yet: refused by name with the reason.
+NOT_YET = {
+    "gemma": "Gemma's norms scale by (1 + w), its embeddings by sqrt(width) and its MLP uses the tanh GELU gate: not all in the language yet",
+    "gemma2": "Gemma 2 adds logit soft-caps, post-branch norms and alternating sliding windows: not in the language yet",
+    "gemma3": "Gemma 3's qk-norm, post-branch norms and local/global layer pattern are not in the language yet",
+    "granite": "Granite's embedding, residual, attention and logit multipliers are not in the language yet",
+    "qwen3": "Qwen3's per-head qk-norm with its own eps is not in the language yet",
+    "qwen2_moe": "Qwen2-MoE's shared expert with a sigmoid gate is not in the language yet",
+    "phi3": "Phi-3's fused qkv/gate_up weights and su/longrope scaling are not mapped yet",
+    "phi": "Phi's parallel block with partial rotary and a biased head is not mapped yet",
+    "olmo": "OLMo's norms without weight or bias are not in the language yet",
+    "olmo2": "OLMo-2's post-branch norms and qk-norm across heads are not in the language yet",
+    "gpt_neox": "GPT-NeoX's interleaved per-head qkv layout and parallel residual are not mapped yet",
+    "gptj": "GPT-J's interleaved rotary is not in the language yet",
+    "falcon": "Falcon's parallel block and ALiBi variants are not mapped yet",
+    "starcoder2": "StarCoder2's biased layernorm GQA decoder is not mapped yet",
+}
+
+
+def read_config(config: dict) -> Arch:
+    """The Arch a config implies, by its model_type; Unsupported names the first field that cannot be read."""
+    mt = config.get("model_type")
+    if mt is None:
+        raise Unsupported("model_type", "the config does not say its model_type, and interop never guesses it from key names")
+    if mt in NOT_YET:
+        raise Unsupported("model_type", f"'{mt}' is refused: {NOT_YET[mt]}")
+    if mt not in READERS:
+        raise Unsupported("model_type", f"unknown model type '{mt}'; supported: {', '.join(FAMILIES)}")
+    return READERS[mt](config)
+
+
+# --- the spec an Arch implies -----------------------------------------------------------------
+
+
+def _num(x) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float):
+        if x.is_integer() and abs(x) < 1e15:
+            return str(int(x))
+        return repr(x)
+    return str(x)
+
+
+def spec_text(a: Arch, source: str = "config.json") -> str:
+    """A formatted, commented spec that builds to the architecture `a` describes."""
+    src = a.sources
+    lines = [f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
+             "# Every value comes from the config field named beside it; the weights load with",
+             "# cyclelang.interop.load_transformers(model, checkpoint).",
+             "",
+             f"let depth = {a.layers}  # {src.get('layers', 'layers')}",
+             f"let d_model = {a.width}  # {src.get('width', 'width')}",
+             ""]
+    # the block, as a stage template: the layers repeat it
+    att = [f"heads={a.heads}"]
+    if a.kv_heads != a.heads:
+        att.append(f"kv_heads={a.kv_heads}")
+    if a.head_dim * a.heads != a.width:
+        att.append(f"head_dim={a.head_dim}")
+    if a.rotary:
+        att.append("rotary" if a.rotary == 1.0 else f"rotary={_num(a.rotary)}")
+        if a.rotary_base != 10000.0:
+            att.append(f"rotary_base={_num(a.rotary_base)}")
+    if a.window is not None:
+        att.append(f"window={a.window}")
+    att.append(f"bias={_num(a.qkv_bias)}")
+    if a.out_bias != a.qkv_bias:
+        att.append(f"out_bias={_num(a.out_bias)}")
+    norm = f"norm {a.norm}" + (f" eps={_num(a.eps)}" if a.eps != (1e-5 if a.norm == "layernorm" else 1e-6) else "")
+    if a.norm == "layernorm" and not a.norm_bias:
+        norm += " bias=false"
+    if a.experts:
+        work = f"turbine moe experts={a.experts} top={a.top} hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}"
+        if not a.normalize:
+            work += " normalize=false"
+        wsrc = f"{src.get('experts')}, {src.get('top')}, {src.get('hidden')}, {src.get('act')}"
+    else:
+        work = f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}"
+        wsrc = f"{src.get('hidden')}, {src.get('act')}"
+    block = f"{a.family}_block"
+    lines += [f"# one {a.family} layer: attention then the MLP, each with its norm in front (Pre-LN)",
+              f"stage {block} {{",
+              "  prechamber mix {",
+              f"    {norm}  # {src.get('eps')}",
+              f"    turbine attention {' '.join(att)}  # {src.get('heads')}, {src.get('kv_heads', src.get('heads'))}"
+              + (f", {src.get('rotary_base')}" if a.rotary else "") + (f", {src.get('window')}" if a.window is not None else ""),
+              "  }",
+              "  prechamber burn {",
+              f"    {norm}",
+              f"    {work}  # {wsrc}",
+              "  }",
+              "}",
+              "",
+              f"engine {a.family} {{",
+              "  chamber width=d_model",
+              "  throat causal",
+              f"  feed tokens vocab={a.vocab} context={a.context} position={a.position}  # {src.get('vocab')}, {src.get('context')}",
+              "",
+              f"  stage {block} x depth",
+              "",
+              f"  {norm}  # the final norm",
+              "  nozzle head" + (" tied" if a.tied else "") + f"  # {src.get('tied')}",
+              "}",
+              ""]
+    return "\n".join(lines)
+
+
+# --- the config an engine implies (export) ----------------------------------------------------
+
+
+def arch_of(engine: ir.Engine) -> Arch:
+    """The Arch of a spec shaped like a family's decoder; Unsupported says where it is not.
+    Only the shape is read here: export then checks, field by field, that importing the
+    config it writes gives back this engine."""
+    stages = [op for op in engine.body if isinstance(op, ir.Stage)]
+    main = [op for op in engine.body if not isinstance(op, ir.Stage)]
+    if not stages:
+        raise Unsupported("stages", "the engine has no stages: no family is a plain stack")
+    if len(main) != 1 or not isinstance(main[-1], ir.Norm) or not isinstance(engine.body[-1], ir.Norm):
+        raise Unsupported("main line", "a family's decoder ends with exactly one norm on the main line, before the head")
+    st = stages[0]
+    for other in stages[1:]:
+        if [o.model_dump(exclude={"name"}) for o in other.ops] != [o.model_dump(exclude={"name"}) for o in st.ops]:
+            raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer")
+    if len(st.ops) != 2 or not all(isinstance(b, ir.Prechamber) for b in st.ops):
+        raise Unsupported(f"stage {st.name}", "a family's layer is two prechambers (attention, then the MLP) and nothing else")
+    mix, burn = st.ops
+    for b, want in ((mix, ir.Attention), (burn, (ir.Mlp, ir.Moe))):
+        if len(b.ops) != 2 or not isinstance(b.ops[0], ir.Norm) or not isinstance(b.ops[1], want):
+            raise Unsupported(f"prechamber {b.name}", "a family's branch is a norm, then its turbine (Pre-LN)")
+    attn, work = mix.ops[1], burn.ops[1]
+    n = mix.ops[0]
+    learned = engine.feed.position == "learned"
+    moe = isinstance(work, ir.Moe)
+    if learned and n.type == "layernorm":
+        family = "gpt2"
+    elif moe:
+        family = "mixtral"
+    elif attn.bias and not attn.out_bias:
+        family = "qwen2"
+    elif attn.window is not None:
+        family = "mistral"
+    else:
+        family = "llama"
+    return Arch(family, vocab=engine.feed.vocab, context=engine.feed.context, width=engine.width,
+                layers=sum(s.repeat for s in stages), heads=attn.heads, kv_heads=attn.kv_heads, head_dim=attn.head_dim,
+                hidden=work.hidden, act=work.act, norm=n.type, eps=n.eps, position=engine.feed.position, norm_bias=n.bias,
+                qkv_bias=attn.bias, out_bias=attn.out_bias, mlp_bias=work.bias, rotary=attn.rotary_dims / attn.head_dim,
+                rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
+                normalize=work.normalize if moe else True, tied=engine.nozzle.tied)
+
+
+def config_of(a: Arch) -> dict:
+    """The transformers config.json of an Arch of a supported family."""
+    if a.family == "gpt2":
+        act = _HF_PLAIN.get(a.act)
+        if act is None:
+            raise Unsupported("act", f"GPT-2 has no '{a.act}' activation")
+        return {"model_type": "gpt2", "architectures": [CAUSAL_LM["gpt2"]], "vocab_size": a.vocab, "n_positions": a.context,
+                "n_embd": a.width, "n_layer": a.layers, "n_head": a.heads, "n_inner": a.hidden, "activation_function": act,
+                "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "scale_attn_weights": True,
+                "scale_attn_by_inverse_layer_idx": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    act = _HF_GATED.get(a.act)
+    if act is None:
+        raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu or geglu)")
+    cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
+           "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
+           "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim, "hidden_act": act, "max_position_embeddings": a.context,
+           "rms_norm_eps": a.eps, "tie_word_embeddings": a.tied,
+           "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}}
+    if a.family == "llama":
+        cfg.update(attention_bias=a.qkv_bias, mlp_bias=a.mlp_bias)
+    if a.family in ("mistral", "mixtral"):
+        cfg["sliding_window"] = a.window
+    if a.family == "mixtral":
+        cfg.update(num_local_experts=a.experts, num_experts_per_tok=a.top, router_jitter_noise=0.0)
+    if a.family == "qwen2":
+        cfg.update(use_sliding_window=False, sliding_window=None)
+    return cfg
+
+
+def with_family(a: Arch, family: str) -> Arch:
+    return replace(a, family=family)
