@@ -45,6 +45,21 @@ FAMILIES = {
     "mixtral_top1": lambda: transformers.MixtralConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                                                        num_key_value_heads=4, max_position_embeddings=40, num_local_experts=4, num_experts_per_tok=1,
                                                        sliding_window=7),
+    "qwen3": lambda: transformers.Qwen3Config(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=16, max_position_embeddings=40, rms_norm_eps=1e-5,
+                                              tie_word_embeddings=True),
+    "phi3": lambda: transformers.Phi3Config(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
+                                            num_key_value_heads=3, max_position_embeddings=40, pad_token_id=5),
+    "olmo": lambda: transformers.OlmoConfig(vocab_size=V, hidden_size=40, intermediate_size=56, num_hidden_layers=2, num_attention_heads=5,
+                                            num_key_value_heads=5, max_position_embeddings=40, pad_token_id=1, eos_token_id=0),
+    "olmo2": lambda: transformers.Olmo2Config(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
+                                              num_key_value_heads=2, max_position_embeddings=40, pad_token_id=1, eos_token_id=0, rms_norm_eps=1e-6),
+    "gemma": lambda: transformers.GemmaConfig(vocab_size=V, hidden_size=32, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=1, head_dim=16, max_position_embeddings=40, pad_token_id=0, eos_token_id=1,
+                                              bos_token_id=2),
+    "granite": lambda: transformers.GraniteConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                  num_key_value_heads=2, max_position_embeddings=40, embedding_multiplier=12.0,
+                                                  residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=8.0, pad_token_id=0),
     "qwen2": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
                                               num_key_value_heads=3, max_position_embeddings=40, tie_word_embeddings=True, rms_norm_eps=1e-6,
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
@@ -260,15 +275,30 @@ def test_unexpressible_config_field_refused_by_name(case):
     assert err.key == field
 
 
-@pytest.mark.parametrize("model_type", ["gemma", "granite"])
+GEMMA_GRANITE = {  # on main, a Gemma checkpoint loaded as a Llama (its (1 + w) gains read as w), a Granite one lost its multipliers
+    "gemma": (lambda: transformers.GemmaConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                               num_key_value_heads=2, head_dim=8, max_position_embeddings=40, tie_word_embeddings=False,
+                                               pad_token_id=None, eos_token_id=None, bos_token_id=None),
+              "embedding multiplier (feed tokens scale=): spec 1, checkpoint 5.65685"),
+    "granite": (lambda: transformers.GraniteConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                                   num_key_value_heads=2, max_position_embeddings=40, embedding_multiplier=12.0, pad_token_id=None,
+                                                   eos_token_id=None, bos_token_id=None),
+                "embedding multiplier (feed tokens scale=): spec 1, checkpoint 12"),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(GEMMA_GRANITE))
+def test_gemma_and_granite_never_load_as_llama(model_type):
+    make, words = GEMMA_GRANITE[model_type]
+    err = refusal(llama(), hf(make()))
+    assert words in str(err), str(err)
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "qwen2_moe", "gptj"])
 def test_families_not_yet_supported_are_refused_by_name(model_type):
-    """On main, a Gemma checkpoint loaded as a Llama (its (1 + w) gains read as w) and a
-    Granite one lost its four multipliers."""
-    cls = {"gemma": transformers.GemmaConfig, "granite": transformers.GraniteConfig}[model_type]
-    config = cls(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                 head_dim=8, max_position_embeddings=40)
-    err = refusal(llama(), hf(config))
-    assert err.key == "model_type" and f"'{model_type}' is refused" in str(err)
+    with pytest.raises(Unsupported) as info:
+        import_config({"model_type": model_type})
+    assert info.value.field == "model_type" and f"'{model_type}' is refused" in str(info.value)
 
 
 def test_unknown_model_type_refused_by_name():
@@ -317,7 +347,7 @@ def test_cli_import_names_the_field_with_its_line(tmp_path):
 
 
 def test_cli_import_unknown_type_and_unreadable(tmp_path):
-    (tmp_path / "config.json").write_text('{"model_type": "gemma"}')
+    (tmp_path / "config.json").write_text('{"model_type": "gemma2"}')
     res = CliRunner().invoke(main, ["import", str(tmp_path)])
     assert res.exit_code == 1 and "error[E0402]" in res.output
     (tmp_path / "config.json").write_text("[1, 2")
@@ -330,10 +360,17 @@ def test_cli_export_refuses_a_spec_no_family_computes(tmp_path):
     (tmp_path / "w.safetensors").write_bytes(b"")
     res = CliRunner().invoke(main, ["export", str(spec), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "out")])
     assert res.exit_code == 1 and "error[E0404]" in res.output and not (tmp_path / "out").exists()
-    text = import_config(llama()).replace("position=none", "position=none scale=8")
+    text = re.sub(r"(turbine attention[^\n]*)", r"\1\n    merge scale=0.5", import_config(llama()))  # one branch scaled, not both
     (tmp_path / "s.cycle").write_text(text)
     res = CliRunner().invoke(main, ["export", str(tmp_path / "s.cycle"), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "out")])
-    assert res.exit_code == 1 and "embedding multiplier (feed tokens scale=): spec 8, checkpoint 1" in res.output, res.output
+    assert res.exit_code == 1 and "stages.0.burn: residual merge (merge): spec add, checkpoint scale" in res.output, res.output
+
+
+def test_export_a_llama_with_an_embedding_multiplier_is_granite(tmp_path):
+    """What a family can say is found by construction: a feed scale is Granite's embedding_multiplier."""
+    spec = cyclelang.parse(import_config(llama()).replace("position=none", "position=none scale=8"))
+    config = cyclelang.interop.export_config(spec)
+    assert config["model_type"] == "granite" and config["embedding_multiplier"] == 8.0 and config["residual_multiplier"] == 1.0
 
 
 def test_cli_export_refuses_weights_of_another_spec(tmp_path):

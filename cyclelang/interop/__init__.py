@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from .. import ir
@@ -65,6 +66,14 @@ def export_config(spec) -> dict:
     the first field that differs is named."""
     engine = spec.engine if isinstance(spec, ir.Spec) else spec
     arch = arch_of(engine)
+    if engine.name in FAMILIES and engine.name != arch.family and arch.family != "gpt2":
+        # an engine named after a family (as `cyclec import` names it) exports as that family when it computes the spec
+        try:
+            config = config_of(replace(arch, family=engine.name))
+            if difference(engine, implied_engine(config)) is None:
+                return config
+        except (Unsupported, InteropError):
+            pass
     config = config_of(arch)
     d = difference(engine, implied_engine(config))
     if d is not None:

@@ -32,6 +32,10 @@ WORDS: dict[str, tuple[str, str]] = {
     "alpha": ("DeepNet residual scale", "merge deepnorm alpha="),
     "type": ("norm type", "norm layernorm|rmsnorm"),
     "eps": ("norm epsilon", "norm eps="),
+    "affine": ("learned norm gain", "norm affine="),
+    "offset": ("norm gain offset", "norm rmsnorm offset="),
+    "qk_norm_eps": ("qk-norm epsilon", "turbine attention qk_norm_eps="),
+    "qk_norm_across": ("qk-norm across all heads", "turbine attention qk_norm_across"),
     "bias": ("bias", "bias="),
     "out_bias": ("output projection bias", "turbine attention out_bias="),
     "width": ("width", "chamber width="),
@@ -53,7 +57,8 @@ WORDS: dict[str, tuple[str, str]] = {
     "loss": ("auxiliary loss weight", "prechamber overboard loss="),
     "vocab": ("vocabulary size", "feed tokens vocab="),
     "position": ("positions", "feed tokens position="),
-    "scale": ("embedding multiplier", "feed tokens scale="),
+    "scale": ("scale", "scale="),
+    "padding": ("padding token (padding_idx)", "feed tokens padding="),
     "tied": ("tied input/output embeddings", "nozzle head tied"),
     "throat": ("causal mask", "throat"),
     "norm": ("shared norm of the parallel block", "fullflow norm"),
@@ -81,12 +86,17 @@ class Difference:
     def text(self) -> str:
         """What differs, without where: `rotary positions (turbine attention rotary=): spec ..., checkpoint ...`."""
         ml, ours = WORDS.get(self.field, (self.field.replace("_", " "), self.field + "="))
+        if self.field == "scale":  # one IR field name, three places
+            ml, ours = {"feed": ("embedding multiplier", "feed tokens scale="), "head": ("logit scale", "nozzle head scale=")}.get(
+                self.where, ("attention logit scale", "turbine attention scale="))
         return f"{ml} ({ours}): spec {self.show(self.spec)}, checkpoint {self.show(self.checkpoint)}"
 
     def show(self, v) -> str:
         if self.field == "rotary_dims":
             hd = self.context.get("head_dim")
             return "none" if v == 0 else f"all of each head ({v} dims)" if v == hd else f"{v} of each head's {hd} dims"
+        if self.field == "scale" and v is None:
+            return "1/sqrt(head_dim)"
         if self.field == "window":
             return "none (full attention)" if v is None else f"{v} tokens"
         if self.field == "tied":
@@ -121,6 +131,8 @@ def _node(n) -> dict:
         if k in _TRAINING_ONLY:
             continue
         d[k] = v
+    if isinstance(n, ir.Attention) and n.scale is None:
+        d["scale"] = n.head_dim ** -0.5  # the default, said out loud: Granite's attention_multiplier may equal it
     return d
 
 
@@ -137,8 +149,9 @@ def normal_form(engine: ir.Engine) -> list[tuple[str, dict, str]]:
     """The engine as a flat list of (label, fields, spec path): the feed, each stage
     instance's items, the engine-level ops, the nozzle."""
     lay = ir.layout.layout(engine)
-    out: list[tuple[str, dict, str]] = [("feed", {"vocab": engine.feed.vocab, "position": engine.feed.position,
-                                                  "scale": engine.feed.scale, "width": engine.width, "throat": engine.throat}, "feed")]
+    f = engine.feed
+    out: list[tuple[str, dict, str]] = [("feed", {"vocab": f.vocab, "position": f.position, "scale": f.scale, "width": engine.width,
+                                                  "throat": engine.throat, "padding": f.padding}, "feed")]
     layers = []
     for it in lay.main:
         if isinstance(it, ir.layout.Part):
@@ -159,7 +172,7 @@ def normal_form(engine: ir.Engine) -> list[tuple[str, dict, str]]:
                                   inst))
             layers.append((inst, items))
     out.append(("layers", {"layers": layers}, "stages"))
-    out.append(("nozzle", {"tied": engine.nozzle.tied, "bias": engine.nozzle.bias, "vocab": engine.nozzle.vocab}, "head"))
+    out.append(("nozzle", {"tied": engine.nozzle.tied, "bias": engine.nozzle.bias, "vocab": engine.nozzle.vocab, "scale": engine.nozzle.scale}, "head"))
     return out
 
 

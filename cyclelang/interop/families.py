@@ -15,7 +15,7 @@ a per-layer pattern of sliding windows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .. import ir
 
@@ -54,9 +54,18 @@ class Arch:
     eps: float
     position: str = "none"  # learned | none
     norm_bias: bool = False
+    norm_affine: bool = True  # false: OLMo's norms without weight or bias
+    norm_offset: float = 0.0  # Gemma: the gain is 1 + w
+    post_norms: bool = False  # OLMo-2: each branch's norm sits after its turbine, none before
     qkv_bias: bool = False
     out_bias: bool = False
     mlp_bias: bool = False
+    qk_norm: str = "none"  # none | head (Qwen3) | all (OLMo-2: across the heads)
+    qk_eps: float = 1e-6
+    attn_scale: float | None = None  # None: 1 / sqrt(head_dim)
+    embed_scale: float = 1.0  # Gemma: sqrt(width); Granite: embedding_multiplier
+    residual_scale: float = 1.0  # Granite: residual_multiplier
+    logit_scale: float = 1.0  # Granite: 1 / logits_scaling
     rotary: float = 0.0  # fraction of each head rotated
     rotary_base: float = 10000.0
     window: int | None = None
@@ -64,6 +73,7 @@ class Arch:
     top: int = 0
     normalize: bool = True
     tied: bool = False
+    padding: int | None = None  # the embedding's padding_idx (pad_token_id)
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -121,21 +131,38 @@ def _gpt2(cfg: dict) -> Arch:
                          "hidden": "n_inner", "act": "activation_function", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
 
 
-# The Llama-shaped families: RMSNorm valves, rotary, gated MLP (or routed experts).
+# The Llama-shaped families: rotary, gated MLP (or routed experts), Pre-LN (OLMo-2: post-branch
+# norms). Their defaults are transformers 5's, for a config.json that leaves a field out.
+_COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 10000.0}
 _DECODER_DEFAULTS = {
-    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
-              "hidden_act": "silu", "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-              "attention_bias": False, "mlp_bias": False, "rope_theta": 10000.0},
-    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
-                "tie_word_embeddings": False, "rope_theta": 10000.0},
-    "mixtral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
-                "tie_word_embeddings": False, "rope_theta": 1000000.0, "num_local_experts": 8, "num_experts_per_tok": 2},
-    "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
-              "hidden_act": "silu", "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-              "rope_theta": 10000.0, "use_sliding_window": False, "max_window_layers": 28},
+    "llama": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 2048},
+    "mistral": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072},
+    "mixtral": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+                "rope_theta": 1000000.0, "num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen2": {**_COMMON, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 32768},
+    "qwen3": {**_COMMON, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "head_dim": 128, "max_position_embeddings": 32768},
+    "phi3": {**_COMMON, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5},
+    "olmo": {**_COMMON, "vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "max_position_embeddings": 2048},
+    "olmo2": {**_COMMON, "vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5},
+    "gemma": {**_COMMON, "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+              "tie_word_embeddings": True},
+    "granite": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "max_position_embeddings": 2048, "embedding_multiplier": 1.0, "logits_scaling": 1.0,
+                "residual_multiplier": 1.0, "attention_multiplier": 1.0},
 }
+_GATED_ACTS.update({"gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"})
+_HF_GATED["geglu_tanh"] = "gelu_pytorch_tanh"
+_WINDOWED = ("mistral", "mixtral", "phi3")  # one sliding window for every layer
+_LAYER_TYPES = ("qwen2", "qwen3")  # a window only from max_window_layers on: a per-layer pattern
 
 
 def _decoder(family: str):
@@ -143,33 +170,56 @@ def _decoder(family: str):
         c = _Config(cfg, _DECODER_DEFAULTS[family])
         width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
         kv = c.get("num_key_value_heads") or heads
-        act_name = c.get("hidden_act")
+        act_name = c.get("hidden_activation") if family == "gemma" and cfg.get("hidden_activation") else c.get("hidden_act")
         act = _GATED_ACTS.get(act_name)
         if act is None:
-            raise Unsupported("hidden_act", f"a gated MLP with '{act_name}' has no counterpart (the language has swiglu = silu, geglu = gelu)")
-        window = None
-        if family in ("mistral", "mixtral"):
-            window = c.get("sliding_window")
-        if family == "qwen2":
-            types = c.config.get("layer_types")
-            if c.get("use_sliding_window") or (types and any(t != "full_attention" for t in types)):
-                raise Unsupported("use_sliding_window", "Qwen2's sliding window from max_window_layers on is a per-layer pattern the language does not have yet")
-        if c.get("pretraining_tp", 1) not in (1, None):
-            pass  # a tensor-parallel split of the same matrices: the function is the same
+            raise Unsupported("hidden_act", f"a gated MLP with '{act_name}' has no counterpart (the language has swiglu = silu, geglu = gelu, "
+                              "geglu_tanh = the tanh GELU)")
+        window = c.get("sliding_window") if family in _WINDOWED else None
+        types = c.config.get("layer_types")
+        if family in _LAYER_TYPES and (c.get("use_sliding_window") or (types and any(t != "full_attention" for t in types))):
+            raise Unsupported("use_sliding_window", f"{family}'s sliding window from max_window_layers on is a per-layer pattern the language does not have yet")
+        if family == "olmo" and c.get("clip_qkv") is not None:
+            raise Unsupported("clip_qkv", "clamping q, k and v to a range is not in the language")
+        if family == "gemma" and c.get("use_bidirectional_attention"):
+            raise Unsupported("use_bidirectional_attention", "a bidirectional Gemma is an encoder, not a causal LM")
+        rope = c.config.get("rope_parameters") or {}
+        partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", 1.0))
         experts = top = 0
         if family == "mixtral":
             experts, top = c.need("num_local_experts"), c.need("num_experts_per_tok")
-        bias = bool(c.get("attention_bias", False)) if family == "llama" else family == "qwen2"
+        attention_bias = bool(c.get("attention_bias", False))
+        qkv_bias = True if family == "qwen2" else attention_bias if family not in ("mistral", "mixtral", "phi3") else False
+        out_bias = False if family in ("qwen2", "mistral", "mixtral", "phi3") else attention_bias
+        mlp_bias = bool(c.get("mlp_bias", False)) if family in ("llama", "granite") else False
+        head_dim = c.get("head_dim") or width // heads
+        norm_olmo = family == "olmo"
+        sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+                   "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
+                   "act": "hidden_act", "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window",
+                   "experts": "num_local_experts", "top": "num_experts_per_tok", "tied": "tie_word_embeddings"}
+        extra: dict = {}
+        if norm_olmo:
+            extra.update(norm="layernorm", eps=1e-5, norm_affine=False, norm_bias=False)
+            sources["eps"] = "OLMo's fixed 1e-5, no weight or bias"
+        if family == "olmo2":
+            extra.update(post_norms=True, qk_norm="all", qk_eps=float(c.get("rms_norm_eps")))
+        if family == "qwen3":
+            extra.update(qk_norm="head", qk_eps=float(c.get("rms_norm_eps")))
+        if family == "gemma":
+            extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5)
+            sources["embed_scale"] = "Gemma's sqrt(hidden_size)"
+        if family == "granite":
+            extra.update(embed_scale=float(c.get("embedding_multiplier")), residual_scale=float(c.get("residual_multiplier")),
+                         attn_scale=float(c.get("attention_multiplier")), logit_scale=1.0 / float(c.get("logits_scaling")))
+            sources.update(embed_scale="embedding_multiplier", residual_scale="residual_multiplier", attn_scale="attention_multiplier",
+                           logit_scale="logits_scaling")
         return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
-                    heads=heads, kv_heads=kv, head_dim=c.get("head_dim") or width // heads, hidden=c.need("intermediate_size"), act=act,
-                    norm="rmsnorm", eps=float(c.get("rms_norm_eps")), qkv_bias=bias,
-                    out_bias=bool(c.get("attention_bias", False)) if family == "llama" else False,
-                    mlp_bias=bool(c.get("mlp_bias", False)) if family == "llama" else False, rotary=1.0, rotary_base=_rope(c),
+                    heads=heads, kv_heads=kv, head_dim=head_dim, hidden=c.need("intermediate_size"), act=act,
+                    **{"norm": "rmsnorm", "eps": float(c.get("rms_norm_eps")), **extra},
+                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=float(partial), rotary_base=_rope(c),
                     window=window, experts=experts, top=top, normalize=True, tied=bool(c.get("tie_word_embeddings")),
-                    sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
-                             "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
-                             "act": "hidden_act", "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window",
-                             "experts": "num_local_experts", "top": "num_experts_per_tok", "tied": "tie_word_embeddings"})
+                    padding=c.config.get("pad_token_id"), sources=sources)
     return read
 
 
@@ -178,27 +228,26 @@ FAMILIES = tuple(READERS)
 
 # The transformers classes a family's weights come from (what export's config names).
 CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
-             "qwen2": "Qwen2ForCausalLM"}
+             "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
+             "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM"}
 
-# Families whose names the language knows but cannot write yet: refused by name with the reason.
+# Families the language cannot write yet: refused by name, with what they need.
 NOT_YET = {
-    "gemma": "Gemma's norms scale by (1 + w), its embeddings by sqrt(width) and its MLP uses the tanh GELU gate: not all in the language yet",
-    "gemma2": "Gemma 2 adds logit soft-caps, post-branch norms and alternating sliding windows: not in the language yet",
-    "gemma3": "Gemma 3's qk-norm, post-branch norms and local/global layer pattern are not in the language yet",
-    "granite": "Granite's embedding, residual, attention and logit multipliers are not in the language yet",
-    "qwen3": "Qwen3's per-head qk-norm with its own eps is not in the language yet",
+    "gemma2": "Gemma 2's attention and final-logit soft-caps, post-branch norms around both turbines and alternating sliding windows are not in the language yet",
+    "gemma3": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
+    "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "qwen2_moe": "Qwen2-MoE's shared expert with a sigmoid gate is not in the language yet",
-    "phi3": "Phi-3's fused qkv/gate_up weights and su/longrope scaling are not mapped yet",
+    "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
     "phi": "Phi's parallel block with partial rotary and a biased head is not mapped yet",
-    "olmo": "OLMo's norms without weight or bias are not in the language yet",
-    "olmo2": "OLMo-2's post-branch norms and qk-norm across heads are not in the language yet",
-    "gpt_neox": "GPT-NeoX's interleaved per-head qkv layout and parallel residual are not mapped yet",
-    "gptj": "GPT-J's interleaved rotary is not in the language yet",
-    "falcon": "Falcon's parallel block and ALiBi variants are not mapped yet",
-    "starcoder2": "StarCoder2's biased layernorm GQA decoder is not mapped yet",
+    "gpt_neox": "GPT-NeoX's per-head interleaved qkv layout and parallel residual are not mapped yet",
+    "gptj": "GPT-J's interleaved (rotate-every-two) rotary is not in the language yet",
+    "falcon": "Falcon's parallel block and multi-query fused layout are not mapped yet",
+    "starcoder2": "StarCoder2's biased layernorm decoder with a plain GELU MLP is not mapped yet",
+    "granitemoe": "Granite-MoE's experts are not mapped yet",
+    "mamba2": "Mamba-2 is a state-space model: issue 14's ssm kind",
+    "deepseek_v2": "DeepSeek-V2's latent attention is issue 14's MLA",
+    "jamba": "Jamba's attention/Mamba hybrid is issue 14's",
 }
-
-
 def read_config(config: dict) -> Arch:
     """The Arch a config implies, by its model_type; Unsupported names the first field that cannot be read."""
     mt = config.get("model_type")
@@ -224,71 +273,106 @@ def _num(x) -> str:
     return str(x)
 
 
+def _comment(src: dict, *keys: str) -> str:
+    names = [src[k] for k in keys if src.get(k)]
+    return f"  # {', '.join(dict.fromkeys(names))}" if names else ""
+
+
 def spec_text(a: Arch, source: str = "config.json") -> str:
     """A formatted, commented spec that builds to the architecture `a` describes."""
     src = a.sources
-    lines = [f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
-             "# Every value comes from the config field named beside it; the weights load with",
-             "# cyclelang.interop.load_transformers(model, checkpoint).",
-             "",
-             f"let depth = {a.layers}  # {src.get('layers', 'layers')}",
-             f"let d_model = {a.width}  # {src.get('width', 'width')}",
-             ""]
-    # the block, as a stage template: the layers repeat it
     att = [f"heads={a.heads}"]
+    keys = ["heads"]
     if a.kv_heads != a.heads:
         att.append(f"kv_heads={a.kv_heads}")
+        keys.append("kv_heads")
     if a.head_dim * a.heads != a.width:
         att.append(f"head_dim={a.head_dim}")
     if a.rotary:
         att.append("rotary" if a.rotary == 1.0 else f"rotary={_num(a.rotary)}")
         if a.rotary_base != 10000.0:
             att.append(f"rotary_base={_num(a.rotary_base)}")
+            keys.append("rotary_base")
     if a.window is not None:
         att.append(f"window={a.window}")
+        keys.append("window")
+    if a.qk_norm != "none":
+        att.append("qk_norm" + (" qk_norm_across" if a.qk_norm == "all" else "") + (f" qk_norm_eps={_num(a.qk_eps)}" if a.qk_eps != 1e-6 else ""))
+    if a.attn_scale is not None:
+        att.append(f"scale={_num(a.attn_scale)}")
+        keys.append("attn_scale")
     att.append(f"bias={_num(a.qkv_bias)}")
     if a.out_bias != a.qkv_bias:
         att.append(f"out_bias={_num(a.out_bias)}")
     norm = f"norm {a.norm}" + (f" eps={_num(a.eps)}" if a.eps != (1e-5 if a.norm == "layernorm" else 1e-6) else "")
-    if a.norm == "layernorm" and not a.norm_bias:
+    if not a.norm_affine:
+        norm += " affine=false"
+    elif a.norm == "layernorm" and not a.norm_bias:
         norm += " bias=false"
+    if a.norm_offset:
+        norm += f" offset={_num(a.norm_offset)}"
     if a.experts:
         work = f"turbine moe experts={a.experts} top={a.top} hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}"
         if not a.normalize:
             work += " normalize=false"
-        wsrc = f"{src.get('experts')}, {src.get('top')}, {src.get('hidden')}, {src.get('act')}"
+        wkeys = ("experts", "top", "hidden", "act")
     else:
         work = f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}"
-        wsrc = f"{src.get('hidden')}, {src.get('act')}"
+        wkeys = ("hidden", "act")
+    merge = [f"    merge scale={_num(a.residual_scale)}{_comment(src, 'residual_scale')}"] if a.residual_scale != 1.0 else []
+
+    def branch(name: str, turbine: str, tkeys) -> list[str]:
+        t = f"    {turbine}{_comment(src, *tkeys)}"
+        n = f"    {norm}{_comment(src, 'eps') if name == 'mix' else ''}"
+        return [f"  prechamber {name} {{", *([t, n] if a.post_norms else [n, t]), *merge, "  }"]
+
+    where = "after" if a.post_norms else "in front"
     block = f"{a.family}_block"
-    lines += [f"# one {a.family} layer: attention then the MLP, each with its norm in front (Pre-LN)",
-              f"stage {block} {{",
-              "  prechamber mix {",
-              f"    {norm}  # {src.get('eps')}",
-              f"    turbine attention {' '.join(att)}  # {src.get('heads')}, {src.get('kv_heads', src.get('heads'))}"
-              + (f", {src.get('rotary_base')}" if a.rotary else "") + (f", {src.get('window')}" if a.window is not None else ""),
-              "  }",
-              "  prechamber burn {",
-              f"    {norm}",
-              f"    {work}  # {wsrc}",
-              "  }",
-              "}",
-              "",
-              f"engine {a.family} {{",
-              "  chamber width=d_model",
-              "  throat causal",
-              f"  feed tokens vocab={a.vocab} context={a.context} position={a.position}  # {src.get('vocab')}, {src.get('context')}",
-              "",
-              f"  stage {block} x depth",
-              "",
-              f"  {norm}  # the final norm",
-              "  nozzle head" + (" tied" if a.tied else "") + f"  # {src.get('tied')}",
-              "}",
-              ""]
+    feed = f"feed tokens vocab={a.vocab} context={a.context} position={a.position}"
+    if a.embed_scale != 1.0:
+        feed += " scale=sqrt(width)" if a.family == "gemma" else f" scale={_num(a.embed_scale)}"
+    if a.padding is not None:
+        feed += f" padding={a.padding}"
+        src["padding"] = "pad_token_id"
+    nozzle = "nozzle head" + (" tied" if a.tied else "") + (f" scale={_num(a.logit_scale)}" if a.logit_scale != 1.0 else "")
+    lines = [f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
+             "# Every value comes from the config field named beside it; the weights load with",
+             "# cyclelang.interop.load_transformers(model, checkpoint).",
+             "",
+             f"let depth = {a.layers}  # {src.get('layers', 'layers')}",
+             f"let d_model = {a.width}  # {src.get('width', 'width')}",
+             "",
+             f"# one {a.family} layer: attention then the MLP, each with its norm {where} (the layers repeat it)",
+             f"stage {block} {{",
+             *branch("mix", "turbine attention " + " ".join(att), keys),
+             *branch("burn", work, wkeys),
+             "}",
+             "",
+             f"engine {a.family} {{",
+             "  chamber width=d_model",
+             "  throat causal",
+             f"  {feed}{_comment(src, 'vocab', 'context', 'embed_scale', 'padding')}",
+             "",
+             f"  stage {block} x depth",
+             "",
+             f"  {norm}  # the final norm",
+             f"  {nozzle}{_comment(src, 'tied', 'logit_scale')}",
+             "}",
+             ""]
     return "\n".join(lines)
 
 
 # --- the config an engine implies (export) ----------------------------------------------------
+
+
+def _branch_shape(b: ir.Prechamber, want) -> tuple[ir.Norm, object, bool]:
+    """(norm, turbine, post) of a family's branch: a norm then its turbine, or (OLMo-2) the reverse."""
+    ops = b.ops
+    if len(ops) == 2 and isinstance(ops[0], ir.Norm) and isinstance(ops[1], want):
+        return ops[0], ops[1], False
+    if len(ops) == 2 and isinstance(ops[1], ir.Norm) and isinstance(ops[0], want):
+        return ops[1], ops[0], True
+    raise Unsupported(f"prechamber {b.name}", "a family's branch is a norm and its turbine, nothing else")
 
 
 def arch_of(engine: ir.Engine) -> Arch:
@@ -299,7 +383,7 @@ def arch_of(engine: ir.Engine) -> Arch:
     main = [op for op in engine.body if not isinstance(op, ir.Stage)]
     if not stages:
         raise Unsupported("stages", "the engine has no stages: no family is a plain stack")
-    if len(main) != 1 or not isinstance(main[-1], ir.Norm) or not isinstance(engine.body[-1], ir.Norm):
+    if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm):
         raise Unsupported("main line", "a family's decoder ends with exactly one norm on the main line, before the head")
     st = stages[0]
     for other in stages[1:]:
@@ -308,17 +392,25 @@ def arch_of(engine: ir.Engine) -> Arch:
     if len(st.ops) != 2 or not all(isinstance(b, ir.Prechamber) for b in st.ops):
         raise Unsupported(f"stage {st.name}", "a family's layer is two prechambers (attention, then the MLP) and nothing else")
     mix, burn = st.ops
-    for b, want in ((mix, ir.Attention), (burn, (ir.Mlp, ir.Moe))):
-        if len(b.ops) != 2 or not isinstance(b.ops[0], ir.Norm) or not isinstance(b.ops[1], want):
-            raise Unsupported(f"prechamber {b.name}", "a family's branch is a norm, then its turbine (Pre-LN)")
-    attn, work = mix.ops[1], burn.ops[1]
-    n = mix.ops[0]
-    learned = engine.feed.position == "learned"
+    n, attn, post = _branch_shape(mix, ir.Attention)
+    _, work, _ = _branch_shape(burn, (ir.Mlp, ir.Moe))
     moe = isinstance(work, ir.Moe)
-    if learned and n.type == "layernorm":
+    scale = mix.merge.value if isinstance(mix.merge, ir.ScaleMerge) else 1.0
+    qk = "none" if not attn.qk_norm else "all" if attn.qk_norm_across else "head"
+    if engine.feed.position == "learned" and n.type == "layernorm":
         family = "gpt2"
     elif moe:
         family = "mixtral"
+    elif n.type == "layernorm" and not n.affine:
+        family = "olmo"
+    elif post or qk == "all":
+        family = "olmo2"
+    elif n.offset:
+        family = "gemma"
+    elif scale != 1.0 or attn.scale is not None or engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0:
+        family = "granite"
+    elif qk == "head":
+        family = "qwen3"
     elif attn.bias and not attn.out_bias:
         family = "qwen2"
     elif attn.window is not None:
@@ -328,9 +420,11 @@ def arch_of(engine: ir.Engine) -> Arch:
     return Arch(family, vocab=engine.feed.vocab, context=engine.feed.context, width=engine.width,
                 layers=sum(s.repeat for s in stages), heads=attn.heads, kv_heads=attn.kv_heads, head_dim=attn.head_dim,
                 hidden=work.hidden, act=work.act, norm=n.type, eps=n.eps, position=engine.feed.position, norm_bias=n.bias,
-                qkv_bias=attn.bias, out_bias=attn.out_bias, mlp_bias=work.bias, rotary=attn.rotary_dims / attn.head_dim,
+                norm_affine=n.affine, norm_offset=n.offset, post_norms=post, qkv_bias=attn.bias, out_bias=attn.out_bias,
+                mlp_bias=work.bias, qk_norm=qk, qk_eps=attn.qk_norm_eps, attn_scale=attn.scale, embed_scale=engine.feed.scale,
+                residual_scale=scale, logit_scale=engine.nozzle.scale, rotary=attn.rotary_dims / attn.head_dim,
                 rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
-                normalize=work.normalize if moe else True, tied=engine.nozzle.tied)
+                normalize=work.normalize if moe else True, tied=engine.nozzle.tied, padding=engine.feed.padding)
 
 
 def config_of(a: Arch) -> dict:
@@ -345,22 +439,27 @@ def config_of(a: Arch) -> dict:
                 "scale_attn_by_inverse_layer_idx": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     act = _HF_GATED.get(a.act)
     if act is None:
-        raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu or geglu)")
+        raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu, geglu or geglu_tanh)")
+    rope = {"rope_type": "default", "rope_theta": a.rotary_base}
+    if a.rotary not in (0.0, 1.0):
+        rope["partial_rotary_factor"] = a.rotary
     cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
            "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
            "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim, "hidden_act": act, "max_position_embeddings": a.context,
-           "rms_norm_eps": a.eps, "tie_word_embeddings": a.tied,
-           "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}}
-    if a.family == "llama":
-        cfg.update(attention_bias=a.qkv_bias, mlp_bias=a.mlp_bias)
-    if a.family in ("mistral", "mixtral"):
+           "rms_norm_eps": a.eps if a.norm == "rmsnorm" else a.qk_eps, "tie_word_embeddings": a.tied, "rope_parameters": rope,
+           "pad_token_id": a.padding}
+    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma"):
+        cfg["attention_bias"] = a.qkv_bias
+    if a.family in ("llama", "granite"):
+        cfg["mlp_bias"] = a.mlp_bias
+    if a.family in _WINDOWED:
         cfg["sliding_window"] = a.window
     if a.family == "mixtral":
         cfg.update(num_local_experts=a.experts, num_experts_per_tok=a.top, router_jitter_noise=0.0)
-    if a.family == "qwen2":
+    if a.family in _LAYER_TYPES:
         cfg.update(use_sliding_window=False, sliding_window=None)
+    if a.family == "granite":
+        cfg.update(embedding_multiplier=a.embed_scale, residual_multiplier=a.residual_scale,
+                   attention_multiplier=a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5,
+                   logits_scaling=1.0 / a.logit_scale)
     return cfg
-
-
-def with_family(a: Arch, family: str) -> Arch:
-    return replace(a, family=family)

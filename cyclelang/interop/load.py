@@ -115,6 +115,7 @@ class _Stage:
     work_node: object = None
     experts: int = 0
     valves: dict = field(default_factory=dict)  # a turbine's path -> the valve in front of it ("stages.0.mix.norm")
+    posts: dict = field(default_factory=dict)  # a turbine's path -> the valve right after it in its branch (OLMo-2)
 
 
 @dataclass
@@ -134,11 +135,16 @@ def _layout(spec) -> dict[int, _Stage]:
         for r in range(sl.stage.repeat):
             st = stages.setdefault(sl.first + r, _Stage())
             valve = None  # the latest valve on the way to each turbine, in its branch (Pre-LN)
+            last = None  # the latest turbine, and its branch
             for part in parts:
                 path = part.instances()[r]
                 if part.role == "valve":
+                    if last is not None and last[1] is part.branch is not None:
+                        st.posts[last[0]] = path
                     valve = (part.branch, part.fullflow, path)
+                    last = None
                     continue
+                last = (path, part.branch)
                 if valve is not None and (valve[0] is part.branch or valve[0] is None and valve[1] is part.fullflow is not None):
                     st.valves[path] = valve[2]
                 if isinstance(part.node, ir.Attention) and st.attn is None:
@@ -251,13 +257,28 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         a = st.attn_node
         qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
-        put(f"{an}.weight", h + "input_layernorm.weight")
-        put(f"{rn}.weight", h + "post_attention_layernorm.weight")
+        if st.attn in st.posts:  # OLMo-2: the norms follow the turbines
+            put(f"{st.posts[st.attn]}.weight", h + "post_attention_layernorm.weight")
+        else:
+            put(f"{an}.weight", h + "input_layernorm.weight")
+        if reactor in st.posts:
+            put(f"{st.posts[reactor]}.weight", h + "post_feedforward_layernorm.weight")
+        else:
+            put(f"{rn}.weight", h + "post_attention_layernorm.weight")
+        put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")  # qk-norms: Qwen3 per head, OLMo-2 across heads
+        put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
+        phi3 = arch == "phi3"  # q, k, v fused in one matrix, gate and up in another: as ours
         for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
-            put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"], qkv)
+            if phi3:
+                put(f"{st.attn}.qkv.{p}", h + f"self_attn.qkv_proj.{p}")
+            else:
+                put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"], qkv)
             put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
             if not moe:
-                put(f"{reactor}.fc.{p}", [h + f"mlp.gate_proj.{p}", h + f"mlp.up_proj.{p}"], gate_up)
+                if phi3:
+                    put(f"{reactor}.fc.{p}", h + f"mlp.gate_up_proj.{p}")
+                else:
+                    put(f"{reactor}.fc.{p}", [h + f"mlp.gate_proj.{p}", h + f"mlp.up_proj.{p}"], gate_up)
                 put(f"{reactor}.proj.{p}", h + f"mlp.down_proj.{p}")
         if not moe:
             continue

@@ -42,8 +42,8 @@ ROLE_WORDS = {
     "nozzle": ("nozzle", "the head; 0 when tied to the feed"),
 }
 
-GATED = ("swiglu", "geglu")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
-GATE_OF = {"swiglu": "silu", "geglu": "gelu"}
+GATED = ("swiglu", "geglu", "geglu_tanh")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
+GATE_OF = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh"}
 
 
 def is_gated(act: str) -> bool:
@@ -97,7 +97,7 @@ class Kind:
 
 
 def _norm_params(n: ir.Norm, w: int) -> int:
-    return n.width * (2 if n.bias else 1)
+    return 0 if not n.affine else n.width * (2 if n.bias else 1)
 
 
 def _qkv(a: ir.Attention) -> tuple[int, int]:
@@ -111,7 +111,9 @@ def _attention_params(a: ir.Attention, w: int) -> int:
         n += q + 2 * kv
     if a.out_bias:
         n += a.width
-    if a.qk_norm:
+    if a.qk_norm and a.qk_norm_across:
+        n += q + kv  # one RMSNorm gain per channel of all q heads, and of all k heads (OLMo-2)
+    elif a.qk_norm:
         n += 2 * a.head_dim  # one RMSNorm gain per head dim, shared by the heads, for q and for k
     return n
 

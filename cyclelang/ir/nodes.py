@@ -119,17 +119,23 @@ class Norm(Node):
     width: Count
     eps: Positive
     bias: bool  # layernorm only; rmsnorm never has one
+    affine: bool = True  # a learned gain (and bias); false: normalise only (OLMo's weightless layernorm)
+    offset: Finite = 0.0  # the gain is offset + w (Gemma: 1, with w starting at 0); rmsnorm only
 
     _checked = checked()
 
     def check(self) -> None:
         if self.type == "rmsnorm" and self.bias:
             raise ValueError("an rmsnorm has no bias")
+        if not self.affine and (self.bias or self.offset):
+            raise ValueError("a norm without a learned gain has no bias and no offset")
+        if self.offset and self.type != "rmsnorm":
+            raise ValueError("a gain offset is defined for rmsnorm only")
 
 
 # --- turbines: the work done on a split-off flow -------------------------------
 
-Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "geglu_tanh"]
 Mask = Literal["causal", "open"]
 
 
@@ -149,6 +155,9 @@ class Attention(Node):
     bias: bool  # the q, k, v projections' biases
     out_bias: bool  # the output projection's bias (Qwen2: q, k, v biased, the output not); omitted: as bias
     dropout: Rate
+    qk_norm_eps: Positive = 1e-6  # the qk-norms' eps (Qwen3, OLMo-2: the config's rms_norm_eps)
+    qk_norm_across: bool = False  # one qk-norm over all heads' q (and one over k), as OLMo-2; false: per head (Qwen3)
+    scale: Positive | None = None  # the attention logits' scale; None: 1 / sqrt(head_dim)
 
     _checked = checked()
 
@@ -440,12 +449,15 @@ class Feed(Node):
     width: Count
     scale: Finite  # embeddings are multiplied by this (the original Transformer: sqrt(width))
     dropout: Rate
+    padding: Annotated[int, Field(ge=0)] | None = None  # the padding token: its embedding starts at 0 and gets no gradient
 
     _checked = checked()
 
     def check(self) -> None:
         if self.position == "sinusoidal" and self.width % 2:
             raise ValueError("sinusoidal positions need an even width")
+        if self.padding is not None and self.padding >= self.vocab:
+            raise ValueError(f"the padding token {self.padding} is outside the vocabulary of {self.vocab}")
 
 
 class Nozzle(Node):
@@ -454,6 +466,7 @@ class Nozzle(Node):
     vocab: Count
     tied: bool  # shares the feed's embedding matrix
     bias: bool
+    scale: Finite = 1.0  # the logits are multiplied by this (Granite: 1 / logits_scaling)
 
 
 class Schedule(Node):

@@ -33,7 +33,7 @@ MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 24
 MAX_EXPERTS = 4096
 
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "geglu_tanh")
 TURBINES = tuple(ir.kinds.BY_KEYWORD)  # each has an option reader below, t_<keyword>
 NORMS = typing.get_args(ir.NormType)
 MERGES = tuple(ir.kinds.MERGE_BY_KEYWORD)
@@ -349,13 +349,17 @@ class _Resolver:
         position = o.choice("position", ("learned", "sinusoidal", "none"), "learned")
         scale = o.float("scale", 1.0, lo=0.0, lo_open=True)
         dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
+        padding = o.int("padding", None, min=0, max=MAX_VOCAB)
         o.finish()
         if None in (vocab, context, width, position, scale, dropout):
+            return None
+        if padding is not None and padding >= vocab:
+            self.out.error("E0205", f"padding={padding} is outside the vocabulary of {vocab} tokens", o.span_of("padding"), f"a token id below {vocab}")
             return None
         if position == "sinusoidal" and width % 2:
             self.out.error("E0205", "sinusoidal positions need an even width", o.span_of("position"), f"the chamber width is {width}")
             return None
-        return ir.Feed(vocab=vocab, context=context, position=position, width=width, scale=scale, dropout=dropout, span=d.span)
+        return ir.Feed(vocab=vocab, context=context, position=position, width=width, scale=scale, dropout=dropout, padding=padding, span=d.span)
 
     def nozzle(self, d: ast.Directive, scope, w: int | None, width: int | None, feed: ir.Feed | None) -> ir.Nozzle | None:
         if d.kind.name != "head":
@@ -364,15 +368,16 @@ class _Resolver:
         o = Options("nozzle head", d.options, scope, self.out, d.span)
         tied = o.bool("tied", False)
         bias = o.bool("bias", False)
+        scale = o.float("scale", 1.0, lo=0.0, lo_open=True)
         o.finish()
-        if w is None or feed is None:
+        if w is None or feed is None or scale is None:
             return None
         if tied and w != width:
             self.out.error("E0217", f"a tied head needs the chamber's width {width} at the nozzle, but the main line ends at width {w}", o.span_of("tied"), "untie the head, or bring the main line back to the chamber width")
             return None
         if tied and bias:
             pass  # a tied head may still learn its own bias
-        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, span=d.span)
+        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, scale=scale, span=d.span)
 
     def startup(self, s: ast.Startup | None, scope) -> ir.Startup | None:
         warmup, clip, betas, decay = 0, None, (0.9, 0.999), 0.01
@@ -715,11 +720,17 @@ class _Resolver:
             return None
         o = Options(f"norm {kind}", d.options, scope, self.out, d.span)
         eps = o.float("eps", 1e-5 if kind == "layernorm" else 1e-6, lo=0.0, lo_open=True)
-        bias = o.bool("bias", True) if kind == "layernorm" else False
+        affine = o.bool("affine", True)
+        bias = o.bool("bias", affine) if kind == "layernorm" else False
+        offset = o.float("offset", 0.0, lo=-1e6, hi=1e6) if kind == "rmsnorm" else 0.0
         o.finish()
-        if w is None or eps is None:
+        if w is None or eps is None or offset is None:
             return None
-        return ir.Norm(type=kind, width=w, eps=eps, bias=bias, span=d.span)
+        if not affine and (bias or offset):
+            what = "bias" if bias else "offset"
+            self.out.error("E0211", f"a norm with affine=false learns no gain, so it has no {what}", o.span_of(what), f"drop {what}=, or the affine=false")
+            return None
+        return ir.Norm(type=kind, width=w, eps=eps, bias=bias, affine=affine, offset=offset, span=d.span)
 
     def main_directive(self, d: ast.Directive, scope, ctx, w):
         if d.keyword == "norm":
@@ -747,10 +758,16 @@ class _Resolver:
         rotary = o.float("rotary", 0.0, lo=0.0, hi=1.0, flag=1.0)
         base = o.float("rotary_base", 10000.0, lo=0.0, lo_open=True)
         qk_norm = o.bool("qk_norm", False)
+        qk_eps = o.float("qk_norm_eps", 1e-6, lo=0.0, lo_open=True)
+        qk_across = o.bool("qk_norm_across", False)
+        scale = o.float("scale", None, lo=0.0, lo_open=True)
         bias = o.bool("bias", True)
         out_bias = o.bool("out_bias", bias)
         dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
-        if None in (heads, w, mask, rotary, base, dropout):
+        if None in (heads, w, mask, rotary, base, dropout, qk_eps):
+            return None
+        if (o.has("qk_norm_eps") or qk_across) and not qk_norm:
+            self.out.error("E0211", "qk_norm_eps= and qk_norm_across set a qk-norm, but qk_norm is off", o.span_of("qk_norm_eps" if o.has("qk_norm_eps") else "qk_norm_across"), "add qk_norm")
             return None
         if kv is None:
             kv = heads
@@ -773,7 +790,8 @@ class _Resolver:
             self.out.error("E0205", f"rotary={rotary:g} of head_dim {head_dim} rotates no pair of dimensions", o.span_of("rotary"), "raise the fraction")
             return None
         return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
-                            rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout, span=d.span)
+                            rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
+                            qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, span=d.span)
 
     def _hidden(self, o: Options, w: int | None):
         ratio_given, hidden_given = o.has("ratio"), o.has("hidden")

@@ -13,7 +13,7 @@ class AttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a = o.op
-        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
+        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=if_set(a.qk_norm_eps, a.qk_norm), scale=if_set(a.scale, a.scale is not None), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
@@ -43,7 +43,9 @@ class AttentionEmitter(OpEmitter):
             if v.rotary != "none":
                 extra.append(("rotary" if v.rotary == "full" else "partial rotary") + " positions")
             if v.qk_norm:
-                extra.append("qk-norm")
+                extra.append("qk-norm across heads" if v.qk_across else "qk-norm")
+            if v.scaled:
+                extra.append("logits scaled by `scale`, not 1/sqrt(head_dim)")
             head = f"{kind[0].upper() + kind[1:]} self-attention: the injector, the only place positions mix."
             if extra:
                 out.block(f'"""{head}\n\nWith {", ".join(extra)}.\n"""')
@@ -51,13 +53,20 @@ class AttentionEmitter(OpEmitter):
                 w(f'"""{head}"""')
             w()
             optional = [name for name, on in (("window", v.window), ("dropout", v.dropout)) if on]
-            with out.constructor("width", "heads", "kv_heads", "head_dim", "bias", *(["out_bias"] if v.split_bias else []), *optional):
+            ctor = ["width", "heads", "kv_heads", "head_dim", "bias", *(["out_bias"] if v.split_bias else []), *(["qk_eps"] if v.qk_norm else []),
+                    *(["scale"] if v.scaled else [])]
+            with out.constructor(*ctor, *optional):
                 w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
                 w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
                 w(f"self.proj = nn.Linear(heads * head_dim, width, bias={'out_bias' if v.split_bias else 'bias'})")
-                if v.qk_norm:
-                    w("self.q_norm = nn.RMSNorm(head_dim, eps=1e-6)")
-                    w("self.k_norm = nn.RMSNorm(head_dim, eps=1e-6)")
+                if v.qk_across:
+                    w("self.q_norm = nn.RMSNorm(heads * head_dim, eps=qk_eps)  # across all heads")
+                    w("self.k_norm = nn.RMSNorm(kv_heads * head_dim, eps=qk_eps)")
+                elif v.qk_norm:
+                    w("self.q_norm = nn.RMSNorm(head_dim, eps=qk_eps)")
+                    w("self.k_norm = nn.RMSNorm(head_dim, eps=qk_eps)")
+                if v.scaled:
+                    w("self.scale = scale")
                 for name in optional:
                     w(f"self.{name} = {name}")
                 if v.dropout:
@@ -72,10 +81,12 @@ class AttentionEmitter(OpEmitter):
         out.block("""
 B, T, C = x.size()
 q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+QK_ACROSS
 q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
 k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
-v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)""")
-        if v.qk_norm:
+v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)""".replace(
+            "QK_ACROSS\n", "q, k = self.q_norm(q), self.k_norm(k)  # across all heads\n" if v.qk_across else ""))
+        if v.qk_norm and not v.qk_across:
             w("q, k = self.q_norm(q), self.k_norm(k)")
         if v.rotary != "none":
             fn = "apply_rotary" if v.rotary == "full" else "apply_rotary_partial"
@@ -83,6 +94,8 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
         if v.causal:
             out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
         dp = ", dropout_p=self.dropout if self.training else 0.0" if v.dropout else ""
+        if v.scaled:
+            dp += ", scale=self.scale"
         if v.gqa:  # each group of query heads reads one kv head, inside the kernel: no copies of k, v
             dp += ", enable_gqa=True"
         sdpa = "y = F.scaled_dot_product_attention"

@@ -106,7 +106,7 @@ from .writer import Writer, num, where
 __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 
 # The runtime definitions the file may inline before its classes, in the order they appear.
-HELPERS = ("NextTokenLoss", "sinusoids", "rotary_tables", "apply_rotary", "apply_rotary_partial", "causal_mask", "sliding_mask")
+HELPERS = ("NextTokenLoss", "sinusoids", "rotary_tables", "apply_rotary", "apply_rotary_partial", "causal_mask", "sliding_mask", "OffsetRMSNorm")
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,10 @@ from torch.nn import functional as F""")
             w(f'"""Tanks and pumps ({where(f.span)}): token embedding plus {pos}."""')
             w()
             with out.constructor("config"):
-                w("self.tok = nn.Embedding(config.vocab_size, config.width)")
+                if f.padding is not None:
+                    w(f"self.tok = nn.Embedding(config.vocab_size, config.width, padding_idx={num(f.padding)})  # the padding token gets no gradient")
+                else:
+                    w("self.tok = nn.Embedding(config.vocab_size, config.width)")
                 if f.position == "learned":
                     w("self.pos = nn.Embedding(config.context, config.width)")
                 elif f.position == "sinusoidal":

@@ -125,6 +125,8 @@ for module in self.modules():
         nn.init.normal_(module.weight, mean=0.0, std={num(init.std) if normal else "module.embedding_dim**-0.5"})""")
         if e.nozzle.tied and e.nozzle.bias:
             w("nn.init.zeros_(self.head_bias)")
+        if e.feed.padding is not None:
+            w(f"self.feed.tok.weight[{num(e.feed.padding)}].zero_()  # the padding token's embedding")
         for sp in p.stages:
             merge_init(out, sp)
 
@@ -194,6 +196,8 @@ B, T = idx.size()''')
             w(f"logits = F.linear(x, self.feed.tok.weight{bias})  # (B, T, vocab): the nozzle, tied to the feed", nz.span)
         else:
             w("logits = self.head(x)  # (B, T, vocab)", nz.span)
+        if nz.scale != 1.0:
+            w(f"logits = logits * {num(nz.scale)}  # the nozzle's logit scale")
         if p.causal:
             w("if cache is not None:")
             with out.indent():

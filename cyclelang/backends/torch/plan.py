@@ -44,11 +44,14 @@ class AttentionVariant:
     dropout: bool
     causal: bool  # the engine's throat: the forward takes a KV cache
     split_bias: bool = False  # the output projection's bias differs from q, k, v's (out_bias)
+    qk_across: bool = False  # the qk-norms span all heads (OLMo-2), not one head
+    scaled: bool = False  # the logits' scale is set (not 1 / sqrt(head_dim))
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
         rot = "none" if a.rotary_dims == 0 else ("full" if a.rotary_dims == a.head_dim else "partial")
-        return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias)
+        return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
+                   a.qk_norm and a.qk_norm_across, a.scale is not None)
 
     @property
     def inputs(self) -> tuple[str, ...]:

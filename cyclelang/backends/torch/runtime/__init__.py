@@ -5,6 +5,7 @@
     masks       causal_mask, sliding_mask
     cache       Cache: the KV cache of a causal engine
     experts     {act}_grad for every activation, expert_mlps (the MoE custom op)
+    norms       OffsetRMSNorm: RMSNorm with a (offset + w) gain (Gemma)
 
 Each module imports torch and can be imported and tested on its own
 (`tests/test_torch_runtime.py`). Codegen never imports them: it reads their text
@@ -25,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 # Where each definition the generated file may inline lives.
-MODULES = ("loss", "positions", "masks", "cache", "experts")
+MODULES = ("loss", "positions", "masks", "cache", "experts", "norms")
 
 
 @functools.lru_cache(maxsize=None)
