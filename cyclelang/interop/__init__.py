@@ -21,6 +21,7 @@ from pathlib import Path
 from .. import ir
 from .compare import Difference, difference
 from .families import FAMILIES, NOT_YET, Unsupported, arch_of, config_of, read_config, spec_text
+from .load import _embed_and_head
 from .load import InteropError, check_config, convert_state_dict, export_state_dict, implied_engine, load_transformers, read_safetensors
 
 __all__ = ["InteropError", "Unsupported", "Difference", "FAMILIES", "NOT_YET", "load_transformers", "convert_state_dict",
@@ -81,6 +82,10 @@ def export_config(spec) -> dict:
     return config
 
 
+def head_key(family: str) -> str:
+    return _embed_and_head(family)[1]
+
+
 def _fits(weights: dict, spec) -> None:
     """InteropError naming the first key or shape of `weights` the spec's module does not have."""
     import torch
@@ -116,7 +121,7 @@ def export(spec, weights, out_dir) -> dict:
     _fits(dict(weights), spec)
     state = export_state_dict(dict(weights), spec, config["model_type"])
     if config.get("tie_word_embeddings"):
-        state.pop("lm_head.weight")  # save_pretrained leaves a tied head out of the file
+        state.pop(head_key(config["model_type"]))  # save_pretrained leaves a tied head out of the file
     payload = save({k: v.contiguous() for k, v in sorted(state.items())}, metadata={"format": "pt"})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
+from ..ir.kinds import is_gated
 
 # transformers activations -> the language's. A gated MLP (Llama's gate/up/down)
 # takes the gated form of its activation.
@@ -74,7 +75,17 @@ class Arch:
     normalize: bool = True
     tied: bool = False
     padding: int | None = None  # the embedding's padding_idx (pad_token_id)
+    parallel: str = "none"  # none | shared: attention and MLP read one norm (Phi) | separate: each its own (GPT-NeoX)
+    head_bias: bool = False
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
+
+
+def _rotary(partial, head_dim: int) -> float:
+    """The rotary fraction, refusing one that rotates an odd number of dims (transformers rounds it down, then pairs them unevenly)."""
+    dims = int(head_dim * float(partial))
+    if dims % 2:
+        raise Unsupported("partial_rotary_factor", f"{partial} of head_dim {head_dim} rotates {dims} dims, an odd number: no pairing of them is exact")
+    return float(partial)
 
 
 class _Config:
@@ -217,19 +228,63 @@ def _decoder(family: str):
         return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=head_dim, hidden=c.need("intermediate_size"), act=act,
                     **{"norm": "rmsnorm", "eps": float(c.get("rms_norm_eps")), **extra},
-                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=float(partial), rotary_base=_rope(c),
+                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(partial, head_dim), rotary_base=_rope(c),
                     window=window, experts=experts, top=top, normalize=True, tied=bool(c.get("tie_word_embeddings")),
                     padding=c.config.get("pad_token_id"), sources=sources)
     return read
 
 
-READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}}
+# Layernorm decoders with an ungated MLP, biases, partial rotary, parallel blocks.
+_PLAIN_DEFAULTS = {
+    "phi": {"vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24, "num_attention_heads": 32,
+            "hidden_act": "gelu_new", "max_position_embeddings": 2048, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
+            "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "qk_layernorm": False},
+    "starcoder2": {"vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30, "num_attention_heads": 24,
+                   "num_key_value_heads": 2, "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 4096, "norm_epsilon": 1e-5,
+                   "use_bias": True, "tie_word_embeddings": True, "rope_theta": 10000.0},
+    "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44, "num_attention_heads": 64,
+                 "hidden_act": "gelu", "max_position_embeddings": 2048, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
+                 "use_parallel_residual": True, "rope_theta": 10000.0, "partial_rotary_factor": 0.25, "attention_bias": True},
+}
+
+
+def _plain(family: str):
+    def read(cfg: dict) -> Arch:
+        c = _Config(cfg, _PLAIN_DEFAULTS[family])
+        width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
+        kv = c.get("num_key_value_heads") or heads
+        act_name = c.get("hidden_act")
+        act = _PLAIN_ACTS.get(act_name)
+        if act is None:
+            raise Unsupported("hidden_act", f"'{act_name}' has no counterpart among the language's activations")
+        if family == "phi" and c.get("qk_layernorm"):
+            raise Unsupported("qk_layernorm", "Phi's qk layernorm (with bias) is not in the language; qk_norm is an RMSNorm")
+        rope = c.config.get("rope_parameters") or {}
+        partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", c.config.get("rotary_pct", c.defaults.get("partial_rotary_factor", 1.0))))
+        eps_key = "norm_epsilon" if family == "starcoder2" else "layer_norm_eps"
+        bias = bool(c.get("use_bias")) if family == "starcoder2" else bool(c.get("attention_bias", True))
+        parallel = {"phi": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none"}.get(family, "none")
+        return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
+                    heads=heads, kv_heads=kv, head_dim=width // heads, hidden=c.need("intermediate_size"), act=act, norm="layernorm",
+                    eps=float(c.get(eps_key)), norm_bias=True, qkv_bias=bias, out_bias=bias,
+                    mlp_bias=bool(c.get("use_bias")) if family == "starcoder2" else True, rotary=_rotary(partial, width // heads), rotary_base=_rope(c),
+                    window=c.get("sliding_window") if family == "starcoder2" else None, tied=bool(c.get("tie_word_embeddings")),
+                    padding=c.config.get("pad_token_id") if family != "gpt_neox" else None, parallel=parallel, head_bias=family == "phi",
+                    sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+                             "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
+                             "act": "hidden_act", "eps": eps_key, "rotary_base": "rope_theta", "window": "sliding_window",
+                             "tied": "tie_word_embeddings"})
+    return read
+
+
+READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}, **{f: _plain(f) for f in _PLAIN_DEFAULTS}}
 FAMILIES = tuple(READERS)
 
 # The transformers classes a family's weights come from (what export's config names).
 CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
              "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
-             "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM"}
+             "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
+             "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM"}
 
 # Families the language cannot write yet: refused by name, with what they need.
 NOT_YET = {
@@ -238,11 +293,8 @@ NOT_YET = {
     "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "qwen2_moe": "Qwen2-MoE's shared expert with a sigmoid gate is not in the language yet",
     "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
-    "phi": "Phi's parallel block with partial rotary and a biased head is not mapped yet",
-    "gpt_neox": "GPT-NeoX's per-head interleaved qkv layout and parallel residual are not mapped yet",
     "gptj": "GPT-J's interleaved (rotate-every-two) rotary is not in the language yet",
     "falcon": "Falcon's parallel block and multi-query fused layout are not mapped yet",
-    "starcoder2": "StarCoder2's biased layernorm decoder with a plain GELU MLP is not mapped yet",
     "granitemoe": "Granite-MoE's experts are not mapped yet",
     "mamba2": "Mamba-2 is a state-space model: issue 14's ssm kind",
     "deepseek_v2": "DeepSeek-V2's latent attention is issue 14's MLA",
@@ -321,10 +373,17 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         wkeys = ("hidden", "act")
     merge = [f"    merge scale={_num(a.residual_scale)}{_comment(src, 'residual_scale')}"] if a.residual_scale != 1.0 else []
 
-    def branch(name: str, turbine: str, tkeys) -> list[str]:
-        t = f"    {turbine}{_comment(src, *tkeys)}"
-        n = f"    {norm}{_comment(src, 'eps') if name == 'mix' else ''}"
-        return [f"  prechamber {name} {{", *([t, n] if a.post_norms else [n, t]), *merge, "  }"]
+    def branch(name: str, turbine: str, tkeys, pad: str = "") -> list[str]:
+        t = f"{pad}    {turbine}{_comment(src, *tkeys)}"
+        n = f"{pad}    {norm}{_comment(src, 'eps') if name == 'mix' else ''}"
+        ops = [t] if a.parallel == "shared" else [t, n] if a.post_norms else [n, t]
+        return [f"{pad}  prechamber {name} {{", *ops, *[pad + m for m in merge], f"{pad}  }}"]
+
+    layer = [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", work, wkeys)]
+    if a.parallel != "none":
+        shared = [f"    {norm}{_comment(src, 'eps')}  # one norm for both branches"] if a.parallel == "shared" else []
+        layer = ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
+                 *branch("mix", "turbine attention " + " ".join(att), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
 
     where = "after" if a.post_norms else "in front"
     block = f"{a.family}_block"
@@ -335,6 +394,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         feed += f" padding={a.padding}"
         src["padding"] = "pad_token_id"
     nozzle = "nozzle head" + (" tied" if a.tied else "") + (f" scale={_num(a.logit_scale)}" if a.logit_scale != 1.0 else "")
+    nozzle += " bias=true" if a.head_bias else ""
     lines = [f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
              "# Every value comes from the config field named beside it; the weights load with",
              "# cyclelang.interop.load_transformers(model, checkpoint).",
@@ -344,8 +404,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
              "",
              f"# one {a.family} layer: attention then the MLP, each with its norm {where} (the layers repeat it)",
              f"stage {block} {{",
-             *branch("mix", "turbine attention " + " ".join(att), keys),
-             *branch("burn", work, wkeys),
+             *layer,
              "}",
              "",
              f"engine {a.family} {{",
@@ -389,16 +448,33 @@ def arch_of(engine: ir.Engine) -> Arch:
     for other in stages[1:]:
         if [o.model_dump(exclude={"name"}) for o in other.ops] != [o.model_dump(exclude={"name"}) for o in st.ops]:
             raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer")
-    if len(st.ops) != 2 or not all(isinstance(b, ir.Prechamber) for b in st.ops):
-        raise Unsupported(f"stage {st.name}", "a family's layer is two prechambers (attention, then the MLP) and nothing else")
-    mix, burn = st.ops
-    n, attn, post = _branch_shape(mix, ir.Attention)
-    _, work, _ = _branch_shape(burn, (ir.Mlp, ir.Moe))
+    parallel = "none"
+    if len(st.ops) == 1 and isinstance(st.ops[0], ir.Fullflow) and len(st.ops[0].branches) == 2:
+        ff = st.ops[0]
+        mix, burn = ff.branches
+        if ff.norm is not None:
+            parallel = "shared"
+            if len(mix.ops) != 1 or len(burn.ops) != 1 or not isinstance(mix.ops[0], ir.Attention):
+                raise Unsupported(f"fullflow {ff.name}", "a parallel block with a shared norm holds attention and an MLP, one turbine each")
+            n, attn, post, work = ff.norm, mix.ops[0], False, burn.ops[0]
+        else:
+            parallel = "separate"
+    elif len(st.ops) != 2 or not all(isinstance(b, ir.Prechamber) for b in st.ops):
+        raise Unsupported(f"stage {st.name}", "a family's layer is two prechambers (attention, then the MLP), or one parallel block")
+    else:
+        mix, burn = st.ops
+    if parallel != "shared":
+        n, attn, post = _branch_shape(mix, ir.Attention)
+        _, work, _ = _branch_shape(burn, (ir.Mlp, ir.Moe))
     moe = isinstance(work, ir.Moe)
     scale = mix.merge.value if isinstance(mix.merge, ir.ScaleMerge) else 1.0
     qk = "none" if not attn.qk_norm else "all" if attn.qk_norm_across else "head"
     if engine.feed.position == "learned" and n.type == "layernorm":
         family = "gpt2"
+    elif parallel == "shared":
+        family = "phi"
+    elif n.type == "layernorm" and n.affine and not is_gated(work.act):
+        family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
         family = "mixtral"
     elif n.type == "layernorm" and not n.affine:
@@ -424,7 +500,8 @@ def arch_of(engine: ir.Engine) -> Arch:
                 mlp_bias=work.bias, qk_norm=qk, qk_eps=attn.qk_norm_eps, attn_scale=attn.scale, embed_scale=engine.feed.scale,
                 residual_scale=scale, logit_scale=engine.nozzle.scale, rotary=attn.rotary_dims / attn.head_dim,
                 rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
-                normalize=work.normalize if moe else True, tied=engine.nozzle.tied, padding=engine.feed.padding)
+                normalize=work.normalize if moe else True, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
+                head_bias=engine.nozzle.bias)
 
 
 def config_of(a: Arch) -> dict:
@@ -437,6 +514,8 @@ def config_of(a: Arch) -> dict:
                 "n_embd": a.width, "n_layer": a.layers, "n_head": a.heads, "n_inner": a.hidden, "activation_function": act,
                 "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "scale_attn_weights": True,
                 "scale_attn_by_inverse_layer_idx": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    if a.family in _PLAIN_DEFAULTS:
+        return _plain_config(a)
     act = _HF_GATED.get(a.act)
     if act is None:
         raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu, geglu or geglu_tanh)")
@@ -462,4 +541,26 @@ def config_of(a: Arch) -> dict:
         cfg.update(embedding_multiplier=a.embed_scale, residual_multiplier=a.residual_scale,
                    attention_multiplier=a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5,
                    logits_scaling=1.0 / a.logit_scale)
+    return cfg
+
+
+def _plain_config(a: Arch) -> dict:
+    act = _HF_PLAIN.get(a.act)
+    if act is None:
+        raise Unsupported("act", f"{a.family} has no '{a.act}' activation")
+    if a.family == "starcoder2":
+        act = {"gelu_new": "gelu_pytorch_tanh"}.get(act, act)
+    cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
+           "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
+           "num_key_value_heads": a.kv_heads, "hidden_act": act, "max_position_embeddings": a.context, "tie_word_embeddings": a.tied,
+           "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base, "partial_rotary_factor": a.rotary}}
+    if a.family == "starcoder2":
+        cfg.update(norm_epsilon=a.eps, use_bias=a.qkv_bias, sliding_window=a.window, pad_token_id=a.padding, residual_dropout=0.0,
+                   embedding_dropout=0.0)
+    else:
+        cfg.update(layer_norm_eps=a.eps)
+    if a.family == "phi":
+        cfg.update(qk_layernorm=False, pad_token_id=a.padding, resid_pdrop=0.0, embd_pdrop=0.0)
+    if a.family == "gpt_neox":
+        cfg.update(use_parallel_residual=a.parallel == "separate", attention_bias=a.qkv_bias, hidden_dropout=0.0)
     return cfg

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import ir
+from ..ir.kinds import is_gated
 from . import families
 from .compare import difference
 
@@ -96,11 +97,17 @@ def _source(source) -> tuple[dict, dict | None]:
 
 
 def _strip_prefix(state: dict, arch: str) -> dict:
-    """Drop `transformer.` / `model.` so keys read `h.0....` / `layers.0....`; lm_head stays."""
-    prefix = "transformer." if arch == "gpt2" else "model."
+    """Drop `transformer.` / `model.` / `gpt_neox.` so keys read `h.0....` / `layers.0....`; the head stays."""
+    prefix = _prefix(arch)
+    aliases = _ALIASES.get(arch, {})
+    state = {aliases.get(k, k): v for k, v in state.items()}
     if not any(k.startswith(prefix) for k in state):
         return dict(state)
     return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
+
+
+# Older names of a key that transformers still yields somewhere (GPT-NeoX's named_parameters: embed_out).
+_ALIASES = {"gpt_neox": {"embed_out.weight": "lm_head.weight"}}
 
 
 # --- the module's layout -----------------------------------------------------------------
@@ -254,32 +261,40 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
                 put(f"{reactor}.proj.{p}", h + f"mlp.c_proj.{p}", fn)
             continue
         h = f"layers.{i}."
-        a = st.attn_node
+        a, ks = st.attn_node, KEYS.get(arch, _Keys())
         qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
-        if st.attn in st.posts:  # OLMo-2: the norms follow the turbines
-            put(f"{st.posts[st.attn]}.weight", h + "post_attention_layernorm.weight")
-        else:
-            put(f"{an}.weight", h + "input_layernorm.weight")
-        if reactor in st.posts:
-            put(f"{st.posts[reactor]}.weight", h + "post_feedforward_layernorm.weight")
-        else:
-            put(f"{rn}.weight", h + "post_attention_layernorm.weight")
+        for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
+            if st.attn in st.posts:  # OLMo-2: the norms follow the turbines
+                put(f"{st.posts[st.attn]}.{p}", h + f"post_attention_layernorm.{p}")
+            else:
+                put(f"{an}.{p}", h + f"{ks.attn_norm}.{p}")
+            if reactor in st.posts:
+                put(f"{st.posts[reactor]}.{p}", h + f"post_feedforward_layernorm.{p}")
+            elif rn != an:  # a parallel block's shared norm (Phi) is the attention's
+                put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
         put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")  # qk-norms: Qwen3 per head, OLMo-2 across heads
         put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
-        phi3 = arch == "phi3"  # q, k, v fused in one matrix, gate and up in another: as ours
-        for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
-            if phi3:
-                put(f"{st.attn}.qkv.{p}", h + f"self_attn.qkv_proj.{p}")
+        gated = is_gated(st.work_node.act)
+        for p in ("weight", "bias"):
+            if ks.neox_qkv:
+                put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _NeoxQkv(a.heads, a.head_dim))
+            elif ks.fused_qkv:
+                put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}")
             else:
-                put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"], qkv)
-            put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
-            if not moe:
-                if phi3:
-                    put(f"{reactor}.fc.{p}", h + f"mlp.gate_up_proj.{p}")
-                else:
-                    put(f"{reactor}.fc.{p}", [h + f"mlp.gate_proj.{p}", h + f"mlp.up_proj.{p}"], gate_up)
-                put(f"{reactor}.proj.{p}", h + f"mlp.down_proj.{p}")
+                put(f"{st.attn}.qkv.{p}", [h + f"{ks.q.format(n)}.{p}" for n in "qkv"], qkv)
+            put(f"{st.attn}.proj.{p}", h + f"{ks.o}.{p}")
+            if moe:
+                continue
+            if not gated:
+                put(f"{reactor}.fc.{p}", h + f"{ks.plain[0]}.{p}")
+                put(f"{reactor}.proj.{p}", h + f"{ks.plain[1]}.{p}")
+                continue
+            if ks.fused_gate_up:
+                put(f"{reactor}.fc.{p}", h + f"{ks.fused_gate_up}.{p}")
+            else:
+                put(f"{reactor}.fc.{p}", [h + f"{ks.gated[0]}.{p}", h + f"{ks.gated[1]}.{p}"], gate_up)
+            put(f"{reactor}.proj.{p}", h + f"{ks.gated[2]}.{p}")
         if not moe:
             continue
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
@@ -298,15 +313,60 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         put("feed.pos.weight", "wpe.weight")
         put(f"{final}.weight", "ln_f.weight")
         put(f"{final}.bias", "ln_f.bias")
-    else:
-        put("feed.tok.weight", "embed_tokens.weight")
-        put(f"{final}.weight", "norm.weight")
-    put("head.weight", "lm_head.weight")
+        put("head.weight", "lm_head.weight")
+        return plan
+    ks = KEYS.get(arch, _Keys())
+    put("feed.tok.weight", f"{ks.embed}.weight")
+    for p in ("weight", "bias"):
+        put(f"{final}.{p}", f"{ks.final}.{p}")
+        put(f"head.{p}", f"{ks.head}.{p}")
     return plan
 
 
 def _prefix(arch: str) -> str:
-    return "transformer." if arch == "gpt2" else "model."
+    return {"gpt2": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """A Llama-shaped family's key names, inside `layers.{i}.` (and at the top: embed, final, head)."""
+
+    attn_norm: str = "input_layernorm"
+    mlp_norm: str = "post_attention_layernorm"
+    q: str = "self_attn.{}_proj"  # q, k, v formatted in; None when fused
+    fused_qkv: str | None = None  # one matrix: "self_attn.qkv_proj"
+    neox_qkv: bool = False  # the fused matrix groups rows head by head, [q_h | k_h | v_h] (GPT-NeoX)
+    o: str = "self_attn.o_proj"
+    gated: tuple = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+    fused_gate_up: str | None = None  # "mlp.gate_up_proj" (Phi-3)
+    plain: tuple = ("mlp.c_fc", "mlp.c_proj")  # an ungated MLP's (in, out)
+    embed: str = "embed_tokens"
+    final: str = "norm"
+    head: str = "lm_head"
+
+
+KEYS = {
+    "phi3": _Keys(fused_qkv="self_attn.qkv_proj", fused_gate_up="mlp.gate_up_proj"),
+    "phi": _Keys(o="self_attn.dense", plain=("mlp.fc1", "mlp.fc2"), final="final_layernorm"),
+    "gpt_neox": _Keys(fused_qkv="attention.query_key_value", neox_qkv=True, o="attention.dense",
+                      plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="embed_in", final="final_layer_norm"),
+}
+
+
+@dataclass(frozen=True)
+class _NeoxQkv:
+    """GPT-NeoX's fused rows, head by head [q_h | k_h | v_h], as ours: [all q | all k | all v]."""
+
+    heads: int
+    head_dim: int
+
+    def __call__(self, t):
+        rest = t.shape[1:]
+        return t.reshape(self.heads, 3, self.head_dim, *rest).transpose(0, 1).reshape(3 * self.heads * self.head_dim, *rest)
+
+    def inverse(self, t):
+        rest = t.shape[1:]
+        return [t.reshape(3, self.heads, self.head_dim, *rest).transpose(0, 1).reshape(3 * self.heads * self.head_dim, *rest).contiguous()]
 
 
 # --- converting and checking -------------------------------------------------------------
@@ -343,13 +403,12 @@ def convert_state_dict(state: Mapping, target: Mapping, config: dict, *, spec) -
         if tuple(value.shape) != tuple(want.shape):
             raise InteropError(key, f"shape {tuple(want.shape)} in the module, {tuple(value.shape)} from {' + '.join(srcs)}")
         out[key] = value
-    if tied and "lm_head.weight" in src:
+    embed, head_key = _embed_and_head(arch)
+    if tied and head_key in src:
         # A tied nozzle reuses the token embedding: an untied head that differs has no place.
-        emb = src["wte.weight" if arch == "gpt2" else "embed_tokens.weight"]
-        head = src["lm_head.weight"]
-        if not _same_tensor(head, emb):
-            raise InteropError("lm_head.weight", "the spec ties the nozzle to the feed, but the checkpoint's head differs from its embedding")
-        used.add("lm_head.weight")
+        if not _same_tensor(src[head_key], src[embed]):
+            raise InteropError(head_key, "the spec ties the nozzle to the feed, but the checkpoint's head differs from its embedding")
+        used.add(head_key)
     for key in src:
         if key not in used and not _ignorable(key):
             raise InteropError(key, "in the checkpoint, but the module has no place for it (more layers, or a construct the spec lacks)")
@@ -378,11 +437,19 @@ def export_state_dict(model_state: Mapping, spec, family: str) -> dict:
     for s, parts in stacks.items():
         out[s] = torch.stack([p.detach() for p in parts]).contiguous()
     pre = _prefix(family)
-    full = {(k if k == "lm_head.weight" else pre + k): v.contiguous() for k, v in out.items()}
-    if "lm_head.weight" not in full:
-        emb = pre + ("wte.weight" if family == "gpt2" else "embed_tokens.weight")
-        full["lm_head.weight"] = full[emb].clone()  # tied: the head is the embedding (from_pretrained ties them again)
+    embed, head_key = _embed_and_head(family)
+    full = {(k if k.startswith(head_key.rsplit(".", 1)[0] + ".") else pre + k): v.contiguous() for k, v in out.items()}
+    if head_key not in full:
+        full[head_key] = full[pre + embed].clone()  # tied: the head is the embedding (from_pretrained ties them again)
     return full
+
+
+def _embed_and_head(arch: str) -> tuple[str, str]:
+    """The token embedding's key (without the prefix) and the head's weight key."""
+    if arch == "gpt2":
+        return "wte.weight", "lm_head.weight"
+    ks = KEYS.get(arch, _Keys())
+    return f"{ks.embed}.weight", f"{ks.head}.weight"
 
 
 def _same_tensor(a, b) -> bool:
