@@ -71,6 +71,8 @@ FAMILIES = {
                                                               num_attention_heads=6, max_position_embeddings=40, bos_token_id=0, eos_token_id=1,
                                                               use_parallel_residual=False,
                                                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+    "gptj": lambda: transformers.GPTJConfig(vocab_size=V, n_positions=40, n_embd=48, n_layer=2, n_head=4, rotary_dim=6, n_inner=80,
+                                            bos_token_id=0, eos_token_id=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
     "qwen2": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
                                               num_key_value_heads=3, max_position_embeddings=40, tie_word_embeddings=True, rms_norm_eps=1e-6,
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
@@ -310,7 +312,7 @@ def test_gemma_and_granite_never_load_as_llama(model_type):
     assert words in str(err), str(err)
 
 
-@pytest.mark.parametrize("model_type", ["gemma2", "qwen2_moe", "gptj"])
+@pytest.mark.parametrize("model_type", ["gemma2", "qwen2_moe", "falcon"])
 def test_families_not_yet_supported_are_refused_by_name(model_type):
     with pytest.raises(Unsupported) as info:
         import_config({"model_type": model_type})

@@ -77,6 +77,7 @@ class Arch:
     padding: int | None = None  # the embedding's padding_idx (pad_token_id)
     parallel: str = "none"  # none | shared: attention and MLP read one norm (Phi) | separate: each its own (GPT-NeoX)
     head_bias: bool = False
+    rotary_interleaved: bool = False  # GPT-J's rotate-every-two
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -245,12 +246,28 @@ _PLAIN_DEFAULTS = {
     "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44, "num_attention_heads": 64,
                  "hidden_act": "gelu", "max_position_embeddings": 2048, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
                  "use_parallel_residual": True, "rope_theta": 10000.0, "partial_rotary_factor": 0.25, "attention_bias": True},
+    "gptj": {"vocab_size": 50400, "n_positions": 2048, "n_embd": 4096, "n_layer": 28, "n_head": 16, "rotary_dim": 64,
+             "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False},
 }
+# GPT-J writes its fields as GPT-2 does
+_GPTJ_NAMES = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer", "hidden_act": "activation_function",
+               "max_position_embeddings": "n_positions", "layer_norm_eps": "layer_norm_epsilon"}
 
 
 def _plain(family: str):
     def read(cfg: dict) -> Arch:
-        c = _Config(cfg, _PLAIN_DEFAULTS[family])
+        if family == "gptj":
+            cfg = {**cfg, **{ours: cfg[theirs] for ours, theirs in _GPTJ_NAMES.items() if theirs in cfg}}
+            defaults = {**_PLAIN_DEFAULTS["gptj"], **{ours: _PLAIN_DEFAULTS["gptj"][theirs] for ours, theirs in _GPTJ_NAMES.items()}}
+            width = cfg.get("hidden_size") or defaults["hidden_size"]
+            defaults["intermediate_size"] = cfg.get("n_inner") or 4 * width
+            heads = cfg.get("num_attention_heads") or defaults["num_attention_heads"]
+            rd = cfg.get("rotary_dim") or width // heads
+            defaults["partial_rotary_factor"] = rd / (width // heads)
+            cfg = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "partial_rotary_factor")}
+        else:
+            defaults = _PLAIN_DEFAULTS[family]
+        c = _Config(cfg, defaults)
         width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
         kv = c.get("num_key_value_heads") or heads
         act_name = c.get("hidden_act")
@@ -262,18 +279,21 @@ def _plain(family: str):
         rope = c.config.get("rope_parameters") or {}
         partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", c.config.get("rotary_pct", c.defaults.get("partial_rotary_factor", 1.0))))
         eps_key = "norm_epsilon" if family == "starcoder2" else "layer_norm_eps"
-        bias = bool(c.get("use_bias")) if family == "starcoder2" else bool(c.get("attention_bias", True))
-        parallel = {"phi": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none"}.get(family, "none")
+        bias = bool(c.get("use_bias")) if family == "starcoder2" else False if family == "gptj" else bool(c.get("attention_bias", True))
+        parallel = {"phi": "shared", "gptj": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none"}.get(family, "none")
         return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=width // heads, hidden=c.need("intermediate_size"), act=act, norm="layernorm",
                     eps=float(c.get(eps_key)), norm_bias=True, qkv_bias=bias, out_bias=bias,
                     mlp_bias=bool(c.get("use_bias")) if family == "starcoder2" else True, rotary=_rotary(partial, width // heads), rotary_base=_rope(c),
                     window=c.get("sliding_window") if family == "starcoder2" else None, tied=bool(c.get("tie_word_embeddings")),
-                    padding=c.config.get("pad_token_id") if family != "gpt_neox" else None, parallel=parallel, head_bias=family == "phi",
+                    padding=c.config.get("pad_token_id") if family in ("phi", "starcoder2") else None, parallel=parallel,
+                    head_bias=family in ("phi", "gptj"), rotary_interleaved=family == "gptj",
                     sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
                              "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
                              "act": "hidden_act", "eps": eps_key, "rotary_base": "rope_theta", "window": "sliding_window",
-                             "tied": "tie_word_embeddings"})
+                             "tied": "tie_word_embeddings"} if family != "gptj" else
+                    {"vocab": "vocab_size", "context": "n_positions", "width": "n_embd", "layers": "n_layer", "heads": "n_head",
+                     "hidden": "n_inner", "act": "activation_function", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
     return read
 
 
@@ -284,7 +304,7 @@ FAMILIES = tuple(READERS)
 CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
              "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
              "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
-             "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM"}
+             "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM"}
 
 # Families the language cannot write yet: refused by name, with what they need.
 NOT_YET = {
@@ -293,7 +313,6 @@ NOT_YET = {
     "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "qwen2_moe": "Qwen2-MoE's shared expert with a sigmoid gate is not in the language yet",
     "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
-    "gptj": "GPT-J's interleaved (rotate-every-two) rotary is not in the language yet",
     "falcon": "Falcon's parallel block and multi-query fused layout are not mapped yet",
     "granitemoe": "Granite-MoE's experts are not mapped yet",
     "mamba2": "Mamba-2 is a state-space model: issue 14's ssm kind",
@@ -342,6 +361,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         att.append(f"head_dim={a.head_dim}")
     if a.rotary:
         att.append("rotary" if a.rotary == 1.0 else f"rotary={_num(a.rotary)}")
+        if a.rotary_interleaved:
+            att.append("rotary_interleaved")
         if a.rotary_base != 10000.0:
             att.append(f"rotary_base={_num(a.rotary_base)}")
             keys.append("rotary_base")
@@ -381,7 +402,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
 
     layer = [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", work, wkeys)]
     if a.parallel != "none":
-        shared = [f"    {norm}{_comment(src, 'eps')}  # one norm for both branches"] if a.parallel == "shared" else []
+        shared = [f"    {norm}  # one norm for both branches ({src.get('eps')})"] if a.parallel == "shared" else []
         layer = ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
                  *branch("mix", "turbine attention " + " ".join(att), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
 
@@ -472,7 +493,7 @@ def arch_of(engine: ir.Engine) -> Arch:
     if engine.feed.position == "learned" and n.type == "layernorm":
         family = "gpt2"
     elif parallel == "shared":
-        family = "phi"
+        family = "gptj" if attn.rotary_interleaved else "phi"
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
         family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
@@ -501,7 +522,7 @@ def arch_of(engine: ir.Engine) -> Arch:
                 residual_scale=scale, logit_scale=engine.nozzle.scale, rotary=attn.rotary_dims / attn.head_dim,
                 rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
                 normalize=work.normalize if moe else True, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
-                head_bias=engine.nozzle.bias)
+                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved)
 
 
 def config_of(a: Arch) -> dict:
@@ -548,6 +569,11 @@ def _plain_config(a: Arch) -> dict:
     act = _HF_PLAIN.get(a.act)
     if act is None:
         raise Unsupported("act", f"{a.family} has no '{a.act}' activation")
+    if a.family == "gptj":
+        return {"model_type": "gptj", "architectures": [CAUSAL_LM["gptj"]], "vocab_size": a.vocab, "n_positions": a.context,
+                "n_embd": a.width, "n_layer": a.layers, "n_head": a.heads, "n_inner": a.hidden, "rotary_dim": round(a.rotary * a.head_dim),
+                "activation_function": act, "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "resid_pdrop": 0.0,
+                "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     if a.family == "starcoder2":
         act = {"gelu_new": "gelu_pytorch_tanh"}.get(act, act)
     cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,

@@ -260,8 +260,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
                 put(f"{reactor}.fc.{p}", h + f"mlp.c_fc.{p}", fn)
                 put(f"{reactor}.proj.{p}", h + f"mlp.c_proj.{p}", fn)
             continue
-        h = f"layers.{i}."
         a, ks = st.attn_node, KEYS.get(arch, _Keys())
+        h = f"{ks.layers}.{i}."
         qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
         for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
@@ -324,7 +324,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
 
 
 def _prefix(arch: str) -> str:
-    return {"gpt2": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
+    return {"gpt2": "transformer.", "gptj": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
 
 
 @dataclass(frozen=True)
@@ -343,6 +343,7 @@ class _Keys:
     embed: str = "embed_tokens"
     final: str = "norm"
     head: str = "lm_head"
+    layers: str = "layers"
 
 
 KEYS = {
@@ -350,6 +351,8 @@ KEYS = {
     "phi": _Keys(o="self_attn.dense", plain=("mlp.fc1", "mlp.fc2"), final="final_layernorm"),
     "gpt_neox": _Keys(fused_qkv="attention.query_key_value", neox_qkv=True, o="attention.dense",
                       plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="embed_in", final="final_layer_norm"),
+    "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
+                  layers="h"),
 }
 
 

@@ -158,6 +158,7 @@ class Attention(Node):
     qk_norm_eps: Positive = 1e-6  # the qk-norms' eps (Qwen3, OLMo-2: the config's rms_norm_eps)
     qk_norm_across: bool = False  # one qk-norm over all heads' q (and one over k), as OLMo-2; false: per head (Qwen3)
     scale: Positive | None = None  # the attention logits' scale; None: 1 / sqrt(head_dim)
+    rotary_interleaved: bool = False  # rotate pairs (0, 1), (2, 3), ... (GPT-J); false: the two halves (GPT-NeoX, Llama)
 
     _checked = checked()
 

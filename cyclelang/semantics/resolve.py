@@ -761,10 +761,14 @@ class _Resolver:
         qk_eps = o.float("qk_norm_eps", 1e-6, lo=0.0, lo_open=True)
         qk_across = o.bool("qk_norm_across", False)
         scale = o.float("scale", None, lo=0.0, lo_open=True)
+        interleaved = o.bool("rotary_interleaved", False)
         bias = o.bool("bias", True)
         out_bias = o.bool("out_bias", bias)
         dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
         if None in (heads, w, mask, rotary, base, dropout, qk_eps):
+            return None
+        if interleaved and not rotary:
+            self.out.error("E0211", "rotary_interleaved says how rotary positions pair the dims, but rotary is off", o.span_of("rotary_interleaved"), "add rotary")
             return None
         if (o.has("qk_norm_eps") or qk_across) and not qk_norm:
             self.out.error("E0211", "qk_norm_eps= and qk_norm_across set a qk-norm, but qk_norm is off", o.span_of("qk_norm_eps" if o.has("qk_norm_eps") else "qk_norm_across"), "add qk_norm")
@@ -791,7 +795,7 @@ class _Resolver:
             return None
         return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
                             rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
-                            qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, span=d.span)
+                            qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved, span=d.span)
 
     def _hidden(self, o: Options, w: int | None):
         ratio_given, hidden_given = o.has("ratio"), o.has("hidden")

@@ -8,6 +8,9 @@ from .plan import AttentionVariant, OpPlan, Plan
 from .writer import Writer, num
 
 
+ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved"}
+
+
 class AttentionEmitter(OpEmitter):
     variant = AttentionVariant
 
@@ -18,7 +21,7 @@ class AttentionEmitter(OpEmitter):
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
         if a.rotary_dims:
-            out += ("rotary_tables", "apply_rotary" if a.rotary_dims == a.head_dim else "apply_rotary_partial")
+            out += ("rotary_tables", ROTARY_FN[AttentionVariant.of(a, causal).rotary])
         if a.window is not None:
             out += ("sliding_mask",)
         elif causal:
@@ -41,7 +44,7 @@ class AttentionEmitter(OpEmitter):
             if v.gqa:
                 extra.append("grouped-query (kv_heads < heads: baffles share keys and values)")
             if v.rotary != "none":
-                extra.append(("rotary" if v.rotary == "full" else "partial rotary") + " positions")
+                extra.append({"full": "rotary", "partial": "partial rotary", "interleaved": "interleaved (GPT-J) rotary"}[v.rotary] + " positions")
             if v.qk_norm:
                 extra.append("qk-norm across heads" if v.qk_across else "qk-norm")
             if v.scaled:
@@ -89,7 +92,7 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
         if v.qk_norm and not v.qk_across:
             w("q, k = self.q_norm(q), self.k_norm(k)")
         if v.rotary != "none":
-            fn = "apply_rotary" if v.rotary == "full" else "apply_rotary_partial"
+            fn = ROTARY_FN[v.rotary]
             w(f"q, k = {fn}(q, *rope), {fn}(k, *rope)")
         if v.causal:
             out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")

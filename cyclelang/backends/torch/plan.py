@@ -38,7 +38,7 @@ class AttentionVariant:
     base: ClassVar[str] = "Attention"
     mask: str  # "causal" | "open"
     window: bool  # sliding-window attention
-    rotary: str  # "none" | "full" | "partial"
+    rotary: str  # "none" | "full" | "partial" | "interleaved"
     qk_norm: bool
     gqa: bool  # kv_heads < heads
     dropout: bool
@@ -49,7 +49,7 @@ class AttentionVariant:
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
-        rot = "none" if a.rotary_dims == 0 else ("full" if a.rotary_dims == a.head_dim else "partial")
+        rot = "none" if a.rotary_dims == 0 else "interleaved" if a.rotary_interleaved else ("full" if a.rotary_dims == a.head_dim else "partial")
         return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
                    a.qk_norm and a.qk_norm_across, a.scale is not None)
 

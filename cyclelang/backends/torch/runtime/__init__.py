@@ -1,7 +1,7 @@
 """What a generated file runs besides its classes, as real Python modules.
 
     loss        NextTokenLoss: F.cross_entropy's forward, a leaner backward
-    positions   sinusoids, rotary_tables, apply_rotary, apply_rotary_partial
+    positions   sinusoids, rotary_tables, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
     masks       causal_mask, sliding_mask
     cache       Cache: the KV cache of a causal engine
     experts     {act}_grad for every activation, expert_mlps (the MoE custom op)
