@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ... import ir
 from .ops import OpEmitter, call_args, if_set
-from .plan import AttentionVariant, OpPlan, Plan
+from .plan import AttentionVariant, OpPlan, Plan, signature
 from .writer import Writer, num
 
 
@@ -26,6 +26,8 @@ class AttentionEmitter(OpEmitter):
             out += ("sliding_mask",)
         elif causal:
             out += ("causal_mask",)
+        if causal:
+            out += ("padded_mask",)
         return out
 
     def output_init(self, a, op, std):
@@ -75,7 +77,7 @@ class AttentionEmitter(OpEmitter):
                 if v.dropout:
                     w("self.drop = nn.Dropout(dropout)")
             w()
-            w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
+            w(f"def forward(self, {signature(['x', *v.inputs])}):")
             with out.indent():
                 self.forward(out, v)
 
@@ -102,15 +104,18 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
         if v.gqa:  # each group of query heads reads one kv head, inside the kernel: no copies of k, v
             dp += ", enable_gqa=True"
         sdpa = "y = F.scaled_dot_product_attention"
+        if v.causal:  # a padded batch: no query sees a padded key (mask: (B, S), True for real tokens)
+            win = "self.window" if v.window else "None"
+            out.nested("if mask is not None:", f"{sdpa}(q, k, v, attn_mask=padded_mask(mask, T, {win}){dp})  # (B, nh, T, hd)")
         if v.mask == "open":
             w(f"{sdpa}(q, k, v{dp})  # (B, nh, T, hd)")
         elif v.window:
-            out.nested("if T == 1:  # one query (after the cache) sees the latest `window` keys: no mask",
+            out.nested(("elif" if v.causal else "if") + " T == 1:  # one query (after the cache) sees the latest `window` keys: no mask",
                        f"{sdpa}(q, k[:, :, -self.window :], v[:, :, -self.window :]{dp})  # (B, nh, 1, hd)")
-            out.nested("else:", "mask = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)",
-                       f"{sdpa}(q, k, v, attn_mask=mask{dp})  # (B, nh, T, hd)")
+            out.nested("else:", "near = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)",
+                       f"{sdpa}(q, k, v, attn_mask=near{dp})  # (B, nh, T, hd)")
         else:
-            out.nested("if k.size(2) == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v{dp}, is_causal=True)  # (B, nh, T, hd)")
+            out.nested(("elif" if v.causal else "if") + " k.size(2) == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v{dp}, is_causal=True)  # (B, nh, T, hd)")
             if v.causal:
                 out.nested("elif T == 1:  # one query after the cache may see every key: no mask", f"{sdpa}(q, k, v{dp})  # (B, nh, 1, hd)")
             out.nested("else:  # T new queries after S - T cached positions",

@@ -47,7 +47,7 @@ class OpEmitter:
 
     def call(self, o: OpPlan, owner: str, x: str) -> str:
         """The expression applying the op to `x`: x, then rope, cache, aux as its variant takes them."""
-        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "aux": "aux"}
+        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "mask": "mask", "aux": "aux"}
         return f"{owner}.{o.attr}({', '.join([x] + [extra[i] for i in o.inputs])})"
 
     def phrase(self, op, place: str) -> str:

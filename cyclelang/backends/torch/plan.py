@@ -26,7 +26,12 @@ GLOBALS = frozenset({
     "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage next_token_loss` is a class NextTokenLoss)
 
-INPUTS = ("rope", "cache", "aux")  # what an op's call may take besides x, in this order
+INPUTS = ("rope", "cache", "aux", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
+
+
+def signature(params) -> str:
+    """A forward's parameters: the padding mask defaults to None (a call without one is unpadded)."""
+    return ", ".join("mask=None" if p == "mask" else p for p in params)
 
 
 # --- variants: one frozen record per kind, hashable, the key of a generated class ----------------
@@ -55,7 +60,7 @@ class AttentionVariant:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return (("rope",) if self.rotary != "none" else ()) + (("cache",) if self.causal else ())
+        return (("rope",) if self.rotary != "none" else ()) + (("cache", "mask") if self.causal else ())
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
     loss        NextTokenLoss: F.cross_entropy's forward, a leaner backward
     positions   sinusoids, rotary_tables, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
-    masks       causal_mask, sliding_mask
+    masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the KV cache of a causal engine
     experts     {act}_grad for every activation, expert_mlps (the MoE custom op)
     norms       OffsetRMSNorm: RMSNorm with a (offset + w) gain (Gemma)
