@@ -241,6 +241,23 @@ _add("E0405", "weights that do not fit the spec", """
 --weights`); a key or a shape that the spec's module does not have is refused,
 naming it, before anything is written.""", "cyclec export llama.cycle --weights gpt2.safetensors -o out/")
 
+_add("W125", "attention scale far from 1/sqrt(head_dim)", """
+`turbine attention scale=` sets the factor the attention logits q.k are multiplied by
+(Granite's attention_multiplier, Gemma 2's query_pre_attn_scalar**-0.5). The usual
+1/sqrt(head_dim) keeps the logits' spread near 1 whatever the head size. A scale eight
+times larger (or smaller) than that starts the softmax nearly one-hot (or nearly
+uniform): in engine terms an injector that fires through a few elements, or one that
+mixes every position evenly so that nothing is attended. The warning fires at a factor
+of 8 either way; Granite's 1/64 at head_dim 128 (5.7 times smaller) stays quiet.""",
+     "turbine attention heads=4 scale=1.0   # width 256: head_dim 64, usual scale 0.125")
+_add("W126", "norm gain offset other than 0 or 1", """
+`norm rmsnorm offset=c` computes the gain as c + w (Gemma: c = 1, so a stored weight
+of 0 is the identity gain, and whatever shrinks weights toward 0 (weight decay,
+quantisation, pruning) pulls the valve toward the identity). The weight starts at
+1 - c, so the gain starts at 1 for any c; but with c other than 0 or 1 a shrunk weight
+moves the valve toward the arbitrary setting c, and no checkpoint family stores its
+norms that way.""", "norm rmsnorm offset=0.5")
+
 def markdown() -> str:
     lines = [
         "# Diagnostics",
