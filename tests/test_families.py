@@ -13,6 +13,8 @@ Nothing is downloaded: every model is built from a config with random weights.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -399,3 +401,12 @@ def test_cli_export_refuses_weights_of_another_spec(tmp_path):
     save_file({k: v.contiguous() for k, v in other.state_dict().items()}, str(tmp_path / "w.safetensors"))
     res = CliRunner().invoke(main, ["export", str(tmp_path / "s.cycle"), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "out")])
     assert res.exit_code == 1 and "error[E0405]" in res.output and "feed.tok.weight" in res.output and not (tmp_path / "out").exists()
+
+
+def test_family_library_is_the_import_of_each_default_config():
+    """specs/families/ is what `cyclec import` writes for transformers' default config of each family."""
+    res = subprocess.run([sys.executable, "scripts/family_specs.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for family in cyclelang.interop.FAMILIES:
+        spec = cyclelang.load(ROOT / "specs" / "families" / f"{family}.cycle")
+        cyclelang.interop.check_config(spec, transformers.AutoConfig.for_model(family).to_dict())
