@@ -75,6 +75,11 @@ FAMILIES = {
                                                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
     "gptj": lambda: transformers.GPTJConfig(vocab_size=V, n_positions=40, n_embd=48, n_layer=2, n_head=4, rotary_dim=6, n_inner=80,
                                             bos_token_id=0, eos_token_id=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "falcon": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=40,
+                                                bos_token_id=0, eos_token_id=1, layer_norm_epsilon=1e-6),
+    "falcon_sequential": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=4,
+                                                           multi_query=False, parallel_attn=False, bias=True, ffn_hidden_size=64,
+                                                           max_position_embeddings=40, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False),
     "qwen2": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
                                               num_key_value_heads=3, max_position_embeddings=40, tie_word_embeddings=True, rms_norm_eps=1e-6,
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
@@ -279,6 +284,11 @@ UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, o
                                                                **{"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                                                                       "partial_rotary_factor": 0.5}, **o}),
                         dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}), "partial_rotary_factor"),
+    "falcon new decoder": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                                 bos_token_id=0, eos_token_id=1, **o), dict(new_decoder_architecture=True, num_kv_heads=2),
+                           "new_decoder_architecture"),
+    "falcon alibi": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                           bos_token_id=0, eos_token_id=1, **o), dict(alibi=True), "alibi"),
     "qwen2 sliding layers": (lambda **o: transformers.Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                                                   num_attention_heads=4, num_key_value_heads=2, **o), dict(use_sliding_window=True, sliding_window=4, max_window_layers=1),
                              "use_sliding_window"),
@@ -314,7 +324,7 @@ def test_gemma_and_granite_never_load_as_llama(model_type):
     assert words in str(err), str(err)
 
 
-@pytest.mark.parametrize("model_type", ["gemma2", "qwen2_moe", "falcon"])
+@pytest.mark.parametrize("model_type", ["gemma2", "qwen2_moe", "granitemoe"])
 def test_families_not_yet_supported_are_refused_by_name(model_type):
     with pytest.raises(Unsupported) as info:
         import_config({"model_type": model_type})

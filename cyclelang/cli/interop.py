@@ -39,7 +39,7 @@ def import_(src, output):
     from). A config field the language cannot express is an error naming the field
     (E0401), never an approximation; an unknown model_type is refused (E0402).
     """
-    from ..interop import InteropError, Unsupported, import_config
+    from ..interop import FAMILIES, InteropError, Unsupported, import_config
 
     path = Path(src) / "config.json" if Path(src).is_dir() else Path(src)
     text = None
@@ -53,7 +53,7 @@ def import_(src, output):
     except Unsupported as e:
         code = "E0402" if e.field == "model_type" else "E0401"
         help = "see docs/families.md for what each family's fields map to" if code == "E0401" else \
-            "supported: gpt2, llama, mistral, mixtral, qwen2 (docs/families.md)"
+            f"supported: {', '.join(FAMILIES)} (docs/families.md)"
         raise _fail(code, str(e), _config_span(str(path), text, e.field), help, sources) from None
     except InteropError as e:
         raise _fail("E0403", str(e), None, "give a checkpoint folder or its config.json", sources) from None

@@ -249,6 +249,10 @@ _PLAIN_DEFAULTS = {
     "gptj": {"vocab_size": 50400, "n_positions": 2048, "n_embd": 4096, "n_layer": 28, "n_head": 16, "rotary_dim": 64,
              "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False},
 }
+_PLAIN_DEFAULTS["falcon"] = {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71, "activation": "gelu",
+                             "max_position_embeddings": 2048, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "rope_theta": 10000.0,
+                             "bias": False, "multi_query": True, "parallel_attn": True, "new_decoder_architecture": False, "alibi": False}
+_FALCON_NAMES = {"hidden_act": "activation", "layer_norm_eps": "layer_norm_epsilon", "use_bias": "bias", "intermediate_size": "ffn_hidden_size"}
 # GPT-J writes its fields as GPT-2 does
 _GPTJ_NAMES = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer", "hidden_act": "activation_function",
                "max_position_embeddings": "n_positions", "layer_norm_eps": "layer_norm_epsilon"}
@@ -265,6 +269,16 @@ def _plain(family: str):
             rd = cfg.get("rotary_dim") or width // heads
             defaults["partial_rotary_factor"] = rd / (width // heads)
             cfg = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "partial_rotary_factor")}
+        elif family == "falcon":
+            for field, why in (("new_decoder_architecture", "Falcon's new decoder (grouped fused q, k, v; two norms per parallel block) is not mapped yet"),
+                               ("alibi", "ALiBi positions are not in the language yet")):
+                if cfg.get(field):
+                    raise Unsupported(field, why)
+            cfg = {**cfg, **{ours: cfg[theirs] for ours, theirs in _FALCON_NAMES.items() if cfg.get(theirs) is not None}}
+            defaults = {**_PLAIN_DEFAULTS["falcon"], **{ours: _PLAIN_DEFAULTS["falcon"].get(theirs) for ours, theirs in _FALCON_NAMES.items()}}
+            defaults["intermediate_size"] = 4 * (cfg.get("hidden_size") or defaults["hidden_size"])
+            heads = cfg.get("num_attention_heads") or defaults["num_attention_heads"]
+            cfg["num_key_value_heads"] = 1 if cfg.get("multi_query", True) else (cfg.get("num_kv_heads") or heads)
         else:
             defaults = _PLAIN_DEFAULTS[family]
         c = _Config(cfg, defaults)
@@ -279,12 +293,15 @@ def _plain(family: str):
         rope = c.config.get("rope_parameters") or {}
         partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", c.config.get("rotary_pct", c.defaults.get("partial_rotary_factor", 1.0))))
         eps_key = "norm_epsilon" if family == "starcoder2" else "layer_norm_eps"
-        bias = bool(c.get("use_bias")) if family == "starcoder2" else False if family == "gptj" else bool(c.get("attention_bias", True))
-        parallel = {"phi": "shared", "gptj": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none"}.get(family, "none")
+        if family == "falcon":
+            eps_key = "layer_norm_eps"
+        bias = bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else False if family == "gptj" else bool(c.get("attention_bias", True))
+        parallel = {"phi": "shared", "gptj": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none",
+                    "falcon": "shared" if c.get("parallel_attn") else "none"}.get(family, "none")
         return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=width // heads, hidden=c.need("intermediate_size"), act=act, norm="layernorm",
                     eps=float(c.get(eps_key)), norm_bias=True, qkv_bias=bias, out_bias=bias,
-                    mlp_bias=bool(c.get("use_bias")) if family == "starcoder2" else True, rotary=_rotary(partial, width // heads), rotary_base=_rope(c),
+                    mlp_bias=bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else True, rotary=_rotary(partial, width // heads), rotary_base=_rope(c),
                     window=c.get("sliding_window") if family == "starcoder2" else None, tied=bool(c.get("tie_word_embeddings")),
                     padding=c.config.get("pad_token_id") if family in ("phi", "starcoder2") else None, parallel=parallel,
                     head_bias=family in ("phi", "gptj"), rotary_interleaved=family == "gptj",
@@ -304,7 +321,7 @@ FAMILIES = tuple(READERS)
 CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
              "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
              "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
-             "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM"}
+             "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM"}
 
 # Families the language cannot write yet: refused by name, with what they need.
 NOT_YET = {
@@ -313,7 +330,6 @@ NOT_YET = {
     "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "qwen2_moe": "Qwen2-MoE's shared expert with a sigmoid gate is not in the language yet",
     "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
-    "falcon": "Falcon's parallel block and multi-query fused layout are not mapped yet",
     "granitemoe": "Granite-MoE's experts are not mapped yet",
     "mamba2": "Mamba-2 is a state-space model: issue 14's ssm kind",
     "deepseek_v2": "DeepSeek-V2's latent attention is issue 14's MLA",
@@ -493,7 +509,7 @@ def arch_of(engine: ir.Engine) -> Arch:
     if engine.feed.position == "learned" and n.type == "layernorm":
         family = "gpt2"
     elif parallel == "shared":
-        family = "gptj" if attn.rotary_interleaved else "phi"
+        family = "gptj" if attn.rotary_interleaved else "phi" if engine.nozzle.bias else "falcon"
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
         family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
@@ -569,6 +585,15 @@ def _plain_config(a: Arch) -> dict:
     act = _HF_PLAIN.get(a.act)
     if act is None:
         raise Unsupported("act", f"{a.family} has no '{a.act}' activation")
+    if a.family == "falcon":
+        if a.kv_heads not in (1, a.heads) or a.head_dim * a.heads != a.width:
+            raise Unsupported("kv_heads", "the old Falcon decoder has multi-query (1) or full key/value heads, and head_dim = width / heads")
+        return {"model_type": "falcon", "architectures": [CAUSAL_LM["falcon"]], "vocab_size": a.vocab, "hidden_size": a.width,
+                "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_kv_heads": a.kv_heads,
+                "multi_query": a.kv_heads == 1 and a.heads > 1, "parallel_attn": a.parallel == "shared", "bias": a.qkv_bias,
+                "ffn_hidden_size": a.hidden, "activation": act, "max_position_embeddings": a.context, "layer_norm_epsilon": a.eps,
+                "tie_word_embeddings": a.tied, "new_decoder_architecture": False, "alibi": False,
+                "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}, "hidden_dropout": 0.0, "attention_dropout": 0.0}
     if a.family == "gptj":
         return {"model_type": "gptj", "architectures": [CAUSAL_LM["gptj"]], "vocab_size": a.vocab, "n_positions": a.context,
                 "n_embd": a.width, "n_layer": a.layers, "n_head": a.heads, "n_inner": a.hidden, "rotary_dim": round(a.rotary * a.head_dim),

@@ -277,7 +277,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
         gated = is_gated(st.work_node.act)
         for p in ("weight", "bias"):
-            if ks.neox_qkv:
+            if ks.neox_qkv and a.kv_heads == a.heads:  # Falcon's multi-query rows are [q heads | k | v], as ours
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _NeoxQkv(a.heads, a.head_dim))
             elif ks.fused_qkv:
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}")
@@ -324,7 +324,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
 
 
 def _prefix(arch: str) -> str:
-    return {"gpt2": "transformer.", "gptj": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
+    return {"gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
 
 
 @dataclass(frozen=True)
@@ -351,6 +351,8 @@ KEYS = {
     "phi": _Keys(o="self_attn.dense", plain=("mlp.fc1", "mlp.fc2"), final="final_layernorm"),
     "gpt_neox": _Keys(fused_qkv="attention.query_key_value", neox_qkv=True, o="attention.dense",
                       plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="embed_in", final="final_layer_norm"),
+    "falcon": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
+                    plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
 }
