@@ -80,6 +80,13 @@ FAMILIES = {
     "falcon_sequential": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=4,
                                                            multi_query=False, parallel_attn=False, bias=True, ffn_hidden_size=64,
                                                            max_position_embeddings=40, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False),
+    "qwen2_moe": lambda: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                     num_key_value_heads=2, max_position_embeddings=40, num_experts=4, num_experts_per_tok=2,
+                                                     moe_intermediate_size=24, shared_expert_intermediate_size=40),
+    "qwen2_moe_normalized": lambda: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                                num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=40, num_experts=3,
+                                                                num_experts_per_tok=1, moe_intermediate_size=24, shared_expert_intermediate_size=16,
+                                                                norm_topk_prob=True, qkv_bias=False),
     "qwen2": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
                                               num_key_value_heads=3, max_position_embeddings=40, tie_word_embeddings=True, rms_norm_eps=1e-6,
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
@@ -287,6 +294,11 @@ UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, o
     "falcon new decoder": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                                                  bos_token_id=0, eos_token_id=1, **o), dict(new_decoder_architecture=True, num_kv_heads=2),
                            "new_decoder_architecture"),
+    "qwen2_moe dense layers": (lambda **o: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                                       num_attention_heads=4, num_key_value_heads=2, num_experts=3,
+                                                                       num_experts_per_tok=2, moe_intermediate_size=16,
+                                                                       shared_expert_intermediate_size=16, **o),
+                               dict(mlp_only_layers=[1]), "mlp_only_layers"),
     "falcon alibi": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                                            bos_token_id=0, eos_token_id=1, **o), dict(alibi=True), "alibi"),
     "qwen2 sliding layers": (lambda **o: transformers.Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -324,7 +336,7 @@ def test_gemma_and_granite_never_load_as_llama(model_type):
     assert words in str(err), str(err)
 
 
-@pytest.mark.parametrize("model_type", ["gemma2", "qwen2_moe", "granitemoe"])
+@pytest.mark.parametrize("model_type", ["gemma2", "qwen3_moe", "granitemoe"])
 def test_families_not_yet_supported_are_refused_by_name(model_type):
     with pytest.raises(Unsupported) as info:
         import_config({"model_type": model_type})

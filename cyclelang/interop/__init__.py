@@ -5,7 +5,7 @@
     cyclelang.interop.load_transformers(model, "ckpt/")       # refused unless the IRs agree
     cyclelang.interop.export(spec, model.state_dict(), "out/")  # config.json + model.safetensors
 
-Families (`families.FAMILIES`, docs/families.md): gpt2, llama, mistral, mixtral, qwen2, qwen3, phi3,
+Families (`families.FAMILIES`, docs/families.md): gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, phi3,
 olmo, olmo2, gemma, granite, phi, starcoder2, gpt_neox, gptj, falcon. Other model types
 are refused by name (`families.NOT_YET` says why for the common ones). The modules:
 `families` (config <-> the spec it implies), `compare` (two engines field by field),

@@ -73,6 +73,8 @@ class Arch:
     experts: int = 0  # 0: a dense MLP
     top: int = 0
     normalize: bool = True
+    shared: int = 0  # a shared expert's hidden width (Qwen2-MoE)
+    shared_gate: bool = False
     tied: bool = False
     padding: int | None = None  # the embedding's padding_idx (pad_token_id)
     parallel: str = "none"  # none | shared: attention and MLP read one norm (Phi) | separate: each its own (GPT-NeoX)
@@ -167,6 +169,10 @@ _DECODER_DEFAULTS = {
     "gemma": {**_COMMON, "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
               "num_attention_heads": 16, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
               "tie_word_embeddings": True},
+    "qwen2_moe": {**_COMMON, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+                  "num_attention_heads": 16, "max_position_embeddings": 32768, "num_experts": 60, "num_experts_per_tok": 4,
+                  "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "norm_topk_prob": False, "decoder_sparse_step": 1,
+                  "qkv_bias": True},
     "granite": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                 "num_attention_heads": 32, "max_position_embeddings": 2048, "embedding_multiplier": 1.0, "logits_scaling": 1.0,
                 "residual_multiplier": 1.0, "attention_multiplier": 1.0},
@@ -174,7 +180,7 @@ _DECODER_DEFAULTS = {
 _GATED_ACTS.update({"gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"})
 _HF_GATED["geglu_tanh"] = "gelu_pytorch_tanh"
 _WINDOWED = ("mistral", "mixtral", "phi3")  # one sliding window for every layer
-_LAYER_TYPES = ("qwen2", "qwen3")  # a window only from max_window_layers on: a per-layer pattern
+_LAYER_TYPES = ("qwen2", "qwen3", "qwen2_moe")  # a window only from max_window_layers on: a per-layer pattern
 
 
 def _decoder(family: str):
@@ -197,12 +203,21 @@ def _decoder(family: str):
             raise Unsupported("use_bidirectional_attention", "a bidirectional Gemma is an encoder, not a causal LM")
         rope = c.config.get("rope_parameters") or {}
         partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", 1.0))
-        experts = top = 0
+        experts = top = shared = 0
+        normalize = True
+        hidden = c.need("intermediate_size")
         if family == "mixtral":
             experts, top = c.need("num_local_experts"), c.need("num_experts_per_tok")
+        if family == "qwen2_moe":
+            if c.get("decoder_sparse_step") != 1 or c.get("mlp_only_layers"):
+                field = "decoder_sparse_step" if c.get("decoder_sparse_step") != 1 else "mlp_only_layers"
+                raise Unsupported(field, "dense layers among the MoE ones are a per-layer pattern the language does not have yet")
+            experts, top, hidden = c.need("num_experts"), c.need("num_experts_per_tok"), c.need("moe_intermediate_size")
+            shared, normalize = c.need("shared_expert_intermediate_size"), bool(c.get("norm_topk_prob"))
         attention_bias = bool(c.get("attention_bias", False))
-        qkv_bias = True if family == "qwen2" else attention_bias if family not in ("mistral", "mixtral", "phi3") else False
-        out_bias = False if family in ("qwen2", "mistral", "mixtral", "phi3") else attention_bias
+        qkv_bias = True if family == "qwen2" else bool(c.get("qkv_bias")) if family == "qwen2_moe" else \
+            attention_bias if family not in ("mistral", "mixtral", "phi3") else False
+        out_bias = False if family in ("qwen2", "qwen2_moe", "mistral", "mixtral", "phi3") else attention_bias
         mlp_bias = bool(c.get("mlp_bias", False)) if family in ("llama", "granite") else False
         head_dim = c.get("head_dim") or width // heads
         norm_olmo = family == "olmo"
@@ -227,10 +242,11 @@ def _decoder(family: str):
             sources.update(embed_scale="embedding_multiplier", residual_scale="residual_multiplier", attn_scale="attention_multiplier",
                            logit_scale="logits_scaling")
         return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
-                    heads=heads, kv_heads=kv, head_dim=head_dim, hidden=c.need("intermediate_size"), act=act,
+                    heads=heads, kv_heads=kv, head_dim=head_dim, hidden=hidden, act=act,
                     **{"norm": "rmsnorm", "eps": float(c.get("rms_norm_eps")), **extra},
                     qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(partial, head_dim), rotary_base=_rope(c),
-                    window=window, experts=experts, top=top, normalize=True, tied=bool(c.get("tie_word_embeddings")),
+                    window=window, experts=experts, top=top, normalize=normalize, shared=shared, shared_gate=bool(shared),
+                    tied=bool(c.get("tie_word_embeddings")),
                     padding=c.config.get("pad_token_id"), sources=sources)
     return read
 
@@ -319,7 +335,7 @@ FAMILIES = tuple(READERS)
 
 # The transformers classes a family's weights come from (what export's config names).
 CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
-             "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
+             "qwen2": "Qwen2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
              "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
              "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM"}
 
@@ -328,7 +344,6 @@ NOT_YET = {
     "gemma2": "Gemma 2's attention and final-logit soft-caps, post-branch norms around both turbines and alternating sliding windows are not in the language yet",
     "gemma3": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
-    "qwen2_moe": "Qwen2-MoE's shared expert with a sigmoid gate is not in the language yet",
     "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
     "granitemoe": "Granite-MoE's experts are not mapped yet",
     "mamba2": "Mamba-2 is a state-space model: issue 14's ssm kind",
@@ -404,6 +419,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         work = f"turbine moe experts={a.experts} top={a.top} hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}"
         if not a.normalize:
             work += " normalize=false"
+        if a.shared:
+            work += f" shared={a.shared}" + (" shared_gate" if a.shared_gate else "")
         wkeys = ("experts", "top", "hidden", "act")
     else:
         work = f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}"
@@ -513,7 +530,7 @@ def arch_of(engine: ir.Engine) -> Arch:
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
         family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
-        family = "mixtral"
+        family = "qwen2_moe" if work.shared else "mixtral"
     elif n.type == "layernorm" and not n.affine:
         family = "olmo"
     elif post or qk == "all":
@@ -537,7 +554,8 @@ def arch_of(engine: ir.Engine) -> Arch:
                 mlp_bias=work.bias, qk_norm=qk, qk_eps=attn.qk_norm_eps, attn_scale=attn.scale, embed_scale=engine.feed.scale,
                 residual_scale=scale, logit_scale=engine.nozzle.scale, rotary=attn.rotary_dims / attn.head_dim,
                 rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
-                normalize=work.normalize if moe else True, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
+                normalize=work.normalize if moe else True, shared=work.shared if moe else 0,
+                shared_gate=work.shared_gate if moe else False, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
                 head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved)
 
 
@@ -572,6 +590,10 @@ def config_of(a: Arch) -> dict:
         cfg["sliding_window"] = a.window
     if a.family == "mixtral":
         cfg.update(num_local_experts=a.experts, num_experts_per_tok=a.top, router_jitter_noise=0.0)
+    if a.family == "qwen2_moe":
+        cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, moe_intermediate_size=a.hidden, intermediate_size=a.hidden,
+                   shared_expert_intermediate_size=a.shared, norm_topk_prob=a.normalize, decoder_sparse_step=1, mlp_only_layers=[],
+                   qkv_bias=a.qkv_bias)
     if a.family in _LAYER_TYPES:
         cfg.update(use_sliding_window=False, sliding_window=None)
     if a.family == "granite":

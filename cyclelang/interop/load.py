@@ -236,7 +236,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, moe = arch == "gpt2", arch == "mixtral"
+    gpt2, moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe")
     layout, final = _layout(spec), _final_valve(spec)
     for i, st in sorted(layout.items()):
         if st.attn is None:
@@ -298,12 +298,22 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         if not moe:
             continue
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
-        put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused else "block_sparse_moe.gate.weight"))
+        qwen = arch == "qwen2_moe"  # its released files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
+        put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused or qwen else "block_sparse_moe.gate.weight"))
+        if st.work_node.shared:  # Qwen2-MoE's shared expert and its gate
+            s = h + "mlp.shared_expert."
+            put(f"{reactor}.shared.fc.weight", [s + "gate_proj.weight", s + "up_proj.weight"], _Cat((st.work_node.shared, st.work_node.shared)))
+            put(f"{reactor}.shared.proj.weight", s + "down_proj.weight")
+            put(f"{reactor}.shared_gate.weight", h + "mlp.shared_expert_gate.weight")
         for x in range(st.experts):
             ours = f"{reactor}.experts.{x}"
             if is_fused:
                 put(f"{ours}.fc.weight", h + "mlp.experts.gate_up_proj", _Index(x, st.experts))
                 put(f"{ours}.proj.weight", h + "mlp.experts.down_proj", _Index(x, st.experts))
+            elif qwen:
+                b = h + f"mlp.experts.{x}."
+                put(f"{ours}.fc.weight", [b + "gate_proj.weight", b + "up_proj.weight"], gate_up)
+                put(f"{ours}.proj.weight", b + "down_proj.weight")
             else:
                 b = h + f"block_sparse_moe.experts.{x}."
                 put(f"{ours}.fc.weight", [b + "w1.weight", b + "w3.weight"], gate_up)

@@ -147,11 +147,15 @@ def _mlp_activations(width: int, hidden: int, act: str) -> int:
 
 
 def _moe_params(m: ir.Moe, w: int) -> int:
-    return m.width * m.experts + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)  # router: no bias
+    n = m.width * m.experts + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)  # router: no bias
+    if m.shared:  # the shared expert every token visits, and its gate (one bias-free row)
+        n += mlp_params(m.width, m.shared, m.act, m.bias) + (m.width if m.shared_gate else 0)
+    return n
 
 
 def _moe_flops(m: ir.Moe, n: int, w: int = 0) -> tuple[int, int]:
-    return 2 * m.width * m.experts + m.top * 2 * mlp_params(m.width, m.hidden, m.act, False), 0
+    shared = 2 * mlp_params(m.width, m.shared, m.act, False) + (2 * m.width if m.shared_gate else 0) if m.shared else 0
+    return 2 * m.width * m.experts + m.top * 2 * mlp_params(m.width, m.hidden, m.act, False) + shared, 0
 
 
 def _pool_state(p: ir.Pool, n: int) -> int:

@@ -204,12 +204,16 @@ class Moe(Node):
     act: Activation
     bias: bool
     normalize: bool = True  # the top-k routing weights are renormalised to sum to 1 (Mixtral, for every k)
+    shared: Annotated[int, Field(ge=0)] = 0  # hidden width of a shared expert every token visits (Qwen2-MoE); 0: none
+    shared_gate: bool = False  # the shared expert's output is scaled by sigmoid(w . x) (Qwen2-MoE)
 
     _checked = checked()
 
     def check(self) -> None:
         if self.top > self.experts:
             raise ValueError(f"top={self.top} routes to more experts than the {self.experts} there are")
+        if self.shared_gate and not self.shared:
+            raise ValueError("a shared-expert gate needs a shared expert (shared=N)")
 
 
 class Pool(Node):

@@ -841,12 +841,18 @@ class _Resolver:
         act = o.choice("act", ACTIVATIONS, "gelu")
         bias = o.bool("bias", True)
         normalize = o.bool("normalize", True)
-        if None in (experts, top, balance, hidden, act, w):
+        shared = o.int("shared", 0, min=0, max=MAX_WIDTH * 64)
+        shared_gate = o.bool("shared_gate", False)
+        if None in (experts, top, balance, hidden, act, w, shared):
+            return None
+        if shared_gate and not shared:
+            self.out.error("E0211", "shared_gate gates a shared expert, but there is none", o.span_of("shared_gate"), "add shared=N (its hidden width)")
             return None
         if top > experts:
             self.out.error("E0205", f"top={top} routes to more experts than the {experts} there are", o.span_of("top"))
             return None
-        return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, normalize=normalize, span=d.span)
+        return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, normalize=normalize, shared=shared,
+                      shared_gate=shared_gate, span=d.span)
 
     def t_pool(self, o: Options, ctx, w, d):
         size = o.int("size", 3, max=MAX_CONTEXT)

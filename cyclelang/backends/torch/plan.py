@@ -85,10 +85,12 @@ class MoeVariant:
     capacity: bool  # training drops assignments past each expert's capacity
     balance: bool  # files a load-balancing loss in aux
     normalize: bool  # the chosen weights are renormalised to sum to 1 (for every top, as Mixtral)
+    shared: bool = False  # a shared expert every token visits (Qwen2-MoE)
+    shared_gate: bool = False  # ... scaled by sigmoid(w . x)
 
     @classmethod
     def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
-        return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize)
+        return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize, m.shared > 0, m.shared_gate)
 
     @property
     def expert(self) -> MlpVariant:
