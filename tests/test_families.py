@@ -432,3 +432,15 @@ def test_family_library_is_the_import_of_each_default_config():
     for family in cyclelang.interop.FAMILIES:
         spec = cyclelang.load(ROOT / "specs" / "families" / f"{family}.cycle")
         cyclelang.interop.check_config(spec, transformers.AutoConfig.for_model(family).to_dict())
+
+
+def test_cli_import_failure_leaves_the_output_file_as_it_was(tmp_path):
+    out = tmp_path / "spec.cycle"
+    out.write_text("# mine\n")
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text('{"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": true}')
+    res = CliRunner().invoke(main, ["import", str(tmp_path / "ck"), "-o", str(out)])
+    assert res.exit_code == 1 and "error[E0401]: scale_attn_by_inverse_layer_idx" in res.output
+    assert out.read_text() == "# mine\n"
+    res = CliRunner().invoke(main, ["import", str(tmp_path / "ck" / "config.json").replace("config.json", "missing.json")])
+    assert res.exit_code == 2  # a path that does not exist is a usage error
