@@ -52,9 +52,11 @@ def _attention(op: ir.Attention) -> str:
     if op.window is not None:
         bits.append(f"window {op.window}")
     if op.rotary_dims:
-        bits.append(f"rotary {op.rotary_dims}/{op.head_dim}")
+        bits.append(f"rotary {op.rotary_dims}/{op.head_dim}" + (" interleaved" if op.rotary_interleaved else ""))
     if op.qk_norm:
-        bits.append("qk-norm")
+        bits.append("qk-norm across heads" if op.qk_norm_across else "qk-norm")
+    if op.scale is not None:
+        bits.append(f"scale {num(op.scale)}")
     return ", ".join(bits)
 
 
@@ -64,6 +66,10 @@ def _moe(op: ir.Moe) -> str:
         bits.append(f"capacity {num(op.capacity)}")
     if op.balance:
         bits.append(f"balance {num(op.balance)}")
+    if not op.normalize:
+        bits.append("not renormalised")
+    if op.shared:
+        bits.append(f"shared {op.shared}" + (" gated" if op.shared_gate else ""))
     return ", ".join(bits)
 
 
