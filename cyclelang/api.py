@@ -72,3 +72,42 @@ def fire(specs, **kwargs):
     resolved = [to_spec(s) for s in specs]
     kwargs.setdefault("files", [file_label(given, s) for given, s in zip(specs, resolved)])
     return _fire(resolved, **kwargs)
+
+
+# --- notebooks: a Spec shows as its diagram and its report -------------------------------------
+
+
+def notebook_display(spec: Spec, kind: str):
+    """What Jupyter shows for a Spec: "svg", the power-cycle diagram (None without Graphviz's
+    dot or an engine); "html", the diagram above the parameter/FLOP table per stage."""
+    import html as _html
+
+    from .backends.graphviz import GraphvizMissing, render, to_dot
+    from .review import analyze
+
+    if spec.engine is None:
+        return None if kind == "svg" else "<p>a file of stage templates: no engine to show</p>"
+    try:
+        svg = render(to_dot(spec), "svg").decode("utf-8")
+        svg = svg[svg.index("<svg"):]  # inline: no XML declaration or doctype
+    except GraphvizMissing:
+        svg = None
+    if kind == "svg":
+        return svg
+    rep = analyze(spec)
+    p, f = rep["params"], rep["flops_per_token"]
+    esc = _html.escape
+    rows = "".join(f"<tr><td>{esc(s['name'])}</td><td><code>{esc(s['path'])}</code></td><td>{s['repeat']}</td>"
+                   f"<td style='text-align:right'>{s['per_instance']:,}</td><td style='text-align:right'>{s['params']:,}</td></tr>" for s in p["by_stage"])
+    table = ("<table><thead><tr><th>stage</th><th>path</th><th>repeat</th><th>params each</th><th>params</th></tr></thead>"
+             f"<tbody>{rows}</tbody><tfoot><tr><th colspan='4' style='text-align:left'>total</th><th style='text-align:right'>{p['total']:,}</th></tr></tfoot></table>"
+             f"<p>forward {f['forward']:,} FLOPs per token at context {f['context']:,}; "
+             f"KV cache {rep['scaling']['kv_bytes_per_token']:,} bytes per token</p>")
+    pic = svg if svg is not None else "<p><i>the diagram needs Graphviz's dot program</i></p>"
+    return f"<div class='cyclelang'><h4>engine {esc(spec.engine.name)}</h4>{pic}{table}</div>"
+
+
+from .ir import nodes as _nodes  # noqa: E402
+
+_nodes.NOTEBOOK_DISPLAY[:] = [notebook_display]
+

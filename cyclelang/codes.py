@@ -83,6 +83,7 @@ branch with a loss, at the vocabulary's width, since it predicts tokens); a
 repeated stage must end at the width it starts with.""", "prechamber p { turbine linear out=64 }")
 _add("E0213", "engine part missing", "An engine needs a chamber, a feed and a nozzle.")
 _add("E0214", "part given twice", "An engine has one chamber, throat, feed, nozzle and startup; a prechamber one merge; a startup one of each line.")
+_add("E0260", "mup needs a normal init", "`param mup` scales the init per parameter group from the spec's std (the standard init at base_width); xavier derives its own scale from the shapes, which mup would scale a second time.", "startup { param mup init xavier }")
 _add("E0215", "misplaced construct", "A construct in a place where it has no meaning: a body on a stage made from a template, arguments on an inline stage, a merge that is not last in its prechamber, a fullflow's shared norm after its branches.")
 _add("E0216", "repeat count too large", "A stage repeats at most 10,000 times.")
 _add("E0217", "tied head at another width", "A tied head reuses the feed's embedding matrix, so the main line must end at the chamber's width.")
@@ -257,6 +258,14 @@ quantisation, pruning) pulls the valve toward the identity). The weight starts a
 1 - c, so the gain starts at 1 for any c; but with c other than 0 or 1 a shrunk weight
 moves the valve toward the arbitrary setting c, and no checkpoint family stores its
 norms that way.""", "norm rmsnorm offset=0.5")
+
+def explanation(c: Code) -> str:
+    """What `cyclec explain CODE` prints (the language server shows the same)."""
+    out = f"{c.code}: {c.title}\n\n{c.explanation}\n"
+    if c.example:
+        out += "\nexample:\n" + "".join(f"    {line}\n" for line in c.example.splitlines())
+    return out
+
 
 def markdown() -> str:
     lines = [

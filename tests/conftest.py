@@ -58,3 +58,17 @@ def golden(request) -> Golden:
 
 def spec_id(path: Path) -> str:
     return path.stem
+
+
+def require(module: str, install: str):
+    """Import an optional test dependency: skip without it locally, fail in CI (CI=true),
+    where `.ci/run` installs it and a missing one is a broken machine, not a reason to skip."""
+    import importlib
+    import os
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{module} is missing in CI: {install}")
+        pytest.skip(f"{module} is not installed ({install})")

@@ -35,6 +35,9 @@ LAZY_COMMANDS: dict[str, str] = {
     "fire": "cyclelang.cli.fire:fire",
     "import": "cyclelang.cli.interop:import_",
     "export": "cyclelang.cli.interop:export",
+    "lsp": "cyclelang.cli.lsp:lsp",
+    "serve": "cyclelang.cli.serve:serve",
+    "diff": "cyclelang.cli.diff:diff",
 }
 
 

@@ -13,7 +13,7 @@ from . import include_path_option, load_spec, output_option, spec_path, write_ou
 @click.argument("code")
 def explain(code):
     """Print what diagnostic CODE means, why it matters and how to fix it."""
-    from ..codes import CODES
+    from ..codes import CODES, explanation
     from ..diagnostics import did_you_mean
 
     c = CODES.get(code.upper())
@@ -22,10 +22,7 @@ def explain(code):
         norm = code[:1].upper() + code[1:].upper().replace("O", "0").replace("I", "1").replace("L", "1")
         hint = f"did you mean '{norm}'?" if norm in CODES else did_you_mean(code.upper(), CODES)
         raise click.UsageError(f"no diagnostic code '{code}'" + (f"; {hint}" if hint else "; codes look like E0101, W102, N101"))
-    out = f"{c.code}: {c.title}\n\n{c.explanation}\n"
-    if c.example:
-        out += "\nexample:\n" + "".join(f"    {line}\n" for line in c.example.splitlines())
-    click.echo(out, nl=False)
+    click.echo(explanation(c), nl=False)
 
 
 @click.command()

@@ -4,6 +4,7 @@
     kinds    one record per kind of part: role, parameters, FLOPs, state, words
     layout   the one walk of an engine: every part with its canonical path
     passes   IR -> IR passes (merge finalisation, the stand's scale model)
+    mup      the maximal-update parametrisation's rule for every part (Tensor Programs V)
 
 The node classes are re-exported here (`ir.Attention`, `ir.Spec`), so consumers
 write `from cyclelang import ir` and ask `ir.kinds` and `ir.layout` for facts.
@@ -11,7 +12,7 @@ write `from cyclelang import ir` and ask `ir.kinds` and `ir.layout` for facts.
 
 from __future__ import annotations
 
-from . import kinds, layout, nodes, passes
+from . import kinds, layout, mup, nodes, passes
 from .nodes import *  # noqa: F401,F403 - the node classes are the package's vocabulary
 from .nodes import Prechamber, Spec, Stage, TURBINE_TYPES, __all__ as _nodes
 from .passes import map_branches
@@ -30,4 +31,4 @@ def json_schema() -> dict:
     return Spec.model_json_schema()
 
 
-__all__ = [*_nodes, "is_turbine", "stage_branches", "map_branches", "json_schema", "kinds", "layout", "nodes", "passes"]
+__all__ = [*_nodes, "is_turbine", "stage_branches", "map_branches", "json_schema", "kinds", "layout", "mup", "nodes", "passes"]

@@ -85,6 +85,8 @@ class Kind:
     formula: str = ""  # for legends: "x + s·f(x)"
     cooled: bool = False  # starts the branch small (a rich, cool preburner)
     fields: tuple[str, ...] = field(default_factory=tuple)  # parameter names the part owns under its path
+    mup: str | None = None  # μP rule for its matrices when its role's (ir.mup.ROLE_RULE) does not fit
+    mup_sub: tuple[tuple[str, str], ...] = ()  # (module under the part, μP rule) where a piece differs
 
     def describe(self, node) -> tuple[str, str]:
         """(rocket word, network word) for one node: a narrow linear is a throat, not a duct."""
@@ -179,14 +181,15 @@ OPS: tuple[Kind, ...] = (
          flops=lambda x, n, w=0: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
          activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0)),
     Kind(ir.Moe, "moe", "moe", "reactor", "liquid-liquid injector", "MoE", "liquid-liquid injection: routed experts",
-         params=_moe_params, flops=_moe_flops,
+         params=_moe_params, flops=_moe_flops, mup_sub=(("router", "output"),),  # width -> experts: a fixed fan-out
          activations=lambda x, n=0: (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2), 0)),
     Kind(ir.Pool, "pool", "pool", "mixer", "passive mixer", "pool", "injector: pooling mixer",
          params=lambda x, w: 0, state=_pool_state, mixes_positions=True, masked=True, state_kind="window"),
     Kind(ir.Conv, "conv", "conv", "mixer", "swirl injector", "conv", "swirl injector: mixes a few neighbouring positions",
          params=lambda x, w: x.width * x.size + (x.width if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.size, 0),
          activations=lambda x, n=0: (x.width, 0), state=lambda x, n: x.width * min(n, x.size - 1) if x.causal else 0,
-         mixes_positions=True, masked=True, state_kind="window"),
+         mixes_positions=True, masked=True, state_kind="window",
+         mup="vector"),  # depthwise filters: the fan-in is the kernel size, which no width changes
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
          params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
          activations=lambda x, n=0: (x.width, 0)),

@@ -41,7 +41,7 @@ __all__ = [
     "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
-    "Nozzle", "Schedule", "Init", "Startup", "Engine", "Spec", "out_width", "validate",
+    "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Engine", "Spec", "out_width", "validate",
 ]
 
 # Every name in the IR is a Python identifier in ASCII, as the grammar's NAME is:
@@ -488,6 +488,24 @@ class Init(Node):
     std: Positive  # normal only; xavier derives its own
 
 
+class Param(Node):
+    """The parametrisation: how init and learning rates scale with width. "standard" (SP)
+    uses the spec's numbers at every width; "mup" (maximal update, Tensor Programs V)
+    equals them at `base_width` and scales them per parameter group by `ir.mup`'s rules."""
+
+    kind: Literal["standard", "mup"]
+    base_width: Count | None = None  # mup: the width at which it equals the standard one
+
+    _checked = checked()
+
+    def check(self) -> None:
+        if (self.kind == "mup") != (self.base_width is not None):
+            raise ValueError("base_width is set for mup, and only for mup")
+
+
+STANDARD = Param(kind="standard")
+
+
 class Startup(Node):
     """The start sequence: warmup is the open-loop valve timetable, betas the POGO
     accumulator, clip the restrictor orifice."""
@@ -498,6 +516,13 @@ class Startup(Node):
     betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)], Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)]]
     decay: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
     init: Init
+    param: Param = STANDARD
+
+    _checked = checked()
+
+    def check(self) -> None:
+        if self.param.kind == "mup" and self.init.kind != "normal":
+            raise ValueError("mup scales a normal init: it needs 'init normal'")
 
 
 class Engine(Node):
@@ -564,11 +589,22 @@ def _all_ops(body) -> list:
     return out
 
 
+# How a notebook shows a Spec: set by the façade (cyclelang.api), which may import the
+# back-ends; the IR imports none. (spec, "svg" | "html") -> text, or None for nothing.
+NOTEBOOK_DISPLAY: list = []
+
+
 class Spec(Node):
     """A resolved spec. A file of templates only (meant to be included) has no engine."""
 
     version: Literal[2] = IR_VERSION
     engine: Engine | None
+
+    def _repr_svg_(self):  # Jupyter: the diagram
+        return NOTEBOOK_DISPLAY[0](self, "svg") if NOTEBOOK_DISPLAY else None
+
+    def _repr_html_(self):  # Jupyter: the diagram and the parameter/FLOP table
+        return NOTEBOOK_DISPLAY[0](self, "html") if NOTEBOOK_DISPLAY else None
 
 
 # --- re-checking a tree that was edited without validation ----------------------------

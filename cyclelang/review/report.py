@@ -167,7 +167,7 @@ def _analyze(e: ir.Engine, dtype_bytes: int) -> dict:
         fwd += (proj + att) * p.repeat
         attn_fwd += att * p.repeat
 
-    return {
+    rep = {
         "engine": e.name,
         "params": {
             "total": total,
@@ -187,6 +187,11 @@ def _analyze(e: ir.Engine, dtype_bytes: int) -> dict:
         "gradient": _gradient(e),
         "scaling": scaling(e, dtype_bytes),
     }
+    if ir.mup.is_mup(e):  # the standard parametrisation adds nothing: every group keeps the spec's numbers
+        rep["parametrization"] = {"kind": "mup", "width": e.width, "base_width": e.startup.param.base_width,
+                                  "width_mult": ir.mup.width_mult(e), "readout_mult": ir.mup.readout_mult(e),
+                                  "groups": ir.mup.table(e)}
+    return rep
 
 
 def _stage_of(p: Part) -> tuple[str, str]:
@@ -329,4 +334,13 @@ def render_text(rep: dict) -> str:
     ex = s["exponents"]
     out.append(f"  exponents at n={f['context']}: attention FLOPs n^{ex['attention_flops']:g}, forward FLOPs n^{ex['forward_flops']:g}, "
                f"activations n^{ex['activation_bytes']:g} (plain kernel; a fused one keeps no n^2 term), KV cache n^{ex['kv_cache_bytes']:g}")
+    mp = rep.get("parametrization")
+    if mp is not None:
+        out.append("")
+        out.append(f"parametrisation: mup, width {mp['width']} = {mp['width_mult']:g} x base width {mp['base_width']} "
+                   f"(Tensor Programs V, Table 3, Adam; vectors keep the standard rule; logits x {mp['readout_mult']:.4g})")
+        out.append(f"  {'part':<28}{'kind':<16}{'rule':<9}{'init x':>9}{'lr x':>9}{'decay x':>9}")
+        for grp in mp["groups"]:
+            scale = f"  scores x {grp['attention_scale']:.3g}" if grp.get("attention_scale") is not None else ""
+            out.append(f"  {grp['path']:<28}{grp['kind']:<16}{grp['rule']:<9}{grp['init']:>9.4g}{grp['lr']:>9.4g}{grp['decay']:>9.4g}{scale}")
     return "\n".join(out) + "\n"

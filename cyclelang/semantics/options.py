@@ -10,6 +10,7 @@ the getter returns the default so that checking can go on.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..diagnostics import Collector, did_you_mean
@@ -21,8 +22,9 @@ _MISSING = object()
 
 
 class Options:
-    def __init__(self, what: str, options: Sequence[ast.Option], scope: Scope, out: Collector, span: Span):
+    def __init__(self, what: str, options: Sequence[ast.Option], scope: Scope, out: Collector, span: Span, key: str | None = None):
         self.what = what  # "turbine attention", used in messages
+        self.key = key or what  # the statement's entry in TABLE
         self.scope = scope
         self.out = out
         self.span = span
@@ -42,7 +44,23 @@ class Options:
         o = self.by_name.get(name)
         return o.span if o is not None else self.span
 
+    def get(self, name: str, default=_MISSING):
+        """Read an option as the table declares it; `default` overrides a contextual default."""
+        spec = option(self.key, name)
+        if spec is None:
+            return self._raw(name, False)  # raises, naming the missing row
+        d = spec.default if default is _MISSING else default
+        if spec.type == "int":
+            return self.int(name, d, required=spec.required, min=spec.min, max=spec.max)
+        if spec.type == "float":
+            return self.float(name, d, required=spec.required, lo=spec.lo, hi=spec.hi, lo_open=spec.lo_open, hi_open=spec.hi_open, flag=spec.flag)
+        if spec.type == "bool":
+            return self.bool(name, d)
+        return self.choice(name, spec.choices, d, required=spec.required)
+
     def _raw(self, name: str, required: bool):
+        if option(self.key, name) is None:  # every option read is a row of TABLE: hover and completion show them
+            raise KeyError(f"option {name!r} of {self.key!r} is not in the table: add it to cyclelang/semantics/options.py")
         self.known.append(name)
         o = self.by_name.get(name)
         if o is None:
@@ -169,3 +187,179 @@ def _show(v) -> str:
     if isinstance(v, float):
         return _fmt(v)
     return str(v)
+
+
+# --- the table: every option of every statement, once -------------------------------------
+# The resolver reads options through it (`Options.get`), and the language server's hover and
+# completion read it too: an option's type, range, default and meaning in both vocabularies
+# live here and nowhere else. Limits that are not a spec's business (MAX_WIDTH, ...) too.
+
+MAX_WIDTH = 1 << 20
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = 1 << 24
+MAX_EXPERTS = 4096
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "geglu_tanh")
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option: `type` is int, float, bool or choice; `default` is a value, or a phrase
+    when it depends on the rest of the spec (`default_text`); ranges as the getters take them."""
+
+    name: str
+    type: str
+    ml: str  # what it means for the network
+    rocket: str = ""  # the engine word, where the analogy has one
+    default: object = None
+    default_text: str = ""  # how docs and hover show a contextual default ("the throat's")
+    required: bool = False
+    min: int | None = 1  # ints
+    max: int | None = None
+    lo: float | None = None  # floats
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    flag: object = _MISSING  # a float option's value when written bare (`rotary`)
+    choices: tuple[str, ...] = ()
+
+    @property
+    def bare(self) -> bool:
+        """May be written as a bare name (`tied`, `rotary`)."""
+        return self.type == "bool" or self.flag is not _MISSING
+
+    def shown_default(self) -> str:
+        if self.required:
+            return "required"
+        if self.default_text:
+            return self.default_text
+        if self.default is None:
+            return "none"
+        return _show(self.default)
+
+    def shown_range(self) -> str:
+        if self.type == "choice":
+            return " | ".join(self.choices)
+        if self.type == "bool":
+            return "true | false (a bare name is true)"
+        if self.type == "int":
+            return f"whole number, {self.min if self.min is not None else '-inf'} to {self.max if self.max is not None else MAX_INT}"
+        left, right = ("(" if self.lo_open else "["), (")" if self.hi_open else "]")
+        rng = f"{left}{_fmt(self.lo) if self.lo is not None else '-inf'}, {_fmt(self.hi) if self.hi is not None else 'inf'}{right}"
+        return f"number in {rng}" + (f"; bare: {_show(self.flag)}" if self.flag is not _MISSING else "")
+
+
+_DROPOUT = dict(type="float", default=0.0, lo=0.0, hi=1.0, hi_open=True)
+_RATIO = Opt("ratio", "float", "hidden width = ratio x width (must come out whole); not with hidden=", "the reactor's size", default=None, default_text="4", lo=0.0, lo_open=True)
+_HIDDEN = Opt("hidden", "int", "the hidden width, directly (not with ratio=)", "the reactor's size", max=MAX_WIDTH * 64)
+_ACT = Opt("act", "choice", "the activation: gelu, gelu_tanh (GPT-2's), relu, silu; swiglu, geglu and geglu_tanh (Gemma's) are gated", "", default="gelu", choices=ACTIVATIONS)
+_BIAS = Opt("bias", "bool", "biases on the projections", "", default=True)
+
+TABLE: dict[str, tuple[Opt, ...]] = {
+    "chamber": (Opt("width", "int", "the residual stream's width d", "the chamber's pressure vessel", required=True, max=MAX_WIDTH),),
+    "throat causal": (),
+    "throat open": (),
+    "feed tokens": (
+        Opt("vocab", "int", "vocabulary size: rows of the token embedding", "the tanks", required=True, max=MAX_VOCAB),
+        Opt("context", "int", "the longest sequence (learned positions have this many rows)", "", required=True, max=MAX_CONTEXT),
+        Opt("position", "choice", "how positions enter: a learned table, fixed sinusoids, or none (rotary attention)", "", default="learned", choices=("learned", "sinusoidal", "none")),
+        Opt("scale", "float", "multiplies the embedding (sqrt(width) in the original Transformer)", "the feed pumps' head", default=1.0, lo=0.0, lo_open=True),
+        Opt("dropout", ml="dropout on the embedding", **_DROPOUT),
+        Opt("padding", "int", "the padding token (padding_idx): its embedding starts at 0 and gets no gradient", "a bleed line that carries no propellant", min=0, max=MAX_VOCAB),
+    ),
+    "nozzle head": (
+        Opt("tied", "bool", "the head reuses the token embedding's matrix (weight tying)", "", default=False),
+        Opt("bias", "bool", "a bias on the logits", "", default=False),
+        Opt("scale", "float", "multiplies the logits (Granite: 1/logits_scaling)", "the nozzle's expansion ratio", default=1.0, lo=0.0, lo_open=True),
+    ),
+    "prechamber": (
+        Opt("detach", "bool", "the branch reads x.detach(): no gradient flows back into its input", "an open cycle: exhaust decoupled from the chamber", default=False),
+        Opt("overboard", "bool", "the branch's output is not added back to the stream (an auxiliary head)", "exhaust dumped overboard", default=False),
+        Opt("loss", "float", "with overboard: weight of the branch's auxiliary next-token loss", "", lo=0.0),
+    ),
+    "turbine attention": (
+        Opt("heads", "int", "query heads", "injector baffles", required=True, max=MAX_WIDTH),
+        Opt("kv_heads", "int", "key/value heads: heads is multi-head, 1 is MQA, between is GQA; must divide heads", "baffles shared by the injector's elements", default_text="heads", max=MAX_WIDTH),
+        Opt("head_dim", "int", "per-head width", "", default_text="width/heads", max=MAX_WIDTH),
+        Opt("mask", "choice", "causal or bidirectional", "the throat", default_text="the throat's", choices=("causal", "open")),
+        Opt("window", "int", "sliding window: attend to the last N positions only (causal only)", "", max=MAX_CONTEXT),
+        Opt("rotary", "float", "rotary positions on this fraction of each head's dims (bare: all)", "", default=0.0, lo=0.0, hi=1.0, flag=1.0),
+        Opt("rotary_base", "float", "rotary frequency base", "", default=10000.0, lo=0.0, lo_open=True),
+        Opt("rotary_interleaved", "bool", "rotate dims in adjacent pairs (GPT-J), not the two halves (GPT-NeoX, Llama)", "", default=False),
+        Opt("qk_norm", "bool", "normalise queries and keys per head (RMSNorm), before rotary (Qwen3)", "", default=False),
+        Opt("qk_norm_across", "bool", "with qk_norm: one norm over all heads' queries, one over all keys (OLMo-2)", "", default=False),
+        Opt("qk_norm_eps", "float", "the qk-norms' eps", "", default=1e-6, lo=0.0, lo_open=True),
+        Opt("scale", "float", "the attention logits' scale (Granite's attention_multiplier)", "", default=None, default_text="1/sqrt(head_dim)", lo=0.0, lo_open=True),
+        Opt("bias", "bool", "biases on the q, k, v projections (and the output's, unless out_bias says otherwise)", "", default=True),
+        Opt("out_bias", "bool", "the output projection's bias (Qwen2: q, k, v biased, the output not)", "", default_text="bias"),
+        Opt("dropout", ml="attention and output dropout", **_DROPOUT),
+    ),
+    "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT)),
+    "turbine moe": (
+        Opt("experts", "int", "number of experts", "injector elements", required=True, max=MAX_EXPERTS),
+        Opt("top", "int", "experts each token is routed to", "", default_text="2 (1 with one expert)"),
+        Opt("capacity", "float", "capacity factor: tokens an expert takes, relative to an even share", "restrictor orifices", lo=0.0, lo_open=True),
+        Opt("balance", "float", "weight of the load-balancing loss", "mixture trim", default=0.0, lo=0.0),
+        Opt("normalize", "bool", "renormalise the chosen experts' weights to sum to 1, for every top (Mixtral); false: the raw probabilities", "", default=True),
+        Opt("shared", "int", "hidden width of a shared expert every token visits (Qwen2-MoE); 0: none", "an injector element that always flows", default=0, min=0, max=MAX_WIDTH * 64),
+        Opt("shared_gate", "bool", "scale the shared expert's output by sigmoid(w . x) (Qwen2-MoE)", "a throttle on that element", default=False),
+        _RATIO, _HIDDEN, _ACT, _BIAS,
+    ),
+    "turbine pool": (Opt("size", "int", "pooling window (causal engines pool only the past)", "", default=3, max=MAX_CONTEXT),),
+    "turbine conv": (
+        Opt("size", "int", "kernel size: how many neighbouring positions mix", "", default=4, max=MAX_CONTEXT),
+        _BIAS,
+    ),
+    "turbine linear": (
+        Opt("out", "int", "output width; narrower than the stream is a bottleneck", "a narrow duct is a throat", default_text="the width where it sits", max=MAX_VOCAB),
+        _BIAS,
+    ),
+    "norm layernorm": (
+        Opt("eps", "float", "added to the variance", "", default=1e-5, lo=0.0, lo_open=True),
+        Opt("bias", "bool", "a learned shift next to the gain", "", default_text="affine"),
+        Opt("affine", "bool", "a learned gain (and bias); false normalises only (OLMo)", "an adjustable valve, not a fixed orifice", default=True),
+    ),
+    "norm rmsnorm": (
+        Opt("eps", "float", "added to the mean square", "", default=1e-6, lo=0.0, lo_open=True),
+        Opt("affine", "bool", "a learned gain; false normalises only", "an adjustable valve, not a fixed orifice", default=True),
+        Opt("offset", "float", "the gain is offset + w, w starting at 1 - offset (Gemma: 1)", "", default=0.0, lo=-1e6, hi=1e6),
+    ),
+    "merge plain": (),
+    "merge scale": (Opt("scale", "float", "x + scale * f(x): a fixed factor on the branch", "a fixed orifice", required=True, lo=None),),
+    "merge cooling": (Opt("std", "float", "base std of the branch's output projection, divided by sqrt(merges into the main line)", "a rich, cool preburner", default_text="the init std", lo=0.0, lo_open=True),),
+    "merge rezero": (Opt("init", "float", "the learned scalar's start (ReZero: 0)", "the preburner starts unlit", default=0.0, lo=None),),
+    "merge layerscale": (Opt("init", "float", "the per-channel scale's start", "a lean start", default_text="by depth (CaiT: 0.1, 1e-5, 1e-6)", lo=0.0, lo_open=True),),
+    "merge deepnorm": (
+        Opt("alpha", "float", "DeepNet's main-line scale", "", default_text="(2N)^(1/4)", lo=0.0, lo_open=True),
+        Opt("beta", "float", "DeepNet's init gain of the branch's projections", "", default_text="(8N)^(-1/4)", lo=0.0, lo_open=True),
+    ),
+    "merge gate": (Opt("bias", "float", "highway gate's starting bias: g = sigmoid(Wx + b)", "a throttle valve", default=-1.0, lo=None),),
+    "param standard": (),
+    "param mup": (
+        Opt("base_width", "int", "the width whose learning rates and init std are the spec's own (Tensor Programs V)", "the reference engine a bigger one is scaled from", default_text="the chamber's width", max=MAX_WIDTH),
+    ),
+    "schedule constant": (
+        Opt("lr", "float", "the learning rate", "", default=1e-3, lo=0.0, lo_open=True),
+        Opt("steps", "int", "steps to train (the stand's --train may say)", ""),
+    ),
+    "schedule cosine": (
+        Opt("lr", "float", "the peak learning rate", "", default=1e-3, lo=0.0, lo_open=True),
+        Opt("min", "float", "the learning rate at the end", "", default=0.0, lo=0.0),
+        Opt("steps", "int", "steps the schedule runs", "", required=True),
+    ),
+    "schedule linear": (
+        Opt("lr", "float", "the peak learning rate", "", default=1e-3, lo=0.0, lo_open=True),
+        Opt("min", "float", "the learning rate at the end", "", default=0.0, lo=0.0),
+        Opt("steps", "int", "steps the schedule runs", "", required=True),
+    ),
+    "init normal": (Opt("std", "float", "std of the weights' normal init", "the chill-down", default=0.02, lo=0.0, lo_open=True),),
+    "init xavier": (),
+}
+
+
+def options_for(key: str) -> tuple[Opt, ...]:
+    """The options a statement accepts (key: 'turbine attention', 'prechamber', ...)."""
+    return TABLE.get(key, ())
+
+
+def option(key: str, name: str) -> Opt | None:
+    return next((o for o in TABLE.get(key, ()) if o.name == name), None)

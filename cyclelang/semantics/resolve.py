@@ -23,17 +23,11 @@ from .. import ir
 from ..diagnostics import Collector, CycleError, did_you_mean
 from ..syntax import ast
 from ..syntax.parser import KEYWORD_HOMES, MAX_SOURCE_BYTES, parse_module
-from .options import Options
+from .options import ACTIVATIONS, MAX_CONTEXT, MAX_EXPERTS, MAX_VOCAB, MAX_WIDTH, Options  # noqa: F401 (limits re-exported)
 from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, number
 
 MAX_INCLUDE_DEPTH = 16
 MAX_REPEAT = 10_000
-MAX_WIDTH = 1 << 20
-MAX_VOCAB = 1 << 24
-MAX_CONTEXT = 1 << 24
-MAX_EXPERTS = 4096
-
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "geglu_tanh")
 TURBINES = tuple(ir.kinds.BY_KEYWORD)  # each has an option reader below, t_<keyword>
 NORMS = typing.get_args(ir.NormType)
 MERGES = tuple(ir.kinds.MERGE_BY_KEYWORD)
@@ -71,14 +65,16 @@ def load(path: str | os.PathLike, include_path: tuple[str, ...] = ()) -> ir.Spec
 
 
 @_gc_paused
-def parse(text: str, filename: str | None = None, include_path: tuple[str, ...] = ()) -> ir.Spec:
+def parse(text: str, filename: str | None = None, include_path: tuple[str, ...] = (), module: ast.Module | None = None) -> ir.Spec:
     """Parse and resolve spec text. Includes are read relative to `filename`'s directory
-    (the current directory when there is no filename)."""
+    (the current directory when there is no filename). `module`: the text's syntax tree,
+    when the caller has parsed it already (the language server keeps it for hover)."""
     display = filename or "<string>"
     base = Path(filename).resolve().parent if filename else Path.cwd().resolve()
     loader = _Loader(root=base, include_path=tuple(Path(p).resolve() for p in include_path))
     loader.sources[display] = text
-    module = loader.parse_text(text, display)
+    if module is None:
+        module = loader.parse_text(text, display)
     if filename:
         loader.stack.append(Path(filename).resolve())
     return _resolve_module(module, loader)
@@ -285,7 +281,7 @@ class _Resolver:
         else:
             c = singles["chamber"]
             o = Options("chamber", c.options, scope, self.out, c.span)
-            width = o.int("width", required=True, max=MAX_WIDTH)
+            width = o.get("width")
             o.finish()
         throat = "causal"
         if "throat" in singles:
@@ -333,7 +329,7 @@ class _Resolver:
                     body.append(op)
                     w = _out_width(op, w)
         nozzle = self.nozzle(nozzle_d, full, w, width, feed) if nozzle_d is not None else None
-        startup = self.startup(singles.get("startup"), full)
+        startup = self.startup(singles.get("startup"), full, width)
         if self.out.has_errors or width is None or feed is None or nozzle is None or startup is None:
             return None
         body = ir.passes.finalize_merges(body, startup.init)
@@ -344,12 +340,12 @@ class _Resolver:
             self.out.error("E0204", f"unknown feed '{d.kind.name}'", d.kind.span, did_you_mean(d.kind.name, ["tokens"]) or "the feed is 'tokens'")
             return None
         o = Options("feed tokens", d.options, scope, self.out, d.span)
-        vocab = o.int("vocab", required=True, max=MAX_VOCAB)
-        context = o.int("context", required=True, max=MAX_CONTEXT)
-        position = o.choice("position", ("learned", "sinusoidal", "none"), "learned")
-        scale = o.float("scale", 1.0, lo=0.0, lo_open=True)
-        dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
-        padding = o.int("padding", None, min=0, max=MAX_VOCAB)
+        vocab = o.get("vocab")
+        context = o.get("context")
+        position = o.get("position")
+        scale = o.get("scale")
+        dropout = o.get("dropout")
+        padding = o.get("padding")
         o.finish()
         if None in (vocab, context, width, position, scale, dropout):
             return None
@@ -366,9 +362,9 @@ class _Resolver:
             self.out.error("E0204", f"unknown nozzle '{d.kind.name}'", d.kind.span, did_you_mean(d.kind.name, ["head"]) or "the nozzle is 'head'")
             return None
         o = Options("nozzle head", d.options, scope, self.out, d.span)
-        tied = o.bool("tied", False)
-        bias = o.bool("bias", False)
-        scale = o.float("scale", 1.0, lo=0.0, lo_open=True)
+        tied = o.get("tied")
+        bias = o.get("bias")
+        scale = o.get("scale")
         o.finish()
         if w is None or feed is None or scale is None:
             return None
@@ -379,10 +375,11 @@ class _Resolver:
             pass  # a tied head may still learn its own bias
         return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, scale=scale, span=d.span)
 
-    def startup(self, s: ast.Startup | None, scope) -> ir.Startup | None:
+    def startup(self, s: ast.Startup | None, scope, width: int | None = None) -> ir.Startup | None:
         warmup, clip, betas, decay = 0, None, (0.9, 0.999), 0.01
         schedule = ir.Schedule(kind="constant", lr=1e-3, min_lr=0.0, steps=None)
         init = ir.Init(kind="normal", std=0.02)
+        param = ir.STANDARD
         if s is None:
             return ir.Startup(warmup=warmup, schedule=schedule, clip=clip, betas=betas, decay=decay, init=init)
         seen: dict[str, ir.Span] = {}
@@ -434,9 +431,9 @@ class _Resolver:
                     ok = False
                     continue
                 o = Options(f"schedule {kind}", item.options, scope, self.out, item.span)
-                lr = o.float("lr", 1e-3, lo=0.0, lo_open=True)
-                steps = o.int("steps", None, required=kind != "constant")
-                min_lr = o.float("min", 0.0, lo=0.0) if kind != "constant" else 0.0
+                lr = o.get("lr")
+                steps = o.get("steps")
+                min_lr = o.get("min") if kind != "constant" else 0.0
                 o.finish()
                 if lr is not None and min_lr is not None and min_lr > lr:
                     self.out.error("E0205", f"min={min_lr:g} is above lr={lr:g}", o.span_of("min"))
@@ -450,12 +447,30 @@ class _Resolver:
                     ok = False
                     continue
                 o = Options(f"init {kind}", item.options, scope, self.out, item.span)
-                std = o.float("std", 0.02, lo=0.0, lo_open=True) if kind == "normal" else 0.02
+                std = o.get("std") if kind == "normal" else 0.02
                 o.finish()
                 init = ir.Init(kind=kind, std=std, span=item.span)
+            elif key == "param":
+                kind = item.kind.name
+                if kind not in ("standard", "mup"):
+                    self.out.error("E0204", f"unknown parametrisation '{kind}'", item.kind.span,
+                                   did_you_mean(kind, ["standard", "mup"]) or "standard (the default) or mup")
+                    ok = False
+                    continue
+                o = Options(f"param {kind}", item.options, scope, self.out, item.span)
+                base = o.int("base_width", width) if kind == "mup" else None
+                o.finish()
+                if kind == "mup" and base is None:
+                    ok = False  # the chamber's width is itself in error, or base_width is
+                    continue
+                param = ir.Param(kind=kind, base_width=base, span=item.span)
         if not ok:
             return None
-        return ir.Startup(warmup=warmup, schedule=schedule, clip=clip, betas=betas, decay=decay, init=init, span=s.span)
+        if param.kind == "mup" and init.kind != "normal":
+            self.out.error("E0260", "mup scales a normal init, not xavier", init.span or param.span,
+                           "use 'init normal std=0.02' (the std at base_width) with 'param mup'")
+            return None
+        return ir.Startup(warmup=warmup, schedule=schedule, clip=clip, betas=betas, decay=decay, init=init, param=param, span=s.span)
 
     # stages ---------------------------------------------------------------
     def stage(self, s: ast.Stage, scope, ctx: "_EngineCtx", w: int | None, names: dict) -> ir.Stage | None:
@@ -615,10 +630,10 @@ class _Resolver:
             self.out.error("E0102", f"a second branch named '{name}' in this stage", p.name.span, "give each prechamber its own name")
             return None
         names[name] = p.name
-        o = Options(f"prechamber {name}", p.options, scope, self.out, p.span)
-        detach = o.bool("detach", False)
-        overboard = o.bool("overboard", False)
-        loss = o.float("loss", None, lo=0.0)
+        o = Options(f"prechamber {name}", p.options, scope, self.out, p.span, key="prechamber")
+        detach = o.get("detach")
+        overboard = o.get("overboard")
+        loss = o.get("loss")
         o.finish()
         if loss is not None and not overboard:
             self.out.error("E0211", "loss= weighs an overboard branch's loss; this branch merges back", o.span_of("loss"), "add 'overboard', or drop loss=")
@@ -684,23 +699,23 @@ class _Resolver:
         if kind == "plain":
             m = ir.PlainMerge(span=d.span)
         elif kind == "scale":
-            v = o.float("scale", None, required=True)
+            v = o.get("scale")
             if v is not None:
                 m = ir.ScaleMerge(value=v, span=d.span)
         elif kind == "cooling":
-            base = o.float("std", None, lo=0.0, lo_open=True)
+            base = o.get("std")
             m = ir.CoolingMerge(base_asked=base, span=d.span)
         elif kind == "rezero":
-            m = ir.RezeroMerge(init=o.float("init", 0.0), span=d.span)
+            m = ir.RezeroMerge(init=o.get("init"), span=d.span)
         elif kind == "layerscale":
-            init = o.float("init", None, lo=0.0, lo_open=True)
+            init = o.get("init")
             m = ir.LayerscaleMerge(init_asked=init, span=d.span)
         elif kind == "deepnorm":
-            alpha = o.float("alpha", None, lo=0.0, lo_open=True)
-            beta = o.float("beta", None, lo=0.0, lo_open=True)
+            alpha = o.get("alpha")
+            beta = o.get("beta")
             m = ir.DeepnormMerge(alpha_asked=alpha, beta_asked=beta, span=d.span)
         elif kind == "gate":
-            m = ir.GateMerge(bias=o.float("bias", -1.0), span=d.span)
+            m = ir.GateMerge(bias=o.get("bias"), span=d.span)
         o.finish()
         return m
 
@@ -719,10 +734,10 @@ class _Resolver:
             self.out.error("E0204", f"unknown norm '{kind}'", d.kind.span, did_you_mean(kind, NORMS) or "layernorm or rmsnorm")
             return None
         o = Options(f"norm {kind}", d.options, scope, self.out, d.span)
-        eps = o.float("eps", 1e-5 if kind == "layernorm" else 1e-6, lo=0.0, lo_open=True)
-        affine = o.bool("affine", True)
-        bias = o.bool("bias", affine) if kind == "layernorm" else False
-        offset = o.float("offset", 0.0, lo=-1e6, hi=1e6) if kind == "rmsnorm" else 0.0
+        eps = o.get("eps")
+        affine = o.get("affine")
+        bias = o.get("bias", affine) if kind == "layernorm" else False
+        offset = o.get("offset") if kind == "rmsnorm" else 0.0
         o.finish()
         if w is None or eps is None or offset is None:
             return None
@@ -750,21 +765,21 @@ class _Resolver:
         return op
 
     def t_attention(self, o: Options, ctx, w, d):
-        heads = o.int("heads", required=True, max=MAX_WIDTH)
-        kv = o.int("kv_heads", None, max=MAX_WIDTH)
-        head_dim = o.int("head_dim", None, max=MAX_WIDTH)
-        mask = o.choice("mask", ("causal", "open"), ctx.throat)
-        window = o.int("window", None, max=MAX_CONTEXT)
-        rotary = o.float("rotary", 0.0, lo=0.0, hi=1.0, flag=1.0)
-        base = o.float("rotary_base", 10000.0, lo=0.0, lo_open=True)
-        qk_norm = o.bool("qk_norm", False)
-        qk_eps = o.float("qk_norm_eps", 1e-6, lo=0.0, lo_open=True)
-        qk_across = o.bool("qk_norm_across", False)
-        scale = o.float("scale", None, lo=0.0, lo_open=True)
-        interleaved = o.bool("rotary_interleaved", False)
-        bias = o.bool("bias", True)
-        out_bias = o.bool("out_bias", bias)
-        dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
+        heads = o.get("heads")
+        kv = o.get("kv_heads")
+        head_dim = o.get("head_dim")
+        mask = o.get("mask", ctx.throat)
+        window = o.get("window")
+        rotary = o.get("rotary")
+        base = o.get("rotary_base")
+        qk_norm = o.get("qk_norm")
+        qk_eps = o.get("qk_norm_eps")
+        qk_across = o.get("qk_norm_across")
+        scale = o.get("scale")
+        interleaved = o.get("rotary_interleaved")
+        bias = o.get("bias")
+        out_bias = o.get("out_bias", bias)
+        dropout = o.get("dropout")
         if None in (heads, w, mask, rotary, base, dropout, qk_eps):
             return None
         if interleaved and not rotary:
@@ -799,8 +814,8 @@ class _Resolver:
 
     def _hidden(self, o: Options, w: int | None):
         ratio_given, hidden_given = o.has("ratio"), o.has("hidden")
-        ratio = o.float("ratio", None, lo=0.0, lo_open=True)
-        hidden = o.int("hidden", None, max=MAX_WIDTH * 64)
+        ratio = o.get("ratio")
+        hidden = o.get("hidden")
         if ratio_given and hidden_given:
             self.out.error("E0211", "give ratio= or hidden=, not both", o.span_of("hidden"))
             return None
@@ -825,24 +840,24 @@ class _Resolver:
 
     def t_mlp(self, o: Options, ctx, w, d):
         hidden = self._hidden(o, w)
-        act = o.choice("act", ACTIVATIONS, "gelu")
-        bias = o.bool("bias", True)
-        dropout = o.float("dropout", 0.0, lo=0.0, hi=1.0, hi_open=True)
+        act = o.get("act")
+        bias = o.get("bias")
+        dropout = o.get("dropout")
         if None in (hidden, act, dropout, w):
             return None
         return ir.Mlp(width=w, hidden=hidden, act=act, bias=bias, dropout=dropout, span=d.span)
 
     def t_moe(self, o: Options, ctx, w, d):
-        experts = o.int("experts", required=True, min=1, max=MAX_EXPERTS)
-        top = o.int("top", 2 if (experts or 0) >= 2 else 1, min=1)
-        capacity = o.float("capacity", None, lo=0.0, lo_open=True)
-        balance = o.float("balance", 0.0, lo=0.0)
+        experts = o.get("experts")
+        top = o.get("top", 2 if (experts or 0) >= 2 else 1)
+        capacity = o.get("capacity")
+        balance = o.get("balance")
         hidden = self._hidden(o, w)
-        act = o.choice("act", ACTIVATIONS, "gelu")
-        bias = o.bool("bias", True)
-        normalize = o.bool("normalize", True)
-        shared = o.int("shared", 0, min=0, max=MAX_WIDTH * 64)
-        shared_gate = o.bool("shared_gate", False)
+        act = o.get("act")
+        bias = o.get("bias")
+        normalize = o.get("normalize")
+        shared = o.get("shared")
+        shared_gate = o.get("shared_gate")
         if None in (experts, top, balance, hidden, act, w, shared):
             return None
         if shared_gate and not shared:
@@ -855,21 +870,21 @@ class _Resolver:
                       shared_gate=shared_gate, span=d.span)
 
     def t_pool(self, o: Options, ctx, w, d):
-        size = o.int("size", 3, max=MAX_CONTEXT)
+        size = o.get("size")
         if size is None or w is None:
             return None
         return ir.Pool(width=w, size=size, causal=ctx.throat == "causal", span=d.span)
 
     def t_conv(self, o: Options, ctx, w, d):
-        size = o.int("size", 4, max=MAX_CONTEXT)  # a kernel past the context is unwise, not wrong
-        bias = o.bool("bias", True)
+        size = o.get("size")  # a kernel past the context is unwise, not wrong
+        bias = o.get("bias")
         if size is None or w is None:
             return None
         return ir.Conv(width=w, size=size, bias=bias, causal=ctx.throat == "causal", span=d.span)
 
     def t_linear(self, o: Options, ctx, w, d):
-        out = o.int("out", w, max=MAX_VOCAB)
-        bias = o.bool("bias", True)
+        out = o.get("out", w)
+        bias = o.get("bias")
         if out is None or w is None:
             return None
         return ir.Linear(width=w, out=out, bias=bias, span=d.span)

@@ -10,10 +10,10 @@ read a report without torch.
 
 from __future__ import annotations
 
-from .result import BranchReading, Check, Firing, Settings, Spike, StageReading, StandReport, Training
+from .result import BranchReading, Check, Firing, Flameout, Settings, Spike, StageReading, StandReport, Training
 from .shrink import shrink
 
-__all__ = ["fire", "shrink", "StandReport", "Firing", "StageReading", "BranchReading", "Check", "Training", "Spike", "Settings"]
+__all__ = ["fire", "shrink", "StandReport", "Firing", "StageReading", "BranchReading", "Check", "Training", "Flameout", "Spike", "Settings"]
 
 
 def fire(specs, **kwargs) -> StandReport:

@@ -53,14 +53,24 @@ def run_table(r: Firing) -> str:
     t = r.training
     if t is not None:
         first = t.loss[0] if t.loss else None
-        line = f"  trained {t.done}/{t.steps} steps on {t.source}: loss {_g(first)} -> {_g(t.final_loss)} (mean of the last 10%)"
+        out.append(f"  trained {t.done}/{t.steps} steps on {t.source}, objective {t.objective}: "
+                   f"loss {_g(first)} -> {_g(t.final_loss)} (mean of the last 10%)" + (" [interrupted]" if t.interrupted else ""))
         if t.floor is not None:
-            line += f"; floor {t.floor:.3f} (entropy rate), unigram {t.unigram:.3f}"
-        out.append(line + (" [interrupted]" if t.interrupted else ""))
+            out.append(f"  floor {t.floor:.3f} nats/token (the best any model can do on this source and objective), "
+                       f"unigram {t.unigram:.3f} (what ignoring context reaches)")
+        else:
+            out.append("  floor unknown (a file's bytes have no known entropy rate): compare runs with each other, not with a floor")
+        f = t.flameout
+        if f is not None:
+            blame = "" if f.group is None else (f"; the largest update ratio ||dp||/||p|| before it: {f.group} "
+                                                f"{_g(f.update_ratio)} (first step {_g(f.first_ratio)})")
+            out.append(f"  FLAMEOUT at step {f.step + 1}: {f.reason}{blame}")
         if t.spikes:
-            out.append("  loss spikes: " + ", ".join(f"step {k.step} +{_g(k.size)} nats" for k in t.spikes))
+            out.append("  loss spikes: " + ", ".join(f"step {k.step + 1} +{_g(k.size)} nats" for k in t.spikes))
         else:
             out.append("  loss spikes: none")
+        for note in t.notes:
+            out.append(f"  note: {note}")
     return "\n".join(out) + "\n"
 
 
@@ -118,7 +128,7 @@ def plot(report: StandReport) -> bytes:
     if trained:
         floors = {r.training.floor for r in report.runs if r.training is not None and r.training.floor is not None}
         for f in floors:
-            ax[4].axhline(f, color="k", ls="--", lw=0.8, label="entropy-rate floor")
+            ax[4].axhline(f, color="k", ls="--", lw=0.8, label="floor (best possible loss)")
         ax[4].set_title("loss during training (x: spikes)", fontsize=10)
         ax[4].set_xlabel("step")
         ax[4].set_ylabel("nats/token")
@@ -129,8 +139,118 @@ def plot(report: StandReport) -> bytes:
         if a.get_lines():
             a.legend(fontsize=7)
         a.grid(alpha=0.3)
+    return _png(fig)
+
+
+# --- the coordinate check and the LR sweep ------------------------------------------------------
+
+
+def coord_table(c) -> str:
+    """The coordinate check as text: each layer type's fitted exponent per step, flagged if it grows."""
+    out = [f"coordinate check of {c.name} ({c.file}), {c.param}: widths {', '.join(map(str, c.widths))}; "
+           f"{c.steps} steps at lr {c.lr:g} (no warmup or decay), {c.batch} x {c.seq} tokens, seed {c.seed}",
+           "  mean |activation| ~ width^exponent, per step (step 1: at initialisation); "
+           f"flagged: an exponent above {c.flag_at:g} at the last step"]
+    head = ["layer", "what"] + [f"step {t + 1}" for t in range(c.steps)] + [""]
+    rows = [[l.name, l.what] + [f"{e:+.2f}" if math.isfinite(e) else "nan" for e in l.exponent] + ["GROWS" if l.flag else ""]
+            for l in c.layers]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    for row in [head] + rows:
+        out.append("  " + "  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths))).rstrip())
+    out.append("  loss at the last step per width: " + ", ".join(f"{w}: {_g(v)}" for w, v in zip(c.widths, c.loss[-1])))
+    grown = [l.name for l in c.layers if l.flag]
+    out.append("  grows with width: " + (", ".join(grown) if grown else "nothing"))
+    return "\n".join(out) + "\n"
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
     return buf.getvalue()
+
+
+def coord_plot(checks) -> bytes:
+    """The standard coordinate-check figure: a row per check (SP, μP, ...), a panel per step,
+    mean |activation| against width on log-log axes, one line per layer type."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = max(c.steps for c in checks)
+    fig, axes = plt.subplots(len(checks), steps, figsize=(2.6 * steps + 1.5, 2.7 * len(checks)), squeeze=False, sharey="row")
+    for i, c in enumerate(checks):
+        for t in range(steps):
+            a = axes[i][t]
+            if t >= c.steps:
+                a.axis("off")
+                continue
+            for k, l in enumerate(c.layers):
+                a.plot(c.widths, l.size[t], marker="o", ms=3, lw=1.2, color=f"C{k % 10}", label=l.name)
+            a.set_xscale("log", base=2)
+            a.set_yscale("log")
+            a.set_title(f"{c.name}, {c.param.split(' (')[0]}: step {t + 1}", fontsize=9)
+            a.set_xlabel("width")
+            a.grid(alpha=0.3)
+        axes[i][0].set_ylabel("mean |activation|")
+        axes[i][min(c.steps, steps) - 1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return _png(fig)
+
+
+def sweep_table(s) -> str:
+    out = [f"LR sweep of {s.name} ({s.file}): widths {', '.join(map(str, s.widths))}; {s.steps} steps at a constant lr on {s.source}, "
+           f"{s.batch} x {s.seq} tokens, seed {s.seed}; final loss = mean of the last 10% of steps"]
+    for sw in s.sweeps:
+        out.append(f"  {sw.param}:")
+        head = ["lr"] + [f"width {w}" for w in s.widths]
+        by = {(r.width, r.lr): r for r in sw.runs}
+        rows = []
+        for lr in s.lrs:
+            cells = []
+            for w in s.widths:
+                r = by[(w, lr)]
+                v = "flameout" if r.final_loss is None else f"{r.final_loss:.3f}"
+                cells.append(v + ("*" if sw.best.get(w) == lr else " "))
+            rows.append([f"{lr:g}"] + cells)
+        widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+        for row in [head] + rows:
+            out.append("    " + "  ".join(x.rjust(w) for x, w in zip(row, widths)))
+        out.append("    best lr per width (*): " + ", ".join(f"{w}: {_g(sw.best.get(w))}" for w in s.widths))
+    return "\n".join(out) + "\n"
+
+
+def sweep_plot(sweeps) -> bytes:
+    """Loss against learning rate, one line per width (the best marked with a star): a row per
+    spec, a panel per parametrisation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = max(len(s.sweeps) for s in sweeps)
+    fig, axes = plt.subplots(len(sweeps), cols, figsize=(5.2 * cols, 3.8 * len(sweeps)), squeeze=False, sharey="row")
+    for row, s in zip(axes, sweeps):
+        for a, sw in zip(row, s.sweeps):
+            for k, w in enumerate(s.widths):
+                pts = dict((r.lr, r.final_loss) for r in sw.runs if r.width == w and r.final_loss is not None)
+                if pts:
+                    a.plot(list(pts), list(pts.values()), marker="o", ms=3, color=f"C{k % 10}", label=f"width {w}")
+                best = sw.best.get(w)
+                if best is not None:
+                    a.plot([best], [pts[best]], "*", color=f"C{k % 10}", ms=10, mec="k")
+            top = a.get_ylim()[1]
+            for k, w in enumerate(s.widths):  # a flameout has no loss: an x on the top edge
+                out = [r.lr for r in sw.runs if r.width == w and r.final_loss is None]
+                if out:
+                    a.plot(out, [top] * len(out), "x", color=f"C{k % 10}", ms=7, clip_on=False)
+            a.set_xscale("log")
+            a.set_title(f"{s.name}: {sw.param} (x: flameout)", fontsize=10)
+            a.set_xlabel("learning rate")
+            a.grid(alpha=0.3)
+            a.legend(fontsize=7)
+        row[0].set_ylabel(f"loss after {s.steps} steps (nats/token)")
+    return _png(fig)

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-REPORT_VERSION = 2  # 2: readings carry their layout path
+REPORT_VERSION = 3  # 2: readings carry their layout path; 3: training's objective, flameout and notes
 
 
 class _Model(BaseModel):
@@ -59,17 +59,31 @@ class Spike(_Model):
     size: float  # loss - baseline, nats
 
 
+class Flameout(_Model):
+    """Training that diverged: the step it was seen, and the group whose update blew up."""
+
+    step: int  # 0-based step whose loss is the flameout
+    loss: float
+    reason: str
+    group: str | None  # the parameter group (layout path of the instance) with the largest update ratio just before
+    update_ratio: float | None  # that group's ||dp|| / ||p|| in the update before the flameout
+    first_ratio: float | None  # ... and in the first update, for scale
+
+
 class Training(_Model):
     steps: int  # steps asked for
     done: int  # steps completed (fewer when interrupted)
     interrupted: bool
     source: str  # "markov(alphabet=32, seed=0)" or "file:NAME"
-    floor: float | None  # the source's entropy rate in nats/token: no model can go below it
+    objective: str  # "next-token", or "masked-token (...)" behind an open throat
+    floor: float | None  # the lowest loss any model can reach on this source and objective (nats/token); None: unknown
     unigram: float | None  # entropy of the source's symbol frequencies: what a model ignoring context reaches
     loss: list[float]
     grad_norm: list[float]  # before clipping
     lr: list[float]
     spikes: list[Spike]
+    flameout: Flameout | None = None  # the run stopped: the loss diverged or is not finite
+    notes: list[str] = []  # what makes the run less than it looks (a warmup longer than the run)
     final_loss: float | None  # mean of the last 10% of steps
 
 
@@ -111,3 +125,64 @@ class StandReport(_Model):
     @property
     def failed(self) -> list[tuple[str, Check]]:
         return [(r.name, c) for r in self.runs for c in r.failed]
+
+
+# --- the coordinate check and the LR-transfer sweep (`cyclec fire --coord-check`, `--lr-sweep`) ---
+
+
+class CoordLayer(_Model):
+    """One layer type's coordinate size (mean |activation|) at every width and step."""
+
+    name: str  # "feed", a branch's folded layout path ("stages.0-11.mix"), "<attention path> logits", "logits"
+    what: Literal["feed", "branch", "attention logits", "logits"]
+    size: list[list[float]]  # [step][width index]
+    exponent: list[float]  # per step: the slope of log(size) against log(width), least squares
+    flag: Literal["grows"] | None  # at the last step, the exponent is above `CoordCheck.flag_at`
+
+
+class CoordCheck(_Model):
+    """μP's coordinate check of one spec: shrunk to each width, a few steps at a fixed learning
+    rate; steps count from 1 (step 1: the forward pass at initialisation)."""
+
+    version: int = REPORT_VERSION
+    name: str
+    file: str
+    param: str  # "standard" or "mup (base width N)"
+    widths: list[int]
+    steps: int
+    lr: float
+    seed: int
+    batch: int
+    seq: int
+    flag_at: float  # an exponent above this at the last step is flagged: the coordinate grows with width
+    loss: list[list[float]]  # [step][width index]
+    layers: list[CoordLayer]
+
+
+class SweepRun(_Model):
+    width: int
+    lr: float
+    final_loss: float | None  # mean of the last 10% of steps; None: flameout
+    flameout_step: int | None
+
+
+class Sweep(_Model):
+    """Train every width over a grid of learning rates, under one parametrisation."""
+
+    param: str  # "standard" or "mup (base width N)"
+    runs: list[SweepRun]
+    best: dict[int, float | None]  # width -> the learning rate with the lowest final loss
+
+
+class LrSweep(_Model):
+    version: int = REPORT_VERSION
+    name: str
+    file: str
+    widths: list[int]
+    lrs: list[float]
+    steps: int
+    seed: int
+    batch: int
+    seq: int
+    source: str
+    sweeps: list[Sweep]  # standard, then mup

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Callable
 
 import torch
@@ -13,7 +14,7 @@ from .data import ALPHABET, ByteFile, Markov, RandomTokens
 from .measure import check_causal, check_detach, check_kv_cache, static_fire
 from .result import Firing, Settings, StandReport
 from .shrink import shrink
-from .train import hot_fire
+from .train import Objective, hot_fire, mask_positions
 
 DEFAULT_SEQ = 64
 DEFAULT_BATCH = 4
@@ -31,6 +32,48 @@ def file_label(spec, s: ir.Spec) -> str:
     if s.engine is not None and s.engine.span is not None:
         return os.path.basename(s.engine.span.file)
     return "<spec>"
+
+
+def propellant(spec: ir.Spec, data_source, T: int, seed: int):
+    """(source, objective, floor, unigram) for training: next tokens behind a causal throat;
+    behind an open one, masked tokens (a bidirectional engine would read the next token off
+    its input), with a mask token outside the source's symbols and the floor of that objective.
+    data_source: the --data file's bytes (floor unknown), or None for the Markov chain."""
+    e = spec.engine
+    masked = e.throat == "open"
+    if data_source is not None:
+        if not masked:
+            return data_source, Objective(), None, None
+        if e.feed.vocab < 257:
+            raise _bad(f"{e.name} has an open throat: it trains on masked tokens, and a mask token needs a vocab above the 256 "
+                       f"byte values, not {e.feed.vocab}", "fire it without --data (the Markov source), or give it vocab=257 or more")
+        return data_source, Objective(mask=256), None, None
+    symbols = min(ALPHABET, e.feed.vocab - 1 if masked else e.feed.vocab)
+    if symbols < 2:
+        raise _bad(f"{e.name}'s vocab of {e.feed.vocab} leaves no room for a source of 2 symbols"
+                   + (" and a mask token (its throat is open: it trains on masked tokens)" if masked else ""),
+                   "give the feed a larger vocab")
+    src = Markov(symbols, seed=seed)
+    if not masked:
+        return src, Objective(), src.entropy_rate, src.unigram
+    objective = Objective(mask=symbols)
+    return src, objective, src.masked_floor(T, lambda shape, gen: mask_positions(shape, objective.rate, gen), seed), src.unigram
+
+
+def startup_notes(model, spec: ir.Spec, steps: int) -> list[str]:
+    """What makes a run of `steps` steps less than the spec's start sequence: a warmup or a
+    schedule that outlasts it (the learning rates are the generated model's own)."""
+    s = spec.engine.startup
+    learning_rate = sys.modules[type(model).__module__].learning_rate
+    notes = []
+    peak, last = s.schedule.lr, learning_rate(steps - 1)
+    if s.warmup >= steps:
+        notes.append(f"the warmup of {s.warmup} steps outlasts --train {steps}: the learning rate ends at {last:.3g}, "
+                     f"{last / peak:.1%} of its peak {peak:.3g}; a run this short learns little (--train {2 * s.warmup} or more)")
+    elif s.schedule.kind != "constant" and s.schedule.steps is not None and s.schedule.steps > steps:
+        notes.append(f"the {s.schedule.kind} schedule runs to step {s.schedule.steps}, past --train {steps}: "
+                     f"the learning rate ends at {last:.3g}, not at its floor {s.schedule.min_lr:.3g}")
+    return notes
 
 
 def _bad(message: str, help: str | None = None) -> CycleError:
@@ -76,13 +119,9 @@ def fire(specs, *, files=None, width: int | None = None, depth: int | None = Non
         checks = [check_detach(model, small, idx, targets), check_causal(model, small, idx), check_kv_cache(model, small, idx)]
         training = None
         if train:
-            if data:
-                src, floor, unigram = source, None, None
-            else:
-                src = Markov(min(ALPHABET, e.feed.vocab), seed=seed)
-                floor, unigram = src.entropy_rate, src.unigram
+            src, objective, floor, unigram = propellant(small, source if data else None, T, seed)
             cb = None if progress is None else (lambda step, steps, value, _n=e.name: progress(_n, step, steps, value))
-            training = hot_fire(model, src, train, batch, T, seed, floor, unigram, cb)
+            training = hot_fire(model, small, src, train, batch, T, seed, floor, unigram, objective, startup_notes(model, small, train), cb)
         runs.append(Firing(
             name=e.name, file=label,
             settings=Settings(width=e.width, depth=len(stages), seq=T, batch=batch, seed=seed,

@@ -48,6 +48,33 @@ KEYWORD_HOMES = {
     "init": "inside startup",
 }
 
+# What each keyword means, (network, engine): hover text in the language server and the
+# playground; docs/language.md says the same at length.
+KEYWORD_MEANINGS = {
+    "let": ("a named constant, usable in any later expression", "a line on the test-stand sheet"),
+    "include": ("read another file's lets and stage templates", "parts from the shelf"),
+    "engine": ("the whole network", "the engine"),
+    "chamber": ("the residual stream and its width d", "the main combustion chamber"),
+    "throat": ("the causal mask (causal) or none (open)", "the throat: past it, nothing travels upstream"),
+    "feed": ("token embedding and positions", "tanks and feed pumps"),
+    "nozzle": ("the LM head: the stream to logits", "the nozzle"),
+    "startup": ("the optimiser and its schedule: warmup, LR, clipping, betas, decay, init", "the start sequence"),
+    "stage": ("a block, repeated with x N; at the top of a file, a block template", "a stage of the engine"),
+    "prechamber": ("a residual branch x + f(x): split off, do work, merge back", "a preburner driving a turbine"),
+    "fullflow": ("parallel branches that all read the same state (parallel attention + MLP)", "full-flow staged combustion"),
+    "norm": ("a normalisation: on a branch it is Pre-LN, in series on the main line Post-LN", "a valve"),
+    "turbine": ("an operator: attention, MLP, MoE, pooling, conv or a linear map", "a turbine, the work done on the flow"),
+    "merge": ("how the branch returns to the stream: plain add, scaled, cooled init, ReZero, LayerScale, DeepNorm, gate", "the junction where the exhaust returns"),
+    "warmup": ("linear LR warmup over N steps", "the open-loop start sequence"),
+    "schedule": ("the LR after warmup: constant, cosine or linear", "the throttle programme"),
+    "clip": ("gradient-norm clipping", "a restrictor orifice"),
+    "betas": ("AdamW's betas", "the POGO accumulator"),
+    "decay": ("AdamW's weight decay", ""),
+    "init": ("weight initialisation: normal std=X or xavier", "the chill-down"),
+    "x": ("repeat the stage N times", ""),
+    "sqrt": ("square root, in an expression", ""),
+}
+
 # The kinds a directive names right after its keyword, for "needs a kind" help lines.
 KINDS = {
     "norm": "layernorm|rmsnorm",
@@ -370,8 +397,9 @@ class _Builder:
     def startup(self, t: Tree) -> ast.Startup:
         items = []
         for c in _content(t):
-            if c.data in ("schedule", "init"):
-                items.append(self.directive(c))
+            if c.data in ("schedule", "init", "parametrization"):
+                d = self.directive(c)
+                items.append(d if c.data != "parametrization" else ast.Directive("param", d.kind, d.options, d.span))
             else:
                 items.append(ast.Scalar(str(c.data), tuple(self.expr(v) for v in _content(c)), self.span(c)))
         return ast.Startup(tuple(items), self.span(t), self.close_span(t))

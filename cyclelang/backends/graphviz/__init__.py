@@ -74,6 +74,28 @@ def draw(spec: ir.Spec, view: str = "cycle", expand: bool = False, labels: str =
     return builder.build()
 
 
+HIGHLIGHT = {"added": "#2ca02c", "changed": "#ff7f0e", "moved": "#9467bd"}
+_TOOLTIP_LINE = re.compile(r'tooltip="line (\d+)"')
+
+
+def highlight(graph, lines: dict[int, str], note: str | None = None):
+    """Restyle the nodes drawn from the given source lines ({line: "added" | "changed" |
+    "moved"}, colours in HIGHLIGHT) and add `note` under the title: `cyclec diff --draw`.
+    Nodes carry their spec line as a tooltip, which is what this reads."""
+    body = []
+    for stmt in graph.body:
+        m = _TOOLTIP_LINE.search(stmt)
+        status = lines.get(int(m.group(1))) if m else None
+        if status is not None and stmt.rstrip().endswith("]"):
+            colour = HIGHLIGHT[status]
+            stmt = stmt.rstrip()[:-1] + f' color="{colour}" penwidth=4 class="diff-{status}"]\n'
+        body.append(stmt)
+    graph.body[:] = body
+    if note:
+        graph.node("diff.legend", note, shape="note", color="#5b6876", fontcolor="#5b6876", fontsize="11")
+    return graph
+
+
 def to_dot(spec, **kwargs) -> str:
     """The DOT source of `draw(spec, **kwargs)`."""
     return draw(spec, **kwargs).source
@@ -119,4 +141,4 @@ def svg_is_current(svg_text: str | None, dot: str) -> bool:
     return m is not None and m.group(1) == dot_digest(dot)
 
 
-__all__ = ["draw", "to_dot", "render", "stamped_svg", "svg_is_current", "dot_digest", "GraphvizMissing", "VIEWS", "LABELS", "THEMES", "FORMATS", "ir"]
+__all__ = ["draw", "to_dot", "highlight", "HIGHLIGHT", "render", "stamped_svg", "svg_is_current", "dot_digest", "GraphvizMissing", "VIEWS", "LABELS", "THEMES", "FORMATS", "ir"]

@@ -16,7 +16,7 @@ class AttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a = o.op
-        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=if_set(a.qk_norm_eps, a.qk_norm), scale=if_set(a.scale, a.scale is not None), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
+        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=if_set(a.qk_norm_eps, a.qk_norm), scale=if_set(o.scale, o.scale is not None), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
@@ -50,7 +50,7 @@ class AttentionEmitter(OpEmitter):
             if v.qk_norm:
                 extra.append("qk-norm across heads" if v.qk_across else "qk-norm")
             if v.scaled:
-                extra.append("logits scaled by `scale`, not 1/sqrt(head_dim)")
+                extra.append("scores scaled by `scale`, not 1/sqrt(head_dim)")
             head = f"{kind[0].upper() + kind[1:]} self-attention: the injector, the only place positions mix."
             if extra:
                 out.block(f'"""{head}\n\nWith {", ".join(extra)}.\n"""')
@@ -99,10 +99,10 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
         if v.causal:
             out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
         dp = ", dropout_p=self.dropout if self.training else 0.0" if v.dropout else ""
-        if v.scaled:
-            dp += ", scale=self.scale"
         if v.gqa:  # each group of query heads reads one kv head, inside the kernel: no copies of k, v
             dp += ", enable_gqa=True"
+        if v.scaled:  # the spec's scale=, or μP's sqrt(d0)/d, not the kernel's 1/sqrt(head_dim)
+            dp += ", scale=self.scale"
         sdpa = "y = F.scaled_dot_product_attention"
         if v.causal:  # a padded batch: no query sees a padded key (mask: (B, S), True for real tokens)
             win = "self.window" if v.window else "None"

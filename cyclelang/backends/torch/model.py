@@ -58,6 +58,8 @@ def model_class(out: Writer, p: Plan) -> None:
         w("# those that are auxiliary next-token heads: name -> weight of their loss")
         w("OVERBOARD_LOSS = {" + ", ".join(f"{k!r}: {num(x)}" for k, x in dumped if x is not None) + "}")
         out.blank(2)
+    if ir.mup.is_mup(e):
+        mup_tables(out, p)
     keyed = sorted({p.turbine_classes[k] for k in p.turbine_order if isinstance(k, MoeVariant) and k.balance})
     keyed += [b.cls for sp in p.stages for b in sp.branches() if b.br.overboard]
 
@@ -104,6 +106,41 @@ def model_class(out: Writer, p: Plan) -> None:
         generate(out, p)
 
 
+def mup_tables(out: Writer, p: Plan) -> None:
+    """The rule of every part's matrices under μP (`ir.mup`), and what each rule multiplies."""
+    e, w = p.engine, out.line
+    m = ir.mup.width_mult(e)
+    rs = ir.mup.rules(m)
+    lay = ir.layout.layout(e)
+    w(f"# μP (Tensor Programs V, Table 3, Adam) at width {num(e.width)} = {num(m)} x base width {num(e.startup.param.base_width)}:")
+    w("# each part's rule for its matrices; every parameter with fewer than 2 dims is a vector (as standard).")
+    w("MUP_PARTS = {")
+    with out.indent():
+        for row in ir.mup.table(e):
+            w(f"{row['path']!r}: {row['rule']!r},")
+    w("}")
+    stages = " + ".join(f"({sl.path!r},) * {sl.stage.repeat}" for sl in lay.stages) or "()"
+    w(f"MUP_STAGES = {stages}  # instance i -> its stage's folded path")
+    for what in ("init", "lr", "decay"):
+        w(f"MUP_{what.upper()} = {{" + ", ".join(f"{r!r}: {num(getattr(rule, what))}" for r, rule in rs.items()) + "}")
+    w(f"MUP_READOUT = {num(ir.mup.readout_mult(e))}  # logits x 1/m (MuReadout)")
+    out.blank(2)
+    w("def mup_rule(name, p):")
+    with out.indent():
+        out.block('''
+"""The μP rule of parameter `name`: its part's, or "vector" for biases and gains."""
+if p.dim() < 2:
+    return "vector"
+head, _, rest = name.partition(".")
+if head == "stages":
+    i, _, rest = rest.partition(".")
+    name = f"{MUP_STAGES[int(i)]}.{rest}"
+while name not in MUP_PARTS:
+    name = name.rpartition(".")[0]
+return MUP_PARTS[name]''')
+    out.blank(2)
+
+
 def reset_parameters(out: Writer, p: Plan) -> None:
     e, w = p.engine, out.line
     init = e.startup.init
@@ -130,6 +167,10 @@ for module in self.modules():
             w(f"self.feed.tok.weight[{num(e.feed.padding)}].zero_()  # the padding token's embedding")
         for sp in p.stages:
             merge_init(out, sp)
+        if ir.mup.is_mup(e):
+            w("for name, p in self.named_parameters():  # μP: the standard init, scaled per rule")
+            with out.indent():
+                w("p.mul_(MUP_INIT[mup_rule(name, p)])")
 
 
 def merge_init(out: Writer, sp: StagePlan) -> None:
@@ -222,6 +263,8 @@ B, T = idx.size()''')
             w("logits = self.head(x)  # (B, T, vocab)", nz.span)
         if nz.scale != 1.0:
             w(f"logits = logits * {num(nz.scale)}  # the nozzle's logit scale")
+        if ir.mup.is_mup(e):
+            w("logits = logits * MUP_READOUT  # μP's readout multiplier, 1/m")
         if p.causal:
             w("if cache is not None:")
             with out.indent():
@@ -249,6 +292,29 @@ return logits, loss''')
 def optimizer(out: Writer, p: Plan) -> None:
     s, w = p.engine.startup, out.line
     lr = s.schedule.lr
+    if ir.mup.is_mup(p.engine):
+        out.block(f'''
+def configure_optimizer(self):
+    """AdamW from the startup block under μP: one group per rule (MUP_LR and MUP_DECAY multiply
+    the spec's lr and decay), with a LambdaLR stepping `learning_rate` in every group.
+    Matrices decay; biases, norms and gains do not. Returns (optimizer, scheduler).
+    """
+    groups = {{}}
+    for name, p in self.named_parameters():
+        if not p.requires_grad:
+            continue
+        rule, decays = mup_rule(name, p), p.dim() >= 2
+        group = groups.setdefault((rule, decays), {{
+            "params": [], "rule": rule, "lr_mult": MUP_LR[rule], "lr": {num(lr)} * MUP_LR[rule],
+            "weight_decay": {num(s.decay)} * MUP_DECAY[rule] if decays else 0.0}})
+        group["params"].append(p)
+    optimizer = torch.optim.AdamW(list(groups.values()), lr={num(lr)}, betas=({num(s.betas[0])}, {num(s.betas[1])}))  # betas: the POGO accumulator
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / {num(lr if lr > 0 else 1.0)})
+    return optimizer, scheduler
+''')
+        w()
+        clip(out, p)
+        return
     out.block(f'''
 def configure_optimizer(self):
     """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
@@ -264,6 +330,11 @@ def configure_optimizer(self):
     return optimizer, scheduler
 ''')
     w()
+    clip(out, p)
+
+
+def clip(out: Writer, p: Plan) -> None:
+    s, w = p.engine.startup, out.line
     w("def clip_gradients(self):")
     with out.indent():
         if s.clip is not None:

@@ -10,8 +10,10 @@ tables the model keeps.
 
 from __future__ import annotations
 
+import math
+
 import builtins
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Iterator, Union
 
 from ... import ir
@@ -50,13 +52,13 @@ class AttentionVariant:
     causal: bool  # the engine's throat: the forward takes a KV cache
     split_bias: bool = False  # the output projection's bias differs from q, k, v's (out_bias)
     qk_across: bool = False  # the qk-norms span all heads (OLMo-2), not one head
-    scaled: bool = False  # the logits' scale is set (not 1 / sqrt(head_dim))
+    scaled: bool = False  # the scores take the constructor's scale: the spec's scale=, or μP's; not the kernel's 1/sqrt(head_dim)
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
         rot = "none" if a.rotary_dims == 0 else "interleaved" if a.rotary_interleaved else ("full" if a.rotary_dims == a.head_dim else "partial")
         return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
-                   a.qk_norm and a.qk_norm_across, a.scale is not None)
+                   a.qk_norm and a.qk_norm_across)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -140,6 +142,7 @@ class OpPlan:
     variant: Variant | None = None  # None: a torch module (norms, linears)
     cls: str = ""  # the generated class of its variant
     rope: int | None = None  # index into the model's rotary tables
+    scale: float | None = None  # μP: the attention scores' scale (ir.mup.attention_scale)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -240,6 +243,15 @@ def _class_names() -> Names:
     return Names(GLOBALS | set(bases) | {f"{b}{i}" for b in bases for i in range(2, 64)})
 
 
+def attention_scale(e: ir.Engine, a: ir.Attention) -> float | None:
+    """The scores' scale when it is not the kernel's 1/sqrt(head_dim): the spec's `scale=`, μP's
+    sqrt(d0)/d, or both (μP then rescales the spec's own by the same factor)."""
+    mup = ir.mup.attention_scale(e, a)
+    if a.scale is None:
+        return mup
+    return a.scale if mup is None else a.scale * mup * math.sqrt(a.head_dim)
+
+
 def make_plan(spec: ir.Spec) -> Plan:
     e = spec.engine
     assert e is not None
@@ -250,7 +262,10 @@ def make_plan(spec: ir.Spec) -> Plan:
 
     def op(part: Part) -> OpPlan:
         v = kinds[type(part.node)].of(part.node, p.causal) if type(part.node) in kinds else None
-        return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "", p.rope_index(part.node))
+        scale = attention_scale(e, part.node) if isinstance(part.node, ir.Attention) else None
+        if scale is not None:
+            v = replace(v, scaled=True)
+        return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "", p.rope_index(part.node), scale)
 
     for sl in lay.stages:  # the stages first, then the main line's own ops: class and table order
         sp = StagePlan(sl.stage, classes.fresh(camel(sl.stage.name) or "Stage"), sl.first, [], sl.path)
