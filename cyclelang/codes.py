@@ -188,6 +188,18 @@ unrolls at most 64 stages in all: past that it no longer reads on a page and its
 grows with the repeat count (a stage may repeat 10,000 times). Draw it folded: a
 repeated stage is drawn once with a ×N badge.""", "stage block x 10000 { ... }   # cyclec draw --expand")
 
+_add("E0275", "diagram does not fit its size", """
+`cyclec draw --size slide|column|page` lays the figure out at the preset's physical size
+(a 13.33 × 7.5 in slide, a 3.25 in column, a 7 × 9.2 in page) with no text under 12 pt,
+and never shrinks it to fit: a shrunk figure is one nobody can read. A figure that needs
+more room is refused with the size it needs; every figure is also capped at 200 in on a
+side (a long --expand). Draw it at a larger size, --rankdir LR, or folded.""", "cyclec draw deepnet.cycle --size column")
+_add("E0276", "report fired at another depth or width", """
+`cyclec draw --annotate fire.json` prints each stage instance's measured gradient on the
+instance it belongs to. A report fired with --depth or --width (a scale model) measured
+another engine: its r-th reading is not this spec's r-th instance, so it is refused
+rather than half-applied. Fire the spec as drawn.""", "cyclec fire gpt2.cycle --depth 4 --json f.json; cyclec draw gpt2.cycle --annotate f.json")
+
 
 # --- design reviewer (cyclelang.review), appended -----------------------------------------------
 _add("W111", "mixture of experts with top equal to experts", """

@@ -104,7 +104,7 @@ def test_a_conv_is_a_mixer_to_the_reviewer_and_the_diagram():
     spec = _spec()
     assert "W109" not in {d.code for d in review(spec)}  # positions do mix
     dot = cyclelang.draw(spec).source
-    assert "swirl injector" in dot and "depthwise, size 3" in dot
+    assert "swirl injector" in dot and "Conv · depthwise 3" in dot
 
 
 def test_a_conv_engine_fires_as_a_scale_model_and_cools():

@@ -3,6 +3,8 @@ checked against formulas written here, and the exit status and drawing hook."""
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import subprocess
@@ -116,8 +118,9 @@ def test_draw_highlights_b(tmp_path):
     lines = marks(_diff("pre_ln_vs_post_ln"), b)
     assert lines == {16: "moved", 21: "moved"}  # the two series valves of the Post-LN spec
     highlighted = [l for l in dot.splitlines() if 'class="diff-moved"' in l]
-    assert len(highlighted) == 2 and all('tooltip="line 16"' in l or 'tooltip="line 21"' in l for l in highlighted)
-    assert "diff.legend" in dot
+    assert len(highlighted) == 2 and all(re.search(r'tooltip="[^"]* line (16|21)"', l) for l in highlighted)
+    assert all('color="#9467bd"' in l and 'penwidth="4"' in l for l in highlighted)
+    assert "against A: green added, orange changed, purple moved" in dot
 
 
 def test_bad_spec_is_exit_2(tmp_path):

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 import cyclelang
 from cyclelang import ir
 from cyclelang.backends.graphviz import text as gv_text
-from cyclelang.backends.graphviz.style import THEMES
+from cyclelang.backends.graphviz.style import KIND_FILL, THEMES
 from cyclelang.review import analyze
 
 from .conftest import SPECS, spec_id
@@ -60,10 +60,13 @@ def test_a_missing_kind_fails_with_its_name():
 
 @pytest.mark.parametrize("cls", ir.TURBINE_TYPES, ids=lambda c: c.__name__)
 def test_every_turbine_has_diagram_words_and_a_colour(cls):
-    assert cls in gv_text.DETAILS, f"graphviz/text.py DETAILS lacks {cls.__name__}"
-    op = cls.model_fields["op"].default
+    """A kind's diagram words come from its kinds record (graphviz/text.py TITLES only adds the
+    numbers, and a kind without an entry is titled by its word); its colour is its style entry."""
+    k = ir.kinds.KINDS[cls]
+    assert gv_text.TITLES.get(cls) is not None or k.ml
+    assert k.attr in KIND_FILL, f"graphviz/style.py KIND_FILL lacks {k.attr}"
     for theme in THEMES.values():
-        assert op in theme, f"graphviz theme lacks a colour for {op}"
+        assert KIND_FILL[k.attr] in theme, f"graphviz theme lacks a colour for {k.attr}"
 
 
 def test_only_mixers_mix_positions():
@@ -117,7 +120,10 @@ def test_paths_are_the_same_in_report_model_and_diagram(path):
 
     for expand in (False, True):
         dot = cyclelang.draw(spec, expand=expand).source + cyclelang.draw(spec, view="graph", expand=expand).source
-        drawn = {m.split(" ", 1)[1] for m in __import__("re").findall(r'class="([^"]+)"', dot)}
+        # every box and wire that stands for a part names it by its path (legend, text and
+        # value classes name none)
+        words = [m.split() for m in __import__("re").findall(r'class="([^"]+)"', dot)]
+        drawn = {w[1] for w in words if len(w) > 1 and w[0] not in ("legend", "legend_text", "value", "colourbar")}
         unfolded = paths | {i for p in lay.parts() for i in p.instances()} | {sl.path for sl in lay.stages} | {
             sl.instance(r) for sl in lay.stages for r in range(sl.stage.repeat)}
         unfolded |= {f"{s}.{b.attr}" for sl in lay.stages for s in [sl.path] + [sl.instance(r) for r in range(sl.stage.repeat)] for b in sl.branches()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -276,13 +277,49 @@ def test_draw_annotate_golden(golden, tmp_path):
     readings = pressure_readings(spec, StandReport.model_validate_json(report.read_text("utf-8")).runs[0])
     assert readings["chain"]["stages.0-3"] > 0 and "stages.4.probe" in readings["branches"]  # folded and instance paths
     dot = to_dot(spec, annotate=readings)
-    # pin the annotated edges (which edge got which number, width and colour), not the rest of the diagram
-    edges = [line.strip() for line in dot.splitlines() if "->" in line and ("||dL/dx||" in line or "gradient norm" in line)]
-    golden.check(GOLDEN / "gas_generator.annotated.txt", "\n".join(edges) + "\n")
+    # pin the annotated wires and the printed numbers (which wire got which value and colour), not the rest of the diagram
+    edges = [line.strip() for line in dot.splitlines() if "value=" in line or 'class="value ' in line or "colourbar" in line]
+    golden.check(GOLDEN / "gas_generator.annotated.txt", "\n".join(re.sub(r' pos="[^"]*"', "", e) for e in edges) + "\n")
     assert dot != to_dot(spec)
-    assert "||dL/dx|| =" in dot and "branch gradient norm =" in dot
+    assert "‖dL/dx‖ =" in dot and "gradient norm =" in dot
+    # the detached read carries exactly zero gradient: drawn as zero, never as the hottest wire
+    cut = [line for line in dot.splitlines() if 'class="cut stages.4.critic' in line]
+    assert len(cut) == 1 and "value=0\"" in cut[0] and 'color="#b0b8c0"' in cut[0] and 'style="dashed"' in cut[0]
+    assert "0 · no gradient" in dot
+    # an absolute scale: whole decades around every value, with its numbers
+    lo, hi = re.search(r'class="colourbar ([0-9.e+-]+) ([0-9.e+-]+)"', dot).groups()
+    vals = [v for t in readings.values() for v in t.values() if v > 0]
+    assert float(lo) <= min(vals) and max(vals) <= float(hi) and math.log10(float(hi) / float(lo)) % 1 == 0
+    # one value per wire
+    assert all(line.count("value=") <= 1 for line in dot.splitlines())
+    # a folded stage carries a sparkline of the gradient entering each of its instances
+    assert dot.count('class="spark"') == 1 and "legend spark" in dot
     expanded = to_dot(spec, annotate=readings, expand=True)
-    assert expanded.count("||dL/dx|| =") > dot.count("||dL/dx|| =")
+    assert expanded.count("‖dL/dx‖ =") > dot.count("‖dL/dx‖ =")
+    # compare mode: one scale for every engine drawn, so the same value has the same colour
+    louder = {t: {k: v * 20 for k, v in table.items()} for t, table in readings.items()}
+    both = to_dot([spec, spec], annotate=[readings, louder])
+    bars = re.findall(r'class="colourbar ([0-9.e+-]+) ([0-9.e+-]+)"', both)
+    assert len(bars) == 1
+    lo2, hi2 = (float(x) for x in bars[0])
+    assert lo2 <= float(lo) and hi2 >= 20 * max(vals) and lo2 * 10 ** round(math.log10(hi2 / lo2)) == pytest.approx(hi2)
+
+    def colour_of(dot, prefix, path):
+        line = next(x for x in dot.splitlines() if f'"{prefix}' in x and f'class="main {path} value=' in x)
+        return re.search(r'color="(#[0-9a-f]{6})"', line).group(1)
+
+    first = colour_of(both, "e0.", "stages.0-3")
+    assert first != colour_of(both, "e1.", "stages.0-3")  # twenty times the gradient: another colour on the shared scale
+    from cyclelang.backends.graphviz.annotate import colour, log_pos
+
+    v0 = readings["chain"]["stages.0-3"]
+    assert first == colour(log_pos(v0, (lo2, hi2)))  # the colour is the shared scale's, not the engine's own
+    same = to_dot([spec, spec], annotate=[readings, readings])
+    assert colour_of(same, "e0.", "stages.0-3") == colour_of(same, "e1.", "stages.0-3")
+    # a report fired at another depth or width is refused with the reason, never half-applied
+    r = invoke(["draw", SPEC("gas_generator"), "--annotate", str(report), "-o", str(tmp_path / "x.dot")])
+    assert r.exit_code == 1 and "E0276" in r.output and "depth 3" in r.output and "width 32" in r.output
+    assert not (tmp_path / "x.dot").exists()
     r = invoke(["draw", SPEC("gpt2"), "--annotate", str(report), "-o", str(tmp_path / "x.dot")])
     assert r.exit_code == 1 and "no run of engine 'gpt2'" in r.output
     r = invoke(["draw", SPEC("gas_generator"), "--annotate", str(SPEC("gpt2")), "-o", str(tmp_path / "x.dot")])

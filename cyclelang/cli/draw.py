@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..diagnostics import CycleError, Diagnostic
-from . import include_path_option, load_spec, output_option, spec_path, write_output
+from . import include_path_option, load_spec, output_option, write_output
 
 EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
 
@@ -51,39 +51,65 @@ def load_run(path, engine_name: str):
     return runs[0]
 
 
+def check_run(run, spec, path) -> None:
+    """A report fired at another depth or width is refused, never half-applied: its readings
+    would land on the wrong instances or mean another engine."""
+    from .. import ir
+
+    lay = ir.layout.layout(spec)
+    depth, width = lay.instance_count(), spec.engine.width
+    got = run.settings
+    if got.depth != depth or got.width != width:
+        what = []
+        if got.depth != depth:
+            what.append(f"depth {got.depth}, this spec has {depth} stage instances")
+        if got.width != width:
+            what.append(f"width {got.width}, this spec has {width}")
+        raise CycleError([Diagnostic("E0276", "error", f"{path} was fired at {'; '.join(what)}: its readings belong to another engine", None,
+                                     "fire the spec as drawn: cyclec fire SPEC --json fire.json (without --depth or --width)")])
+
+
 @click.command()
-@spec_path
+@click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=str))
 @output_option
 @click.option("--view", type=click.Choice(["cycle", "graph"]), default="cycle", show_default=True,
-              help="cycle: the power-cycle schematic; graph: the computation graph with shapes and parameter counts.")
-@click.option("--expand", is_flag=True, help="Unroll repeated stages instead of drawing one with a ×N badge.")
-@click.option("--labels", type=click.Choice(["rocket", "ml", "both"]), default="both", show_default=True, help="Words on the diagram.")
-@click.option("--rankdir", type=click.Choice(["LR", "TB"]), default=None, help="Flow direction [default: LR for cycle, TB for graph].")
+              help="cycle: the power-cycle schematic; graph: the same layout with parameter counts and tensor shapes.")
+@click.option("--expand", is_flag=True, help="Unroll repeated stages (more than 4 repeats: the first, '⋯ k more ⋯', the last).")
+@click.option("--labels", type=click.Choice(["rocket", "ml", "both"]), default="both", show_default=True,
+              help="Words on the diagram (only the words change, never the layout).")
+@click.option("--rankdir", type=click.Choice(["TB", "LR"]), default="TB", show_default=True,
+              help="TB: tokens at the bottom, logits at the top; LR: left to right.")
+@click.option("--size", type=click.Choice(["slide", "column", "page"]), default=None,
+              help="Fit a 16:9 slide, a paper's column or its page, with text at 12 pt or more (refused, E0275, when it cannot).")
 @click.option("--theme", type=click.Choice(["light", "dark"]), default="light", show_default=True)
 @click.option("--annotate", type=click.Path(dir_okay=False, exists=True, path_type=str), default=None,
-              help="A test-stand report (cyclec fire --json): edge widths and colours from the measured pressure chain (cycle view).")
+              help="A test-stand report (cyclec fire --json): the measured gradient on every wire, on one absolute scale.")
 @include_path_option
-def draw(spec, output, view, expand, labels, rankdir, theme, annotate, include_path):
-    """Draw SPEC as a power-cycle diagram or a computation graph.
+def draw(specs, output, view, expand, labels, rankdir, size, theme, annotate, include_path):
+    """Draw SPEC as a power-cycle diagram or a computation graph; several SPECs draw side by
+    side as small multiples with one legend (and one annotate scale).
 
     The format follows OUT's extension: .svg, .png, .pdf or .dot; `-o -` writes
-    DOT to stdout. Without -o, writes SPEC's name with .svg in the current
-    directory. Only .dot works without the Graphviz `dot` program.
+    DOT to stdout. Without -o, writes the first SPEC's name with .svg in the current
+    directory. Only .dot works without the Graphviz `neato` program.
     """
     from ..backends.graphviz import GraphvizMissing, render, to_dot
 
     if output is None:
-        output = os.path.splitext(os.path.basename(spec))[0] + ".svg"
+        output = os.path.splitext(os.path.basename(specs[0]))[0] + ".svg"
     fmt = output_format(output)
-    if annotate is not None and view != "cycle":
-        raise click.BadParameter("measurements go on the cycle view", param_hint="'--annotate'")
-    s = load_spec(spec, include_path)
+    loaded = [load_spec(p, include_path) for p in specs]
     readings = None
-    if annotate is not None and s.engine is not None:  # without an engine, to_dot says there is nothing to draw
+    if annotate is not None and all(s.engine is not None for s in loaded):  # without an engine, to_dot says there is nothing to draw
         from ..stand.readings import pressure_readings
 
-        readings = pressure_readings(s, load_run(annotate, s.engine.name))
-    dot = to_dot(s, view=view, expand=expand, labels=labels, rankdir=rankdir, theme=theme, annotate=readings)
+        readings = []
+        for s in loaded:
+            run = load_run(annotate, s.engine.name)
+            check_run(run, s, annotate)
+            readings.append(pressure_readings(s, run))
+    dot = to_dot(loaded if len(loaded) > 1 else loaded[0], view=view, expand=expand, labels=labels, rankdir=rankdir, theme=theme,
+                 annotate=(readings if len(loaded) > 1 else readings[0]) if readings else None, size=size)
     try:
         data = render(dot, fmt)
     except GraphvizMissing as e:

@@ -24,7 +24,7 @@ FORMATS = ("svg", "png", "pdf", "dot")
 MAX_EXPAND = 64
 
 INSTALL_HINT = (
-    "the Graphviz 'dot' program is not installed; install Graphviz "
+    "the Graphviz 'neato' program is not installed; install Graphviz "
     "(apt install graphviz, brew install graphviz or conda install graphviz) or write .dot output"
 )
 
@@ -33,67 +33,101 @@ class GraphvizMissing(RuntimeError):
     pass
 
 
-def draw(spec: ir.Spec, view: str = "cycle", expand: bool = False, labels: str = "both", rankdir: str | None = None, theme: str = "light",
-         annotate=None):
-    """Draw a resolved spec as a `graphviz.Digraph`.
+SIZES = ("slide", "column", "page")
 
-    view: "cycle" (the power-cycle schematic) or "graph" (the computation graph with
-    tensor shapes on edges and parameter counts on nodes). expand: unroll repeated
-    stages. labels: "rocket", "ml" or "both". rankdir: Graphviz rank direction,
-    by default LR for the cycle and TB for the graph. annotate: measurements keyed by
-    layout path (`cyclelang.stand.readings.pressure_readings`), which set the cycle
-    view's edge widths and colours (see annotate.py).
-    """
+
+def _refuse(code: str, message: str, span, hint: str):
     from ...diagnostics import CycleError, Diagnostic
-    from .cycle import CycleView, Options
-    from .graph import GraphView
 
-    if not isinstance(spec, ir.Spec):
-        raise TypeError(f"the graphviz back-end draws an ir.Spec, not {type(spec).__name__} (cyclelang.draw takes paths and text)")
-    ir.validate(spec)  # an IR edited with model_copy skipped its models' checks
+    return CycleError([Diagnostic(code, "error", message, span, hint)])
+
+
+def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", rankdir: str | None = None, theme: str = "light",
+         annotate=None, size: str | None = None):
+    """Draw a resolved spec, or several (a list: compare mode, small multiples on one grid with
+    one legend and one annotate scale), as a `graphviz.Source` of pinned DOT.
+
+    view: "cycle" (the power-cycle schematic) or "graph" (the same layout with parameter counts
+    on the parts and tensor shapes where they change). expand: unroll repeated stages (more
+    than 4 repeats: the first, "⋯ k more ⋯", the last). labels: "ml", "rocket" or "both",
+    which switch only the words. rankdir: "TB" (the default: tokens at the bottom, logits at
+    the top) or "LR". size: "slide", "column" or "page" (text at 12 pt or more at that physical
+    size; a figure that does not fit is refused with E0275). annotate: readings keyed by layout
+    path (`cyclelang.stand.readings.pressure_readings`), one per spec.
+    """
+    import graphviz
+
+    from .figure import Figure, Fit
+
+    specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    if not specs:
+        raise ValueError("nothing to draw")
+    for s in specs:
+        if not isinstance(s, ir.Spec):
+            raise TypeError(f"the graphviz back-end draws an ir.Spec, not {type(s).__name__} (cyclelang.draw takes paths and text)")
+        ir.validate(s)  # an IR edited with model_copy skipped its models' checks
     for name, value, allowed in (("view", view, VIEWS), ("labels", labels, LABELS), ("theme", theme, THEMES)):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     if rankdir is not None and rankdir not in RANKDIRS:
         raise ValueError(f"rankdir must be one of {', '.join(RANKDIRS)}, not {rankdir!r}")
-    s = spec
-    if s.engine is None:
-        raise CycleError([Diagnostic("E0213", "error", "nothing to draw: the spec defines no engine (only templates)", s.span,
-                                     "draw the file that defines the engine; this one is meant to be included")])
+    if size is not None and size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
+    for s in specs:
+        if s.engine is None:
+            raise _refuse("E0213", "nothing to draw: the spec defines no engine (only templates)", s.span,
+                          "draw the file that defines the engine; this one is meant to be included")
     if expand:
-        stages = [op for op in s.engine.body if isinstance(op, ir.Stage)]
-        unrolled = sum(op.repeat for op in stages)
-        if unrolled > MAX_EXPAND:
-            big = max(stages, key=lambda op: op.repeat)
-            raise CycleError([Diagnostic("E0220", "error", f"expanding would draw {unrolled:,} stages; a diagram unrolls at most {MAX_EXPAND}",
-                                         big.span, f"draw it folded (without --expand): stage {big.name} is drawn once with a {chr(0xd7)}{big.repeat} badge")])
-    if annotate is not None and view != "cycle":
-        raise ValueError("annotate applies to the cycle view")
-    opts = Options(expand=expand, labels=labels, rankdir=rankdir or ("LR" if view == "cycle" else "TB"), theme=theme, annotate=annotate)
-    builder = CycleView(s.engine, opts) if view == "cycle" else GraphView(s.engine, opts)
-    return builder.build()
+        for s in specs:
+            stages = [sl.stage for sl in ir.layout.layout(s.engine).stages]
+            drawn = sum(min(st.repeat, 4 if st.repeat <= 4 else 2) for st in stages)
+            if drawn > MAX_EXPAND:
+                big = max(stages, key=lambda op: op.repeat)
+                raise _refuse("E0220", f"expanding would draw {drawn:,} stage frames; a diagram unrolls at most {MAX_EXPAND}", big.span,
+                              f"draw it folded (without --expand): stage {big.name} is drawn once with a {chr(0xd7)}{big.repeat} badge")
+    readings = None
+    if annotate is not None:
+        from .annotate import check
+
+        readings = list(annotate) if isinstance(annotate, (list, tuple)) else [annotate]
+        if len(readings) != len(specs):
+            raise ValueError("annotate: one set of readings per spec drawn")
+        for r in readings:
+            if r is not None:
+                check(r)
+    rd = rankdir or "TB"
+    if rd in ("RL", "BT"):
+        rd = {"RL": "LR", "BT": "TB"}[rd]
+    try:
+        fig = Figure([s.engine for s in specs], view=view, labels=labels, theme=theme, rankdir=rd, size=size, expand=expand, readings=readings)
+    except Fit as e:
+        span = specs[0].engine.span
+        raise _refuse("E0275", f"cannot draw {', '.join(s.engine.name for s in specs)}: {e}", span,
+                      "try a larger --size (page), --rankdir LR, or draw it folded (without --expand)") from None
+    return graphviz.Source(fig.dot(), engine="neato")
 
 
 HIGHLIGHT = {"added": "#2ca02c", "changed": "#ff7f0e", "moved": "#9467bd"}
-_TOOLTIP_LINE = re.compile(r'tooltip="line (\d+)"')
+_TOOLTIP_LINE = re.compile(r'tooltip="[^"]*\bline (\d+)"')
 
 
 def highlight(graph, lines: dict[int, str], note: str | None = None):
-    """Restyle the nodes drawn from the given source lines ({line: "added" | "changed" |
-    "moved"}, colours in HIGHLIGHT) and add `note` under the title: `cyclec diff --draw`.
-    Nodes carry their spec line as a tooltip, which is what this reads."""
-    body = []
-    for stmt in graph.body:
+    """Restyle the boxes drawn from the given source lines ({line: "added" | "changed" |
+    "moved"}, colours in HIGHLIGHT) and put `note` over the figure: `cyclec diff --draw`.
+    A box carries its layout path and spec line as its tooltip (`path · line N`), which is
+    what this reads; the layout stays pinned, only colours and pens change."""
+    out = []
+    for stmt in graph.source.splitlines(keepends=True):
         m = _TOOLTIP_LINE.search(stmt)
         status = lines.get(int(m.group(1))) if m else None
         if status is not None and stmt.rstrip().endswith("]"):
-            colour = HIGHLIGHT[status]
-            stmt = stmt.rstrip()[:-1] + f' color="{colour}" penwidth=4 class="diff-{status}"]\n'
-        body.append(stmt)
-    graph.body[:] = body
-    if note:
-        graph.node("diff.legend", note, shape="note", color="#5b6876", fontcolor="#5b6876", fontsize="11")
-    return graph
+            stmt = re.sub(r' (color|penwidth)="[^"]*"', "", stmt.rstrip()[:-1])
+            stmt += f' class="diff-{status}" color="{HIGHLIGHT[status]}" penwidth="4"]\n'
+        elif note and stmt.startswith("\tgraph [") and "label=" not in stmt:
+            esc = note.replace('"', '\\"')  # our own words; "\\n" in them is DOT's line break
+            stmt = stmt.rstrip()[:-1] + f' label="{esc}" labeljust="l" labelloc="t" fontsize="11" fontcolor="#5b6876"]\n'
+        out.append(stmt)
+    return type(graph)("".join(out), engine=getattr(graph, "engine", "neato"))
 
 
 def to_dot(spec, **kwargs) -> str:
@@ -105,16 +139,19 @@ def render(dot: str, fmt: str) -> bytes:
     """Run Graphviz on DOT source; `fmt` is svg, png or pdf. Raises GraphvizMissing."""
     if fmt == "dot":
         return dot.encode("utf-8")
-    exe = shutil.which("dot")
+    exe = shutil.which("neato")
     if exe is None:
         raise GraphvizMissing(INSTALL_HINT)
-    args = [exe, f"-T{fmt}"]
+    args = [exe, "-n2", "-Tpng:cairo" if fmt == "png" else f"-T{fmt}"]  # every position is pinned: neato only draws them
     if fmt == "png":
-        args.append("-Gdpi=150")  # slide-sharp without a huge file
+        args += ["-Gdpi=150", "-Gtruecolor=true"]  # slide-sharp; always RGBA
     proc = subprocess.run(args, input=dot.encode("utf-8"), capture_output=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"dot failed ({proc.returncode}): {proc.stderr.decode('utf-8', 'replace').strip()[:2000]}")
-    return proc.stdout
+        raise RuntimeError(f"neato failed ({proc.returncode}): {proc.stderr.decode('utf-8', 'replace').strip()[:2000]}")
+    out = proc.stdout
+    if fmt == "pdf":  # cairo stamps the time of the run: fix it, so the same DOT gives the same bytes
+        out = re.sub(rb"/CreationDate \(D:[0-9]{14}Z?[^)]*\)", lambda m: b"/CreationDate (D:20000101000000Z" + b" " * (len(m.group(0)) - 33) + b")", out)
+    return out
 
 
 # Committed pictures (README, gallery) carry the hash of the DOT they were drawn from:

@@ -94,3 +94,18 @@ def label(title: str | None, detail: str | None = None, *, muted: str, size: int
         br = f'<br align="{align}"/>'
         return "<" + br.join(parts) + br + ">"
     return "<" + ("<br/>".join(parts) or " ") + ">"
+
+
+for _t, _extra in (("light", {"norm": "#fff4c2", "other": "#eee6f7", "head": "#d5dbe3", "text": "white", "spark": "#1f2933"}),
+                   ("dark", {"norm": "#4a4015", "other": "#33284a", "head": "#2d3640", "text": "#10161d", "spark": "#e6edf3"})):
+    THEMES[_t].update(_extra)
+
+# Each kind's fill, by its kinds-table attr; a kind missing here is drawn in "other" and its
+# legend entry still names it by its kinds-table word (a new kind needs only this entry).
+KIND_FILL = {"attn": "attention", "mlp": "mlp", "moe": "moe", "pool": "pool", "conv": "conv", "linear": "linear", "norm": "norm"}
+
+
+def kind_style(attr: str) -> tuple[str, str]:
+    """(legend key, palette entry) of a kind of part."""
+    fill = KIND_FILL.get(attr, "other")
+    return f"kind_{attr or 'op'}", fill

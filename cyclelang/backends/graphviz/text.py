@@ -1,8 +1,9 @@
-"""What the diagrams say about each IR node, in rocket terms, network terms, or both.
+"""What the diagrams say about each IR node: the network words first, the rocket words second.
 
-Each describer returns a `Words`: a short rocket name with an optional rocket
-detail, and a network name with its numbers. `pick` chooses for the label mode,
-so "both" reads `prechamber mix — attention, 12 heads, causal`.
+A part's title is its operation and key numbers (`Attention · 12 heads · causal`,
+`MLP 768→3072→768 GELU`), its rocket role an italic caption (`turbine: injector`), both
+from the kinds table (`cyclelang/ir/kinds.py`) plus the numbers below; `--labels`
+chooses which are shown, never where anything sits.
 """
 
 from __future__ import annotations
@@ -23,15 +24,6 @@ class Words(NamedTuple):
     ml_detail: str
 
 
-def pick(w: Words, mode: str) -> tuple[str, str]:
-    """(title, detail) for one label mode."""
-    if mode == "rocket":
-        return w.rocket, w.rocket_detail
-    if mode == "ml":
-        return w.ml, w.ml_detail
-    return w.rocket, ", ".join(p for p in (w.ml, w.ml_detail) if p)
-
-
 def num(x: float) -> str:
     """Compact, stable formatting of a float: 0.00408, 2.83, 1e-05."""
     return f"{x:.3g}"
@@ -42,13 +34,32 @@ def shape(*dims: int | str) -> str:
     return TIMES.join(str(d) for d in dims)
 
 
-def _attention(op: ir.Attention) -> str:
-    bits = [f"{op.heads} heads"]
+def throat(mask: str) -> Words:
+    """The throat is a property of every injector, not a component: the diagram writes it
+    beside the logits, never as a box on the main line."""
+    if mask == "causal":
+        return Words("choked throat", f"no flow upstream {DASH} every injector masked",
+                     "causal mask", "in every attention: no position sees ahead")
+    return Words("open throat", f"flow both ways {DASH} no injector masked",
+                 "no mask", "every position sees every other")
+
+
+# --- the words of the pinned layout (scene.py) ------------------------------------------------
+
+DOT = " \u00b7 "
+
+
+def _cap(s: str) -> str:
+    return s[:1].upper() + s[1:]
+
+
+def _attention_title(op: ir.Attention) -> tuple[str, str]:
+    title = f"Attention{DOT}{op.heads} heads{DOT}{'causal' if op.mask == 'causal' else 'bidirectional'}"
+    bits = []
     if op.kv_heads == 1 and op.heads > 1:
-        bits.append("MQA")
+        bits.append("MQA: 1 KV head")
     elif op.kv_heads != op.heads:
-        bits.append(f"{op.kv_heads} kv heads")
-    bits.append(op.mask)
+        bits.append(f"GQA: {op.kv_heads} KV heads")
     if op.window is not None:
         bits.append(f"window {op.window}")
     if op.rotary_dims:
@@ -57,11 +68,11 @@ def _attention(op: ir.Attention) -> str:
         bits.append("qk-norm across heads" if op.qk_norm_across else "qk-norm")
     if op.scale is not None:
         bits.append(f"scale {num(op.scale)}")
-    return ", ".join(bits)
+    return title, DOT.join(bits)
 
 
-def _moe(op: ir.Moe) -> str:
-    bits = [f"{op.experts} experts", f"top {op.top}", f"{op.hidden} hidden", op.act]
+def _moe_title(op: ir.Moe) -> tuple[str, str]:
+    bits = [f"{op.hidden} hidden", op.act]
     if op.capacity is not None:
         bits.append(f"capacity {num(op.capacity)}")
     if op.balance:
@@ -70,134 +81,142 @@ def _moe(op: ir.Moe) -> str:
         bits.append("not renormalised")
     if op.shared:
         bits.append(f"shared {op.shared}" + (" gated" if op.shared_gate else ""))
-    return ", ".join(bits)
+    return f"MoE{DOT}{op.experts} experts{DOT}top {op.top}", DOT.join(bits)
 
 
-# The numbers each turbine kind shows beside its name; the names come from ir.kinds.
-DETAILS = {
-    ir.Attention: _attention,
-    ir.Mlp: lambda op: f"{op.width}{ARROW}{op.hidden}, {op.act}",
-    ir.Moe: _moe,
-    ir.Pool: lambda op: f"size {op.size}" + (", causal" if op.causal else ""),
-    ir.Conv: lambda op: f"depthwise, size {op.size}" + (", causal" if op.causal else ""),
-    ir.Linear: lambda op: f"{op.width}{ARROW}{op.out}",
+# The title (operation and its key numbers) and a second line, per kind; a kind missing here
+# is titled by its kinds-table word alone (a new kind needs no entry to be drawn).
+TITLES = {
+    ir.Attention: _attention_title,
+    ir.Mlp: lambda op: (f"MLP {op.width}{ARROW}{op.hidden}{ARROW}{op.width} {op.act.upper() if op.act in ('gelu', 'relu') else op.act}", ""),
+    ir.Moe: _moe_title,
+    ir.Pool: lambda op: (f"Pool{DOT}size {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
+    ir.Conv: lambda op: (f"Conv{DOT}depthwise {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
+    ir.Linear: lambda op: (f"Linear {op.width}{ARROW}{op.out}", ""),
+    ir.Norm: lambda op: ("LayerNorm" if op.type == "layernorm" else "RMSNorm", ""),
+    ir.Feed: lambda f: (f"Embedding {f.vocab:,}{TIMES}{f.width}",
+                        {"learned": f"+ learned positions {TIMES}{f.context}", "sinusoidal": "+ sinusoidal positions", "none": "no position table"}[f.position]
+                        + (f"{DOT}{TIMES}{num(f.scale)}" if f.scale != 1.0 else "") + (f"{DOT}dropout {num(f.dropout)}" if f.dropout else "")),
+    ir.Nozzle: lambda z: (f"LM head {z.width}{ARROW}{z.vocab:,}", DOT.join((["tied to the embedding"] if z.tied else []) + (["bias"] if z.bias else []))),
 }
 
 
-def turbine(op) -> Words:
-    detail = DETAILS.get(type(op))
-    if detail is None:
-        raise TypeError(f"no diagram words for IR class {type(op).__name__}: add them to DETAILS in graphviz/text.py")
-    rocket, ml = ir.kinds.kind_of(op).describe(op)
-    return Words("turbine", rocket, ml, detail(op))
+def part_words(node, on_branch: bool) -> tuple[str, str, str, str]:
+    """(ML title, ML detail, rocket title, rocket detail) of one part. The ML title is the
+    operation and its key numbers; the rocket words come from the kinds table."""
+    k = ir.kinds.kind_of(node)
+    fn = TITLES.get(type(node))
+    title, detail = fn(node) if fn is not None else (_cap(k.ml), "")
+    rocket, _ = k.describe(node)
+    if isinstance(node, ir.Norm):
+        rocket = "valve on the branch" if on_branch else "valve in series"
+    elif isinstance(node, ir.Feed):
+        rocket = "tanks and pumps"
+    elif ir.is_turbine(node):
+        rocket = f"turbine: {rocket}"
+    numbers = title.split(DOT, 1)[1] if DOT in title else (title.split(" ", 1)[1] if " " in title and not isinstance(node, ir.Norm) else "")
+    r_detail = DOT.join(x for x in (numbers, detail) if x)
+    if isinstance(node, ir.Norm):
+        r_detail = title
+    return title, detail, rocket, r_detail
 
 
-def norm(op: ir.Norm, on_branch: bool) -> Words:
-    name = "LayerNorm" if op.type == "layernorm" else "RMSNorm"
-    where = "on the branch" if on_branch else "in series"
-    return Words("valve", where, name, f"{op.width}")
+def glyph(node) -> tuple[str, float, float]:
+    """An HTML row drawn under a part's words: an attention's mask and its query and KV heads
+    (GQA and MQA share KV heads), a MoE's router and experts with the top k lit. Returns
+    (html, width, height) in points; "" when the kind draws none."""
+    if isinstance(node, ir.Attention):
+        return _attention_glyph(node)
+    if isinstance(node, ir.Moe):
+        return _moe_glyph(node)
+    return "", 0.0, 0.0
 
 
-def merge(m, n_params: int = 0, mode: str = "both") -> str:
-    """The junction's annotation: how the exhaust returns, with the numbers that
-    set it (and the merge's own parameters, when it has any). `cooling` is a rocket
-    word: in ml mode it reads `scaled init`."""
+GLYPH_INK = {"q": "#3b6fb6", "kv": "#c2571a", "mask": "#1f2933", "expert_on": "#c2571a", "expert_off": "#ffffff"}
+
+
+def _cells(colors: list[str], size: int = 7, border: str = "#5b6876") -> str:
+    return "".join(f'<td width="{size}" height="{size}" fixedsize="true" bgcolor="{c}" border="1" color="{border}"></td>' for c in colors)
+
+
+def mask_rows(op: ir.Attention, n: int = 5) -> list[list[bool]]:
+    """The mask glyph: which of n×n query/key cells are attended (causal: lower triangle;
+    a window: a band; none: all)."""
+    win = op.window if op.window is not None else n
+    win = max(1, min(n, win if op.window is None else max(1, min(n - 1, 2))))
+    rows = []
+    for i in range(n):
+        if op.mask == "causal":
+            rows.append([j <= i and (op.window is None or i - j < win) for j in range(n)])
+        else:
+            rows.append([op.window is None or abs(i - j) < win for j in range(n)])
+    return rows
+
+
+def _attention_glyph(op: ir.Attention) -> tuple[str, float, float]:
+    heads = min(op.heads, 12)
+    kv = min(op.kv_heads, 12)
+    mask = "".join("<tr>" + "".join(f'<td width="6" height="6" fixedsize="true" bgcolor="{GLYPH_INK["mask"] if on else "#ffffff"}"></td>'
+                                    for on in row) + "</tr>" for row in mask_rows(op))
+    mask_t = f'<table border="0" cellspacing="1" cellpadding="0" bgcolor="#9aa5b1" fixedsize="true" width="36" height="36">{mask}</table>'
+    q = _cells([GLYPH_INK["q"]] * heads)
+    k = _cells([GLYPH_INK["kv"]] * kv)
+    more_q = f'<td><font point-size="12">+{op.heads - heads}</font></td>' if op.heads > heads else ""
+    more_k = f'<td><font point-size="12">+{op.kv_heads - kv}</font></td>' if op.kv_heads > kv else ""
+    heads_t = (f'<table border="0" cellspacing="1" cellpadding="0"><tr><td><font point-size="12">Q</font></td>{q}{more_q}</tr>'
+               f'<tr><td><font point-size="12">KV</font></td>{k}{more_k}</tr></table>')
+    html = f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{mask_t}</td><td>{heads_t}</td></tr></table>'
+    w = 6 * 6 + 12 + 18 + max(heads, kv) * 8 + (24 if op.heads > heads else 0)
+    return html, float(w), 40.0  # the 36 pt mask and the table's spacing
+
+
+def _moe_glyph(op: ir.Moe) -> tuple[str, float, float]:
+    shown = min(op.experts, 12)
+    cells = _cells([GLYPH_INK["expert_on"] if i < op.top else GLYPH_INK["expert_off"] for i in range(shown)], 10)
+    more = f'<td><font point-size="12">+{op.experts - shown}</font></td>' if op.experts > shown else ""
+    html = (f'<table border="0" cellspacing="2" cellpadding="0"><tr><td><font point-size="12">router {ARROW}</font></td>{cells}{more}'
+            f'<td><font point-size="12"> top {op.top}</font></td></tr></table>')
+    return html, float(58 + shown * 12 + 44 + (24 if more else 0)), 18.0
+
+
+def glyph_keys(node) -> list[str]:
+    """The legend entries a part's glyph needs."""
+    if isinstance(node, ir.Attention):
+        return ["mask_" + ("causal" if node.mask == "causal" else "none") + ("_window" if node.window is not None else ""), "heads"]
+    if isinstance(node, ir.Moe):
+        return ["experts"]
+    return []
+
+
+def branch_titles(p: ir.Prechamber) -> dict[str, str]:
+    flags_ml = [f for f, on in (("detached", p.detach), ("side output", p.overboard)) if on]
+    flags_r = [f for f, on in (("detach", p.detach), ("overboard", p.overboard)) if on]
+    ml = p.name + (f" ({', '.join(flags_ml)})" if flags_ml else "")
+    r = f"prechamber {p.name}" + (f" ({', '.join(flags_r)})" if flags_r else "")
+    return {"ml": ml, "both": r, "rocket": r}
+
+
+def merge_note(m) -> str:
+    """What a junction multiplies the returning branch by, written beside it ("" for a plain add)."""
     if m is None or isinstance(m, ir.PlainMerge):
         return ""
     if isinstance(m, ir.ScaleMerge):
-        s = f"scale s={num(m.value)}"
-    elif isinstance(m, ir.CoolingMerge):
-        s = f"{'scaled init' if mode == 'ml' else 'cooling'} \u03c3={num(m.std)}"
-    elif isinstance(m, ir.RezeroMerge):
-        s = f"rezero \u03b1\u2080={num(m.init)}"
-    elif isinstance(m, ir.LayerscaleMerge):
-        s = f"layerscale \u03b3\u2080={num(m.init)}"
-    elif isinstance(m, ir.DeepnormMerge):
-        s = f"deepnorm \u03b1={num(m.alpha)} \u03b2={num(m.beta)}"
-    elif isinstance(m, ir.GateMerge):
-        s = f"gate g=\u03c3(Wx+b), b\u2080={num(m.bias)}"
-    else:  # pragma: no cover
-        raise TypeError(type(m).__name__)
-    return s + (f", {human(n_params)} params" if n_params else "")
+        return f"{TIMES}{num(m.value)}"
+    if isinstance(m, ir.CoolingMerge):
+        return f"init \u03c3={num(m.std)}"
+    if isinstance(m, ir.RezeroMerge):
+        return f"{TIMES}\u03b1, \u03b1={num(m.init)} at init"
+    if isinstance(m, ir.LayerscaleMerge):
+        return f"{TIMES}\u03b3, \u03b3={num(m.init)} at init"
+    if isinstance(m, ir.DeepnormMerge):
+        return f"init \u03b2={num(m.beta)}"
+    if isinstance(m, ir.GateMerge):
+        return f"gate \u03c3(Wx+b), b={num(m.bias)}"
+    return ir.kinds.kind_of(m).formula
 
 
-def human(n: int) -> str:
-    from .params import human as h
-
-    return h(n)
-
-
-# What each merge kind computes, for the legend: x is the chamber, f the branch.
-MERGE_LEGEND = {k.keyword: f"{k.keyword}: {k.formula}" if k.keyword != "plain" else f"merge: {k.formula}" for k in ir.kinds.MERGES}
-
-
-def merge_legend(kind: str, mode: str) -> str:
-    w = MERGE_LEGEND[kind]
-    return "scaled init" + w[len("cooling"):] if mode == "ml" and kind == "cooling" else w
-
-
-def summary(p: ir.Prechamber) -> str:
-    """The network words for a branch: its turbines' names and numbers."""
-    parts = []
-    for op in p.ops:
-        if ir.is_turbine(op):
-            w = turbine(op)
-            parts.append(", ".join(x for x in (w.ml, w.ml_detail) if x))
-    return "; ".join(parts)
-
-
-def prechamber(p: ir.Prechamber, mode: str) -> str:
-    dump = "side output" if mode == "ml" else "overboard"
-    flags = [f for f, on in (("detach", p.detach), (dump, p.overboard)) if on]
-    tail = f" ({', '.join(flags)})" if flags else ""
-    if mode == "rocket":
-        return f"prechamber {p.name}{tail}"
-    if mode == "ml":
-        return f"branch {p.name}{tail}: {summary(p)}"
-    return f"prechamber {p.name}{tail} {DASH} {summary(p)}"
-
-
-def feed(f: ir.Feed) -> Words:
-    pos = {"learned": f"learned positions {TIMES}{f.context}", "sinusoidal": "sinusoidal positions", "none": "no position table"}[f.position]
-    return Words("tanks and pumps", f"vocab {f.vocab:,}", "token embedding", f"{f.vocab:,}{TIMES}{f.width}, {pos}")
-
-
-def nozzle(n: ir.Nozzle) -> Words:
-    bits = [f"{n.width}{ARROW}{n.vocab:,}"] + (["tied"] if n.tied else []) + (["bias"] if n.bias else [])
-    return Words("nozzle", "", "LM head", ", ".join(bits))
-
-
-def throat(mask: str) -> Words:
-    """The throat is a property of every injector, not a component: the diagram
-    writes it as an annotation on the nozzle, never as a box on the main line."""
-    if mask == "causal":
-        return Words("choked throat", f"no flow upstream {DASH} every injector masked",
-                     "causal mask", "in every attention: no position sees ahead")
-    return Words("open throat", f"flow both ways {DASH} no injector masked",
-                 "no mask", "every position sees every other")
-
-
-def stage(s: ir.Stage, rep: int | None) -> str:
-    if rep is None:
-        return f"stage {s.name}" + (f"  {TIMES}{s.repeat}" if s.repeat > 1 else "")
-    return f"stage {s.name}  {rep + 1}/{s.repeat}"
-
-
-def wrap(line: str, width: int) -> list[str]:
-    """Break a label so that no line runs much past `width`: first after ` — ` or
-    `: ` (the name stays on a line of its own), then at ', '. A comma where a line
-    breaks is dropped, so no line ends dangling."""
-    head, sep, rest = line.partition(f" {DASH} ")
-    if not sep:
-        head, sep, rest = line.partition(": ")
-        head += sep.strip()
-    if sep and len(line) > width:
-        return [head] + wrap(rest, width)
-    out, cur = [], ""
-    for part in line.split(", "):
-        if cur and len(cur) + 2 + len(part) > width:
-            out.append(cur)
-            cur = part
-        else:
-            cur = f"{cur}, {part}" if cur else part
-    return out + [cur]
+def main_note(m) -> str:
+    """What a junction does to the main line itself: DeepNorm's α·x."""
+    if isinstance(m, ir.DeepnormMerge):
+        return f"{TIMES}\u03b1={num(m.alpha)}"
+    return ""

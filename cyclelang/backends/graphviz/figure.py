@@ -1,0 +1,540 @@
+"""A figure: one or more engines' scenes, their title, one legend and one annotate scale,
+mapped onto the page and written as DOT with every position pinned (`neato -n2`).
+
+Size presets are physical: `slide` is a 16:9 slide (13.33 × 7.5 in), `column` a paper's
+column (3.25 in wide), `page` a paper's text block (7 × 9.2 in). Everything is laid out
+at 1:1 in points and no text is set under 12 pt, so at the preset's size every word
+reads at 12 pt or more; a figure that does not fit its preset is refused (E0275) with
+what it would need, never shrunk.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ... import ir
+from . import params, text
+from .annotate import colour, log_pos, ZERO
+from .scene import DETAIL, MODES, Box, Line, Scene, Wire, lines_size, log_scale, text_w
+from .style import FONT, THEMES, esc
+
+SIZES = {"slide": (960.0, 540.0), "column": (234.0, 662.0), "page": (504.0, 662.0)}
+WRAP = {"slide": 230.0, "column": 130.0, "page": 200.0, None: 230.0}
+MARGIN = 12.0
+MAX_POINTS = 14400.0  # 200 in: past this a figure is no longer a figure (--expand's hard cap)
+
+
+class Fit(Exception):
+    """The figure does not fit its size preset (or the hard cap)."""
+
+
+def _line_html(ln: Line, t: dict) -> str | None:
+    if not ln.text:
+        return None
+    s = esc(ln.text)
+    if ln.bold:
+        s = f"<b>{s}</b>"
+    if ln.italic:
+        s = f"<i>{s}</i>"
+    col = t["muted"] if ln.muted else t["fg"]
+    return f'<font point-size="{ln.size}" color="{col}">{s}</font>'
+
+
+def html_label(lines: list[Line], t: dict, glyph: str = "") -> str:
+    body = "<br/>".join(h for h in (_line_html(x, t) for x in lines) if h) or " "
+    if glyph:
+        return (f'<<table border="0" cellborder="0" cellspacing="0" cellpadding="0"><tr><td>{body}</td></tr>'
+                f'<tr><td>{glyph}</td></tr></table>>')
+    return f"<{body}>"
+
+
+# The legend: (key, {mode: words}); a key appears when the figure uses it.
+def legend_words(key: str) -> dict[str, str]:
+    def say(ml: str, rocket: str) -> dict[str, str]:
+        return {"ml": ml, "rocket": rocket, "both": f"{ml} \u00b7 {rocket}" if rocket != ml else ml}
+
+    fixed = {
+        "main": say("residual stream, width \u221d d", "chamber"),
+        "branch": say("residual branch", "prechamber"),
+        "cut": say("detached: no gradient", "cut"),
+        "split": say("branch reads the stream", "tap"),
+        "vent": say("side output, aux loss", "overboard"),
+        "stage": say("block", "stage"),
+        "repeat": {m: "\u00d7N: repeated N times" for m in MODES},
+        "elided": say("instances left out", "stages left out"),
+        "tokens": say("tokens", "tanks"),
+        "feed": say("embedding", "pumps"),
+        "head": say("LM head", "nozzle"),
+        "heads": say("Q heads, shared KV heads", "elements"),
+        "experts": say("experts, top k lit", "elements"),
+        "spark": say("\u2016dL/dx\u2016 by depth", "pressure"),
+        "mask_causal": say("causal mask", "choked throat"),
+        "mask_causal_window": say("sliding-window mask", "choked throat"),
+        "mask_none": say("no mask", "open throat"),
+    }
+    if key in fixed:
+        return fixed[key]
+    if key.startswith("merge_"):
+        k = ir.kinds.MERGE_BY_KEYWORD[key[len("merge_"):]]
+        return say(k.formula if k.keyword != "cooling" else "x + f(x), f's init \u03c3", k.rocket if k.keyword != "plain" else "closed")
+    if key.startswith("kind_"):
+        attr = key[len("kind_"):]
+        for k in ir.kinds.KINDS.values():
+            if k.attr == attr and k.role not in ("merge", "feed", "nozzle"):
+                return say(k.ml if k.cls is not ir.Norm else "norm", k.rocket)
+    return say(key, key)
+
+
+LEGEND_ORDER = ("main", "branch", "split", "cut", "vent", "stage", "repeat", "elided", "tokens", "feed", "head")
+
+
+class Figure:
+    def __init__(self, engines: list[ir.Engine], *, view: str = "cycle", labels: str = "both", theme: str = "light", rankdir: str = "TB",
+                 size: str | None = None, expand: bool = False, readings: list | None = None):
+        self.engines, self.view, self.labels, self.t = engines, view, labels, THEMES[theme]
+        self.rankdir, self.size, self.expand = rankdir, size, expand
+        self.readings = readings
+        vals = []
+        for rd in readings or []:
+            if rd:
+                for table in rd.values():
+                    vals += list(table.values())
+        self.scale = log_scale(vals) if readings else None
+        self.nodes: list[tuple[str, dict]] = []
+        self.edges: list[tuple[str, str, dict]] = []
+        self.layout()
+
+    @property
+    def tb(self) -> bool:
+        return self.rankdir == "TB"
+
+    def scenes(self, max_along: float | None) -> list[Scene]:
+        return [Scene(e, view=self.view, rankdir=self.rankdir, expand=self.expand, wrap_w=WRAP[self.size], max_along=max_along,
+                      readings=(self.readings[i] if self.readings else None), scale=self.scale or (1e-3, 10.0), id_prefix=f"e{i}.")
+                for i, e in enumerate(self.engines)]
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def layout(self) -> None:
+        """Lay the figure out; with a size preset, wrap the main line into columns (never inside
+        a stage) so that it fits the preset's height (TB) or width (LR), if it can."""
+        sc = self.scenes(None)
+        used = set().union(*(s.used for s in sc))
+        if self.size is not None:
+            W, H = SIZES[self.size]
+            legend_below = not self.legend_right()
+            lw, lh = self.legend_size(used, W - 2 * MARGIN if legend_below else 260.0)
+            title_h = 30.0 + (24.0 if len(self.engines) > 1 else 0.0)
+            if self.tb:
+                avail = H - 2 * MARGIN - title_h - (lh + 10 if legend_below else 0) - 8
+            else:
+                avail = W - 2 * MARGIN - (0 if legend_below else lw + 12) - 8
+            if any(self.extent(s)[0] > avail for s in sc):
+                sc = self.scenes(avail)
+        self.sc = sc
+        self.shapes = {k: v for s in sc for k, v in s.shapes.items()}
+        self.place(sc, used)
+
+    def legend_right(self) -> bool:
+        return self.tb
+
+    def extent(self, s: Scene) -> tuple[float, float]:
+        """(along, across) of a scene."""
+        us = [b.u + s.along(b) / 2 for b in s.boxes] + [u for w in s.wires for u, _ in w.pts]
+        u0 = min([b.u - s.along(b) / 2 for b in s.boxes] + [u for w in s.wires for u, _ in w.pts])
+        vs = [b.v + s.across(b) / 2 for b in s.boxes] + [f.v1 for f in s.frames]
+        v0 = min([b.v - s.across(b) / 2 for b in s.boxes] + [f.v0 for f in s.frames])
+        return max(us) - u0, max(vs) - v0
+
+    def xy(self, s: Scene, u: float, v: float) -> tuple[float, float]:
+        return (v, u) if self.tb else (u, v)
+
+    def legend_entries(self, used: set[str]) -> list[str]:
+        keys = [k for k in LEGEND_ORDER if k in used]
+        keys += sorted(k for k in used if k.startswith("kind_"))
+        keys += sorted(k for k in used if k.startswith("mask_") or k in ("heads", "experts"))
+        keys += sorted(k for k in used if k.startswith("merge_"))
+        keys += [k for k in ("spark",) if k in used]
+        return keys
+
+    def legend_size(self, used: set[str], width: float) -> tuple[float, float]:
+        keys = self.legend_entries(used)
+        cw = max(text_w(legend_words(k)[m], DETAIL) for k in keys for m in MODES) + 36
+        cols = max(1, int(width // cw))
+        rows = -(-len(keys) // cols)
+        return min(width, cols * cw), rows * 20.0 + 20
+
+    def place(self, scenes: list[Scene], used: set[str]) -> None:
+        t = self.t
+        # each scene's page box, side by side (TB) or stacked (LR), under one title
+        placed = []
+        for s in scenes:
+            pts = []
+            for b in s.boxes:
+                X, Y = self.xy(s, b.u, b.v)
+                pts += [(X - b.w / 2, Y - b.h / 2), (X + b.w / 2, Y + b.h / 2)]
+            for f in s.frames:
+                pts += [self.xy(s, f.u0, f.v0), self.xy(s, f.u1, f.v1)]
+            for w in s.wires:
+                pts += [self.xy(s, u, v) for u, v in w.pts]
+            x0, y0 = min(p[0] for p in pts), min(p[1] for p in pts)
+            x1, y1 = max(p[0] for p in pts), max(p[1] for p in pts)
+            placed.append((s, x0, y0, x1, y1))
+        # offsets: TB places scenes left to right, LR top to bottom (first on top)
+        offs = []
+        if self.tb:
+            cur = MARGIN
+            for s, x0, y0, x1, y1 in placed:
+                offs.append((cur - x0, -y0))
+                cur += (x1 - x0) + 36
+        else:
+            heights = [y1 - y0 for _, _, y0, _, y1 in placed]
+            cur = sum(heights) + 36 * (len(placed) - 1)
+            for (s, x0, y0, x1, y1), h in zip(placed, heights):
+                cur -= h
+                offs.append((MARGIN - x0, cur - y0))
+                cur -= 36
+        body_w = max(o[0] + p[3] for o, p in zip(offs, placed)) + MARGIN
+        body_h = max(o[1] + p[4] for o, p in zip(offs, placed))
+        # legend (and colour bar): in the free space over the last column (TB, one engine), to the
+        # right, or below; with a size preset the first of these that fits, else to the right (TB)
+        bar_h = 64.0 if self.scale else 0.0
+        options = []
+        if self.tb and len(placed) == 1 and len(scenes[0].columns) > 1:
+            options.append("column")
+        options += ["right", "below"] if self.tb else ["below", "right"]
+        if self.size is None:
+            options = ["right" if self.tb else "below"]
+        W, H = SIZES[self.size] if self.size else (math.inf, math.inf)
+        def legend_at(opt: str):
+            if opt == "right":
+                lw, lh = self.legend_size(used, 260.0)
+                lift = MARGIN
+                lx, ly = body_w + 12, max(body_h, lh + bar_h) - lh
+                total_w, total_h = lx + lw + MARGIN, max(body_h, lh + bar_h)
+                bx, by = lx, ly - bar_h
+            elif opt == "below":
+                lw, lh = self.legend_size(used, max(body_w - 2 * MARGIN, (W if self.size else 240.0) - 2 * MARGIN))
+                lift = lh + bar_h + MARGIN + 6
+                lx, ly = MARGIN, MARGIN + bar_h
+                bx, by = MARGIN, MARGIN
+                total_w, total_h = max(body_w, lw + 2 * MARGIN, 240.0 if bar_h else 0), body_h + lift
+            else:  # over the last column, which is the shortest
+                s0 = scenes[0]
+                cdv, cneg, cpos, clen = s0.columns[-1]
+                (X0, Y0), (X1, Y1) = self.xy(s0, 0, cdv - cneg), self.xy(s0, clen, cdv + cpos)
+                X0, Y1 = X0 + offs[0][0], Y1 + offs[0][1]
+                lw, lh = self.legend_size(used, max(W - MARGIN - X0, 200.0))
+                lift = MARGIN
+                lx, ly = X0, Y1 + 16 + bar_h + MARGIN
+                bx, by = lx, Y1 + 16 + MARGIN
+                total_w, total_h = max(body_w, lx + lw + MARGIN), max(body_h + MARGIN, ly + lh)
+                lift = MARGIN
+            return lift, lx, ly, lw, lh, bx, by, total_w, total_h
+
+        def overflow(r) -> float:
+            return max(r[7] / W, (r[8] + 36) / H)
+
+        tries = [legend_at(o) for o in options]
+        fit = [r for r in tries if overflow(r) <= 1.0]
+        lift, lx, ly, lw, lh, bx, by, total_w, total_h = fit[0] if fit else min(tries, key=overflow)
+        # the figure title, and each engine's numbers: beside the title when one engine fits there
+        names = ", ".join(e.name for e in self.engines)
+        whats = {"cycle": {"ml": "residual stream", "both": "power cycle", "rocket": "power cycle"},
+                 "graph": {"ml": "computation graph", "both": "computation graph", "rocket": "computation graph"}}[self.view]
+        titles = {m: f"{names}: {w}" + (" \u00b7 annotated: \u2016dL/dx\u2016" if self.scale else "") for m, w in whats.items()}
+        ttl = titles[self.labels]
+        tw = max(text_w(x, 18, True) for x in titles.values())
+        title_h = 28.0
+
+        def stats(s: Scene) -> str:
+            e = s.e
+            return f"{e.name} \u00b7 {params.human(params.count(e))} params \u00b7 width {e.width} \u00b7 {s.lay.instance_count()} blocks"
+
+        limit = SIZES[self.size][0] - 2 * MARGIN if self.size else max(total_w, 600.0)
+        beside = len(placed) == 1 and tw + 16 + text_w(stats(placed[0][0]), DETAIL, True) <= limit
+        sub_h = 0.0 if beside or not self.tb else 22.0
+        top = total_h + sub_h + 6
+        for (s, x0, y0, x1, y1), (dx, dy) in zip(placed, offs):
+            self.emit_scene(s, dx, dy + lift)
+            sw = text_w(stats(s), DETAIL, True)
+            if beside:
+                X, Y = MARGIN + tw + 16 + sw / 2 + 3, top + title_h / 2 - 2
+            elif self.tb:
+                X, Y = x0 + dx + sw / 2 + 3, top - sub_h / 2
+            else:
+                X, Y = x0 + dx + sw / 2 + 3, y1 + dy + lift + 12
+            self.text_node(f"{s.pre}subtitle", [Line(stats(s), DETAIL, bold=True)], X, Y, left=True)
+        self.text_node("title", [Line(ttl, 18, bold=True)], MARGIN + tw / 2, top + title_h / 2, left=True, w=tw)
+        self.legend(used, lx, ly, lw)
+        if self.scale:
+            self.colour_bar(bx, by)
+        self.W, self.H = math.ceil(max(total_w, MARGIN + tw + MARGIN)), math.ceil(top + title_h)  # whole points: the SVG's size is 1:1
+        # pin the canvas to hold every node, in whole points (the SVG is then exactly 1:1)
+        for _, a in self.nodes:
+            X, Y = (float(q) for q in a["pos"].rstrip("!").split(","))
+            self.W = max(self.W, math.ceil(X + float(a["width"]) * 36 + 2))
+            self.H = max(self.H, math.ceil(Y + float(a["height"]) * 36 + 2))
+        for nid, (X, Y) in (("canvas.lo", (0, 0)), ("canvas.hi", (self.W, self.H))):
+            self.nodes.append((nid, {"pos": f"{X:.1f},{Y:.1f}!", "shape": "point", "style": "invis", "width": "0.01", "height": "0.01", "label": ""}))
+        # the page itself, drawn first: the graph's own background is transparent, so every PNG
+        # is RGBA whatever Graphviz would pick for an opaque one
+        self.nodes.insert(0, ("canvas", {"pos": f"{self.W / 2:.1f},{self.H / 2:.1f}!", "shape": "box", "style": "filled", "fillcolor": self.t["bg"],
+                                         "color": self.t["bg"], "penwidth": "0", "width": f"{self.W / 72:.3f}", "height": f"{self.H / 72:.3f}",
+                                         "fixedsize": "true", "label": "", "class": "canvas"}))
+        if self.size is not None:
+            W, H = SIZES[self.size]
+            if self.W > W + 0.5 or self.H > H + 0.5:
+                raise Fit(f"the figure needs {self.W:.0f}\u00d7{self.H:.0f} pt; --size {self.size} is {W:.0f}\u00d7{H:.0f} pt "
+                          f"at 12 pt text")
+        if max(self.W, self.H) > MAX_POINTS:
+            raise Fit(f"the figure would be {self.W:.0f}\u00d7{self.H:.0f} pt; a figure is at most {MAX_POINTS:.0f} pt on a side")
+
+    # -- emission -----------------------------------------------------------------------------
+
+    def text_node(self, nid: str, lines: list[Line], X: float, Y: float, key: str = "text", left: bool = False, w: float | None = None) -> None:
+        """A piece of text centred at (X, Y); `w`: the width to size it for (the widest of the
+        label modes, so the words never move the layout)."""
+        w0, h = lines_size(lines)
+        w = w0 if w is None else w
+        label = html_label(lines, self.t)
+        if left:  # set from the box's left edge (the estimate of its width is generous)
+            label = (f'<<table border="0" cellborder="0" cellspacing="0" cellpadding="0"><tr><td width="{w + 6:.0f}" height="{h + 2:.0f}" '
+                     f'fixedsize="true" align="left">{label[1:-1]}</td></tr></table>>')
+        self.nodes.append((nid, {"pos": f"{X:.1f},{Y:.1f}!", "shape": "plaintext", "label": label, "width": f"{(w + 6) / 72:.3f}",
+                                 "height": f"{(h + 4) / 72:.3f}", "fixedsize": "true", "margin": "0", "class": key}))
+
+    def box_attrs(self, b: Box) -> dict:
+        t = self.t
+        shape = b.shape
+        attrs = {"fixedsize": "true", "width": f"{b.w / 72:.3f}", "height": f"{b.h / 72:.3f}", "margin": "0", "class": f"{b.key} {b.path}".strip()}
+        fill = {"feed": t["feed"], "tokens": t["feed"], "head": t["nozzle"], "vent": t["vent_fill"], "split": t["chamber"], "logits": t["bg"]}.get(b.key)
+        if b.key.startswith("kind_"):
+            from .style import KIND_FILL
+
+            fill = t[KIND_FILL.get(b.key[len("kind_"):], "other")]
+        color = {"vent": t["vent"], "split": t["chamber"]}.get(b.key, t["chamber"])
+        if b.key.startswith("merge_"):
+            fill, color = t["junction"], t["chamber"]
+        if shape == "rounded":
+            attrs.update(shape="box", style="rounded,filled")
+        elif shape == "text":
+            attrs.update(shape="plaintext")
+        elif shape == "point":
+            attrs.update(shape="circle", style="filled")
+        elif shape == "circle":
+            attrs.update(shape="circle", style="filled,bold")
+        elif shape == "trapezium":
+            out_right = (b.key == "vent" and self.tb) or (b.key == "head" and not self.tb)
+            attrs.update(shape="trapezium" if not out_right else "trapezium", style="filled",
+                         orientation="90" if out_right else ("180" if b.key == "head" else "0"))
+        elif shape == "cylinder":
+            attrs.update(shape="cylinder", style="filled")
+        if fill and shape != "text":
+            attrs["fillcolor"] = fill
+        if shape != "text":
+            attrs["color"] = color
+            attrs["penwidth"] = "2" if shape == "circle" else "1.2"
+        if b.tooltip:
+            attrs["tooltip"] = b.tooltip
+        if shape == "circle":
+            attrs["label"] = f'<<font point-size="{b.font}" color="{t["chamber"]}"><b>+</b></font>>'
+        elif shape == "point":
+            attrs["label"] = ""
+        else:
+            attrs["label"] = html_label(b.words.get(self.labels, []), t, b.html)
+        return attrs
+
+    def emit_scene(self, s: Scene, dx: float, dy: float) -> None:
+        t = self.t
+        for f in sorted(s.frames, key=lambda f: f.depth):
+            (X0, Y0), (X1, Y1) = self.xy(s, f.u0, f.v0), self.xy(s, f.u1, f.v1)
+            X0, X1 = sorted((X0, X1))
+            Y0, Y1 = sorted((Y0, Y1))
+            self.nodes.append((f.id, {"pos": f"{(X0 + X1) / 2 + dx:.1f},{(Y0 + Y1) / 2 + dy:.1f}!", "shape": "box", "style": "rounded,filled",
+                                      "fillcolor": t["stage_fill"], "color": t["stage_border"], "penwidth": "1.5" if f.key == "stage" else "1",
+                                      "width": f"{(X1 - X0) / 72:.3f}", "height": f"{(Y1 - Y0) / 72:.3f}", "fixedsize": "true", "label": "",
+                                      "class": f"frame {f.path}"}))
+        for b in s.boxes:
+            X, Y = self.xy(s, b.u, b.v)
+            self.nodes.append((b.id, {"pos": f"{X + dx:.1f},{Y + dy:.1f}!", **self.box_attrs(b)}))
+        for w in s.wires:
+            self.wire(s, w, dx, dy)
+        if self.scale:
+            self.values(s, dx, dy)
+
+    def wire(self, s: Scene, w: Wire, dx: float, dy: float) -> None:
+        t = self.t
+        pts = [self.xy(s, u, v) for u, v in w.pts]
+        pts = [(X + dx, Y + dy) for X, Y in pts]
+        pts = [p for i, p in enumerate(pts) if i == 0 or (abs(p[0] - pts[i - 1][0]) + abs(p[1] - pts[i - 1][1])) > 0.05]
+        if len(pts) < 2:
+            return
+        attrs = {"class": f"{w.kind} {w.path}".strip(), "arrowhead": "none"}
+        color = {"main": t["chamber"], "branch": t["branch"], "cut": t["cut"], "vent": t["vent"], "spark": t["spark"], "link": t["chamber"]}[w.kind]
+        width = {"main": max(1.5, 8.0 * w.width / max(1, s.max_width)), "link": 1.5, "branch": 2.0, "cut": 2.0, "vent": 2.0, "spark": 1.5}[w.kind]
+        if w.value is not None:
+            color = ZERO if w.value == 0 else colour(log_pos(w.value, self.scale))
+            what = "\u2016dL/dx\u2016" if w.table == "chain" else "gradient norm"
+            attrs["tooltip"] = f"{w.path}: {what} = {text.num(w.value)}"
+            attrs["class"] += f" value={text.num(w.value)}"
+        style = "dashed" if (w.dashed or (w.value == 0 and w.value is not None)) else ("dotted" if w.dotted else "")
+        if style:
+            attrs["style"] = style
+        tip = pts[-1]
+        spline = list(pts)
+        if w.arrow:
+            (ax, ay), (bx, by) = pts[-2], pts[-1]
+            L = math.hypot(bx - ax, by - ay)
+            cut = min(7.0, L * 0.6)
+            spline[-1] = (bx - (bx - ax) * cut / L, by - (by - ay) * cut / L)
+            attrs["arrowhead"] = "normal"
+            attrs["arrowsize"] = "0.6"
+        bez = [spline[0]]
+        for (ax, ay), (bx, by) in zip(spline, spline[1:]):
+            bez += [(ax + (bx - ax) / 3, ay + (by - ay) / 3), (ax + 2 * (bx - ax) / 3, ay + 2 * (by - ay) / 3), (bx, by)]
+        pos = " ".join(f"{x:.1f},{y:.1f}" for x, y in bez)
+        attrs["pos"] = (f"e,{tip[0]:.1f},{tip[1]:.1f} " if w.arrow else "") + pos
+        attrs.update(color=color, penwidth=f"{width:.2f}")
+        a, b = f"{w.id}.a", f"{w.id}.b"
+        for nid, (X, Y) in ((a, pts[0]), (b, tip)):
+            self.nodes.append((nid, {"pos": f"{X:.1f},{Y:.1f}!", "shape": "point", "style": "invis", "width": "0.01", "height": "0.01", "label": ""}))
+        self.edges.append((a, b, attrs))
+
+    def values(self, s: Scene, dx: float, dy: float) -> None:
+        """The readings printed where they are measured: ‖dL/dx‖ entering each stage at its
+        frame's edge (and leaving the last); each branch's gradient norm is in its title, and
+        a cut says 0. One number per wire."""
+        rd = s.readings or {}
+        top = [f for f in s.frames if f.depth == 0]
+        for f in s.frames:
+            for table, u, where in (("chain", f.u0, "in"), ("exit", f.u1, "out")):
+                v = rd.get(table, {}).get(f.path)
+                if where == "out" and f is not top[-1]:
+                    continue  # the next frame's "in" is the same wire: one value per wire
+                if v is None:
+                    continue
+                lab = [Line(text.num(v), DETAIL, bold=True)]
+                w, h = lines_size(lab)
+                X, Y = self.xy(s, u, f.v0)
+                if self.tb:
+                    X, Y = X - w / 2 - 6, Y + (h / 2 + 2 if where == "in" else -h / 2 - 2)
+                else:
+                    X, Y = X + (w / 2 + 2 if where == "in" else -w / 2 - 2), Y - h / 2 - 4
+                self.text_node(f"{f.id}.{where}", lab, X + dx, Y + dy, key=f"value {table} {f.path}")
+
+    def legend(self, used: set[str], x: float, y: float, width: float) -> None:
+        t = self.t
+        keys = self.legend_entries(used)
+        cw = max(text_w(legend_words(k)[m], DETAIL) for k in keys for m in MODES) + 36
+        cols = max(1, int(width // cw))
+        rows = -(-len(keys) // cols)
+        for i, k in enumerate(keys):
+            c, r = i // rows, i % rows
+            X, Y = x + c * cw, y + (rows - 1 - r) * 20.0 + 10
+            self.swatch(k, X + 12, Y)
+            words = legend_words(k)[self.labels]
+            widest = max(text_w(legend_words(k)[m], DETAIL) for m in MODES)
+            self.text_node(f"legend.{k}.text", [Line(words, DETAIL)], X + 26 + widest / 2 + 3, Y, key=f"legend_text {k}", left=True, w=widest)
+
+    def swatch(self, key: str, X: float, Y: float) -> None:
+        t = self.t
+        nid = f"legend.{key}"
+        if key in ("main", "branch", "cut", "vent", "spark"):
+            x0, x1 = (X - 13, X - 3) if key == "vent" else (X - 11, X + 11)
+            color = {"main": t["chamber"], "branch": t["branch"], "cut": t["cut"], "vent": t["vent"], "spark": t["spark"]}[key]
+            width = {"main": "6", "branch": "2", "cut": "2", "vent": "2", "spark": "1.5"}[key]
+            a, b = f"{nid}.a", f"{nid}.b"
+            for n2, XX in ((a, x0), (b, x1)):
+                self.nodes.append((n2, {"pos": f"{XX:.1f},{Y:.1f}!", "shape": "point", "style": "invis", "width": "0.01", "height": "0.01", "label": ""}))
+            xa, xb = x0 + (x1 - x0) / 3, x0 + 2 * (x1 - x0) / 3
+            attrs = {"pos": f"{x0:.1f},{Y:.1f} {xa:.1f},{Y:.1f} {xb:.1f},{Y:.1f} {x1:.1f},{Y:.1f}", "color": color, "penwidth": width,
+                     "arrowhead": "none", "class": f"legend {key}"}
+            if key == "cut":
+                attrs["style"] = "dashed"
+            self.edges.append((a, b, attrs))
+            if key != "vent":
+                return
+            X, nid = X + 6, f"{nid}.nozzle"  # the dump nozzle the line ends in
+        if key in ("stage", "repeat", "elided"):
+            lab = {"stage": "", "repeat": "\u00d7N", "elided": "\u22ef"}[key]
+            attrs = {"shape": "box", "style": "rounded,filled", "fillcolor": t["stage_fill"], "color": t["stage_border"], "label":
+                     f'<<font point-size="12"><b>{esc(lab)}</b></font>>' if lab else "", "width": "0.33", "height": "0.22"}
+        elif key.startswith("mask_"):  # the mask's own picture, small
+            from types import SimpleNamespace
+
+            from .text import GLYPH_INK, mask_rows
+
+            op = SimpleNamespace(mask="causal" if key.startswith("mask_causal") else "open", window=2 if key.endswith("_window") else None)
+            rows = "".join("<tr>" + "".join(f'<td width="2" height="2" fixedsize="true" bgcolor="{GLYPH_INK["mask"] if on else "#ffffff"}"></td>'
+                                            for on in row) + "</tr>" for row in mask_rows(op))
+            attrs = {"shape": "plaintext", "width": "0.25", "height": "0.25", "label":
+                     f'<<table border="0" cellspacing="1" cellpadding="0" bgcolor="#9aa5b1" fixedsize="true" width="16" height="16">{rows}</table>>'}
+        elif key in ("heads", "experts"):
+            from .text import GLYPH_INK
+
+            ink = {"heads": GLYPH_INK["q"], "experts": GLYPH_INK["expert_on"]}[key]
+            attrs = {"shape": "plaintext", "label": f'<<table border="0" cellspacing="1" cellpadding="0"><tr><td width="7" height="7" fixedsize="true" bgcolor="{ink}" border="1" color="#5b6876"></td></tr></table>>',
+                     "width": "0.2", "height": "0.2"}
+        else:
+            b = Box(nid, 0, 0, 22, 16, "circle" if key.startswith("merge_") else self.shapes.get(key, "rounded"), key)
+            if key == "split":
+                b.w = b.h = 7
+            if key.startswith("merge_"):
+                b.w = b.h = 16
+                b.font = 12
+            if b.shape == "trapezium":
+                b.w = 14 if key == "vent" else 18
+            attrs = self.box_attrs(b)
+            attrs["label"] = attrs["label"] if key.startswith("merge_") else ""
+            attrs["class"] = f"legend {key}"
+            attrs["width"], attrs["height"] = f"{b.w / 72:.3f}", f"{b.h / 72:.3f}"
+        attrs.setdefault("fixedsize", "true")
+        attrs["class"] = f"legend {key}"
+        self.nodes.append((nid, {"pos": f"{X:.1f},{Y:.1f}!", **attrs}))
+
+    def colour_bar(self, x: float, y: float) -> None:
+        """The annotate scale: log decades with their numbers, and the grey of an exact zero."""
+        lo, hi = self.scale
+        decades = round(math.log10(hi / lo))
+        per = 4
+        cells = "".join(f'<td width="14" height="12" fixedsize="true" bgcolor="{colour((i + 0.5) / (decades * per))}"></td>' for i in range(decades * per))
+        def tick(d: int, span: int, align: str) -> str:
+            return f'<td colspan="{span}" align="{align}"><font point-size="12">{esc(text.num(lo * 10 ** d))}</font></td>'
+
+        ticks = tick(0, per // 2, "left") + "".join(tick(d, per, "center") for d in range(1, decades)) + tick(decades, per // 2, "right")
+        html = (f'<<table border="0" cellspacing="0" cellpadding="1"><tr><td colspan="{decades * per + 2}" align="left"><font point-size="12"><b>'
+                f'\u2016dL/dx\u2016, log scale</b></font></td></tr>'
+                f'<tr>{cells}<td width="8"></td><td width="14" height="12" fixedsize="true" bgcolor="{ZERO}"></td></tr>'
+                f'<tr>{ticks}<td></td><td><font point-size="12">0</font></td></tr></table>>')
+        w = decades * per * 14 + 40
+        self.nodes.append(("colourbar", {"pos": f"{x + w / 2:.1f},{y + 30:.1f}!", "shape": "plaintext", "label": html, "width": f"{w / 72:.3f}",
+                                         "height": f"{60 / 72:.3f}", "fixedsize": "true", "class": f"colourbar {text.num(lo)} {text.num(hi)}"}))
+
+    # -- DOT ----------------------------------------------------------------------------------
+
+    def dot(self) -> str:
+        t = self.t
+
+        def attrs(d: dict) -> str:
+            items = sorted(d.items(), key=lambda kv: (kv[0] != "label", kv[0]))
+            return " ".join(f"{k}={_q(v)}" for k, v in items)
+
+        out = [f"digraph {_q('figure')} {{",
+               f"\tgraph [bb={_q(f'0,0,{self.W:.1f},{self.H:.1f}')} bgcolor=\"transparent\" fontname={_q(FONT)} outputorder=nodesfirst pad=0 "
+               f"splines=true]",
+               f"\tnode [fontcolor={_q(t['fg'])} fontname={_q(FONT)}]",
+               f"\tedge [fontname={_q(FONT)}]"]
+        for nid, a in self.nodes:
+            out.append(f"\t{_q(nid)} [{attrs(a)}]")
+        for a, b, d in self.edges:
+            out.append(f"\t{_q(a)} -> {_q(b)} [{attrs(d)}]")
+        out.append("}")
+        return "\n".join(out) + "\n"
+
+
+def _q(v) -> str:
+    s = str(v)
+    if s.startswith("<") and s.endswith(">"):
+        return s
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'

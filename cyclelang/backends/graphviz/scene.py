@@ -1,0 +1,844 @@
+"""A layout of our own: every position computed from the IR's layout, then pinned.
+
+The picture is built in flow coordinates: `u` runs along the main line (tokens at
+u=0, logits at the end) and `v` across it (the main line is v=0, branches at v>0,
+titles never cross it). `Scene.place` maps (u, v) to the page: top-to-bottom puts the
+tokens at the bottom and the logits at the top (the classic figure), left-to-right
+puts them left and right. Every box's size is the largest its text needs in any label
+mode, so `--labels` switches only the words, never the layout.
+
+Pieces of a figure, in order along the main line:
+
+    tokens, embedding             the feed (tanks and pumps)
+    a stage                        one frame, however many times it repeats: a large ×N
+                                   badge in its header, never split across columns
+    a series op                    a box on the main line (a Post-LN norm, a linear)
+    a branch                       split dot on the main line, its ops in a column
+                                   beside it, a junction where it returns; a detached
+                                   read is a cut ("no gradient"); an overboard branch
+                                   ends in a dump nozzle outside the frame
+    head, logits                   the nozzle
+
+A tall engine wraps into columns between top-level pieces (never inside a stage); the
+main line runs from one column's top over to the next column's bottom in the gap
+between them. A nested stage (a stage among a stage's ops) is a frame inside the frame.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ... import ir
+from ...ir.layout import BranchLayout, FullflowLayout, Part, StageLayout
+from . import params, text
+from .style import kind_style
+
+# --- sizes, in points at the figure's physical size --------------------------------------
+
+TITLE, DETAIL, CAPTION, SMALL = 14, 12, 12, 12  # nothing is set under 12 pt
+STAGE_TITLE, BADGE = 16, 30
+GAP = 9.0  # along the line, between pieces
+COL_GAP = 18.0  # across, from the main line to a branch column
+PAD = 8.0  # inside a frame
+LINE = 1.22  # line height / font size
+MODES = ("ml", "both", "rocket")
+
+
+_NARROW = set("iljtf.,:;'|!()[] \u00b7")
+_WIDE = set("mwMW\u2192\u2016\u22ef")
+
+
+def text_w(s: str, size: float, bold: bool = False) -> float:
+    """About how wide Helvetica sets `s` (from its glyph widths, a little generous; a
+    deterministic estimate, so the layout never depends on the machine's fonts)."""
+    em = 0.0
+    for ch in s:
+        if ch in _NARROW:
+            em += 0.28
+        elif ch in _WIDE:
+            em += 0.86
+        elif ch.isupper():
+            em += 0.69
+        elif ch.isdigit():
+            em += 0.56
+        else:
+            em += 0.55
+    return em * size * (1.08 if bold else 1.03)
+
+
+@dataclass
+class Line:
+    text: str
+    size: int = DETAIL
+    bold: bool = False
+    italic: bool = False
+    muted: bool = False
+
+
+def wrap(s: str, size: int, bold: bool, width: float) -> list[str]:
+    """Break at ' · ', then at spaces, so that no line is wider than `width`."""
+    if text_w(s, size, bold) <= width:
+        return [s]
+    for sep in (" \u00b7 ", ", ", " "):
+        parts = s.split(sep)
+        if len(parts) == 1:
+            continue
+        out, cur = [], ""
+        for p in parts:
+            nxt = f"{cur}{sep}{p}" if cur else p
+            if cur and text_w(nxt, size, bold) > width:
+                out.append(cur)
+                cur = p
+            else:
+                cur = nxt
+        out.append(cur)
+        if all(text_w(x, size, bold) <= width for x in out) or sep == " ":
+            return out
+    return [s]
+
+
+def wrapped(lines: list[Line], width: float) -> list[Line]:
+    out = []
+    for ln in lines:
+        out += [Line(t, ln.size, ln.bold, ln.italic, ln.muted) for t in wrap(ln.text, ln.size, ln.bold, width)]
+    return out
+
+
+def lines_size(lines: list[Line]) -> tuple[float, float]:
+    if not lines:
+        return 0.0, 0.0
+    return max(text_w(x.text, x.size, x.bold) for x in lines), sum(x.size * LINE for x in lines)
+
+
+# --- primitives --------------------------------------------------------------------------
+
+
+@dataclass
+class Box:
+    """A node: a part, a glyph or a piece of text. (u, v) is its centre; w, h its size on
+    the page (points). `words` holds its lines per label mode."""
+
+    id: str
+    u: float
+    v: float
+    w: float
+    h: float
+    shape: str  # box | rounded | cylinder | trapezium | circle | point | text
+    key: str  # the style and legend key ("attention", "norm", "junction", ...)
+    words: dict[str, list[Line]] = field(default_factory=dict)
+    fill: str = ""
+    color: str = ""
+    pen: float = 1.2
+    dashed: bool = False
+    path: str = ""  # the layout path it stands for
+    tooltip: str = ""
+    html: str = ""  # an extra HTML row under the words (glyphs)
+    font: int = 0  # for a one-glyph box (the junction's "+")
+    flip: bool = False  # a nozzle: the trapezium's narrow end towards the logits
+
+
+@dataclass
+class Wire:
+    """A polyline in (u, v). kind: main | branch | cut | vent | spark | link."""
+
+    id: str
+    pts: list[tuple[float, float]]
+    kind: str
+    width: float = 1.0  # the chamber's width there (main), else 0
+    path: str = ""
+    arrow: bool = False
+    dashed: bool = False
+    dotted: bool = False
+    value: float | None = None  # an annotate reading
+    table: str = ""  # which readings table the value came from
+
+
+@dataclass
+class Frame:
+    id: str
+    u0: float
+    v0: float
+    u1: float
+    v1: float
+    key: str  # stage | stage_instance | elided
+    path: str = ""
+    depth: int = 0
+
+
+@dataclass
+class Block:
+    """One top-level piece of the main line in local coordinates (u from 0 to `length`)."""
+
+    length: float = 0.0
+    neg: float = 0.0  # across extent on the title side
+    pos: float = 0.0  # across extent on the branch side
+    boxes: list[Box] = field(default_factory=list)
+    wires: list[Wire] = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)
+    ends: tuple[str, str] = ("", "")  # ids of the main line's points at u=0 and u=length (for wiring)
+    width_in: int = 0
+    width_out: int = 0
+    path: str = ""
+
+    def shifted(self, du: float, dv: float) -> "Block":
+        b = Block(self.length, self.neg, self.pos, width_in=self.width_in, width_out=self.width_out, path=self.path)
+        b.boxes = [Box(**{**x.__dict__, "u": x.u + du, "v": x.v + dv}) for x in self.boxes]
+        b.wires = [Wire(**{**w.__dict__, "pts": [(u + du, v + dv) for u, v in w.pts]}) for w in self.wires]
+        b.frames = [Frame(f.id, f.u0 + du, f.v0 + dv, f.u1 + du, f.v1 + dv, f.key, f.path, f.depth) for f in self.frames]
+        return b
+
+
+class Scene:
+    """The whole figure: boxes, wires and frames in flow coordinates, plus what the legend needs."""
+
+    def __init__(self, engine: ir.Engine, *, view: str, rankdir: str, expand: bool, wrap_w: float, max_along: float | None,
+                 readings=None, scale: tuple[float, float] = (1e-3, 10.0), id_prefix: str = ""):
+        self.e, self.view, self.rankdir, self.expand = engine, view, rankdir, expand
+        self.wrap_w, self.max_along, self.readings, self.pre = wrap_w, max_along, readings, id_prefix
+        self.readings_scale = scale
+        self.col_len = 0.0
+        self.lay = ir.layout.layout(engine)
+        self.used: set[str] = set()
+        self.shapes: dict[str, str] = {"split": "point"}  # each legend key's shape, as drawn
+        self.boxes: list[Box] = []
+        self.wires: list[Wire] = []
+        self.frames: list[Frame] = []
+        self.max_width = max([engine.width] + [p.width for p in self.lay.parts()])
+        self.n = 0
+        self.build()
+
+    # -- orientation: a box's extent along and across the main line ----------------------
+
+    @property
+    def tb(self) -> bool:
+        return self.rankdir in ("TB", "BT")
+
+    def along(self, b: Box) -> float:
+        return b.h if self.tb else b.w
+
+    def across(self, b: Box) -> float:
+        return b.w if self.tb else b.h
+
+    def nid(self, base: str) -> str:
+        self.n += 1
+        return f"{self.pre}{base}#{self.n}"
+
+    # -- boxes ------------------------------------------------------------------------------
+
+    def box(self, base: str, key: str, words: dict[str, list[Line]], shape: str = "rounded", path: str = "", min_w: float = 0.0,
+            glyph_h: float = 0.0, glyph_w: float = 0.0, **kw) -> Box:
+        """A box sized for the widest of its label modes (wrapped to the preset's width)."""
+        words = {m: wrapped(words[m], self.wrap_w) for m in MODES}
+        sizes = [lines_size(words[m]) for m in MODES]
+        w = max([s[0] for s in sizes] + [glyph_w, min_w]) + 16
+        h = max(s[1] for s in sizes) + glyph_h + 10
+        if shape == "trapezium":
+            w += 24
+        if shape == "cylinder":
+            h += 12
+        self.used.add(key)
+        self.shapes.setdefault(key, shape)
+        return Box(self.nid(base), 0.0, 0.0, round(w, 1), round(h, 1), shape, key, words, path=path, **kw)
+
+    def part_box(self, p: Part, on_branch: bool) -> Box:
+        kind = p.kind
+        ml_title, ml_detail, rocket_title, rocket_detail = text.part_words(p.node, on_branch)
+        extra = []
+        if self.view == "graph" and p.params:
+            extra = [Line(f"{params.human(p.params)} params", SMALL, muted=True)]
+        words = {
+            "ml": [Line(ml_title, TITLE, bold=True)] + ([Line(ml_detail)] if ml_detail else []) + extra,
+            "both": [Line(ml_title, TITLE, bold=True)] + ([Line(ml_detail)] if ml_detail else []) + extra
+            + [Line(rocket_title, CAPTION, italic=True, muted=True)],
+            "rocket": [Line(rocket_title, TITLE, bold=True)] + ([Line(rocket_detail)] if rocket_detail else []) + extra,
+        }
+        if isinstance(p.node, ir.Norm):  # a norm says what it is in one line: where it sits is drawn
+            words = {"ml": [Line(ml_title, TITLE, bold=True)] + extra, "both": [Line(ml_title, TITLE, bold=True)] + extra,
+                     "rocket": [Line(f"valve \u00b7 {ml_title}", TITLE, bold=True)] + extra}
+        glyph, gw, gh = text.glyph(p.node)
+        key = kind_style(kind.attr)[0]
+        b = self.box(kind.attr or "op", key, words, path=p.path, glyph_h=gh, glyph_w=gw, html=glyph,
+                     tooltip=f"{p.path} \u00b7 line {p.node.span.line}" if getattr(p.node, "span", None) else p.path)
+        for k in text.glyph_keys(p.node):
+            self.used.add(k)
+        return b
+
+    def point(self, base: str, path: str = "") -> Box:
+        self.used.add("split")
+        return Box(self.nid(base), 0, 0, 7, 7, "point", "split", path=path)
+
+    def junction(self, merge, path: str) -> Box:
+        k = ir.kinds.kind_of(merge) if merge is not None else ir.kinds.KINDS[ir.PlainMerge]
+        key = f"merge_{k.keyword}"
+        self.used.add(key)
+        return Box(self.nid("add"), 0, 0, 22, 22, "circle", key, {m: [] for m in MODES}, path=path, font=16,
+                   tooltip=f"{path}: {k.formula}")
+
+    def tag(self, base: str, s: str, *, italic: bool = False, muted: bool = True, key: str = "text", size: int = SMALL, bold: bool = False) -> Box:
+        words = {m: [Line(s, size, bold=bold, italic=italic, muted=muted)] for m in MODES}
+        return self.tagw(base, words, key)
+
+    def tagw(self, base: str, words: dict[str, list[Line]], key: str = "text") -> Box:
+        words = {m: wrapped(words[m], self.wrap_w + 40) for m in MODES}
+        sizes = [lines_size(words[m]) for m in MODES]
+        return Box(self.nid(base), 0, 0, round(max(s[0] for s in sizes) + 6, 1), round(max(s[1] for s in sizes) + 4, 1), "text", key, words)
+
+    # -- the engine -------------------------------------------------------------------------
+
+    def build(self) -> None:
+        e = self.e
+        blocks: list[Block] = [self.feed_block()]
+        for it in self.lay.main:
+            if isinstance(it, StageLayout):
+                blocks += self.stage_blocks(it)
+            else:
+                blocks.append(self.series_block(it, True))
+        blocks.append(self.nozzle_block())
+        self.pack(blocks)
+        if self.readings is not None:
+            self.apply_readings()
+
+    def feed_block(self) -> Block:
+        f = self.e.feed
+        b = Block(width_in=f.width, width_out=f.width, path="feed")
+        tok = self.box("tokens", "tokens", {"ml": [Line("tokens", TITLE, True)], "both": [Line("tokens", TITLE, True), Line("tanks", CAPTION, italic=True, muted=True)],
+                                          "rocket": [Line("tanks", TITLE, True)]}, shape="cylinder", path="feed", min_w=70)
+        ml_t, ml_d, r_t, r_d = text.part_words(f, False)
+        extra = [Line(f"{params.human(self.lay.feed.params)} params", SMALL, muted=True)] if self.view == "graph" else []
+        emb = self.box("embed", "feed", {"ml": [Line(ml_t, TITLE, True), Line(ml_d)] + extra,
+                                         "both": [Line(ml_t, TITLE, True), Line(ml_d)] + extra + [Line(r_t, CAPTION, italic=True, muted=True)],
+                                         "rocket": [Line(r_t, TITLE, True), Line(r_d)] + extra}, path="feed")
+        u = 0.0
+        tok.u = self.along(tok) / 2
+        u = self.along(tok) + GAP
+        emb.u = u + self.along(emb) / 2
+        u += self.along(emb)
+        b.boxes += [tok, emb]
+        self.main_wire(b, [(self.along(tok), 0), (u - self.along(emb), 0)], f.width, "feed", arrow=True)
+        b.length = u
+        b.neg = b.pos = max(self.across(tok), self.across(emb)) / 2
+        if self.view == "graph":
+            self.shape_tag(b, u + 2, f.width)
+            self.main_wire(b, [(u, 0), (b.length, 0)], f.width, "feed")
+        return b
+
+    def nozzle_block(self) -> Block:
+        z = self.e.nozzle
+        b = Block(width_in=z.width, width_out=z.vocab, path="head")
+        ml_t, ml_d, r_t, r_d = text.part_words(z, False)
+        extra = [Line(f"{params.human(self.lay.nozzle.params)} params", SMALL, muted=True)] if self.view == "graph" and self.lay.nozzle.params else []
+        head = self.box("head", "head", {"ml": [Line(ml_t, TITLE, True), Line(ml_d)] + extra,
+                                         "both": [Line(ml_t, TITLE, True), Line(ml_d)] + extra + [Line(r_t, CAPTION, italic=True, muted=True)],
+                                         "rocket": [Line(r_t, TITLE, True), Line(r_d)] + extra}, shape="trapezium", path="head", flip=True)
+        th = text.throat(self.e.throat)
+        logits = self.box("logits", "logits", {"ml": [Line("logits", TITLE, True), Line(th.ml)],
+                                               "both": [Line("logits", TITLE, True), Line(th.ml), Line(th.rocket, CAPTION, italic=True, muted=True)],
+                                               "rocket": [Line("exhaust", TITLE, True), Line(th.rocket)]}, shape="text", path="head")
+        u = GAP
+        head.u = u + self.along(head) / 2
+        u += self.along(head)
+        self.main_wire(b, [(0, 0), (u - self.along(head), 0)], z.width, "head", arrow=True)
+        head_end = u
+        if self.view == "graph":
+            self.shape_tag(b, u + 2, z.vocab)
+            u = b.length
+        u += GAP
+        logits.u = u + self.along(logits) / 2
+        self.main_wire(b, [(head_end, 0), (u, 0)], 0, "head", arrow=True, kind="link")
+        u += self.along(logits)
+        b.boxes += [head, logits]
+        b.length = u
+        b.neg = b.pos = max(self.across(head), self.across(logits)) / 2
+        return b
+
+    def shape_tag(self, b: Block, u: float, width: int) -> None:
+        """The graph view writes a tensor shape beside the main line where its width changes
+        (on the title side, in length of its own, so it meets no frame and no branch)."""
+        t = self.tag("shape", text.shape("B", "T", f"{width:,}"))
+        t.u, t.v = u + self.along(t) / 2, -(6 + self.across(t) / 2)
+        b.boxes.append(t)
+        b.neg = max(b.neg, 6 + self.across(t))
+        b.length = max(b.length, u + self.along(t) + 2)
+
+    def main_wire(self, b: Block, pts, width: int, path: str, arrow: bool = False, kind: str = "main", table: str = "") -> Wire:
+        w = Wire(self.nid("line"), [(float(u), float(v)) for u, v in pts], kind, width, path, arrow=arrow, table=table)
+        b.wires.append(w)
+        self.used.add(kind if kind != "link" else "main")
+        return w
+
+    def series_block(self, p: Part, top: bool) -> Block:
+        """A part on the main line, in its own block (top level) or inline in a stage."""
+        b = Block(width_in=p.width, width_out=ir.out_width(p.node, p.width), path=p.path)
+        bx = self.part_box(p, False)
+        bx.u = GAP + self.along(bx) / 2
+        b.boxes.append(bx)
+        self.main_wire(b, [(0, 0), (GAP, 0)], p.width, p.path, arrow=True, table="chain")
+        b.length = GAP + self.along(bx)
+        b.neg = b.pos = self.across(bx) / 2
+        out = b.width_out
+        if self.view == "graph" and out != p.width:
+            end = b.length
+            self.shape_tag(b, end + 2, out)
+            self.main_wire(b, [(end, 0), (b.length, 0)], out, p.path, table="chain")
+        return b
+
+    # -- stages -------------------------------------------------------------------------------
+
+    def instances(self, sl: StageLayout) -> list[int | None]:
+        """Which instances a stage draws: None (folded), or each r; an expanded stage of more
+        than 4 repeats draws the first, "⋯ k more ⋯", and the last."""
+        n = sl.stage.repeat
+        if not self.expand or n == 1:
+            return [None]
+        if n <= 4:
+            return list(range(n))
+        return [0, -1, n - 1]  # -1: the elided run
+
+    def stage_blocks(self, sl: StageLayout) -> list[Block]:
+        out = []
+        for r in self.instances(sl):
+            if r == -1:
+                out.append(self.elided_block(sl))
+            else:
+                out.append(self.stage_block(sl, r))
+        return out
+
+    def elided_block(self, sl: StageLayout) -> Block:
+        k = sl.stage.repeat - 2
+        b = Block(width_in=sl.stage.width_in, width_out=sl.stage.width_in, path=sl.path)
+        t = self.tag("elided", f"\u22ef {k} more {sl.stage.name} \u22ef", muted=True, key="elided", size=TITLE, bold=True)
+        self.used.add("elided")
+        t.u, t.v = GAP + self.along(t) / 2, COL_GAP + self.across(t) / 2
+        b.boxes.append(t)
+        b.length = 2 * GAP + self.along(t)
+        self.main_wire(b, [(0, 0), (b.length, 0)], sl.stage.width_in, sl.path).dotted = True
+        b.neg, b.pos = 6, COL_GAP + self.across(t)
+        return b
+
+    def stage_block(self, sl: StageLayout, r: int | None, depth: int = 0) -> Block:
+        """One frame: the header (name, a large ×N badge, a sparkline when annotated), then its
+        items along the main line, branches beside it."""
+        st = sl.stage
+        path = sl.path if r is None else sl.instance(r)
+        b = Block(width_in=st.width_in, path=path)
+        # the header: on the branch side, at the frame's far end (TB) or above the branches (LR)
+        name = self.tag("stage", st.name, muted=False, key="stage", size=STAGE_TITLE, bold=True)
+        badge = None
+        if st.repeat > 1:
+            badge_s = f"\u00d7{st.repeat}" if r is None else f"{r + 1}/{st.repeat}"
+            badge = self.tag("badge", badge_s, muted=False, key="repeat" if r is None else "stage", size=BADGE if r is None else STAGE_TITLE, bold=True)
+            if r is None:
+                self.used.add("repeat")
+        pcount = params.human(sum(p.params for p in self.stage_parts(sl)))
+        each = " each" if st.repeat > 1 else ""
+        sub = self.tag("stage_params", f"{pcount} params{each}")
+        u = PAD
+        items = list(sl.items)
+        cur_w = st.width_in
+        pos, neg = 0.0, 0.0
+        self.used.add("stage")
+        for it in items:
+            if isinstance(it, Part):
+                inner = self.series_block(it, False)
+                cur_w = inner.width_out
+            elif isinstance(it, BranchLayout):
+                inner = self.branch_block(it, path, cur_w, r)
+            elif isinstance(it, FullflowLayout):
+                inner = self.fullflow_block(it, path, cur_w, r)
+            elif isinstance(it, StageLayout):  # a nested stage: a frame inside the frame
+                inner = self.stage_block(it, None, depth + 1)
+                cur_w = inner.width_out
+            else:  # pragma: no cover
+                raise TypeError(type(it).__name__)
+            inner = inner.shifted(u, 0)
+            self.absorb(b, inner)
+            u += inner.length
+            pos, neg = max(pos, inner.pos), max(neg, inner.neg)
+        # the header
+        hdr = [name] + ([badge] if badge else [])
+        hdr_w = sum(x.w for x in hdr) + 8 * (len(hdr) - 1)
+        hdr_h = max(x.h for x in hdr)
+        spark = self.sparkline(sl) if (r is None and st.repeat > 1 and self.readings is not None) else None
+        if self.tb:
+            # a band at the top of the frame, right of the main line
+            u_hdr = u + GAP / 2
+            x = COL_GAP
+            room = max(pos - COL_GAP, self.wrap_w) + 20  # a little wider than the column is fine
+            one_row = hdr_w + 10 + sub.w <= room
+            for h in hdr:
+                h.u, h.v = u_hdr + (0 if one_row else sub.h) + hdr_h / 2, x + h.w / 2
+                x += h.w + 8
+            if one_row:  # the parameter count beside the badge, on its baseline
+                sub.u, sub.v = u_hdr + sub.h / 2 + 2, x + 2 + sub.w / 2
+                band = hdr_h
+            else:
+                sub.u, sub.v = u_hdr + sub.h / 2, COL_GAP + sub.w / 2
+                band = hdr_h + sub.h
+            if spark is not None:
+                band += self.place_spark(b, spark, u_hdr + band + 4, COL_GAP) + 4
+            u = u_hdr + band + PAD
+            pos = max(pos, COL_GAP + max(hdr_w + (10 + sub.w if one_row else 0), sub.w, spark[2] if spark else 0))
+        else:
+            # a band above the branches, from the frame's left edge
+            v_hdr = pos + PAD
+            x = PAD
+            for h in hdr:
+                h.u, h.v = x + h.w / 2, v_hdr + hdr_h / 2
+                x += h.w + 8
+            sub.u, sub.v = x + sub.w / 2 + 4, v_hdr + hdr_h / 2
+            x += sub.w + 12
+            band = hdr_h
+            if spark is not None:
+                self.place_spark(b, spark, x, v_hdr + band - 2 - 30)
+                x += spark[2]
+            pos = v_hdr + band
+            u = max(u + PAD, x + PAD)
+        b.boxes += hdr + [sub]
+        b.length = u
+        b.width_out = cur_w
+        b.neg, b.pos = neg + PAD, pos + PAD
+        b.frames.insert(0, Frame(self.nid("frame"), 0, -b.neg, b.length, b.pos, "stage" if r is None else "stage_instance", path, depth))
+        if depth == 0:  # a little main line outside the frame at each end, so frames never touch
+            b = b.shifted(GAP / 2, 0)
+            b.length += GAP
+        self.fill_main(b, sl, r)
+        self.vent_outside(b)
+        return b
+
+    def vent_outside(self, b: Block) -> None:
+        """An overboard branch's dump nozzle sits outside the frame: its flow leaves the engine."""
+        edge = b.pos
+        for d in [x for x in b.boxes if x.key == "vent"]:
+            w = next(w for w in b.wires if w.kind == "vent" and w.path == d.path)
+            (u0, v0), (turn, _) = w.pts[0], w.pts[-1]
+            d.v = edge + GAP + self.across(d) / 2
+            # TB: along to the turn, then across, out of the frame, into the nozzle's side;
+            # LR: up out of the frame, then along into the nozzle
+            w.pts = [(u0, v0), (turn, v0), (turn, d.v - self.across(d) / 2)] if self.tb else \
+                [(u0, v0), (turn, v0), (turn, d.v), (d.u - self.along(d) / 2, d.v)]
+            b.pos = max(b.pos, d.v + self.across(d) / 2)
+
+    def stage_parts(self, sl: StageLayout) -> list[Part]:
+        out = []
+        for it in sl.items:
+            if isinstance(it, Part):
+                out.append(it)
+            elif isinstance(it, BranchLayout):
+                out += it.ops + ([it.merge] if it.merge else [])
+            elif isinstance(it, FullflowLayout):
+                out += ([it.norm] if it.norm else []) + [p for br in it.branches for p in br.ops + ([br.merge] if br.merge else [])]
+            elif isinstance(it, StageLayout):
+                out += self.stage_parts(it) * it.stage.repeat
+        return out
+
+    def absorb(self, b: Block, inner: Block) -> None:
+        b.boxes += inner.boxes
+        b.wires += inner.wires
+        b.frames += inner.frames
+
+    def fill_main(self, b: Block, sl: StageLayout, r: int | None) -> None:
+        """The main line through the frame: from u=0 to the frame's end, between the pieces
+        already on it (a series op's box is not crossed), carrying the chamber's width."""
+        path = sl.path if r is None else sl.instance(r)
+        stops = sorted(((x.u - self.along(x) / 2, x.u + self.along(x) / 2, x) for x in b.boxes
+                        if abs(x.v) < 1e-6 and x.shape not in ("text",)), key=lambda s: (s[0], s[1]))
+        u, w = 0.0, sl.stage.width_in
+        for a0, a1, x in stops:
+            if a0 > u + 0.5:
+                self.main_wire(b, [(u, 0), (a0, 0)], w, path, arrow=x.shape not in ("point", "circle"), table="chain")
+            u = max(u, a1)
+            if x.shape == "rounded" and x.path:
+                p = self.part_of(x.path)
+                if p is not None:
+                    w = ir.out_width(p.node, p.width)
+        self.main_wire(b, [(u, 0), (b.length, 0)], w, path, table="chain")
+
+    def part_of(self, path: str) -> Part | None:
+        for p in self.lay.parts():
+            if p.path == path:
+                return p
+        return None
+
+    def branch_block(self, bl: BranchLayout, spath: str, width: int, r: int | None, col_v: float | None = None) -> Block:
+        br = bl.branch
+        bpath = f"{spath}.{bl.attr}"
+        b = Block(width_in=width, width_out=width, path=bpath)
+        split = self.point("split", bpath)
+        split.u = GAP / 2
+        b.boxes.append(split)
+        ops = [self.part_box(p, True) for p in bl.ops]
+        names = text.branch_titles(br)
+        if self.readings is not None and bpath in self.readings.get("branches", {}):
+            # the branch's measured gradient norm, once, in its title: one value per wire
+            g = self.readings["branches"][bpath]
+            names = {m: f"{w} \u00b7 grad {text.num(g)}" for m, w in names.items()}
+        title = self.tagw("branch", {m: [Line(w, DETAIL, bold=True, muted=True)] for m, w in names.items()}, key="branch_title")
+        col_w = max([self.across(o) for o in ops] + ([self.across(title)] if self.tb else []))
+        v = (col_v if col_v is not None else COL_GAP + col_w / 2)
+        # the branch's name beside the wire that runs to its first op, never across it: TB, right
+        # of that wire and just past the split; LR, above the column's ops
+        if self.tb:
+            title.u, title.v = split.u + 2 + self.along(title) / 2, v + 6 + self.across(title) / 2
+            u = max(split.u + GAP, title.u + self.along(title) / 2 + 4)
+        else:
+            title.u = split.u + 6 + self.along(title) / 2
+            title.v = v + max([self.across(o) for o in ops] + [0]) / 2 + 3 + self.across(title) / 2
+            u = split.u + GAP
+        b.boxes.append(title)
+        prev = (split.u, 0.0)
+        first = True
+        for o in ops:
+            o.u, o.v = u + self.along(o) / 2, v
+            b.boxes.append(o)
+            pts = [prev, (prev[0], v), (u, v)] if first else [prev, (u, v)]
+            wire = Wire(self.nid("bw"), pts, "cut" if (first and br.detach) else "branch", 0, bpath, arrow=True, dashed=first and br.detach,
+                        table="branches")
+            b.wires.append(wire)
+            self.used.add(wire.kind)
+            if first and br.detach:
+                cut = self.tag("cut", "0 \u00b7 no gradient" if self.readings is not None else "no gradient", key="cut_label", italic=True)
+                if self.tb:  # under the cut, halfway out to the column
+                    cut.u, cut.v = prev[0] - cut.h / 2 - 1, v / 2 + 4
+                else:  # beside the cut, halfway up
+                    cut.u, cut.v = prev[0] + 2 + cut.w / 2, v / 2
+                b.boxes.append(cut)
+            first = False
+            prev = (u + self.along(o), v)
+            u = prev[0] + GAP
+        end_u = prev[0]
+        if br.overboard:
+            self.used.add("vent")
+            loss = f"aux loss \u00d7{text.num(br.loss)}" if br.loss is not None else "never merged"
+            dump = self.box("dump", "vent", {"ml": [Line("side output", TITLE, True), Line(loss)],
+                                             "both": [Line("side output", TITLE, True), Line(loss), Line("overboard", CAPTION, italic=True, muted=True)],
+                                             "rocket": [Line("overboard", TITLE, True), Line(loss)]}, shape="trapezium", path=bpath)
+            turn = end_u + GAP / 2
+            dump.u = turn if self.tb else turn + GAP / 2 + self.along(dump) / 2
+            dump.v = v  # moved outside the frame by the stage (vent_outside)
+            b.boxes.append(dump)
+            b.wires.append(Wire(self.nid("vw"), [prev, (turn, v)], "vent", 0, bpath, arrow=True, table="branches"))
+            b.length = dump.u + self.along(dump) / 2 + GAP / 2
+        else:
+            j = self.junction(br.merge, bpath)
+            j.u = end_u + GAP + self.along(j) / 2
+            b.boxes.append(j)
+            wire = Wire(self.nid("bw"), [prev, (prev[0] + GAP / 2, v), (j.u, v), (j.u, self.across(j) / 2)], "branch", 0, bpath, arrow=True,
+                        table="branches")
+            if isinstance(br.merge, ir.RezeroMerge) and br.merge.init == 0:
+                wire.dotted = True  # unlit at ignition: alpha starts at 0
+            b.wires.append(wire)
+            note = text.merge_note(br.merge)
+            after = GAP / 2
+            if note:  # just past the junction, beside the main line, before anything that follows
+                t = self.tag("merge_note", note, italic=True)
+                t.u, t.v = j.u + self.along(j) / 2 + 2 + self.along(t) / 2, self.across(j) / 2 + 4 + self.across(t) / 2
+                b.boxes.append(t)
+                after = max(after, self.along(t) + 4)
+            main_note = text.main_note(br.merge)
+            if main_note:
+                t = self.tag("main_note", main_note, italic=True, muted=False)
+                t.u, t.v = j.u - self.along(j) / 2 - 4 - self.along(t) / 2, -(6 + self.across(t) / 2)
+                b.boxes.append(t)
+                b.neg = max(b.neg, 6 + self.across(t))
+            b.length = j.u + self.along(j) / 2 + after
+        b.pos = max(b.pos, v + col_w / 2, title.v + self.across(title) / 2)
+        if not self.tb:
+            b.length = max(b.length, title.u + self.along(title) / 2 + GAP / 2)
+        b.neg = max(b.neg, 6)
+        return b
+
+    def fullflow_block(self, fl: FullflowLayout, spath: str, width: int, r: int | None) -> Block:
+        """Full flow: x + f1(n(x)) + f2(n(x)). One split; the shared norm (on the branch side:
+        the stream itself is not normalised) feeds every branch; the branches run side by side
+        and all return at one junction, along one manifold above their tops."""
+        b = Block(width_in=width, width_out=width, path=spath)
+        split = self.point("split", spath)
+        split.u = GAP / 2
+        b.boxes.append(split)
+        cols = []  # (branch layout, path, op boxes, title, column width)
+        for bl in fl.branches:
+            bpath = f"{spath}.{bl.attr}"
+            ops = [self.part_box(p, True) for p in bl.ops]
+            names = text.branch_titles(bl.branch)
+            if self.readings is not None and bpath in self.readings.get("branches", {}):
+                names = {m: f"{w} \u00b7 grad {text.num(self.readings['branches'][bpath])}" for m, w in names.items()}
+            title = self.tagw("branch", {m: [Line(w, DETAIL, bold=True, muted=True)] for m, w in names.items()}, key="branch_title")
+            cw = max([self.across(o) for o in ops] + ([self.across(title) + 6] if self.tb else []))
+            cols.append((bl, bpath, ops, title, cw))
+        norm = self.part_box(fl.norm, True) if fl.norm is not None else None
+        v = COL_GAP
+        vs = []
+        for _, _, _, _, cw in cols:
+            vs.append(v + cw / 2)
+            v += cw + COL_GAP
+        src = (split.u, 0.0)
+        u = split.u + GAP
+        if norm is not None:  # in the first column, fed by the split
+            norm.u, norm.v = u + self.along(norm) / 2, vs[0]
+            b.boxes.append(norm)
+            b.wires.append(Wire(self.nid("bw"), [src, (split.u, vs[0]), (u, vs[0])], "branch", 0, spath, arrow=True, table="branches"))
+            self.used.add("branch")
+            u += self.along(norm)
+            src = (u, vs[0])
+            u += GAP
+        fan_u = src[0] + GAP / 2 if norm is not None else split.u
+        ends = []
+        for (bl, bpath, ops, title, cw), cv in zip(cols, vs):
+            cu = u
+            if self.tb:
+                title.u, title.v = cu + self.along(title) / 2, cv + 6 + self.across(title) / 2
+                cu += self.along(title) + 4
+            else:
+                title.u = cu + 6 + self.along(title) / 2
+                title.v = cv + max([self.across(o) for o in ops] + [0]) / 2 + 3 + self.across(title) / 2
+            b.boxes.append(title)
+            prev = None
+            for k, o in enumerate(ops):
+                o.u, o.v = cu + self.along(o) / 2, cv
+                b.boxes.append(o)
+                if k == 0:
+                    pts = [src, (fan_u, src[1]), (fan_u, cv), (cu, cv)] if norm is not None else [src, (src[0], cv), (cu, cv)]
+                    cut = bl.branch.detach
+                    b.wires.append(Wire(self.nid("bw"), pts, "cut" if cut else "branch", 0, bpath, arrow=True, dashed=cut, table="branches"))
+                    self.used.add("cut" if cut else "branch")
+                else:
+                    b.wires.append(Wire(self.nid("bw"), [prev, (cu, cv)], "branch", 0, bpath, arrow=True, table="branches"))
+                prev = (cu + self.along(o), cv)
+                cu = prev[0] + GAP
+            ends.append((bl, bpath, prev if prev is not None else (u, cv)))
+        top = max(e[2][0] for e in ends) + GAP / 2
+        returning = [e for e in ends if not e[0].branch.overboard]
+        j = None
+        if returning:
+            j = self.junction(returning[0][0].branch.merge, spath)
+            j.u = top + self.along(j) / 2
+            b.boxes.append(j)
+            for bl, bpath, (eu, ev) in returning:
+                wire = Wire(self.nid("bw"), [(eu, ev), (j.u, ev), (j.u, self.across(j) / 2)], "branch", 0, bpath, arrow=True, table="branches")
+                b.wires.append(wire)
+        for bl, bpath, (eu, ev) in ends:
+            if bl.branch.overboard:
+                loss = f"aux loss \u00d7{text.num(bl.branch.loss)}" if bl.branch.loss is not None else "never merged"
+                dump = self.box("dump", "vent", {"ml": [Line("side output", TITLE, True), Line(loss)],
+                                                 "both": [Line("side output", TITLE, True), Line(loss), Line("overboard", CAPTION, italic=True, muted=True)],
+                                                 "rocket": [Line("overboard", TITLE, True), Line(loss)]}, shape="trapezium", path=bpath)
+                dump.u, dump.v = eu + GAP / 2 + (0 if self.tb else GAP / 2 + self.along(dump) / 2), ev
+                b.boxes.append(dump)
+                b.wires.append(Wire(self.nid("vw"), [(eu, ev), (eu + GAP / 2, ev)], "vent", 0, bpath, arrow=True, table="branches"))
+                self.used.add("vent")
+        after = GAP / 2
+        note = text.merge_note(returning[0][0].branch.merge) if returning else ""
+        if note and j is not None:
+            t = self.tag("merge_note", note, italic=True)
+            t.u, t.v = j.u + self.along(j) / 2 + 2 + self.along(t) / 2, self.across(j) / 2 + 4 + self.across(t) / 2
+            b.boxes.append(t)
+            after = max(after, self.along(t) + 4)
+        b.length = (j.u + self.along(j) / 2 if j is not None else top) + after
+        b.pos = max([x.v + self.across(x) / 2 for x in b.boxes] + [0.0])
+        b.neg = 6
+        return b
+
+    # -- annotate -----------------------------------------------------------------------------
+
+    def sparkline(self, sl: StageLayout):
+        vals = [self.readings.get("chain", {}).get(sl.instance(r)) for r in range(sl.stage.repeat)]
+        vals = [v for v in vals if v is not None]
+        if len(vals) < 2:
+            return None
+        return vals, 30.0, 120.0
+
+    def place_spark(self, b: Block, spark, u0: float, v0: float) -> float:
+        """A per-depth sparkline of ||dL/dx|| entering each instance, with its first and last value."""
+        from .annotate import log_pos
+
+        vals, h, w = spark
+        self.used.add("spark")
+        n = len(vals)
+        pos = [x for x in vals if x > 0] or [1.0]
+        lo, hi = min(pos), max(pos)
+        span = (lo / 1.05, hi * 1.05)
+        pts = []
+        for i, x in enumerate(vals):
+            t = i / (n - 1)
+            y = log_pos(x, span) * h if x > 0 else 0.0
+            pts.append((t, y))
+        if self.tb:
+            wp = [(u0 + h - y, v0 + t * w) for t, y in pts]
+        else:
+            wp = [(u0 + t * w, v0 + y) for t, y in pts]
+        b.wires.append(Wire(self.nid("spark"), wp, "spark", 0, ""))
+        lo = self.tag("spark_lo", f"{text.num(vals[0])} \u2192 {text.num(vals[-1])}", key="spark_label")
+        if self.tb:
+            lo.u, lo.v = u0 + h + 2 + lo.h / 2, v0 + lo.w / 2
+            b.boxes.append(lo)
+            return h + lo.h + 2
+        lo.u, lo.v = u0 + w / 2, v0 - lo.h / 2
+        b.boxes.append(lo)
+        return h
+
+    def apply_readings(self) -> None:
+        """Give each wire at most one reading: a main-line wire inside a stage the gradient
+        entering that stage, a branch's wires its parameters' gradient norm (zero for a
+        detached read's cut, which carries none)."""
+        rd = self.readings
+        for w in self.wires:
+            if w.kind in ("main",) and w.table == "chain":
+                w.value = rd.get("chain", {}).get(w.path)
+            elif w.kind in ("branch", "vent"):
+                w.value = rd.get("branches", {}).get(w.path)
+            elif w.kind == "cut":
+                w.value = 0.0  # a detached read: no gradient flows back through it
+
+    # -- packing ---------------------------------------------------------------------------
+
+    def pack(self, blocks: list[Block]) -> None:
+        """Columns of blocks along the main line; a new column starts where the next block
+        would pass `max_along`; never inside a block (a stage is one block)."""
+        cols: list[list[Block]] = [[]]
+        total = 0.0
+        for bk in blocks:
+            if self.max_along and cols[-1] and total + bk.length > self.max_along:
+                cols.append([])
+                total = 0.0
+            cols[-1].append(bk)
+            total += bk.length
+        # TB: the next column to the right (v grows); LR: the next row below (v falls)
+        sgn = 1.0 if self.tb else -1.0
+        dv = 0.0
+        prev = None  # (end u, dv, neg, pos) of the previous column
+        self.columns = []  # (dv, neg, pos, length) of each column, in flow coordinates
+        for ci, col in enumerate(cols):
+            neg = max(b.neg for b in col)
+            pos = max(b.pos for b in col)
+            if prev is not None:
+                pu, pdv, pneg, ppos = prev
+                dv = pdv + ppos + 2 * COL_GAP + neg if sgn > 0 else pdv - pneg - 2 * COL_GAP - pos
+            u = 0.0
+            for bk in col:
+                sh = bk.shifted(u, dv)
+                self.boxes += sh.boxes
+                self.wires += sh.wires
+                self.frames += sh.frames
+                u += bk.length
+            if prev is not None:
+                # from the previous column's end over, through the gap between them, to this one's start
+                pu, pdv, pneg, ppos = prev
+                gap_v = pdv + ppos + COL_GAP if sgn > 0 else pdv - pneg - COL_GAP
+                top = max(pu, self.col_len) + GAP
+                self.wires.append(Wire(self.nid("wrap"), [(pu, pdv), (top, pdv), (top, gap_v), (-GAP, gap_v), (-GAP, dv), (0, dv)], "main",
+                                       col[0].width_in, col[0].path))
+            self.col_len = max(self.col_len, u)
+            self.columns.append((dv, neg, pos, u))
+            prev = (u, dv, neg, pos)
+
+
+def log_scale(values) -> tuple[float, float]:
+    """Decades that hold every positive value: the absolute scale of an annotated figure."""
+    pos = [v for v in values if v and v > 0]
+    if not pos:
+        return 1e-3, 1.0
+    lo, hi = math.floor(math.log10(min(pos))), math.ceil(math.log10(max(pos)))
+    if hi == lo:
+        hi += 1
+    return 10.0 ** lo, 10.0 ** hi
