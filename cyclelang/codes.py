@@ -276,6 +276,49 @@ width must be divisible by --tp); under --compile the MoE experts' custom op tak
 weights. Each part that cannot be split is named with the reason.""", "turbine attention heads=6   # with --tp 4")
 _add("E0513", "distributed launch needed", "--tp N splits the model over N processes: launch with `torchrun --nproc-per-node N -m cyclelang train ...`.")
 
+# --- transformers interop (cyclelang.interop, `cyclec import` / `cyclec export`), appended -------
+_add("E0401", "config field the language cannot express", """
+`cyclec import` turns a transformers checkpoint's config.json into the spec it
+implies, field by field, by its `model_type`. A field whose value the language cannot
+write (a llama3 or YaRN rotary scaling, GPT-2's attention scaled by 1/(layer + 1), a
+per-layer pattern of sliding windows, an activation with no counterpart) is refused by
+name rather than approximated: a spec that drops it would build an engine that
+computes something else. The same check refuses to load such a checkpoint.""", '"rope_parameters": {"rope_type": "llama3", ...}')
+_add("E0402", "unknown or unsupported model type", """
+Interop reads a checkpoint by its config's `model_type` only, never by guessing from
+the weights' key names (a Gemma checkpoint has Llama's key names but computes
+(1 + w) norms). The supported families are listed in docs/families.md; the common
+ones not yet supported are refused with what they need.""", '"model_type": "gemma"')
+_add("E0403", "unreadable checkpoint config", """
+The source given to `cyclec import` is not a checkpoint folder with a config.json, a
+config.json file, or the file is not one JSON object.""", "cyclec import weights.bin")
+_add("E0404", "the spec corresponds to no transformers family", """
+`cyclec export` writes a transformers config and weights only for a spec that one
+family computes exactly: it writes the config and checks, field by field, that
+importing it gives back the spec's function. A construct no family has (a feed
+scale, a residual scale, a parallel block, a different norm per layer) is refused
+with the first field that differs, in both vocabularies.""", "merge scale=0.5   # no family scales its residual")
+_add("E0405", "weights that do not fit the spec", """
+`cyclec export --weights` reads the compiled module's state dict (`cyclec build
+--weights`); a key or a shape that the spec's module does not have is refused,
+naming it, before anything is written.""", "cyclec export llama.cycle --weights gpt2.safetensors -o out/")
+
+_add("W125", "attention scale far from 1/sqrt(head_dim)", """
+`turbine attention scale=` sets the factor the attention logits q.k are multiplied by
+(Granite's attention_multiplier, Gemma 2's query_pre_attn_scalar**-0.5). The usual
+1/sqrt(head_dim) keeps the logits' spread near 1 whatever the head size. A scale eight
+times larger (or smaller) than that starts the softmax nearly one-hot (or nearly
+uniform): in engine terms an injector that fires through a few elements, or one that
+mixes every position evenly so that nothing is attended. The warning fires at a factor
+of 8 either way; Granite's 1/64 at head_dim 128 (5.7 times smaller) stays quiet.""",
+     "turbine attention heads=4 scale=1.0   # width 256: head_dim 64, usual scale 0.125")
+_add("W126", "norm gain offset other than 0 or 1", """
+`norm rmsnorm offset=c` computes the gain as c + w (Gemma: c = 1, so a stored weight
+of 0 is the identity gain, and whatever shrinks weights toward 0 (weight decay,
+quantisation, pruning) pulls the valve toward the identity). The weight starts at
+1 - c, so the gain starts at 1 for any c; but with c other than 0 or 1 a shrunk weight
+moves the valve toward the arbitrary setting c, and no checkpoint family stores its
+norms that way.""", "norm rmsnorm offset=0.5")
 
 def explanation(c: Code) -> str:
     """What `cyclec explain CODE` prints (the language server shows the same)."""

@@ -54,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     "backends.torch": CORE,
     "backends.graphviz": CORE,
     "stand": {"backends.torch"} | CORE,  # it fires IR: the façade and the CLI resolve paths
+    "interop": {"semantics", "syntax", "backends.torch"} | CORE,  # a config's implied spec is parsed text; export builds on meta
     # the editor's and the browser's front ends: the whole torch-free pipeline, not the CLI
     "lsp": {"syntax", "semantics", "review"} | CORE,
     "serve": {"lsp", "syntax", "semantics", "review", "backends.graphviz", "backends.torch"} | CORE,

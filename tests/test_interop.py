@@ -138,7 +138,7 @@ def test_mixtral_released_layout():
         else:
             for e, w in enumerate(v):
                 state[h + f"experts.{e}.w2.weight"] = w
-    ours = load_transformers(build(cyclelang.parse(tiny("moe")), seed=0).eval(), state)
+    ours = load_transformers(build(cyclelang.parse(tiny("moe")), seed=0).eval(), state, config=ref.config)
     idx = batch()
     with torch.no_grad():
         torch.testing.assert_close(ours(idx), ref(idx).logits, rtol=0, atol=1e-5)
@@ -155,7 +155,8 @@ FULL = {
     "mistral": lambda: transformers.MistralConfig(vocab_size=32000, hidden_size=512, intermediate_size=1792, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096, sliding_window=256),
     # Mixtral is dropless and has no capacity; the spec's restrictor orifices and balance
     # loss change training, not the parameters or eval-mode numerics.
-    "moe": lambda: transformers.MixtralConfig(vocab_size=8192, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=512),
+    "moe": lambda: transformers.MixtralConfig(vocab_size=8192, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=512,
+                                           rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
 }
 
 
@@ -169,7 +170,8 @@ def test_full_size_matches_transformers(name):
     assert n_params(ours) == n_params(ref)
     if name == "gpt2":
         assert n_params(ours) == 124_439_808  # GPT-2 small, as released
-    converted = convert_state_dict(ref.state_dict(), ours.state_dict(), config=config.to_dict(), spec=spec)
+    cyclelang.interop.check_config(spec, config.to_dict())
+    converted = convert_state_dict(ref.state_dict(), ours.state_dict(), config.to_dict(), spec=spec)
     assert list(converted) == list(ours.state_dict())
 
 
@@ -187,48 +189,64 @@ def _error(name, source, **kw):
 
 def test_error_extra_layer():
     err = _error("gpt2", hf_model("gpt2", n_layer=3))
-    assert err.key == "h.2.ln_1.weight" and "no place for it" in str(err)
+    assert err.key == "stages" and "layers (stage instances)" in str(err) and "spec 2, checkpoint 3" in str(err)
 
 
 def test_error_missing_layer():
     err = _error("llama", hf_model("llama", num_hidden_layers=1))
-    assert err.key == "stages.1.mix.norm.weight" and "lacks layers.1.input_layernorm.weight" in str(err)
+    assert err.key == "stages" and "spec 2, checkpoint 1" in str(err)
 
 
 def test_error_shape():
     err = _error("gpt2", hf_model("gpt2", n_embd=32))
-    assert err.key == "feed.tok.weight" and "(128, 64) in the module, (128, 32)" in str(err)
+    assert err.key == "feed" and "width (chamber width=): spec 64, checkpoint 32" in str(err)
 
 
 def test_error_gqa_shape():
     err = _error("llama", hf_model("llama", num_key_value_heads=4))
-    assert err.key == "stages.0.mix.attn.qkv.weight"
-    assert "from layers.0.self_attn.q_proj.weight + layers.0.self_attn.k_proj.weight" in str(err)
+    assert err.key == "stages.0.mix.attn" and "key/value heads (GQA) (turbine attention kv_heads=): spec 2, checkpoint 4" in str(err)
 
 
 def test_error_missing_key():
-    state = dict(hf_model("gpt2").state_dict())
+    ref = hf_model("gpt2")
+    state = dict(ref.state_dict())
     del state["transformer.h.0.attn.c_proj.bias"]
-    err = _error("gpt2", state)
+    err = _error("gpt2", state, config=ref.config)
     assert err.key == "stages.0.mix.attn.proj.bias" and "lacks h.0.attn.c_proj.bias" in str(err)
+
+
+def test_error_extra_key():
+    ref = hf_model("gpt2")
+    state = dict(ref.state_dict())
+    state["transformer.h.0.attn.extra.weight"] = state["transformer.wte.weight"]
+    err = _error("gpt2", state, config=ref.config)
+    assert err.key == "h.0.attn.extra.weight" and "no place for it" in str(err)
 
 
 def test_error_wrong_architecture():
     err = _error("gpt2", hf_model("llama"))
-    assert err.key == "feed.pos.weight"  # learned positions: Llama has none
+    assert err.key == "feed" and "positions" in str(err)  # learned positions: Llama has none
 
 
 def test_error_untied_head_into_tied_nozzle():
-    state = dict(hf_model("gpt2").state_dict())
+    ref = hf_model("gpt2")
+    state = dict(ref.state_dict())
     state["lm_head.weight"] = state["lm_head.weight"] + 1.0
-    assert _error("gpt2", state).key == "lm_head.weight"
+    assert _error("gpt2", state, config=ref.config).key == "lm_head.weight"
+
+
+def test_a_state_dict_needs_its_config():
+    err = _error("gpt2", dict(hf_model("gpt2").state_dict()))
+    assert err.key == "config" and "pass config=" in str(err)
 
 
 def test_error_config_eps_rope_window():
-    assert "eps" in str(_error("llama", hf_model("llama", rms_norm_eps=1e-5)))
+    err = _error("llama", hf_model("llama", rms_norm_eps=1e-5))
+    assert err.key == "stages.0.mix.norm" and "norm epsilon (norm eps=): spec 1e-06, checkpoint 1e-05" in str(err)
     err = _error("llama", hf_model("llama", rope_parameters={"rope_type": "default", "rope_theta": 500000.0}))
-    assert err.key == "rope_cos" and "rotary_base" in str(err)
-    assert "sliding window" in str(_error("mistral", hf_model("mistral", sliding_window=8)))
+    assert err.key == "stages.0.mix.attn" and "rotary base (rope_theta) (turbine attention rotary_base=): spec 10000, checkpoint 500000" in str(err)
+    err = _error("mistral", hf_model("mistral", sliding_window=8))
+    assert err.key == "stages.0.mix.attn" and "sliding window (turbine attention window=): spec 6 tokens, checkpoint 8 tokens" in str(err)
 
 
 def test_pickles_are_refused(tmp_path):
@@ -240,5 +258,6 @@ def test_pickles_are_refused(tmp_path):
 
 
 def test_interop_import_is_torch_free():
-    code = "import sys, cyclelang; cyclelang.interop.detect_arch(['h.0.attn.c_attn.weight']); assert 'torch' not in sys.modules"
+    code = ("import sys, cyclelang; t = cyclelang.interop.import_config({'model_type': 'llama', 'num_hidden_layers': 2}); "
+            "cyclelang.parse(t); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

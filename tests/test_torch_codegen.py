@@ -92,7 +92,7 @@ def test_variants_are_frozen_hashable_records():
     a = AttentionVariant(mask="causal", window=False, rotary="full", qk_norm=False, gqa=True, dropout=False, causal=True)
     assert a == AttentionVariant("causal", False, "full", False, True, False, True)
     assert {a: "Attention"}[dataclasses.replace(a)] == "Attention"
-    assert a.inputs == ("rope", "cache")
+    assert a.inputs == ("rope", "cache", "mask")  # mask: a padded batch's key mask
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.window = True
     assert MoeVariant("swiglu", True, True, True).expert == MlpVariant("swiglu", False)

@@ -33,6 +33,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "draw": "cyclelang.cli.draw:draw",
     "build": "cyclelang.cli.build:build",
     "fire": "cyclelang.cli.fire:fire",
+    "import": "cyclelang.cli.interop:import_",
+    "export": "cyclelang.cli.interop:export",
     "lsp": "cyclelang.cli.lsp:lsp",
     "serve": "cyclelang.cli.serve:serve",
     "diff": "cyclelang.cli.diff:diff",

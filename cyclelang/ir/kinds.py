@@ -42,8 +42,8 @@ ROLE_WORDS = {
     "nozzle": ("nozzle", "the head; 0 when tied to the feed"),
 }
 
-GATED = ("swiglu", "geglu")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
-GATE_OF = {"swiglu": "silu", "geglu": "gelu"}
+GATED = ("swiglu", "geglu", "geglu_tanh")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
+GATE_OF = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh"}
 
 
 def is_gated(act: str) -> bool:
@@ -103,7 +103,7 @@ class Kind:
 
 
 def _norm_params(n: ir.Norm, w: int) -> int:
-    return n.width * (2 if n.bias else 1)
+    return 0 if not n.affine else n.width * (2 if n.bias else 1)
 
 
 def _qkv(a: ir.Attention) -> tuple[int, int]:
@@ -114,8 +114,12 @@ def _attention_params(a: ir.Attention, w: int) -> int:
     q, kv = _qkv(a)
     n = a.width * (q + 2 * kv) + q * a.width
     if a.bias:
-        n += q + 2 * kv + a.width
-    if a.qk_norm:
+        n += q + 2 * kv
+    if a.out_bias:
+        n += a.width
+    if a.qk_norm and a.qk_norm_across:
+        n += q + kv  # one RMSNorm gain per channel of all q heads, and of all k heads (OLMo-2)
+    elif a.qk_norm:
         n += 2 * a.head_dim  # one RMSNorm gain per head dim, shared by the heads, for q and for k
     return n
 
@@ -149,11 +153,15 @@ def _mlp_activations(width: int, hidden: int, act: str) -> int:
 
 
 def _moe_params(m: ir.Moe, w: int) -> int:
-    return m.width * m.experts + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)  # router: no bias
+    n = m.width * m.experts + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)  # router: no bias
+    if m.shared:  # the shared expert every token visits, and its gate (one bias-free row)
+        n += mlp_params(m.width, m.shared, m.act, m.bias) + (m.width if m.shared_gate else 0)
+    return n
 
 
 def _moe_flops(m: ir.Moe, n: int, w: int = 0) -> tuple[int, int]:
-    return 2 * m.width * m.experts + m.top * 2 * mlp_params(m.width, m.hidden, m.act, False), 0
+    shared = 2 * mlp_params(m.width, m.shared, m.act, False) + (2 * m.width if m.shared_gate else 0) if m.shared else 0
+    return 2 * m.width * m.experts + m.top * 2 * mlp_params(m.width, m.hidden, m.act, False) + shared, 0
 
 
 def _pool_state(p: ir.Pool, n: int) -> int:

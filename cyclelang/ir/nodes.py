@@ -119,17 +119,23 @@ class Norm(Node):
     width: Count
     eps: Positive
     bias: bool  # layernorm only; rmsnorm never has one
+    affine: bool = True  # a learned gain (and bias); false: normalise only (OLMo's weightless layernorm)
+    offset: Finite = 0.0  # the gain is offset + w (Gemma: 1, with w starting at 0); rmsnorm only
 
     _checked = checked()
 
     def check(self) -> None:
         if self.type == "rmsnorm" and self.bias:
             raise ValueError("an rmsnorm has no bias")
+        if not self.affine and (self.bias or self.offset):
+            raise ValueError("a norm without a learned gain has no bias and no offset")
+        if self.offset and self.type != "rmsnorm":
+            raise ValueError("a gain offset is defined for rmsnorm only")
 
 
 # --- turbines: the work done on a split-off flow -------------------------------
 
-Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "geglu_tanh"]
 Mask = Literal["causal", "open"]
 
 
@@ -146,10 +152,22 @@ class Attention(Node):
     rotary_dims: Annotated[int, Field(ge=0)]  # how many dims of each head are rotated (even); 0: no rotary
     rotary_base: Positive
     qk_norm: bool
-    bias: bool
+    bias: bool  # the q, k, v projections' biases
+    out_bias: bool  # the output projection's bias (Qwen2: q, k, v biased, the output not); omitted: as bias
     dropout: Rate
+    qk_norm_eps: Positive = 1e-6  # the qk-norms' eps (Qwen3, OLMo-2: the config's rms_norm_eps)
+    qk_norm_across: bool = False  # one qk-norm over all heads' q (and one over k), as OLMo-2; false: per head (Qwen3)
+    scale: Positive | None = None  # the attention logits' scale; None: 1 / sqrt(head_dim)
+    rotary_interleaved: bool = False  # rotate pairs (0, 1), (2, 3), ... (GPT-J); false: the two halves (GPT-NeoX, Llama)
 
     _checked = checked()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _out_bias_follows_bias(cls, data):
+        if isinstance(data, dict) and "out_bias" not in data and "bias" in data:
+            data = {**data, "out_bias": data["bias"]}
+        return data
 
     def check(self) -> None:
         if self.heads % self.kv_heads:
@@ -185,12 +203,17 @@ class Moe(Node):
     balance: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]  # 0.0: no balancing loss
     act: Activation
     bias: bool
+    normalize: bool = True  # the top-k routing weights are renormalised to sum to 1 (Mixtral, for every k)
+    shared: Annotated[int, Field(ge=0)] = 0  # hidden width of a shared expert every token visits (Qwen2-MoE); 0: none
+    shared_gate: bool = False  # the shared expert's output is scaled by sigmoid(w . x) (Qwen2-MoE)
 
     _checked = checked()
 
     def check(self) -> None:
         if self.top > self.experts:
             raise ValueError(f"top={self.top} routes to more experts than the {self.experts} there are")
+        if self.shared_gate and not self.shared:
+            raise ValueError("a shared-expert gate needs a shared expert (shared=N)")
 
 
 class Pool(Node):
@@ -431,12 +454,15 @@ class Feed(Node):
     width: Count
     scale: Finite  # embeddings are multiplied by this (the original Transformer: sqrt(width))
     dropout: Rate
+    padding: Annotated[int, Field(ge=0)] | None = None  # the padding token: its embedding starts at 0 and gets no gradient
 
     _checked = checked()
 
     def check(self) -> None:
         if self.position == "sinusoidal" and self.width % 2:
             raise ValueError("sinusoidal positions need an even width")
+        if self.padding is not None and self.padding >= self.vocab:
+            raise ValueError(f"the padding token {self.padding} is outside the vocabulary of {self.vocab}")
 
 
 class Nozzle(Node):
@@ -445,6 +471,7 @@ class Nozzle(Node):
     vocab: Count
     tied: bool  # shares the feed's embedding matrix
     bias: bool
+    scale: Finite = 1.0  # the logits are multiplied by this (Granite: 1 / logits_scaling)
 
 
 class Schedule(Node):

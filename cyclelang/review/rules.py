@@ -292,6 +292,41 @@ def full_kv_cache(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
                [f"at the full context of {n} tokens that is {_bytes(seq)} per sequence, read in full at every decoding step"])]
 
 
+
+# --- W125: an attention scale far from 1/sqrt(head_dim) --------------------------------------------
+
+
+def attention_scale_far_off(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        a = p.node
+        if not isinstance(a, ir.Attention) or a.scale is None:
+            continue
+        usual = a.head_dim ** -0.5
+        ratio = a.scale / usual
+        if ratio >= 8 or ratio <= 1 / 8:
+            out.append(_w("W125", f"attention scale={a.scale:g} is {ratio:.3g} times 1/sqrt(head_dim) = {usual:.3g}", a.span,
+                          "drop scale= for the usual 1/sqrt(head_dim), or bring it within a factor of 8 of it",
+                          ["the logits' spread sets how peaked the softmax starts: far above, the injector fires through a few "
+                           "elements and their gradients vanish; far below, every position is mixed evenly and nothing is attended"]))
+    return out
+
+
+# --- W126: a norm gain offset other than 0 or 1 ------------------------------------------------------
+
+
+def norm_offset_unusual(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        n = p.node
+        if isinstance(n, ir.Norm) and n.offset not in (0.0, 1.0):
+            out.append(_w("W126", f"a norm gain offset of {n.offset:g}: a stored weight of 0 means a gain of {n.offset:g}", n.span,
+                          "use offset=1 (Gemma: the gain is 1 + w, so a weight of 0 is the identity) or no offset",
+                          ["the weight starts at 1 - offset so the gain starts at 1; any shrinkage of the weight (weight decay, "
+                           "quantisation, pruning) then moves the valve toward an arbitrary setting, and no checkpoint family stores it so"]))
+    return out
+
+
 # --- W111: a mixture that routes every token to every expert ----------------------------------
 
 
@@ -323,10 +358,12 @@ RULES: tuple[Rule, ...] = (
     pre_ln_without_final_norm,
     full_kv_cache,
     moe_without_sparsity,
+    attention_scale_far_off,
+    norm_offset_unusual,
 )
 
 # The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "N101", "N102", "N103")
+REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W125", "W126", "N101", "N102", "N103")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:

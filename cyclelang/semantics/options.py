@@ -198,7 +198,7 @@ MAX_WIDTH = 1 << 20
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 24
 MAX_EXPERTS = 4096
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "geglu_tanh")
 
 
 @dataclass(frozen=True)
@@ -251,7 +251,7 @@ class Opt:
 _DROPOUT = dict(type="float", default=0.0, lo=0.0, hi=1.0, hi_open=True)
 _RATIO = Opt("ratio", "float", "hidden width = ratio x width (must come out whole); not with hidden=", "the reactor's size", default=None, default_text="4", lo=0.0, lo_open=True)
 _HIDDEN = Opt("hidden", "int", "the hidden width, directly (not with ratio=)", "the reactor's size", max=MAX_WIDTH * 64)
-_ACT = Opt("act", "choice", "the activation: gelu, gelu_tanh (GPT-2's), relu, silu; swiglu and geglu are gated", "", default="gelu", choices=ACTIVATIONS)
+_ACT = Opt("act", "choice", "the activation: gelu, gelu_tanh (GPT-2's), relu, silu; swiglu, geglu and geglu_tanh (Gemma's) are gated", "", default="gelu", choices=ACTIVATIONS)
 _BIAS = Opt("bias", "bool", "biases on the projections", "", default=True)
 
 TABLE: dict[str, tuple[Opt, ...]] = {
@@ -264,10 +264,12 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("position", "choice", "how positions enter: a learned table, fixed sinusoids, or none (rotary attention)", "", default="learned", choices=("learned", "sinusoidal", "none")),
         Opt("scale", "float", "multiplies the embedding (sqrt(width) in the original Transformer)", "the feed pumps' head", default=1.0, lo=0.0, lo_open=True),
         Opt("dropout", ml="dropout on the embedding", **_DROPOUT),
+        Opt("padding", "int", "the padding token (padding_idx): its embedding starts at 0 and gets no gradient", "a bleed line that carries no propellant", min=0, max=MAX_VOCAB),
     ),
     "nozzle head": (
         Opt("tied", "bool", "the head reuses the token embedding's matrix (weight tying)", "", default=False),
         Opt("bias", "bool", "a bias on the logits", "", default=False),
+        Opt("scale", "float", "multiplies the logits (Granite: 1/logits_scaling)", "the nozzle's expansion ratio", default=1.0, lo=0.0, lo_open=True),
     ),
     "prechamber": (
         Opt("detach", "bool", "the branch reads x.detach(): no gradient flows back into its input", "an open cycle: exhaust decoupled from the chamber", default=False),
@@ -282,8 +284,13 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("window", "int", "sliding window: attend to the last N positions only (causal only)", "", max=MAX_CONTEXT),
         Opt("rotary", "float", "rotary positions on this fraction of each head's dims (bare: all)", "", default=0.0, lo=0.0, hi=1.0, flag=1.0),
         Opt("rotary_base", "float", "rotary frequency base", "", default=10000.0, lo=0.0, lo_open=True),
-        Opt("qk_norm", "bool", "normalise queries and keys per head (RMSNorm)", "", default=False),
-        _BIAS,
+        Opt("rotary_interleaved", "bool", "rotate dims in adjacent pairs (GPT-J), not the two halves (GPT-NeoX, Llama)", "", default=False),
+        Opt("qk_norm", "bool", "normalise queries and keys per head (RMSNorm), before rotary (Qwen3)", "", default=False),
+        Opt("qk_norm_across", "bool", "with qk_norm: one norm over all heads' queries, one over all keys (OLMo-2)", "", default=False),
+        Opt("qk_norm_eps", "float", "the qk-norms' eps", "", default=1e-6, lo=0.0, lo_open=True),
+        Opt("scale", "float", "the attention logits' scale (Granite's attention_multiplier)", "", default=None, default_text="1/sqrt(head_dim)", lo=0.0, lo_open=True),
+        Opt("bias", "bool", "biases on the q, k, v projections (and the output's, unless out_bias says otherwise)", "", default=True),
+        Opt("out_bias", "bool", "the output projection's bias (Qwen2: q, k, v biased, the output not)", "", default_text="bias"),
         Opt("dropout", ml="attention and output dropout", **_DROPOUT),
     ),
     "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT)),
@@ -292,6 +299,9 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("top", "int", "experts each token is routed to", "", default_text="2 (1 with one expert)"),
         Opt("capacity", "float", "capacity factor: tokens an expert takes, relative to an even share", "restrictor orifices", lo=0.0, lo_open=True),
         Opt("balance", "float", "weight of the load-balancing loss", "mixture trim", default=0.0, lo=0.0),
+        Opt("normalize", "bool", "renormalise the chosen experts' weights to sum to 1, for every top (Mixtral); false: the raw probabilities", "", default=True),
+        Opt("shared", "int", "hidden width of a shared expert every token visits (Qwen2-MoE); 0: none", "an injector element that always flows", default=0, min=0, max=MAX_WIDTH * 64),
+        Opt("shared_gate", "bool", "scale the shared expert's output by sigmoid(w . x) (Qwen2-MoE)", "a throttle on that element", default=False),
         _RATIO, _HIDDEN, _ACT, _BIAS,
     ),
     "turbine pool": (Opt("size", "int", "pooling window (causal engines pool only the past)", "", default=3, max=MAX_CONTEXT),),
@@ -305,9 +315,14 @@ TABLE: dict[str, tuple[Opt, ...]] = {
     ),
     "norm layernorm": (
         Opt("eps", "float", "added to the variance", "", default=1e-5, lo=0.0, lo_open=True),
-        Opt("bias", "bool", "a learned shift next to the gain", "", default=True),
+        Opt("bias", "bool", "a learned shift next to the gain", "", default_text="affine"),
+        Opt("affine", "bool", "a learned gain (and bias); false normalises only (OLMo)", "an adjustable valve, not a fixed orifice", default=True),
     ),
-    "norm rmsnorm": (Opt("eps", "float", "added to the mean square", "", default=1e-6, lo=0.0, lo_open=True),),
+    "norm rmsnorm": (
+        Opt("eps", "float", "added to the mean square", "", default=1e-6, lo=0.0, lo_open=True),
+        Opt("affine", "bool", "a learned gain; false normalises only", "an adjustable valve, not a fixed orifice", default=True),
+        Opt("offset", "float", "the gain is offset + w, w starting at 1 - offset (Gemma: 1)", "", default=0.0, lo=-1e6, hi=1e6),
+    ),
     "merge plain": (),
     "merge scale": (Opt("scale", "float", "x + scale * f(x): a fixed factor on the branch", "a fixed orifice", required=True, lo=None),),
     "merge cooling": (Opt("std", "float", "base std of the branch's output projection, divided by sqrt(merges into the main line)", "a rich, cool preburner", default_text="the init std", lo=0.0, lo_open=True),),

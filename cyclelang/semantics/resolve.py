@@ -298,10 +298,13 @@ class _Resolver:
         if nozzle_d is None:
             self.out.error("E0213", f"engine '{e.name.name}' has no nozzle", e.name.span, "add 'nozzle head' (or 'nozzle head tied')")
 
-        feed = self.feed(feed_d, scope, width) if feed_d is not None else None
         builtins = {}
         if width is not None:
             builtins["width"] = Binding(width, None)
+        # the feed may read the chamber's width (`scale=sqrt(width)`); vocab and context are its own
+        feed_scope = Scope(dict(builtins))
+        feed_scope.parent = None
+        feed = self.feed(feed_d, _Chain(scope, feed_scope), width) if feed_d is not None else None
         if feed is not None:
             builtins["vocab"] = Binding(feed.vocab, None)
             builtins["context"] = Binding(feed.context, None)
@@ -342,13 +345,17 @@ class _Resolver:
         position = o.get("position")
         scale = o.get("scale")
         dropout = o.get("dropout")
+        padding = o.get("padding")
         o.finish()
         if None in (vocab, context, width, position, scale, dropout):
+            return None
+        if padding is not None and padding >= vocab:
+            self.out.error("E0205", f"padding={padding} is outside the vocabulary of {vocab} tokens", o.span_of("padding"), f"a token id below {vocab}")
             return None
         if position == "sinusoidal" and width % 2:
             self.out.error("E0205", "sinusoidal positions need an even width", o.span_of("position"), f"the chamber width is {width}")
             return None
-        return ir.Feed(vocab=vocab, context=context, position=position, width=width, scale=scale, dropout=dropout, span=d.span)
+        return ir.Feed(vocab=vocab, context=context, position=position, width=width, scale=scale, dropout=dropout, padding=padding, span=d.span)
 
     def nozzle(self, d: ast.Directive, scope, w: int | None, width: int | None, feed: ir.Feed | None) -> ir.Nozzle | None:
         if d.kind.name != "head":
@@ -357,15 +364,16 @@ class _Resolver:
         o = Options("nozzle head", d.options, scope, self.out, d.span)
         tied = o.get("tied")
         bias = o.get("bias")
+        scale = o.get("scale")
         o.finish()
-        if w is None or feed is None:
+        if w is None or feed is None or scale is None:
             return None
         if tied and w != width:
             self.out.error("E0217", f"a tied head needs the chamber's width {width} at the nozzle, but the main line ends at width {w}", o.span_of("tied"), "untie the head, or bring the main line back to the chamber width")
             return None
         if tied and bias:
             pass  # a tied head may still learn its own bias
-        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, span=d.span)
+        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, scale=scale, span=d.span)
 
     def startup(self, s: ast.Startup | None, scope, width: int | None = None) -> ir.Startup | None:
         warmup, clip, betas, decay = 0, None, (0.9, 0.999), 0.01
@@ -727,11 +735,17 @@ class _Resolver:
             return None
         o = Options(f"norm {kind}", d.options, scope, self.out, d.span)
         eps = o.get("eps")
-        bias = o.get("bias") if kind == "layernorm" else False
+        affine = o.get("affine")
+        bias = o.get("bias", affine) if kind == "layernorm" else False
+        offset = o.get("offset") if kind == "rmsnorm" else 0.0
         o.finish()
-        if w is None or eps is None:
+        if w is None or eps is None or offset is None:
             return None
-        return ir.Norm(type=kind, width=w, eps=eps, bias=bias, span=d.span)
+        if not affine and (bias or offset):
+            what = "bias" if bias else "offset"
+            self.out.error("E0211", f"a norm with affine=false learns no gain, so it has no {what}", o.span_of(what), f"drop {what}=, or the affine=false")
+            return None
+        return ir.Norm(type=kind, width=w, eps=eps, bias=bias, affine=affine, offset=offset, span=d.span)
 
     def main_directive(self, d: ast.Directive, scope, ctx, w):
         if d.keyword == "norm":
@@ -759,9 +773,20 @@ class _Resolver:
         rotary = o.get("rotary")
         base = o.get("rotary_base")
         qk_norm = o.get("qk_norm")
+        qk_eps = o.get("qk_norm_eps")
+        qk_across = o.get("qk_norm_across")
+        scale = o.get("scale")
+        interleaved = o.get("rotary_interleaved")
         bias = o.get("bias")
+        out_bias = o.get("out_bias", bias)
         dropout = o.get("dropout")
-        if None in (heads, w, mask, rotary, base, dropout):
+        if None in (heads, w, mask, rotary, base, dropout, qk_eps):
+            return None
+        if interleaved and not rotary:
+            self.out.error("E0211", "rotary_interleaved says how rotary positions pair the dims, but rotary is off", o.span_of("rotary_interleaved"), "add rotary")
+            return None
+        if (o.has("qk_norm_eps") or qk_across) and not qk_norm:
+            self.out.error("E0211", "qk_norm_eps= and qk_norm_across set a qk-norm, but qk_norm is off", o.span_of("qk_norm_eps" if o.has("qk_norm_eps") else "qk_norm_across"), "add qk_norm")
             return None
         if kv is None:
             kv = heads
@@ -784,7 +809,8 @@ class _Resolver:
             self.out.error("E0205", f"rotary={rotary:g} of head_dim {head_dim} rotates no pair of dimensions", o.span_of("rotary"), "raise the fraction")
             return None
         return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
-                            rotary_base=base, qk_norm=qk_norm, bias=bias, dropout=dropout, span=d.span)
+                            rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
+                            qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved, span=d.span)
 
     def _hidden(self, o: Options, w: int | None):
         ratio_given, hidden_given = o.has("ratio"), o.has("hidden")
@@ -829,12 +855,19 @@ class _Resolver:
         hidden = self._hidden(o, w)
         act = o.get("act")
         bias = o.get("bias")
-        if None in (experts, top, balance, hidden, act, w):
+        normalize = o.get("normalize")
+        shared = o.get("shared")
+        shared_gate = o.get("shared_gate")
+        if None in (experts, top, balance, hidden, act, w, shared):
+            return None
+        if shared_gate and not shared:
+            self.out.error("E0211", "shared_gate gates a shared expert, but there is none", o.span_of("shared_gate"), "add shared=N (its hidden width)")
             return None
         if top > experts:
             self.out.error("E0205", f"top={top} routes to more experts than the {experts} there are", o.span_of("top"))
             return None
-        return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, span=d.span)
+        return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, normalize=normalize, shared=shared,
+                      shared_gate=shared_gate, span=d.span)
 
     def t_pool(self, o: Options, ctx, w, d):
         size = o.get("size")

@@ -63,9 +63,11 @@ def _attention_title(op: ir.Attention) -> tuple[str, str]:
     if op.window is not None:
         bits.append(f"window {op.window}")
     if op.rotary_dims:
-        bits.append(f"rotary {op.rotary_dims}/{op.head_dim}")
+        bits.append(f"rotary {op.rotary_dims}/{op.head_dim}" + (" interleaved" if op.rotary_interleaved else ""))
     if op.qk_norm:
-        bits.append("qk-norm")
+        bits.append("qk-norm across heads" if op.qk_norm_across else "qk-norm")
+    if op.scale is not None:
+        bits.append(f"scale {num(op.scale)}")
     return title, DOT.join(bits)
 
 
@@ -75,6 +77,10 @@ def _moe_title(op: ir.Moe) -> tuple[str, str]:
         bits.append(f"capacity {num(op.capacity)}")
     if op.balance:
         bits.append(f"balance {num(op.balance)}")
+    if not op.normalize:
+        bits.append("not renormalised")
+    if op.shared:
+        bits.append(f"shared {op.shared}" + (" gated" if op.shared_gate else ""))
     return f"MoE{DOT}{op.experts} experts{DOT}top {op.top}", DOT.join(bits)
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from ... import ir
 from .ops import OpEmitter, call_args, if_set
-from .plan import AttentionVariant, OpPlan, Plan
+from .plan import AttentionVariant, OpPlan, Plan, signature
 from .writer import Writer, num
+
+
+ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved"}
 
 
 class AttentionEmitter(OpEmitter):
@@ -13,16 +16,18 @@ class AttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a = o.op
-        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0), scale=if_set(o.scale, o.scale is not None))})"
+        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=if_set(a.qk_norm_eps, a.qk_norm), scale=if_set(o.scale, o.scale is not None), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
         if a.rotary_dims:
-            out += ("rotary_tables", "apply_rotary" if a.rotary_dims == a.head_dim else "apply_rotary_partial")
+            out += ("rotary_tables", ROTARY_FN[AttentionVariant.of(a, causal).rotary])
         if a.window is not None:
             out += ("sliding_mask",)
         elif causal:
             out += ("causal_mask",)
+        if causal:
+            out += ("padded_mask",)
         return out
 
     def output_init(self, a, op, std):
@@ -41,29 +46,38 @@ class AttentionEmitter(OpEmitter):
             if v.gqa:
                 extra.append("grouped-query (kv_heads < heads: baffles share keys and values)")
             if v.rotary != "none":
-                extra.append(("rotary" if v.rotary == "full" else "partial rotary") + " positions")
+                extra.append({"full": "rotary", "partial": "partial rotary", "interleaved": "interleaved (GPT-J) rotary"}[v.rotary] + " positions")
             if v.qk_norm:
-                extra.append("qk-norm")
+                extra.append("qk-norm across heads" if v.qk_across else "qk-norm")
+            if v.scaled:
+                extra.append("scores scaled by `scale`, not 1/sqrt(head_dim)")
             head = f"{kind[0].upper() + kind[1:]} self-attention: the injector, the only place positions mix."
             if extra:
                 out.block(f'"""{head}\n\nWith {", ".join(extra)}.\n"""')
             else:
                 w(f'"""{head}"""')
             w()
-            optional = [name for name, on in (("window", v.window), ("dropout", v.dropout), ("scale", v.scaled)) if on]
-            with out.constructor("width", "heads", "kv_heads", "head_dim", "bias", *optional):
+            optional = [name for name, on in (("window", v.window), ("dropout", v.dropout)) if on]
+            ctor = ["width", "heads", "kv_heads", "head_dim", "bias", *(["out_bias"] if v.split_bias else []), *(["qk_eps"] if v.qk_norm else []),
+                    *(["scale"] if v.scaled else [])]
+            with out.constructor(*ctor, *optional):
                 w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
                 w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
-                w("self.proj = nn.Linear(heads * head_dim, width, bias=bias)")
-                if v.qk_norm:
-                    w("self.q_norm = nn.RMSNorm(head_dim, eps=1e-6)")
-                    w("self.k_norm = nn.RMSNorm(head_dim, eps=1e-6)")
+                w(f"self.proj = nn.Linear(heads * head_dim, width, bias={'out_bias' if v.split_bias else 'bias'})")
+                if v.qk_across:
+                    w("self.q_norm = nn.RMSNorm(heads * head_dim, eps=qk_eps)  # across all heads")
+                    w("self.k_norm = nn.RMSNorm(kv_heads * head_dim, eps=qk_eps)")
+                elif v.qk_norm:
+                    w("self.q_norm = nn.RMSNorm(head_dim, eps=qk_eps)")
+                    w("self.k_norm = nn.RMSNorm(head_dim, eps=qk_eps)")
+                if v.scaled:
+                    w("self.scale = scale")
                 for name in optional:
                     w(f"self.{name} = {name}")
                 if v.dropout:
                     w("self.drop = nn.Dropout(dropout)")
             w()
-            w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
+            w(f"def forward(self, {signature(['x', *v.inputs])}):")
             with out.indent():
                 self.forward(out, v)
 
@@ -72,31 +86,36 @@ class AttentionEmitter(OpEmitter):
         out.block("""
 B, T, C = x.size()
 q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+QK_ACROSS
 q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
 k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
-v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)""")
-        if v.qk_norm:
+v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)""".replace(
+            "QK_ACROSS\n", "q, k = self.q_norm(q), self.k_norm(k)  # across all heads\n" if v.qk_across else ""))
+        if v.qk_norm and not v.qk_across:
             w("q, k = self.q_norm(q), self.k_norm(k)")
         if v.rotary != "none":
-            fn = "apply_rotary" if v.rotary == "full" else "apply_rotary_partial"
+            fn = ROTARY_FN[v.rotary]
             w(f"q, k = {fn}(q, *rope), {fn}(k, *rope)")
         if v.causal:
             out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
         dp = ", dropout_p=self.dropout if self.training else 0.0" if v.dropout else ""
         if v.gqa:  # each group of query heads reads one kv head, inside the kernel: no copies of k, v
             dp += ", enable_gqa=True"
-        if v.scaled:  # μP: scores x 1/head_dim (sqrt(d0)/d), not the kernel's 1/sqrt(head_dim)
+        if v.scaled:  # the spec's scale=, or μP's sqrt(d0)/d, not the kernel's 1/sqrt(head_dim)
             dp += ", scale=self.scale"
         sdpa = "y = F.scaled_dot_product_attention"
+        if v.causal:  # a padded batch: no query sees a padded key (mask: (B, S), True for real tokens)
+            win = "self.window" if v.window else "None"
+            out.nested("if mask is not None:", f"{sdpa}(q, k, v, attn_mask=padded_mask(mask, T, {win}){dp})  # (B, nh, T, hd)")
         if v.mask == "open":
             w(f"{sdpa}(q, k, v{dp})  # (B, nh, T, hd)")
         elif v.window:
-            out.nested("if T == 1:  # one query (after the cache) sees the latest `window` keys: no mask",
+            out.nested(("elif" if v.causal else "if") + " T == 1:  # one query (after the cache) sees the latest `window` keys: no mask",
                        f"{sdpa}(q, k[:, :, -self.window :], v[:, :, -self.window :]{dp})  # (B, nh, 1, hd)")
-            out.nested("else:", "mask = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)",
-                       f"{sdpa}(q, k, v, attn_mask=mask{dp})  # (B, nh, T, hd)")
+            out.nested("else:", "near = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)",
+                       f"{sdpa}(q, k, v, attn_mask=near{dp})  # (B, nh, T, hd)")
         else:
-            out.nested("if k.size(2) == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v{dp}, is_causal=True)  # (B, nh, T, hd)")
+            out.nested(("elif" if v.causal else "if") + " k.size(2) == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v{dp}, is_causal=True)  # (B, nh, T, hd)")
             if v.causal:
                 out.nested("elif T == 1:  # one query after the cache may see every key: no mask", f"{sdpa}(q, k, v{dp})  # (B, nh, 1, hd)")
             out.nested("else:  # T new queries after S - T cached positions",

@@ -106,7 +106,7 @@ from .writer import Writer, num, where
 __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 
 # The runtime definitions the file may inline before its classes, in the order they appear.
-HELPERS = ("NextTokenLoss", "sinusoids", "rotary_tables", "apply_rotary", "apply_rotary_partial", "causal_mask", "sliding_mask")
+HELPERS = ("NextTokenLoss", "sinusoids", "rotary_tables", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "causal_mask", "sliding_mask", "padded_mask", "OffsetRMSNorm")
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,10 @@ from torch.nn import functional as F""")
             w(f'"""Tanks and pumps ({where(f.span)}): token embedding plus {pos}."""')
             w()
             with out.constructor("config"):
-                w("self.tok = nn.Embedding(config.vocab_size, config.width)")
+                if f.padding is not None:
+                    w(f"self.tok = nn.Embedding(config.vocab_size, config.width, padding_idx={num(f.padding)})  # the padding token gets no gradient")
+                else:
+                    w("self.tok = nn.Embedding(config.vocab_size, config.width)")
                 if f.position == "learned":
                     w("self.pos = nn.Embedding(config.context, config.width)")
                 elif f.position == "sinusoidal":
@@ -249,7 +252,7 @@ from torch.nn import functional as F""")
                 if f.dropout > 0:
                     w("self.drop = nn.Dropout(config.feed_dropout)")
             w()
-            w("def forward(self, idx, past):")
+            w("def forward(self, idx, past, pos=None):")
             with out.indent():
                 tok = "self.tok(idx)" if f.scale == 1.0 else "self.tok(idx) * self.scale"
                 if f.position == "none":
@@ -257,10 +260,12 @@ from torch.nn import functional as F""")
                 else:
                     w("T = idx.size(1)")
                     if f.position == "learned":
-                        w("pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)  # (T,)")
+                        w("if pos is None:  # else (B, T): each row's own positions (a padded batch)")
+                        with out.indent():
+                            w("pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)  # (T,)")
                         w(f"x = {tok} + self.pos(pos)  # (B, T, C)")
                     else:
-                        w(f"x = {tok} + self.pos[past : past + T]  # (B, T, C)")
+                        w(f"x = {tok} + (self.pos[past : past + T] if pos is None else self.pos[pos])  # (B, T, C)")
                 if f.dropout > 0:
                     w("x = self.drop(x)")
                 w("return x")

@@ -163,6 +163,8 @@ for module in self.modules():
         nn.init.normal_(module.weight, mean=0.0, std={num(init.std) if normal else "module.embedding_dim**-0.5"})""")
         if e.nozzle.tied and e.nozzle.bias:
             w("nn.init.zeros_(self.head_bias)")
+        if e.feed.padding is not None:
+            w(f"self.feed.tok.weight[{num(e.feed.padding)}].zero_()  # the padding token's embedding")
         for sp in p.stages:
             merge_init(out, sp)
         if ir.mup.is_mup(e):
@@ -193,28 +195,51 @@ def merge_init(out: Writer, sp: StagePlan) -> None:
 
 def forward(out: Writer, p: Plan) -> None:
     e, w = p.engine, out.line
-    w("def forward(self, idx, targets=None" + (", cache=None" if p.causal else "") + "):")
+    w("def forward(self, idx, targets=None" + (", cache=None, attention_mask=None" if p.causal else "") + "):")
     with out.indent():
-        out.block('''
+        doc = '''
 """idx: (B, T) token ids; targets: (B, T) next tokens (-1: ignored).
-Returns logits (B, T, vocab), or (logits, loss) with every auxiliary loss added.
+Returns logits (B, T, vocab), or (logits, loss) with every auxiliary loss added.'''
+        if p.causal:
+            doc += '''
+
+attention_mask: (B, past + T), 1 for real tokens, 0 for padding (left padding for
+generation): no query attends to a padded key, and each row counts its positions
+from its first real token, so each row computes what it would alone.'''
+        out.block(doc + '''
 """
 B, T = idx.size()''')
         w("past = 0 if cache is None else cache.pos" if p.causal else "past = 0")
         w("if past + T > self.config.context:")
         with out.indent():
             w('raise ValueError(f"{past + T} positions exceed the context of {self.config.context}")')
+        mixers = sorted({type(o.op).__name__.lower() for o in p.ops() if isinstance(o.op, (ir.Pool, ir.Conv))})
+        if p.causal:
+            w("mask = pos = None")
+            w("if attention_mask is not None:")
+            with out.indent():
+                w("if tuple(attention_mask.shape) != (B, past + T):")
+                w('    raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")')
+                if mixers:
+                    w(f'raise ValueError("attention_mask covers attention only: this engine\'s {" and ".join(mixers)} would mix padded positions")')
+                else:
+                    w("mask = attention_mask.bool()  # (B, S): True for real tokens")
+                    w("pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions")
         if p.causal:
             w("if cache is not None and cache.length is None:")
             with out.indent():
                 w("cache.length = self.config.context  # reserve the whole context once")
         else:
             w("cache = None  # the throat is open: nothing to cache")
-        w("x = self.feed(idx, past)  # (B, T, C)")
+        w("x = self.feed(idx, past" + (", pos" if p.causal else "") + ")  # (B, T, C)")
         if p.ropes:
             pres = ["rope"] if len(p.ropes) == 1 else [f"rope{k}" for k in range(len(p.ropes))]
             pairs = [f"(self.{pre}_cos[past : past + T], self.{pre}_sin[past : past + T])" for pre in pres]
             w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each")
+            if p.causal:
+                padded = [f"(self.{pre}_cos[pos][:, None], self.{pre}_sin[pos][:, None])" for pre in pres]
+                w("if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions")
+                w("    rope = [" + ", ".join(padded) + "]")
         else:
             w("rope = None")
         w("aux = {}")
@@ -224,9 +249,9 @@ B, T = idx.size()''')
                 if st.repeat > 1:
                     w(f"for stage in self.stages[{it.first}:{it.first + st.repeat}]:" + comment(st.span, f"stage {st.name} x{st.repeat}"), st.span)
                     with out.indent():
-                        w("x = stage(x, rope, cache, aux)")
+                        w("x = stage(x, rope, cache, aux" + (", mask" if p.causal else "") + ")")
                 else:
-                    w(f"x = self.stages[{it.first}](x, rope, cache, aux)" + comment(st.span, f"stage {st.name}"), st.span)
+                    w(f"x = self.stages[{it.first}](x, rope, cache, aux" + (", mask" if p.causal else "") + ")" + comment(st.span, f"stage {st.name}"), st.span)
             else:
                 x = emitter(it.op)
                 w(f"x = {x.call(it, 'self', 'x')}" + comment(it.op.span, x.phrase(it.op, "engine")), it.op.span)
@@ -236,6 +261,8 @@ B, T = idx.size()''')
             w(f"logits = F.linear(x, self.feed.tok.weight{bias})  # (B, T, vocab): the nozzle, tied to the feed", nz.span)
         else:
             w("logits = self.head(x)  # (B, T, vocab)", nz.span)
+        if nz.scale != 1.0:
+            w(f"logits = logits * {num(nz.scale)}  # the nozzle's logit scale")
         if ir.mup.is_mup(e):
             w("logits = logits * MUP_READOUT  # μP's readout multiplier, 1/m")
         if p.causal:
@@ -321,7 +348,7 @@ def clip(out: Writer, p: Plan) -> None:
 def generate(out: Writer, p: Plan) -> None:
     w = out.line
     w("@torch.no_grad()")
-    w("def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None" + (", use_cache=True" if p.causal else "") + "):")
+    w("def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None" + (", use_cache=True, attention_mask=None" if p.causal else "") + "):")
     with out.indent():
         if not p.causal:
             out.block('''
@@ -336,17 +363,20 @@ raise RuntimeError(
 
 With the cache each step feeds only the new token. Past the context, the cache
 restarts on the latest `context` tokens, so the result equals use_cache=False.
+attention_mask: (B, T), 0 for left padding: within the context each row generates
+what it would alone.
 """
 context = self.config.context
 cache = None
+mask = attention_mask
 for _ in range(max_new_tokens):
     if not use_cache:
-        logits = self(idx[:, -context:])
+        logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
     elif cache is None or cache.pos >= context:
         cache = Cache(context)
-        logits = self(idx[:, -context:], cache=cache)
+        logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
     else:
-        logits = self(idx[:, -1:], cache=cache)
+        logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
     logits = logits[:, -1, :]  # (B, vocab)
     if temperature == 0:
         nxt = logits.argmax(dim=-1, keepdim=True)
@@ -357,4 +387,6 @@ for _ in range(max_new_tokens):
             logits[logits < v[:, [-1]]] = -float("inf")
         nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)  # (B, 1)
     idx = torch.cat((idx, nxt), dim=1)
+    if mask is not None:
+        mask = torch.cat((mask, mask.new_ones(mask.size(0), 1)), dim=1)
 return idx''')

@@ -34,13 +34,14 @@ class MoeEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         m = o.op
-        return f"{o.cls}({call_args(num(m.width), hidden=num(m.hidden), experts=num(m.experts), top=num(m.top), bias=num(m.bias), capacity=if_set(m.capacity, m.capacity is not None), balance=if_set(m.balance, m.balance > 0))})"
+        return f"{o.cls}({call_args(num(m.width), hidden=num(m.hidden), experts=num(m.experts), top=num(m.top), bias=num(m.bias), capacity=if_set(m.capacity, m.capacity is not None), balance=if_set(m.balance, m.balance > 0), shared=if_set(m.shared, m.shared > 0))})"
 
     def needs_math(self, op) -> bool:
         return op.capacity is not None  # math.ceil of the capacity
 
     def output_init(self, a, op, std):
-        return [f"for expert in {a}.experts:", f"    nn.init.normal_(expert.proj.weight, mean=0.0, std={std})"]
+        lines = [f"for expert in {a}.experts:", f"    nn.init.normal_(expert.proj.weight, mean=0.0, std={std})"]
+        return lines + ([f"nn.init.normal_({a}.shared.proj.weight, mean=0.0, std={std})"] if op.shared else [])
 
     def deepnorm_init(self, a, op, beta):
         return [f"for expert in {a}.experts:", f"    expert.fc.weight.mul_({beta})", f"    expert.proj.weight.mul_({beta})"]
@@ -52,7 +53,9 @@ class MoeEmitter(OpEmitter):
         with out.indent():
             w('"""Mixture of experts, top-k routed: liquid-liquid injection.')
             w()
-            w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.multi else ")."))
+            w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.normalize else ")."))
+            if v.shared:
+                w("Every token also visits the shared expert" + (", throttled by sigmoid(w . x)." if v.shared_gate else "."))
             if v.capacity:
                 out.block("""
 In training, restrictor orifices cap each expert at ceil(capacity * tokens * top /
@@ -68,13 +71,18 @@ filed in aux under this module's name.""")
             w()
             w("key = None  # this module's name in the model, set by Model")
             w()
-            optional = [name for name, on in (("capacity", v.capacity), ("balance", v.balance)) if on]
+            optional = [name for name, on in (("capacity", v.capacity), ("balance", v.balance), ("shared", v.shared)) if on]
             with out.constructor("width", "hidden", "experts", "top", "bias", *optional):
                 w("self.top = top")
                 for name in optional:
-                    w(f"self.{name} = {name}")
+                    if name != "shared":
+                        w(f"self.{name} = {name}")
                 w("self.router = nn.Linear(width, experts, bias=False)")
                 w(f"self.experts = nn.ModuleList([{expert}(width, hidden, bias) for _ in range(experts)])")
+                if v.shared:
+                    w(f"self.shared = {expert}(width, shared, bias)  # the shared expert: every token visits it")
+                if v.shared_gate:
+                    w("self.shared_gate = nn.Linear(width, 1, bias=False)  # its throttle: sigmoid(w . x)")
             w()
             w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
             with out.indent():
@@ -90,7 +98,7 @@ x = x.view(B * T, C)  # (N, C): every token of the batch
 E = len(self.experts)
 probs = F.softmax(self.router(x), dim=-1)  # (N, E)
 weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)""")
-        if v.multi:
+        if v.normalize:
             w("weight = weight / weight.sum(dim=-1, keepdim=True)")
         if v.capacity or v.balance:
             w("onehot = F.one_hot(choice.t().reshape(-1), E)  # (k * N, E): first choices first")
@@ -115,8 +123,15 @@ else:
     order = order[counts[0] :]  # (A,) the assignments the experts take
     token = order // self.top  # (A,) each one's token
     y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
-y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
-return y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)""")
+y = y * weight.reshape(-1)[order, None]  # each assignment, weighted""")
+        if v.shared:
+            w("out = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)")
+            w("shared = self.shared(x)  # (N, C): the shared expert, for every token")
+            if v.shared_gate:
+                w("shared = torch.sigmoid(self.shared_gate(x)) * shared")
+            w("return (out + shared).view(B, T, C)")
+        else:
+            w("return y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)")
 
     def compiled(self, out: Writer, v: MoeVariant, expert: str) -> None:
         out.block(f'''

@@ -17,7 +17,7 @@ from .writer import Writer, num
 # Each activation as generated code, a format string over its input; a gated one is
 # gate(first half) * second half, with the gate from ir.kinds.GATE_OF.
 ACTIVATIONS = {"gelu": "F.gelu({})", "gelu_tanh": 'F.gelu({}, approximate="tanh")', "relu": "F.relu({})", "silu": "F.silu({})"}
-GLU_NAMES = {"swiglu": "SwiGLU", "geglu": "GeGLU"}
+GLU_NAMES = {"swiglu": "SwiGLU", "geglu": "GeGLU", "geglu_tanh": "GeGLU (tanh GELU)"}
 
 
 def call_args(*positional: str, **keywords: str | None) -> str:
@@ -47,7 +47,7 @@ class OpEmitter:
 
     def call(self, o: OpPlan, owner: str, x: str) -> str:
         """The expression applying the op to `x`: x, then rope, cache, aux as its variant takes them."""
-        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "aux": "aux"}
+        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "mask": "mask", "aux": "aux"}
         return f"{owner}.{o.attr}({', '.join([x] + [extra[i] for i in o.inputs])})"
 
     def phrase(self, op, place: str) -> str:
@@ -74,12 +74,21 @@ class NormEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         op = o.op
+        if op.offset:
+            return f"OffsetRMSNorm({num(op.width)}, eps={num(op.eps)}, offset={num(op.offset)})"
+        if not op.affine:
+            return f"{self.module(o)}({num(op.width)}, eps={num(op.eps)}, elementwise_affine=False)"
         if op.type == "layernorm":
             return f"nn.LayerNorm({num(op.width)}, eps={num(op.eps)}{'' if op.bias else ', bias=False'})"
         return f"nn.RMSNorm({num(op.width)}, eps={num(op.eps)})"
 
     def module(self, o: OpPlan) -> str:
+        if o.op.offset:
+            return "OffsetRMSNorm"
         return "nn.LayerNorm" if o.op.type == "layernorm" else "nn.RMSNorm"
+
+    def runtime(self, op, causal: bool) -> tuple[str, ...]:
+        return ("OffsetRMSNorm",) if op.offset else ()
 
     def phrase(self, op, place: str) -> str:
         return self.PLACES[place]

@@ -10,6 +10,8 @@ tables the model keeps.
 
 from __future__ import annotations
 
+import math
+
 import builtins
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Iterator, Union
@@ -26,7 +28,12 @@ GLOBALS = frozenset({
     "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage next_token_loss` is a class NextTokenLoss)
 
-INPUTS = ("rope", "cache", "aux")  # what an op's call may take besides x, in this order
+INPUTS = ("rope", "cache", "aux", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
+
+
+def signature(params) -> str:
+    """A forward's parameters: the padding mask defaults to None (a call without one is unpadded)."""
+    return ", ".join("mask=None" if p == "mask" else p for p in params)
 
 
 # --- variants: one frozen record per kind, hashable, the key of a generated class ----------------
@@ -38,21 +45,24 @@ class AttentionVariant:
     base: ClassVar[str] = "Attention"
     mask: str  # "causal" | "open"
     window: bool  # sliding-window attention
-    rotary: str  # "none" | "full" | "partial"
+    rotary: str  # "none" | "full" | "partial" | "interleaved"
     qk_norm: bool
     gqa: bool  # kv_heads < heads
     dropout: bool
     causal: bool  # the engine's throat: the forward takes a KV cache
-    scaled: bool = False  # μP: the scores take the constructor's scale (1/head_dim), not 1/sqrt(head_dim)
+    split_bias: bool = False  # the output projection's bias differs from q, k, v's (out_bias)
+    qk_across: bool = False  # the qk-norms span all heads (OLMo-2), not one head
+    scaled: bool = False  # the scores take the constructor's scale: the spec's scale=, or μP's; not the kernel's 1/sqrt(head_dim)
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
-        rot = "none" if a.rotary_dims == 0 else ("full" if a.rotary_dims == a.head_dim else "partial")
-        return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal)
+        rot = "none" if a.rotary_dims == 0 else "interleaved" if a.rotary_interleaved else ("full" if a.rotary_dims == a.head_dim else "partial")
+        return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
+                   a.qk_norm and a.qk_norm_across)
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return (("rope",) if self.rotary != "none" else ()) + (("cache",) if self.causal else ())
+        return (("rope",) if self.rotary != "none" else ()) + (("cache", "mask") if self.causal else ())
 
 
 @dataclass(frozen=True)
@@ -76,11 +86,13 @@ class MoeVariant:
     act: str
     capacity: bool  # training drops assignments past each expert's capacity
     balance: bool  # files a load-balancing loss in aux
-    multi: bool  # top > 1: the chosen weights are renormalised
+    normalize: bool  # the chosen weights are renormalised to sum to 1 (for every top, as Mixtral)
+    shared: bool = False  # a shared expert every token visits (Qwen2-MoE)
+    shared_gate: bool = False  # ... scaled by sigmoid(w . x)
 
     @classmethod
     def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
-        return cls(m.act, m.capacity is not None, m.balance > 0, m.top > 1)
+        return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize, m.shared > 0, m.shared_gate)
 
     @property
     def expert(self) -> MlpVariant:
@@ -231,6 +243,15 @@ def _class_names() -> Names:
     return Names(GLOBALS | set(bases) | {f"{b}{i}" for b in bases for i in range(2, 64)})
 
 
+def attention_scale(e: ir.Engine, a: ir.Attention) -> float | None:
+    """The scores' scale when it is not the kernel's 1/sqrt(head_dim): the spec's `scale=`, μP's
+    sqrt(d0)/d, or both (μP then rescales the spec's own by the same factor)."""
+    mup = ir.mup.attention_scale(e, a)
+    if a.scale is None:
+        return mup
+    return a.scale if mup is None else a.scale * mup * math.sqrt(a.head_dim)
+
+
 def make_plan(spec: ir.Spec) -> Plan:
     e = spec.engine
     assert e is not None
@@ -241,7 +262,7 @@ def make_plan(spec: ir.Spec) -> Plan:
 
     def op(part: Part) -> OpPlan:
         v = kinds[type(part.node)].of(part.node, p.causal) if type(part.node) in kinds else None
-        scale = ir.mup.attention_scale(e, part.node) if isinstance(part.node, ir.Attention) else None
+        scale = attention_scale(e, part.node) if isinstance(part.node, ir.Attention) else None
         if scale is not None:
             v = replace(v, scaled=True)
         return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "", p.rope_index(part.node), scale)

@@ -6,7 +6,7 @@ from ... import ir
 from ...ir.kinds import kind_of
 from .emitters import emitter
 from .merges import merge_emitter
-from .plan import BranchPlan, FullflowPlan, OpPlan, Plan, StagePlan
+from .plan import BranchPlan, FullflowPlan, OpPlan, Plan, StagePlan, signature
 from .writer import Writer, comment, where
 
 
@@ -60,7 +60,7 @@ def branch_class(out: Writer, b: BranchPlan) -> None:
                 if ctor is not None:
                     w(f"self.{me.attr(br.merge)} = {ctor}", br.merge.span)
         w()
-        w(f"def forward(self, {', '.join(b.params)}):")
+        w(f"def forward(self, {signature(b.params)}):")
         with out.indent():
             for o in b.ops:
                 w(f"x = {emitter(o.op).call(o, 'self', 'x')}")
@@ -110,7 +110,7 @@ def stage_class(out: Writer, sp: StagePlan) -> None:
                     for b in it.branches:
                         w(f"self.{b.attr} = {b.cls}()" + comment(b.br.span, f"{label}: prechamber {b.br.name}"), b.br.span)
         w()
-        w("def forward(self, x, rope, cache, aux):")
+        w("def forward(self, x, rope, cache, aux, mask=None):")
         with out.indent():
             for it in sp.items:
                 if isinstance(it, OpPlan):

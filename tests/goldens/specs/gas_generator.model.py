@@ -46,6 +46,19 @@ def causal_mask(T, S, device):
     return j <= i
 
 
+def padded_mask(keys, T, window=None):
+    """(B, 1, T, S) for a padded batch: causal (within `window` when set), no padded key
+    (keys: (B, S), True for real tokens); each query still sees itself, so a padded query's
+    row is never empty (its output is ignored)."""
+    S = keys.size(1)
+    i = torch.arange(S - T, S, device=keys.device)[:, None]
+    j = torch.arange(S, device=keys.device)[None, :]
+    seen = j <= i
+    if window is not None:
+        seen = seen & (i - j < window)
+    return (seen & keys[:, None, None, :]) | (i == j)
+
+
 @dataclass
 class Config:
     """The engine's outer dimensions. The blocks inside are fixed by the spec."""
@@ -65,9 +78,10 @@ class Feed(nn.Module):
         self.tok = nn.Embedding(config.vocab_size, config.width)
         self.pos = nn.Embedding(config.context, config.width)
 
-    def forward(self, idx, past):
+    def forward(self, idx, past, pos=None):
         T = idx.size(1)
-        pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)  # (T,)
+        if pos is None:  # else (B, T): each row's own positions (a padded batch)
+            pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)  # (T,)
         x = self.tok(idx) + self.pos(pos)  # (B, T, C)
         return x
 
@@ -81,7 +95,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused
         self.proj = nn.Linear(heads * head_dim, width, bias=bias)
 
-    def forward(self, x, cache):
+    def forward(self, x, cache, mask=None):
         B, T, C = x.size()
         q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
@@ -89,7 +103,9 @@ class Attention(nn.Module):
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
-        if k.size(2) == T:  # no cache: the plain causal mask
+        if mask is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None))  # (B, nh, T, hd)
+        elif k.size(2) == T:  # no cache: the plain causal mask
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hd)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v)  # (B, nh, 1, hd)
@@ -150,9 +166,9 @@ class BlockMix(nn.Module):
         self.norm = nn.LayerNorm(256, eps=1e-05)  # gas_generator.cycle:16 valve on the branch (Pre-LN)
         self.attn = Attention(256, heads=4, kv_heads=4, head_dim=64, bias=True)  # gas_generator.cycle:17 injector: mixes positions
 
-    def forward(self, x, cache):
+    def forward(self, x, cache, mask=None):
         x = self.norm(x)
-        x = self.attn(x, cache)
+        x = self.attn(x, cache, mask)
         return x
 
 
@@ -178,8 +194,8 @@ class Block(nn.Module):
         self.mix = BlockMix()  # gas_generator.cycle:15 prechamber mix
         self.burn = BlockBurn()  # gas_generator.cycle:20 prechamber burn
 
-    def forward(self, x, rope, cache, aux):
-        x = x + self.mix(x, cache)  # gas_generator.cycle:15 mix: closed cycle, cooled: output projection starts small
+    def forward(self, x, rope, cache, aux, mask=None):
+        x = x + self.mix(x, cache, mask)  # gas_generator.cycle:15 mix: closed cycle, cooled: output projection starts small
         x = x + self.burn(x)  # gas_generator.cycle:20 burn: closed cycle, cooled: output projection starts small
         return x
 
@@ -222,7 +238,7 @@ class Tap(nn.Module):
         self.critic = TapCritic()  # gas_generator.cycle:28 prechamber critic
         self.probe = TapProbe()  # gas_generator.cycle:33 prechamber probe
 
-    def forward(self, x, rope, cache, aux):
+    def forward(self, x, rope, cache, aux, mask=None):
         x = x + self.critic(x.detach())  # gas_generator.cycle:28 critic: open cycle (detached); closed cycle, cooled: output projection starts small
         self.probe(x, aux)  # gas_generator.cycle:33 probe: overboard, an auxiliary head
         return x
@@ -274,22 +290,32 @@ class Model(nn.Module):
         # cooling: the output projection starts at 0.02 / sqrt(9) (GPT-2's scaled init)
         nn.init.normal_(stage.critic.mlp.proj.weight, mean=0.0, std=0.006666666666666667)
 
-    def forward(self, idx, targets=None, cache=None):
+    def forward(self, idx, targets=None, cache=None, attention_mask=None):
         """idx: (B, T) token ids; targets: (B, T) next tokens (-1: ignored).
         Returns logits (B, T, vocab), or (logits, loss) with every auxiliary loss added.
+
+        attention_mask: (B, past + T), 1 for real tokens, 0 for padding (left padding for
+        generation): no query attends to a padded key, and each row counts its positions
+        from its first real token, so each row computes what it would alone.
         """
         B, T = idx.size()
         past = 0 if cache is None else cache.pos
         if past + T > self.config.context:
             raise ValueError(f"{past + T} positions exceed the context of {self.config.context}")
+        mask = pos = None
+        if attention_mask is not None:
+            if tuple(attention_mask.shape) != (B, past + T):
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
+            mask = attention_mask.bool()  # (B, S): True for real tokens
+            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
-        x = self.feed(idx, past)  # (B, T, C)
+        x = self.feed(idx, past, pos)  # (B, T, C)
         rope = None
         aux = {}
         for stage in self.stages[0:4]:  # gas_generator.cycle:14 stage block x4
-            x = stage(x, rope, cache, aux)
-        x = self.stages[4](x, rope, cache, aux)  # gas_generator.cycle:27 stage tap
+            x = stage(x, rope, cache, aux, mask)
+        x = self.stages[4](x, rope, cache, aux, mask)  # gas_generator.cycle:27 stage tap
         x = self.norm(x)  # gas_generator.cycle:39 valve on the main line
         logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the nozzle, tied to the feed
         if cache is not None:
@@ -326,22 +352,25 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
         restarts on the latest `context` tokens, so the result equals use_cache=False.
+        attention_mask: (B, T), 0 for left padding: within the context each row generates
+        what it would alone.
         """
         context = self.config.context
         cache = None
+        mask = attention_mask
         for _ in range(max_new_tokens):
             if not use_cache:
-                logits = self(idx[:, -context:])
+                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
             elif cache is None or cache.pos >= context:
                 cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache)
+                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
             else:
-                logits = self(idx[:, -1:], cache=cache)
+                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
             logits = logits[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
@@ -352,6 +381,8 @@ class Model(nn.Module):
                     logits[logits < v[:, [-1]]] = -float("inf")
                 nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)  # (B, 1)
             idx = torch.cat((idx, nxt), dim=1)
+            if mask is not None:
+                mask = torch.cat((mask, mask.new_ones(mask.size(0), 1)), dim=1)
         return idx
 
 

@@ -61,6 +61,19 @@ def causal_mask(T, S, device):
     return j <= i
 
 
+def padded_mask(keys, T, window=None):
+    """(B, 1, T, S) for a padded batch: causal (within `window` when set), no padded key
+    (keys: (B, S), True for real tokens); each query still sees itself, so a padded query's
+    row is never empty (its output is ignored)."""
+    S = keys.size(1)
+    i = torch.arange(S - T, S, device=keys.device)[:, None]
+    j = torch.arange(S, device=keys.device)[None, :]
+    seen = j <= i
+    if window is not None:
+        seen = seen & (i - j < window)
+    return (seen & keys[:, None, None, :]) | (i == j)
+
+
 @dataclass
 class Config:
     """The engine's outer dimensions. The blocks inside are fixed by the spec."""
@@ -79,7 +92,7 @@ class Feed(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
-    def forward(self, idx, past):
+    def forward(self, idx, past, pos=None):
         x = self.tok(idx)  # (B, T, C)
         return x
 
@@ -96,7 +109,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused
         self.proj = nn.Linear(heads * head_dim, width, bias=bias)
 
-    def forward(self, x, rope, cache):
+    def forward(self, x, rope, cache, mask=None):
         B, T, C = x.size()
         q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
@@ -105,7 +118,9 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
-        if k.size(2) == T:  # no cache: the plain causal mask
+        if mask is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None), enable_gqa=True)  # (B, nh, T, hd)
+        elif k.size(2) == T:  # no cache: the plain causal mask
             y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)  # (B, nh, T, hd)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, nh, 1, hd)
@@ -167,9 +182,9 @@ class LlamaBlockMix(nn.Module):
         self.norm = nn.RMSNorm(512, eps=1e-06)  # llama.cycle:9 valve on the branch (Pre-LN)
         self.attn = Attention(512, heads=8, kv_heads=2, head_dim=64, bias=False)  # llama.cycle:10 injector: mixes positions
 
-    def forward(self, x, rope, cache):
+    def forward(self, x, rope, cache, mask=None):
         x = self.norm(x)
-        x = self.attn(x, rope[0], cache)
+        x = self.attn(x, rope[0], cache, mask)
         return x
 
 
@@ -195,8 +210,8 @@ class LlamaBlock(nn.Module):
         self.mix = LlamaBlockMix()  # llama.cycle:8 prechamber mix
         self.burn = LlamaBlockBurn()  # llama.cycle:12 prechamber burn
 
-    def forward(self, x, rope, cache, aux):
-        x = x + self.mix(x, rope, cache)  # llama.cycle:8 mix: closed cycle: the exhaust returns
+    def forward(self, x, rope, cache, aux, mask=None):
+        x = x + self.mix(x, rope, cache, mask)  # llama.cycle:8 mix: closed cycle: the exhaust returns
         x = x + self.burn(x)  # llama.cycle:12 burn: closed cycle: the exhaust returns
         return x
 
@@ -238,21 +253,33 @@ class Model(nn.Module):
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx, targets=None, cache=None):
+    def forward(self, idx, targets=None, cache=None, attention_mask=None):
         """idx: (B, T) token ids; targets: (B, T) next tokens (-1: ignored).
         Returns logits (B, T, vocab), or (logits, loss) with every auxiliary loss added.
+
+        attention_mask: (B, past + T), 1 for real tokens, 0 for padding (left padding for
+        generation): no query attends to a padded key, and each row counts its positions
+        from its first real token, so each row computes what it would alone.
         """
         B, T = idx.size()
         past = 0 if cache is None else cache.pos
         if past + T > self.config.context:
             raise ValueError(f"{past + T} positions exceed the context of {self.config.context}")
+        mask = pos = None
+        if attention_mask is not None:
+            if tuple(attention_mask.shape) != (B, past + T):
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
+            mask = attention_mask.bool()  # (B, S): True for real tokens
+            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
-        x = self.feed(idx, past)  # (B, T, C)
+        x = self.feed(idx, past, pos)  # (B, T, C)
         rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each
+        if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
+            rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
         aux = {}
         for stage in self.stages[0:8]:  # llama.cycle:23 stage llama_block x8
-            x = stage(x, rope, cache, aux)
+            x = stage(x, rope, cache, aux, mask)
         x = self.norm(x)  # llama.cycle:25 valve on the main line
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:
@@ -283,22 +310,25 @@ class Model(nn.Module):
         return torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
         restarts on the latest `context` tokens, so the result equals use_cache=False.
+        attention_mask: (B, T), 0 for left padding: within the context each row generates
+        what it would alone.
         """
         context = self.config.context
         cache = None
+        mask = attention_mask
         for _ in range(max_new_tokens):
             if not use_cache:
-                logits = self(idx[:, -context:])
+                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
             elif cache is None or cache.pos >= context:
                 cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache)
+                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
             else:
-                logits = self(idx[:, -1:], cache=cache)
+                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
             logits = logits[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
@@ -309,6 +339,8 @@ class Model(nn.Module):
                     logits[logits < v[:, [-1]]] = -float("inf")
                 nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)  # (B, 1)
             idx = torch.cat((idx, nxt), dim=1)
+            if mask is not None:
+                mask = torch.cat((mask, mask.new_ones(mask.size(0), 1)), dim=1)
         return idx
 
 

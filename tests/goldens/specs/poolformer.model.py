@@ -58,9 +58,10 @@ class Feed(nn.Module):
         self.tok = nn.Embedding(config.vocab_size, config.width)
         self.pos = nn.Embedding(config.context, config.width)
 
-    def forward(self, idx, past):
+    def forward(self, idx, past, pos=None):
         T = idx.size(1)
-        pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)  # (T,)
+        if pos is None:  # else (B, T): each row's own positions (a padded batch)
+            pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)  # (T,)
         x = self.tok(idx) + self.pos(pos)  # (B, T, C)
         return x
 
@@ -161,7 +162,7 @@ class Block(nn.Module):
         self.mix = BlockMix()  # poolformer.cycle:13 prechamber mix
         self.burn = BlockBurn()  # poolformer.cycle:17 prechamber burn
 
-    def forward(self, x, rope, cache, aux):
+    def forward(self, x, rope, cache, aux, mask=None):
         x = x + self.mix(x, cache)  # poolformer.cycle:13 mix: closed cycle: the exhaust returns
         x = x + self.burn(x)  # poolformer.cycle:17 burn: closed cycle: the exhaust returns
         return x
@@ -196,21 +197,30 @@ class Model(nn.Module):
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx, targets=None, cache=None):
+    def forward(self, idx, targets=None, cache=None, attention_mask=None):
         """idx: (B, T) token ids; targets: (B, T) next tokens (-1: ignored).
         Returns logits (B, T, vocab), or (logits, loss) with every auxiliary loss added.
+
+        attention_mask: (B, past + T), 1 for real tokens, 0 for padding (left padding for
+        generation): no query attends to a padded key, and each row counts its positions
+        from its first real token, so each row computes what it would alone.
         """
         B, T = idx.size()
         past = 0 if cache is None else cache.pos
         if past + T > self.config.context:
             raise ValueError(f"{past + T} positions exceed the context of {self.config.context}")
+        mask = pos = None
+        if attention_mask is not None:
+            if tuple(attention_mask.shape) != (B, past + T):
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
+            raise ValueError("attention_mask covers attention only: this engine's pool would mix padded positions")
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
-        x = self.feed(idx, past)  # (B, T, C)
+        x = self.feed(idx, past, pos)  # (B, T, C)
         rope = None
         aux = {}
         for stage in self.stages[0:6]:  # poolformer.cycle:12 stage block x6
-            x = stage(x, rope, cache, aux)
+            x = stage(x, rope, cache, aux, mask)
         x = self.norm(x)  # poolformer.cycle:23 valve on the main line
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:
@@ -241,22 +251,25 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
         restarts on the latest `context` tokens, so the result equals use_cache=False.
+        attention_mask: (B, T), 0 for left padding: within the context each row generates
+        what it would alone.
         """
         context = self.config.context
         cache = None
+        mask = attention_mask
         for _ in range(max_new_tokens):
             if not use_cache:
-                logits = self(idx[:, -context:])
+                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
             elif cache is None or cache.pos >= context:
                 cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache)
+                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
             else:
-                logits = self(idx[:, -1:], cache=cache)
+                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
             logits = logits[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
@@ -267,6 +280,8 @@ class Model(nn.Module):
                     logits[logits < v[:, [-1]]] = -float("inf")
                 nxt = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)  # (B, 1)
             idx = torch.cat((idx, nxt), dim=1)
+            if mask is not None:
+                mask = torch.cat((mask, mask.new_ones(mask.size(0), 1)), dim=1)
         return idx
 
 

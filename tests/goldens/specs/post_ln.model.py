@@ -71,9 +71,9 @@ class Feed(nn.Module):
         self.scale = config.feed_scale
         self.drop = nn.Dropout(config.feed_dropout)
 
-    def forward(self, idx, past):
+    def forward(self, idx, past, pos=None):
         T = idx.size(1)
-        x = self.tok(idx) * self.scale + self.pos[past : past + T]  # (B, T, C)
+        x = self.tok(idx) * self.scale + (self.pos[past : past + T] if pos is None else self.pos[pos])  # (B, T, C)
         x = self.drop(x)
         return x
 
@@ -148,7 +148,7 @@ class Layer(nn.Module):
         self.burn = LayerBurn()  # post_ln.cycle:20 prechamber burn
         self.norm2 = nn.LayerNorm(512, eps=1e-05)  # post_ln.cycle:23 valve in series on the main line
 
-    def forward(self, x, rope, cache, aux):
+    def forward(self, x, rope, cache, aux, mask=None):
         x = x + self.mix(x)  # post_ln.cycle:16 mix: closed cycle: the exhaust returns
         x = self.norm1(x)  # post_ln.cycle:19 valve in series on the main line
         x = x + self.burn(x)  # post_ln.cycle:20 burn: closed cycle: the exhaust returns

@@ -1,10 +1,11 @@
 """What a generated file runs besides its classes, as real Python modules.
 
     loss        NextTokenLoss: F.cross_entropy's forward, a leaner backward
-    positions   sinusoids, rotary_tables, apply_rotary, apply_rotary_partial
-    masks       causal_mask, sliding_mask
+    positions   sinusoids, rotary_tables, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
+    masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the KV cache of a causal engine
     experts     {act}_grad for every activation, expert_mlps (the MoE custom op)
+    norms       OffsetRMSNorm: RMSNorm with a (offset + w) gain (Gemma)
     parallel    parallelize: FSDP2, tensor parallelism by the file's TP_PLAN, activation
                 checkpointing, per-stage compile
 
@@ -27,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 # Where each definition the generated file may inline lives.
-MODULES = ("loss", "positions", "masks", "cache", "experts", "parallel")
+MODULES = ("loss", "positions", "masks", "cache", "experts", "norms", "parallel")
 
 
 @functools.lru_cache(maxsize=None)

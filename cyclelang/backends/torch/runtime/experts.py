@@ -71,6 +71,20 @@ def geglu_grad(h, g=None):
     return a, gh
 
 
+def geglu_tanh_grad(h, g=None):
+    """geglu_tanh(h) (the gate's GELU with the tanh approximation, Gemma) and, given g, the gradient at h."""
+    gate, up = h.chunk(2, dim=-1)
+    s = F.gelu(gate, approximate="tanh")
+    a = s * up
+    if g is None:
+        return a, None
+    gh = torch.empty_like(h)  # [d gate | d up], both halves written in place (no cat)
+    d_gate, d_up = gh.chunk(2, dim=-1)
+    torch.mul(g, s, out=d_up)
+    torch.ops.aten.gelu_backward.grad_input(g * up, gate, approximate="tanh", grad_input=d_gate)
+    return a, gh
+
+
 def expert_mlps(name, act_grad):
     """The custom op `cyclelang::{name}`: every expert's MLP on the assignments sorted by expert.
 

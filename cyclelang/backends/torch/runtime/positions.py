@@ -38,3 +38,13 @@ def apply_rotary_partial(x, cos, sin):
     d = cos.size(-1)
     x1, x2, rest = x[..., : d // 2], x[..., d // 2 : d], x[..., d:]
     return torch.cat((x[..., :d] * cos + torch.cat((-x2, x1), dim=-1) * sin, rest), dim=-1)
+
+
+def apply_rotary_interleaved(x, cos, sin):
+    """Rotate the first cos.size(-1) dims of each head in adjacent pairs (0, 1), (2, 3), ...
+    (GPT-J's rotate-every-two); the tables are the rotate-half ones, each frequency twice."""
+    d = cos.size(-1)
+    c, s = cos[..., : d // 2], sin[..., : d // 2]
+    x1, x2 = x[..., 0:d:2], x[..., 1:d:2]
+    rot = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+    return torch.cat((rot, x[..., d:]), dim=-1)

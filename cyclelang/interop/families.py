@@ -1,0 +1,639 @@
+"""transformers model families: a checkpoint's config as the spec it implies, and back.
+
+Each family reads its `config.json` by its `model_type` (never by guessing from the
+weights' key names) into an `Arch`, the few numbers a decoder of that family is made
+of, and `spec_text(arch)` writes the spec those numbers imply. The IR a checkpoint
+implies is therefore `parse(spec_text(read_config(config)))`: one home for the
+mapping, used by `cyclec import`, by the check before weights load, and by
+`cyclec export` (which writes a config and checks that importing it gives back the
+spec it came from).
+
+A config field the language cannot express is refused by name (`Unsupported`),
+never approximated: a llama3 rotary scaling, GPT-2's layer-index attention scaling,
+a per-layer pattern of sliding windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..ir.kinds import is_gated
+
+# transformers activations -> the language's. A gated MLP (Llama's gate/up/down)
+# takes the gated form of its activation.
+_PLAIN_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": None,
+               "relu": "relu", "silu": "silu", "swish": "silu"}
+_GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
+_HF_PLAIN = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+_HF_GATED = {"swiglu": "silu", "geglu": "gelu"}
+
+
+class Unsupported(ValueError):
+    """A config field (or a spec construct, on export) the other side cannot express."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One decoder-only transformer of a family: what its config says, in the language's terms."""
+
+    family: str  # the config's model_type
+    vocab: int
+    context: int
+    width: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    act: str  # the language's activation (swiglu for Llama's silu-gated MLP)
+    norm: str  # layernorm | rmsnorm
+    eps: float
+    position: str = "none"  # learned | none
+    norm_bias: bool = False
+    norm_affine: bool = True  # false: OLMo's norms without weight or bias
+    norm_offset: float = 0.0  # Gemma: the gain is 1 + w
+    post_norms: bool = False  # OLMo-2: each branch's norm sits after its turbine, none before
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: str = "none"  # none | head (Qwen3) | all (OLMo-2: across the heads)
+    qk_eps: float = 1e-6
+    attn_scale: float | None = None  # None: 1 / sqrt(head_dim)
+    embed_scale: float = 1.0  # Gemma: sqrt(width); Granite: embedding_multiplier
+    residual_scale: float = 1.0  # Granite: residual_multiplier
+    logit_scale: float = 1.0  # Granite: 1 / logits_scaling
+    rotary: float = 0.0  # fraction of each head rotated
+    rotary_base: float = 10000.0
+    window: int | None = None
+    experts: int = 0  # 0: a dense MLP
+    top: int = 0
+    normalize: bool = True
+    shared: int = 0  # a shared expert's hidden width (Qwen2-MoE)
+    shared_gate: bool = False
+    tied: bool = False
+    padding: int | None = None  # the embedding's padding_idx (pad_token_id)
+    parallel: str = "none"  # none | shared: attention and MLP read one norm (Phi) | separate: each its own (GPT-NeoX)
+    head_bias: bool = False
+    rotary_interleaved: bool = False  # GPT-J's rotate-every-two
+    sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
+
+
+def _rotary(partial, head_dim: int) -> float:
+    """The rotary fraction, refusing one that rotates an odd number of dims (transformers rounds it down, then pairs them unevenly)."""
+    dims = int(head_dim * float(partial))
+    if dims % 2:
+        raise Unsupported("partial_rotary_factor", f"{partial} of head_dim {head_dim} rotates {dims} dims, an odd number: no pairing of them is exact")
+    return float(partial)
+
+
+class _Config:
+    """A config dict read field by field, with the family's defaults."""
+
+    def __init__(self, config: dict, defaults: dict):
+        self.config, self.defaults = config, defaults
+
+    def get(self, name: str, default=None):
+        v = self.config.get(name)
+        if v is None:
+            v = self.defaults.get(name, default)
+        return v
+
+    def need(self, name: str):
+        v = self.get(name)
+        if v is None:
+            raise Unsupported(name, "missing from the config (and the family has no default)")
+        return v
+
+
+def _rope(c: _Config) -> float:
+    """rope_theta, refusing rotary scaling (rope_parameters or the older rope_scaling)."""
+    rope = c.config.get("rope_parameters") or {}
+    old = c.config.get("rope_scaling") or {}
+    kind = rope.get("rope_type") or rope.get("type") or old.get("rope_type") or old.get("type") or "default"
+    if kind != "default":
+        where = "rope_parameters.rope_type" if rope.get("rope_type") or rope.get("type") else "rope_scaling"
+        raise Unsupported(where, f"rotary scaling '{kind}' is not in the language yet; only plain rotary (rope_type=default) imports")
+    theta = rope.get("rope_theta", c.config.get("rope_theta"))
+    return float(theta if theta is not None else c.defaults.get("rope_theta", 10000.0))
+
+
+def _gpt2(cfg: dict) -> Arch:
+    c = _Config(cfg, {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "activation_function": "gelu_new",
+                      "layer_norm_epsilon": 1e-5, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                      "add_cross_attention": False, "tie_word_embeddings": True})
+    if not c.get("scale_attn_weights"):
+        raise Unsupported("scale_attn_weights", "attention without the 1/sqrt(head_dim) scale is not in the language")
+    if c.get("scale_attn_by_inverse_layer_idx"):
+        raise Unsupported("scale_attn_by_inverse_layer_idx", "a per-layer attention scale 1/(layer + 1) is not in the language")
+    if c.get("add_cross_attention"):
+        raise Unsupported("add_cross_attention", "cross-attention to an encoder is not in the language")
+    width, heads = c.need("n_embd"), c.need("n_head")
+    act_name = c.get("activation_function")
+    act = _PLAIN_ACTS.get(act_name)
+    if act is None:
+        raise Unsupported("activation_function", f"'{act_name}' has no counterpart among the language's activations")
+    return Arch("gpt2", vocab=c.need("vocab_size"), context=c.need("n_positions"), width=width, layers=c.need("n_layer"),
+                heads=heads, kv_heads=heads, head_dim=width // heads, hidden=c.get("n_inner") or 4 * width, act=act,
+                norm="layernorm", eps=float(c.get("layer_norm_epsilon")), position="learned", norm_bias=True, qkv_bias=True,
+                out_bias=True, mlp_bias=True, tied=bool(c.get("tie_word_embeddings")),
+                sources={"vocab": "vocab_size", "context": "n_positions", "width": "n_embd", "layers": "n_layer", "heads": "n_head",
+                         "hidden": "n_inner", "act": "activation_function", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
+
+
+# The Llama-shaped families: rotary, gated MLP (or routed experts), Pre-LN (OLMo-2: post-branch
+# norms). Their defaults are transformers 5's, for a config.json that leaves a field out.
+_COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 10000.0}
+_DECODER_DEFAULTS = {
+    "llama": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 2048},
+    "mistral": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072},
+    "mixtral": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+                "rope_theta": 1000000.0, "num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen2": {**_COMMON, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 32768},
+    "qwen3": {**_COMMON, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "head_dim": 128, "max_position_embeddings": 32768},
+    "phi3": {**_COMMON, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5},
+    "olmo": {**_COMMON, "vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "max_position_embeddings": 2048},
+    "olmo2": {**_COMMON, "vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5},
+    "gemma": {**_COMMON, "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+              "tie_word_embeddings": True},
+    "qwen2_moe": {**_COMMON, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+                  "num_attention_heads": 16, "max_position_embeddings": 32768, "num_experts": 60, "num_experts_per_tok": 4,
+                  "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "norm_topk_prob": False, "decoder_sparse_step": 1,
+                  "qkv_bias": True},
+    "granite": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "max_position_embeddings": 2048, "embedding_multiplier": 1.0, "logits_scaling": 1.0,
+                "residual_multiplier": 1.0, "attention_multiplier": 1.0},
+}
+_GATED_ACTS.update({"gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"})
+_HF_GATED["geglu_tanh"] = "gelu_pytorch_tanh"
+_WINDOWED = ("mistral", "mixtral", "phi3")  # one sliding window for every layer
+_LAYER_TYPES = ("qwen2", "qwen3", "qwen2_moe")  # a window only from max_window_layers on: a per-layer pattern
+
+
+def _decoder(family: str):
+    def read(cfg: dict) -> Arch:
+        c = _Config(cfg, _DECODER_DEFAULTS[family])
+        width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
+        kv = c.get("num_key_value_heads") or heads
+        act_name = c.get("hidden_activation") if family == "gemma" and cfg.get("hidden_activation") else c.get("hidden_act")
+        act = _GATED_ACTS.get(act_name)
+        if act is None:
+            raise Unsupported("hidden_act", f"a gated MLP with '{act_name}' has no counterpart (the language has swiglu = silu, geglu = gelu, "
+                              "geglu_tanh = the tanh GELU)")
+        window = c.get("sliding_window") if family in _WINDOWED else None
+        types = c.config.get("layer_types")
+        if family in _LAYER_TYPES and (c.get("use_sliding_window") or (types and any(t != "full_attention" for t in types))):
+            raise Unsupported("use_sliding_window", f"{family}'s sliding window from max_window_layers on is a per-layer pattern the language does not have yet")
+        if family == "olmo" and c.get("clip_qkv") is not None:
+            raise Unsupported("clip_qkv", "clamping q, k and v to a range is not in the language")
+        if family == "gemma" and c.get("use_bidirectional_attention"):
+            raise Unsupported("use_bidirectional_attention", "a bidirectional Gemma is an encoder, not a causal LM")
+        rope = c.config.get("rope_parameters") or {}
+        partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", 1.0))
+        experts = top = shared = 0
+        normalize = True
+        hidden = c.need("intermediate_size")
+        if family == "mixtral":
+            experts, top = c.need("num_local_experts"), c.need("num_experts_per_tok")
+        if family == "qwen2_moe":
+            if c.get("decoder_sparse_step") != 1 or c.get("mlp_only_layers"):
+                field = "decoder_sparse_step" if c.get("decoder_sparse_step") != 1 else "mlp_only_layers"
+                raise Unsupported(field, "dense layers among the MoE ones are a per-layer pattern the language does not have yet")
+            experts, top, hidden = c.need("num_experts"), c.need("num_experts_per_tok"), c.need("moe_intermediate_size")
+            shared, normalize = c.need("shared_expert_intermediate_size"), bool(c.get("norm_topk_prob"))
+        attention_bias = bool(c.get("attention_bias", False))
+        qkv_bias = True if family == "qwen2" else bool(c.get("qkv_bias")) if family == "qwen2_moe" else \
+            attention_bias if family not in ("mistral", "mixtral", "phi3") else False
+        out_bias = False if family in ("qwen2", "qwen2_moe", "mistral", "mixtral", "phi3") else attention_bias
+        mlp_bias = bool(c.get("mlp_bias", False)) if family in ("llama", "granite") else False
+        head_dim = c.get("head_dim") or width // heads
+        norm_olmo = family == "olmo"
+        sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+                   "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
+                   "act": "hidden_act", "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window",
+                   "experts": "num_local_experts", "top": "num_experts_per_tok", "tied": "tie_word_embeddings"}
+        extra: dict = {}
+        if norm_olmo:
+            extra.update(norm="layernorm", eps=1e-5, norm_affine=False, norm_bias=False)
+            sources["eps"] = "OLMo's fixed 1e-5, no weight or bias"
+        if family == "olmo2":
+            extra.update(post_norms=True, qk_norm="all", qk_eps=float(c.get("rms_norm_eps")))
+        if family == "qwen3":
+            extra.update(qk_norm="head", qk_eps=float(c.get("rms_norm_eps")))
+        if family == "gemma":
+            extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5)
+            sources["embed_scale"] = "Gemma's sqrt(hidden_size)"
+        if family == "granite":
+            extra.update(embed_scale=float(c.get("embedding_multiplier")), residual_scale=float(c.get("residual_multiplier")),
+                         attn_scale=float(c.get("attention_multiplier")), logit_scale=1.0 / float(c.get("logits_scaling")))
+            sources.update(embed_scale="embedding_multiplier", residual_scale="residual_multiplier", attn_scale="attention_multiplier",
+                           logit_scale="logits_scaling")
+        return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
+                    heads=heads, kv_heads=kv, head_dim=head_dim, hidden=hidden, act=act,
+                    **{"norm": "rmsnorm", "eps": float(c.get("rms_norm_eps")), **extra},
+                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(partial, head_dim), rotary_base=_rope(c),
+                    window=window, experts=experts, top=top, normalize=normalize, shared=shared, shared_gate=bool(shared),
+                    tied=bool(c.get("tie_word_embeddings")),
+                    padding=c.config.get("pad_token_id"), sources=sources)
+    return read
+
+
+# Layernorm decoders with an ungated MLP, biases, partial rotary, parallel blocks.
+_PLAIN_DEFAULTS = {
+    "phi": {"vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24, "num_attention_heads": 32,
+            "hidden_act": "gelu_new", "max_position_embeddings": 2048, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
+            "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "qk_layernorm": False},
+    "starcoder2": {"vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30, "num_attention_heads": 24,
+                   "num_key_value_heads": 2, "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 4096, "norm_epsilon": 1e-5,
+                   "use_bias": True, "tie_word_embeddings": True, "rope_theta": 10000.0},
+    "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44, "num_attention_heads": 64,
+                 "hidden_act": "gelu", "max_position_embeddings": 2048, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
+                 "use_parallel_residual": True, "rope_theta": 10000.0, "partial_rotary_factor": 0.25, "attention_bias": True},
+    "gptj": {"vocab_size": 50400, "n_positions": 2048, "n_embd": 4096, "n_layer": 28, "n_head": 16, "rotary_dim": 64,
+             "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False},
+}
+_PLAIN_DEFAULTS["falcon"] = {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71, "activation": "gelu",
+                             "max_position_embeddings": 2048, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "rope_theta": 10000.0,
+                             "bias": False, "multi_query": True, "parallel_attn": True, "new_decoder_architecture": False, "alibi": False}
+_FALCON_NAMES = {"hidden_act": "activation", "layer_norm_eps": "layer_norm_epsilon", "use_bias": "bias", "intermediate_size": "ffn_hidden_size"}
+# GPT-J writes its fields as GPT-2 does
+_GPTJ_NAMES = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer", "hidden_act": "activation_function",
+               "max_position_embeddings": "n_positions", "layer_norm_eps": "layer_norm_epsilon"}
+
+
+def _plain(family: str):
+    def read(cfg: dict) -> Arch:
+        if family == "gptj":
+            cfg = {**cfg, **{ours: cfg[theirs] for ours, theirs in _GPTJ_NAMES.items() if theirs in cfg}}
+            defaults = {**_PLAIN_DEFAULTS["gptj"], **{ours: _PLAIN_DEFAULTS["gptj"][theirs] for ours, theirs in _GPTJ_NAMES.items()}}
+            width = cfg.get("hidden_size") or defaults["hidden_size"]
+            defaults["intermediate_size"] = cfg.get("n_inner") or 4 * width
+            heads = cfg.get("num_attention_heads") or defaults["num_attention_heads"]
+            rd = cfg.get("rotary_dim") or width // heads
+            defaults["partial_rotary_factor"] = rd / (width // heads)
+            cfg = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "partial_rotary_factor")}
+        elif family == "falcon":
+            for field, why in (("new_decoder_architecture", "Falcon's new decoder (grouped fused q, k, v; two norms per parallel block) is not mapped yet"),
+                               ("alibi", "ALiBi positions are not in the language yet")):
+                if cfg.get(field):
+                    raise Unsupported(field, why)
+            cfg = {**cfg, **{ours: cfg[theirs] for ours, theirs in _FALCON_NAMES.items() if cfg.get(theirs) is not None}}
+            defaults = {**_PLAIN_DEFAULTS["falcon"], **{ours: _PLAIN_DEFAULTS["falcon"].get(theirs) for ours, theirs in _FALCON_NAMES.items()}}
+            defaults["intermediate_size"] = 4 * (cfg.get("hidden_size") or defaults["hidden_size"])
+            heads = cfg.get("num_attention_heads") or defaults["num_attention_heads"]
+            cfg["num_key_value_heads"] = 1 if cfg.get("multi_query", True) else (cfg.get("num_kv_heads") or heads)
+        else:
+            defaults = _PLAIN_DEFAULTS[family]
+        c = _Config(cfg, defaults)
+        width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
+        kv = c.get("num_key_value_heads") or heads
+        act_name = c.get("hidden_act")
+        act = _PLAIN_ACTS.get(act_name)
+        if act is None:
+            raise Unsupported("hidden_act", f"'{act_name}' has no counterpart among the language's activations")
+        if family == "phi" and c.get("qk_layernorm"):
+            raise Unsupported("qk_layernorm", "Phi's qk layernorm (with bias) is not in the language; qk_norm is an RMSNorm")
+        rope = c.config.get("rope_parameters") or {}
+        partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", c.config.get("rotary_pct", c.defaults.get("partial_rotary_factor", 1.0))))
+        eps_key = "norm_epsilon" if family == "starcoder2" else "layer_norm_eps"
+        if family == "falcon":
+            eps_key = "layer_norm_eps"
+        bias = bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else False if family == "gptj" else bool(c.get("attention_bias", True))
+        parallel = {"phi": "shared", "gptj": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none",
+                    "falcon": "shared" if c.get("parallel_attn") else "none"}.get(family, "none")
+        return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
+                    heads=heads, kv_heads=kv, head_dim=width // heads, hidden=c.need("intermediate_size"), act=act, norm="layernorm",
+                    eps=float(c.get(eps_key)), norm_bias=True, qkv_bias=bias, out_bias=bias,
+                    mlp_bias=bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else True, rotary=_rotary(partial, width // heads), rotary_base=_rope(c),
+                    window=c.get("sliding_window") if family == "starcoder2" else None, tied=bool(c.get("tie_word_embeddings")),
+                    padding=c.config.get("pad_token_id") if family in ("phi", "starcoder2") else None, parallel=parallel,
+                    head_bias=family in ("phi", "gptj"), rotary_interleaved=family == "gptj",
+                    sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+                             "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
+                             "act": "hidden_act", "eps": eps_key, "rotary_base": "rope_theta", "window": "sliding_window",
+                             "tied": "tie_word_embeddings"} if family != "gptj" else
+                    {"vocab": "vocab_size", "context": "n_positions", "width": "n_embd", "layers": "n_layer", "heads": "n_head",
+                     "hidden": "n_inner", "act": "activation_function", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
+    return read
+
+
+READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}, **{f: _plain(f) for f in _PLAIN_DEFAULTS}}
+FAMILIES = tuple(READERS)
+
+# The transformers classes a family's weights come from (what export's config names).
+CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
+             "qwen2": "Qwen2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
+             "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
+             "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM"}
+
+# Families the language cannot write yet: refused by name, with what they need.
+NOT_YET = {
+    "gemma2": "Gemma 2's attention and final-logit soft-caps, post-branch norms around both turbines and alternating sliding windows are not in the language yet",
+    "gemma3": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
+    "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
+    "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
+    "granitemoe": "Granite-MoE's experts are not mapped yet",
+    "mamba2": "Mamba-2 is a state-space model: issue 14's ssm kind",
+    "deepseek_v2": "DeepSeek-V2's latent attention is issue 14's MLA",
+    "jamba": "Jamba's attention/Mamba hybrid is issue 14's",
+}
+def read_config(config: dict) -> Arch:
+    """The Arch a config implies, by its model_type; Unsupported names the first field that cannot be read."""
+    mt = config.get("model_type")
+    if mt is None:
+        raise Unsupported("model_type", "the config does not say its model_type, and interop never guesses it from key names")
+    if mt in NOT_YET:
+        raise Unsupported("model_type", f"'{mt}' is refused: {NOT_YET[mt]}")
+    if mt not in READERS:
+        raise Unsupported("model_type", f"unknown model type '{mt}'; supported: {', '.join(FAMILIES)}")
+    return READERS[mt](config)
+
+
+# --- the spec an Arch implies -----------------------------------------------------------------
+
+
+def _num(x) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float):
+        if x.is_integer() and abs(x) < 1e15:
+            return str(int(x))
+        return repr(x)
+    return str(x)
+
+
+def _comment(src: dict, *keys: str) -> str:
+    names = [src[k] for k in keys if src.get(k)]
+    return f"  # {', '.join(dict.fromkeys(names))}" if names else ""
+
+
+def spec_text(a: Arch, source: str = "config.json") -> str:
+    """A formatted, commented spec that builds to the architecture `a` describes."""
+    src = a.sources
+    att = [f"heads={a.heads}"]
+    keys = ["heads"]
+    if a.kv_heads != a.heads:
+        att.append(f"kv_heads={a.kv_heads}")
+        keys.append("kv_heads")
+    if a.head_dim * a.heads != a.width:
+        att.append(f"head_dim={a.head_dim}")
+    if a.rotary:
+        att.append("rotary" if a.rotary == 1.0 else f"rotary={_num(a.rotary)}")
+        if a.rotary_interleaved:
+            att.append("rotary_interleaved")
+        if a.rotary_base != 10000.0:
+            att.append(f"rotary_base={_num(a.rotary_base)}")
+            keys.append("rotary_base")
+    if a.window is not None:
+        att.append(f"window={a.window}")
+        keys.append("window")
+    if a.qk_norm != "none":
+        att.append("qk_norm" + (" qk_norm_across" if a.qk_norm == "all" else "") + (f" qk_norm_eps={_num(a.qk_eps)}" if a.qk_eps != 1e-6 else ""))
+    if a.attn_scale is not None:
+        att.append(f"scale={_num(a.attn_scale)}")
+        keys.append("attn_scale")
+    att.append(f"bias={_num(a.qkv_bias)}")
+    if a.out_bias != a.qkv_bias:
+        att.append(f"out_bias={_num(a.out_bias)}")
+    norm = f"norm {a.norm}" + (f" eps={_num(a.eps)}" if a.eps != (1e-5 if a.norm == "layernorm" else 1e-6) else "")
+    if not a.norm_affine:
+        norm += " affine=false"
+    elif a.norm == "layernorm" and not a.norm_bias:
+        norm += " bias=false"
+    if a.norm_offset:
+        norm += f" offset={_num(a.norm_offset)}"
+    if a.experts:
+        work = f"turbine moe experts={a.experts} top={a.top} hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}"
+        if not a.normalize:
+            work += " normalize=false"
+        if a.shared:
+            work += f" shared={a.shared}" + (" shared_gate" if a.shared_gate else "")
+        wkeys = ("experts", "top", "hidden", "act")
+    else:
+        work = f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}"
+        wkeys = ("hidden", "act")
+    merge = [f"    merge scale={_num(a.residual_scale)}{_comment(src, 'residual_scale')}"] if a.residual_scale != 1.0 else []
+
+    def branch(name: str, turbine: str, tkeys, pad: str = "") -> list[str]:
+        t = f"{pad}    {turbine}{_comment(src, *tkeys)}"
+        n = f"{pad}    {norm}{_comment(src, 'eps') if name == 'mix' else ''}"
+        ops = [t] if a.parallel == "shared" else [t, n] if a.post_norms else [n, t]
+        return [f"{pad}  prechamber {name} {{", *ops, *[pad + m for m in merge], f"{pad}  }}"]
+
+    layer = [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", work, wkeys)]
+    if a.parallel != "none":
+        shared = [f"    {norm}  # one norm for both branches ({src.get('eps')})"] if a.parallel == "shared" else []
+        layer = ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
+                 *branch("mix", "turbine attention " + " ".join(att), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
+
+    where = "after" if a.post_norms else "in front"
+    block = f"{a.family}_block"
+    feed = f"feed tokens vocab={a.vocab} context={a.context} position={a.position}"
+    if a.embed_scale != 1.0:
+        feed += " scale=sqrt(width)" if a.family == "gemma" else f" scale={_num(a.embed_scale)}"
+    if a.padding is not None:
+        feed += f" padding={a.padding}"
+        src["padding"] = "pad_token_id"
+    nozzle = "nozzle head" + (" tied" if a.tied else "") + (f" scale={_num(a.logit_scale)}" if a.logit_scale != 1.0 else "")
+    nozzle += " bias=true" if a.head_bias else ""
+    lines = [f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
+             "# Every value comes from the config field named beside it; the weights load with",
+             "# cyclelang.interop.load_transformers(model, checkpoint).",
+             "",
+             f"let depth = {a.layers}  # {src.get('layers', 'layers')}",
+             f"let d_model = {a.width}  # {src.get('width', 'width')}",
+             "",
+             f"# one {a.family} layer: attention then the MLP, each with its norm {where} (the layers repeat it)",
+             f"stage {block} {{",
+             *layer,
+             "}",
+             "",
+             f"engine {a.family} {{",
+             "  chamber width=d_model",
+             "  throat causal",
+             f"  {feed}{_comment(src, 'vocab', 'context', 'embed_scale', 'padding')}",
+             "",
+             f"  stage {block} x depth",
+             "",
+             f"  {norm}  # the final norm",
+             f"  {nozzle}{_comment(src, 'tied', 'logit_scale')}",
+             "}",
+             ""]
+    return "\n".join(lines)
+
+
+# --- the config an engine implies (export) ----------------------------------------------------
+
+
+def _branch_shape(b: ir.Prechamber, want) -> tuple[ir.Norm, object, bool]:
+    """(norm, turbine, post) of a family's branch: a norm then its turbine, or (OLMo-2) the reverse."""
+    ops = b.ops
+    if len(ops) == 2 and isinstance(ops[0], ir.Norm) and isinstance(ops[1], want):
+        return ops[0], ops[1], False
+    if len(ops) == 2 and isinstance(ops[1], ir.Norm) and isinstance(ops[0], want):
+        return ops[1], ops[0], True
+    raise Unsupported(f"prechamber {b.name}", "a family's branch is a norm and its turbine, nothing else")
+
+
+def arch_of(engine: ir.Engine) -> Arch:
+    """The Arch of a spec shaped like a family's decoder; Unsupported says where it is not.
+    Only the shape is read here: export then checks, field by field, that importing the
+    config it writes gives back this engine."""
+    stages = [op for op in engine.body if isinstance(op, ir.Stage)]
+    main = [op for op in engine.body if not isinstance(op, ir.Stage)]
+    if not stages:
+        raise Unsupported("stages", "the engine has no stages: no family is a plain stack")
+    if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm):
+        raise Unsupported("main line", "a family's decoder ends with exactly one norm on the main line, before the head")
+    st = stages[0]
+    for other in stages[1:]:
+        if [o.model_dump(exclude={"name"}) for o in other.ops] != [o.model_dump(exclude={"name"}) for o in st.ops]:
+            raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer")
+    parallel = "none"
+    if len(st.ops) == 1 and isinstance(st.ops[0], ir.Fullflow) and len(st.ops[0].branches) == 2:
+        ff = st.ops[0]
+        mix, burn = ff.branches
+        if ff.norm is not None:
+            parallel = "shared"
+            if len(mix.ops) != 1 or len(burn.ops) != 1 or not isinstance(mix.ops[0], ir.Attention):
+                raise Unsupported(f"fullflow {ff.name}", "a parallel block with a shared norm holds attention and an MLP, one turbine each")
+            n, attn, post, work = ff.norm, mix.ops[0], False, burn.ops[0]
+        else:
+            parallel = "separate"
+    elif len(st.ops) != 2 or not all(isinstance(b, ir.Prechamber) for b in st.ops):
+        raise Unsupported(f"stage {st.name}", "a family's layer is two prechambers (attention, then the MLP), or one parallel block")
+    else:
+        mix, burn = st.ops
+    if parallel != "shared":
+        n, attn, post = _branch_shape(mix, ir.Attention)
+        _, work, _ = _branch_shape(burn, (ir.Mlp, ir.Moe))
+    moe = isinstance(work, ir.Moe)
+    scale = mix.merge.value if isinstance(mix.merge, ir.ScaleMerge) else 1.0
+    qk = "none" if not attn.qk_norm else "all" if attn.qk_norm_across else "head"
+    if engine.feed.position == "learned" and n.type == "layernorm":
+        family = "gpt2"
+    elif parallel == "shared":
+        family = "gptj" if attn.rotary_interleaved else "phi" if engine.nozzle.bias else "falcon"
+    elif n.type == "layernorm" and n.affine and not is_gated(work.act):
+        family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
+    elif moe:
+        family = "qwen2_moe" if work.shared else "mixtral"
+    elif n.type == "layernorm" and not n.affine:
+        family = "olmo"
+    elif post or qk == "all":
+        family = "olmo2"
+    elif n.offset:
+        family = "gemma"
+    elif scale != 1.0 or attn.scale is not None or engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0:
+        family = "granite"
+    elif qk == "head":
+        family = "qwen3"
+    elif attn.bias and not attn.out_bias:
+        family = "qwen2"
+    elif attn.window is not None:
+        family = "mistral"
+    else:
+        family = "llama"
+    return Arch(family, vocab=engine.feed.vocab, context=engine.feed.context, width=engine.width,
+                layers=sum(s.repeat for s in stages), heads=attn.heads, kv_heads=attn.kv_heads, head_dim=attn.head_dim,
+                hidden=work.hidden, act=work.act, norm=n.type, eps=n.eps, position=engine.feed.position, norm_bias=n.bias,
+                norm_affine=n.affine, norm_offset=n.offset, post_norms=post, qkv_bias=attn.bias, out_bias=attn.out_bias,
+                mlp_bias=work.bias, qk_norm=qk, qk_eps=attn.qk_norm_eps, attn_scale=attn.scale, embed_scale=engine.feed.scale,
+                residual_scale=scale, logit_scale=engine.nozzle.scale, rotary=attn.rotary_dims / attn.head_dim,
+                rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
+                normalize=work.normalize if moe else True, shared=work.shared if moe else 0,
+                shared_gate=work.shared_gate if moe else False, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
+                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved)
+
+
+def config_of(a: Arch) -> dict:
+    """The transformers config.json of an Arch of a supported family."""
+    if a.family == "gpt2":
+        act = _HF_PLAIN.get(a.act)
+        if act is None:
+            raise Unsupported("act", f"GPT-2 has no '{a.act}' activation")
+        return {"model_type": "gpt2", "architectures": [CAUSAL_LM["gpt2"]], "vocab_size": a.vocab, "n_positions": a.context,
+                "n_embd": a.width, "n_layer": a.layers, "n_head": a.heads, "n_inner": a.hidden, "activation_function": act,
+                "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "scale_attn_weights": True,
+                "scale_attn_by_inverse_layer_idx": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    if a.family in _PLAIN_DEFAULTS:
+        return _plain_config(a)
+    act = _HF_GATED.get(a.act)
+    if act is None:
+        raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu, geglu or geglu_tanh)")
+    rope = {"rope_type": "default", "rope_theta": a.rotary_base}
+    if a.rotary not in (0.0, 1.0):
+        rope["partial_rotary_factor"] = a.rotary
+    cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
+           "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
+           "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim, "hidden_act": act, "max_position_embeddings": a.context,
+           "rms_norm_eps": a.eps if a.norm == "rmsnorm" else a.qk_eps, "tie_word_embeddings": a.tied, "rope_parameters": rope,
+           "pad_token_id": a.padding}
+    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma"):
+        cfg["attention_bias"] = a.qkv_bias
+    if a.family in ("llama", "granite"):
+        cfg["mlp_bias"] = a.mlp_bias
+    if a.family in _WINDOWED:
+        cfg["sliding_window"] = a.window
+    if a.family == "mixtral":
+        cfg.update(num_local_experts=a.experts, num_experts_per_tok=a.top, router_jitter_noise=0.0)
+    if a.family == "qwen2_moe":
+        cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, moe_intermediate_size=a.hidden, intermediate_size=a.hidden,
+                   shared_expert_intermediate_size=a.shared, norm_topk_prob=a.normalize, decoder_sparse_step=1, mlp_only_layers=[],
+                   qkv_bias=a.qkv_bias)
+    if a.family in _LAYER_TYPES:
+        cfg.update(use_sliding_window=False, sliding_window=None)
+    if a.family == "granite":
+        cfg.update(embedding_multiplier=a.embed_scale, residual_multiplier=a.residual_scale,
+                   attention_multiplier=a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5,
+                   logits_scaling=1.0 / a.logit_scale)
+    return cfg
+
+
+def _plain_config(a: Arch) -> dict:
+    act = _HF_PLAIN.get(a.act)
+    if act is None:
+        raise Unsupported("act", f"{a.family} has no '{a.act}' activation")
+    if a.family == "falcon":
+        if a.kv_heads not in (1, a.heads) or a.head_dim * a.heads != a.width:
+            raise Unsupported("kv_heads", "the old Falcon decoder has multi-query (1) or full key/value heads, and head_dim = width / heads")
+        return {"model_type": "falcon", "architectures": [CAUSAL_LM["falcon"]], "vocab_size": a.vocab, "hidden_size": a.width,
+                "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_kv_heads": a.kv_heads,
+                "multi_query": a.kv_heads == 1 and a.heads > 1, "parallel_attn": a.parallel == "shared", "bias": a.qkv_bias,
+                "ffn_hidden_size": a.hidden, "activation": act, "max_position_embeddings": a.context, "layer_norm_epsilon": a.eps,
+                "tie_word_embeddings": a.tied, "new_decoder_architecture": False, "alibi": False,
+                "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}, "hidden_dropout": 0.0, "attention_dropout": 0.0}
+    if a.family == "gptj":
+        return {"model_type": "gptj", "architectures": [CAUSAL_LM["gptj"]], "vocab_size": a.vocab, "n_positions": a.context,
+                "n_embd": a.width, "n_layer": a.layers, "n_head": a.heads, "n_inner": a.hidden, "rotary_dim": round(a.rotary * a.head_dim),
+                "activation_function": act, "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "resid_pdrop": 0.0,
+                "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    if a.family == "starcoder2":
+        act = {"gelu_new": "gelu_pytorch_tanh"}.get(act, act)
+    cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
+           "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
+           "num_key_value_heads": a.kv_heads, "hidden_act": act, "max_position_embeddings": a.context, "tie_word_embeddings": a.tied,
+           "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base, "partial_rotary_factor": a.rotary}}
+    if a.family == "starcoder2":
+        cfg.update(norm_epsilon=a.eps, use_bias=a.qkv_bias, sliding_window=a.window, pad_token_id=a.padding, residual_dropout=0.0,
+                   embedding_dropout=0.0)
+    else:
+        cfg.update(layer_norm_eps=a.eps)
+    if a.family == "phi":
+        cfg.update(qk_layernorm=False, pad_token_id=a.padding, resid_pdrop=0.0, embd_pdrop=0.0)
+    if a.family == "gpt_neox":
+        cfg.update(use_parallel_residual=a.parallel == "separate", attention_bias=a.qkv_bias, hidden_dropout=0.0)
+    return cfg

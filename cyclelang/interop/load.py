@@ -1,0 +1,541 @@
+"""Load transformers checkpoints into compiled cyclelang modules, checked by construction.
+
+    model = cyclelang.build(spec)
+    cyclelang.interop.load_transformers(model, hf_model)        # a PreTrainedModel
+    cyclelang.interop.load_transformers(model, "ckpt/")         # model.safetensors + config.json
+    cyclelang.interop.load_transformers(model, state_dict, config=config)
+
+Before a weight is copied, the checkpoint's config is turned into the IR it implies
+(`families.read_config` by its `model_type`, then `families.spec_text`, parsed) and
+compared with the spec's IR field by field (`compare.difference`): any difference
+refuses to load, naming the first differing field in both vocabularies. Then the
+weights are mapped by the IR's layout (the parts' paths in the compiled module): in
+each stage instance `stages.{i}` the attention turbine, the reactor (mlp or moe) and
+the valve in front of each take transformers layer i. A missing or extra key or a
+different shape raises `InteropError` (a ValueError) naming the first key that differs.
+
+Weights are read from safetensors only: pickled checkpoints (`.bin`, `.pt`) can
+run code when loaded, so they are refused. torch is imported by the functions
+that need it, never at import time of `cyclelang`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import ir
+from ..ir.kinds import is_gated
+from . import families
+from .compare import difference
+
+__all__ = ["InteropError", "load_transformers", "convert_state_dict", "read_safetensors", "implied_engine", "check_config"]
+
+# Suffixes of pickled checkpoints: refused, since unpickling can run code.
+_PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+class InteropError(ValueError):
+    """A checkpoint that does not fit the compiled module; `key` names the first difference."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def read_safetensors(path) -> tuple[dict, dict | None]:
+    """(state dict, config dict or None) from a .safetensors file or a checkpoint folder.
+
+    A folder holds `model.safetensors` or a sharded `model.safetensors.index.json`, and
+    optionally `config.json`. Pickled formats are refused."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    config = None
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            config = json.loads((path / "config.json").read_text("utf-8"))
+        index = path / "model.safetensors.index.json"
+        single = path / "model.safetensors"
+        if single.is_file():
+            return load_file(str(single)), config
+        if index.is_file():
+            shards = sorted(set(json.loads(index.read_text("utf-8"))["weight_map"].values()))
+            state: dict = {}
+            for shard in shards:
+                state.update(load_file(str(path / shard)))
+            return state, config
+        found = sorted(p.name for p in path.iterdir() if p.suffix in _PICKLES)
+        hint = f" (found {', '.join(found)}: pickled, refused)" if found else ""
+        raise InteropError(str(path), f"no model.safetensors or model.safetensors.index.json here{hint}")
+    if path.suffix in _PICKLES:
+        raise InteropError(str(path), "pickled checkpoints can run code when loaded; convert it to safetensors first")
+    if path.suffix != ".safetensors":
+        raise InteropError(str(path), "expected a .safetensors file or a checkpoint folder")
+    return load_file(str(path)), config
+
+
+def _source(source) -> tuple[dict, dict | None]:
+    """(state dict, config as a dict or None) from a model, a mapping, or a path."""
+    if isinstance(source, (str, Path)):
+        return read_safetensors(source)
+    if isinstance(source, Mapping):
+        return dict(source), None
+    if hasattr(source, "state_dict"):
+        config = getattr(source, "config", None)
+        if config is not None and hasattr(config, "to_dict"):
+            config = config.to_dict()
+        return dict(source.state_dict()), config
+    raise TypeError(f"expected a transformers model, a state dict or a safetensors path, got {type(source).__name__}")
+
+
+def _strip_prefix(state: dict, arch: str) -> dict:
+    """Drop `transformer.` / `model.` / `gpt_neox.` so keys read `h.0....` / `layers.0....`; the head stays."""
+    prefix = _prefix(arch)
+    aliases = _ALIASES.get(arch, {})
+    state = {aliases.get(k, k): v for k, v in state.items()}
+    if not any(k.startswith(prefix) for k in state):
+        return dict(state)
+    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
+
+
+# Older names of a key that transformers still yields somewhere (GPT-NeoX's named_parameters: embed_out).
+_ALIASES = {"gpt_neox": {"embed_out.weight": "lm_head.weight"}}
+
+
+# --- the module's layout -----------------------------------------------------------------
+
+
+@dataclass
+class _Stage:
+    attn: str | None = None  # "stages.0.mix.attn"
+    mlp: str | None = None  # "stages.0.burn.mlp"
+    moe: str | None = None  # "stages.0.burn.moe"
+    attn_node: object = None
+    work_node: object = None
+    experts: int = 0
+    valves: dict = field(default_factory=dict)  # a turbine's path -> the valve in front of it ("stages.0.mix.norm")
+    posts: dict = field(default_factory=dict)  # a turbine's path -> the valve right after it in its branch (OLMo-2)
+
+
+@dataclass
+class _Plan:
+    """Where each key of the module comes from: key -> (source keys, transform)."""
+
+    entries: dict = field(default_factory=dict)
+    reasons: dict = field(default_factory=dict)  # module keys with no source: why
+
+
+def _layout(spec) -> dict[int, _Stage]:
+    """Each stage instance's attention, reactor and their experts, by the IR's layout paths."""
+    lay = ir.layout.layout(spec)
+    stages: dict[int, _Stage] = {}
+    for sl in lay.stages:
+        parts = [p for p in lay.parts() if p.stage is sl.stage and p.role != "merge"]
+        for r in range(sl.stage.repeat):
+            st = stages.setdefault(sl.first + r, _Stage())
+            valve = None  # the latest valve on the way to each turbine, in its branch (Pre-LN)
+            last = None  # the latest turbine, and its branch
+            for part in parts:
+                path = part.instances()[r]
+                if part.role == "valve":
+                    if last is not None and last[1] is part.branch is not None:
+                        st.posts[last[0]] = path
+                    valve = (part.branch, part.fullflow, path)
+                    last = None
+                    continue
+                last = (path, part.branch)
+                if valve is not None and (valve[0] is part.branch or valve[0] is None and valve[1] is part.fullflow is not None):
+                    st.valves[path] = valve[2]
+                if isinstance(part.node, ir.Attention) and st.attn is None:
+                    st.attn, st.attn_node = path, part.node
+                elif isinstance(part.node, ir.Mlp) and st.mlp is None:
+                    st.mlp, st.work_node = path, part.node
+                elif isinstance(part.node, ir.Moe) and st.moe is None:
+                    st.moe, st.experts, st.work_node = path, part.node.experts, part.node
+    return stages
+
+
+def _final_valve(spec) -> str:
+    """The engine-level valve before the nozzle (`norm`), by the layout."""
+    valves = [p.path for p in ir.layout.layout(spec).main if isinstance(p, ir.layout.Part) and p.role == "valve"]
+    return valves[-1] if valves else "norm"
+
+
+def _parent(prefix: str) -> str:
+    return prefix.rsplit(".", 1)[0] + "."
+
+
+# Transforms from checkpoint tensors to the module's, each with its inverse (export).
+
+
+class _Same:
+    def __call__(self, t):
+        return t
+
+    def inverse(self, t):
+        return [t]
+
+
+class _T:
+    """GPT-2's Conv1D stores the transpose of nn.Linear's weight."""
+
+    def __call__(self, t):
+        return t.t()
+
+    def inverse(self, t):
+        return [t.t().contiguous()]
+
+
+@dataclass(frozen=True)
+class _Cat:
+    """Several checkpoint matrices fused along rows (q, k, v; gate, up)."""
+
+    sizes: tuple
+
+    def __call__(self, *ts):
+        import torch
+
+        return torch.cat(ts, dim=0)
+
+    def inverse(self, t):
+        return [x.contiguous() for x in t.split(list(self.sizes), dim=0)]
+
+
+@dataclass(frozen=True)
+class _Index:
+    """One expert's slice of transformers 5's fused expert tensors."""
+
+    x: int
+    count: int
+
+    def __call__(self, t):
+        return t[self.x]
+
+    def inverse(self, t):
+        return [t]
+
+
+_SAME, _TRANSPOSE = _Same(), _T()
+
+
+def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
+    """fused: whether Mixtral's experts come as transformers 5's fused tensors (read from
+    the state dict when None)."""
+    plan = _Plan()
+    e = plan.entries
+
+    def put(ours, srcs, fn=_SAME):
+        srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
+        e[ours] = (srcs, fn)
+
+    gpt2, moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe")
+    layout, final = _layout(spec), _final_valve(spec)
+    for i, st in sorted(layout.items()):
+        if st.attn is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
+            continue
+        reactor = st.moe if moe else st.mlp
+        if reactor is None:
+            kind = "moe" if moe else "mlp"
+            plan.reasons[f"stages.{i}"] = f"stage {i} has no {kind} turbine; transformers' {arch} layer {i} has one"
+            continue
+        # a turbine without a valve before it maps its checkpoint norm nowhere, which is then left over
+        an, rn = st.valves.get(st.attn, _parent(st.attn) + "norm"), st.valves.get(reactor, _parent(reactor) + "norm")
+        if gpt2:
+            h = f"h.{i}."
+            for p in ("weight", "bias"):
+                fn = _TRANSPOSE if p == "weight" else _SAME
+                put(f"{an}.{p}", h + f"ln_1.{p}")
+                put(f"{rn}.{p}", h + f"ln_2.{p}")
+                put(f"{st.attn}.qkv.{p}", h + f"attn.c_attn.{p}", fn)
+                put(f"{st.attn}.proj.{p}", h + f"attn.c_proj.{p}", fn)
+                put(f"{reactor}.fc.{p}", h + f"mlp.c_fc.{p}", fn)
+                put(f"{reactor}.proj.{p}", h + f"mlp.c_proj.{p}", fn)
+            continue
+        a, ks = st.attn_node, KEYS.get(arch, _Keys())
+        h = f"{ks.layers}.{i}."
+        qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
+        gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
+        for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
+            if st.attn in st.posts:  # OLMo-2: the norms follow the turbines
+                put(f"{st.posts[st.attn]}.{p}", h + f"post_attention_layernorm.{p}")
+            else:
+                put(f"{an}.{p}", h + f"{ks.attn_norm}.{p}")
+            if reactor in st.posts:
+                put(f"{st.posts[reactor]}.{p}", h + f"post_feedforward_layernorm.{p}")
+            elif rn != an:  # a parallel block's shared norm (Phi) is the attention's
+                put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
+        put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")  # qk-norms: Qwen3 per head, OLMo-2 across heads
+        put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
+        gated = is_gated(st.work_node.act)
+        for p in ("weight", "bias"):
+            if ks.neox_qkv and a.kv_heads == a.heads:  # Falcon's multi-query rows are [q heads | k | v], as ours
+                put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _NeoxQkv(a.heads, a.head_dim))
+            elif ks.fused_qkv:
+                put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}")
+            else:
+                put(f"{st.attn}.qkv.{p}", [h + f"{ks.q.format(n)}.{p}" for n in "qkv"], qkv)
+            put(f"{st.attn}.proj.{p}", h + f"{ks.o}.{p}")
+            if moe:
+                continue
+            if not gated:
+                put(f"{reactor}.fc.{p}", h + f"{ks.plain[0]}.{p}")
+                put(f"{reactor}.proj.{p}", h + f"{ks.plain[1]}.{p}")
+                continue
+            if ks.fused_gate_up:
+                put(f"{reactor}.fc.{p}", h + f"{ks.fused_gate_up}.{p}")
+            else:
+                put(f"{reactor}.fc.{p}", [h + f"{ks.gated[0]}.{p}", h + f"{ks.gated[1]}.{p}"], gate_up)
+            put(f"{reactor}.proj.{p}", h + f"{ks.gated[2]}.{p}")
+        if not moe:
+            continue
+        is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
+        qwen = arch == "qwen2_moe"  # its released files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
+        put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused or qwen else "block_sparse_moe.gate.weight"))
+        if st.work_node.shared:  # Qwen2-MoE's shared expert and its gate
+            s = h + "mlp.shared_expert."
+            put(f"{reactor}.shared.fc.weight", [s + "gate_proj.weight", s + "up_proj.weight"], _Cat((st.work_node.shared, st.work_node.shared)))
+            put(f"{reactor}.shared.proj.weight", s + "down_proj.weight")
+            put(f"{reactor}.shared_gate.weight", h + "mlp.shared_expert_gate.weight")
+        for x in range(st.experts):
+            ours = f"{reactor}.experts.{x}"
+            if is_fused:
+                put(f"{ours}.fc.weight", h + "mlp.experts.gate_up_proj", _Index(x, st.experts))
+                put(f"{ours}.proj.weight", h + "mlp.experts.down_proj", _Index(x, st.experts))
+            elif qwen:
+                b = h + f"mlp.experts.{x}."
+                put(f"{ours}.fc.weight", [b + "gate_proj.weight", b + "up_proj.weight"], gate_up)
+                put(f"{ours}.proj.weight", b + "down_proj.weight")
+            else:
+                b = h + f"block_sparse_moe.experts.{x}."
+                put(f"{ours}.fc.weight", [b + "w1.weight", b + "w3.weight"], gate_up)
+                put(f"{ours}.proj.weight", b + "w2.weight")
+    if gpt2:
+        put("feed.tok.weight", "wte.weight")
+        put("feed.pos.weight", "wpe.weight")
+        put(f"{final}.weight", "ln_f.weight")
+        put(f"{final}.bias", "ln_f.bias")
+        put("head.weight", "lm_head.weight")
+        return plan
+    ks = KEYS.get(arch, _Keys())
+    put("feed.tok.weight", f"{ks.embed}.weight")
+    for p in ("weight", "bias"):
+        put(f"{final}.{p}", f"{ks.final}.{p}")
+        put(f"head.{p}", f"{ks.head}.{p}")
+    return plan
+
+
+def _prefix(arch: str) -> str:
+    return {"gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """A Llama-shaped family's key names, inside `layers.{i}.` (and at the top: embed, final, head)."""
+
+    attn_norm: str = "input_layernorm"
+    mlp_norm: str = "post_attention_layernorm"
+    q: str = "self_attn.{}_proj"  # q, k, v formatted in; None when fused
+    fused_qkv: str | None = None  # one matrix: "self_attn.qkv_proj"
+    neox_qkv: bool = False  # the fused matrix groups rows head by head, [q_h | k_h | v_h] (GPT-NeoX)
+    o: str = "self_attn.o_proj"
+    gated: tuple = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+    fused_gate_up: str | None = None  # "mlp.gate_up_proj" (Phi-3)
+    plain: tuple = ("mlp.c_fc", "mlp.c_proj")  # an ungated MLP's (in, out)
+    embed: str = "embed_tokens"
+    final: str = "norm"
+    head: str = "lm_head"
+    layers: str = "layers"
+
+
+KEYS = {
+    "phi3": _Keys(fused_qkv="self_attn.qkv_proj", fused_gate_up="mlp.gate_up_proj"),
+    "phi": _Keys(o="self_attn.dense", plain=("mlp.fc1", "mlp.fc2"), final="final_layernorm"),
+    "gpt_neox": _Keys(fused_qkv="attention.query_key_value", neox_qkv=True, o="attention.dense",
+                      plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="embed_in", final="final_layer_norm"),
+    "falcon": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
+                    plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
+    "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
+                  layers="h"),
+}
+
+
+@dataclass(frozen=True)
+class _NeoxQkv:
+    """GPT-NeoX's fused rows, head by head [q_h | k_h | v_h], as ours: [all q | all k | all v]."""
+
+    heads: int
+    head_dim: int
+
+    def __call__(self, t):
+        rest = t.shape[1:]
+        return t.reshape(self.heads, 3, self.head_dim, *rest).transpose(0, 1).reshape(3 * self.heads * self.head_dim, *rest)
+
+    def inverse(self, t):
+        rest = t.shape[1:]
+        return [t.reshape(3, self.heads, self.head_dim, *rest).transpose(0, 1).reshape(3 * self.heads * self.head_dim, *rest).contiguous()]
+
+
+# --- converting and checking -------------------------------------------------------------
+
+
+def convert_state_dict(state: Mapping, target: Mapping, config: dict, *, spec) -> dict:
+    """Map a transformers state dict onto `target` (the compiled module's state dict:
+    names and shapes are all that is read), whose parts `spec` (the IR it was built
+    from) names; `config` is the checkpoint's config (its model_type picks the family).
+    Returns a dict with exactly target's keys.
+
+    Raises InteropError at the first key that differs: a module key with no source, a
+    source key missing, a shape that differs (in the module's key order), then a
+    checkpoint key left over."""
+    arch = config.get("model_type")
+    if arch not in families.CAUSAL_LM:
+        raise InteropError("model_type", f"unknown model type {arch!r}; supported: {', '.join(families.FAMILIES)}")
+    src = _strip_prefix(dict(state), arch)
+    plan = _plan(arch, spec, src)
+    for where, why in plan.reasons.items():
+        raise InteropError(where, why)
+    used: set[str] = set()
+    out: dict = {}
+    tied = "head.weight" not in target
+    for key, want in target.items():
+        if key not in plan.entries:
+            raise InteropError(key, f"the module has it; transformers' {arch} has nothing that maps to it")
+        srcs, fn = plan.entries[key]
+        missing = [s for s in srcs if s not in src]
+        if missing:
+            raise InteropError(key, f"the checkpoint lacks {missing[0]}")
+        value = fn(*[src[s] for s in srcs])
+        used.update(srcs)
+        if tuple(value.shape) != tuple(want.shape):
+            raise InteropError(key, f"shape {tuple(want.shape)} in the module, {tuple(value.shape)} from {' + '.join(srcs)}")
+        out[key] = value
+    embed, head_key = _embed_and_head(arch)
+    if tied and head_key in src:
+        # A tied nozzle reuses the token embedding: an untied head that differs has no place.
+        if not _same_tensor(src[head_key], src[embed]):
+            raise InteropError(head_key, "the spec ties the nozzle to the feed, but the checkpoint's head differs from its embedding")
+        used.add(head_key)
+    for key in src:
+        if key not in used and not _ignorable(key):
+            raise InteropError(key, "in the checkpoint, but the module has no place for it (more layers, or a construct the spec lacks)")
+    return out
+
+
+def export_state_dict(model_state: Mapping, spec, family: str) -> dict:
+    """The transformers state dict (full key names) of a compiled module's weights: the
+    inverse of convert_state_dict, with Mixtral's experts in transformers 5's fused layout."""
+    import torch
+
+    plan = _plan(family, spec, {}, fused=True)
+    for where, why in plan.reasons.items():
+        raise InteropError(where, why)
+    out: dict = {}
+    stacks: dict = {}
+    for key, value in model_state.items():
+        if key not in plan.entries:
+            raise InteropError(key, f"the module has it; transformers' {family} has no place for it")
+        srcs, fn = plan.entries[key]
+        if isinstance(fn, _Index):
+            stacks.setdefault(srcs[0], [None] * fn.count)[fn.x] = value
+            continue
+        for s, t in zip(srcs, fn.inverse(value.detach())):
+            out[s] = t
+    for s, parts in stacks.items():
+        out[s] = torch.stack([p.detach() for p in parts]).contiguous()
+    pre = _prefix(family)
+    embed, head_key = _embed_and_head(family)
+    full = {(k if k.startswith(head_key.rsplit(".", 1)[0] + ".") else pre + k): v.contiguous() for k, v in out.items()}
+    if head_key not in full:
+        full[head_key] = full[pre + embed].clone()  # tied: the head is the embedding (from_pretrained ties them again)
+    return full
+
+
+def _embed_and_head(arch: str) -> tuple[str, str]:
+    """The token embedding's key (without the prefix) and the head's weight key."""
+    if arch == "gpt2":
+        return "wte.weight", "lm_head.weight"
+    ks = KEYS.get(arch, _Keys())
+    return f"{ks.embed}.weight", f"{ks.head}.weight"
+
+
+def _same_tensor(a, b) -> bool:
+    """Equal values (shape-only on the meta device, where there are none)."""
+    import torch
+
+    if a.shape != b.shape:
+        return False
+    if a.device.type == "meta" or b.device.type == "meta":
+        return True
+    return a.data_ptr() == b.data_ptr() or torch.equal(a, b)
+
+
+def _ignorable(key: str) -> bool:
+    # Buffers some transformers versions save: GPT-2's causal-mask tables, rotary caches.
+    return bool(re.search(r"(attn\.(bias|masked_bias)|rotary_emb\.inv_freq)$", key))
+
+
+def implied_engine(config: dict) -> ir.Engine:
+    """The IR a checkpoint's config implies (by its model_type); InteropError names a field it cannot express."""
+    from ..semantics.resolve import parse
+
+    try:
+        arch = families.read_config(config)
+    except families.Unsupported as e:
+        raise InteropError(e.field, str(e).split(": ", 1)[1]) from None
+    return parse(families.spec_text(arch), "<config.json>").engine
+
+
+def check_config(spec, config: dict) -> str:
+    """Refuse (InteropError) unless the spec's engine computes what `config` implies; its family."""
+    engine = spec.engine if isinstance(spec, ir.Spec) else spec
+    implied = implied_engine(config)
+    d = difference(engine, implied)
+    if d is not None:
+        raise InteropError(d.where, f"{d.text()} (the {config['model_type']} checkpoint's config implies another engine)")
+    return config["model_type"]
+
+
+def load_transformers(model, source, *, config: dict | None = None, spec=None):
+    """Copy a transformers checkpoint's weights into `model` (a compiled cyclelang module).
+
+    spec: the IR the model was built from; `cyclelang.build` records it on the model
+    (`model.spec`), so it is needed only for a model made from a generated file.
+
+    source: a transformers model, a state dict, or a safetensors file / checkpoint folder.
+    config: the checkpoint's config (a dict or a transformers config), needed when the
+    source does not carry one (a state dict, a bare .safetensors file): a state dict
+    alone does not say what it computes. Returns `model`. Nothing is copied unless the
+    config implies the spec's IR and every key and shape lines up; otherwise
+    InteropError names the first difference."""
+    import torch
+
+    spec = spec if spec is not None else getattr(model, "spec", None)
+    if spec is None:
+        raise InteropError(type(model).__name__, "the model does not say which spec it was built from; pass spec= (its IR)")
+    state, found = _source(source)
+    config = _config_dict(config if config is not None else found)
+    if config is None:
+        raise InteropError("config", "the checkpoint comes without its config (config.json): pass config=, "
+                           "since its keys alone do not say what it computes")
+    check_config(spec, config)
+    converted = convert_state_dict(state, model.state_dict(), config, spec=spec)
+    with torch.no_grad():
+        model.load_state_dict(converted, strict=True)
+    return model
+
+
+def _config_dict(config):
+    if config is None or isinstance(config, dict):
+        return config
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    raise TypeError(f"config: expected a dict or a transformers config, got {type(config).__name__}")

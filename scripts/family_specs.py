@@ -1,0 +1,47 @@
+"""Write specs/families/{family}.cycle: `cyclec import` of each supported family's
+transformers default config (transformers' own defaults, the sizes its docs describe).
+
+    python scripts/family_specs.py          # rewrite the files
+    python scripts/family_specs.py --check  # exit 1 if any file is out of date
+
+tests/test_families.py runs the check, so the library follows the importer.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cyclelang.interop import FAMILIES, import_config  # noqa: E402
+
+
+def texts() -> dict[str, str]:
+    import transformers
+
+    out = {}
+    for family in FAMILIES:
+        config = transformers.AutoConfig.for_model(family).to_dict()
+        out[family] = import_config(config).replace("imported from config.json", f"imported from transformers' default {family} config", 1)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    stale = []
+    for family, text in texts().items():
+        path = ROOT / "specs" / "families" / f"{family}.cycle"
+        if "--check" in argv:
+            if not path.is_file() or path.read_text("utf-8") != text:
+                stale.append(path.name)
+        else:
+            path.write_text(text, "utf-8")
+    if stale:
+        print("out of date (run python scripts/family_specs.py):", ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

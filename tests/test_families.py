@@ -1,0 +1,446 @@
+"""Every supported transformers family, both directions, against the model itself.
+
+For each family a tiny random transformers model at a config unlike the spec
+library's (odd widths, GQA, head_dim set apart from width/heads, tied or untied,
+non-default eps and rope base): `cyclec import` -> build -> load its (perturbed)
+weights -> logits within 1e-5 relative in float32, loss equal, greedy decoding
+identical, every gradient within 1e-5; then `cyclec export` -> `from_pretrained` ->
+the same logits. Then each defect the issue lists: a checkpoint whose config implies
+another engine is refused, naming the first differing field in both vocabularies.
+Nothing is downloaded: every model is built from a config with random weights.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import cyclelang
+
+from .conftest import ROOT
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from cyclelang.backends.torch.build import build  # noqa: E402
+from cyclelang.cli import main  # noqa: E402
+from cyclelang.interop import InteropError, Unsupported, convert_state_dict, import_config, load_transformers  # noqa: E402
+
+V, B, T = 96, 2, 12
+
+FAMILIES = {
+    "gpt2": lambda: transformers.GPT2Config(vocab_size=V, n_positions=40, n_embd=48, n_layer=3, n_head=6, n_inner=72,
+                                            layer_norm_epsilon=1e-6, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "gpt2_relu_untied": lambda: transformers.GPT2Config(vocab_size=V, n_positions=40, n_embd=32, n_layer=2, n_head=2, activation_function="relu",
+                                                        tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "llama": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=6,
+                                              num_key_value_heads=2, head_dim=12, max_position_embeddings=40, rms_norm_eps=1e-5,
+                                              rope_parameters={"rope_type": "default", "rope_theta": 5000.0}, attention_bias=True, mlp_bias=True),
+    "mistral": lambda: transformers.MistralConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                  num_key_value_heads=1, head_dim=16, max_position_embeddings=40, sliding_window=5, tie_word_embeddings=True),
+    "mixtral": lambda: transformers.MixtralConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                                  num_key_value_heads=2, max_position_embeddings=40, num_local_experts=3, num_experts_per_tok=2,
+                                                  sliding_window=None),
+    "mixtral_top1": lambda: transformers.MixtralConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                                       num_key_value_heads=4, max_position_embeddings=40, num_local_experts=4, num_experts_per_tok=1,
+                                                       sliding_window=7),
+    "qwen3": lambda: transformers.Qwen3Config(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=16, max_position_embeddings=40, rms_norm_eps=1e-5,
+                                              tie_word_embeddings=True),
+    "phi3": lambda: transformers.Phi3Config(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
+                                            num_key_value_heads=3, max_position_embeddings=40, pad_token_id=5),
+    "olmo": lambda: transformers.OlmoConfig(vocab_size=V, hidden_size=40, intermediate_size=56, num_hidden_layers=2, num_attention_heads=5,
+                                            num_key_value_heads=5, max_position_embeddings=40, pad_token_id=1, eos_token_id=0),
+    "olmo2": lambda: transformers.Olmo2Config(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
+                                              num_key_value_heads=2, max_position_embeddings=40, pad_token_id=1, eos_token_id=0, rms_norm_eps=1e-6),
+    "gemma": lambda: transformers.GemmaConfig(vocab_size=V, hidden_size=32, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=1, head_dim=16, max_position_embeddings=40, pad_token_id=0, eos_token_id=1,
+                                              bos_token_id=2),
+    "granite": lambda: transformers.GraniteConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                  num_key_value_heads=2, max_position_embeddings=40, embedding_multiplier=12.0,
+                                                  residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=8.0, pad_token_id=0),
+    "phi": lambda: transformers.PhiConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                          num_key_value_heads=2, max_position_embeddings=40, bos_token_id=0, eos_token_id=1, layer_norm_eps=1e-6),
+    "starcoder2": lambda: transformers.Starcoder2Config(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
+                                                        num_key_value_heads=2, max_position_embeddings=40, sliding_window=6, bos_token_id=0,
+                                                        eos_token_id=1),
+    "gpt_neox": lambda: transformers.GPTNeoXConfig(vocab_size=V, hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                   max_position_embeddings=40, bos_token_id=0, eos_token_id=1),
+    "gpt_neox_sequential": lambda: transformers.GPTNeoXConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+                                                              num_attention_heads=6, max_position_embeddings=40, bos_token_id=0, eos_token_id=1,
+                                                              use_parallel_residual=False,
+                                                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+    "gptj": lambda: transformers.GPTJConfig(vocab_size=V, n_positions=40, n_embd=48, n_layer=2, n_head=4, rotary_dim=6, n_inner=80,
+                                            bos_token_id=0, eos_token_id=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "falcon": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=40,
+                                                bos_token_id=0, eos_token_id=1, layer_norm_epsilon=1e-6),
+    "falcon_sequential": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=4,
+                                                           multi_query=False, parallel_attn=False, bias=True, ffn_hidden_size=64,
+                                                           max_position_embeddings=40, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False),
+    "qwen2_moe": lambda: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                     num_key_value_heads=2, max_position_embeddings=40, num_experts=4, num_experts_per_tok=2,
+                                                     moe_intermediate_size=24, shared_expert_intermediate_size=40),
+    "qwen2_moe_normalized": lambda: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                                num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=40, num_experts=3,
+                                                                num_experts_per_tok=1, moe_intermediate_size=24, shared_expert_intermediate_size=16,
+                                                                norm_topk_prob=True, qkv_bias=False),
+    "qwen2": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
+                                              num_key_value_heads=3, max_position_embeddings=40, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                                              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+}
+
+
+def hf(config, seed=1):
+    """The transformers model, its weights perturbed away from their init (norm gains 1, biases 0)."""
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def imported(tmp_path, model):
+    """`cyclec import` of the model's save_pretrained folder, built and loaded from that folder."""
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    out = tmp_path / "imported.cycle"
+    res = CliRunner().invoke(main, ["import", str(ckpt), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    ours = build(cyclelang.load(out), seed=0).eval()
+    return load_transformers(ours, ckpt), ckpt, out
+
+
+def rel(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def ids(seed=0):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_family_round_trip(tmp_path, name):
+    ref = hf(FAMILIES[name]())
+    ours, ckpt, spec_file = imported(tmp_path, ref)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters())
+    idx = ids()
+
+    # logits and loss, float32
+    with torch.no_grad():
+        out = ref(idx, labels=idx)
+        logits, loss = ours(idx, torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1))
+    assert rel(logits, out.logits) < 1e-5
+    ce = loss - sum(ours.aux_losses.values(), torch.zeros(()))  # an MoE balance loss is ours alone
+    assert abs(ce.item() - out.loss.item()) < 1e-5 * out.loss.item()
+
+    # greedy decoding, ours with its KV cache, the reference step by step without one
+    want = idx[:1, :4]
+    for _ in range(8):
+        with torch.no_grad():
+            want = torch.cat((want, ref(want).logits[:, -1:].argmax(-1)), dim=1)
+    assert torch.equal(ours.generate(idx[:1, :4], 8, temperature=0), want)
+
+    # gradients: transformers' mapped onto our names by the same plan as the weights
+    ref.train(), ours.train()
+    ref.zero_grad(), ours.zero_grad()
+    ref(idx, labels=idx).loss.backward()
+    _, loss = ours(idx, torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1))
+    (loss - sum(ours.aux_losses.values(), torch.zeros(()))).backward()
+    grads = {k: p.grad for k, p in ref.named_parameters()}
+    mapped = convert_state_dict(grads, dict(ours.named_parameters()), ref.config.to_dict(), spec=ours.spec)
+    scale = max(g.abs().max().item() for g in grads.values())
+    for k, p in ours.named_parameters():
+        # relative to the tensor's largest gradient; a top-1 router's is zero (p / p = 1), only rounding
+        err = (p.grad - mapped[k]).abs().max().item()
+        assert err <= 1e-5 * max(mapped[k].abs().max().item(), 1e-3 * scale), k
+
+    # export: the checkpoint transformers reads back is the same function
+    ours.eval()
+    res = CliRunner().invoke(main, ["build", str(spec_file), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "m.py")])
+    assert res.exit_code == 0, res.output
+    trained = {k: v + 0.01 for k, v in ours.state_dict().items()}  # "a trained variant": not the weights imported
+    ours.load_state_dict(trained)
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in trained.items()}, str(tmp_path / "w.safetensors"))
+    res = CliRunner().invoke(main, ["export", str(spec_file), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert type(back).__name__ == type(ref).__name__
+    with torch.no_grad():
+        assert rel(back(idx).logits, ours(idx)) < 1e-5
+
+
+def test_import_is_formatted_commented_and_repeats_a_template():
+    text = import_config(FAMILIES["llama"]())
+    from cyclelang.syntax.fmt import format_text
+
+    assert text == format_text(text)
+    assert re.search(r"let depth = 3\s+# num_hidden_layers", text)
+    assert re.search(r"stage llama_block x depth", text)
+    assert "rotary_base=5000" in text and "head_dim=12" in text and "eps=1e-05" in text
+
+
+# --- checkpoints whose config implies another engine are refused -------------------------------
+
+
+def spec_of(config, subs=None):
+    text = import_config(config)
+    for pat, rep in (subs or {}).items():
+        new = re.sub(pat, rep, text)
+        assert new != text, pat
+        text = new
+    return build(cyclelang.parse(text), seed=0).eval()
+
+
+def refusal(spec_config, source, subs=None, **kw):
+    ours = spec_of(spec_config, subs)
+    before = {k: v.clone() for k, v in ours.state_dict().items()}
+    with pytest.raises(InteropError) as info:
+        load_transformers(ours, source, **kw)
+    assert all(torch.equal(before[k], v) for k, v in ours.state_dict().items()), "nothing is copied on error"
+    return info.value
+
+
+def llama(**over):
+    return transformers.LlamaConfig(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                                num_key_value_heads=2, max_position_embeddings=40), **over})
+
+
+def gpt2(**over):
+    return transformers.GPT2Config(**{**dict(vocab_size=V, n_positions=40, n_embd=32, n_layer=2, n_head=4), **over})
+
+
+def mixtral(**over):
+    return transformers.MixtralConfig(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                                num_key_value_heads=2, max_position_embeddings=40, num_local_experts=4), **over})
+
+
+SPEC_CHANGES = {  # a spec edited away from a plain Llama checkpoint: (regex, replacement, field named)
+    "half rotary": (r"rotary bias", "rotary=0.5 bias", "rotary positions (turbine attention rotary=): spec 4 of each head's 8 dims, checkpoint all of each head (8 dims)"),
+    "no rotary": (r"rotary bias", "bias", "rotary positions (turbine attention rotary=): spec none, checkpoint all of each head"),
+    "merge scale": (r"(turbine mlp[^\n]*)", r"\1\n    merge scale=0.5", "residual merge (merge): spec scale, checkpoint add"),
+    "feed scale": (r"position=none", "position=none scale=8", "embedding multiplier (feed tokens scale=): spec 8, checkpoint 1"),
+    "gelu gate": (r"act=swiglu", "act=geglu", "activation (act=): spec geglu, checkpoint swiglu"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(SPEC_CHANGES))
+def test_plain_llama_refused_by_an_edited_spec(change):
+    pat, rep, words = SPEC_CHANGES[change]
+    err = refusal(llama(), hf(llama()), {pat: rep})
+    assert words in str(err), str(err)
+
+
+def test_two_rotary_bases_refused():
+    text = import_config(llama())
+    text = text.replace("stage llama_block x depth", "stage llama_block\n  stage second {\n"
+                        "    prechamber mix { norm rmsnorm  turbine attention heads=4 kv_heads=2 rotary rotary_base=500 bias=false }\n"
+                        "    prechamber burn { norm rmsnorm  turbine mlp hidden=48 act=swiglu bias=false }\n  }")
+    ours = build(cyclelang.parse(text), seed=0)
+    with pytest.raises(InteropError) as info:
+        load_transformers(ours, hf(llama()))
+    assert info.value.key == "stages.1.mix.attn" and "rotary base (rope_theta)" in str(info.value) and "spec 500, checkpoint 10000" in str(info.value)
+
+
+def test_parallel_block_refused():
+    text = import_config(llama())
+    text = re.sub(r"stage llama_block \{.*?\n\}\n", "stage llama_block {\n  fullflow par {\n    norm rmsnorm\n"
+                  "    prechamber mix { turbine attention heads=4 kv_heads=2 rotary bias=false }\n"
+                  "    prechamber burn { turbine mlp hidden=48 act=swiglu bias=false }\n  }\n}\n", text, flags=re.S)
+    ours = build(cyclelang.parse(text), seed=0)
+    with pytest.raises(InteropError) as info:
+        load_transformers(ours, hf(llama()))
+    assert "block structure (the statement): spec parallel, checkpoint branch" in str(info.value)
+
+
+CONFIG_CHANGES = {  # a checkpoint whose config differs from the spec imported from the plain config
+    "llama hidden_act=gelu": (llama, dict(hidden_act="gelu"), "activation (act=): spec swiglu, checkpoint geglu"),
+    "mixtral top-2 into top=3": (lambda **o: mixtral(**{"num_experts_per_tok": 3, **o}), dict(num_experts_per_tok=2),
+                                 "experts per token (top-k) (turbine moe top=): spec 3, checkpoint 2"),
+    "gpt2 relu": (gpt2, dict(activation_function="relu"), "activation (act=): spec gelu_tanh, checkpoint relu"),
+    "llama tied into untied": (llama, dict(tie_word_embeddings=True), "tied input/output embeddings (nozzle head tied): spec its own matrix, checkpoint tied"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CHANGES))
+@pytest.mark.parametrize("via", ["object", "folder"])
+def test_checkpoint_implying_another_engine_is_refused(tmp_path, case, via):
+    make, over, words = CONFIG_CHANGES[case]
+    ref = hf(make(**over))
+    source = ref
+    if via == "folder":
+        ref.save_pretrained(tmp_path)
+        source = tmp_path
+    err = refusal(make(), source)
+    assert words in str(err), str(err)
+
+
+UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, on import and on load
+    "rope llama3": (llama, dict(rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16}), "rope_parameters.rope_type"),
+    "rope linear": (llama, dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}), "rope_parameters.rope_type"),
+    "gpt2 inverse layer idx": (gpt2, dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
+    "gpt2 unscaled attention": (gpt2, dict(scale_attn_weights=False), "scale_attn_weights"),
+    "neox odd rotary": (lambda **o: transformers.GPTNeoXConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+                                                               num_attention_heads=4, bos_token_id=0, eos_token_id=1,
+                                                               **{"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                                      "partial_rotary_factor": 0.5}, **o}),
+                        dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}), "partial_rotary_factor"),
+    "falcon new decoder": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                                 bos_token_id=0, eos_token_id=1, **o), dict(new_decoder_architecture=True, num_kv_heads=2),
+                           "new_decoder_architecture"),
+    "qwen2_moe dense layers": (lambda **o: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                                       num_attention_heads=4, num_key_value_heads=2, num_experts=3,
+                                                                       num_experts_per_tok=2, moe_intermediate_size=16,
+                                                                       shared_expert_intermediate_size=16, **o),
+                               dict(mlp_only_layers=[1]), "mlp_only_layers"),
+    "falcon alibi": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                           bos_token_id=0, eos_token_id=1, **o), dict(alibi=True), "alibi"),
+    "qwen2 sliding layers": (lambda **o: transformers.Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                                  num_attention_heads=4, num_key_value_heads=2, **o), dict(use_sliding_window=True, sliding_window=4, max_window_layers=1),
+                             "use_sliding_window"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNEXPRESSIBLE))
+def test_unexpressible_config_field_refused_by_name(case):
+    make, over, field = UNEXPRESSIBLE[case]
+    with pytest.raises(Unsupported) as info:
+        import_config(make(**over))
+    assert info.value.field == field
+    err = refusal(make(), hf(make(**over)))  # and the plain family's spec will not take such a checkpoint
+    assert err.key == field
+
+
+GEMMA_GRANITE = {  # on main, a Gemma checkpoint loaded as a Llama (its (1 + w) gains read as w), a Granite one lost its multipliers
+    "gemma": (lambda: transformers.GemmaConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                               num_key_value_heads=2, head_dim=8, max_position_embeddings=40, tie_word_embeddings=False,
+                                               pad_token_id=None, eos_token_id=None, bos_token_id=None),
+              "embedding multiplier (feed tokens scale=): spec 1, checkpoint 5.65685"),
+    "granite": (lambda: transformers.GraniteConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                                   num_key_value_heads=2, max_position_embeddings=40, embedding_multiplier=12.0, pad_token_id=None,
+                                                   eos_token_id=None, bos_token_id=None),
+                "embedding multiplier (feed tokens scale=): spec 1, checkpoint 12"),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(GEMMA_GRANITE))
+def test_gemma_and_granite_never_load_as_llama(model_type):
+    make, words = GEMMA_GRANITE[model_type]
+    err = refusal(llama(), hf(make()))
+    assert words in str(err), str(err)
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "qwen3_moe", "granitemoe"])
+def test_families_not_yet_supported_are_refused_by_name(model_type):
+    with pytest.raises(Unsupported) as info:
+        import_config({"model_type": model_type})
+    assert info.value.field == "model_type" and f"'{model_type}' is refused" in str(info.value)
+
+
+def test_unknown_model_type_refused_by_name():
+    with pytest.raises(Unsupported) as info:
+        import_config({"model_type": "my_own_net", "hidden_size": 8})
+    assert info.value.field == "model_type" and "unknown model type 'my_own_net'" in str(info.value)
+
+
+def test_top1_moe_renormalises_as_mixtral():
+    """On main a top-1 MoE used the raw router probability; Mixtral renormalises for every k."""
+    ref = hf(mixtral(num_experts_per_tok=1))
+    ours = load_transformers(spec_of(mixtral(num_experts_per_tok=1)), ref)
+    idx = ids()
+    with torch.no_grad():
+        assert rel(ours(idx), ref(idx).logits) < 1e-5
+    assert "turbine moe experts=4 top=1" in import_config(mixtral(num_experts_per_tok=1))
+
+
+def test_moe_normalize_false_is_the_raw_probability():
+    """normalize=false: the top-k weights are the router's softmax probabilities as they are."""
+    text = import_config(mixtral(num_experts_per_tok=2)).replace("act=swiglu", "act=swiglu normalize=false")
+    ours = build(cyclelang.parse(text), seed=0).eval()
+    moe = ours.stages[0].burn.moe
+    x = torch.randn(1, 3, 32)
+    probs = torch.softmax(moe.router(x.view(3, 32)), -1)
+    w, c = probs.topk(2, -1)
+    want = torch.stack([sum(w[n, j] * moe.experts[c[n, j]](x[0, n]) for j in range(2)) for n in range(3)])
+    with torch.no_grad():
+        torch.testing.assert_close(moe(x)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_feed_scale_may_read_width():
+    spec = cyclelang.parse(import_config(llama()).replace("position=none", "position=none scale=sqrt(width)"))
+    assert spec.engine.feed.scale == pytest.approx(32 ** 0.5)
+
+
+# --- the command line's diagnostics ---------------------------------------------------------------
+
+
+def test_cli_import_names_the_field_with_its_line(tmp_path):
+    cfg = llama(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})
+    cfg.save_pretrained(tmp_path)
+    res = CliRunner().invoke(main, ["import", str(tmp_path)])
+    assert res.exit_code == 1
+    assert re.search(r"config\.json:\d+:\d+: error\[E0401\]: rope_parameters\.rope_type: rotary scaling 'linear'", res.output), res.output
+
+
+def test_cli_import_unknown_type_and_unreadable(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "gemma2"}')
+    res = CliRunner().invoke(main, ["import", str(tmp_path)])
+    assert res.exit_code == 1 and "error[E0402]" in res.output
+    (tmp_path / "config.json").write_text("[1, 2")
+    res = CliRunner().invoke(main, ["import", str(tmp_path / "config.json")])
+    assert res.exit_code == 1 and "error[E0403]" in res.output
+
+
+def test_cli_export_refuses_a_spec_no_family_computes(tmp_path):
+    spec = ROOT / "specs" / "deepnet.cycle"
+    (tmp_path / "w.safetensors").write_bytes(b"")
+    res = CliRunner().invoke(main, ["export", str(spec), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "error[E0404]" in res.output and not (tmp_path / "out").exists()
+    text = re.sub(r"(turbine attention[^\n]*)", r"\1\n    merge scale=0.5", import_config(llama()))  # one branch scaled, not both
+    (tmp_path / "s.cycle").write_text(text)
+    res = CliRunner().invoke(main, ["export", str(tmp_path / "s.cycle"), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "stages.0.burn: residual merge (merge): spec add, checkpoint scale" in res.output, res.output
+
+
+def test_export_a_llama_with_an_embedding_multiplier_is_granite(tmp_path):
+    """What a family can say is found by construction: a feed scale is Granite's embedding_multiplier."""
+    spec = cyclelang.parse(import_config(llama()).replace("position=none", "position=none scale=8"))
+    config = cyclelang.interop.export_config(spec)
+    assert config["model_type"] == "granite" and config["embedding_multiplier"] == 8.0 and config["residual_multiplier"] == 1.0
+
+
+def test_cli_export_refuses_weights_of_another_spec(tmp_path):
+    from safetensors.torch import save_file
+
+    (tmp_path / "s.cycle").write_text(import_config(llama()))
+    other = build(cyclelang.parse(import_config(llama(hidden_size=16, head_dim=4))), seed=0)
+    save_file({k: v.contiguous() for k, v in other.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    res = CliRunner().invoke(main, ["export", str(tmp_path / "s.cycle"), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "error[E0405]" in res.output and "feed.tok.weight" in res.output and not (tmp_path / "out").exists()
+
+
+def test_family_library_is_the_import_of_each_default_config():
+    """specs/families/ is what `cyclec import` writes for transformers' default config of each family."""
+    res = subprocess.run([sys.executable, "scripts/family_specs.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for family in cyclelang.interop.FAMILIES:
+        spec = cyclelang.load(ROOT / "specs" / "families" / f"{family}.cycle")
+        cyclelang.interop.check_config(spec, transformers.AutoConfig.for_model(family).to_dict())
+
+
+def test_cli_import_failure_leaves_the_output_file_as_it_was(tmp_path):
+    out = tmp_path / "spec.cycle"
+    out.write_text("# mine\n")
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text('{"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": true}')
+    res = CliRunner().invoke(main, ["import", str(tmp_path / "ck"), "-o", str(out)])
+    assert res.exit_code == 1 and "error[E0401]: scale_attn_by_inverse_layer_idx" in res.output
+    assert out.read_text() == "# mine\n"
+    res = CliRunner().invoke(main, ["import", str(tmp_path / "ck" / "config.json").replace("config.json", "missing.json")])
+    assert res.exit_code == 2  # a path that does not exist is a usage error
