@@ -320,6 +320,32 @@ quantisation, pruning) pulls the valve toward the identity). The weight starts a
 moves the valve toward the arbitrary setting c, and no checkpoint family stores its
 norms that way.""", "norm rmsnorm offset=0.5")
 
+# --- hardening (issue 21), appended --------------------------------------------------------------
+_add("E0112", "not a regular file", """
+A spec, an included file, `--data`, `--annotate` or a weights file must be a regular
+file. A FIFO (named pipe) would block the compiler forever waiting for a writer, a
+device such as /dev/zero would be read without end, and a directory or socket holds
+no text. The file kind is checked before a byte is read.""", "cyclec check /dev/zero")
+_add("E0113", "includes too large in all", """
+Each included file is read once (a second include of the same file adds nothing), and
+a spec with its includes reads at most 256 files and 4 MiB of text in all. A tree of
+files that each include the next several times would otherwise grow exponentially:
+five levels of 6 KB took 22 s, eight would take hours.""", 'include "a.cycle"   # a.cycle includes b.cycle five times, ...')
+_add("E0114", "not a valid test-stand report", """
+`cyclec draw --annotate FILE` reads a report written by `cyclec fire --json`. The file is
+checked against the report's schema (the message names the first fields that do not
+fit), and every reading it colours the diagram with must be a finite number: a NaN or
+an Infinity (an engine that flamed out on the stand) cannot set an edge's width.""", "cyclec draw spec.cycle --annotate fire.json")
+_add("E0115", "no run of this engine in the report", "The test-stand report given to `--annotate` holds runs of other engines only; fire this spec and annotate with that report.", "cyclec fire a.cycle --json fire.json && cyclec draw b.cycle --annotate fire.json")
+_add("E0116", "--data cannot feed this engine", "`cyclec fire --data FILE` feeds the file's bytes as tokens: the engine's vocab must hold 256 tokens, and the file must hold at least one window of --seq + 1 bytes.", "cyclec fire tiny_vocab.cycle --data corpus.txt")
+_add("E0117", "stand setting out of range", "A `cyclec fire` setting does not fit the engine: --seq longer than the context, a --batch or --train below its minimum.", "cyclec fire gpt2.cycle --seq 4096   # context 1024")
+_add("E0223", "diagram too large to lay out", """
+`cyclec draw` hands Graphviz at most 20,000 lines of DOT: 1,600 distinct stages make a
+diagram that takes Graphviz minutes to lay out and that no page can show. Write the DOT
+itself (`-o x.dot`), draw folded (without --expand), or gather stages into templates.""", "cyclec draw huge.cycle -o huge.svg")
+_add("E0224", "Graphviz ran out of time", "Graphviz's `dot` is given 60 seconds to lay out a diagram; it did not finish. Write the DOT itself (`-o x.dot`) and lay it out separately.", "cyclec draw huge.cycle -o huge.svg")
+
+
 def explanation(c: Code) -> str:
     """What `cyclec explain CODE` prints (the language server shows the same)."""
     out = f"{c.code}: {c.title}\n\n{c.explanation}\n"

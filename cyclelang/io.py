@@ -1,38 +1,244 @@
-"""Writing outputs without ever losing what was there.
+"""Reading inputs and writing outputs without ever blocking, exhausting memory or losing what was there.
 
-Every file cyclelang writes goes through `atomic_write`: the bytes go to a
-temporary file in the same directory, are flushed to disk, and only then
-renamed over the target. An error or Ctrl-C at any point leaves the old file
-as it was (and no stray temporary behind).
+Reading: every file cyclelang reads from a path goes through `read_input`, which
+opens without blocking (a FIFO with no writer does not hang), refuses anything that
+is not a regular file (a FIFO, a device such as /dev/zero, a socket) and anything
+above the caller's size limit, before a byte is read.
+
+Writing: every file cyclelang writes goes through `atomic_write` (one file) or
+`atomic_write_all` (several, one transaction: `build -o X --weights W` commits both
+or neither). The bytes go to a temporary file in the target's directory, are flushed
+to disk, and only then renamed over the target. An error, Ctrl-C or a caught signal
+(SIGTERM, SIGHUP: see `signals_raise`) at any point leaves the old files as they
+were and no stray temporary behind. A target that exists and is not a regular file
+(a character device such as /dev/null, a FIFO, /dev/stdout through its symlink) is
+never renamed over: it is written directly. A symlink to a regular file is followed,
+so the file it points to is replaced and the link survives.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import stat
 import tempfile
-from pathlib import Path
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
-    target = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+class InputRefused(OSError):
+    """A path that cannot be read as an input: not a regular file, or too large. `str()` says why."""
+
+    def __init__(self, path: str, reason: str, too_large: bool = False):
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
+        self.too_large = too_large
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_input(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes.
+
+    Raises InputRefused (a FIFO, device, socket or directory; a file above `limit`,
+    also one that grows past it while it is read) or the OSError of opening it."""
+    path = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputRefused(path, f"it is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > limit:
+            raise InputRefused(path, f"it is {st.st_size:,} bytes, above the limit of {limit:,}", too_large=True)
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise InputRefused(path, f"it grew above the limit of {limit:,} bytes while it was read", too_large=True)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def check_regular(path: str | os.PathLike, limit: int) -> int:
+    """The size of a regular file of at most `limit` bytes, for readers that open the file
+    themselves (safetensors): raises InputRefused as `read_input` does."""
+    path = os.fspath(path)
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputRefused(path, f"it is {_kind(st.st_mode)}, not a regular file")
+    if st.st_size > limit:
+        raise InputRefused(path, f"it is {st.st_size:,} bytes, above the limit of {limit:,}", too_large=True)
+    return st.st_size
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one file (through links, `..`, hard links); False if either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _special(target: str) -> bool:
+    """An existing target that must be written in place: not a regular file."""
+    try:
+        return not stat.S_ISREG(os.stat(target).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _write_in_place(target: str, payload: bytes) -> None:
+    fd = os.open(target, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        view = memoryview(payload)
+        while view:
+            try:
+                n = os.write(fd, view)
+            except BlockingIOError:
+                import select
+
+                select.select([], [fd], [])
+                continue
+            view = view[n:]
+    finally:
+        os.close(fd)
+
+
+def _stage(target: str, payload: bytes) -> str:
+    """A flushed temporary file beside `target` holding `payload`, with the mode the target will have."""
+    directory = os.path.dirname(target) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o777)
+        if os.path.exists(target):
+            os.chmod(tmp, os.stat(target).st_mode & 0o777)
         else:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink(tmp)
         raise
+    return tmp
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
+    atomic_write_all([(path, data)])
+
+
+def atomic_write_all(items) -> None:
+    """Write every (path, data) of `items`, or none of them.
+
+    Each payload is staged in a temporary file first; then the targets are replaced in
+    order. If a replace fails (or a signal arrives) the targets already replaced get
+    their old contents back (kept as hard links until the end), so the files on disk
+    are either all old or all new. Special targets (devices, FIFOs) are written in place,
+    after every regular file is staged."""
+    items = list(items)
+    staged: list[tuple[str, str | None, bytes]] = []  # (target, temporary or None for in-place, payload)
+    backups: list[tuple[str, str | None]] = []  # (target, hard link to its old contents or None if it was new)
+    current = None
+    try:
+        for path, data in items:
+            current = os.fspath(path)
+            payload = data.encode("utf-8") if isinstance(data, str) else data
+            if _special(current):  # a device, a FIFO, /dev/stdout (stat follows its link): written in place
+                staged.append((current, None, payload))
+                continue
+            target = os.path.realpath(current)  # follow a symlink: replace what it points to, keep the link
+            staged.append((target, _stage(target, payload), payload))
+        for (target, tmp, payload), (path, _) in zip(staged, items):
+            current = os.fspath(path)
+            if tmp is None:
+                continue
+            backup = None
+            if len(staged) > 1 and os.path.exists(target):
+                backup = tempfile.mktemp(prefix=f".{os.path.basename(target)}.", suffix=".old", dir=os.path.dirname(target) or ".")
+                os.link(target, backup)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                if backup is not None:
+                    _unlink(backup)
+                raise
+            backups.append((target, backup))  # replaced: undone if a later step fails
+        for (target, tmp, payload), (path, _) in zip(staged, items):
+            current = os.fspath(path)
+            if tmp is None:
+                _write_in_place(target, payload)
+    except BaseException as e:
+        if isinstance(e, OSError) and current is not None:
+            e.filename = current  # name the output the user gave, not a temporary
+        for target, backup in reversed(backups):
+            with contextlib.suppress(OSError):
+                if backup is not None:
+                    os.replace(backup, target)
+                    _unlink(backup)
+                elif len(staged) > 1:  # a new file of a transaction that did not complete
+                    _unlink(target)
+        for _, tmp, _ in staged:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    _unlink(tmp)
+        raise
+    for _, backup in backups:
+        if backup is not None:
+            with contextlib.suppress(OSError):
+                _unlink(backup)
+
+
+class Terminated(BaseException):
+    """A caught SIGTERM or SIGHUP, raised where the program is so `finally` blocks and the
+    writers' rollbacks run; the command line exits 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def signals_raise():
+    """Within the block, SIGTERM and SIGHUP raise `Terminated` (in the main thread only;
+    elsewhere the block runs with the handlers as they are)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated(signum)
+
+    old = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            old[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)

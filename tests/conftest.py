@@ -8,6 +8,8 @@ different golden fails the test. `pytest --update-goldens` rewrites them instead
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
 from pathlib import Path
 
@@ -24,6 +26,47 @@ def shrink(path: Path, rules) -> str:
     for pat, rep in rules:
         text = re.sub(pat, rep, text)
     return text
+
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def need(module: str):
+    """Import an optional test dependency. Where it is not installed the test skips, except in CI
+    (`CI=true`), where a missing dependency fails: CI installs everything (.ci/run). An import
+    that is broken (the package is there but raises) always fails: it is never a skip."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is None or not module.startswith(e.name.split(".")[0]):
+            raise  # the package is there, but something it imports is not: a broken install, not a skip
+        if IN_CI:
+            pytest.fail(f"{module} is not installed, and CI installs every test dependency (.ci/run)", pytrace=False)
+        pytest.skip(f"{module} is not installed", allow_module_level=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI a skip for a missing dependency (an importorskip anywhere) is a failure."""
+    outcome = yield
+    rep = outcome.get_result()
+    if IN_CI and rep.skipped and call.excinfo is not None:
+        reason = str(call.excinfo.value)
+        if "could not import" in reason or "not installed" in reason:
+            rep.outcome = "failed"
+            rep.longrepr = f"skipped for a missing dependency in CI: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped at import (a module-level importorskip)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if IN_CI and rep.skipped:
+        reason = str(rep.longrepr[-1]) if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        if "could not import" in reason or "not installed" in reason:
+            rep.outcome = "failed"
+            rep.longrepr = f"module skipped for a missing dependency in CI: {reason}"
 
 
 def pytest_addoption(parser):

@@ -500,7 +500,7 @@ def test_without_graphviz_dot_still_works_and_svg_says_how_to_install(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path / "empty"), "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-c", "from cyclelang.cli import run; run()", "draw", str(ROOT / "specs/gpt2.cycle")]
     r = subprocess.run([*cmd, "-o", str(tmp_path / "x.svg")], env=env, capture_output=True, text=True, cwd=tmp_path)
-    assert r.returncode == 1
+    assert r.returncode == 2  # a missing program is a usage error, as the README says
     assert len(r.stderr.strip().splitlines()) == 1 and "install Graphviz" in r.stderr
     assert not (tmp_path / "x.svg").exists()
     r = subprocess.run([*cmd, "-o", str(tmp_path / "x.dot")], env=env, capture_output=True, text=True, cwd=tmp_path)

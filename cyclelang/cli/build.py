@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from ..backends.torch.build import ROLE_DOC, summary_text
-from . import include_path_option, load_spec, output_option, spec_path, write_output
+from ..backends.torch.build import ROLE_DOC
+from . import include_path_option, load_spec, output_option, refuse_output_over_input, seed_option, spec_path, write_files, write_output
+
 
 
 @click.command(epilog=ROLE_DOC.replace("\n", " "))
@@ -15,7 +14,7 @@ from . import include_path_option, load_spec, output_option, spec_path, write_ou
 @output_option
 @click.option("--weights", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Also write the initialised weights to this .safetensors file.")
-@click.option("--seed", type=int, default=None, help="Seed the initialisation (the same seed gives the same weights).")
+@seed_option(None, "Seed the initialisation (the same seed gives the same weights).")
 @click.option("--allow-large", is_flag=True, help="Build even above the parameter limit (E0219).")
 @include_path_option
 def build(spec, output, weights, seed, allow_large, include_path):
@@ -25,10 +24,16 @@ def build(spec, output, weights, seed, allow_large, include_path):
     executes exactly this text. The summary (stderr) counts parameters per
     stage and per role and gives the main chamber's shape.
     """
-    from ..backends.torch.build import build_source
+    from ..backends.torch.build import build_source, summary_text
     from ..backends.torch.codegen import codegen
-    from ..io import atomic_write
 
+    refuse_output_over_input(output, [spec])
+    refuse_output_over_input(weights, [spec], "--weights")
+    if output is not None and weights is not None and output != "-":
+        from ..io import same_file
+
+        if same_file(output, weights) or output == weights:
+            raise click.UsageError("-o and --weights name the same file")
     s = load_spec(spec, include_path)
     source = codegen(s)  # lowered once: the model runs the very text that is written
     model = build_source(s, source, seed=seed, allow_large=allow_large)
@@ -40,22 +45,11 @@ def build(spec, output, weights, seed, allow_large, include_path):
         # one metadata key: safetensors writes the metadata map in hash order, and a
         # single key keeps the file byte-identical from run to run
         payload = save(tensors, metadata={"format": "pt"})
-    # write the artifacts only once everything has been computed, and only when every
-    # target directory is there, so a failure leaves no new file beside an old one
-    for path in (output, weights):
-        if path is not None and path != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise click.FileError(path, "the directory does not exist")
-    if output is not None and output != "-":
-        _write(output, source, atomic_write)
-    else:
+    # write the artifacts only once everything has been computed, as one transaction:
+    # the source and the weights on disk are both new or both old
+    files = [(path, data) for path, data in ((output, source), (weights, payload)) if path is not None and path != "-" and data is not None]
+    if files:
+        write_files(files)
+    if output is None or output == "-":
         write_output(output, source)
-    if payload is not None:
-        _write(weights, payload, atomic_write)
     click.echo(summary_text(s, model), err=True, nl=False)
-
-
-def _write(path: str, data, atomic_write) -> None:
-    try:
-        atomic_write(path, data)
-    except OSError as e:
-        raise click.FileError(path, e.strerror or str(e)) from None

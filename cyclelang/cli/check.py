@@ -74,13 +74,15 @@ def check(specs, include_path, strict, want_report, as_json):
 
 def _span_sources(diags) -> dict[str, str]:
     """The text of each file a diagnostic points into, for carets and `# allow:` comments."""
+    from ..io import read_input
+    from ..syntax.parser import MAX_SOURCE_BYTES
+
     out: dict[str, str] = {}
     for d in diags:
         f = d.span.file if d.span else None
         if f and f not in out:
             try:
-                with open(f, encoding="utf-8") as fh:
-                    out[f] = fh.read().removeprefix("\ufeff")
+                out[f] = read_input(f, MAX_SOURCE_BYTES).decode("utf-8").removeprefix("\ufeff")
             except (OSError, UnicodeDecodeError):
                 pass
     return out

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
-from pathlib import Path
 
 import click
 
 from ..diagnostics import CycleError, Diagnostic
-from . import include_path_option, load_spec, output_option, write_output
+from . import UsageProblem, include_path_option, load_spec, output_option, refuse_output_over_input, write_output
 
 EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
 
 
-class GraphvizNotInstalled(click.ClickException):
-    """One line on stderr, exit 1: the environment lacks Graphviz's `dot`."""
-
-    def show(self, file=None) -> None:
-        click.echo(f"cyclec: {self.message}", err=True)
+class GraphvizNotInstalled(UsageProblem):
+    """One line on stderr, exit 2 (a usage error, as the README says): the environment lacks Graphviz's `dot`."""
 
 
 def output_format(output: str) -> str:
@@ -30,24 +28,67 @@ def output_format(output: str) -> str:
     return EXTENSIONS[ext]
 
 
+MAX_REPORT_BYTES = 64 << 20  # a stand report of a thousand-stage engine is a few MB
+
+
+def _nonfinite(value, where: str = ""):
+    """(JSON path, the number as JSON writes it) of the first NaN or infinite number in a parsed report, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "the top level", "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for path, v in items:
+        found = _nonfinite(v, path)
+        if found:
+            return found
+    return None
+
+
 def load_run(path, engine_name: str):
-    """The run (a `stand.result.Firing`) of engine `engine_name` in the test-stand report at `path`."""
+    """The run (a `stand.result.Firing`) of engine `engine_name` in the test-stand report at `path`,
+    validated against the report's schema; every reading must be a finite number."""
+    from ..io import InputRefused, read_input
     from ..stand.result import StandReport
 
+    hint = "write one with: cyclec fire SPEC --json fire.json"
     try:
-        text = Path(path).read_text("utf-8")
+        raw = read_input(path, MAX_REPORT_BYTES)
+    except InputRefused as e:
+        raise CycleError([Diagnostic("E0112", "error", f"cannot read --annotate {path}: {e}", None)]) from None
     except OSError as e:
         raise CycleError([Diagnostic("E0105", "error", f"cannot read --annotate {path}: {e.strerror or e}", None)]) from None
+
+    def bad(why: str):
+        return CycleError([Diagnostic("E0114", "error", f"{path} is not a valid test-stand report: {why}", None, hint)])
+
     try:
-        report = StandReport.model_validate_json(text)
-    except ValueError:
-        raise CycleError([Diagnostic("E0205", "error", f"{path} is not a test-stand report", None,
-                                     "write one with: cyclec fire SPEC --json fire.json")]) from None
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise bad(f"not JSON ({e})") from None
+    except RecursionError:
+        raise bad("nested too deeply") from None
+    try:
+        report = StandReport.model_validate(data)
+    except ValueError as e:
+        errors = getattr(e, "errors", lambda: [])()
+        first = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'the top level'}: {err['msg']}" for err in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise bad((first or str(e)) + more) from None
     runs = [r for r in report.runs if r.name == engine_name]
     if not runs:
         names = ", ".join(r.name for r in report.runs) or "none"
-        raise CycleError([Diagnostic("E0205", "error", f"the report holds no run of engine '{engine_name}' (it has: {names})", None,
+        raise CycleError([Diagnostic("E0115", "error", f"the report holds no run of engine '{engine_name}' (it has: {names})", None,
                                      "fire this spec: cyclec fire SPEC --json fire.json")])
+    i = report.runs.index(runs[0])
+    found = _nonfinite(data["runs"][i], f"runs[{i}]")
+    if found is not None:
+        where, v = found
+        raise CycleError([Diagnostic("E0114", "error", f"{path}: the reading {where} is {v}, not a finite number: the engine flamed out on the stand, and a diagram cannot be coloured by it", None,
+                                     "fix the spec until `cyclec fire` reports finite readings, then fire it again")])
     return runs[0]
 
 
@@ -98,6 +139,7 @@ def draw(specs, output, view, expand, labels, rankdir, size, theme, annotate, in
     if output is None:
         output = os.path.splitext(os.path.basename(specs[0]))[0] + ".svg"
     fmt = output_format(output)
+    refuse_output_over_input(output, [*specs, annotate])
     loaded = [load_spec(p, include_path) for p in specs]
     readings = None
     if annotate is not None and all(s.engine is not None for s in loaded):  # without an engine, to_dot says there is nothing to draw

@@ -7,7 +7,9 @@ import sys
 
 import click
 
-from . import EXIT_FINDINGS, EXIT_INTERRUPTED, include_path_option, load_spec, spec_paths, write_output
+from . import EXIT_INTERRUPTED, EXIT_FINDINGS, include_path_option, load_spec, refuse_output_over_input, seed_option, spec_paths, write_output
+
+MAX_BATCH = 4096  # sequences per batch: past this the stand measures nothing new, and memory runs out
 
 
 class Progress:
@@ -31,15 +33,15 @@ class Progress:
 
 @click.command()
 @spec_paths
-@click.option("--width", type=int, default=None, help="Fire a scale model at this chamber width (heads and hidden widths follow).")
-@click.option("--depth", type=int, default=None, help="Repeat every repeated stage this many times.")
-@click.option("--seq", type=int, default=None, help="Tokens per sequence [default: 64, or the context if shorter].")
-@click.option("--batch", type=int, default=4, show_default=True, help="Sequences per batch.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the weights, the tokens and training.")
+@click.option("--width", type=click.IntRange(min=1), default=None, help="Fire a scale model at this chamber width (heads and hidden widths follow).")
+@click.option("--depth", type=click.IntRange(min=1), default=None, help="Repeat every repeated stage this many times.")
+@click.option("--seq", type=click.IntRange(min=1), default=None, help="Tokens per sequence [default: 64, or the context if shorter].")
+@click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=4, show_default=True, help="Sequences per batch.")
+@seed_option(0, "Seeds the weights, the tokens and training.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=str), default=None, help="Write the report as JSON here ('-': stdout, instead of the table).")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False, path_type=str), default=None, help="Write PNG plots here, every spec overlaid.")
 @click.option("--data", type=click.Path(dir_okay=False, exists=True, path_type=str), default=None, help="Fire on this file's bytes as tokens instead of random tokens (and train on it).")
-@click.option("--train", "train_steps", type=int, default=0, show_default=True, help="Then train this many steps with the spec's startup block (default source: a seeded Markov chain with a known entropy rate).")
+@click.option("--train", "train_steps", type=click.IntRange(min=0), default=0, show_default=True, help="Then train this many steps with the spec's startup block (default source: a seeded Markov chain with a known entropy rate).")
 @click.option("--coord-check", is_flag=True, help="μP's coordinate check instead: shrink to each of --widths, train --steps steps at a fixed lr, and fit how each layer type's mean |activation| grows with width.")
 @click.option("--lr-sweep", is_flag=True, help="Train each of --widths at each of --lrs, under the standard parametrisation and under μP, and report the best lr per width.")
 @click.option("--widths", type=str, default=None, help="Comma-separated widths for --coord-check [default: 64,128,256,512] and --lr-sweep.")
@@ -65,6 +67,13 @@ def fire(ctx, specs, width, depth, seq, batch, seed, json_out, plot_out, data, t
     from ..stand.report import plot, table
     from ..stand.run import file_label, fire as run_fire
 
+    for out, flag in ((json_out, "--json"), (plot_out, "--plot")):
+        refuse_output_over_input(out, [*specs, data], flag)
+    if plot_out is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:  # before minutes of firing, not after
+            raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
     resolved = [load_spec(path, include_path) for path in specs]
     if coord_check or lr_sweep:
         return scaling_runs(ctx, specs, resolved, coord_check, lr_sweep, widths, lrs, steps, lr, width, depth, seq, batch, seed,

@@ -16,8 +16,10 @@ from . import EXIT_FINDINGS, load_spec, report, spec_paths
 @click.option("--write", is_flag=True, help="Rewrite the files in place (atomically).")
 def fmt(specs, check_only, write):
     """Format SPECS canonically (to stdout unless --check or --write)."""
-    from ..io import atomic_write
+    from ..io import InputRefused, read_input
     from ..syntax.fmt import format_text
+    from ..syntax.parser import MAX_SOURCE_BYTES
+    from . import UsageProblem, write_files
 
     if check_only and write:
         raise click.UsageError("--check and --write do not go together")
@@ -26,8 +28,10 @@ def fmt(specs, check_only, write):
     changed, failed = [], []
     for path in specs:
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            raw = read_input(path, MAX_SOURCE_BYTES)
+        except InputRefused as e:
+            load_spec(path)  # renders the diagnostic `check` gives (E0010 too large, E0112 not a regular file)
+            raise UsageProblem(f"cannot format '{path}': {e}") from None
         except OSError as e:
             raise click.FileError(path, e.strerror) from None
         try:
@@ -46,7 +50,7 @@ def fmt(specs, check_only, write):
                 click.echo(f"would reformat {path}", err=True)
         elif write:
             if out != text:
-                atomic_write(path, out)
+                write_files([(path, out)])
                 changed.append(path)
                 click.echo(f"reformatted {path}", err=True)
         else:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from . import include_path_option, load_spec, output_option, spec_path, write_output
+from . import include_path_option, load_spec, output_option, refuse_output_over_input, spec_path, write_output
 
 
 @click.command()
@@ -31,6 +31,7 @@ def explain(code):
 @include_path_option
 def ir(spec, output, include_path):
     """Print the resolved IR of SPEC as JSON."""
+    refuse_output_over_input(output, [spec])
     s = load_spec(spec, include_path)
     write_output(output, json.dumps(s.model_dump(mode="json"), indent=2) + "\n")
 

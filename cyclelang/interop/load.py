@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -68,9 +69,13 @@ def read_safetensors(path) -> tuple[dict, dict | None]:
             return load_file(str(single)), config
         if index.is_file():
             shards = sorted(set(json.loads(index.read_text("utf-8"))["weight_map"].values()))
+            folder = path.resolve()
             state: dict = {}
             for shard in shards:
-                state.update(load_file(str(path / shard)))
+                where = (folder / str(shard)).resolve()
+                if not isinstance(shard, str) or os.path.isabs(shard) or where.parent != folder or not where.is_file():
+                    raise InteropError(str(index), f"shard {shard!r} is not a file in the checkpoint's folder: an index names its shards beside it")
+                state.update(load_file(str(where)))
             return state, config
         found = sorted(p.name for p in path.iterdir() if p.suffix in _PICKLES)
         hint = f" (found {', '.join(found)}: pickled, refused)" if found else ""

@@ -27,6 +27,8 @@ from .options import ACTIVATIONS, MAX_CONTEXT, MAX_EXPERTS, MAX_VOCAB, MAX_WIDTH
 from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, number
 
 MAX_INCLUDE_DEPTH = 16
+MAX_INCLUDE_FILES = 256  # distinct files a spec reads through its includes (each is read once)
+MAX_INCLUDE_BYTES = 4 << 20  # bytes of spec text in all, the file itself and everything it includes
 MAX_REPEAT = 10_000
 TURBINES = tuple(ir.kinds.BY_KEYWORD)  # each has an option reader below, t_<keyword>
 NORMS = typing.get_args(ir.NormType)
@@ -59,7 +61,7 @@ def _gc_paused(fn):
 def load(path: str | os.PathLike, include_path: tuple[str, ...] = ()) -> ir.Spec:
     """Read, parse and resolve a spec file."""
     display = os.fspath(path)
-    loader = _Loader(root=Path(display).resolve().parent, include_path=tuple(Path(p).resolve() for p in include_path))
+    loader = _Loader(root=Path(os.path.realpath(display)).parent, include_path=tuple(Path(os.path.realpath(p)) for p in include_path))
     module = loader.read_main(Path(display), display)
     return _resolve_module(module, loader)
 
@@ -70,13 +72,13 @@ def parse(text: str, filename: str | None = None, include_path: tuple[str, ...] 
     (the current directory when there is no filename). `module`: the text's syntax tree,
     when the caller has parsed it already (the language server keeps it for hover)."""
     display = filename or "<string>"
-    base = Path(filename).resolve().parent if filename else Path.cwd().resolve()
-    loader = _Loader(root=base, include_path=tuple(Path(p).resolve() for p in include_path))
+    base = Path(os.path.realpath(filename)).parent if filename else Path(os.path.realpath(os.getcwd()))
+    loader = _Loader(root=base, include_path=tuple(Path(os.path.realpath(p)) for p in include_path))
     loader.sources[display] = text
     if module is None:
         module = loader.parse_text(text, display)
     if filename:
-        loader.stack.append(Path(filename).resolve())
+        loader.stack.append(Path(os.path.realpath(filename)))
     return _resolve_module(module, loader)
 
 
@@ -101,17 +103,21 @@ class _Loader:
     sources: dict[str, str] = field(default_factory=dict)
     out: Collector = field(default_factory=Collector)
     stack: list[Path] = field(default_factory=list)
+    included: set[Path] = field(default_factory=set)  # every file read: an include of one already read adds nothing
+    bytes_read: int = 0
 
     def read_text(self, path: Path, display: str, span: ir.Span | None) -> str | None:
+        from ..io import InputRefused, read_input
+
         try:
-            if path.stat().st_size > MAX_SOURCE_BYTES:
-                where = span or ir.Span(file=display, line=1, column=1, end_line=1, end_column=2)  # the spec itself: its start
+            data = read_input(path, MAX_SOURCE_BYTES)  # never blocks on a FIFO, never reads /dev/zero
+        except InputRefused as e:
+            where = span or ir.Span(file=display, line=1, column=1, end_line=1, end_column=2)  # the spec itself: its start
+            if e.too_large:
                 self.out.error("E0010", f"'{display}' is larger than {MAX_SOURCE_BYTES // 1024} KiB", where, "split it into files joined with include")
-                return None
-            if span is not None and not path.is_file():  # an include of a FIFO would block forever
-                self.out.error("E0105", f"'{display}' is not a regular file", span)
-                return None
-            data = path.read_bytes()
+            else:
+                self.out.error("E0112", f"'{display}' cannot be a spec: {e}", span, "give the path of a .cycle file")
+            return None
         except FileNotFoundError:
             self.out.error("E0105", f"no such file: '{display}'", span)
             return None
@@ -120,6 +126,11 @@ class _Loader:
             return None
         except OSError as e:
             self.out.error("E0105", f"cannot read '{display}': {e.strerror or e}", span)
+            return None
+        self.bytes_read += len(data)
+        if self.bytes_read > MAX_INCLUDE_BYTES:
+            self.out.error("E0113", f"the spec and its includes are more than {MAX_INCLUDE_BYTES >> 20} MiB of text in all", span,
+                           "a spec is a page of text; include each shared file once")
             return None
         try:
             text = data.decode("utf-8")
@@ -159,7 +170,11 @@ class _Loader:
             self.out.error("E0111", f"includes nest deeper than {MAX_INCLUDE_DEPTH} files", inc.span)
             return None
         base = self.stack[-1].parent if self.stack else self.root
-        target = (base / raw).resolve()
+        try:
+            target = (base / raw).resolve()
+        except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13)
+            self.out.error("E0105", f"cannot read include '{raw}': its symbolic links loop", inc.span)
+            return None
         allowed = (self.root, *self.include_path)
         if not any(_inside(target, a) for a in allowed):
             self.out.error("E0107", f"include '{raw}' leaves the spec's directory", inc.span, "keep included files beside the spec or below it, or allow a directory with --include-path")
@@ -168,6 +183,12 @@ class _Loader:
             chain = " -> ".join(p.name for p in [*self.stack[self.stack.index(target):], target])
             self.out.error("E0106", f"include cycle: {chain}", inc.span, "remove one of the includes")
             return None
+        if target in self.included:  # read once: a second include of a file adds nothing (a diamond, or a fan-out bomb)
+            return None
+        if len(self.included) >= MAX_INCLUDE_FILES:
+            self.out.error("E0113", f"the spec includes more than {MAX_INCLUDE_FILES} files", inc.span, "a spec is a page of text; gather shared templates in a few files")
+            return None
+        self.included.add(target)
         display = posixpath.normpath(posixpath.join(posixpath.dirname(from_display.replace(os.sep, "/")), raw))
         text = self.read_text(target, display, inc.span)
         if text is None:

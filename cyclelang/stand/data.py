@@ -92,15 +92,23 @@ class Markov:
         return out
 
 
+MAX_DATA_BYTES = 1 << 30  # --data is read into memory: a corpus sample, not a corpus
+
+
 class ByteFile:
     """A file's bytes as tokens 0..255; batches are windows at seeded offsets."""
 
     def __init__(self, path: str, vocab: int):
         if vocab < 256:
-            raise CycleError([Diagnostic("E0205", "error", f"--data feeds bytes (256 tokens), but the engine's vocab is {vocab}", None,
+            raise CycleError([Diagnostic("E0116", "error", f"--data feeds bytes (256 tokens), but the engine's vocab is {vocab}", None,
                                          "fire an engine with vocab >= 256")])
+        from ..io import InputRefused, read_input
+
         try:
-            data = Path(path).read_bytes()
+            data = read_input(path, MAX_DATA_BYTES)
+        except InputRefused as e:
+            raise CycleError([Diagnostic("E0112", "error", f"cannot read --data {path}: {e}", None,
+                                         "give a regular file of at most 1 GiB")]) from None
         except OSError as e:
             raise CycleError([Diagnostic("E0105", "error", f"cannot read --data {path}: {e.strerror or e}", None)]) from None
         self.data = torch.frombuffer(bytearray(data), dtype=torch.uint8).long() if data else torch.zeros(0, dtype=torch.long)
@@ -113,7 +121,7 @@ class ByteFile:
     def batch(self, B: int, T: int, gen: torch.Generator) -> torch.Tensor:
         n = self.data.numel()
         if n < T + 1:
-            raise CycleError([Diagnostic("E0205", "error", f"--data holds {n} bytes, fewer than one window of {T + 1}", None,
+            raise CycleError([Diagnostic("E0116", "error", f"--data holds {n} bytes, fewer than one window of {T + 1}", None,
                                          "use a larger file or a smaller --seq")])
         starts = torch.randint(0, n - T, (B,), generator=gen)
         return torch.stack([self.data[s : s + T + 1] for s in starts.tolist()])

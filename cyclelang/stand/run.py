@@ -77,7 +77,7 @@ def startup_notes(model, spec: ir.Spec, steps: int) -> list[str]:
 
 
 def _bad(message: str, help: str | None = None) -> CycleError:
-    return CycleError([Diagnostic("E0205", "error", message, None, help)])
+    return CycleError([Diagnostic("E0117", "error", message, None, help)])
 
 
 def fire(specs, *, files=None, width: int | None = None, depth: int | None = None, seq: int | None = None, batch: int = DEFAULT_BATCH,

@@ -23,6 +23,12 @@ FORMATS = ("svg", "png", "pdf", "dot")
 # readable and its DOT grows without bound (a stage may repeat 10,000 times).
 MAX_EXPAND = 64
 
+# What `render` hands to `dot`: at most this many lines of DOT (the largest diagram of the
+# spec library is about 100; 1,600 distinct stages make 100,000 and take minutes to lay
+# out), and `dot` runs at most DOT_TIMEOUT seconds.
+MAX_DOT_LINES = 20_000
+DOT_TIMEOUT = 60.0
+
 INSTALL_HINT = (
     "the Graphviz 'neato' program is not installed; install Graphviz "
     "(apt install graphviz, brew install graphviz or conda install graphviz) or write .dot output"
@@ -135,17 +141,30 @@ def to_dot(spec, **kwargs) -> str:
     return draw(spec, **kwargs).source
 
 
-def render(dot: str, fmt: str) -> bytes:
-    """Run Graphviz on DOT source; `fmt` is svg, png or pdf. Raises GraphvizMissing."""
+def render(dot: str, fmt: str, timeout: float | None = None) -> bytes:
+    """Run Graphviz on DOT source; `fmt` is svg, png or pdf. Raises GraphvizMissing, or
+    CycleError when the graph is above MAX_DOT_LINES (E0223) or `dot` runs past `timeout`
+    seconds (default DOT_TIMEOUT; E0224)."""
+    from ...diagnostics import CycleError, Diagnostic
+
     if fmt == "dot":
         return dot.encode("utf-8")
+    lines = dot.count("\n")
+    if lines > MAX_DOT_LINES:
+        raise CycleError([Diagnostic("E0223", "error", f"the diagram is {lines:,} lines of DOT, above the {MAX_DOT_LINES:,} that Graphviz is given to lay out", None,
+                                     "write the DOT itself (-o x.dot), draw it folded (without --expand), or split the engine into templates")])
+    timeout = DOT_TIMEOUT if timeout is None else timeout
     exe = shutil.which("neato")
     if exe is None:
         raise GraphvizMissing(INSTALL_HINT)
     args = [exe, "-n2", "-Tpng:cairo" if fmt == "png" else f"-T{fmt}"]  # every position is pinned: neato only draws them
     if fmt == "png":
         args += ["-Gdpi=150", "-Gtruecolor=true"]  # slide-sharp; always RGBA
-    proc = subprocess.run(args, input=dot.encode("utf-8"), capture_output=True, check=False)
+    try:
+        proc = subprocess.run(args, input=dot.encode("utf-8"), capture_output=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CycleError([Diagnostic("E0224", "error", f"Graphviz did not finish laying out the diagram within {timeout:g} s", None,
+                                     "write the DOT itself (-o x.dot) and lay it out separately, or draw a smaller engine")]) from None
     if proc.returncode != 0:
         raise RuntimeError(f"neato failed ({proc.returncode}): {proc.stderr.decode('utf-8', 'replace').strip()[:2000]}")
     out = proc.stdout

@@ -71,21 +71,33 @@ def load_weights(model, path):
     path = os.fspath(path)
     if not path.endswith(".safetensors"):
         raise WeightsError(path, "weights are read from .safetensors files only (a pickle can run code when loaded)")
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError, safe_open
 
-    try:
-        state = load_file(path)
-    except (SafetensorError, OSError) as e:
-        raise WeightsError(path, f"cannot read it as safetensors: {e}") from None
+    from ...io import InputRefused, check_regular
+
     target = model.state_dict()
-    for key in sorted(set(target) | set(state)):
-        if key not in state:
-            raise WeightsError(key, "missing from the weights file")
-        if key not in target:
-            raise WeightsError(key, "in the weights file but not in this engine")
-        if tuple(state[key].shape) != tuple(target[key].shape):
-            raise WeightsError(key, f"shape {tuple(state[key].shape)} in the file, {tuple(target[key].shape)} in the engine")
+    limit = 2 * sum(t.numel() * t.element_size() for t in target.values()) + (100 << 20)  # the model's bytes, a header, slack
+    try:
+        check_regular(path, limit)  # a FIFO would block, a device read forever, a huge file exhaust memory
+    except InputRefused as e:
+        raise WeightsError(path, f"cannot read it as weights for this engine: {e}") from None
+    except OSError as e:
+        raise WeightsError(path, f"cannot read it: {e.strerror or e}") from None
+    try:
+        with safe_open(path, framework="pt") as f:
+            # names and shapes from the header first: nothing is allocated for a tensor the engine lacks
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            for key in sorted(set(target) | set(shapes)):
+                if key not in shapes:
+                    raise WeightsError(key, "missing from the weights file")
+                if key not in target:
+                    raise WeightsError(key, "in the weights file but not in this engine")
+                if shapes[key] != tuple(target[key].shape):
+                    raise WeightsError(key, f"shape {shapes[key]} in the file, {tuple(target[key].shape)} in the engine")
+            state = {k: f.get_tensor(k) for k in sorted(shapes)}
+    except (SafetensorError, OSError, RuntimeError, MemoryError) as e:
+        raise WeightsError(path, f"cannot read it as safetensors: {e}") from None
+    for key in sorted(target):
         if state[key].dtype != target[key].dtype:
             raise WeightsError(key, f"dtype {state[key].dtype} in the file, {target[key].dtype} in the engine")
     with torch.no_grad():

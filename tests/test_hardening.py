@@ -1,0 +1,481 @@
+"""Hardening, round two (issue 21): special files, resource bombs, the exits that blame ourselves.
+
+Each test here failed on the main branch before the fix it covers; the defect's number in
+the issue is in the test's name (d1 ... d18).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import cyclelang
+from cyclelang import io as cio
+from cyclelang.cli import main
+from cyclelang.diagnostics import CycleError
+
+from .conftest import ROOT, need
+
+ENGINE = "engine e {\n  chamber width=8\n  feed tokens vocab=16 context=8\n  nozzle head\n}\n"
+GPT2 = ROOT / "specs" / "gpt2.cycle"
+CLI = [sys.executable, "-c", "import sys; from cyclelang.cli import main; main(sys.argv[1:], prog_name='cyclec')"]
+
+
+def cyclec(*args, env=None, **kw) -> subprocess.CompletedProcess:
+    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=e, timeout=kw.pop("timeout", 120), **kw)
+
+
+def codes_of(fn, *a, **k) -> list[str]:
+    try:
+        fn(*a, **k)
+    except CycleError as e:
+        return [d.code for d in e.diagnostics]
+    return []
+
+
+@pytest.fixture
+def spec(tmp_path) -> Path:
+    p = tmp_path / "s.cycle"
+    p.write_text(ENGINE)
+    return p
+
+
+def listing(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir())
+
+
+# --- d1: special files as outputs are written, never renamed over ---------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_d1_output_fifo_is_written_not_replaced(tmp_path, spec):
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        r = CliRunner().invoke(main, ["ir", str(spec), "-o", str(fifo)])
+        assert r.exit_code == 0, r.output
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still a FIFO: nothing was renamed over it
+        got = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert json.loads(got)["engine"]["name"] == "e"
+    assert listing(tmp_path) == ["out.json", "s.cycle"]  # no temporary left
+
+
+def test_d1_output_dev_null_and_stdout_link_survive(tmp_path, spec):
+    before = os.stat("/dev/null")
+    r = cyclec("ir", spec, "-o", "/dev/null")
+    assert r.returncode == 0, r.stderr
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+    link = tmp_path / "to_stdout.json"
+    link.symlink_to("/dev/stdout")
+    r = cyclec("ir", spec, "-o", link)
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.readlink(link) == "/dev/stdout"
+    assert json.loads(r.stdout)["engine"]["name"] == "e"  # written through the link, to stdout
+
+
+def test_d1_symlink_to_a_regular_file_keeps_the_link(tmp_path, spec):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real.name)
+    assert CliRunner().invoke(main, ["ir", str(spec), "-o", str(link)]).exit_code == 0
+    assert link.is_symlink() and json.loads(real.read_text())["engine"]["name"] == "e"
+
+
+# --- d2: an output may not be an input ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["ir", "{s}", "-o", "{s}"],
+    ["ir", "{s}", "-o", "{d}/../{n}"],
+    ["build", "{s}", "--weights", "{s}"],
+    ["build", "{s}", "-o", "{s}"],
+    ["fire", "{s}", "--json", "{s}"],
+    ["fire", "{s}", "--plot", "{s}"],
+    ["draw", "{s}", "-o", "{link}.dot"],
+])
+def test_d2_output_that_is_the_input_is_refused(tmp_path, spec, argv):
+    (tmp_path / "sub").mkdir()
+    os.symlink(spec, f"{tmp_path}/link.dot")
+    argv = [a.format(s=spec, d=tmp_path / "sub", n=spec.name, link=tmp_path / "link") for a in argv]
+    r = CliRunner().invoke(main, argv)
+    assert r.exit_code == 2, r.output
+    assert "refusing to overwrite" in r.output
+    assert spec.read_text() == ENGINE
+
+
+# --- d3: include fan-out ----------------------------------------------------------------------------
+
+
+def _fanout(root: Path, levels: int, fan: int) -> Path:
+    for i in range(levels):
+        body = "".join(f'include "l{i + 1}.cycle"\n' for _ in range(fan)) if i + 1 < levels else ""
+        (root / f"l{i}.cycle").write_text(body + f"let v{i} = {i}\n")
+    main_spec = root / "main.cycle"
+    main_spec.write_text('include "l0.cycle"\n' + ENGINE)
+    return main_spec
+
+
+def test_d3_include_fanout_reads_each_file_once(tmp_path, monkeypatch):
+    main_spec = _fanout(tmp_path, levels=8, fan=6)  # 6**7 includes if each were followed: hours
+    reads = []
+    real = cio.read_input
+    monkeypatch.setattr(cio, "read_input", lambda p, limit: reads.append(Path(p).name) or real(p, limit))
+    s = cyclelang.load(main_spec)
+    assert s.engine.name == "e"
+    assert sorted(reads) == sorted(["main.cycle", *(f"l{i}.cycle" for i in range(8))])
+
+
+def test_d3_diamond_include_is_read_once_not_twice(tmp_path):
+    (tmp_path / "d.cycle").write_text("let shared = 8\n")
+    (tmp_path / "b.cycle").write_text('include "d.cycle"\n')
+    (tmp_path / "c.cycle").write_text('include "d.cycle"\n')
+    (tmp_path / "a.cycle").write_text('include "b.cycle"\ninclude "c.cycle"\n' + ENGINE.replace("width=8", "width=shared"))
+    assert cyclelang.load(tmp_path / "a.cycle").engine.width == 8
+
+
+def test_d3_too_many_distinct_files_is_e0113(tmp_path):
+    from cyclelang.semantics.resolve import MAX_INCLUDE_FILES
+
+    n = MAX_INCLUDE_FILES + 5
+    for i in range(n):
+        (tmp_path / f"f{i}.cycle").write_text(f"let v{i} = 1\n")
+    (tmp_path / "main.cycle").write_text("".join(f'include "f{i}.cycle"\n' for i in range(n)) + ENGINE)
+    assert "E0113" in codes_of(cyclelang.load, tmp_path / "main.cycle")
+
+
+def test_d3_too_many_bytes_in_all_is_e0113(tmp_path):
+    from cyclelang.semantics.resolve import MAX_INCLUDE_BYTES
+    from cyclelang.syntax.parser import MAX_SOURCE_BYTES
+
+    line = "# " + "x" * 1000 + "\n"
+    per_file = line * ((MAX_SOURCE_BYTES - 100) // len(line))
+    n = MAX_INCLUDE_BYTES // len(per_file) + 2
+    for i in range(n):
+        (tmp_path / f"f{i}.cycle").write_text(per_file + f"let v{i} = 1\n")
+    (tmp_path / "main.cycle").write_text("".join(f'include "f{i}.cycle"\n' for i in range(n)) + ENGINE)
+    assert "E0113" in codes_of(cyclelang.load, tmp_path / "main.cycle")
+
+
+# --- d6: non-regular files and sizes, everywhere input is read ---------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["check", "/dev/zero"], ["fmt", "/dev/zero"], ["ir", "/dev/zero"]])
+def test_d6_device_as_spec_is_refused_before_reading(argv):
+    r = cyclec(*argv, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "E0112" in r.stderr and "character device" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+@pytest.mark.parametrize("command", ["check", "fmt"])
+def test_d6_fifo_as_spec_does_not_block(tmp_path, command):
+    fifo = tmp_path / "s.cycle"
+    os.mkfifo(fifo)
+    r = cyclec(command, fifo, timeout=60)  # blocked forever on main
+    assert r.returncode == 1 and "E0112" in r.stderr and "FIFO" in r.stderr
+
+
+def test_d6_fire_data_and_draw_annotate_refuse_devices(spec):
+    need("torch")
+    spec.write_text(ENGINE.replace("vocab=16", "vocab=256"))
+    r = cyclec("fire", spec, "--data", "/dev/zero", timeout=60)
+    assert r.returncode == 1 and "E0112" in r.stderr, r.stderr
+    r = cyclec("draw", spec, "-o", "-", "--annotate", "/dev/zero", timeout=60)
+    assert r.returncode == 1 and "E0112" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_d6_load_weights_on_a_fifo_does_not_block(tmp_path):
+    need("torch")
+    from cyclelang.backends.torch.build import WeightsError, load_weights
+
+    fifo = tmp_path / "w.safetensors"
+    os.mkfifo(fifo)
+    model = cyclelang.build(ENGINE, seed=0)
+    with pytest.raises(WeightsError, match="FIFO"):
+        load_weights(model, fifo)
+
+
+def test_d6_read_input_limits(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 101)
+    with pytest.raises(cio.InputRefused) as e:
+        cio.read_input(big, 100)
+    assert e.value.too_large
+    assert cio.read_input(big, 101) == b"x" * 101
+    with pytest.raises(cio.InputRefused, match="directory"):
+        cio.read_input(tmp_path, 100)
+
+
+# --- d9: ordinary conditions get their own message and exit code, never 123 -------------------------
+
+
+def test_d9_missing_output_directory_exits_3(tmp_path):
+    r = cyclec("ir", GPT2, "-o", tmp_path / "nodir" / "x.json")
+    assert r.returncode == 3, r.stderr
+    assert "the directory does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_d9_full_and_closed_stdout_exit_3():
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([*CLI, "ir", str(GPT2)], stdout=full, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 3 and "No space left" in r.stderr, r.stderr
+    r = subprocess.run([*CLI, "ir", str(GPT2)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=lambda: os.close(1))
+    assert r.returncode == 3 and "stdout is closed" in r.stderr, r.stderr
+
+
+def test_d9_file_size_limit_exits_3(tmp_path):
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+
+    r = subprocess.run([*CLI, "ir", str(GPT2), "-o", str(tmp_path / "x.json")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=limit)
+    assert r.returncode == 3 and "File too large" in r.stderr, r.stderr
+    assert listing(tmp_path) == []
+
+
+def test_d9_symlink_loop_in_an_include_is_e0105(tmp_path):
+    (tmp_path / "a.cycle").symlink_to("b.cycle")
+    (tmp_path / "b.cycle").symlink_to("a.cycle")
+    (tmp_path / "main.cycle").write_text('include "a.cycle"\n' + ENGINE)
+    r = cyclec("check", tmp_path / "main.cycle")
+    assert r.returncode == 1 and "E0105" in r.stderr and "loop" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["build", "{s}", "--seed", "18446744073709551616"],
+    ["fire", "{s}", "--seed", "-1"],
+    ["fire", "{s}", "--batch", "100000000"],
+    ["fire", "{s}", "--batch", "0"],
+    ["fire", "{s}", "--train", "-3"],
+    ["fire", "{s}", "--width", "0"],
+])
+def test_d9_bad_flag_values_are_usage_errors(spec, argv):
+    r = CliRunner().invoke(main, [a.format(s=spec) for a in argv])
+    assert r.exit_code == 2, r.output
+    assert "Invalid value" in r.output
+
+
+def test_d9_cp1252_stdout_gets_utf8_dot():
+    r = subprocess.run([*CLI, "draw", str(GPT2), "-o", "-"], capture_output=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "cp1252"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode("utf-8").startswith("digraph")
+
+
+@pytest.mark.parametrize("module,argv,hint", [
+    ("torch", ["build", "{s}"], "pip install torch"),
+    ("torch", ["fire", "{s}"], "pip install torch"),
+    ("matplotlib", ["fire", "{s}", "--plot", "{d}/x.png"], "cyclelang[stand]"),
+])
+def test_d9_missing_optional_package_is_a_usage_error(spec, module, argv, hint):
+    code = f"import sys; sys.modules[{module!r}] = None; from cyclelang.cli import main; main(sys.argv[1:], prog_name='cyclec')"
+    argv = [a.format(s=spec, d=spec.parent) for a in argv]
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2, r.stderr
+    assert hint in r.stderr and "Traceback" not in r.stderr
+    assert listing(spec.parent) == ["s.cycle"]
+
+
+# --- d10: build -o X --weights W is one transaction; signals clean temporaries ----------------------
+
+
+def test_d10_atomic_write_all_rolls_back_the_first_when_the_second_fails(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.py", tmp_path / "b.safetensors"
+    a.write_text("old a")
+    b.write_text("old b")
+    real = os.replace
+    calls = []
+
+    def second_fails(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(cio.os, "replace", second_fails)
+    with pytest.raises(OSError):
+        cio.atomic_write_all([(a, "new a"), (b, b"new b")])
+    monkeypatch.undo()
+    assert a.read_text() == "old a" and b.read_text() == "old b"
+    assert listing(tmp_path) == ["a.py", "b.safetensors"]
+
+
+def test_d10_atomic_write_all_removes_a_new_first_file_when_the_second_fails(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.py", tmp_path / "b.safetensors"
+    real = os.replace
+    calls = []
+
+    def second_fails(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(cio.os, "replace", second_fails)
+    with pytest.raises(KeyboardInterrupt):
+        cio.atomic_write_all([(a, "new a"), (b, b"new b")])
+    monkeypatch.undo()
+    assert listing(tmp_path) == []
+
+
+def test_d10_build_weights_failure_leaves_both_old_files(tmp_path, spec, monkeypatch):
+    need("torch")
+    out, weights = tmp_path / "m.py", tmp_path / "w.safetensors"
+    out.write_text("old source")
+    weights.write_bytes(b"old weights")
+    real = os.replace
+
+    def weights_fail(src, dst):
+        if str(dst).endswith(".safetensors"):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(cio.os, "replace", weights_fail)
+    r = CliRunner().invoke(main, ["build", str(spec), "-o", str(out), "--weights", str(weights)])
+    monkeypatch.undo()
+    assert r.exit_code == 3, r.output
+    assert out.read_text() == "old source" and weights.read_bytes() == b"old weights"
+    assert listing(tmp_path) == ["m.py", "s.cycle", "w.safetensors"]
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_d10_signal_mid_write_leaves_old_file_and_no_temporary(tmp_path, spec, signame):
+    out = tmp_path / "x.json"
+    out.write_text("old")
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        real = os.fsync
+        def fsync(fd):
+            real(fd)
+            os.kill(os.getpid(), signal.{signame})
+        os.fsync = fsync
+        from cyclelang.cli import main
+        main(sys.argv[1:], prog_name="cyclec")
+    """)
+    r = subprocess.run([sys.executable, "-c", code, "ir", str(spec), "-o", str(out)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 128 + getattr(signal, signame), r.stderr
+    assert "terminated by signal" in r.stderr
+    assert out.read_text() == "old"
+    assert listing(tmp_path) == ["s.cycle", "x.json"]
+
+
+# --- d11: Graphviz is given a bounded graph and a bounded time --------------------------------------
+
+
+def test_d11_render_refuses_a_huge_graph_before_calling_dot(monkeypatch):
+    from cyclelang.backends import graphviz as gv
+
+    called = []
+    monkeypatch.setattr(gv.subprocess, "run", lambda *a, **k: called.append(a))
+    monkeypatch.setattr(gv.shutil, "which", lambda name: "/usr/bin/dot")
+    dot = "digraph g {\n" + "".join(f"  n{i} -> n{i + 1};\n" for i in range(gv.MAX_DOT_LINES + 1)) + "}\n"
+    with pytest.raises(CycleError) as e:
+        gv.render(dot, "svg")
+    assert [d.code for d in e.value.diagnostics] == ["E0223"] and not called
+
+
+def test_d11_render_bounds_dot_run_time(tmp_path, monkeypatch):
+    from cyclelang.backends import graphviz as gv
+
+    slow = tmp_path / "dot"
+    slow.write_text("#!/bin/sh\nexec sleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(gv.shutil, "which", lambda name: str(slow))
+    with pytest.raises(CycleError) as e:
+        gv.render("digraph g { a -> b }", "svg", timeout=0.5)
+    assert [d.code for d in e.value.diagnostics] == ["E0224"]
+
+
+# --- d12: draw --annotate validates the report --------------------------------------------------------
+
+
+def _report(tmp_path, spec) -> dict:
+    need("torch")
+    r = CliRunner().invoke(main, ["fire", str(spec), "--json", str(tmp_path / "fire.json")])
+    assert r.exit_code == 0, r.output
+    return json.loads((tmp_path / "fire.json").read_text())
+
+
+STAGED = ENGINE.replace("  nozzle head\n", "  stage b x 2 { prechamber mix { norm layernorm  turbine attention heads=2  merge plain } }\n  norm layernorm\n  nozzle head\n")
+
+
+@pytest.mark.parametrize("bad,expect", [("Infinity", "Infinity"), ("NaN", "NaN"), ('"high"', "grad_in")])
+def test_d12_annotate_non_finite_or_ill_typed_reading_is_e0114(tmp_path, bad, expect):
+    spec = tmp_path / "s.cycle"
+    spec.write_text(STAGED)
+    report = _report(tmp_path, spec)
+    text = json.dumps(report).replace(f'"grad_in": {report["runs"][0]["stages"][1]["grad_in"]!r}', f'"grad_in": {bad}', 1)
+    assert text != json.dumps(report)
+    (tmp_path / "bad.json").write_text(text)
+    r = CliRunner().invoke(main, ["draw", str(spec), "-o", str(tmp_path / "x.dot"), "--annotate", str(tmp_path / "bad.json")])
+    assert r.exit_code == 1, r.output
+    assert "E0114" in r.output and expect in r.output
+    assert not (tmp_path / "x.dot").exists()
+
+
+def test_d12_annotate_of_another_engine_is_e0115(tmp_path):
+    spec = tmp_path / "s.cycle"
+    spec.write_text(STAGED)
+    _report(tmp_path, spec)
+    other = tmp_path / "o.cycle"
+    other.write_text(STAGED.replace("engine e", "engine other"))
+    r = CliRunner().invoke(main, ["draw", str(other), "-o", str(tmp_path / "x.dot"), "--annotate", str(tmp_path / "fire.json")])
+    assert r.exit_code == 1 and "E0115" in r.output
+
+
+# --- d16: weights ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd", "sub/../../outside.safetensors"])
+def test_d16_index_shards_cannot_leave_their_folder(tmp_path, shard):
+    torch = need("torch")
+    from safetensors.torch import save_file
+
+    from cyclelang.interop import InteropError, read_safetensors
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "outside.safetensors"))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": shard}}))
+    with pytest.raises(InteropError, match="not a file in the checkpoint's folder"):
+        read_safetensors(ckpt)
+
+
+def test_d16_huge_declared_extra_tensor_is_a_weights_error_without_allocating(tmp_path):
+    torch = need("torch")
+    from safetensors.torch import save
+
+    from cyclelang.backends.torch.build import WeightsError, load_weights
+
+    model = cyclelang.build(ENGINE, seed=0)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    raw = bytearray(save(state))
+    # declare an extra tensor of 2**40 floats in the header, with no data behind it
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    header["zz_huge"] = {"dtype": "F32", "shape": [1 << 20, 1 << 20], "data_offsets": [end, end + 4 * (1 << 40)]}
+    h = json.dumps(header).encode()
+    (tmp_path / "w.safetensors").write_bytes(len(h).to_bytes(8, "little") + h + bytes(raw[8 + n :]))
+    with pytest.raises(WeightsError):
+        load_weights(model, tmp_path / "w.safetensors")
