@@ -26,8 +26,8 @@ def to_spec(spec) -> Spec:
     if isinstance(spec, Path):
         return load(spec)
     if isinstance(spec, str):
-        if "\n" not in spec and spec.endswith(".cycle") and os.path.exists(spec):
-            return load(spec)
+        if "\n" not in spec and spec.strip().endswith(".cycle") and "{" not in spec:
+            return load(spec.strip())  # a path, also one that does not exist: E0105 says so (not "unknown statement")
         return parse(spec)
     raise TypeError(f"expected a path, spec text or a cyclelang.Spec, got {type(spec).__name__}")
 

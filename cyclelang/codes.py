@@ -344,6 +344,13 @@ _add("E0223", "diagram too large to lay out", """
 diagram that takes Graphviz minutes to lay out and that no page can show. Write the DOT
 itself (`-o x.dot`), draw folded (without --expand), or gather stages into templates.""", "cyclec draw huge.cycle -o huge.svg")
 _add("E0224", "Graphviz ran out of time", "Graphviz's `dot` is given 60 seconds to lay out a diagram; it did not finish. Write the DOT itself (`-o x.dot`) and lay it out separately.", "cyclec draw huge.cycle -o huge.svg")
+_add("W112", "unwise value", """
+A value inside its range (outside it is E0205) that is still unlikely to be meant: a
+learning rate of 1 or more, weight decay of 1 or more, dropout of one half or more, an
+init std of 1 or more, a merge scale above 1 (it heats the branch instead of cooling it),
+a gate bias beyond 10 (the gate starts saturated and barely learns), a balance weight of 1
+or more. Each is legal; each usually makes a model that diverges or learns nothing.""",
+     "startup { schedule constant lr=3 }")
 
 
 def explanation(c: Code) -> str:

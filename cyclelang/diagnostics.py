@@ -64,6 +64,10 @@ class CycleError(Exception):
     def render(self, color: bool = False) -> str:
         return render(self.diagnostics, self.sources, color=color)
 
+    def __str__(self) -> str:
+        """Every diagnostic, with its source line, caret, notes and help: what `cyclec` prints."""
+        return self.render().rstrip("\n") if self.diagnostics else "cyclelang error"
+
 
 def _one_line(d: Diagnostic) -> str:
     where = f"{d.span}: " if d.span else ""

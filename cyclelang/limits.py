@@ -9,7 +9,13 @@ asks for a trillion weights gets a diagnostic instead of an out-of-memory kill;
 `--allow-large` lifts it.
 
 The estimate is closed form, from the IR alone (no torch): the kinds table's count
-for every part of the layout, multiplied by each stage's repeat.
+for every part of the layout, multiplied by each stage's repeat. The limit counts
+every tensor the build allocates, not only the trainable ones: the fixed sinusoidal
+position table (context x width) and the rotary cos/sin tables (2 x context x rotated
+dims, one pair per distinct rotation), which `feed ... context=16777216
+position=sinusoidal` makes 64 GiB of on a 4-million-parameter engine. Masks are made
+per forward pass at the sequence's length, and the KV cache grows as a sequence is
+decoded: neither is allocated at build.
 """
 
 from __future__ import annotations
@@ -27,12 +33,26 @@ def estimate_parameters(spec: ir.Spec) -> int:
     return sum(p.params * p.repeat for p in ir.layout.layout(spec.engine).parts())
 
 
+def estimate_buffers(spec: ir.Spec) -> int:
+    """Values in the fixed tables the built model allocates beside its parameters."""
+    e = spec.engine
+    if e is None:
+        return 0
+    n = e.feed.context * e.feed.width if e.feed.position == "sinusoidal" else 0
+    ropes = {(p.node.rotary_dims, p.node.rotary_base) for p in ir.layout.layout(e).parts()
+             if isinstance(p.node, ir.Attention) and p.node.rotary_dims}
+    return n + sum(2 * e.feed.context * dims for dims, _ in ropes)
+
+
 def check_parameters(spec: ir.Spec, allow_large: bool = False, limit: int = MAX_PARAMETERS) -> int:
-    """The estimate; raises CycleError (E0219) above `limit` unless `allow_large`."""
+    """The parameter estimate; raises CycleError (E0219) when parameters and buffers together
+    are above `limit` values, unless `allow_large`."""
     n = estimate_parameters(spec)
-    if n > limit and not allow_large:
+    b = estimate_buffers(spec)
+    if n + b > limit and not allow_large:
         engine = spec.engine
         span = engine.span if engine is not None else spec.span
-        raise CycleError([Diagnostic("E0219", "error", f"engine '{engine.name}' would have about {n:,} parameters, above the limit of {limit:,}", span,
-                                     "pass --allow-large to build it anyway, or make it smaller")])
+        what = f"about {n:,} parameters" + (f" and {b:,} values of fixed tables (positions, rotary)" if b else "")
+        raise CycleError([Diagnostic("E0219", "error", f"engine '{engine.name}' would allocate {what}, above the limit of {limit:,} values", span,
+                                     "pass --allow-large to build it anyway, or make it smaller (a shorter context shrinks the tables)")])
     return n

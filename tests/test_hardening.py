@@ -479,3 +479,245 @@ def test_d16_huge_declared_extra_tensor_is_a_weights_error_without_allocating(tm
     (tmp_path / "w.safetensors").write_bytes(len(h).to_bytes(8, "little") + h + bytes(raw[8 + n :]))
     with pytest.raises(WeightsError):
         load_weights(model, tmp_path / "w.safetensors")
+
+
+# --- d4: build's passes are linear in the folded IR -----------------------------------------------------
+
+
+def test_d4_parameter_summary_asks_the_layout_a_fixed_number_of_times(monkeypatch):
+    """The summary used to scan every part for every parameter: 20 stages x 10,000 repeats never
+    finished. Now the layout's parts are walked once per layout, however many instances there are."""
+    need("torch")
+    from cyclelang.backends.torch.build import param_summary
+    from cyclelang.ir import layout as lay
+
+    calls = []
+    real = lay.Layout.parts
+
+    def counted(self):
+        calls.append(1)
+        return real(self)
+
+    monkeypatch.setattr(lay.Layout, "parts", counted)
+    seen = {}
+    for repeat in (2, 40):
+        stages = "\n".join(f"stage s{i} x {repeat} {{ prechamber p {{ turbine linear }} }}" for i in range(5))
+        spec = cyclelang.parse(f"engine e {{ chamber width=2 feed tokens vocab=4 context=4 {stages} nozzle head }}")
+        model = cyclelang.build(spec, seed=0)
+        calls.clear()
+        info = param_summary(spec, model)
+        assert info["stages"]["s0"] == repeat * (2 * 2 + 2)
+        seen[repeat] = len(calls)
+    assert seen[2] == seen[40] <= 3, seen
+
+
+# --- d5: the size limit counts buffers -------------------------------------------------------------------
+
+
+def test_d5_limit_counts_position_and_rotary_tables():
+    need("torch")
+    from cyclelang.limits import estimate_buffers
+
+    sinus = cyclelang.parse("engine e { chamber width=256 feed tokens vocab=16 context=16777216 position=sinusoidal "
+                            "stage b { prechamber p { turbine mlp } } nozzle head }")
+    assert estimate_buffers(sinus) == 16777216 * 256
+    with pytest.raises(CycleError) as e:
+        cyclelang.build(sinus)  # 64 GiB of sinusoids on main; refused before a byte is allocated
+    assert [d.code for d in e.value.diagnostics] == ["E0219"] and "fixed tables" in str(e.value)
+    rope = cyclelang.parse("engine e { chamber width=64 feed tokens vocab=16 context=4096 position=none "
+                           "stage b { prechamber p { turbine attention heads=4 rotary } } stage c { prechamber p { turbine attention heads=4 rotary=0.5 } } nozzle head }")
+    assert estimate_buffers(rope) == 2 * 4096 * 16 + 2 * 4096 * 8  # one cos/sin pair per distinct rotation
+
+
+def test_d5_buffers_estimate_matches_the_built_model():
+    need("torch")
+    from cyclelang.limits import estimate_buffers
+
+    spec = cyclelang.parse("engine e { chamber width=16 feed tokens vocab=16 context=32 position=sinusoidal "
+                           "stage b { prechamber p { turbine attention heads=2 rotary } prechamber q { turbine attention heads=4 rotary } } nozzle head }")
+    model = cyclelang.build(spec, seed=0)
+    assert estimate_buffers(spec) == sum(b.numel() for b in model.buffers())
+
+
+# --- d8: float options have ranges; unwise values warn; the stand says non-finite ------------------------
+
+
+@pytest.mark.parametrize("option", [
+    "merge gate bias=1e39", "merge scale=1e39", "merge cooling std=1e39", "merge rezero init=1e39", "merge layerscale init=1e39",
+    "merge deepnorm alpha=1e39", "merge deepnorm beta=1e39", "turbine moe experts=2 capacity=1e308", "turbine moe experts=2 balance=1e39",
+    "norm layernorm eps=1e39", "turbine attention heads=2 rotary rotary_base=1e39",
+])
+def test_d8_huge_branch_options_are_out_of_range(option):
+    where = option if option.startswith("merge") else option
+    body = f"turbine mlp  {where}" if where.startswith("merge") else where
+    text = f"engine e {{ chamber width=8 feed tokens vocab=16 context=8 stage b {{ prechamber p {{ {body} }} }} nozzle head }}"
+    assert "E0205" in codes_of(cyclelang.parse, text)
+
+
+@pytest.mark.parametrize("line", ["schedule constant lr=1e39", "init normal std=1e39", "decay 1e39", "clip 1e39"])
+def test_d8_huge_startup_values_are_out_of_range(line):
+    assert "E0205" in codes_of(cyclelang.parse, f"engine e {{ chamber width=8 feed tokens vocab=16 context=8 nozzle head startup {{ {line} }} }}")
+
+
+def test_d8_huge_feed_scale_is_out_of_range():
+    assert "E0205" in codes_of(cyclelang.parse, "engine e { chamber width=8 feed tokens vocab=16 context=8 scale=1e39 nozzle head }")
+
+
+def test_d8_stand_reports_a_non_finite_model_as_such():
+    need("torch")
+    text = ("engine e { chamber width=8 feed tokens vocab=16 context=8 "
+            "stage b x 40 { prechamber p { turbine mlp  merge scale=1000 } } nozzle head startup { init normal std=2 } }")
+    spec = cyclelang.parse(text)
+    from cyclelang import review
+
+    assert "W112" in {d.code for d in review.review(spec)}  # the reviewer warned
+    report = cyclelang.fire(spec, width=8, depth=40, seq=4, batch=1)
+    checks = {c.name: c for c in report.runs[0].checks}
+    assert checks["causal"].status == "fail" and "not finite" in checks["causal"].detail
+    assert "future leaks" not in checks["causal"].detail
+
+
+# --- d13: keywords do not steal option names ----------------------------------------------------------------
+
+# Every option docs/language.md documents, written on its statement. `init` is also startup's keyword.
+DOCUMENTED = {
+    "chamber": ["width=8"],
+    "feed": ["vocab=16", "context=8", "position=sinusoidal", "scale=2", "dropout=0.1"],
+    "attention": ["heads=2", "kv_heads=1", "head_dim=4", "mask=causal", "window=4", "rotary=0.5", "rotary_base=500", "qk_norm", "bias=false", "dropout=0.1"],
+    "mlp": ["ratio=2", "act=gelu_tanh", "bias=false", "dropout=0.1"],
+    "mlp_hidden": ["hidden=24"],
+    "moe": ["experts=4", "top=2", "capacity=1.25", "balance=0.01", "ratio=2", "act=swiglu", "bias=false"],
+    "pool": ["size=3"],
+    "conv": ["size=4", "bias=false"],
+    "linear": ["out=8", "bias=false"],
+    "layernorm": ["eps=1e-5", "bias=false"],
+    "rmsnorm": ["eps=1e-6"],
+    "merge": ["scale=0.5", "cooling std=0.02", "rezero init=0.5", "layerscale init=0.1", "deepnorm alpha=2 beta=0.5", "gate bias=-2"],
+    "prechamber": ["detach", "overboard loss=0.1"],
+    "nozzle": ["tied", "bias=true"],
+    "startup": ["warmup 10", "schedule cosine lr=1e-3 min=1e-4 steps=100", "clip 1.0", "betas 0.9 0.95", "decay 0.1", "init normal std=0.02"],
+}
+
+
+def _engine(stage_body: str, feed: str = "vocab=16 context=8", nozzle: str = "", startup: str = "") -> str:
+    return (f"engine e {{ chamber width=8 feed tokens {feed} stage b {{ {stage_body} }} norm layernorm nozzle head {nozzle} "
+            f"startup {{ {startup} }} }}")
+
+
+def test_d13_every_documented_option_can_be_written():
+    texts = [_engine("prechamber p { turbine mlp }", feed=" ".join(DOCUMENTED["feed"]))]
+    for kind in ("attention", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
+        texts.append(_engine(f"prechamber p {{ turbine {kind.split('_')[0]} {' '.join(DOCUMENTED[kind])} }}"))
+    for kind in ("layernorm", "rmsnorm"):
+        texts.append(_engine(f"prechamber p {{ norm {kind} {' '.join(DOCUMENTED[kind])} turbine mlp }}"))
+    for m in DOCUMENTED["merge"]:
+        post = " norm layernorm" if "deepnorm" in m else ""
+        texts.append(_engine(f"prechamber p {{ turbine mlp merge {m} }}{post}"))
+    texts.append(_engine("prechamber p detach { turbine mlp }  prechamber q overboard loss=0.1 { turbine linear out=vocab }"))
+    texts.append(_engine("prechamber p { turbine mlp }", nozzle="tied bias=true"))
+    texts.append(_engine("prechamber p { turbine mlp }", startup="  ".join(DOCUMENTED["startup"])))
+    for text in texts:
+        cyclelang.parse(text)  # raises on E0005 (a keyword took the option's name) or any other error
+
+
+def test_d13_merge_init_options_reach_the_ir():
+    s = cyclelang.parse(_engine("prechamber p { turbine mlp merge rezero init=0.5 }  prechamber q { turbine mlp merge layerscale init=0.25 }"))
+    merges = [b.merge for b in s.engine.body[0].branch_list()]
+    assert merges[0].init == 0.5 and merges[1].init_asked == 0.25
+
+
+def test_d13_documented_options_table_covers_the_docs():
+    """Each `name=` the language reference shows in a table row is written by the test above."""
+    import re
+
+    doc = (ROOT / "docs" / "language.md").read_text("utf-8")
+    shown = set(re.findall(r"^\| `(?:merge \w+ \[)?([a-z_]+)(?:=|\[=)", doc, re.M))
+    written = {o.split("=")[0].split()[-1] for opts in DOCUMENTED.values() for opt in opts for o in opt.split()}
+    assert shown and shown <= written, shown - written
+
+
+def test_d13_a_misplaced_keyword_is_still_a_syntax_error():
+    assert codes_of(cyclelang.parse, "engine e { merge cooling }")[:1] == ["E0005"]
+
+
+# --- d15: whole numbers are exact -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [9007199254740993, 9007199254740992, 2**62])
+def test_d15_warmup_is_parsed_exactly(n):
+    s = cyclelang.parse(f"engine e {{ chamber width=8 feed tokens vocab=16 context=8 nozzle head startup {{ warmup {n} }} }}")
+    assert s.engine.startup.warmup == n
+
+
+def test_d15_repeat_counts_are_exact():
+    assert "E0216" in codes_of(cyclelang.parse, "engine e { chamber width=8 feed tokens vocab=16 context=8 "
+                                                "stage b x 9007199254740993 { prechamber p { turbine mlp } } nozzle head }")
+
+
+# --- d17: usability traps -----------------------------------------------------------------------------------
+
+
+def test_d17_build_of_a_missing_file_says_so():
+    assert codes_of(cyclelang.parse, "x") != ["E0105"]  # spec text is still spec text
+    with pytest.raises(CycleError) as e:
+        cyclelang.build("nonexistent.cycle")
+    assert [d.code for d in e.value.diagnostics] == ["E0105"] and "no such file" in str(e.value)
+
+
+def test_d17_str_of_a_cycle_error_has_every_diagnostic_with_caret_and_help():
+    with pytest.raises(CycleError) as e:
+        cyclelang.parse("engine e { chamber width=0 feed tokens vocab=16 context=8 nozzle head  turbine mlp ratoi=2 }")
+    text = str(e.value)
+    assert "E0205" in text and "E0201" in text and "^" in text and "help: did you mean 'ratio'?" in text
+
+
+def test_d17_e0205_is_not_used_for_unrelated_errors():
+    from cyclelang.codes import CODES
+
+    for code in ("E0114", "E0115", "E0116", "E0117"):
+        assert code in CODES
+    src = "".join((ROOT / "cyclelang" / p).read_text() for p in ("cli/draw.py", "stand/data.py", "stand/run.py"))
+    assert '"E0205"' not in src
+
+
+def test_d17_explain_list():
+    from cyclelang.codes import CODES
+
+    r = CliRunner().invoke(main, ["explain", "--list"])
+    assert r.exit_code == 0
+    listed = [line.split()[0] for line in r.output.splitlines()]
+    assert sorted(listed) == sorted(CODES) and "E0112" in listed and "W112" in listed
+
+
+@pytest.mark.parametrize("body", [
+    "turbin attention heads=4",
+    "stage b { prechamber p { norm layernorm  turbin attention heads=4 } }",
+    "stage b { prechamber p { turbine mlp\n turbin attention heads=4 } }",
+])
+def test_d17_misspelled_turbine_gets_one_error_that_suggests_it(body):
+    with pytest.raises(CycleError) as e:
+        cyclelang.parse(f"engine e {{\n chamber width=8\n feed tokens vocab=16 context=8\n {body}\n nozzle head\n}}")
+    first = e.value.diagnostics[0]
+    assert first.code == "E0006" and first.help == "did you mean 'turbine'?"
+    assert len(e.value.diagnostics) == 1, str(e.value)
+
+
+def test_d17_standard_post_ln_bert_passes_strict(tmp_path):
+    bert = tmp_path / "bert.cycle"
+    bert.write_text(textwrap.dedent("""
+        engine bert {
+          chamber width=768
+          throat open
+          feed tokens vocab=30522 context=512 position=learned
+          stage layer x 12 {
+            prechamber mix { turbine attention heads=12 }
+            norm layernorm
+            prechamber burn { turbine mlp act=gelu }
+            norm layernorm
+          }
+          nozzle head
+          startup { warmup 10000 }
+        }
+    """))
+    r = CliRunner().invoke(main, ["check", "--strict", str(bert)])
+    assert r.exit_code == 0, r.output

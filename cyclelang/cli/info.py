@@ -10,12 +10,20 @@ from . import include_path_option, load_spec, output_option, refuse_output_over_
 
 
 @click.command()
-@click.argument("code")
-def explain(code):
-    """Print what diagnostic CODE means, why it matters and how to fix it."""
+@click.argument("code", required=False)
+@click.option("--list", "list_all", is_flag=True, help="List every code with its title.")
+def explain(code, list_all):
+    """Print what diagnostic CODE means, why it matters and how to fix it (--list: every code)."""
     from ..codes import CODES, explanation
     from ..diagnostics import did_you_mean
 
+    if list_all:
+        if code is not None:
+            raise click.UsageError("give a CODE or --list, not both")
+        click.echo("".join(f"{c.code}  {c.title}\n" for c in sorted(CODES.values(), key=lambda c: (c.code[0] != "E", c.code[0], c.code))), nl=False)
+        return
+    if code is None:
+        raise click.UsageError("give a CODE (such as E0101), or --list for every code")
     c = CODES.get(code.upper())
     if c is None:
         # letters typed for digits (W1O1) first, then the closest spelling

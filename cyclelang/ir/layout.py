@@ -319,20 +319,32 @@ class Layout:
         yield self.nozzle
 
     def stage_of_instance(self, i: int) -> StageLayout | None:
-        for sl in self.stages:
-            if sl.first <= i < sl.first + sl.stage.repeat:
-                return sl
+        import bisect
+
+        if "_firsts" not in self.__dict__:
+            self._firsts = [sl.first for sl in self.stages]
+        k = bisect.bisect_right(self._firsts, i) - 1  # a lookup per name: linear in the folded IR, not in instances
+        if k >= 0 and i < self.stages[k].first + self.stages[k].stage.repeat:
+            return self.stages[k]
         return None
 
     def part_of(self, name: str) -> Part | None:
-        """The part that owns a parameter of the built model (`stages.3.mix.attn.qkv.weight`)."""
+        """The part that owns a parameter of the built model (`stages.3.mix.attn.qkv.weight`):
+        the one owning the longest prefix of its folded name (a dict lookup per prefix)."""
+        if "_owners" not in self.__dict__:
+            owners: dict[str, Part] = {}
+            for p in self.parts():
+                for prefix in p.owns():
+                    owners.setdefault(prefix, p)  # the first in source order, as the scan did
+            self._owners = owners
         folded = fold(name, self)
-        best, n = None, -1
-        for p in self.parts():
-            for prefix in p.owns():
-                if (folded == prefix or folded.startswith(prefix + ".")) and len(prefix) > n:
-                    best, n = p, len(prefix)
-        return best
+        while True:
+            if folded in self._owners:
+                return self._owners[folded]
+            cut = folded.rfind(".")
+            if cut < 0:
+                return None
+            folded = folded[:cut]
 
     def group_of(self, name: str) -> str | None:
         """The report's parameter group for any name in the built model: a branch's path for

@@ -67,7 +67,11 @@ def post_ln_without_warmup(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 
 def deep_without_cooling(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     merges = merges_into_main_line(e)
-    if merges < cfg.deep_merges:
+    # a norm in series on the main line (Post-LN, BERT) renormalises the chamber after every
+    # layer, so its merges do not add up: the stand measures its chamber at RMS 1 at every depth
+    unregulated = sum(s.repeat * sum(not b.overboard for b in ir.stage_branches(s)) for s in stages(e)
+                      if not any(isinstance(op, ir.Norm) for op in s.ops))
+    if merges < cfg.deep_merges or unregulated < cfg.deep_merges:
         return []
     branches = [b for s in stages(e) for b in ir.stage_branches(s) if not b.overboard]
     if any(ir.kinds.kind_of(b.merge).cooled or isinstance(b.merge, ir.ScaleMerge) and abs(b.merge.value) < 1 for b in branches):
@@ -341,6 +345,44 @@ def moe_without_sparsity(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     return out
 
 
+# --- W112: legal but unwise values -------------------------------------------------------------
+
+
+def unwise_values(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    """Values inside their ranges (E0205 guards those) that are still unlikely to be meant."""
+    out = []
+    st = e.startup
+    if st is not None:
+        where = st.schedule.span or st.span or e.span
+        if st.schedule.lr >= 1:
+            out.append(_w("W112", f"a learning rate of {st.schedule.lr:g}: AdamW steps of that size throw the weights far from anything learned", where,
+                          "transformers train at 1e-4 to 1e-3 (small models up to about 1e-2)"))
+        if st.decay >= 1:
+            out.append(_w("W112", f"weight decay {st.decay:g}: each step shrinks every weight by lr x {st.decay:g}, which outpulls the gradient", st.span or e.span,
+                          "AdamW's decay is usually 0.01 to 0.1"))
+        if st.init.kind == "normal" and st.init.std >= 1:
+            out.append(_w("W112", f"init std {st.init.std:g}: weights this large saturate every activation and blow up the chamber's norm at the first stage", st.init.span or st.span or e.span,
+                          "transformers start at std 0.02 (or 1/sqrt(width))"))
+    if e.feed.dropout >= 0.5:
+        out.append(_w("W112", f"feed dropout {e.feed.dropout:g} drops most of every embedding", e.feed.span, "dropout is usually 0 to 0.3"))
+    for p in parts(e):
+        node = p.node
+        rate = getattr(node, "dropout", None)
+        if isinstance(rate, float) and rate >= 0.5 and node is not e.feed:
+            out.append(_w("W112", f"dropout {rate:g} at {p.path}: most of the branch's output is thrown away on every training step", node.span,
+                          "dropout is usually 0 to 0.3"))
+        if isinstance(node, ir.ScaleMerge) and abs(node.value) > 1:
+            out.append(_w("W112", f"merge scale={node.value:g} amplifies every branch it returns: the chamber's norm grows by that factor per merge", node.span,
+                          "scale below 1 cools a branch; above 1 it heats it"))
+        if isinstance(node, ir.GateMerge) and abs(node.bias) > 10:
+            out.append(_w("W112", f"gate bias={node.bias:g}: the sigmoid starts saturated at {'1' if node.bias > 0 else '0'}, so the gate learns almost nothing", node.span,
+                          "the highway default is -1; keep |bias| below about 5"))
+        if isinstance(node, ir.Moe) and node.balance >= 1:
+            out.append(_w("W112", f"balance={node.balance:g}: the load-balancing loss outweighs the language-modelling loss", node.span,
+                          "the Switch Transformer uses 0.01"))
+    return out
+
+
 Rule = Callable[[ir.Engine, ReviewConfig], list[Diagnostic]]
 
 RULES: tuple[Rule, ...] = (
@@ -360,10 +402,11 @@ RULES: tuple[Rule, ...] = (
     moe_without_sparsity,
     attention_scale_far_off,
     norm_offset_unusual,
+    unwise_values,
 )
 
 # The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W125", "W126", "N101", "N102", "N103")
+REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "N101", "N102", "N103")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:

@@ -161,9 +161,21 @@ class Options:
         return default
 
     def finish(self) -> None:
+        from ..syntax.parser import KEYWORD_HOMES
+
         explained = set()
+        misspelled = False  # a statement keyword misspelled: the options after it are its own, not ours
         for name, o in self.by_name.items():
             if name not in self.known:
+                if misspelled:
+                    continue
+                keyword = did_you_mean(name, KEYWORD_HOMES) if o.value is None else None
+                if keyword is not None and did_you_mean(name, self.known) is None:
+                    # newlines carry no meaning, so `turbin attention heads=4` on the next line reads as
+                    # options of the statement before it: say what it is, once
+                    self.out.error("E0006", f"unknown statement '{name}'", o.name.span, keyword)
+                    misspelled = True
+                    continue
                 hint = did_you_mean(name, self.known)
                 if hint is not None:
                     explained.add(hint.split("'")[1])
@@ -262,7 +274,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("vocab", "int", "vocabulary size: rows of the token embedding", "the tanks", required=True, max=MAX_VOCAB),
         Opt("context", "int", "the longest sequence (learned positions have this many rows)", "", required=True, max=MAX_CONTEXT),
         Opt("position", "choice", "how positions enter: a learned table, fixed sinusoids, or none (rotary attention)", "", default="learned", choices=("learned", "sinusoidal", "none")),
-        Opt("scale", "float", "multiplies the embedding (sqrt(width) in the original Transformer)", "the feed pumps' head", default=1.0, lo=0.0, lo_open=True),
+        Opt("scale", "float", "multiplies the embedding (sqrt(width) in the original Transformer)", "the feed pumps' head", default=1.0, lo=0.0, lo_open=True, hi=1e4),
         Opt("dropout", ml="dropout on the embedding", **_DROPOUT),
         Opt("padding", "int", "the padding token (padding_idx): its embedding starts at 0 and gets no gradient", "a bleed line that carries no propellant", min=0, max=MAX_VOCAB),
     ),
@@ -274,7 +286,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
     "prechamber": (
         Opt("detach", "bool", "the branch reads x.detach(): no gradient flows back into its input", "an open cycle: exhaust decoupled from the chamber", default=False),
         Opt("overboard", "bool", "the branch's output is not added back to the stream (an auxiliary head)", "exhaust dumped overboard", default=False),
-        Opt("loss", "float", "with overboard: weight of the branch's auxiliary next-token loss", "", lo=0.0),
+        Opt("loss", "float", "with overboard: weight of the branch's auxiliary next-token loss", "", lo=0.0, hi=1e3),
     ),
     "turbine attention": (
         Opt("heads", "int", "query heads", "injector baffles", required=True, max=MAX_WIDTH),
@@ -283,7 +295,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("mask", "choice", "causal or bidirectional", "the throat", default_text="the throat's", choices=("causal", "open")),
         Opt("window", "int", "sliding window: attend to the last N positions only (causal only)", "", max=MAX_CONTEXT),
         Opt("rotary", "float", "rotary positions on this fraction of each head's dims (bare: all)", "", default=0.0, lo=0.0, hi=1.0, flag=1.0),
-        Opt("rotary_base", "float", "rotary frequency base", "", default=10000.0, lo=0.0, lo_open=True),
+        Opt("rotary_base", "float", "rotary frequency base", "", default=10000.0, lo=1.0, lo_open=True, hi=1e12),
         Opt("rotary_interleaved", "bool", "rotate dims in adjacent pairs (GPT-J), not the two halves (GPT-NeoX, Llama)", "", default=False),
         Opt("qk_norm", "bool", "normalise queries and keys per head (RMSNorm), before rotary (Qwen3)", "", default=False),
         Opt("qk_norm_across", "bool", "with qk_norm: one norm over all heads' queries, one over all keys (OLMo-2)", "", default=False),
@@ -297,14 +309,14 @@ TABLE: dict[str, tuple[Opt, ...]] = {
     "turbine moe": (
         Opt("experts", "int", "number of experts", "injector elements", required=True, max=MAX_EXPERTS),
         Opt("top", "int", "experts each token is routed to", "", default_text="2 (1 with one expert)"),
-        Opt("capacity", "float", "capacity factor: tokens an expert takes, relative to an even share", "restrictor orifices", lo=0.0, lo_open=True),
-        Opt("balance", "float", "weight of the load-balancing loss", "mixture trim", default=0.0, lo=0.0),
+        Opt("capacity", "float", "capacity factor: tokens an expert takes, relative to an even share", "restrictor orifices", lo=0.0, lo_open=True, hi=1e3),
+        Opt("balance", "float", "weight of the load-balancing loss", "mixture trim", default=0.0, lo=0.0, hi=1e3),
         Opt("normalize", "bool", "renormalise the chosen experts' weights to sum to 1, for every top (Mixtral); false: the raw probabilities", "", default=True),
         Opt("shared", "int", "hidden width of a shared expert every token visits (Qwen2-MoE); 0: none", "an injector element that always flows", default=0, min=0, max=MAX_WIDTH * 64),
         Opt("shared_gate", "bool", "scale the shared expert's output by sigmoid(w . x) (Qwen2-MoE)", "a throttle on that element", default=False),
         _RATIO, _HIDDEN, _ACT, _BIAS,
     ),
-    "turbine pool": (Opt("size", "int", "pooling window (causal engines pool only the past)", "", default=3, max=MAX_CONTEXT),),
+    "turbine pool": (Opt("size", "int", "pooling window, at least 2: size 1 averages a position alone, and pool(x) - x is zero (causal engines pool only the past)", "", default=3, min=2, max=MAX_CONTEXT),),
     "turbine conv": (
         Opt("size", "int", "kernel size: how many neighbouring positions mix", "", default=4, max=MAX_CONTEXT),
         _BIAS,
@@ -314,44 +326,44 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         _BIAS,
     ),
     "norm layernorm": (
-        Opt("eps", "float", "added to the variance", "", default=1e-5, lo=0.0, lo_open=True),
+        Opt("eps", "float", "added to the variance", "", default=1e-5, lo=0.0, lo_open=True, hi=1.0),
         Opt("bias", "bool", "a learned shift next to the gain", "", default_text="affine"),
         Opt("affine", "bool", "a learned gain (and bias); false normalises only (OLMo)", "an adjustable valve, not a fixed orifice", default=True),
     ),
     "norm rmsnorm": (
-        Opt("eps", "float", "added to the mean square", "", default=1e-6, lo=0.0, lo_open=True),
+        Opt("eps", "float", "added to the mean square", "", default=1e-6, lo=0.0, lo_open=True, hi=1.0),
         Opt("affine", "bool", "a learned gain; false normalises only", "an adjustable valve, not a fixed orifice", default=True),
         Opt("offset", "float", "the gain is offset + w, w starting at 1 - offset (Gemma: 1)", "", default=0.0, lo=-1e6, hi=1e6),
     ),
     "merge plain": (),
-    "merge scale": (Opt("scale", "float", "x + scale * f(x): a fixed factor on the branch", "a fixed orifice", required=True, lo=None),),
-    "merge cooling": (Opt("std", "float", "base std of the branch's output projection, divided by sqrt(merges into the main line)", "a rich, cool preburner", default_text="the init std", lo=0.0, lo_open=True),),
-    "merge rezero": (Opt("init", "float", "the learned scalar's start (ReZero: 0)", "the preburner starts unlit", default=0.0, lo=None),),
-    "merge layerscale": (Opt("init", "float", "the per-channel scale's start", "a lean start", default_text="by depth (CaiT: 0.1, 1e-5, 1e-6)", lo=0.0, lo_open=True),),
+    "merge scale": (Opt("scale", "float", "x + scale * f(x): a fixed factor on the branch", "a fixed orifice", required=True, lo=-1e3, hi=1e3),),
+    "merge cooling": (Opt("std", "float", "base std of the branch's output projection, divided by sqrt(merges into the main line)", "a rich, cool preburner", default_text="the init std", lo=0.0, lo_open=True, hi=10.0),),
+    "merge rezero": (Opt("init", "float", "the learned scalar's start (ReZero: 0)", "the preburner starts unlit", default=0.0, lo=-1e3, hi=1e3),),
+    "merge layerscale": (Opt("init", "float", "the per-channel scale's start", "a lean start", default_text="by depth (CaiT: 0.1, 1e-5, 1e-6)", lo=0.0, lo_open=True, hi=1e3),),
     "merge deepnorm": (
-        Opt("alpha", "float", "DeepNet's main-line scale", "", default_text="(2N)^(1/4)", lo=0.0, lo_open=True),
-        Opt("beta", "float", "DeepNet's init gain of the branch's projections", "", default_text="(8N)^(-1/4)", lo=0.0, lo_open=True),
+        Opt("alpha", "float", "DeepNet's main-line scale", "", default_text="(2N)^(1/4)", lo=0.0, lo_open=True, hi=1e3),
+        Opt("beta", "float", "DeepNet's init gain of the branch's projections", "", default_text="(8N)^(-1/4)", lo=0.0, lo_open=True, hi=1e3),
     ),
-    "merge gate": (Opt("bias", "float", "highway gate's starting bias: g = sigmoid(Wx + b)", "a throttle valve", default=-1.0, lo=None),),
+    "merge gate": (Opt("bias", "float", "highway gate's starting bias: g = sigmoid(Wx + b)", "a throttle valve", default=-1.0, lo=-100.0, hi=100.0),),
     "param standard": (),
     "param mup": (
         Opt("base_width", "int", "the width whose learning rates and init std are the spec's own (Tensor Programs V)", "the reference engine a bigger one is scaled from", default_text="the chamber's width", max=MAX_WIDTH),
     ),
     "schedule constant": (
-        Opt("lr", "float", "the learning rate", "", default=1e-3, lo=0.0, lo_open=True),
+        Opt("lr", "float", "the learning rate", "", default=1e-3, lo=0.0, lo_open=True, hi=10.0),
         Opt("steps", "int", "steps to train (the stand's --train may say)", ""),
     ),
     "schedule cosine": (
-        Opt("lr", "float", "the peak learning rate", "", default=1e-3, lo=0.0, lo_open=True),
+        Opt("lr", "float", "the peak learning rate", "", default=1e-3, lo=0.0, lo_open=True, hi=10.0),
         Opt("min", "float", "the learning rate at the end", "", default=0.0, lo=0.0),
         Opt("steps", "int", "steps the schedule runs", "", required=True),
     ),
     "schedule linear": (
-        Opt("lr", "float", "the peak learning rate", "", default=1e-3, lo=0.0, lo_open=True),
+        Opt("lr", "float", "the peak learning rate", "", default=1e-3, lo=0.0, lo_open=True, hi=10.0),
         Opt("min", "float", "the learning rate at the end", "", default=0.0, lo=0.0),
         Opt("steps", "int", "steps the schedule runs", "", required=True),
     ),
-    "init normal": (Opt("std", "float", "std of the weights' normal init", "the chill-down", default=0.02, lo=0.0, lo_open=True),),
+    "init normal": (Opt("std", "float", "std of the weights' normal init", "the chill-down", default=0.02, lo=0.0, lo_open=True, hi=10.0),),
     "init xavier": (),
 }
 

@@ -24,7 +24,7 @@ from ..diagnostics import Collector, CycleError, did_you_mean
 from ..syntax import ast
 from ..syntax.parser import KEYWORD_HOMES, MAX_SOURCE_BYTES, parse_module
 from .options import ACTIVATIONS, MAX_CONTEXT, MAX_EXPERTS, MAX_VOCAB, MAX_WIDTH, Options  # noqa: F401 (limits re-exported)
-from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, number
+from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, number, whole
 
 MAX_INCLUDE_DEPTH = 16
 MAX_INCLUDE_FILES = 256  # distinct files a spec reads through its includes (each is read once)
@@ -89,8 +89,16 @@ def _resolve_module(module: ast.Module | None, loader: "_Loader") -> ir.Spec:
         r = _Resolver(loader)
         spec = r.module(module)
     if out.has_errors or spec is None:
-        raise CycleError([d for d in out.diagnostics if d.severity == "error"], loader.sources)
+        errors = [d for d in out.diagnostics if d.severity == "error"]
+        stray = [d.span for d in errors if d.code == "E0006" and d.span is not None]
+        # a block's missing part (E0206) that a misspelled statement inside it explains is a consequence: not shown
+        errors = [d for d in errors if not (d.code == "E0206" and d.span is not None and any(_contains(d.span, s) for s in stray))]
+        raise CycleError(errors, loader.sources)
     return spec
+
+
+def _contains(outer: ir.Span, inner: ir.Span) -> bool:
+    return outer.file == inner.file and (outer.line, outer.column) <= (inner.line, inner.column) and (inner.end_line, inner.end_column) <= (outer.end_line, outer.end_column)
 
 
 # --- reading files and includes --------------------------------------------------------
@@ -422,20 +430,21 @@ class _Resolver:
                 if len(vals) != len(item.values):
                     continue
                 if key == "warmup":
-                    if float(vals[0]) != int(vals[0]) or not 0 <= vals[0] <= MAX_INT:
+                    steps = whole(vals[0])
+                    if steps is None or not 0 <= steps <= MAX_INT:  # exact: 2**53 + 1 is a whole number too
                         self.out.error("E0205", "warmup is a whole number of steps, 0 or more (at most 2**62)", item.span)
                         ok = False
                     else:
-                        warmup = int(vals[0])
+                        warmup = steps
                 elif key == "clip":
-                    if not vals[0] > 0:
-                        self.out.error("E0205", "clip must be above 0", item.span, "remove the line to train without clipping")
+                    if not 0 < vals[0] <= 1e6:
+                        self.out.error("E0205", "clip must be in (0, 1e6]", item.span, "remove the line to train without clipping")
                         ok = False
                     else:
                         clip = float(vals[0])
                 elif key == "decay":
-                    if vals[0] < 0:
-                        self.out.error("E0205", "decay must be 0 or more", item.span)
+                    if not 0 <= vals[0] <= 10:
+                        self.out.error("E0205", "decay must be in [0, 10]", item.span)
                         ok = False
                     else:
                         decay = float(vals[0])
@@ -555,13 +564,14 @@ class _Resolver:
         except EvalError as e:
             self.out.error(e.code, e.message, e.span, e.help)
             return None
-        if float(rv) != int(rv) or rv < 1:
+        n = whole(rv)
+        if n is None or n < 1:
             self.out.error("E0205", f"a stage repeats a whole number of times, 1 or more; found {rv:g}", expr.span)
             return None
-        if rv > MAX_REPEAT:
-            self.out.error("E0216", f"repeat count {int(rv)} is above the limit of {MAX_REPEAT}", expr.span, "a spec describes a model that can be built")
+        if n > MAX_REPEAT:
+            self.out.error("E0216", f"repeat count {n} is above the limit of {MAX_REPEAT}", expr.span, "a spec describes a model that can be built")
             return None
-        return int(rv)
+        return n
 
     def bind_args(self, t: ast.Template, s: ast.Stage, scope) -> dict[str, Binding] | None:
         params = list(t.params or ())

@@ -155,6 +155,17 @@ def number(expr: ast.Expr, scope: Scope) -> int | float:
     return v
 
 
+def whole(v) -> int | None:
+    """A number as an exact int when it is a whole number (never through float(): 2**53 + 1 stays itself), else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return int(v)
+    return None
+
+
 def unknown_name(k: Keyword, scope: Scope) -> EvalError:
     return EvalError("E0101", f"unknown name '{k.name}'", k.span, did_you_mean(k.name, scope.all_names()))
 

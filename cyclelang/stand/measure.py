@@ -10,6 +10,8 @@ function of the weights and the tokens.
 
 from __future__ import annotations
 
+import math
+
 import sys
 from dataclasses import dataclass
 
@@ -191,6 +193,9 @@ def check_detach(model, spec: ir.Spec, idx, targets) -> Check:
     return Check(name="detach", status="pass", value=0.0, detail=f"exactly zero gradient through {names}")
 
 
+_NONFINITE = "the logits are not finite (NaN or infinite) at initialisation: the engine flames out, so the check measures nothing"
+
+
 def check_causal(model, spec: ir.Spec, idx) -> Check:
     """The throat: logits at positions before t do not depend on the feed at t or later."""
     if spec.engine.throat != "causal":
@@ -206,12 +211,16 @@ def check_causal(model, spec: ir.Spec, idx) -> Check:
         logits = model(idx)
     finally:
         h.remove()
+    if not bool(torch.isfinite(logits).all()):
+        return Check(name="causal", status="fail", value=float("nan"), detail=_NONFINITE)
     gen = torch.Generator().manual_seed(1)
     past = logits[:, :t]
     probe = (past * torch.randn(past.shape, generator=gen, dtype=past.dtype)).sum()
     (g,) = torch.autograd.grad(probe, captured["x"])
     leak = float(g[:, t:].abs().max())
     seen = float(g[:, :t].abs().max())
+    if not (math.isfinite(leak) and math.isfinite(seen)):
+        return Check(name="causal", status="fail", value=float("nan"), detail="the gradient through the logits is not finite (NaN or infinite): " + _NONFINITE.split(": ", 1)[1])
     if leak != 0.0:
         return Check(name="causal", status="fail", value=leak,
                      detail=f"positions < {t} receive gradient {leak:.3g} from positions >= {t}: the future leaks")
@@ -232,6 +241,8 @@ def check_kv_cache(model, spec: ir.Spec, idx) -> Check:
     x = idx[:2, : min(idx.size(1), DECODE_TOKENS)]
     T = x.size(1)
     full = model(x)
+    if not bool(torch.isfinite(full).all()):
+        return Check(name="kv_cache", status="fail", value=float("nan"), detail=_NONFINITE)
     cache = Cache()
     p = min(DECODE_PREFIX, T)
     parts = [model(x[:, :p], cache=cache)]

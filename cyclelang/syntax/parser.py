@@ -100,7 +100,7 @@ def parse_module(text: str, file: str = "<string>") -> ast.Module:
     p = parser()
     COMMENTS.comments = []
     try:
-        tree = p.parse(text)
+        tree = p.parse(text, on_error=lambda e: _keyword_as_option(e, text))
     except UnexpectedInput as e:
         raise CycleError([_translate(e, text, file)], sources) from None
     except LarkError as e:  # pragma: no cover - lark's other errors are grammar bugs
@@ -115,6 +115,24 @@ def parse_module(text: str, file: str = "<string>") -> ast.Module:
     if builder.errors:
         raise CycleError(builder.errors, sources)
     return ast.Module(file=file, items=items, comments=comments)
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_EQUALS_NEXT = re.compile(r"[ \t\r\n]*=(?!=)")
+
+
+def _keyword_as_option(e, text: str) -> bool:
+    """Keywords do not steal option names: a keyword where an option name may stand, followed by
+    '=', is that option (`merge rezero init=0.5`, where `init` is also startup's keyword). The LALR
+    tables share the state after an option between every statement, so there the lexer sees the
+    keyword; it is fed to the parser as the name it is and parsing resumes. Any other unexpected
+    token stays an error."""
+    if not isinstance(e, UnexpectedToken) or e.token.type == "NAME" or not _NAME.match(str(e.token.value)):
+        return False
+    if "NAME" not in e.interactive_parser.accepts() or not _EQUALS_NEXT.match(text, e.token.end_pos or 0):
+        return False
+    e.interactive_parser.feed_token(Token.new_borrow_pos("NAME", e.token.value, e.token))
+    return True
 
 
 # --- limits checked before lark sees the text ---------------------------------------

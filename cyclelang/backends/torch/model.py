@@ -276,7 +276,7 @@ losses = aux  # MoE balance losses, already weighted
 if targets is not None:
     for name, weight in OVERBOARD_LOSS.items():  # auxiliary next-token heads
         head = self.exhaust[name]
-        losses[name] = weight * NextTokenLoss.apply(head.view(-1, head.size(-1)), targets.reshape(-1))
+        losses[name] = weight * NextTokenLoss.apply(head.reshape(-1, head.size(-1)), targets.reshape(-1))
 self.aux_losses = losses''')
         else:
             w("self.aux_losses = aux")

@@ -94,7 +94,7 @@ filed in aux under this module's name.""")
         w = out.line
         out.block("""
 B, T, C = x.size()
-x = x.view(B * T, C)  # (N, C): every token of the batch
+x = x.reshape(B * T, C)  # (N, C): every token of the batch
 E = len(self.experts)
 probs = F.softmax(self.router(x), dim=-1)  # (N, E)
 weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)""")

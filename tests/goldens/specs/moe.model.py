@@ -270,7 +270,7 @@ class Moe(nn.Module):
 
     def forward(self, x, aux):
         B, T, C = x.size()
-        x = x.view(B * T, C)  # (N, C): every token of the batch
+        x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
         probs = F.softmax(self.router(x), dim=-1)  # (N, E)
         weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
