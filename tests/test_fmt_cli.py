@@ -50,7 +50,9 @@ def test_fmt_is_stable_meaning_preserving_and_keeps_comments(text):
 
 def test_fmt_output_shape():
     out = format_text(MESSY)
-    assert "let d = 4 * 16  # trailing on a let" in out
+    # a trailing comment stays on the line of the statement that starts on its line (the block's
+    # header, where a diagnostic points, not the `}` its expansion ends with); runs are aligned
+    assert "let d = 4 * 16       # trailing on a let\nstage blk(h, r=2) {  # after a one-line block\n" in out
     assert "  stage blk(4) x 2\n" in out
     assert "\n\n\n" not in out
     assert "      prechamber a {\n        turbine mlp ratio=8/4 act=silu\n        merge scale=0.5\n      }" in out

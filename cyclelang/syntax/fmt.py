@@ -129,16 +129,30 @@ class _Printer:
         self.emit(ind, f"{d.keyword}{kind}{_options(d.options)}", d.span.line, d.span.end_line)
 
 
+def _is_allow(comment: str) -> bool:
+    """Might silence a diagnostic (`review.allowed_codes` reads `# allow: CODE` anywhere in a line);
+    erring towards yes only moves a harmless comment onto its own line."""
+    return "allow" in comment.lower()
+
+
 def _place_comments(lines: list[_Line], comments: tuple[ast.Comment, ...], source_lines: list[str]) -> list[_Line]:
     own: dict[int, list[ast.Comment]] = {}
     for c in comments:
         before = source_lines[c.line - 1][: c.column - 1] if c.line - 1 < len(source_lines) else ""
         if before.strip():
-            # trailing: the last printed line that ends on this source line, else the last that started before it
-            target = None
-            for ln in lines:
-                if ln.end == c.line or (ln.kind == "open" and ln.start == c.line):
-                    target = ln
+            # trailing: the first printed line that starts on this source line (a diagnostic points at
+            # its statement's first line, so `# allow:` must stay there: `prechamber p { ... }  # allow:
+            # N101` keeps it on `prechamber p {`, not on the `}` the block's expansion ends with) ...
+            target = next((ln for ln in lines if ln.start == c.line and ln.kind != "comment"), None)
+            if target is None and _is_allow(c.text):
+                # ... an allow comment trailing the continuation of a statement silences nothing; joined
+                # onto the statement's line it would: it goes on a line of its own instead
+                own.setdefault(c.line, []).append(c)
+                continue
+            if target is None:  # else the last printed line that ends on it, else the last that started before it
+                for ln in lines:
+                    if ln.end == c.line:
+                        target = ln
             if target is None:
                 for ln in lines:
                     if ln.start <= c.line:
@@ -202,7 +216,7 @@ def _render(lines: list[_Line]) -> str:
 def format_module(m: ast.Module, text: str) -> str:
     p = _Printer()
     p.module(m)
-    source_lines = text.splitlines()
+    source_lines = text.split("\n")  # lines as the parser counts them: str.splitlines also breaks at U+2028, \x0c, ...
     lines = _place_comments(p.lines, m.comments, source_lines)
     lines = _blank_lines(lines, source_lines)
     return _render(lines)
