@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from .conftest import need
+
 import cyclelang
 from cyclelang import ir
 from cyclelang.review import analyze, review
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 
 SPEC = """
 engine convtoy {{

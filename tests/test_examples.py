@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import cyclelang
 from cyclelang.cli import main
 
-from .conftest import ROOT
+from .conftest import ROOT, need
 
 EXAMPLES = ROOT / "examples"
 INCLUDE = EXAMPLES / "include"
@@ -35,7 +35,7 @@ def result(out: str) -> dict[str, str]:
 
 
 def test_train_markov_loss_falls():
-    pytest.importorskip("torch")
+    need("torch")
     r = result(run(EXAMPLES / "train_markov.py", "--steps", "60"))
     first, last, held_out = float(r["first"]), float(r["last"]), float(r["held_out"])
     assert first > 2.3  # about log(12) at the start: nothing learned
@@ -44,7 +44,7 @@ def test_train_markov_loss_falls():
 
 
 def test_load_transformers_outputs_match(tmp_path):
-    pytest.importorskip("transformers")
+    need("transformers")
     out = run(EXAMPLES / "load_transformers.py")
     assert "gpt2:" in out and "llama:" in out and out.count("greedy generations identical") == 2
     assert float(result(out)["max_logit_diff"]) < 1e-4
@@ -52,8 +52,8 @@ def test_load_transformers_outputs_match(tmp_path):
 
 def test_load_transformers_from_a_checkpoint_folder(tmp_path):
     """The folder path of the example: a saved transformers checkpoint and a spec file for it."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    torch = need("torch")
+    need("transformers")
     sys.path.insert(0, str(EXAMPLES))
     try:
         import load_transformers as example
@@ -102,7 +102,7 @@ def test_include_demo_expands_the_templates():
 
 
 def test_include_demo_builds_and_runs():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     model = cyclelang.build(INCLUDE / "engine.cycle", seed=0)
     idx = torch.randint(0, 4096, (1, 8))
     _, loss = model(idx, targets=idx)

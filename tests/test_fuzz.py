@@ -34,7 +34,7 @@ from cyclelang.diagnostics import CycleError
 from cyclelang.syntax.fmt import format_text
 from cyclelang.syntax.parser import parse_module
 
-from .conftest import ROOT, SPECS
+from .conftest import ROOT, SPECS, need
 
 SCALE = max(1, int(os.environ.get("FUZZ_SCALE", "1")))
 EXAMPLE_TIMEOUT_S = 10  # one spec, one command: far above the slowest real case (~50 ms)
@@ -421,9 +421,8 @@ def test_fmt_on_mutants_keeps_meaning_when_it_parses(text):
 
 
 def _graphviz():
-    gv = pytest.importorskip("cyclelang.backends.graphviz")
-    if not hasattr(gv, "to_dot"):
-        pytest.skip("the graphviz back-end has no to_dot yet")
+    from cyclelang.backends import graphviz as gv
+
     return gv
 
 

@@ -16,10 +16,10 @@ import pytest
 
 import cyclelang
 
-from .conftest import ROOT
+from .conftest import ROOT, need
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = need("torch")
+transformers = need("transformers")
 from cyclelang.backends.torch.build import build  # noqa: E402
 from cyclelang.interop import InteropError, convert_state_dict, load_transformers  # noqa: E402
 

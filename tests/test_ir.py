@@ -16,7 +16,7 @@ from cyclelang.backends.graphviz import text as gv_text
 from cyclelang.backends.graphviz.style import KIND_FILL, THEMES
 from cyclelang.review import analyze
 
-from .conftest import SPECS, spec_id
+from .conftest import SPECS, spec_id, need
 
 
 def _union_classes(annotation) -> set[type]:
@@ -96,7 +96,7 @@ def _small(path):
 
 @pytest.mark.parametrize("path", SPECS, ids=spec_id)
 def test_paths_are_the_same_in_report_model_and_diagram(path):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     spec = _small(path)
     lay = ir.layout.layout(spec)
     paths = {p.path for p in lay.parts()} | {f"{sl.path}.{b.attr}" for sl in lay.stages for b in sl.branches()}

@@ -19,7 +19,7 @@ from cyclelang.limits import MAX_PARAMETERS, check_parameters, estimate_paramete
 from cyclelang.semantics.resolve import MAX_INCLUDE_DEPTH, MAX_REPEAT, MAX_WIDTH
 from cyclelang.syntax.parser import MAX_IDENTIFIER, MAX_NESTING, MAX_SOURCE_BYTES
 
-from .conftest import ROOT, SPECS
+from .conftest import ROOT, SPECS, need
 
 
 def engine(body: str = "", width: str = "64", feed: str = "vocab=256 context=64") -> str:
@@ -232,25 +232,23 @@ def test_parameter_estimate_is_computed_without_torch():
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
-@pytest.mark.parametrize("path", SPECS[:4], ids=lambda p: p.stem)
+SMALL_SPECS = [p for p in SPECS if estimate_parameters(cyclelang.load(p)) <= 200_000_000][:4]  # small enough to allocate here
+
+
+def test_some_specs_are_small_enough_to_build():
+    assert len(SMALL_SPECS) == 4
+
+
+@pytest.mark.parametrize("path", SMALL_SPECS, ids=lambda p: p.stem)
 def test_parameter_estimate_matches_the_built_model(path):
-    pytest.importorskip("torch")
-    build = getattr(cyclelang, "build", None)
-    if build is None:
-        pytest.skip("no torch back-end")
+    need("torch")
     spec = cyclelang.load(path)
-    if estimate_parameters(spec) > 200_000_000:
-        pytest.skip("too large to allocate in a unit test")
-    model = build(spec, seed=0)
+    model = cyclelang.build(spec, seed=0)
     assert estimate_parameters(spec) == sum(p.numel() for p in model.parameters())
 
 
 def test_build_refuses_a_huge_model_before_allocating(tmp_path):
-    pytest.importorskip("torch")
-    from cyclelang.cli.build import build as build_cmd
-
-    if not any("--allow-large" in o.opts for o in build_cmd.params if hasattr(o, "opts")):
-        pytest.skip("cyclec build has no --allow-large yet (cyclelang.limits.check_parameters is ready for it)")
+    need("torch")
     spec = tmp_path / "huge.cycle"
     spec.write_text(engine(stage("mlp ratio=4", "10000"), width="65536", feed="vocab=256 context=8"))
     r = CliRunner().invoke(main, ["build", str(spec), "-o", str(tmp_path / "m.py")])

@@ -13,7 +13,9 @@ import typing
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from .conftest import need
+
+torch = need("torch")
 
 import cyclelang  # noqa: E402
 from cyclelang import ir  # noqa: E402

@@ -25,9 +25,9 @@ import pytest
 import cyclelang
 from cyclelang import ir
 
-from .conftest import ROOT, SPECS, shrink as shrink_text
+from .conftest import ROOT, SPECS, shrink as shrink_text, need
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 

@@ -17,11 +17,10 @@ from cyclelang import ir
 from cyclelang.review import analyze
 from cyclelang.review.report import attention_flops_per_token, forward_flops_per_token
 
-from .conftest import ROOT, SPECS, spec_id
+from .conftest import ROOT, SPECS, spec_id, need
 
-torch = pytest.importorskip("torch")
-build = getattr(cyclelang, "build", None)
-pytestmark = pytest.mark.skipif(build is None, reason="the torch back-end (cyclelang.build) is not there yet")
+torch = need("torch")
+build = cyclelang.build
 
 CASES = sorted((ROOT / "tests" / "review_cases").glob("*.cycle"))
 T = 32  # tokens per sequence: short, so every spec runs on two CPU cores

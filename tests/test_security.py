@@ -32,7 +32,7 @@ from cyclelang import io as cio
 from cyclelang.cli import main
 from cyclelang.diagnostics import CycleError
 
-from .conftest import ROOT, SPECS
+from .conftest import ROOT, SPECS, need
 
 ENGINE = "engine e {\n  chamber width=8\n  feed tokens vocab=16 context=8\n  nozzle head\n}\n"
 
@@ -227,48 +227,42 @@ def _check_python(source: str, payload: str) -> None:
 
 @pytest.mark.parametrize("position", sorted(POSITIONS))
 def test_python_payloads_in_names_cannot_inject_code(position):
-    pytest.importorskip("torch")
-    codegen = getattr(cyclelang, "codegen", None)
-    if codegen is None:
-        pytest.skip("no torch back-end")
-    broken = []
+    need("torch")
+    broken, generated = [], 0
     for payload in PY_PAYLOADS:
         spec = _accepts(POSITIONS[position](payload))
         if spec is None:
             continue
         try:
-            source = codegen(spec)
+            source = cyclelang.codegen(spec)
         except CycleError:
             continue
+        generated += 1
         try:
             _check_python(source, payload)
         except SyntaxError as e:
             broken.append(f"{payload}: {e}")
+    assert generated, f"no payload in position {position} got through to generated source: the loop tested nothing"
     assert not broken, f"names that break the generated Python in position {position}: {broken}"
 
 
 @pytest.mark.parametrize("payload", ["forward", "training", "state_dict", "to", "type", "eval", "__class__", "_modules"])
 def test_names_that_shadow_module_attributes_still_build(payload):
-    pytest.importorskip("torch")
-    build = getattr(cyclelang, "build", None)
-    if build is None:
-        pytest.skip("no torch back-end")
+    torch = need("torch")
+    built = 0
     for position in ("stage", "branch"):
         spec = _accepts(POSITIONS[position](payload))
         if spec is None:
             continue
-        try:
-            model = build(spec, seed=0)
-        except CycleError:
-            continue
-        import torch
-
+        model = cyclelang.build(spec, seed=0)  # a name the front end accepts must build
         out = model(torch.zeros(1, 4, dtype=torch.long))
         assert out is not None
+        built += 1
+    assert built, f"'{payload}' was refused in every position: the test exercised nothing"
 
 
 def test_spec_file_name_cannot_inject_into_generated_source(tmp_path):
-    pytest.importorskip("torch")
+    need("torch")
     name = 'x""" + __import__("os").system("id") + """ \'\'\' #.cycle'
     spec = tmp_path / name
     spec.write_text(ENGINE)
@@ -280,9 +274,8 @@ def test_spec_file_name_cannot_inject_into_generated_source(tmp_path):
 
 
 def _graphviz():
-    gv = pytest.importorskip("cyclelang.backends.graphviz")
-    if not hasattr(gv, "to_dot"):
-        pytest.skip("the graphviz back-end has no to_dot yet")
+    from cyclelang.backends import graphviz as gv
+
     return gv
 
 
@@ -290,10 +283,12 @@ def _graphviz():
 @pytest.mark.parametrize("view", ["cycle", "graph"])
 def test_dot_payloads_in_names_cannot_add_attributes(position, view):
     gv = _graphviz()
+    drawn = 0
     for payload in DOT_PAYLOADS + ["strict", "digraph", "class"]:
         spec = _accepts(POSITIONS[position](payload))
         if spec is None:
             continue
+        drawn += 1
         # a placeholder of the same length: the payload may change the text where the name
         # is shown, and nothing else (no new statement, no new attribute)
         placeholder = ("Qj" * len(payload))[: len(payload)]
@@ -313,6 +308,7 @@ def test_dot_payloads_in_names_cannot_add_attributes(position, view):
         if shutil.which("neato"):
             p = subprocess.run(["neato", "-n2", "-Tcanon"], input=dot.encode(), capture_output=True, timeout=30)
             assert p.returncode == 0, (payload, p.stderr.decode()[:500])
+    assert drawn, f"no DOT payload was accepted in position {position}: the loop tested nothing"
 
 
 def test_dot_quotes_every_label():
@@ -417,7 +413,7 @@ def test_fmt_write_interrupted_leaves_the_spec(tmp_path, monkeypatch, exc):
                          ids=lambda a: a[0])
 def test_outputs_interrupted_mid_write_leave_the_old_file(tmp_path, monkeypatch, argv):
     if argv[0] in ("build", "fire"):
-        pytest.importorskip("torch")
+        need("torch")
     if argv[0] == "draw":
         _graphviz()
     spec = tmp_path / "s.cycle"
@@ -473,8 +469,8 @@ def _two_builds(tmp_path) -> list[tuple[bytes, bytes]]:
 
 
 def test_generated_source_and_weights_are_identical(tmp_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("safetensors")
+    need("torch")
+    need("safetensors")
     import json
 
     (src_a, w_a), (src_b, w_b) = _two_builds(tmp_path)
@@ -485,8 +481,8 @@ def test_generated_source_and_weights_are_identical(tmp_path):
 
 
 def test_weights_file_is_byte_identical(tmp_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("safetensors")
+    need("torch")
+    need("safetensors")
     for _ in range(2):  # the order flips about half the time
         (_, w_a), (_, w_b) = _two_builds(tmp_path)
         assert w_a == w_b

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 import cyclelang
 from cyclelang.cli import main
 
-from .conftest import ROOT, SPECS, spec_id
+from .conftest import ROOT, SPECS, spec_id, need
 
 # The library the spec-library issue asks for, by file name.
 LIBRARY = {
@@ -118,7 +118,7 @@ CLOSED_FORMS = {
 
 
 def built_parameters(stem: str) -> int:
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     with torch.device("meta"):
         model = cyclelang.build(cyclelang.load(ROOT / "specs" / f"{stem}.cycle"))
     return sum(p.numel() for p in model.parameters())
@@ -136,7 +136,7 @@ def test_closed_forms_spot_values():
 
 
 def _hf_parameters(model_cls, config) -> int:
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     with torch.device("meta"):
         model = model_cls(config)
     return sum(p.numel() for p in model.parameters())
@@ -145,7 +145,7 @@ def _hf_parameters(model_cls, config) -> int:
 def test_full_flow_matches_gptj():
     """GPT-J's block at GPT-2-small scale: q/k/v/out without bias, one shared ln_1, MLP
     with biases, rotary on 16 of 64 dims, untied lm_head with a bias."""
-    transformers = pytest.importorskip("transformers")
+    transformers = need("transformers")
     config = transformers.GPTJConfig(vocab_size=50400, n_positions=2048, n_embd=768, n_layer=12, n_head=12,
                                      rotary_dim=16, n_inner=None, activation_function="gelu_new", tie_word_embeddings=False)
     assert built_parameters("full_flow") == _hf_parameters(transformers.GPTJForCausalLM, config) == 162_465_504
@@ -153,7 +153,7 @@ def test_full_flow_matches_gptj():
 
 def test_mqa_matches_llama_with_one_kv_head():
     """transformers has no MQA model of its own at this shape; Llama with num_key_value_heads=1 is one."""
-    transformers = pytest.importorskip("transformers")
+    transformers = need("transformers")
     config = transformers.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
                                       num_attention_heads=16, num_key_value_heads=1, max_position_embeddings=2048,
                                       tie_word_embeddings=False)
@@ -163,7 +163,7 @@ def test_mqa_matches_llama_with_one_kv_head():
 
 def test_post_ln_matches_torch_transformer_encoder():
     """A second independent figure for the original Transformer: torch's own encoder layer."""
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     with torch.device("meta"):
         layer = torch.nn.TransformerEncoderLayer(512, 8, dim_feedforward=2048)
     per_layer = sum(p.numel() for p in layer.parameters())

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, need
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 
 import cyclelang  # noqa: E402
 from cyclelang import ir  # noqa: E402

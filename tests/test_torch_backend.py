@@ -21,9 +21,9 @@ import cyclelang
 from cyclelang.backends.torch.codegen import codegen
 from cyclelang.ir.layout import NN_MODULE_ATTRS
 
-from .conftest import ROOT, SPECS, shrink as shrink_text, spec_id
+from .conftest import ROOT, SPECS, shrink as shrink_text, spec_id, need
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 from cyclelang.backends.torch.build import build  # noqa: E402
 
 CAUSAL = [p for p in SPECS if "throat causal" in p.read_text()]

@@ -21,7 +21,7 @@ from cyclelang.backends.torch.emitters import EMITTERS, emitter_for
 from cyclelang.backends.torch.merges import MERGE_EMITTERS, merge_emitter_for
 from cyclelang.backends.torch.plan import AttentionVariant, MlpVariant, MoeVariant, OpPlan, make_plan
 
-from .conftest import ROOT, SPECS
+from .conftest import ROOT, SPECS, need
 from .test_torch_backend import HOSTILE, KITCHEN_SINK
 
 SINKS = {
@@ -122,7 +122,7 @@ def test_lower_names_the_class_of_every_part(name, spec):
 
 
 def test_the_name_map_points_at_the_built_modules():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from cyclelang.backends.torch.build import build
 
     spec = cyclelang.parse(SINKS["sink_causal"])
@@ -191,7 +191,7 @@ def test_role_doc_covers_the_roles_in_order():
 
 @pytest.mark.parametrize("name, spec", SPEC_CASES, ids=IDS)
 def test_every_parameter_has_a_role(name, spec):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from cyclelang.backends.torch.build import build, param_summary, parameter_roles
 
     with torch.device("meta"):
@@ -204,7 +204,7 @@ def test_every_parameter_has_a_role(name, spec):
 
 
 def test_summary_lists_roles_in_the_kinds_order():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from cyclelang.backends.torch.build import build, summary_text
 
     spec = cyclelang.parse(SINKS["sink_causal"])
@@ -220,7 +220,7 @@ def test_summary_lists_roles_in_the_kinds_order():
 
 
 def test_build_source_runs_the_text_it_is_given():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     import inspect
 
     from cyclelang.backends.torch.build import build, build_source

@@ -19,9 +19,9 @@ import cyclelang
 from cyclelang.backends.torch import runtime
 from cyclelang.backends.torch.codegen import codegen
 
-from .conftest import ROOT
+from .conftest import ROOT, need
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 F = torch.nn.functional
 
 from cyclelang.backends.torch.runtime import cache, experts, loss, masks, positions  # noqa: E402

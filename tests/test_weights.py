@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("safetensors")
+from .conftest import need
+
+torch = need("torch")
+need("safetensors")
 
 from click.testing import CliRunner  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
