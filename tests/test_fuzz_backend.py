@@ -11,7 +11,7 @@ spec either ends in errors from the front end, or it must:
   eval and train mode, with targets, and backward;
 - for a causal engine, decode token by token with the KV cache to the full pass's
   logits (the stand's check), and leak nothing from the future;
-- give finite logits and loss at initialisation, unless the design reviewer warned
+- give finite logits, loss and gradients at initialisation, unless the design reviewer warned
   (a NaN model that passes `check` silently is a failure).
 
 Bounded to about a minute on one core; `FUZZ_SCALE=20` for a long run. Figures of the
@@ -146,11 +146,13 @@ def run_one(text: str) -> None:
     logits, loss = model(idx, targets)
     assert logits.shape == (2, T, VOCAB)
     finite = bool(torch.isfinite(logits).all()) and math.isfinite(float(loss.detach()))
-    if not finite:
+    if finite:
+        loss.backward()
+        finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+    if not finite:  # logits, loss or a gradient: NaN or infinite at initialisation
         assert warnings, f"a spec that passes check without a warning gives a non-finite model at init:\n{text}"
         Tally.warned_nonfinite += 1
         return
-    loss.backward()
     model.eval()
     with torch.no_grad():
         assert model(idx).shape == (2, T, VOCAB)

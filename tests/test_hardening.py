@@ -73,18 +73,31 @@ def test_d1_output_fifo_is_written_not_replaced(tmp_path, spec):
     assert listing(tmp_path) == ["out.json", "s.cycle"]  # no temporary left
 
 
-def test_d1_output_dev_null_and_stdout_link_survive(tmp_path, spec):
-    before = os.stat("/dev/null")
-    r = cyclec("ir", spec, "-o", "/dev/null")
+def _private_null(tmp_path: Path) -> Path:
+    """A character device of our own, a twin of /dev/null: a writer that renames over its target
+    destroys only this node, never the system's /dev/null (which main's cyclec replaced, as root)."""
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, AttributeError, OSError):
+        pytest.skip("creating a device node needs root (the FIFO test covers special files without it)")
+    return node
+
+
+def test_d1_output_character_device_and_stdout_link_survive(tmp_path, spec):
+    null = _private_null(tmp_path)
+    before = os.stat(null)
+    r = cyclec("ir", spec, "-o", null)
     assert r.returncode == 0, r.stderr
-    after = os.stat("/dev/null")
-    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+    after = os.stat(null)
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev  # written through, not replaced
     link = tmp_path / "to_stdout.json"
     link.symlink_to("/dev/stdout")
     r = cyclec("ir", spec, "-o", link)
     assert r.returncode == 0, r.stderr
     assert link.is_symlink() and os.readlink(link) == "/dev/stdout"
     assert json.loads(r.stdout)["engine"]["name"] == "e"  # written through the link, to stdout
+    assert sorted(listing(tmp_path)) == ["null", "s.cycle", "to_stdout.json"]
 
 
 def test_d1_symlink_to_a_regular_file_keeps_the_link(tmp_path, spec):
@@ -269,9 +282,15 @@ def test_d9_symlink_loop_in_an_include_is_e0105(tmp_path):
     ["fire", "{s}", "--width", "0"],
 ])
 def test_d9_bad_flag_values_are_usage_errors(spec, argv):
-    r = CliRunner().invoke(main, [a.format(s=spec) for a in argv])
-    assert r.exit_code == 2, r.output
-    assert "Invalid value" in r.output
+    import resource
+
+    def limit():  # in a child under 2 GiB: on main, --batch 100000000 allocated until the machine ran out
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    r = subprocess.run([*CLI, *[a.format(s=spec) for a in argv]], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=limit)
+    assert r.returncode == 2, r.stderr
+    assert "Invalid value" in r.stderr
 
 
 def test_d9_cp1252_stdout_gets_utf8_dot():
@@ -818,6 +837,7 @@ def test_d14_fmt_is_idempotent_and_diagnostics_preserving_on_the_fuzz_corpus():
 
     prop()
     assert len(tried) >= 50, f"only {len(tried)} inputs parsed: the property was hardly exercised"
+    print(f"\nfmt corpus: {len(tried)} inputs that parse, fmt idempotent and diagnostics unchanged on each")
 
 
 # --- d18: the suite cannot hide a regression behind skips -------------------------------------------------
