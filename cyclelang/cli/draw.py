@@ -63,7 +63,7 @@ def load_run(path, engine_name: str):
         raise CycleError([Diagnostic("E0105", "error", f"cannot read --annotate {path}: {e.strerror or e}", None)]) from None
 
     def bad(why: str):
-        return CycleError([Diagnostic("E0114", "error", f"{path} is not a valid test-stand report: {why}", None, hint)])
+        return CycleError([Diagnostic("E0114", "error", f"{path} is not a test-stand report: {why}", None, hint)])
 
     try:
         data = json.loads(raw.decode("utf-8"))
