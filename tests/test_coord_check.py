@@ -15,7 +15,9 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from .conftest import need
+
+torch = need("torch")
 
 import cyclelang  # noqa: E402
 from cyclelang.stand.coord import coord_check, fit_exponent, lr_sweep  # noqa: E402

@@ -872,6 +872,4 @@ def test_d18_no_test_module_skips_itself_or_waits_for_a_back_end():
 
 
 def test_d18_ci_runs_with_ci_set():
-    import re
-
-    assert re.search(r"^(export )?CI=.?.?.?true.* ?(python3 -m pytest)?", (ROOT / ".ci" / "run").read_text(), re.M)
+    assert "CI=true" in (ROOT / ".ci" / "run").read_text()

@@ -14,13 +14,12 @@ Then against microsoft/mup itself: `set_base_shapes` + `MuAdamW`, `MuReadout`.
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, need
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 
 import cyclelang  # noqa: E402
 from cyclelang import ir  # noqa: E402
@@ -211,11 +210,7 @@ def test_report_lists_the_rule_of_every_group(tmp_path):
 
 
 def _mup():
-    if os.environ.get("CI"):
-        import mup  # CI installs it (.ci/run): a missing package fails there
-
-        return mup
-    return pytest.importorskip("mup")
+    return need("mup")  # CI installs it (.ci/run): a missing package fails there
 
 
 def test_against_microsoft_mup(tmp_path):

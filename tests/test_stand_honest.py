@@ -14,7 +14,9 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from .conftest import need
+
+torch = need("torch")
 
 import cyclelang  # noqa: E402
 from cyclelang.stand.data import Markov  # noqa: E402
