@@ -21,10 +21,10 @@ from click.testing import CliRunner
 
 import cyclelang
 
-from .conftest import ROOT
+from .conftest import ROOT, need
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = need("torch")
+transformers = need("transformers")
 from cyclelang.backends.torch.build import build  # noqa: E402
 from cyclelang.cli import main  # noqa: E402
 from cyclelang.interop import InteropError, Unsupported, convert_state_dict, import_config, load_transformers  # noqa: E402

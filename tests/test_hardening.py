@@ -603,6 +603,7 @@ DOCUMENTED = {
     "chamber": ["width=8"],
     "feed": ["vocab=16", "context=8", "position=sinusoidal", "scale=2", "dropout=0.1"],
     "attention": ["heads=2", "kv_heads=1", "head_dim=4", "mask=causal", "window=4", "rotary=0.5", "rotary_base=500", "qk_norm", "bias=false", "dropout=0.1"],
+    "attention_qk": ["heads=2", "qk_norm", "qk_norm_eps=1e-6", "bias=true", "out_bias=false"],
     "mlp": ["ratio=2", "act=gelu_tanh", "bias=false", "dropout=0.1"],
     "mlp_hidden": ["hidden=24"],
     "moe": ["experts=4", "top=2", "capacity=1.25", "balance=0.01", "ratio=2", "act=swiglu", "bias=false"],
@@ -625,7 +626,7 @@ def _engine(stage_body: str, feed: str = "vocab=16 context=8", nozzle: str = "",
 
 def test_d13_every_documented_option_can_be_written():
     texts = [_engine("prechamber p { turbine mlp }", feed=" ".join(DOCUMENTED["feed"]))]
-    for kind in ("attention", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
+    for kind in ("attention", "attention_qk", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
         texts.append(_engine(f"prechamber p {{ turbine {kind.split('_')[0]} {' '.join(DOCUMENTED[kind])} }}"))
     for kind in ("layernorm", "rmsnorm"):
         texts.append(_engine(f"prechamber p {{ norm {kind} {' '.join(DOCUMENTED[kind])} turbine mlp }}"))

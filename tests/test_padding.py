@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 
+from .conftest import need
+
 import cyclelang
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 from cyclelang.backends.torch.build import build  # noqa: E402
 
 SPEC = """
@@ -103,7 +105,7 @@ def test_a_mask_of_the_wrong_shape_and_a_pool_engine_are_refused():
 
 
 def test_padded_batch_matches_transformers_with_its_mask():
-    transformers = pytest.importorskip("transformers")
+    transformers = need("transformers")
     from cyclelang.interop import import_config, load_transformers
 
     config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
