@@ -322,7 +322,7 @@ def bench_train_loop(args, torch):
     none / stage / selective (`parallelize`), counted exactly by `peak_step_bytes`."""
     import cyclelang
     from cyclelang.backends.torch.build import load_source
-    from cyclelang.train.loop import Settings, run
+    from cyclelang.training.loop import Settings, run
 
     text = spec_text("gpt2", SHRINK["gpt2"])
     spec = cyclelang.parse(text)
@@ -342,7 +342,7 @@ def bench_train_loop(args, torch):
         print(f"  round {k}: step {loop * 1000:.1f} ms, of which data {clock['data'] / n * 1000:.2f} ms, books "
               f"{clock['books'] / n * 1000:.2f} ms (x{loop / bare:.4f})", flush=True)
     out = {"loop_ms": median(loops) * 1000, "bare_ms": median(bares) * 1000, "ratio": median(ratios), "ckpt_every": ckpt, "steps": n}
-    from cyclelang.train import checkpoint
+    from cyclelang.training import checkpoint
 
     model = cyclelang.build(spec, seed=0)
     opt, sched = model.configure_optimizer()

@@ -8,7 +8,7 @@ The pipeline, one direction, one package each:
          --backends.torch--> nn.Module and standalone Python source
          --backends.graphviz--> power-cycle diagrams
          --stand--> measurements on the test stand
-         --train--> a real training run (`cyclec train`)
+         --training--> a real training run (`cyclec train`, `cyclelang.train`)
 
 `api` (re-exported here) and `cli` sit on top and import downward only.
 Importing this package is cheap: torch and graphviz are imported only by the
@@ -17,13 +17,9 @@ functions that need them.
 
 from __future__ import annotations
 
-from . import api as _api
-from .api import build, codegen, draw, fire, load, lower, parse, to_spec
+from .api import build, codegen, draw, fire, load, lower, parse, to_spec, train
 from .diagnostics import CycleError, Diagnostic
 from .ir import Spec
-from . import train  # the package (cheap: its __init__ imports nothing); called, it is api.train
-
-train.__class__ = _api.TrainPackage
 
 __version__ = "0.1.0"
 

@@ -10,7 +10,6 @@ IR, review, the back-ends, the stand) imports this module: they take an `ir.Spec
 from __future__ import annotations
 
 import os
-import types
 from pathlib import Path
 
 from .ir import Spec
@@ -62,7 +61,7 @@ def build(spec, seed=None, allow_large=False, weights=None):
 
     model = _build(to_spec(spec), seed=seed, allow_large=allow_large)
     if weights is not None and os.path.isdir(weights):  # a run folder of `cyclec train`: its newest checkpoint
-        from .train.checkpoint import weights as run_weights
+        from .training.checkpoint import weights as run_weights
 
         weights = run_weights(weights) or os.path.join(weights, "checkpoints", "(none)", "model.safetensors")
     return load_weights(model, weights) if weights is not None else model
@@ -120,9 +119,9 @@ _nodes.NOTEBOOK_DISPLAY[:] = [notebook_display]
 
 def train(spec, data, out, *, resume: bool = False, **settings):
     """Train a spec (path, text or IR) on `data` (paths) into the run folder `out` and return the
-    run's `Result`: see `cyclelang.train.loop` for the settings (imports torch). With
+    run's `Result`: see `cyclelang.training.loop` for the settings (imports torch). With
     `resume=True`, `out` is an earlier run folder and its saved settings are used."""
-    from .train.loop import Settings, load_settings, run
+    from .training.loop import Settings, load_settings, run
 
     if isinstance(data, (str, os.PathLike)):
         data = [data]
@@ -139,10 +138,3 @@ def train(spec, data, out, *, resume: bool = False, **settings):
         text = spec
     return run(ir_spec, s, out, spec_text=text, resume=resume)
 
-
-class TrainPackage(types.ModuleType):
-    """The class of the package `cyclelang.train`: calling it is `train` above, so
-    `cyclelang.train(...)` runs a training and `cyclelang.train.loop` is its module."""
-
-    def __call__(self, spec, data, out, **settings):
-        return train(spec, data, out, **settings)

@@ -22,9 +22,9 @@ import torch
 
 import cyclelang
 from cyclelang.diagnostics import CycleError
-from cyclelang.train import checkpoint, data
-from cyclelang.train.flameout import Flameout, Watch
-from cyclelang.train.loop import Settings, run
+from cyclelang.training import checkpoint, data
+from cyclelang.training.flameout import Flameout, Watch
+from cyclelang.training.loop import Settings, run
 
 from .conftest import ROOT
 

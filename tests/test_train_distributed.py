@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from cyclelang.train import checkpoint
+from cyclelang.training import checkpoint
 
 from .conftest import ROOT
 from .test_train import tiny

@@ -79,7 +79,7 @@ def fire(ctx, specs, width, depth, seq, batch, seed, json_out, plot_out, data, t
         return scaling_runs(ctx, specs, resolved, coord_check, lr_sweep, widths, lrs, steps, lr, width, depth, seq, batch, seed,
                             json_out, plot_out, data, train_steps)
     if weights is not None and os.path.isdir(weights):
-        from ..train.checkpoint import weights as run_weights
+        from ..training.checkpoint import weights as run_weights
 
         found = run_weights(weights)
         if found is None:

@@ -64,8 +64,8 @@ def train(ctx, spec, data, out, resume, plot_dir, output, include_path, progress
     exactly where it stopped. Distributed: torchrun --nproc-per-node N -m cyclelang
     train ... [--fsdp] [--tp N] [--checkpointing stage].
     """
-    from ..train.loop import Settings, load_settings, run
-    from ..train.plot import plot, read_metrics
+    from ..training.loop import Settings, load_settings, run
+    from ..training.plot import plot, read_metrics
 
     if plot_dir is not None:
         records = read_metrics(plot_dir) if (Path(plot_dir) / "metrics.jsonl").exists() else None
