@@ -26,7 +26,7 @@ from cyclelang.training import checkpoint, data
 from cyclelang.training.flameout import Flameout, Watch
 from cyclelang.training.loop import Settings, run
 
-from .conftest import ROOT
+from .conftest import ROOT, need
 
 TINY = """\
 engine tiny {
@@ -454,6 +454,25 @@ def test_fire_accepts_a_run_folder_as_weights(tmp_path, corpus_file):
         assert b["loss"] == pytest.approx(float(model(t[:, :-1], t[:, 1:])[1]), rel=1e-5)
     p = cyclec("fire", spec, "--weights", tmp_path / "run", "--width", "16", check=1)
     assert "--weights fires one spec at its full size" in p.stderr
+
+
+def test_export_accepts_a_run_folder_as_weights(tmp_path, corpus_file):
+    """`cyclec export SPEC --weights RUN_DIR` writes the run's newest weights as a transformers
+    checkpoint (a GPT-2 here), which loads into the same function as the trained model."""
+    transformers = need("transformers")
+    spec = tiny(tmp_path)
+    run(cyclelang.load(spec), fast(data=[str(corpus_file)], steps=3), tmp_path / "run", spec_text="")
+    cyclec("export", spec, "--weights", tmp_path / "run", "-o", tmp_path / "hf", check=0)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ours = cyclelang.build(spec, weights=tmp_path / "run").eval()
+    t = torch.randint(0, 256, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = ours(t), hf(t).logits  # without targets the model gives its logits alone
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), float((a - b).abs().max())
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    p = cyclec("export", spec, "--weights", empty, "-o", tmp_path / "hf2", check=2)
+    assert "not a run folder with a complete checkpoint" in p.stderr and not (tmp_path / "hf2").exists()
 
 
 @pytest.mark.slow

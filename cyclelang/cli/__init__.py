@@ -167,6 +167,19 @@ def load_spec(path: str, include_path=()):
     return load(path, include_path=tuple(include_path))
 
 
+def weights_file(path: str | None) -> str | None:
+    """`--weights` names a .safetensors file or a `cyclec train` run folder: the folder's newest
+    complete checkpoint's weights."""
+    if path is None or not os.path.isdir(path):
+        return path
+    from ..training.checkpoint import weights as run_weights
+
+    found = run_weights(path)
+    if found is None:
+        raise click.BadParameter(f"{path} is not a run folder with a complete checkpoint", param_hint="--weights")
+    return str(found)
+
+
 def write_output(output: str | None, data: str | bytes) -> None:
     """An artifact to stdout (as UTF-8 bytes, whatever the locale's encoding), or atomically to a file."""
     payload = data.encode("utf-8") if isinstance(data, str) else data

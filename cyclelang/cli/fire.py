@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from . import EXIT_INTERRUPTED, EXIT_FINDINGS, include_path_option, load_spec, refuse_output_over_input, seed_option, spec_paths, write_output
+from . import EXIT_INTERRUPTED, EXIT_FINDINGS, include_path_option, load_spec, refuse_output_over_input, seed_option, spec_paths, weights_file, write_output
 
 MAX_BATCH = 4096  # sequences per batch: past this the stand measures nothing new, and memory runs out
 
@@ -78,13 +78,7 @@ def fire(ctx, specs, width, depth, seq, batch, seed, json_out, plot_out, data, t
     if coord_check or lr_sweep:
         return scaling_runs(ctx, specs, resolved, coord_check, lr_sweep, widths, lrs, steps, lr, width, depth, seq, batch, seed,
                             json_out, plot_out, data, train_steps)
-    if weights is not None and os.path.isdir(weights):
-        from ..training.checkpoint import weights as run_weights
-
-        found = run_weights(weights)
-        if found is None:
-            raise click.BadParameter(f"{weights} is not a run folder with a complete checkpoint", param_hint="--weights")
-        weights = str(found)
+    weights = weights_file(weights)
     progress = Progress() if train_steps else None
     report = run_fire(resolved, files=[file_label(path, s) for path, s in zip(specs, resolved)], width=width, depth=depth, seq=seq,
                       batch=batch, seed=seed, data=data, train=train_steps, progress=progress, weights=weights)

@@ -10,7 +10,7 @@ import click
 
 from ..diagnostics import CycleError, Diagnostic
 from ..ir import Span
-from . import include_path_option, load_spec, output_option, spec_path, write_output
+from . import include_path_option, load_spec, output_option, spec_path, weights_file, write_output
 
 
 def _config_span(path: str | None, text: str | None, field: str) -> Span | None:
@@ -62,8 +62,8 @@ def import_(src, output):
 
 @click.command("export")
 @spec_path
-@click.option("--weights", required=True, type=click.Path(exists=True, dir_okay=False, path_type=str),
-              help="The compiled module's weights (.safetensors, from `cyclec build --weights`).")
+@click.option("--weights", required=True, type=click.Path(exists=True, path_type=str),
+              help="The compiled module's weights: a .safetensors file (`cyclec build --weights`) or a `cyclec train` run folder.")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False, path_type=str),
               help="The checkpoint folder to write (config.json, model.safetensors).")
 @include_path_option
@@ -89,7 +89,7 @@ def export(spec, weights, out_dir, include_path):
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise click.FileError(out_dir, "exists and is not a directory")
     try:
-        config = export_checkpoint(s, weights, out_dir)
+        config = export_checkpoint(s, weights_file(weights), out_dir)
     except InteropError as e:
         raise _fail("E0405", str(e), None, "export the weights of this spec's module (cyclec build SPEC --weights W)", {}) from None
     click.echo(f"wrote {out_dir}/config.json ({config['model_type']}) and {out_dir}/model.safetensors", err=True)
