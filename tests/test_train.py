@@ -235,6 +235,21 @@ def test_bf16_autocast_trains(tmp_path, corpus_file):
     assert all(math.isfinite(x["loss"]) for x in r.metrics if "loss" in x) and r.val_loss is not None
 
 
+def test_fp16_trains_with_a_grad_scaler_that_is_checkpointed(tmp_path, corpus_file):
+    """fp16 autocast runs under a GradScaler: the losses stay finite and close to fp32's, and the
+    scaler's state (its scale, growth tracker) is in the checkpoint a resume reads back."""
+    spec = cyclelang.load(tiny(tmp_path))
+    half = run(spec, fast(data=[str(corpus_file)], dtype="fp16", steps=3, eval_every=0, ckpt_every=3), tmp_path / "h", spec_text="")
+    full = run(spec, fast(data=[str(corpus_file)], dtype="fp32", steps=3, eval_every=0, ckpt_every=3), tmp_path / "f", spec_text="")
+    lh = [x["loss"] for x in half.metrics if "loss" in x and "val_loss" not in x]
+    lf = [x["loss"] for x in full.metrics if "loss" in x and "val_loss" not in x]
+    assert len(lh) == len(lf) == 3 and all(math.isfinite(x) for x in lh)
+    assert lh[0] == pytest.approx(lf[0], rel=1e-2)  # the same model and batch, in half precision
+    state = json.loads((checkpoint.latest(tmp_path / "h") / "state.json").read_text("utf-8"))
+    assert state["scaler"] is not None and state["scaler"]["scale"] > 0
+    assert json.loads((checkpoint.latest(tmp_path / "f") / "state.json").read_text("utf-8"))["scaler"] is None
+
+
 def test_sigint_checkpoints_and_resume_repeats_the_uninterrupted_run(tmp_path, corpus_file):
     spec = tiny(tmp_path)
     args = ["train", spec, "--data", corpus_file, "--steps", "40", "--seq", "16", "--micro-batch", "2", "--eval-every", "10",
