@@ -9,10 +9,16 @@ another data-parallel world size) plus the full weights gathered on rank 0.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
 import torch
+
+
+def _close(dist) -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 @dataclass
@@ -39,6 +45,9 @@ class Distributed:
             torch.cuda.set_device(local)
         if not dist.is_initialized():
             dist.init_process_group("nccl" if cuda else "gloo")
+            # Left to the interpreter's teardown, gloo's threads can outlive the group and abort the
+            # process ("terminate called without an active exception") after a good run.
+            atexit.register(_close, dist)
         if world % tp:
             raise ValueError(f"--tp {tp} does not divide the world size {world}")
         mesh = init_device_mesh("cuda" if cuda else "cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))

@@ -487,4 +487,6 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
         atomic_write(run_dir / "curves.png", plot(metrics.records, title=e.name))
     if dist is not None:
         dist.barrier()
+    if dist is not None:
+        dist.barrier()  # every rank done (rank 0's last writes included) before any leaves the group
     return Result(run_dir, step, metrics.records, val[0], val[1], interrupted)
