@@ -6,9 +6,10 @@
     cyclelang.interop.load_transformers(model, state_dict)      # a mapping of tensors
 
 Supported checkpoints: GPT-2 (`GPT2LMHeadModel`, `GPT2Model`), Llama
-(`LlamaForCausalLM`), Mistral (same keys as Llama; the window is in the config)
-and Mixtral (`MixtralForCausalLM`, both the transformers 5 fused-expert layout and
-the `block_sparse_moe.experts.{e}.w1/w2/w3` layout of the released files).
+(`LlamaForCausalLM`), Mistral (same keys as Llama; the window is in the config),
+Mixtral (`MixtralForCausalLM`, both the transformers 5 fused-expert layout and
+the `block_sparse_moe.experts.{e}.w1/w2/w3` layout of the released files) and
+Mamba-2 (`Mamba2ForCausalLM`: each stage's `turbine ssm` and the valve before it).
 
 The mapping is driven by the IR's layout (the parts' paths in the compiled module):
 in each stage instance `stages.{i}` it takes the attention turbine, the reactor
@@ -36,7 +37,7 @@ from . import ir
 
 __all__ = ["InteropError", "load_transformers", "convert_state_dict", "detect_arch", "read_safetensors", "ARCHS"]
 
-ARCHS = ("gpt2", "llama", "mistral", "mixtral")
+ARCHS = ("gpt2", "llama", "mistral", "mixtral", "mamba2")
 
 # Suffixes of pickled checkpoints: refused, since unpickling can run code.
 _PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -106,16 +107,18 @@ def detect_arch(keys, config: dict | None = None) -> str:
     keys = list(keys)
     if any(re.search(r"(^|\.)h\.\d+\.attn\.c_attn\.weight$", k) for k in keys):
         return "gpt2"
+    if any(re.search(r"layers\.\d+\.mixer\.A_log$", k) for k in keys):
+        return "mamba2"
     if any(re.search(r"layers\.\d+\.(mlp\.experts\.gate_up_proj|block_sparse_moe\.)", k) for k in keys):
         return "mixtral"
     if any(re.search(r"layers\.\d+\.mlp\.gate_proj\.weight$", k) for k in keys):
         return "llama"
-    raise InteropError(keys[0] if keys else "<empty>", "not a GPT-2, Llama, Mistral or Mixtral checkpoint")
+    raise InteropError(keys[0] if keys else "<empty>", "not a GPT-2, Llama, Mistral, Mixtral or Mamba-2 checkpoint")
 
 
 def _strip_prefix(state: dict, arch: str) -> dict:
     """Drop `transformer.` / `model.` so keys read `h.0....` / `layers.0....`; lm_head stays."""
-    prefix = "transformer." if arch == "gpt2" else "model."
+    prefix = {"gpt2": "transformer.", "mamba2": "backbone."}.get(arch, "model.")
     if not any(k.startswith(prefix) for k in state):
         return dict(state)
     return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
@@ -127,6 +130,7 @@ def _strip_prefix(state: dict, arch: str) -> dict:
 @dataclass
 class _Stage:
     attn: str | None = None  # "stages.0.mix.attn"
+    ssm: str | None = None  # "stages.0.mix.ssm"
     mlp: str | None = None  # "stages.0.burn.mlp"
     moe: str | None = None  # "stages.0.burn.moe"
     experts: int = 0
@@ -159,6 +163,8 @@ def _layout(spec) -> dict[int, _Stage]:
                     st.valves[path] = valve[2]
                 if isinstance(part.node, ir.Attention):
                     st.attn = st.attn or path
+                elif isinstance(part.node, ir.Ssm):
+                    st.ssm = st.ssm or path
                 elif isinstance(part.node, ir.Mlp):
                     st.mlp = st.mlp or path
                 elif isinstance(part.node, ir.Moe) and st.moe is None:
@@ -199,6 +205,8 @@ def _plan(arch: str, spec, state: dict) -> _Plan:
         e[ours] = (srcs, fn)
 
     layout, final = _layout(spec), _final_valve(spec)
+    if arch == "mamba2":
+        return _plan_mamba2(plan, put, layout, final)
     for i, st in sorted(layout.items()):
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
@@ -253,6 +261,26 @@ def _plan(arch: str, spec, state: dict) -> _Plan:
     return plan
 
 
+MAMBA2_MIXER = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "out_proj.weight", "out_proj.bias")
+
+
+def _plan_mamba2(plan: _Plan, put, layout: dict, final: str) -> _Plan:
+    """Mamba-2: layer i is stage i's ssm (its names are transformers' own) and the valve before it."""
+    for i, st in sorted(layout.items()):
+        if st.ssm is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} has no ssm turbine; transformers' mamba2 layer {i} has one"
+            continue
+        h = f"layers.{i}."
+        put(f"{st.valves.get(st.ssm, _parent(st.ssm) + 'norm')}.weight", h + "norm.weight")
+        for name in MAMBA2_MIXER:  # biases only where the config has use_bias / use_conv_bias
+            put(f"{st.ssm}.{name}", h + "mixer." + name)
+        put(f"{st.ssm}.norm", h + "mixer.norm.weight")  # the gated RMSNorm's gain
+    put("feed.tok.weight", "embeddings.weight")
+    put(f"{final}.weight", "norm_f.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
 # --- converting and checking -------------------------------------------------------------
 
 
@@ -288,7 +316,7 @@ def convert_state_dict(state: Mapping, target: Mapping, arch: str | None = None,
         out[key] = value
     if tied and "lm_head.weight" in src:
         # A tied nozzle reuses the token embedding: an untied head that differs has no place.
-        emb = src["wte.weight" if arch == "gpt2" else "embed_tokens.weight"]
+        emb = src[{"gpt2": "wte.weight", "mamba2": "embeddings.weight"}.get(arch, "embed_tokens.weight")]
         head = src["lm_head.weight"]
         if not _same_tensor(head, emb):
             raise InteropError("lm_head.weight", "the spec ties the nozzle to the feed, but the checkpoint's head differs from its embedding")
@@ -316,17 +344,23 @@ def _ignorable(key: str) -> bool:
 
 
 def _check_config(model, arch: str, config: dict) -> None:
-    """What the keys cannot show: norm eps, rotary base, sliding window."""
+    """What the keys cannot show: norm eps, rotary base, sliding window, an ssm's dt limits."""
     import torch
     from torch import nn
 
-    eps = config.get("layer_norm_epsilon" if arch == "gpt2" else "rms_norm_eps")
+    eps = config.get("layer_norm_epsilon" if arch in ("gpt2", "mamba2") else "rms_norm_eps")
     kinds = (nn.LayerNorm,) if arch == "gpt2" else (nn.RMSNorm,)
     for name, mod in model.named_modules():
         if isinstance(mod, (nn.LayerNorm, nn.RMSNorm)) and not isinstance(mod, kinds):
             raise InteropError(name, f"{type(mod).__name__} in the module; transformers' {arch} uses {kinds[0].__name__}")
         if eps is not None and isinstance(mod, kinds) and mod.eps is not None and not math.isclose(mod.eps, eps, rel_tol=1e-6):
             raise InteropError(name, f"norm eps {mod.eps} in the module, {eps} in the config (set eps= on the norm)")
+        if arch == "mamba2" and hasattr(mod, "A_log"):  # an ssm turbine: its gated norm and its dt limits
+            limit = tuple(config.get("time_step_limit", (0.0, float("inf"))))
+            if not math.isclose(mod.eps, eps, rel_tol=1e-6) if eps is not None else False:
+                raise InteropError(name, f"gated norm eps {mod.eps} in the module, {eps} in the config (set eps= on the ssm)")
+            if (mod.dt_lo, float("inf") if mod.dt_hi is None else mod.dt_hi) != (float(limit[0]), float(limit[1])):
+                raise InteropError(name, f"dt limits ({mod.dt_lo}, {mod.dt_hi}) in the module, {limit} in the config (set dt_lo=, dt_hi=)")
         if hasattr(mod, "qkv") and hasattr(mod, "heads"):  # an attention turbine
             window = getattr(mod, "window", None)
             want = config.get("sliding_window") if arch in ("mistral", "mixtral") else None
@@ -350,7 +384,7 @@ def load_transformers(model, source, *, arch: str | None = None, check_config: b
     (`model.spec`), so it is needed only for a model made from a generated file.
 
     source: a transformers model, a state dict, or a safetensors file / checkpoint folder.
-    arch: 'gpt2', 'llama', 'mistral' or 'mixtral'; detected from the keys (or the
+    arch: 'gpt2', 'llama', 'mistral', 'mixtral' or 'mamba2'; detected from the keys (or the
     config's model_type) when omitted. Returns `model`. Nothing is copied unless every
     key and shape lines up; otherwise InteropError names the first difference."""
     import torch

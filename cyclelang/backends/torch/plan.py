@@ -23,7 +23,7 @@ from .writer import camel, where
 GLOBALS = frozenset({
     "math", "dataclass", "torch", "nn", "F", "Config", "Feed", "Model", "Cache", "Startup",
     "learning_rate", "causal_mask", "sliding_mask", "rotary_tables", "apply_rotary",
-    "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional",
+    "apply_rotary_partial", "apply_rotary_pairs", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage next_token_loss` is a class NextTokenLoss)
 
 INPUTS = ("rope", "cache", "aux")  # what an op's call may take besides x, in this order
@@ -76,11 +76,11 @@ class MoeVariant:
     act: str
     capacity: bool  # training drops assignments past each expert's capacity
     balance: bool  # files a load-balancing loss in aux
-    multi: bool  # top > 1: the chosen weights are renormalised
+    multi: bool  # top > 1 and renormalize: the chosen weights are renormalised
 
     @classmethod
     def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
-        return cls(m.act, m.capacity is not None, m.balance > 0, m.top > 1)
+        return cls(m.act, m.capacity is not None, m.balance > 0, m.top > 1 and m.renormalize)
 
     @property
     def expert(self) -> MlpVariant:
@@ -217,7 +217,7 @@ class Plan:
         return self.turbine_classes[v]
 
     def rope_index(self, op) -> int | None:
-        if not isinstance(op, ir.Attention) or op.rotary_dims == 0:
+        if not isinstance(op, (ir.Attention, ir.LatentAttention)) or op.rotary_dims == 0:
             return None
         k = (op.rotary_dims, op.rotary_base)
         if k not in self.ropes:

@@ -38,3 +38,12 @@ def apply_rotary_partial(x, cos, sin):
     d = cos.size(-1)
     x1, x2, rest = x[..., : d // 2], x[..., d // 2 : d], x[..., d:]
     return torch.cat((x[..., :d] * cos + torch.cat((-x2, x1), dim=-1) * sin, rest), dim=-1)
+
+
+def apply_rotary_pairs(x, cos, sin):
+    """Rotate adjacent pairs (x_2i, x_2i+1) of every dim (RoFormer's own layout, DeepSeek-V2's
+    rotary key), from the rotate-half tables: their first half holds one angle per pair."""
+    d = x.size(-1) // 2
+    c, s = cos[..., :d], sin[..., :d]  # (T, dims/2)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
