@@ -151,7 +151,7 @@ def test_a_linear_attention_is_a_mixer_to_the_reviewer_the_diagram_and_the_stand
     spec = _spec("retention")
     assert "W109" not in {d.code for d in review(spec)}
     dot = cyclelang.draw(spec).source
-    assert "expander" in dot and "linear attention, 3 heads" in dot  # the kind's words and text.DETAILS
+    assert "expander injector" in dot and "Linear attention · 3 heads" in dot  # the kind's words and text.TITLES
     assert not cyclelang.fire(spec, seq=8, batch=2).failed
     assert "nn.init.normal_(stage.mix.attn.proj.weight" in cyclelang.codegen(spec)
 

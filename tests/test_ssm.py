@@ -172,7 +172,7 @@ def test_an_ssm_is_a_mixer_to_the_reviewer_the_diagram_and_the_stand():
     spec = _spec()
     assert "W109" not in {d.code for d in review(spec)}
     dot = cyclelang.draw(spec).source
-    assert "jacket" in dot and "SSM, 4 heads, state 8" in dot  # the words and numbers of text.DETAILS
+    assert "jacket" in dot and "SSM · 4 heads · state 8" in dot  # the kind's words and text.TITLES
     report = cyclelang.fire(spec, seq=8, batch=2)
     assert not report.failed
     cooled = cyclelang.codegen(cyclelang.parse(SPEC.format(layers=2, groups=2, chunk=8, extra="  merge cooling")))
