@@ -351,7 +351,7 @@ _add("E0224", "Graphviz ran out of time", "Graphviz's `dot` is given 60 seconds 
 _add("W112", "unwise value", """
 A value inside its range (outside it is E0205) that is still unlikely to be meant: a
 learning rate of 1 or more, weight decay of 1 or more, dropout of one half or more, an
-init std of 1 or more, a merge scale above 1 (it heats the branch instead of cooling it),
+init std of 1 or more or below 1e-6 (the products of weights underflow), a merge scale above 1 (it heats the branch instead of cooling it),
 a gate bias beyond 10 (the gate starts saturated and barely learns), a balance weight of 1
 or more. Each is legal; each usually makes a model that diverges or learns nothing.""",
      "startup { schedule constant lr=3 }")

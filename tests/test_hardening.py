@@ -578,6 +578,14 @@ def test_d8_huge_startup_values_are_out_of_range(line):
     assert "E0205" in codes_of(cyclelang.parse, f"engine e {{ chamber width=8 feed tokens vocab=16 context=8 nozzle head startup {{ {line} }} }}")
 
 
+def test_d8_a_vanishing_init_std_is_warned():
+    from cyclelang import review
+
+    tiny = review.review(cyclelang.parse("engine e { chamber width=8 feed tokens vocab=16 context=8 nozzle head startup { init normal std=1e-30 } }"))
+    usual = review.review(cyclelang.parse("engine e { chamber width=8 feed tokens vocab=16 context=8 nozzle head startup { init normal std=0.02 } }"))
+    assert any(d.code == "W112" and "underflow" in d.message for d in tiny) and not any(d.code == "W112" for d in usual)
+
+
 def test_d8_huge_feed_scale_is_out_of_range():
     assert "E0205" in codes_of(cyclelang.parse, "engine e { chamber width=8 feed tokens vocab=16 context=8 scale=1e39 nozzle head }")
 

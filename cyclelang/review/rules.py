@@ -373,6 +373,10 @@ def unwise_values(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
         if st.init.kind == "normal" and st.init.std >= 1:
             out.append(_w("W112", f"init std {st.init.std:g}: weights this large saturate every activation and blow up the chamber's norm at the first stage", st.init.span or st.span or e.span,
                           "transformers start at std 0.02 (or 1/sqrt(width))"))
+        if st.init.kind == "normal" and st.init.std < 1e-6:
+            out.append(_w("W112", f"init std {st.init.std:g}: weights this small start every matrix at about zero, so the logits hardly depend on the "
+                          "input and the products of weights (attention scores, gradients) underflow in fp32", st.init.span or st.span or e.span,
+                          "transformers start at std 0.02 (or 1/sqrt(width))"))
     if e.feed.dropout >= 0.5:
         out.append(_w("W112", f"feed dropout {e.feed.dropout:g} drops most of every embedding", e.feed.span, "dropout is usually 0 to 0.3"))
     for p in parts(e):
