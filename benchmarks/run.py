@@ -49,6 +49,10 @@ SHRINK = {
     # the MoE cycle as written (width 256, 4 blocks, 8 experts top-2), a shorter context
     "moe": {r"context=\d+": "context=256"},
 }
+# the expander cycle: Mamba-2 at width 256 (8 heads of 64, state 64, 4 blocks); decoding engines at width 128
+MAMBA2 = {r"width=\d+": "width=256", r"heads=24": "heads=8", r"state=128": "state=64", r"chunk=256": "chunk=128",
+          r"let depth = \d+": "let depth = 4", r"vocab=\d+": "vocab=8192", r"context=\d+": "context=256"}
+FLAT = {r"width=\d+": "width=128", r"heads=12": "heads=4", r"let depth = \d+": "let depth = 2", r"vocab=\d+": "vocab=2048", r"context=\d+": "context=4160"}
 DECODE = {r"width=\d+": "width=128", r"heads=8": "heads=4", r"hidden=\d+": "hidden=352", r"\) x 8": ") x 2", r"vocab=\d+": "vocab=2048", r"context=\d+": "context=1280"}
 
 
@@ -236,6 +240,69 @@ def bench_decode(args, torch):
         res[f"x{n}"] = median(speed)
     print(f"  per token (cache): {res['ms_first']:.2f} ms at ~64 tokens, {res['ms_last']:.2f} ms at ~1000 (x{res['flat']:.2f}); "
           f"speed-up over recompute: x{res['x256']:.1f} at 256, x{res['x1024']:.1f} at 1024", flush=True)
+    return res
+
+
+# --- the expander cycle: an ssm against transformers, a flat decoding cost ------------------
+
+
+def bench_expander(args, torch):
+    """Mamba-2's training step against transformers' Mamba2ForCausalLM (its torch path: no
+    mamba_ssm kernels), eager and both compiled, at the same config and weights; then the
+    per-token decoding time of linear attention (expander.cycle) and of attention (gpt2.cycle)
+    at the same width, around token 64 and around token 4,096."""
+    import transformers
+
+    import cyclelang
+    from cyclelang.interop import load_transformers
+
+    ours = cyclelang.build(cyclelang.parse(spec_text("mamba2", MAMBA2)), seed=0)
+    c = ours.config
+    hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
+        vocab_size=c.vocab_size, hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2, conv_kernel=4,
+        chunk_size=128, num_hidden_layers=4, use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5, tie_word_embeddings=True))
+    load_transformers(ours, hf)
+    B, T = args.batch, args.seq
+    idx = torch.randint(0, c.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
+    tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
+    with torch.no_grad():
+        a, b = float(ours(idx, tgt)[1]), float(hf(input_ids=idx, labels=idx).loss)
+    assert abs(a - b) < 1e-4, f"mamba2: compiled {a} vs transformers {b}"
+    res = {}
+    for compiled in (False, True):
+        sides = {}
+        for label, model, is_hf in (("cyclec", ours, False), ("transformers", hf, True)):
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            fwd = torch.compile(model) if compiled else model
+
+            def step(fwd=fwd, opt=opt, is_hf=is_hf):
+                opt.zero_grad(set_to_none=True)
+                _loss(fwd, idx, tgt, hf=is_hf).backward()
+                opt.step()
+
+            for _ in range(2):  # warm-up (and, compiled, the compilation)
+                step()
+            sides[label] = step
+        times = time_sides(sides, args.rounds, args.steps)
+        key = "compiled" if compiled else "eager"
+        res[key] = {"ms": {k: 1000 * median(v) for k, v in times.items()}, "vs_hf": ratio(times, "cyclec", "transformers")}
+        print(f"  mamba2 {key}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in res[key]["ms"].items()) + f"; cyclec/transformers {res[key]['vs_hf']:.3f}", flush=True)
+    del ours, hf
+    gc.collect()
+    for name in ("expander", "gpt2"):
+        model = cyclelang.build(cyclelang.parse(spec_text(name, FLAT)), seed=0).eval()
+        Cache = sys.modules[type(model).__module__].Cache
+        with torch.no_grad():
+            cache, nxt, ts = Cache(), torch.zeros(1, 1, dtype=torch.long), []
+            for _ in range(4096):
+                t0 = time.perf_counter()
+                logits = model(nxt, cache=cache)
+                ts.append(time.perf_counter() - t0)
+                nxt = logits[:, -1].argmax(-1, keepdim=True)
+        first, last = median(ts[32:96]), median(ts[-64:])
+        res[name] = {"ms_first": 1000 * first, "ms_last": 1000 * last, "growth": last / first, "state_bytes": cache.nbytes()}
+        print(f"  decode {name}: {1000 * first:.3f} ms per token around token 64, {1000 * last:.3f} ms around 4096 (x{last / first:.2f})", flush=True)
     return res
 
 
@@ -543,6 +610,18 @@ def render(results) -> str:
         if not d.get("same", True):
             out.append("| tokens: cache and recompute | differ (half precision rounds a near-tie apart) |")
         out.append("")
+    if "expander" in results:
+        x = results["expander"]
+        out += ["### The expander cycle: Mamba-2 against transformers, and a decoding cost that stays flat", "",
+                "| figure | cyclec | transformers | cyclec / transformers |", "|---|---|---|---|"]
+        for key, label in (("eager", "Mamba-2 training step, eager"), ("compiled", "Mamba-2 training step, both torch.compile'd")):
+            ms = x[key]["ms"]
+            out.append(f"| {label} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x[key]['vs_hf']:.3f}** |")
+        out += ["", "| decoding, width 128, 2 blocks, batch 1 | around token 64 | around token 4,096 | growth |", "|---|---|---|---|"]
+        for key, label in (("expander", "linear attention (expander.cycle)"), ("gpt2", "attention (gpt2.cycle)")):
+            d = x[key]
+            out.append(f"| {label} | {d['ms_first']:.3f} ms | {d['ms_last']:.3f} ms | **x{d['growth']:.2f}** |")
+        out.append("")
     if "memory" in results:
         out += ["### Peak memory of a training step", "", "| spec | cyclec MiB | reference MiB | ratio | ratio above weights + AdamW state |", "|---|---|---|---|---|"]
         for r in results["memory"]:
@@ -591,7 +670,7 @@ def render(results) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="sections, comma-separated (default: train,compiled,decode,memory,frontend; on cuda train,compiled,decode)")
+    ap.add_argument("--only", help="sections, comma-separated (default: train,compiled,decode,memory,frontend,lsp,expander; on cuda train,compiled,decode)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=7)
@@ -607,8 +686,8 @@ def main(argv=None):
     ap.add_argument("--write", action="store_true", help=f"replace the figures in {DOC.relative_to(ROOT)} (and benchmarks/results.json)")
     args = ap.parse_args(argv)
     gpu = args.device != "cpu"
-    only = (args.only or ("train,compiled,decode" if gpu else "train,compiled,decode,memory,frontend,lsp")).split(",")
-    if gpu and {"memory", "frontend", "lsp"} & set(only):
+    only = (args.only or ("train,compiled,decode" if gpu else "train,compiled,decode,memory,frontend,lsp,expander")).split(",")
+    if gpu and {"memory", "frontend", "lsp", "expander"} & set(only):
         ap.error("--device cuda times the models (train, compiled, decode); memory and frontend are CPU figures")
     if args.write and not gpu and args.dtype != "float32":
         ap.error("--write records float32 on the CPU, or a --device cuda run; bfloat16 on the CPU is for trying the path")
@@ -629,7 +708,8 @@ def main(argv=None):
     sections = {"frontend": lambda: bench_frontend(args), "train": lambda: bench_train(args, torch), "decode": lambda: bench_decode(args, torch),
                 "memory": lambda: bench_memory(args, torch), "compiled": lambda: bench_train(args, torch, compiled=True),
                 "lsp": lambda: bench_lsp(args),
-                "train-loop": lambda: bench_train_loop(args, torch)}
+                "train-loop": lambda: bench_train_loop(args, torch),
+                "expander": lambda: bench_expander(args, torch)}
     results = {}
     t0 = time.perf_counter()
     for key, fn in sections.items():

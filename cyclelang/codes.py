@@ -152,7 +152,7 @@ cannot tell 'a b' from 'b a'. (A causal mask leaks order by itself, which is why
 the rule is about open throats only.) Give the feed learned or sinusoidal
 positions, or add rotary to the attention.""", "throat open  feed tokens vocab=1000 context=128 position=none")
 _add("W109", "no mixer", """
-No turbine mixes positions: there is no mixer (""" + ", ".join(k.keyword for k in OPS if k.mixes_positions) + """), so every token
+No turbine mixes positions: there is no mixer (""" + ", ".join(dict.fromkeys(k.keyword for k in OPS if k.mixes_positions)) + """), so every token
 is processed alone and the prediction at a position ignores all the others. An
 engine can use many kinds of injector, but it cannot go without one.""", "stage block x 4 { prechamber burn { norm layernorm  turbine mlp } }")
 _add("W110", "Pre-LN without a final norm", """
@@ -175,6 +175,10 @@ position pass it than its width, whatever the widths after it. The note says whe
 the throat is; it is a fact about the design, not a fault.""", "stage squeeze { turbine linear out=64 }")
 
 # --- limits (cyclelang.limits), appended ------------------------------------------------------
+_add("E0230", "heads do not divide the inner width", "A linear attention splits the width, and an ssm its inner width (expand x width), into equal heads: heads must divide it, or head_dim= must be given. The help line names the nearest divisors.", "chamber width=64 ... turbine ssm heads=6 expand=2")
+_add("E0231", "groups do not divide heads", "In an ssm the heads share B and C in groups (as GQA's query heads share keys and values), so groups must divide heads.", "turbine ssm heads=8 groups=3")
+_add("E0232", "decay without a causal throat", "Linear attention's retention (RetNet's decay per head) weighs the past by its distance: it is defined for a causal engine only.", "throat open ... turbine linear_attention heads=4 retention")
+_add("E0233", "latent attention without a rotary key", "Latent attention (`turbine attention latent=`) decouples positions into a rotary key shared by the heads; it needs an even number of rotary_dims, at least 2.", "turbine attention heads=8 latent=64 rotary_dims=3")
 _add("E0219", "model too large to build", """
 `cyclec build` estimates the parameter count from the IR before it allocates
 anything (closed form, no torch) and refuses an engine above 2,000,000,000
@@ -347,7 +351,7 @@ _add("E0224", "Graphviz ran out of time", "Graphviz's `dot` is given 60 seconds 
 _add("W112", "unwise value", """
 A value inside its range (outside it is E0205) that is still unlikely to be meant: a
 learning rate of 1 or more, weight decay of 1 or more, dropout of one half or more, an
-init std of 1 or more, a merge scale above 1 (it heats the branch instead of cooling it),
+init std of 1 or more or below 1e-6 (the products of weights underflow), a merge scale above 1 (it heats the branch instead of cooling it),
 a gate bias beyond 10 (the gate starts saturated and barely learns), a balance weight of 1
 or more. Each is legal; each usually makes a model that diverges or learns nothing.""",
      "startup { schedule constant lr=3 }")

@@ -36,6 +36,9 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ("Injectors: how positions mix",
      "Attention is the injector, the one place where positions meet; its baffles (heads, KV heads), its reach (a window) and its very form can change.",
      ["llama", "mqa", "mistral", "moe", "poolformer"]),
+    ("The expander cycle: changing the exponent",
+     "Attention's cost grows as n squared and its KV cache with n; linear attention and the SSM carry the past in a state of fixed size, so a sequence costs n and decoding keeps the same few bytes at any length. Latent attention keeps the n-squared injector and shrinks what its cache keeps per token.",
+     ["expander", "mamba2", "deepseek_v2"]),
     ("A throat on the main line",
      "The narrowest width on the main path caps what the engine can carry past it.",
      ["throat"]),
@@ -176,6 +179,36 @@ CONCEPTS: dict[str, tuple[str, str]] = {
         "MetaFormer's PoolFormer block, made causal for a language model: the token mixer is `avgpool(x) - x` over the "
         "past 3 positions. MetaFormer's point is that the block's general shape (norm, mixer, residual, MLP, residual) "
         "carries much of the performance; the table shows every turbine parameter in the reactors.",
+    ),
+    "expander": (
+        "An expander cycle's ceiling is set by how heat grows with size; here the injector's n-squared mixing is swapped "
+        "for one that folds the past into a fixed-size state. Each head keeps one head_dim x (head_dim + 1) state and, "
+        "with retention, lets it cool at its own fixed rate.",
+        "GPT-2 small with its softmax attention replaced by causal linear attention (Katharopoulos et al. 2020): "
+        "phi(x) = elu(x) + 1 on queries and keys, y_t = phi(q_t) S_t / phi(q_t) z_t, with RetNet's per-head decay. "
+        "Training runs in chunks of 64 positions (attention-like inside a chunk, the state carried between chunks), "
+        "so mixing FLOPs per token are flat in the context; decoding keeps 1.14 MiB per sequence (2-byte values) at "
+        "any length, where gpt2 keeps 36 MiB at its 1,024 tokens and grows linearly.",
+    ),
+    "mamba2": (
+        "No injector at all: every stage's mixer is a regenerative jacket, a selective state that carries the flow "
+        "along the chamber and decides, token by token, how much of it to keep (the step size dt) and what to read "
+        "out of it (C).",
+        "Mamba-2 at mamba2-130m's shape (24 layers, width 768, 24 heads of 64, state 128), equal to transformers' "
+        "Mamba2ForCausalLM in logits, gradients and greedy decoding. The SSD scan trains in chunks of 256; decoding "
+        "keeps each layer's conv window and its 24 x 64 x 128 state: 9.25 MiB per sequence whatever its length, and "
+        "the report's exponents read n^1 for the FLOPs and n^0 for the decoding state.",
+    ),
+    "deepseek_v2": (
+        "The injector keeps its full reach but feeds from a compressed manifold: every position leaves one small latent "
+        "behind, from which each head's keys and values are expanded when they are needed. The combustor is a bank of "
+        "16 narrow liquid-liquid injectors (4 per token) beside 2 shared ones every token burns in, fed through one "
+        "valve and returned at one junction: a fullflow.",
+        "DeepSeek-V2's multi-head latent attention (MLA) and DeepSeekMoE at a small size, equal to transformers' "
+        "DeepseekV2ForCausalLM in logits, gradients and greedy decoding at a tiny config. The cache keeps the 128-wide "
+        "latent and one 32-dim rotary key per layer and token: 1,920 bytes per token (2-byte values) where 8 heads of "
+        "64 would keep 12,288, 6.4x less, still growing as n. The routed weights are the raw softmax (normalize=false), "
+        "as in DeepSeek-V2.",
     ),
     "throat": (
         "A choked throat fixes the mass flow whatever lies downstream: the main line narrows from 256 to 64 and widens "

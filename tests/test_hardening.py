@@ -578,6 +578,14 @@ def test_d8_huge_startup_values_are_out_of_range(line):
     assert "E0205" in codes_of(cyclelang.parse, f"engine e {{ chamber width=8 feed tokens vocab=16 context=8 nozzle head startup {{ {line} }} }}")
 
 
+def test_d8_a_vanishing_init_std_is_warned():
+    from cyclelang import review
+
+    tiny = review.review(cyclelang.parse("engine e { chamber width=8 feed tokens vocab=16 context=8 nozzle head startup { init normal std=1e-30 } }"))
+    usual = review.review(cyclelang.parse("engine e { chamber width=8 feed tokens vocab=16 context=8 nozzle head startup { init normal std=0.02 } }"))
+    assert any(d.code == "W112" and "underflow" in d.message for d in tiny) and not any(d.code == "W112" for d in usual)
+
+
 def test_d8_huge_feed_scale_is_out_of_range():
     assert "E0205" in codes_of(cyclelang.parse, "engine e { chamber width=8 feed tokens vocab=16 context=8 scale=1e39 nozzle head }")
 
@@ -610,6 +618,10 @@ DOCUMENTED = {
     "pool": ["size=3"],
     "conv": ["size=4", "bias=false"],
     "linear": ["out=8", "bias=false"],
+    "ssm": ["heads=2", "state=4", "groups=2", "expand=2", "conv=3", "chunk=4", "bias=false", "conv_bias=true", "eps=1e-5", "dt_min=0.001",
+            "dt_max=0.1", "dt_lo=0.01", "dt_hi=0.5"],
+    "linear_attention": ["heads=2", "feature=relu", "normalize=false", "chunk=4"],
+    "latent_attention": ["heads=2", "latent=4", "q_latent=4", "rotary_dims=2", "v_dim=4"],
     "layernorm": ["eps=1e-5", "bias=false"],
     "rmsnorm": ["eps=1e-6"],
     "merge": ["scale=0.5", "cooling std=0.02", "rezero init=0.5", "layerscale init=0.1", "deepnorm alpha=2 beta=0.5", "gate bias=-2"],
@@ -628,6 +640,8 @@ def test_d13_every_documented_option_can_be_written():
     texts = [_engine("prechamber p { turbine mlp }", feed=" ".join(DOCUMENTED["feed"]))]
     for kind in ("attention", "attention_qk", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
         texts.append(_engine(f"prechamber p {{ turbine {kind.split('_')[0]} {' '.join(DOCUMENTED[kind])} }}"))
+    for kind, turbine in (("ssm", "ssm"), ("linear_attention", "linear_attention"), ("latent_attention", "attention")):
+        texts.append(_engine(f"prechamber p {{ turbine {turbine} {' '.join(DOCUMENTED[kind])} }}"))
     for kind in ("layernorm", "rmsnorm"):
         texts.append(_engine(f"prechamber p {{ norm {kind} {' '.join(DOCUMENTED[kind])} turbine mlp }}"))
     for m in DOCUMENTED["merge"]:

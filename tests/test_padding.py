@@ -104,6 +104,17 @@ def test_a_mask_of_the_wrong_shape_and_a_pool_engine_are_refused():
         pool(torch.zeros(1, 5, dtype=torch.long), attention_mask=torch.ones(1, 5))
 
 
+@pytest.mark.parametrize("turbine,word", [("turbine ssm heads=4 state=8 chunk=4", "ssm"), ("turbine linear_attention heads=4", "linear_attention"),
+                                          ("turbine attention heads=4 latent=16", "latent attention")])
+def test_engines_whose_mixers_read_padded_positions_refuse_a_mask(turbine, word):
+    """The recurrent mixers' states and MLA's latents take no padding mask: a padded batch is refused, not mixed silently."""
+    m = build(cyclelang.parse(SPEC.format(**ENGINES["rotary"]).replace("turbine attention heads=4 kv_heads=2 rotary bias=false", turbine)))
+    idx = torch.zeros(1, 5, dtype=torch.long)
+    m(idx)  # unpadded: fine
+    with pytest.raises(ValueError, match=f"covers attention only: this engine's {word} would mix padded positions"):
+        m(idx, attention_mask=torch.ones(1, 5))
+
+
 def test_padded_batch_matches_transformers_with_its_mask():
     transformers = need("transformers")
     from cyclelang.interop import import_config, load_transformers

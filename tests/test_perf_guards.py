@@ -8,9 +8,16 @@ over the IR written here (not from the code generator), per construct:
     mlp        fc 2N·C·H (×2 for swiglu/geglu), proj 2N·H·C
     moe        router 2N·C·E, experts 2N·top·(C·H·g + H·C) in eval (dropless routing)
     linear     2N·in·out;  gate merge 2N·C·C;  nozzle 2N·C·V
+    latent attention  q 2N·C·h·(d+r) (or through the q latent), kv down 2N·C·(L+r), kv up
+               2N·L·h·(d+v), out 2N·h·v·C; scores 2·B·h·T·T·(d+r), mix 2·B·h·T·T·v
+               (two bmm: a value width unlike the key's takes SDPA's math kernel on the CPU)
+    ssm        in_proj 2N·C·(2i+2gn+h), depthwise conv 2·B·(i+2gn)·T·K, out_proj 2N·i·C;
+               per chunk of l: scores 2Bh·l²·n, their sum 2Bh·l²·p, state in and out 4Bh·l·p·n
+    linear attention  qkv 2N·C·3hd, proj 2N·hd·C; per chunk of l: scores 2Bh·l²·d,
+               sums 2Bh·l²·e, state in and out 4Bh·l·d·e (e = d + 1 when normalised)
 
 with N = B·T tokens. Matmuls are counted as they reach the ATen dispatcher (mm,
-addmm, bmm, baddbmm; attention as one fused kernel); torch's FlopCounterMode
+addmm, bmm, baddbmm, convolution; attention as one fused kernel); torch's FlopCounterMode
 checks the dense FLOPs independently.
 """
 
@@ -55,6 +62,11 @@ def shrink(path) -> str:
 # --- the closed form ----------------------------------------------------------------------
 
 
+def chunks(T: int, chunk: int) -> list[int]:
+    """The lengths of the chunks a scan cuts T positions into."""
+    return [min(chunk, T - s) for s in range(0, T, chunk)]
+
+
 def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
     """(matmuls, FLOPs) of one eval-mode forward pass on (B, T) tokens."""
     e = spec.engine
@@ -78,6 +90,28 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
         elif isinstance(op, ir.Linear):
             count += 1
             flops += 2 * N * op.width * op.out
+        elif isinstance(op, ir.LatentAttention):
+            h, d, r, v, L, C = op.heads, op.head_dim, op.rotary_dims, op.v_dim, op.latent, op.width
+            q = op.q_latent
+            count += (2 if q else 1) + 3 + 2
+            flops += (2 * N * C * q + 2 * N * q * h * (d + r)) if q else 2 * N * C * h * (d + r)
+            flops += 2 * N * C * (L + r) + 2 * N * L * h * (d + v) + 2 * N * h * v * C + 2 * B * h * T * T * (d + r + v)
+        elif isinstance(op, ir.Ssm):
+            h, p, n, g, C = op.heads, op.head_dim, op.state, op.groups, op.width
+            i = h * p
+            count += 3
+            flops += 2 * N * C * (2 * i + 2 * g * n + h) + 2 * B * (i + 2 * g * n) * T * op.conv + 2 * N * i * C
+            for l in chunks(T, op.chunk):
+                count += 4
+                flops += 2 * B * h * l * l * (n + p) + 4 * B * h * l * p * n
+        elif isinstance(op, ir.LinearAttention):
+            h, d, C = op.heads, op.head_dim, op.width
+            e = d + (1 if op.normalize else 0)
+            count += 2
+            flops += 2 * N * C * 3 * h * d + 2 * N * h * d * C
+            for l in chunks(T, op.chunk):
+                count += 4
+                flops += 2 * B * h * l * l * (d + e) + 4 * B * h * l * d * e
 
     def branch(p: ir.Prechamber):
         nonlocal count, flops
@@ -109,7 +143,7 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
 
 
 class MatmulCounter(TorchDispatchMode):
-    """Counts matmul kernels and their FLOPs as they reach ATen (attention included)."""
+    """Counts matmul kernels and their FLOPs as they reach ATen (attention and convolutions included)."""
 
     ATTENTION = re.compile(r"aten\._scaled_dot_product_\w*attention\w*")
 
@@ -127,6 +161,10 @@ class MatmulCounter(TorchDispatchMode):
         elif name in ("aten.bmm", "aten.baddbmm"):
             a, b = (args[0], args[1]) if name == "aten.bmm" else (args[1], args[2])
             self._add(name, 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2])
+        elif name == "aten.convolution":  # flops: 2 x the output's numel x the kernel's inputs per output (depthwise: K)
+            out = func(*args, **(kwargs or {}))
+            self._add(name, 2 * out.numel() * args[1].shape[1] * args[1].shape[2])
+            return out
         elif self.ATTENTION.fullmatch(name):
             q, k, v = args[:3]
             Bq, H, L, E = q.shape

@@ -15,7 +15,7 @@ import pytest
 import cyclelang
 from cyclelang import ir
 from cyclelang.review import analyze
-from cyclelang.review.report import attention_flops_per_token, forward_flops_per_token
+from cyclelang.review.report import forward_flops_per_token
 
 from .conftest import ROOT, SPECS, spec_id, need
 
@@ -179,6 +179,8 @@ def test_flops_within_five_percent_of_flop_counter(path):
         model(idx, targets=idx)
     measured = counter.get_total_flops() / idx.shape[1]
     predicted = forward_flops_per_token(spec.engine, idx.shape[1])
-    if not _sdpa_is_counted():
-        predicted -= attention_flops_per_token(spec.engine, idx.shape[1])
+    if not _sdpa_is_counted():  # the fused kernel's scores and sums go uncounted; the scans' einsums and
+        # latent attention's math kernel (its value width is not its key's) are matmuls, and counted
+        n = idx.shape[1]
+        predicted -= sum(p.flops(n)[1] * p.repeat for p in ir.layout.layout(spec).parts() if isinstance(p.node, ir.Attention))
     assert abs(measured - predicted) <= 0.05 * predicted, (measured, predicted)

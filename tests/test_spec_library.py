@@ -29,6 +29,7 @@ from .conftest import ROOT, SPECS, spec_id, need
 LIBRARY = {
     "pressure_fed", "gas_generator", "gpt2", "gpt2_medium", "post_ln", "full_flow", "sandwich", "rezero",
     "layerscale", "deepnet", "highway", "llama", "mqa", "mistral", "moe", "poolformer", "throat",
+    "mamba2", "expander", "deepseek_v2",
 }
 
 
@@ -111,6 +112,9 @@ CLOSED_FORMS = {
     "highway": lambda: embedding(8192, 256, 256) + 6 * (pre_ln_block(256, 4, 1024) + 2 * (256 * 256 + 256)) + layernorm(256),
     # Pooling has no parameters: a block is two LayerNorms and an MLP; untied head.
     "poolformer": lambda: embedding(4096, 256, 256) + 6 * (2 * layernorm(256) + mlp(256, 1024)) + layernorm(256) + 4096 * 256,
+    # 12 Pre-LN blocks of linear attention (q, k, v, out with biases, as attention's) and an MLP; retention's
+    # decay is a fixed buffer, not a parameter; tied head.
+    "expander": lambda: embedding(50257, 768) + 12 * pre_ln_block(768, 12, 3072) + layernorm(768),
     # Two blocks, 256->64->256 with biases, two blocks; tied head.
     "throat": lambda: (embedding(4096, 256, 256) + 4 * pre_ln_block(256, 4, 1024)
                        + (256 * 64 + 64) + (64 * 256 + 256) + layernorm(256)),
@@ -159,6 +163,29 @@ def test_mqa_matches_llama_with_one_kv_head():
                                       tie_word_embeddings=False)
     expected = embedding(32000, 1024) + 8 * (2 * rmsnorm(1024) + attention(1024, 16, 1, bias=False) + swiglu(1024, 2816)) + rmsnorm(1024) + 32000 * 1024
     assert built_parameters("mqa") == _hf_parameters(transformers.LlamaForCausalLM, config) == expected
+
+
+def test_mamba2_matches_transformers():
+    """mamba2-130m's shape in transformers' Mamba2 (its embeddings tied to the head)."""
+    transformers = need("transformers")
+    config = transformers.Mamba2Config(vocab_size=50288, hidden_size=768, num_heads=24, head_dim=64, state_size=128, n_groups=1,
+                                       expand=2, conv_kernel=4, num_hidden_layers=24, use_bias=False, use_conv_bias=True,
+                                       tie_word_embeddings=True)
+    assert built_parameters("mamba2") == _hf_parameters(transformers.Mamba2ForCausalLM, config) == 128_989_632
+    from cyclelang.interop import difference, implied_engine
+
+    assert difference(cyclelang.load(ROOT / "specs" / "mamba2.cycle").engine, implied_engine(config.to_dict())) is None  # what interop loads it as
+
+
+def test_deepseek_v2_matches_transformers():
+    """Latent attention, a dense first layer, then 16 routed experts beside 2 shared ones."""
+    transformers = need("transformers")
+    config = transformers.DeepseekV2Config(vocab_size=16384, hidden_size=512, intermediate_size=1408, moe_intermediate_size=256,
+                                           num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=None,
+                                           kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64,
+                                           n_routed_experts=16, n_shared_experts=2, num_experts_per_tok=4, first_k_dense_replace=1,
+                                           tie_word_embeddings=False)
+    assert built_parameters("deepseek_v2") == _hf_parameters(transformers.DeepseekV2ForCausalLM, config) == 59_587_840
 
 
 def test_post_ln_matches_torch_transformer_encoder():

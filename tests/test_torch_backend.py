@@ -303,6 +303,8 @@ engine sink {
     prechamber burn { norm layernorm bias=false  turbine moe experts=3 top=1 ratio=2 act=geglu  merge deepnorm }
     norm layernorm
     prechamber pl { turbine pool size=4  merge layerscale }
+    prechamber scan { norm rmsnorm  turbine ssm heads=4 state=4 groups=2 chunk=4  merge cooling }
+    prechamber la { turbine linear_attention heads=4 feature=relu chunk=3  merge deepnorm }
     fullflow {
       prechamber f1 { turbine mlp ratio=2 act=silu  merge gate }
       prechamber f2 { turbine linear  merge rezero }
@@ -320,7 +322,7 @@ engine sink {
 @pytest.mark.parametrize("throat", ["causal", "open"])
 def test_kitchen_sink_every_construct(throat, tmp_path):
     """Every construct at once: engine-level and stage-level turbines, two rotary tables,
-    partial rotary, qk-norm, MQA/GQA, every merge, pool, fullflow with overboard, MoE
+    partial rotary, qk-norm, MQA/GQA, every merge, pool, ssm, linear attention, fullflow with overboard, MoE
     with and without capacity, xavier init, a tied head with a bias."""
     text = KITCHEN_SINK.replace("THROAT", throat)
     model = build(cyclelang.parse(text), seed=0)

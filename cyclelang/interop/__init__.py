@@ -6,7 +6,7 @@
     cyclelang.interop.export(spec, model.state_dict(), "out/")  # config.json + model.safetensors
 
 Families (`families.FAMILIES`, docs/families.md): gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, phi3,
-olmo, olmo2, gemma, granite, phi, starcoder2, gpt_neox, gptj, falcon. Other model types
+olmo, olmo2, gemma, granite, phi, starcoder2, gpt_neox, gptj, falcon; mamba2 (import and loading; export: not yet). Other model types
 are refused by name (`families.NOT_YET` says why for the common ones). The modules:
 `families` (config <-> the spec it implies), `compare` (two engines field by field),
 `load` (reading safetensors, mapping weights by the IR's layout).

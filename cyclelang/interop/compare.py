@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from .. import ir
 
 # Fields that do not change what the engine computes in eval mode.
-_TRAINING_ONLY = {"dropout", "capacity", "balance", "span", "name", "template", "width_in", "width_out", "out_width", "context"}
+_TRAINING_ONLY = {"dropout", "capacity", "balance", "span", "name", "template", "width_in", "width_out", "out_width", "context",
+                  "chunk", "dt_min", "dt_max"}  # chunk: how a scan is split, not what it computes; dt_min/max: dt's initialisation
 
 # field -> (the ML words, the spec's words)
 WORDS: dict[str, tuple[str, str]] = {

@@ -330,14 +330,109 @@ def _plain(family: str):
     return read
 
 
-READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}, **{f: _plain(f) for f in _PLAIN_DEFAULTS}}
+# --- Mamba-2: a stack of ssm mixers, each with an RMSNorm in front ---------------------------
+
+
+@dataclass(frozen=True)
+class Mamba2:
+    """A Mamba-2 checkpoint (Mamba2ForCausalLM), in the language's terms: each layer is
+    one `turbine ssm` with an RMSNorm in front. Import and loading only (export: not yet)."""
+
+    family: str
+    vocab: int
+    context: int
+    width: int
+    layers: int
+    heads: int
+    head_dim: int
+    state: int
+    groups: int
+    conv: int
+    chunk: int
+    bias: bool
+    conv_bias: bool
+    eps: float
+    dt_min: float
+    dt_max: float
+    dt_lo: float
+    dt_hi: float | None  # None: no upper limit
+    tied: bool
+    sources: dict = field(default_factory=dict, compare=False)
+
+
+_MAMBA2_DEFAULTS = {"hidden_act": "silu", "layer_norm_epsilon": 1e-5, "expand": 2, "conv_kernel": 4, "chunk_size": 256, "n_groups": 8,
+                    "state_size": 128, "use_bias": False, "use_conv_bias": True, "tie_word_embeddings": True, "time_step_min": 0.001,
+                    "time_step_max": 0.1, "rms_norm": True, "max_position_embeddings": 2048}
+
+
+def _mamba2(cfg: dict) -> Mamba2:
+    c = _Config(cfg, _MAMBA2_DEFAULTS)
+    width, heads, head_dim = c.need("hidden_size"), c.need("num_heads"), c.need("head_dim")
+    if c.get("hidden_act") not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"the ssm's conv and gate use silu; '{c.get('hidden_act')}' has no counterpart")
+    if not c.get("rms_norm"):
+        raise Unsupported("rms_norm", "Mamba-2 without its gated RMSNorm is not in the language")
+    if heads * head_dim != int(float(c.get("expand")) * width):
+        raise Unsupported("head_dim", f"num_heads x head_dim = {heads * head_dim}, but expand x hidden_size = {int(float(c.get('expand')) * width)}: "
+                          "transformers' mixer assumes they agree")
+    lo, hi = c.config.get("time_step_limit") or (0.0, float("inf"))
+    hi = None if float(hi) == float("inf") else float(hi)
+    src = {"layers": "num_hidden_layers", "width": "hidden_size", "vocab": "vocab_size", "heads": "num_heads", "state": "state_size",
+           "groups": "n_groups", "conv": "conv_kernel", "chunk": "chunk_size", "eps": "layer_norm_epsilon", "dt": "time_step_limit",
+           "tied": "tie_word_embeddings"}
+    return Mamba2("mamba2", c.need("vocab_size"), int(c.get("max_position_embeddings")), width, c.need("num_hidden_layers"), heads, head_dim,
+                  c.get("state_size"), c.get("n_groups"), c.get("conv_kernel"), c.get("chunk_size"), bool(c.get("use_bias")),
+                  bool(c.get("use_conv_bias")), float(c.get("layer_norm_epsilon")), float(c.get("time_step_min")),
+                  float(c.get("time_step_max")), float(lo), hi, bool(c.get("tie_word_embeddings")), src)
+
+
+def _mamba2_text(a: Mamba2, source: str) -> str:
+    src = a.sources
+    ssm = (f"turbine ssm heads={a.heads} head_dim={a.head_dim} state={a.state} groups={a.groups} conv={a.conv} chunk={a.chunk} "
+           f"bias={_num(a.bias)} conv_bias={_num(a.conv_bias)} eps={_num(a.eps)} dt_min={_num(a.dt_min)} dt_max={_num(a.dt_max)}")
+    if a.dt_lo:
+        ssm += f" dt_lo={_num(a.dt_lo)}"
+    if a.dt_hi is not None:
+        ssm += f" dt_hi={_num(a.dt_hi)}"
+    norm = f"norm rmsnorm eps={_num(a.eps)}"
+    return "\n".join([
+        f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
+        "# Every value comes from the config field named beside it; the weights load with",
+        "# cyclelang.interop.load_transformers(model, checkpoint).",
+        "",
+        f"let depth = {a.layers}  # {src['layers']}",
+        f"let d_model = {a.width}  # {src['width']}",
+        "",
+        "# one mamba2 layer: the ssm mixer with its RMSNorm in front (the layers repeat it)",
+        "stage mamba2_block {",
+        "  prechamber mix {",
+        f"    {norm}{_comment(src, 'eps')}",
+        f"    {ssm}{_comment(src, 'heads', 'state', 'groups', 'conv', 'chunk', 'dt')}",
+        "  }",
+        "}",
+        "",
+        f"engine {a.family} {{",
+        "  chamber width=d_model",
+        "  throat causal",
+        f"  feed tokens vocab={a.vocab} context={a.context} position=none{_comment(src, 'vocab')}",
+        "",
+        "  stage mamba2_block x depth",
+        "",
+        f"  {norm}  # the final norm",
+        "  nozzle head" + (" tied" if a.tied else "") + _comment(src, "tied"),
+        "}",
+        ""])
+
+
+READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}, **{f: _plain(f) for f in _PLAIN_DEFAULTS}, "mamba2": _mamba2}
 FAMILIES = tuple(READERS)
 
 # The transformers classes a family's weights come from (what export's config names).
 CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
              "qwen2": "Qwen2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
              "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
-             "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM"}
+             "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM",
+             "mamba2": "Mamba2ForCausalLM"}
 
 # Families the language cannot write yet: refused by name, with what they need.
 NOT_YET = {
@@ -346,9 +441,8 @@ NOT_YET = {
     "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
     "granitemoe": "Granite-MoE's experts are not mapped yet",
-    "mamba2": "Mamba-2 is a state-space model: issue 14's ssm kind",
-    "deepseek_v2": "DeepSeek-V2's latent attention is issue 14's MLA",
-    "jamba": "Jamba's attention/Mamba hybrid is issue 14's",
+    "deepseek_v2": "DeepSeek-V2's latent attention and DeepSeekMoE are in the language (specs/deepseek_v2.cycle) but not mapped from checkpoints yet",
+    "jamba": "Jamba's attention/Mamba hybrid with its Mamba-1 mixers is not mapped yet",
 }
 def read_config(config: dict) -> Arch:
     """The Arch a config implies, by its model_type; Unsupported names the first field that cannot be read."""
@@ -382,6 +476,8 @@ def _comment(src: dict, *keys: str) -> str:
 
 def spec_text(a: Arch, source: str = "config.json") -> str:
     """A formatted, commented spec that builds to the architecture `a` describes."""
+    if isinstance(a, Mamba2):
+        return _mamba2_text(a, source)
     src = a.sources
     att = [f"heads={a.heads}"]
     keys = ["heads"]

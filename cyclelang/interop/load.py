@@ -123,6 +123,7 @@ class _Stage:
     attn: str | None = None  # "stages.0.mix.attn"
     mlp: str | None = None  # "stages.0.burn.mlp"
     moe: str | None = None  # "stages.0.burn.moe"
+    ssm: str | None = None  # "stages.0.mix.ssm"
     attn_node: object = None
     work_node: object = None
     experts: int = 0
@@ -165,6 +166,8 @@ def _layout(spec) -> dict[int, _Stage]:
                     st.mlp, st.work_node = path, part.node
                 elif isinstance(part.node, ir.Moe) and st.moe is None:
                     st.moe, st.experts, st.work_node = path, part.node.experts, part.node
+                elif isinstance(part.node, ir.Ssm) and st.ssm is None:
+                    st.ssm = path
     return stages
 
 
@@ -243,6 +246,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
 
     gpt2, moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe")
     layout, final = _layout(spec), _final_valve(spec)
+    if arch == "mamba2":
+        return _plan_mamba2(plan, put, layout, final)
     for i, st in sorted(layout.items()):
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
@@ -338,8 +343,28 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
     return plan
 
 
+MAMBA2_MIXER = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "out_proj.weight", "out_proj.bias")
+
+
+def _plan_mamba2(plan: _Plan, put, layout: dict, final: str) -> _Plan:
+    """Mamba-2: layer i is stage i's ssm (its names are transformers' own) and the valve before it."""
+    for i, st in sorted(layout.items()):
+        if st.ssm is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} has no ssm turbine; transformers' mamba2 layer {i} has one"
+            continue
+        h = f"layers.{i}."
+        put(f"{st.valves.get(st.ssm, _parent(st.ssm) + 'norm')}.weight", h + "norm.weight")
+        for name in MAMBA2_MIXER:  # biases only where the config has use_bias / use_conv_bias
+            put(f"{st.ssm}.{name}", h + "mixer." + name)
+        put(f"{st.ssm}.norm", h + "mixer.norm.weight")  # the gated RMSNorm's gain
+    put("feed.tok.weight", "embeddings.weight")
+    put(f"{final}.weight", "norm_f.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
 def _prefix(arch: str) -> str:
-    return {"gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
+    return {"mamba2": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
 
 
 @dataclass(frozen=True)
@@ -368,6 +393,7 @@ KEYS = {
                       plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="embed_in", final="final_layer_norm"),
     "falcon": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
                     plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
+    "mamba2": _Keys(embed="embeddings", final="norm_f"),
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
 }

@@ -20,7 +20,12 @@ Counting conventions
 - Activations: values kept for the backward pass per token, (a, b) in a + b*n for a
   sequence of n tokens (b: the attention weights a plain kernel keeps, heads x n).
 - State: what decoding keeps per sequence of n tokens (values, not bytes): a KV
-  cache grows with n (up to a window); a pool keeps its last size - 1 inputs.
+  cache grows with n (up to a window); a pool keeps its last size - 1 inputs; a
+  recurrent mixer (ssm, linear_attention) keeps a state of fixed size, whatever n.
+- A chunked scan (ssm, linear_attention) works on chunks of `chunk` positions: inside a
+  chunk it multiplies like attention (2 x chunk x ... per token), between chunks it
+  carries the state (a fixed cost per token), so its mixing FLOPs per token stop
+  growing once n passes the chunk: the exponent of a sequence's cost is 1, not 2.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ ROLES = ("feed", "mixer", "reactor", "valve", "projection", "merge", "nozzle")
 # How summaries name each role's parts, and the one-line account of what it holds.
 ROLE_WORDS = {
     "feed": ("feed", "token and position embeddings"),
-    "mixer": ("mixers", "attention, pool and conv, the only operators that mix positions; qk-norms included"),
+    "mixer": ("mixers", "attention, linear attention, ssm, pool and conv, the only operators that mix positions; qk-norms included"),
     "reactor": ("reactors", "mlp and moe, router included: position-wise work"),
     "valve": ("valves", "norms"),
     "projection": ("projections", "linear turbines"),
@@ -80,7 +85,7 @@ class Kind:
     out_width: Callable[[object, int], int] = _out_width
     mixes_positions: bool = False  # lets positions interact (the injector's job)
     masked: bool = False  # reads other positions, so the causal throat must mask it
-    state_kind: str | None = None  # "kv" (grows with n), "window" (bounded), None (nothing kept)
+    state_kind: str | None = None  # "kv" (grows with n), "window" (bounded), "recurrent" (fixed), None (nothing kept)
     # merges only: how the junction combines the chamber x and the branch's f(x)
     formula: str = ""  # for legends: "x + s·f(x)"
     cooled: bool = False  # starts the branch small (a rich, cool preburner)
@@ -124,9 +129,10 @@ def _attention_params(a: ir.Attention, w: int) -> int:
     return n
 
 
-def attended(a: ir.Attention, n: int) -> int:
+def attended(a, n: int) -> int:
     """Positions each query attends to at context length n."""
-    return min(n, a.window) if a.window is not None else n
+    window = getattr(a, "window", None)
+    return min(n, window) if window is not None else n
 
 
 def _attention_flops(a: ir.Attention, n: int, w: int = 0) -> tuple[int, int]:
@@ -141,6 +147,29 @@ def _attention_activations(a: ir.Attention, n: int = 0) -> tuple[int, int]:
 
 def _attention_state(a: ir.Attention, n: int) -> int:
     return 2 * a.kv_heads * a.head_dim * attended(a, n)  # K and V of every attended position
+
+
+def _mla_projections(a: ir.LatentAttention) -> tuple[int, int]:
+    """(weights, biases) of latent attention's projections."""
+    qk = a.heads * (a.head_dim + a.rotary_dims)
+    q = a.width * qk if a.q_latent is None else a.width * a.q_latent + a.q_latent * qk
+    w = q + a.width * (a.latent + a.rotary_dims) + a.latent * a.heads * (a.head_dim + a.v_dim) + a.heads * a.v_dim * a.width
+    b = (a.q_latent or 0) + a.latent + a.rotary_dims + a.width  # down projections and the output
+    return w, b
+
+
+def _mla_params(a: ir.LatentAttention, w: int) -> int:
+    weights, biases = _mla_projections(a)
+    return weights + (biases if a.bias else 0) + a.latent + (a.q_latent or 0)  # the latents' RMSNorm gains
+
+
+def _mla_flops(a: ir.LatentAttention, n: int, w: int = 0) -> tuple[int, int]:
+    # the latent is expanded to keys and values once per position (kv_b_proj), then attention as usual
+    return 2 * _mla_projections(a)[0], 2 * a.heads * (a.head_dim + a.rotary_dims + a.v_dim) * attended(a, n)
+
+
+def _mla_state(a: ir.LatentAttention, n: int) -> int:
+    return (a.latent + a.rotary_dims) * attended(a, n)  # the latent and the shared rotary key of every position
 
 
 def mlp_params(width: int, hidden: int, act: str, bias: bool) -> int:
@@ -168,6 +197,43 @@ def _pool_state(p: ir.Pool, n: int) -> int:
     return p.width * min(n, p.size - 1) if p.causal else 0
 
 
+def _ssm_params(s: ir.Ssm, w: int) -> int:
+    proj = s.width * (s.inner + s.conv_dim + s.heads) + s.inner * s.width  # in_proj [z | x B C | dt], out_proj
+    if s.bias:
+        proj += s.inner + s.conv_dim + s.heads + s.width
+    conv = s.conv_dim * s.conv + (s.conv_dim if s.conv_bias else 0)
+    return proj + conv + 3 * s.heads + s.inner  # dt_bias, A_log, D per head; the gated norm's gain
+
+
+def _ssm_flops(s: ir.Ssm, n: int, w: int = 0) -> tuple[int, int]:
+    proj = 2 * (s.width * (s.inner + s.conv_dim + s.heads) + s.inner * s.width) + 2 * s.conv_dim * s.conv
+    gn, hp = s.heads * s.state, s.heads * s.head_dim  # scores C.B and their sum over x in the chunk; state in and out
+    return proj, 2 * min(n, s.chunk) * (gn + hp) + 4 * s.heads * s.head_dim * s.state
+
+
+def _ssm_state(s: ir.Ssm, n: int) -> int:
+    return s.conv_dim * (s.conv - 1) + s.heads * s.head_dim * s.state  # the conv window and the scan's state
+
+
+def _la_values(a: ir.LinearAttention) -> int:
+    return a.head_dim + (1 if a.normalize else 0)  # v with a column of ones: the normaliser rides in the same sums
+
+
+def _la_params(a: ir.LinearAttention, w: int) -> int:
+    q = a.heads * a.head_dim
+    return 4 * a.width * q + ((3 * q + a.width) if a.bias else 0)
+
+
+def _la_flops(a: ir.LinearAttention, n: int, w: int = 0) -> tuple[int, int]:
+    q, e = a.heads * a.head_dim, a.heads * _la_values(a)
+    inside = 2 * min(n, a.chunk) * (q + e) if a.causal else 0  # the chunk's own scores and sums
+    return 8 * a.width * q, inside + 4 * a.head_dim * e  # the state read by q, and written by k, v
+
+
+def _la_state(a: ir.LinearAttention, n: int) -> int:
+    return a.heads * a.head_dim * _la_values(a) if a.causal else 0
+
+
 def _gate_params(m: ir.GateMerge, w: int) -> int:
     return w * w + w  # g = sigmoid(W x + b), one gate per channel
 
@@ -180,6 +246,11 @@ OPS: tuple[Kind, ...] = (
     Kind(ir.Attention, "attention", "attn", "mixer", "injector", "attention", "injector: mixes positions",
          params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
          mixes_positions=True, masked=True, state_kind="kv", tp="heads"),
+    Kind(ir.LatentAttention, "attention", "attn", "mixer", "latent injector", "latent attention",
+         "latent injector: mixes positions through a compressed KV latent",
+         params=_mla_params, flops=_mla_flops, state=_mla_state,
+         activations=lambda x, n=0: (x.width + x.latent + (x.q_latent or 0) + x.heads * (2 * (x.head_dim + x.rotary_dims) + 2 * x.v_dim), x.heads),
+         mixes_positions=True, masked=True, state_kind="kv"),
     Kind(ir.Mlp, "mlp", "mlp", "reactor", "combustor", "MLP", "combustion: reacts at each position",
          params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
          flops=lambda x, n, w=0: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
@@ -194,6 +265,16 @@ OPS: tuple[Kind, ...] = (
          activations=lambda x, n=0: (x.width, 0), state=lambda x, n: x.width * min(n, x.size - 1) if x.causal else 0,
          mixes_positions=True, masked=True, state_kind="window",
          mup="vector"),  # depthwise filters: the fan-in is the kernel size, which no width changes
+    Kind(ir.Ssm, "ssm", "ssm", "mixer", "regenerative jacket", "SSM", "regenerative jacket: a selective state carries the flow along",
+         params=_ssm_params, flops=_ssm_flops, state=_ssm_state,
+         activations=lambda x, n=0: (x.width + 2 * (x.inner + x.conv_dim + x.heads) + 2 * x.inner + x.heads * x.state, 0),
+         mixes_positions=True, masked=True, state_kind="recurrent",
+         mup_sub=(("conv1d", "vector"),)),  # depthwise filters, as conv's: the fan-in is the kernel size
+    Kind(ir.LinearAttention, "linear_attention", "attn", "mixer", "expander injector", "linear attention",
+         "expander injector: mixes positions through a fixed-size state",
+         params=_la_params, flops=_la_flops, state=_la_state,
+         activations=lambda x, n=0: (x.width + 5 * x.heads * x.head_dim, 0),
+         mixes_positions=True, masked=True, state_kind="recurrent"),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
          params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
          activations=lambda x, n=0: (x.width, 0)),
@@ -226,7 +307,11 @@ ENDS: tuple[Kind, ...] = (
 )
 
 KINDS: dict[type, Kind] = {k.cls: k for k in (*OPS, *MERGES, *ENDS)}
-BY_KEYWORD: dict[str, Kind] = {k.keyword: k for k in OPS if k.cls is not ir.Norm}  # turbine keywords
+# turbine keywords; latent attention is `turbine attention latent=`, so the first record of a keyword is its home
+BY_KEYWORD: dict[str, Kind] = {}
+for _k in OPS:
+    if _k.cls is not ir.Norm:
+        BY_KEYWORD.setdefault(_k.keyword, _k)
 MERGE_BY_KEYWORD: dict[str, Kind] = {k.keyword: k for k in MERGES}
 
 

@@ -39,6 +39,7 @@ IR_VERSION = 2  # 2: merges keep what was asked (`*_asked`) apart from what was 
 
 __all__ = [
     "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
+    "Ssm", "LinearAttention", "FeatureMap", "LatentAttention",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Engine", "Spec", "out_width", "validate",
@@ -246,9 +247,107 @@ class Conv(Node):
     causal: bool  # follows the engine's throat: only the past is mixed
 
 
+class Ssm(Node):
+    """A selective state-space mixer (Mamba-2, Dao & Gu 2024), as transformers' Mamba2Mixer:
+    in_proj to a gate z, the conv input (x, B, C) and a step size dt per head; a depthwise
+    causal conv with silu; the selective scan h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,
+    y_t = h_t C_t + D x_t per head; a gated RMSNorm (of y * silu(z), per group); out_proj.
+    Positions interact through the state only: a regenerative cooling jacket that carries
+    heat along the chamber. Decoding keeps the conv window and the state, whatever the length."""
+
+    op: Literal["ssm"] = "ssm"
+    width: Count
+    heads: Count
+    head_dim: Count  # heads x head_dim is the inner width (Mamba's expand x width)
+    state: Count  # N: the state size of each head
+    groups: Count  # heads share B and C in groups (like GQA's kv_heads); the gated norm is per group
+    conv: Count  # kernel of the depthwise causal convolution
+    chunk: Count  # positions per chunk of the training scan
+    bias: bool  # in_proj and out_proj
+    conv_bias: bool
+    eps: Positive  # of the gated RMSNorm
+    dt_min: Positive  # the range dt's bias is initialised in (log-uniform)
+    dt_max: Positive
+    dt_lo: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]  # dt is clamped to [dt_lo, dt_hi]
+    dt_hi: Positive | None  # None: no upper limit
+
+    _checked = checked()
+
+    @property
+    def inner(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.inner + 2 * self.groups * self.state  # the channels the conv mixes: x, B, C
+
+    def check(self) -> None:
+        if self.heads % self.groups:
+            raise ValueError(f"groups={self.groups} does not divide heads={self.heads}")
+        if self.dt_min > self.dt_max:
+            raise ValueError(f"dt_min={self.dt_min} is above dt_max={self.dt_max}")
+        if self.dt_hi is not None and self.dt_hi <= self.dt_lo:
+            raise ValueError(f"dt_hi={self.dt_hi} must be above dt_lo={self.dt_lo}")
+
+
+FeatureMap = Literal["elu", "relu"]  # elu: elu(x) + 1 (Katharopoulos et al. 2020); relu
+
+
+class LinearAttention(Node):
+    """Linear attention (Katharopoulos et al. 2020): softmax(q k^T) replaced by a positive
+    feature map phi, so y_t = phi(q_t) S_t / phi(q_t) z_t with S_t = g S_{t-1} + phi(k_t)^T v_t
+    and z_t = g z_{t-1} + phi(k_t). g = 1 is the paper; `decay` gives each head RetNet's
+    g = 1 - 2^(-5 - h). The state S is heads x head_dim x head_dim: it stops growing."""
+
+    op: Literal["linear_attention"] = "linear_attention"
+    width: Count
+    heads: Count
+    head_dim: Count
+    feature: FeatureMap
+    normalize: bool  # divide by phi(q) z (the paper); off: the plain sum, as retention does
+    decay: bool  # RetNet's fixed per-head decay (causal only)
+    chunk: Count  # positions per chunk of the training form
+    bias: bool
+    causal: bool  # follows the engine's throat
+
+    _checked = checked()
+
+    def check(self) -> None:
+        if self.decay and not self.causal:
+            raise ValueError("a decay is defined for causal linear attention only")
+
+
+class LatentAttention(Node):
+    """Multi-head latent attention (MLA, DeepSeek-V2 2024): keys and values come from one
+    low-rank latent per position (`latent` wide, RMS-normalised), so decoding caches the
+    latent and one shared rotary key (latent + rotary_dims values per token), not
+    heads x head_dim x 2. Queries may pass through a latent of their own (`q_latent`).
+    Positions are decoupled: each head's key is [k_nope from the latent | a rotary key of
+    rotary_dims shared by all heads], its query [q_nope | q_rope]; rotary in adjacent pairs."""
+
+    op: Literal["latent_attention"] = "latent_attention"
+    width: Count
+    heads: Count
+    head_dim: Count  # the unrotated part of each head's query and key (qk_nope_head_dim)
+    rotary_dims: Annotated[int, Field(ge=2)]  # the decoupled rotary part (qk_rope_head_dim), even
+    v_dim: Count  # each head's value width
+    latent: Count  # the KV latent's width (kv_lora_rank): what the cache keeps
+    q_latent: Count | None  # the query latent's width (q_lora_rank); None: a full-rank query projection
+    rotary_base: Positive
+    eps: Positive  # of the latents' RMSNorms
+    bias: bool  # on the down projections and the output (attention_bias); the up projections have none
+    mask: Mask
+
+    _checked = checked()
+
+    def check(self) -> None:
+        if self.rotary_dims % 2:
+            raise ValueError(f"rotary_dims={self.rotary_dims} must be even")
+
+
 # The one list of turbine kinds: every union below is built from it, so a new kind is
 # added here (and given its record in kinds.py), nowhere else in the IR.
-TURBINE_TYPES = (Attention, Mlp, Moe, Pool, Conv, Linear)
+TURBINE_TYPES = (Attention, LatentAttention, Mlp, Moe, Pool, Conv, Ssm, LinearAttention, Linear)
 OP_TYPES = (Norm, *TURBINE_TYPES)
 
 Turbine = Annotated[Union[TURBINE_TYPES], Field(discriminator="op")]
@@ -552,9 +651,9 @@ class Engine(Node):
             raise ValueError(f"the nozzle predicts {self.nozzle.vocab} tokens, the feed takes {self.feed.vocab}")
         causal = self.throat == "causal"
         for op in _all_ops(self.body):
-            if isinstance(op, Attention) and causal and op.mask == "open":
+            if isinstance(op, (Attention, LatentAttention)) and causal and op.mask == "open":
                 raise ValueError("a bidirectional attention inside a causal engine would leak the future")
-            if isinstance(op, (Pool, Conv)) and op.causal != causal:
+            if isinstance(op, (Pool, Conv, LinearAttention)) and op.causal != causal:
                 raise ValueError(f"a {op.op}'s causal flag follows the engine's throat")
         for b in (b for op in self.body if isinstance(op, Stage) for b in op.branch_list()):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:

@@ -111,6 +111,13 @@ class _Scaler:
             return self.attention(op)
         if isinstance(op, (ir.Mlp, ir.Moe)):
             return op.model_copy(update=dict(width=self.dim(op.width), hidden=self.dim(op.hidden)))
+        if isinstance(op, ir.LatentAttention):  # heads kept; each head, its rotary key and the latents narrower
+            rot = max(2, self.dim(op.rotary_dims) // 2 * 2)
+            return op.model_copy(update=dict(width=self.dim(op.width), head_dim=self.dim(op.head_dim), v_dim=self.dim(op.v_dim),
+                                             rotary_dims=rot, latent=self.dim(op.latent),
+                                             q_latent=None if op.q_latent is None else self.dim(op.q_latent)))
+        if isinstance(op, (ir.Ssm, ir.LinearAttention)):  # heads (and groups, state) kept, each head narrower
+            return op.model_copy(update=dict(width=self.dim(op.width), head_dim=self.dim(op.head_dim)))
         if isinstance(op, ir.Linear):
             return op.model_copy(update=dict(width=self.dim(op.width), out=op.out if op.out == self.vocab else self.dim(op.out)))
         if isinstance(op, ir.OP_TYPES):  # a kind whose only width-like field is its width (norm, pool, conv)

@@ -227,6 +227,20 @@ def _state_bytes(e: ir.Engine, n: int, dtype_bytes: int) -> int:
     return sum(p.kind.state(p.node, n) * p.repeat for p in parts(e) if p.kind.state_kind == "kv") * dtype_bytes
 
 
+def decode_state_bytes(e: ir.Engine, n: int, dtype_bytes: int = DTYPE_BYTES) -> int:
+    """Everything decoding keeps after n tokens, in bytes: KV caches (growing with n, up to a
+    window), the windows of pools and convs, and the fixed-size states of recurrent mixers
+    (ssm, linear_attention), which do not grow at all; 0 without a causal throat."""
+    if e.throat != "causal":
+        return 0
+    return sum(p.kind.state(p.node, n) * p.repeat for p in parts(e) if p.kind.state_kind is not None) * dtype_bytes
+
+
+def recurrent_kinds(e: ir.Engine) -> list[str]:
+    """The keywords of the engine's mixers whose decoding state has a fixed size."""
+    return sorted({p.kind.keyword for p in parts(e) if p.kind.state_kind == "recurrent"})
+
+
 def _activation_terms(e: ir.Engine, dtype_bytes: int) -> tuple[int, int]:
     """Bytes kept for the backward pass per sequence of n tokens: (a, b) in a*n + b*n^2.
 
@@ -240,6 +254,16 @@ def _activation_terms(e: ir.Engine, dtype_bytes: int) -> tuple[int, int]:
         a, b = p.kind.activations(p.node, 0)
         lin, quad = lin + a * p.repeat, quad + b * p.repeat
     return lin * dtype_bytes, quad * dtype_bytes
+
+
+def _mixing_by_kind(ps, n: int) -> dict[str, int]:
+    """Mixing FLOPs per token at context n, summed over the engine's parts of each kind."""
+    out: dict[str, int] = {}
+    for p in ps:
+        mix = part_flops(p, n)[1] * p.repeat
+        if mix:
+            out[p.kind.keyword] = out.get(p.kind.keyword, 0) + mix
+    return out
 
 
 def scaling(e: ir.Engine, dtype_bytes: int = DTYPE_BYTES) -> dict:
@@ -260,6 +284,9 @@ def scaling(e: ir.Engine, dtype_bytes: int = DTYPE_BYTES) -> dict:
     def kv_bytes(n: int) -> int:
         return _state_bytes(e, n, dtype_bytes)
 
+    def state_bytes(n: int) -> int:
+        return decode_state_bytes(e, n, dtype_bytes)
+
     def exponent(f, n: int) -> float:
         lo, hi = f(n), f(2 * n)
         return round(math.log2(hi / lo), 3) if lo > 0 and hi > 0 else 0.0
@@ -267,11 +294,14 @@ def scaling(e: ir.Engine, dtype_bytes: int = DTYPE_BYTES) -> dict:
     n0 = e.feed.context
     lengths = sorted({max(1, n0 // 4), max(1, n0 // 2), n0, 2 * n0, 4 * n0})
     rows = [{"context": n, "attention_flops": attn_flops(n), "forward_flops": fwd_flops(n),
-             "activation_bytes": act_bytes(n), "kv_cache_bytes": kv_bytes(n)} for n in lengths]
+             "activation_bytes": act_bytes(n), "kv_cache_bytes": kv_bytes(n), "state_bytes": state_bytes(n),
+             "mixing_flops_per_token": {k: v for k, v in _mixing_by_kind(ps, n).items()}} for n in lengths]
     return {
         "dtype_bytes": dtype_bytes,
         "kv_cache": causal,
         "kv_bytes_per_token": kv_bytes_per_token(e, dtype_bytes),
+        "recurrent": recurrent_kinds(e),  # mixers whose decoding state has a fixed size
+        "latent": any(isinstance(p.node, ir.LatentAttention) for p in ps),  # a KV cache that keeps latents
         "activation_bytes_per_token": lin,
         "activation_bytes_per_token_squared": quad,
         "rows": rows,
@@ -280,6 +310,7 @@ def scaling(e: ir.Engine, dtype_bytes: int = DTYPE_BYTES) -> dict:
             "forward_flops": exponent(fwd_flops, n0),
             "activation_bytes": exponent(act_bytes, n0),
             "kv_cache_bytes": exponent(kv_bytes, n0),
+            "state_bytes": exponent(state_bytes, n0),
         },
     }
 
@@ -313,7 +344,10 @@ def render_text(rep: dict) -> str:
     out.append(f"  mixers {p['mixer_share']:.1%} / reactors {p['reactor_share']:.1%} of the turbines' parameters")
     out.append("")
     out.append(f"FLOPs per token at context {f['context']}: forward {_si(f['forward'])}, training {_si(f['training'])} (3x)")
-    out.append(f"  attention scores and sums: {_si(f['attention'])} of the forward")
+    if s["recurrent"]:
+        out.append(f"  position mixing (attention scores and sums, chunked scans): {_si(f['attention'])} of the forward")
+    else:
+        out.append(f"  attention scores and sums: {_si(f['attention'])} of the forward")
     out.append("  by role: " + ", ".join(f"{r} {_si(v)}" for r, v in f["by_role"].items()))
     out.append("")
     out.append("gradient: losses " + ", ".join(g["losses"]))
@@ -324,16 +358,29 @@ def render_text(rep: dict) -> str:
         out.append(f"  {g['unreached_params']:,} parameters receive no gradient: {', '.join(g['unreached'])}")
     out.append("")
     out.append(f"scaling with context length n (per sequence, {s['dtype_bytes']}-byte values):")
-    if s["kv_cache"]:
+    if s["kv_cache"] and not s["kv_bytes_per_token"]:
+        out.append("  KV cache: none (no mixer keeps keys and values)")
+    elif s["kv_cache"] and s["latent"]:
+        out.append(f"  KV cache: {s['kv_bytes_per_token']:,} bytes per token (layers x kv_heads x head_dim x 2, or for latent attention "
+                   f"layers x (latent + rotary key), x {s['dtype_bytes']})")
+    elif s["kv_cache"]:
         out.append(f"  KV cache: {s['kv_bytes_per_token']:,} bytes per token (layers x kv_heads x head_dim x 2 x {s['dtype_bytes']})")
     else:
         out.append("  KV cache: none (open throat: every position sees every other, nothing can be cached)")
-    out.append(f"  {'n':>8}{'attention FLOPs':>18}{'forward FLOPs':>16}{'activations':>14}{'KV cache':>14}")
+    rec = s["recurrent"]
+    if rec and s["kv_cache"]:
+        fixed = s["rows"][0]["state_bytes"] - s["rows"][0]["kv_cache_bytes"]
+        out.append(f"  recurrent state ({', '.join(rec)}): {_bytes(fixed)} per sequence, whatever its length"
+                   + ("; decoding keeps the KV cache and it" if s["kv_bytes_per_token"] else ""))
+    state_col = f"{'decode state':>14}" if rec else ""
+    out.append(f"  {'n':>8}{'attention FLOPs':>18}{'forward FLOPs':>16}{'activations':>14}{'KV cache':>14}" + state_col)
     for r in s["rows"]:
-        out.append(f"  {r['context']:>8}{_si(r['attention_flops']):>18}{_si(r['forward_flops']):>16}{_bytes(r['activation_bytes']):>14}{_bytes(r['kv_cache_bytes']):>14}")
+        state = f"{_bytes(r['state_bytes']):>14}" if rec else ""
+        out.append(f"  {r['context']:>8}{_si(r['attention_flops']):>18}{_si(r['forward_flops']):>16}{_bytes(r['activation_bytes']):>14}{_bytes(r['kv_cache_bytes']):>14}" + state)
     ex = s["exponents"]
     out.append(f"  exponents at n={f['context']}: attention FLOPs n^{ex['attention_flops']:g}, forward FLOPs n^{ex['forward_flops']:g}, "
-               f"activations n^{ex['activation_bytes']:g} (plain kernel; a fused one keeps no n^2 term), KV cache n^{ex['kv_cache_bytes']:g}")
+               f"activations n^{ex['activation_bytes']:g} (plain kernel; a fused one keeps no n^2 term), KV cache n^{ex['kv_cache_bytes']:g}"
+               + (f", decode state n^{ex['state_bytes']:g}" if rec else ""))
     mp = rep.get("parametrization")
     if mp is not None:
         out.append("")

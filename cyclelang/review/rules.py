@@ -17,7 +17,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic
-from .report import DTYPE_BYTES, _bytes
+from .report import DTYPE_BYTES, _bytes, _state_bytes, decode_state_bytes, recurrent_kinds
 from .walk import Part, is_dead, merges_into_main_line, parts, stages
 
 
@@ -242,7 +242,7 @@ def open_without_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 def no_mixer(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     if any(p.kind.mixes_positions for p in parts(e)):
         return []
-    mixers = [k.keyword for k in ir.kinds.OPS if k.mixes_positions]
+    mixers = list(dict.fromkeys(k.keyword for k in ir.kinds.OPS if k.mixes_positions))  # latent attention is attention's
     return [_w("W109", "no turbine mixes positions: every token is processed alone", e.span,
                "add a mixer: " + ", ".join(f"'turbine {m}'" for m in mixers[:-1]) + f" or 'turbine {mixers[-1]}'",
                [f"an engine needs an injector; only the mixers ({', '.join(mixers)}) carry information between positions"])]
@@ -293,7 +293,17 @@ def full_kv_cache(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     return [_n("N103", f"every head keeps its own K and V: the KV cache takes {_bytes(per_token)} per token ({shape})", a.span,
                (f"share K and V between heads (the baffled injector): kv_heads={g} (GQA) cuts the cache {a.heads // g}x, kv_heads=1 (MQA) {a.heads}x"
                 if g > 1 else f"share K and V between heads (the baffled injector): kv_heads=1 (MQA) cuts the cache {a.heads}x, or choose heads with a divisor for GQA"),
-               [f"at the full context of {n} tokens that is {_bytes(seq)} per sequence, read in full at every decoding step"])]
+               [f"at the full context of {n} tokens that is {_bytes(seq)} per sequence, read in full at every decoding step"]
+               + _fixed_state_note(e, n))]
+
+
+def _fixed_state_note(e: ir.Engine, n: int) -> list[str]:
+    """For a hybrid: what its recurrent mixers keep beside the cache, which does not grow."""
+    rec = recurrent_kinds(e)
+    if not rec:
+        return []
+    fixed = decode_state_bytes(e, n) - _state_bytes(e, n, DTYPE_BYTES)
+    return [f"its {' and '.join(rec)} mixers keep a fixed state of {_bytes(fixed)} per sequence whatever its length: only attention's cache grows"]
 
 
 
@@ -362,6 +372,10 @@ def unwise_values(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
                           "AdamW's decay is usually 0.01 to 0.1"))
         if st.init.kind == "normal" and st.init.std >= 1:
             out.append(_w("W112", f"init std {st.init.std:g}: weights this large saturate every activation and blow up the chamber's norm at the first stage", st.init.span or st.span or e.span,
+                          "transformers start at std 0.02 (or 1/sqrt(width))"))
+        if st.init.kind == "normal" and st.init.std < 1e-6:
+            out.append(_w("W112", f"init std {st.init.std:g}: weights this small start every matrix at about zero, so the logits hardly depend on the "
+                          "input and the products of weights (attention scores, gradients) underflow in fp32", st.init.span or st.span or e.span,
                           "transformers start at std 0.02 (or 1/sqrt(width))"))
     if e.feed.dropout >= 0.5:
         out.append(_w("W112", f"feed dropout {e.feed.dropout:g} drops most of every embedding", e.feed.span, "dropout is usually 0 to 0.3"))

@@ -796,6 +796,8 @@ class _Resolver:
         return op
 
     def t_attention(self, o: Options, ctx, w, d):
+        if o.has("latent"):  # multi-head latent attention: a kind of its own
+            return self.t_latent_attention(o, ctx, w, d)
         heads = o.get("heads")
         kv = o.get("kv_heads")
         head_dim = o.get("head_dim")
@@ -824,13 +826,10 @@ class _Resolver:
         if heads % kv:
             self.out.error("E0208", f"kv_heads={kv} does not divide heads={heads}", o.span_of("kv_heads"), "each group of query heads shares one KV head; pick a divisor of heads")
             return None
+        head_dim = self._head_dim(o, w, heads, head_dim)
         if head_dim is None:
-            if w % heads:
-                self.out.error("E0207", f"heads={heads} does not divide the width {w}", o.span_of("heads"), _divisor_hint(w, heads) + ", or set head_dim=")
-                return None
-            head_dim = w // heads
-        if ctx.throat == "causal" and mask == "open":
-            self.out.error("E0218", "a bidirectional mixer inside a causal engine would leak the future", o.span_of("mask"), "drop mask=open, or make the engine 'throat open'")
+            return None
+        if self._leaks(o, ctx, mask):
             return None
         if window is not None and mask == "open":
             self.out.error("E0211", "a sliding window is defined for causal attention only", o.span_of("window"))
@@ -842,6 +841,47 @@ class _Resolver:
         return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
                             rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
                             qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved, span=d.span)
+
+    def _head_dim(self, o: Options, w: int, heads: int, head_dim: int | None) -> int | None:
+        """head_dim as given, or the width split into the heads (E0207 when they do not divide it)."""
+        if head_dim is not None:
+            return head_dim
+        if w % heads:
+            self.out.error("E0207", f"heads={heads} does not divide the width {w}", o.span_of("heads"), _divisor_hint(w, heads) + ", or set head_dim=")
+            return None
+        return w // heads
+
+    def _leaks(self, o: Options, ctx, mask: str) -> bool:
+        if ctx.throat == "causal" and mask == "open":
+            self.out.error("E0218", "a bidirectional mixer inside a causal engine would leak the future", o.span_of("mask"), "drop mask=open, or make the engine 'throat open'")
+            return True
+        return False
+
+    def t_latent_attention(self, o: Options, ctx, w, d):
+        heads = o.get("heads")
+        latent = o.get("latent")
+        q_latent = o.get("q_latent")
+        head_dim = o.get("head_dim")
+        rotary_dims = o.get("rotary_dims")
+        v_dim = o.get("v_dim")
+        base = o.get("rotary_base")
+        eps = o.get("eps")
+        bias = o.get("bias")
+        mask = o.get("mask", ctx.throat)
+        if None in (heads, latent, base, eps, mask, w) or (q_latent is None and o.has("q_latent")):
+            return None
+        head_dim = self._head_dim(o, w, heads, head_dim)
+        if head_dim is None:
+            return None
+        rotary_dims = head_dim // 2 // 2 * 2 if rotary_dims is None else rotary_dims
+        if rotary_dims < 2 or rotary_dims % 2:
+            self.out.error("E0233", f"rotary_dims={rotary_dims}: latent attention's decoupled rotary key needs an even number of dims, at least 2",
+                           o.span_of("rotary_dims"), "set rotary_dims= to an even number (DeepSeek-V2: 64 beside head_dim=128)")
+            return None
+        if self._leaks(o, ctx, mask):
+            return None
+        return ir.LatentAttention(width=w, heads=heads, head_dim=head_dim, rotary_dims=rotary_dims, v_dim=v_dim or head_dim, latent=latent,
+                                  q_latent=q_latent, rotary_base=base, eps=eps, bias=bias, mask=mask, span=d.span)
 
     def _hidden(self, o: Options, w: int | None):
         ratio_given, hidden_given = o.has("ratio"), o.has("hidden")
@@ -912,6 +952,78 @@ class _Resolver:
         if size is None or w is None:
             return None
         return ir.Conv(width=w, size=size, bias=bias, causal=ctx.throat == "causal", span=d.span)
+
+    def _inner_heads(self, o: Options, w, heads, inner_what: str, inner=None):
+        """head_dim: given, or the inner width (`inner`, else the chamber's) split into heads (E0230)."""
+        head_dim = o.get("head_dim")
+        if heads is None or w is None or (head_dim is None and o.has("head_dim")):
+            return None
+        if head_dim is not None:
+            return head_dim
+        inner = w if inner is None else inner
+        if inner % heads:
+            self.out.error("E0230", f"heads={heads} do not divide the {inner_what} {inner}", o.span_of("heads"),
+                           _divisor_hint(inner, heads) + ", or set head_dim=")
+            return None
+        return inner // heads
+
+    def t_ssm(self, o: Options, ctx, w, d):
+        heads = o.get("heads")
+        state = o.get("state")
+        groups = o.get("groups")
+        expand_given = o.has("expand")
+        expand = o.get("expand")
+        conv = o.get("conv")
+        chunk = o.get("chunk")
+        bias = o.get("bias")
+        conv_bias = o.get("conv_bias")
+        eps = o.get("eps")
+        dt_min = o.get("dt_min")
+        dt_max = o.get("dt_max")
+        dt_lo = o.get("dt_lo")
+        dt_hi = o.get("dt_hi")
+        if None in (heads, state, groups, expand, conv, chunk, eps, dt_min, dt_max, dt_lo, w):
+            return None
+        inner = expand * w
+        if abs(inner - round(inner)) > 1e-6:
+            self.out.error("E0209", f"expand={expand:g} of width {w} is {inner:g}, not a whole width", o.span_of("expand"),
+                           "choose an expand that gives a whole inner width, or set head_dim=")
+            return None
+        if expand_given and o.has("head_dim"):
+            self.out.error("E0211", "give expand= or head_dim=, not both (heads x head_dim is the inner width)", o.span_of("head_dim"))
+            return None
+        head_dim = self._inner_heads(o, w, heads, "inner width (expand x width)", int(round(inner)))
+        if head_dim is None:
+            return None
+        if heads % groups:
+            self.out.error("E0231", f"groups={groups} does not divide heads={heads}", o.span_of("groups"),
+                           "each group of heads shares one B and one C; pick a divisor of heads")
+            return None
+        if dt_min > dt_max:
+            self.out.error("E0211", f"dt_min={dt_min:g} is above dt_max={dt_max:g}", o.span_of("dt_min"))
+            return None
+        if dt_hi is not None and dt_hi <= dt_lo:
+            self.out.error("E0211", f"dt_hi={dt_hi:g} must be above dt_lo={dt_lo:g}", o.span_of("dt_hi"))
+            return None
+        return ir.Ssm(width=w, heads=heads, head_dim=head_dim, state=state, groups=groups, conv=conv, chunk=chunk, bias=bias,
+                      conv_bias=conv_bias, eps=eps, dt_min=dt_min, dt_max=dt_max, dt_lo=dt_lo, dt_hi=dt_hi, span=d.span)
+
+    def t_linear_attention(self, o: Options, ctx, w, d):
+        heads = o.get("heads")
+        feature = o.get("feature")
+        normalize = o.get("normalize")
+        decay = o.get("retention")  # `decay` is the startup's word: RetNet's name for the decayed form
+        chunk = o.get("chunk")
+        bias = o.get("bias")
+        head_dim = self._inner_heads(o, w, heads, "width")
+        if None in (head_dim, feature, chunk, w):
+            return None
+        if decay and ctx.throat != "causal":
+            self.out.error("E0232", "a decay is defined for causal linear attention only", o.span_of("retention"),
+                           "drop retention, or make the engine 'throat causal'")
+            return None
+        return ir.LinearAttention(width=w, heads=heads, head_dim=head_dim, feature=feature, normalize=normalize, decay=decay,
+                                  chunk=chunk, bias=bias, causal=ctx.throat == "causal", span=d.span)
 
     def t_linear(self, o: Options, ctx, w, d):
         out = o.get("out", w)

@@ -246,6 +246,7 @@ def check_kv_cache(model, spec: ir.Spec, idx) -> Check:
     cache = Cache()
     p = min(DECODE_PREFIX, T)
     parts = [model(x[:, :p], cache=cache)]
+    held = cache.nbytes() if hasattr(cache, "nbytes") else None  # every mixer's state: KV buffers, windows, recurrent states
     for i in range(p, T):
         parts.append(model(x[:, i : i + 1], cache=cache))
     dec = torch.cat(parts, dim=1)
@@ -254,5 +255,6 @@ def check_kv_cache(model, spec: ir.Spec, idx) -> Check:
     if not diff <= tol:
         return Check(name="kv_cache", status="fail", value=diff,
                      detail=f"cached decoding differs from the full pass by {diff:.3g} (tolerance {tol:.1g})")
+    state = "" if held is None else f"; the cache held {held:,} bytes after {p} positions and {cache.nbytes():,} after {T}"
     return Check(name="kv_cache", status="pass", value=diff,
-                 detail=f"{T} positions ({p} prefilled, then one at a time) match the full pass within {tol:.1g}")
+                 detail=f"{T} positions ({p} prefilled, then one at a time) match the full pass within {tol:.1g}{state}")

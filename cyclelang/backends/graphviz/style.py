@@ -34,6 +34,7 @@ THEMES: dict[str, dict[str, str]] = {
         "moe": "#fbd5d5",
         "pool": "#dcf1d8",
         "conv": "#e3f4ee",
+        "ssm": "#e8e0f7",
         "linear": "#e6e9ee",
         "feed": "#dfe9f5",
         "nozzle": "#d5dbe3",
@@ -60,6 +61,7 @@ THEMES: dict[str, dict[str, str]] = {
         "moe": "#5c2020",
         "pool": "#1f4a2a",
         "conv": "#1d4a40",
+        "ssm": "#3a2d5c",
         "linear": "#2d3640",
         "feed": "#1d3047",
         "nozzle": "#2d3640",
@@ -102,7 +104,7 @@ for _t, _extra in (("light", {"norm": "#fff4c2", "other": "#eee6f7", "head": "#d
 
 # Each kind's fill, by its kinds-table attr; a kind missing here is drawn in "other" and its
 # legend entry still names it by its kinds-table word (a new kind needs only this entry).
-KIND_FILL = {"attn": "attention", "mlp": "mlp", "moe": "moe", "pool": "pool", "conv": "conv", "linear": "linear", "norm": "norm"}
+KIND_FILL = {"attn": "attention", "mlp": "mlp", "moe": "moe", "pool": "pool", "conv": "conv", "ssm": "ssm", "linear": "linear", "norm": "norm"}
 
 
 def kind_style(attr: str) -> tuple[str, str]:

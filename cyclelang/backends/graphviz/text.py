@@ -93,6 +93,12 @@ TITLES = {
     ir.Pool: lambda op: (f"Pool{DOT}size {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
     ir.Conv: lambda op: (f"Conv{DOT}depthwise {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
     ir.Linear: lambda op: (f"Linear {op.width}{ARROW}{op.out}", ""),
+    ir.LatentAttention: lambda op: (f"Latent attention{DOT}{op.heads} heads{DOT}{'causal' if op.mask == 'causal' else 'bidirectional'}",
+                                    DOT.join([f"latent {op.latent}"] + ([f"q latent {op.q_latent}"] if op.q_latent else []) + [f"rotary {op.rotary_dims}"])),
+    ir.Ssm: lambda op: (f"SSM{DOT}{op.heads} heads{DOT}state {op.state}",
+                        DOT.join(([f"{op.groups} groups"] if op.groups > 1 else []) + [f"conv {op.conv}", f"chunk {op.chunk}"])),
+    ir.LinearAttention: lambda op: (f"Linear attention{DOT}{op.heads} heads{DOT}{'causal' if op.causal else 'bidirectional'}",
+                                    DOT.join(["elu+1" if op.feature == "elu" else op.feature] + (["retention"] if op.decay else []))),
     ir.Norm: lambda op: ("LayerNorm" if op.type == "layernorm" else "RMSNorm", ""),
     ir.Feed: lambda f: (f"Embedding {f.vocab:,}{TIMES}{f.width}",
                         {"learned": f"+ learned positions {TIMES}{f.context}", "sinusoidal": "+ sinusoidal positions", "none": "no position table"}[f.position]

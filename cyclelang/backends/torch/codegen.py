@@ -106,7 +106,8 @@ from .writer import Writer, num, where
 __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 
 # The runtime definitions the file may inline before its classes, in the order they appear.
-HELPERS = ("NextTokenLoss", "sinusoids", "rotary_tables", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "causal_mask", "sliding_mask", "padded_mask", "OffsetRMSNorm")
+HELPERS = ("NextTokenLoss", "sinusoids", "rotary_tables", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved",
+           "causal_mask", "sliding_mask", "padded_mask", "OffsetRMSNorm", "ssd_scan", "gated_rms_norm", "linear_scan")
 
 
 @dataclass(frozen=True)

@@ -11,18 +11,23 @@ from typing import TypeVar
 from ... import ir
 from .attention import AttentionEmitter
 from .conv import ConvEmitter
+from .mla import LatentAttentionEmitter
 from .moe import MoeEmitter
 from .ops import LinearEmitter, MlpEmitter, NormEmitter, OpEmitter, PoolEmitter
+from .recurrent import LinearAttentionEmitter, SsmEmitter
 
 E = TypeVar("E")
 
 EMITTERS: dict[type, OpEmitter] = {
     ir.Norm: NormEmitter(),
     ir.Attention: AttentionEmitter(),
+    ir.LatentAttention: LatentAttentionEmitter(),
     ir.Mlp: MlpEmitter(),
     ir.Moe: MoeEmitter(),
     ir.Pool: PoolEmitter(),
     ir.Conv: ConvEmitter(),
+    ir.Ssm: SsmEmitter(),
+    ir.LinearAttention: LinearAttentionEmitter(),
     ir.Linear: LinearEmitter(),
 }
 

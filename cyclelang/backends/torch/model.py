@@ -213,7 +213,9 @@ B, T = idx.size()''')
         w("if past + T > self.config.context:")
         with out.indent():
             w('raise ValueError(f"{past + T} positions exceed the context of {self.config.context}")')
-        mixers = sorted({type(o.op).__name__.lower() for o in p.ops() if isinstance(o.op, (ir.Pool, ir.Conv))})
+        # every mixer but attention reads padded positions (pool, conv, an ssm's or linear attention's state, MLA's latents)
+        mixers = sorted({ir.kinds.kind_of(o.op).keyword if not isinstance(o.op, ir.LatentAttention) else "latent attention"
+                         for o in p.ops() if ir.kinds.kind_of(o.op).mixes_positions and not isinstance(o.op, ir.Attention)})
         if p.causal:
             w("mask = pos = None")
             w("if attention_mask is not None:")

@@ -229,7 +229,7 @@ class Plan:
         return self.turbine_classes[v]
 
     def rope_index(self, op) -> int | None:
-        if not isinstance(op, ir.Attention) or op.rotary_dims == 0:
+        if not isinstance(op, (ir.Attention, ir.LatentAttention)) or op.rotary_dims == 0:
             return None
         k = (op.rotary_dims, op.rotary_base)
         if k not in self.ropes:

@@ -3,7 +3,8 @@
     loss        NextTokenLoss: F.cross_entropy's forward, a leaner backward
     positions   sinusoids, rotary_tables, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
     masks       causal_mask, sliding_mask, padded_mask
-    cache       Cache: the KV cache of a causal engine
+    cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states)
+    scan        ssd_scan, gated_rms_norm, linear_scan: the recurrent mixers' scans
     experts     {act}_grad for every activation, expert_mlps (the MoE custom op)
     norms       OffsetRMSNorm: RMSNorm with a (offset + w) gain (Gemma)
     parallel    parallelize: FSDP2, tensor parallelism by the file's TP_PLAN, activation
@@ -28,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 # Where each definition the generated file may inline lives.
-MODULES = ("loss", "positions", "masks", "cache", "experts", "norms", "parallel")
+MODULES = ("loss", "positions", "masks", "cache", "experts", "norms", "parallel", "scan")
 
 
 @functools.lru_cache(maxsize=None)

@@ -48,3 +48,4 @@ def apply_rotary_interleaved(x, cos, sin):
     x1, x2 = x[..., 0:d:2], x[..., 1:d:2]
     rot = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
     return torch.cat((rot, x[..., d:]), dim=-1)
+

@@ -1,0 +1,108 @@
+"""Multi-head latent attention (`turbine attention latent=`, DeepSeek-V2): its variant and emitter.
+
+Kept apart from attention.py: its projections, its rotary layout (adjacent pairs, on a
+decoupled part of each head) and its cache (the latent, not keys and values) are its own.
+Parameter names follow transformers' DeepseekV2Attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ... import ir
+from .ops import OpEmitter, call_args, if_set
+from .plan import OpPlan, Plan
+from .writer import Writer, num
+
+
+@dataclass(frozen=True)
+class LatentAttentionVariant:
+    kind: ClassVar[type] = ir.LatentAttention
+    base: ClassVar[str] = "LatentAttention"
+    mask: str  # "causal" | "open"
+    q_latent: bool  # queries through a latent of their own
+    causal: bool  # the engine's throat: the forward takes a cache
+
+    @classmethod
+    def of(cls, a: ir.LatentAttention, causal: bool) -> "LatentAttentionVariant":
+        return cls(a.mask, a.q_latent is not None, causal)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("rope", "cache") if self.causal else ("rope",)
+
+
+class LatentAttentionEmitter(OpEmitter):
+    variant = LatentAttentionVariant
+
+    def ctor(self, o: OpPlan) -> str:
+        a = o.op
+        return (f"{o.cls}({call_args(num(a.width), heads=num(a.heads), head_dim=num(a.head_dim), rotary_dims=num(a.rotary_dims), v_dim=num(a.v_dim), latent=num(a.latent), q_latent=if_set(a.q_latent, a.q_latent is not None), eps=num(a.eps), bias=num(a.bias))})")
+
+    def runtime(self, a: ir.LatentAttention, causal: bool) -> tuple[str, ...]:
+        return ("rotary_tables", "apply_rotary_interleaved") + (("causal_mask",) if a.mask == "causal" and causal else ())
+
+    def output_init(self, a, op, std):
+        return [f"nn.init.normal_({a}.o_proj.weight, mean=0.0, std={std})"]
+
+    def deepnorm_init(self, a, op, beta):
+        v = op.heads * op.v_dim
+        return [f"{a}.kv_b_proj.weight.view({op.heads}, {op.head_dim + op.v_dim}, -1)[:, {op.head_dim}:].mul_({beta})  # v",
+                f"{a}.o_proj.weight.mul_({beta})  # {v} inputs"]
+
+    def class_text(self, out: Writer, name: str, v: LatentAttentionVariant, plan: Plan) -> None:
+        w = out.line
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            kind = "Causal" if v.mask == "causal" else "Bidirectional"
+            out.block(f'''"""{kind} multi-head latent attention (DeepSeek-V2): the latent injector.
+
+Keys and values are expanded from one RMS-normalised latent per position (kv_a_proj,
+kv_b_proj), so the cache keeps the latent and a rotary key shared by the heads, not
+heads x head_dim x 2. Each head's query and key are [nope | rope]: positions reach only
+the decoupled rotary part, rotated in adjacent pairs.{" Queries pass through a latent too." if v.q_latent else ""}
+"""''')
+            w()
+            params = ["width", "heads", "head_dim", "rotary_dims", "v_dim", "latent"] + (["q_latent"] if v.q_latent else []) + ["eps", "bias"]
+            with out.constructor(*params):
+                w("self.heads, self.head_dim, self.rotary_dims, self.v_dim, self.latent = heads, head_dim, rotary_dims, v_dim, latent")
+                w("qk = heads * (head_dim + rotary_dims)")
+                if v.q_latent:
+                    w("self.q_a_proj = nn.Linear(width, q_latent, bias=bias)  # the query latent")
+                    w("self.q_a_layernorm = nn.RMSNorm(q_latent, eps=eps)")
+                    w("self.q_b_proj = nn.Linear(q_latent, qk, bias=False)")
+                else:
+                    w("self.q_proj = nn.Linear(width, qk, bias=False)")
+                w("self.kv_a_proj_with_mqa = nn.Linear(width, latent + rotary_dims, bias=bias)  # [latent | the shared rotary key]")
+                w("self.kv_a_layernorm = nn.RMSNorm(latent, eps=eps)")
+                w("self.kv_b_proj = nn.Linear(latent, heads * (head_dim + v_dim), bias=False)  # per head [k_nope | v]")
+                w("self.o_proj = nn.Linear(heads * v_dim, width, bias=bias)")
+            w()
+            w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
+            with out.indent():
+                w("B, T, C = x.size()")
+                q = "self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))" if v.q_latent else "self.q_proj(x)"
+                out.block(f'''
+q = {q}.view(B, T, self.heads, -1).transpose(1, 2)  # (B, nh, T, hd + rd)
+q_nope, q_rope = q.split([self.head_dim, self.rotary_dims], dim=-1)
+c, k_rope = self.kv_a_proj_with_mqa(x).split([self.latent, self.rotary_dims], dim=-1)
+c = self.kv_a_layernorm(c)[:, None]  # (B, 1, T, latent): what the cache keeps
+q_rope, k_rope = apply_rotary_interleaved(q_rope, *rope), apply_rotary_interleaved(k_rope[:, None], *rope)  # k_rope: (B, 1, T, rd)''')
+                if v.causal:
+                    out.nested("if cache is not None:", "c, k_rope = cache.extend(self, c, k_rope)  # (B, 1, S, latent), (B, 1, S, rd): the latent past, then these T")
+                out.block('''
+S = c.size(2)
+k_nope, v = self.kv_b_proj(c[:, 0]).view(B, S, self.heads, -1).transpose(1, 2).split([self.head_dim, self.v_dim], dim=-1)
+q = torch.cat((q_nope, q_rope), dim=-1)  # (B, nh, T, hd + rd)
+k = torch.cat((k_nope, k_rope.expand(-1, self.heads, -1, -1)), dim=-1)  # (B, nh, S, hd + rd)''')
+                sdpa = "y = F.scaled_dot_product_attention"
+                if v.mask == "open":
+                    w(f"{sdpa}(q, k, v)  # (B, nh, T, v_dim)")
+                else:
+                    out.nested("if S == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v, is_causal=True)  # (B, nh, T, v_dim)")
+                    if v.causal:
+                        out.nested("elif T == 1:  # one query after the cache may see every key", f"{sdpa}(q, k, v)")
+                        out.nested("else:  # T new queries after S - T cached positions", f"{sdpa}(q, k, v, attn_mask=causal_mask(T, S, x.device))")
+                w("y = y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim)  # (B, T, nh * v_dim)")
+                w("return self.o_proj(y)")

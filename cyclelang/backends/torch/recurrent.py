@@ -1,0 +1,186 @@
+"""The recurrent mixers: `turbine ssm` (Mamba-2) and `turbine linear_attention`, their
+variants and emitters. Both scan a state of fixed size (runtime/scan.py): chunk by chunk
+for a sequence, one step at a time when decoding, with the state kept in the Cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ... import ir
+from .ops import OpEmitter, call_args
+from .plan import OpPlan, Plan
+from .writer import Writer, num
+
+
+@dataclass(frozen=True)
+class SsmVariant:
+    kind: ClassVar[type] = ir.Ssm
+    base: ClassVar[str] = "Ssm"
+    causal: bool  # the engine's throat: the forward takes a cache
+
+    @classmethod
+    def of(cls, s: ir.Ssm, causal: bool) -> "SsmVariant":
+        return cls(causal)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("cache",) if self.causal else ()
+
+
+class SsmEmitter(OpEmitter):
+    variant = SsmVariant
+
+    def ctor(self, o: OpPlan) -> str:
+        s = o.op
+        return f"{o.cls}({call_args(num(s.width), heads=num(s.heads), head_dim=num(s.head_dim), state=num(s.state), groups=num(s.groups), conv=num(s.conv), chunk=num(s.chunk), bias=num(s.bias), conv_bias=num(s.conv_bias), eps=num(s.eps), dt_min=num(s.dt_min), dt_max=num(s.dt_max), dt_lo=num(s.dt_lo), dt_hi=num(s.dt_hi))})"
+
+    def runtime(self, op, causal: bool) -> tuple[str, ...]:
+        return ("ssd_scan", "gated_rms_norm")
+
+    def needs_math(self, op) -> bool:
+        return True  # the dt bias's log-uniform init
+
+    def output_init(self, a, op, std):
+        return [f"nn.init.normal_({a}.out_proj.weight, mean=0.0, std={std})"]
+
+    def deepnorm_init(self, a, op, beta):
+        return [f"{a}.out_proj.weight.mul_({beta})"]
+
+    def class_text(self, out: Writer, name: str, v: SsmVariant, plan: Plan) -> None:
+        w = out.line
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            out.block('''"""Selective state-space mixer (Mamba-2, Dao & Gu 2024): a regenerative jacket.
+
+in_proj gives a gate z, the conv input (x, B, C) and a step size per head; a depthwise
+causal conv and silu; the selective scan h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,
+y_t = h_t C_t + D x_t; a gated RMSNorm of y * silu(z) per group; out_proj. Parameter
+names follow transformers' Mamba2Mixer. Decoding keeps the conv window and h only.
+"""''')
+            w()
+            with out.constructor("width", "heads", "head_dim", "state", "groups", "conv", "chunk", "bias", "conv_bias", "eps",
+                                 "dt_min", "dt_max", "dt_lo", "dt_hi"):
+                out.block('''
+self.heads, self.head_dim, self.state, self.groups, self.chunk = heads, head_dim, state, groups, chunk
+self.eps, self.dt_lo, self.dt_hi = eps, dt_lo, dt_hi
+self.inner = heads * head_dim
+self.conv_dim = self.inner + 2 * groups * state  # the conv mixes x, B and C
+self.in_proj = nn.Linear(width, self.inner + self.conv_dim + heads, bias=bias)  # rows [z | x B C | dt]
+self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv, groups=self.conv_dim, bias=conv_bias)  # depthwise
+dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
+self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
+self.A_log = nn.Parameter(torch.log(torch.arange(1, heads + 1, dtype=torch.float32)))  # A = -exp(A_log): -1 .. -heads (S4D real)
+self.D = nn.Parameter(torch.ones(heads))  # the skip past the scan
+self.norm = nn.Parameter(torch.ones(self.inner))  # the gated RMSNorm's gain
+self.out_proj = nn.Linear(self.inner, width, bias=bias)''')
+            w()
+            w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
+            with out.indent():
+                out.block('''
+B, T, _ = x.size()
+z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, self.heads], dim=-1)
+K = self.conv1d.kernel_size[0]''')
+                if v.causal:
+                    w("h = xbc if cache is None else cache.extend_pool(self.conv1d, xbc, K - 1)  # (B, P + T, conv_dim): the conv window first")
+                else:
+                    w("h = xbc")
+                out.block('''
+xbc = F.silu(self.conv1d(F.pad(h.transpose(1, 2), (K - 1, 0)))[..., -T:]).transpose(1, 2)  # (B, T, conv_dim)
+u, b, c = xbc.split([self.inner, self.groups * self.state, self.groups * self.state], dim=-1)
+u = u.view(B, T, self.heads, self.head_dim)  # (B, T, nh, hd)
+b = b.view(B, T, self.groups, self.state).repeat_interleave(self.heads // self.groups, dim=2)  # (B, T, nh, N)
+c = c.view(B, T, self.groups, self.state).repeat_interleave(self.heads // self.groups, dim=2)  # (B, T, nh, N)
+dt = F.softplus(dt + self.dt_bias).clamp(min=self.dt_lo, max=self.dt_hi)  # (B, T, nh)''')
+                if v.causal:
+                    w("y, h = ssd_scan(u, dt, -torch.exp(self.A_log), b, c, self.chunk, None if cache is None else cache.recurrent(self))")
+                    out.nested("if cache is not None:", "cache.keep(self, h)  # (B, nh, hd, N): all the scan remembers")
+                else:
+                    w("y, _ = ssd_scan(u, dt, -torch.exp(self.A_log), b, c, self.chunk)")
+                out.block('''
+y = y + u * self.D[:, None]  # (B, T, nh, hd)
+y = gated_rms_norm(y.reshape(B, T, self.inner), z, self.norm, self.groups, self.eps)
+return self.out_proj(y.to(x.dtype))''')
+
+
+@dataclass(frozen=True)
+class LinearAttentionVariant:
+    kind: ClassVar[type] = ir.LinearAttention
+    base: ClassVar[str] = "LinearAttention"
+    feature: str  # "elu" | "relu"
+    normalize: bool
+    decay: bool
+    causal: bool  # only the past is mixed; the forward takes a cache
+
+    @classmethod
+    def of(cls, a: ir.LinearAttention, causal: bool) -> "LinearAttentionVariant":
+        return cls(a.feature, a.normalize, a.decay, a.causal)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("cache",) if self.causal else ()
+
+
+FEATURES = {"elu": "F.elu({}) + 1", "relu": "F.relu({})"}
+
+
+class LinearAttentionEmitter(OpEmitter):
+    variant = LinearAttentionVariant
+
+    def ctor(self, o: OpPlan) -> str:
+        a = o.op
+        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), head_dim=num(a.head_dim), chunk=num(a.chunk), bias=num(a.bias))})"
+
+    def runtime(self, op, causal: bool) -> tuple[str, ...]:
+        return ("linear_scan",) if op.causal else ()
+
+    def output_init(self, a, op, std):
+        return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
+
+    def deepnorm_init(self, a, op, beta):
+        q = op.heads * op.head_dim
+        return [f"{a}.qkv.weight[{2 * q}:].mul_({beta})  # v", f"{a}.proj.weight.mul_({beta})"]
+
+    def class_text(self, out: Writer, name: str, v: LinearAttentionVariant, plan: Plan) -> None:
+        w = out.line
+        phi = "elu(x) + 1" if v.feature == "elu" else "relu(x)"
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            kind = "Causal linear attention" if v.causal else "Linear attention"
+            doc = [f'"""{kind} (Katharopoulos et al. 2020): the expander injector.', "",
+                   f"softmax(q k^T) is replaced by phi(q) phi(k)^T with phi(x) = {phi}, so the keys and values"]
+            if v.causal:
+                doc += ["fold into a state S_t = " + ("g S_{t-1}" if v.decay else "S_{t-1}") + " + phi(k_t)^T v_t of heads x head_dim x head_dim:",
+                        "y_t = phi(q_t) S_t" + (" / phi(q_t) z_t (z: the sum of phi(k), carried as a column of ones in v)." if v.normalize else ".")]
+                if v.decay:
+                    doc.append("Each head decays its past by g = 1 - 2^(-5 - head) (RetNet's retention).")
+                doc.append("Chunked for a sequence, one step at a time when decoding: the state does not grow.")
+            else:
+                doc += ["of every position fold into one sum that each query reads" + (", normalised by phi(q) sum phi(k)." if v.normalize else ".")]
+            out.block("\n".join(doc) + '\n"""')
+            w()
+            with out.constructor("width", "heads", "head_dim", "chunk", "bias"):
+                w("self.heads, self.head_dim, self.chunk = heads, head_dim, chunk")
+                w("self.qkv = nn.Linear(width, 3 * heads * head_dim, bias=bias)  # q, k, v fused")
+                w("self.proj = nn.Linear(heads * head_dim, width, bias=bias)")
+                if v.decay:
+                    w('self.register_buffer("log_decay", torch.log(1 - 2.0 ** (-5.0 - torch.arange(heads))), persistent=False)  # (nh,)')
+            w()
+            w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
+            with out.indent():
+                out.block(f'''
+B, T, C = x.size()
+q, k, v = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
+q, k = {FEATURES[v.feature].format("q")}, {FEATURES[v.feature].format("k")}  # the feature map phi: positive scores''')
+                if v.normalize:
+                    w("v = torch.cat((v, v.new_ones(B, self.heads, T, 1)), dim=-1)  # a column of ones: the same sums give phi(q) z")
+                if v.causal:
+                    decay = ", self.log_decay" if v.decay else ""
+                    w(f"y, state = linear_scan(q, k, v, self.chunk, None if cache is None else cache.recurrent(self){decay})")
+                    out.nested("if cache is not None:", "cache.keep(self, state)  # (B, nh, hd, hd): all it remembers")
+                else:
+                    w("y = q @ (k.transpose(-2, -1) @ v)  # (B, nh, T, hd): every position reads one sum over all")
+                if v.normalize:
+                    w("y = y[..., :-1] / (y[..., -1:] + 1e-6)  # divided by phi(q) z")
+                w("y = y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
+                w("return self.proj(y)")

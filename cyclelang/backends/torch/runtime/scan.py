@@ -1,0 +1,96 @@
+"""The chunked scans of the recurrent mixers (ssm, linear_attention) and Mamba-2's gated norm.
+
+Both scans compute a linear recurrence s_t = g_t s_{t-1} + k_t^T v_t, y_t = q_t s_t in two
+forms that give the same numbers: chunk by chunk for a sequence (inside a chunk, a masked
+product like attention's; between chunks only the state is carried, so the cost per token
+stops growing with the length), and one step at a time for decoding. The state they return
+is all a decoder keeps: its size does not depend on how many tokens came before.
+"""
+
+import torch
+from torch.nn import functional as F
+
+
+def ssd_scan(x, dt, A, B, C, chunk, state=None):
+    """Mamba-2's selective scan (the SSD algorithm, Dao & Gu 2024), in float32 or wider.
+
+    x: (b, T, h, p) inputs; dt: (b, T, h) step sizes; A: (h,) negative rates; B, C: (b, T, h, n).
+    state: (b, h, p, n) from earlier positions, or None. The recurrence, per head:
+        s_t = exp(dt_t A) s_{t-1} + dt_t x_t B_t^T        (b, h, p, n)
+        y_t = s_t C_t                                     (b, h, p)
+    Returns y (b, T, h, p) in x's dtype and the state after the last position (float32 or wider)."""
+    b, T, h, p = x.shape
+    dtype = x.dtype
+    work = torch.promote_types(dtype, torch.float32)  # float32 at least, as transformers' scan; float64 stays
+    x, dt, B, C = x.to(work), dt.to(work), B.to(work), C.to(work)
+    if state is None:
+        state = x.new_zeros(b, h, p, B.size(-1))
+    a = dt * A.to(work)  # (b, T, h): log of each step's decay
+    u = x * dt[..., None]  # (b, T, h, p): dt x, what enters the state
+    if T == 1:  # decoding: the recurrence itself, one step
+        state = state * a[:, 0, :, None, None].exp() + u[:, 0, :, :, None] * B[:, 0, :, None, :]
+        return torch.einsum("bhpn,bhn->bhp", state, C[:, 0])[:, None].to(dtype), state
+    ys = []
+    for start in range(0, T, chunk):
+        end = min(start + chunk, T)
+        ac, uc, Bc, Cc = a[:, start:end], u[:, start:end], B[:, start:end], C[:, start:end]
+        l = end - start
+        cum = ac.cumsum(dim=1)  # (b, l, h): decay from the chunk's start
+        # exp(a_{s+1} + ... + a_t) at (t, s), 0 for s > t: sums of masked copies, not a difference of cumulative
+        # sums, which would lose precision over a long chunk
+        below = torch.ones(l, l, dtype=torch.bool, device=x.device).tril(-1)
+        sums = ac.transpose(1, 2)[..., None].expand(b, h, l, l).masked_fill(~below, 0).cumsum(dim=-2)  # (b, h, l, l)
+        decay = sums.masked_fill(~below.logical_or(torch.eye(l, dtype=torch.bool, device=x.device)), -float("inf")).exp()
+        scores = torch.einsum("bthn,bshn->bhts", Cc, Bc) * decay  # (b, h, l, l): masked, like causal attention
+        y = torch.einsum("bhts,bshp->bthp", scores, uc)  # what the chunk contributes to itself
+        y = y + torch.einsum("bthn,bhpn->bthp", Cc, state) * cum.exp()[..., None]  # what the state brings in
+        to_end = (cum[:, -1:] - cum).exp()  # (b, l, h): decay from each position to the chunk's end
+        state = state * cum[:, -1, :, None, None].exp() + torch.einsum("bshn,bshp->bhpn", Bc * to_end[..., None], uc)
+        ys.append(y)
+    return torch.cat(ys, dim=1).to(dtype), state
+
+
+def gated_rms_norm(y, z, weight, groups, eps):
+    """Mamba-2's gated RMSNorm: y * silu(z), normalised over each of `groups` equal groups of
+    channels (in float32 or wider), times the gain."""
+    dtype = y.dtype
+    work = torch.promote_types(dtype, torch.float32)
+    h = y.to(work) * F.silu(z.to(work))
+    h = h.view(*h.shape[:-1], groups, -1)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.flatten(-2).to(dtype)
+
+
+def linear_scan(q, k, v, chunk, state=None, log_decay=None):
+    """Causal linear attention (Katharopoulos et al. 2020), chunk by chunk, in q's dtype.
+
+    q, k: (B, nh, T, d) feature-mapped; v: (B, nh, T, e); state: (B, nh, d, e) or None.
+    log_decay: (nh,) log g per head (RetNet's retention), or None for g = 1. The recurrence:
+        S_t = g S_{t-1} + k_t^T v_t,   y_t = q_t S_t
+    Returns y (B, nh, T, e) and the state after the last position."""
+    Bsz, nh, T, d = q.shape
+    if state is None:
+        state = q.new_zeros(Bsz, nh, d, v.size(-1))
+    if T == 1:  # decoding: one step of the recurrence
+        if log_decay is not None:
+            state = state * log_decay.exp()[:, None, None]
+        state = state + k.transpose(-2, -1) @ v  # (B, nh, d, e)
+        return q @ state, state
+    ys = []
+    for start in range(0, T, chunk):
+        qc, kc, vc = q[:, :, start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
+        l = qc.size(2)
+        t = torch.arange(l, device=q.device)
+        gap = (t[:, None] - t[None, :]).to(q.dtype)  # (l, l): how far back each key is
+        scores = qc @ kc.transpose(-2, -1)  # (B, nh, l, l)
+        if log_decay is None:
+            scores = scores.masked_fill(gap < 0, 0)  # causal: no key after its query
+            y = scores @ vc + qc @ state
+            state = state + kc.transpose(-2, -1) @ vc
+        else:
+            g = log_decay.to(q.dtype)[:, None, None]  # (nh, 1, 1)
+            weights = torch.exp(gap.clamp(min=0) * g).masked_fill(gap < 0, 0)  # (nh, l, l): g^(t - s) for s <= t
+            y = (scores * weights) @ vc + (qc * torch.exp((t + 1).to(q.dtype) * g[..., 0])[..., None]) @ state
+            state = state * torch.exp(l * g) + (kc * torch.exp((l - 1 - t).to(q.dtype) * g[..., 0])[..., None]).transpose(-2, -1) @ vc
+        ys.append(y)
+    return torch.cat(ys, dim=2), state
