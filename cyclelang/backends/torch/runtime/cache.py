@@ -6,7 +6,7 @@ import torch
 class Cache:
     """What generation remembers: keys and values per attention, recent inputs per pool.
 
-    Legal because the throat is causal: nothing travels upstream, so the past's keys
+    Valid because attention is causal: no position reads a later one, so the past's keys
     and values never change when a token is appended. They go into buffers reserved
     once for the whole context and written in place: a step copies its own token,
     never the past. A pool keeps only its last size - 1 inputs, so its copy is bounded."""
