@@ -5,15 +5,19 @@ name map) is the only lowering in the torch back-end: `build()` compiles and
 executes exactly this text, so the in-process module and the file
 `cyclec build -o model.py` writes cannot drift apart. The generated file imports
 only torch and the standard library and reads like nanoGPT's model.py: a config
-dataclass, one class per stage (and per branch of a stage), specialised turbine
-classes, shape comments, and a straight-line forward pass; nothing interprets
-the IR at run time. The output is a pure function of the IR (no timestamps, no
+dataclass that holds every size (`config.py`: each module is built from it), one
+class per stage (a branch gets a class only where it is more than a short chain of
+ops and a merge; otherwise its ops sit in an nn.ModuleDict and the stage's residual
+line calls them), specialised turbine classes, shape comments, and a straight-line
+forward pass; nothing interprets the IR at run time. `fast` adds the fused loss and
+the MoE's custom op in a runtime section at the end; `comments` picks the comments. The output is a pure function of the IR (no timestamps, no
 absolute paths, no hash-order iteration), so golden files hold. It takes an
 `ir.Spec` only (`cyclelang.codegen` is the façade that accepts paths and text).
 
 The lowering, by concern
 ------------------------
     plan.py        every name and variant decided before a line is written
+    config.py      the Config: every size a field, derived values as properties, checks
     emitters.py    the op emitters' table, keyed by IR class: ops.py (norm, linear,
                    mlp, pool), attention.py, moe.py (and the experts' custom op)
     merges.py      the merge emitters' table: own parameters, junction, init rule

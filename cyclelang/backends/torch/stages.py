@@ -17,10 +17,13 @@ def branch_role(b: ir.Prechamber) -> str:
     return f"{work}; {merge_phrase(b)}"
 
 
-def merge_phrase(b: ir.Prechamber) -> str:
-    """How the branch's output returns, in ML words."""
+def merge_phrase(b: ir.Prechamber, short: bool = False) -> str:
+    """How the branch's output returns, in ML words (short: for the residual line itself)."""
     if b.overboard:
         ret = "an auxiliary output head, its loss weighted" if b.loss is not None else "its output leaves the model, never added back"
+    elif short:
+        k = kind_of(b.merge)
+        ret = k.ml if isinstance(b.merge, ir.PlainMerge) else f"residual add, {k.ml}"
     else:
         ret = kind_of(b.merge).ml_words
     return ("input detached (no gradient flows back through it); " if b.detach else "") + ret
@@ -148,7 +151,7 @@ def stage_class(out: Writer, sp: StagePlan) -> None:
                     e = emitter(it.op)
                     w(f"x = {e.call(it, 'self', 'x')}" + comment(it.op.span, *e.phrase(it.op, "stage")), it.op.span)
                 elif isinstance(it, BranchPlan):
-                    branch_line(out, [it], "x", it.br.span, (f"{it.br.name}: {merge_phrase(it.br)}", merge_rocket(it.br)))
+                    branch_line(out, [it], "x", it.br.span, (f"{it.br.name}: {merge_phrase(it.br, short=True)}", merge_rocket(it.br)))
                 else:
                     fullflow_line(out, it)
             w("return x")

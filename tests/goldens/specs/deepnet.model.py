@@ -177,9 +177,9 @@ class Layer(nn.Module):
         self.norm2 = nn.LayerNorm(config.width, eps=config.norm_eps)  # Post-LN: the norm is on the residual stream · deepnet.cycle:22 · valve in series
 
     def forward(self, x, cache, mask=None):
-        x = self.alpha * x + self.mix.attn(x, cache, mask)  # mix: DeepNorm: the residual stream is scaled by alpha · deepnet.cycle:13 · prechamber mix, deepnorm
+        x = self.alpha * x + self.mix.attn(x, cache, mask)  # mix: residual add, DeepNorm · deepnet.cycle:13 · prechamber mix, deepnorm
         x = self.norm1(x)  # Post-LN: the norm is on the residual stream · deepnet.cycle:17 · valve in series
-        x = self.alpha * x + self.burn.mlp(x)  # burn: DeepNorm: the residual stream is scaled by alpha · deepnet.cycle:18 · prechamber burn, deepnorm
+        x = self.alpha * x + self.burn.mlp(x)  # burn: residual add, DeepNorm · deepnet.cycle:18 · prechamber burn, deepnorm
         x = self.norm2(x)  # Post-LN: the norm is on the residual stream · deepnet.cycle:22 · valve in series
         return x
 

@@ -173,8 +173,8 @@ class Block(nn.Module):
         ))
 
     def forward(self, x, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), cache, mask)  # mix: residual add; the output projection starts small (GPT-2's scaled init) · gas_generator.cycle:15 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add; the output projection starts small (GPT-2's scaled init) · gas_generator.cycle:20 · prechamber burn, cooling
+        x = x + self.mix.attn(self.mix.norm(x), cache, mask)  # mix: residual add, scaled init · gas_generator.cycle:15 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · gas_generator.cycle:20 · prechamber burn, cooling
         return x
 
 
@@ -207,7 +207,7 @@ class Tap(nn.Module):
         self.probe = TapProbe(config)  # linear; an auxiliary output head, its loss weighted · gas_generator.cycle:33 · prechamber probe
 
     def forward(self, x, aux):
-        x = x + self.critic.mlp(self.critic.norm(x.detach()))  # critic: input detached (no gradient flows back through it); residual add; the output projection starts small (GPT-2's scaled init) · gas_generator.cycle:28 · prechamber critic, open cycle, cooling
+        x = x + self.critic.mlp(self.critic.norm(x.detach()))  # critic: input detached (no gradient flows back through it); residual add, scaled init · gas_generator.cycle:28 · prechamber critic, open cycle, cooling
         self.probe(x, aux)  # probe: an auxiliary output head, its loss weighted · gas_generator.cycle:33 · prechamber probe, overboard
         return x
 

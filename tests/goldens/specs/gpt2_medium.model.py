@@ -172,8 +172,8 @@ class Block(nn.Module):
         ))
 
     def forward(self, x, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), cache, mask)  # mix: residual add; the output projection starts small (GPT-2's scaled init) · gpt2_medium.cycle:7 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add; the output projection starts small (GPT-2's scaled init) · gpt2_medium.cycle:12 · prechamber burn, cooling
+        x = x + self.mix.attn(self.mix.norm(x), cache, mask)  # mix: residual add, scaled init · gpt2_medium.cycle:7 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · gpt2_medium.cycle:12 · prechamber burn, cooling
         return x
 
 

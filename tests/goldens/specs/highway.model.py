@@ -190,8 +190,8 @@ class Block(nn.Module):
         self.burn = BlockBurn(config)  # MLP; highway gate: a learned mix of the stream and the branch · highway.cycle:18 · prechamber burn
 
     def forward(self, x, cache, mask=None):
-        x = x + torch.sigmoid(self.mix.gate(x)) * (self.mix(x, cache, mask) - x)  # mix: highway gate: a learned mix of the stream and the branch · highway.cycle:13 · prechamber mix, gate
-        x = x + torch.sigmoid(self.burn.gate(x)) * (self.burn(x) - x)  # burn: highway gate: a learned mix of the stream and the branch · highway.cycle:18 · prechamber burn, gate
+        x = x + torch.sigmoid(self.mix.gate(x)) * (self.mix(x, cache, mask) - x)  # mix: residual add, highway gate · highway.cycle:13 · prechamber mix, gate
+        x = x + torch.sigmoid(self.burn.gate(x)) * (self.burn(x) - x)  # burn: residual add, highway gate · highway.cycle:18 · prechamber burn, gate
         return x
 
 

@@ -195,8 +195,8 @@ class Block(nn.Module):
         self.burn = BlockBurn(config)  # MLP; residual add through a learned per-channel gain (LayerScale) · layerscale.cycle:17 · prechamber burn
 
     def forward(self, x, cache, mask=None):
-        x = x + self.mix.scale * self.mix(x, cache, mask)  # mix: residual add through a learned per-channel gain (LayerScale) · layerscale.cycle:12 · prechamber mix, layerscale
-        x = x + self.burn.scale * self.burn(x)  # burn: residual add through a learned per-channel gain (LayerScale) · layerscale.cycle:17 · prechamber burn, layerscale
+        x = x + self.mix.scale * self.mix(x, cache, mask)  # mix: residual add, LayerScale · layerscale.cycle:12 · prechamber mix, layerscale
+        x = x + self.burn.scale * self.burn(x)  # burn: residual add, LayerScale · layerscale.cycle:17 · prechamber burn, layerscale
         return x
 
 

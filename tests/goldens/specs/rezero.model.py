@@ -185,8 +185,8 @@ class Block(nn.Module):
         self.burn = BlockBurn(config)  # MLP; residual add through a learned scalar that starts at zero (ReZero) · rezero.cycle:17 · prechamber burn
 
     def forward(self, x, cache, mask=None):
-        x = x + self.mix.scale * self.mix(x, cache, mask)  # mix: residual add through a learned scalar that starts at zero (ReZero) · rezero.cycle:13 · prechamber mix, rezero
-        x = x + self.burn.scale * self.burn(x)  # burn: residual add through a learned scalar that starts at zero (ReZero) · rezero.cycle:17 · prechamber burn, rezero
+        x = x + self.mix.scale * self.mix(x, cache, mask)  # mix: residual add, ReZero · rezero.cycle:13 · prechamber mix, rezero
+        x = x + self.burn.scale * self.burn(x)  # burn: residual add, ReZero · rezero.cycle:17 · prechamber burn, rezero
         return x
 
 
