@@ -296,3 +296,19 @@ def test_cli_build_readable_and_comments(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "cyclelang.cli", "build", str(ROOT / "specs" / "moe.cycle"), "--comments", "rocket"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "rocket" in bad.stderr
+
+
+def test_an_untied_head_after_a_narrowing_linear_reads_the_inner_width():
+    text = textwrap.dedent("""
+        engine fz {
+          chamber width=8
+          throat causal
+          feed tokens vocab=64 context=16
+          stage b0 x 2 { prechamber p0 { turbine attention heads=1 } }
+          turbine linear out=4 bias=false
+          nozzle head
+        }""")
+    mod = load_source(codegen(cyclelang.parse(text)), "narrow_head")
+    assert "self.head = nn.Linear(config.inner_width, config.vocab_size" in codegen(cyclelang.parse(text))
+    model = mod.Model(mod.Config(inner_width=6))
+    assert model.head.in_features == 6 and model.linear.out_features == 6

@@ -31,6 +31,7 @@ class Ref:
         self.name = ""
 
     def __str__(self) -> str:  # as the modules read it
+        assert self.name, f"config value {self.base} asked for after the names were given"
         return f"config.{self.name}"
 
     @property

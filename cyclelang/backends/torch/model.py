@@ -79,7 +79,7 @@ def model_class(out: Writer, p: Plan) -> None:
                 w(f'self.register_buffer("{pre}_sin", sin, persistent=False)')
             nz = e.nozzle
             if not nz.tied:
-                w(f"self.head = nn.Linear({p.sizes.width(nz.width, ())}, config.vocab_size, bias={num(nz.bias)})" + comment(nz.span, "LM head", "nozzle"), nz.span)
+                w(f"self.head = nn.Linear({p.head_width}, config.vocab_size, bias={num(nz.bias)})" + comment(nz.span, "LM head", "nozzle"), nz.span)
             elif nz.bias:
                 w("self.head_bias = nn.Parameter(torch.zeros(config.vocab_size))" + comment(nz.span, "LM head bias; its weight is the token embedding's", "nozzle, tied"), nz.span)
             if keyed:

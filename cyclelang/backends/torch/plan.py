@@ -212,6 +212,7 @@ class Plan:
     ropes: list[tuple[int, float]] = field(default_factory=list)  # (dims, base) per rotary table
     turbine_classes: dict[Variant, str] = field(default_factory=dict)  # variant -> class name, in order of first use
     sizes: Sizes | None = None  # the Config's fields and what reads them
+    head_width: object = None  # config.Ref of the nozzle's input width
     fast: bool = True  # the fused loss and the MoE's custom op (the runtime section at the end)
     rope_args: list = field(default_factory=list)  # (dims, base) config expressions per rotary table
 
@@ -321,6 +322,7 @@ def make_plan(spec: ir.Spec) -> Plan:
     stages = iter(p.stages)
     scope = ()
     p.main = [op(it) if isinstance(it, Part) else next(stages) for it in lay.main]
+    p.head_width = sizes.width(e.nozzle.width, ())  # asked before the names are given (merge_sizes resolves)
     f = e.feed
     if f.scale != 1.0:
         if f.scale == math.sqrt(e.width):
