@@ -150,13 +150,18 @@ def bench_train(args, torch, compiled=False):
         idx = torch.randint(0, ours.config.vocab_size, (B, T), generator=g)
         tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
         check_same(name, ours, ref, hf, torch, idx, tgt)  # float32 on the CPU, then to the device under test
+        import cyclelang
+
+        # the readable form (`cyclec build --readable`): the same model and weights, F.cross_entropy, one MoE path
+        readable = cyclelang.build(cyclelang.parse(spec_text(name, SHRINK[name])), seed=0, fast=False)
+        readable.load_state_dict(ours.state_dict())
         dtype = getattr(torch, args.dtype)
-        for m in (ours, ref, hf):
+        for m in (ours, readable, ref, hf):
             m.to(device=args.device, dtype=dtype)
         idx, tgt = idx.to(args.device), tgt.to(args.device)
         sides = {}
         note = ""
-        for label, model, is_hf in (("cyclec", ours, False), ("reference", ref, False), ("transformers", hf, True)):
+        for label, model, is_hf in (("cyclec", ours, False), ("readable", readable, False), ("reference", ref, False), ("transformers", hf, True)):
             model.train()
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
             fwd = model
@@ -164,7 +169,7 @@ def bench_train(args, torch, compiled=False):
                 # The spec is one graph (under compile its MoE experts run in one custom op);
                 # the others take torch.compile's default, graph breaks allowed (the
                 # reference's MoE dispatch has data-dependent shapes).
-                fwd = torch.compile(model, fullgraph=label == "cyclec")
+                fwd = torch.compile(model, fullgraph=label == "cyclec" or label == "readable" and name != "moe")
 
             def step(fwd=fwd, opt=opt, is_hf=is_hf):
                 opt.zero_grad(set_to_none=True)
@@ -179,10 +184,11 @@ def bench_train(args, torch, compiled=False):
                 print(f"  compile+2 steps {name}/{label}: {time.perf_counter() - t0:.1f}s", flush=True)
         times = time_sides(sides, args.rounds, args.steps, sync=lambda: synchronize(torch, args.device))
         row = {"name": name, "ms": {k: 1000 * median(v) for k, v in times.items()},
-               "vs_ref": ratio(times, "cyclec", "reference"), "vs_hf": ratio(times, "cyclec", "transformers"), "note": note}
+               "vs_ref": ratio(times, "cyclec", "reference"), "vs_hf": ratio(times, "cyclec", "transformers"),
+               "readable_vs_fast": ratio(times, "readable", "cyclec"), "readable_vs_ref": ratio(times, "readable", "reference"), "note": note}
         rows.append(row)
         print(f"  {name}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in row["ms"].items()) + f"; cyclec/reference {row['vs_ref']:.3f}, cyclec/transformers {row['vs_hf']:.3f}", flush=True)
-        del ours, ref, hf, sides
+        del ours, readable, ref, hf, sides
         gc.collect()
     return rows
 
@@ -593,10 +599,13 @@ def render(results) -> str:
     for key, title in (("train", "Training step (forward, backward, AdamW), eager"), ("compiled", "Training step, each side torch.compile'd")):
         if key not in results:
             continue
-        out += [f"### {title}", "", "| spec | cyclec ms | reference ms | transformers ms | cyclec / reference | cyclec / transformers |", "|---|---|---|---|---|---|"]
+        out += [f"### {title}", "", "cyclec is the default (`--fast`) form; readable is `cyclec build --readable` (F.cross_entropy, one plain MoE path), the same weights.", "",
+                "| spec | cyclec ms | readable ms | reference ms | transformers ms | cyclec / reference | cyclec / transformers | readable / cyclec | readable / reference |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for r in results[key]:
             ms = r["ms"]
-            out.append(f"| {r['name']} | {ms['cyclec']:.1f} | {ms['reference']:.1f} | {ms['transformers']:.1f} | **{r['vs_ref']:.3f}** | **{r['vs_hf']:.3f}** |")
+            rd = (f"{ms['readable']:.1f}", f"{r['readable_vs_fast']:.3f}", f"{r['readable_vs_ref']:.3f}") if "readable" in ms else ("-", "-", "-")
+            out.append(f"| {r['name']} | {ms['cyclec']:.1f} | {rd[0]} | {ms['reference']:.1f} | {ms['transformers']:.1f} | **{r['vs_ref']:.3f}** | **{r['vs_hf']:.3f}** | {rd[1]} | {rd[2]} |")
         notes = [r["note"] for r in results[key] if r["note"]]
         out += [""] + ([f"Note: {'; '.join(notes)}.", ""] if notes else [])
     if "decode" in results:

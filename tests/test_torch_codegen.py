@@ -30,9 +30,10 @@ SINKS = {
     # a cosine schedule, learned positions and no MoE capacity: math from the schedule alone
     "sink_cosine": KITCHEN_SINK.replace("THROAT", "open").replace("position=sinusoidal", "position=learned")
     .replace("schedule linear", "schedule cosine").replace(" capacity=1.0", ""),
-    # no sinusoids, no capacity, no ssm (its dt init), a linear schedule: nothing reads math
+    # no sinusoids, no capacity, no ssm (its dt init), no cooling (Config's std formula), a linear
+    # schedule: nothing reads math
     "sink_plain": KITCHEN_SINK.replace("THROAT", "causal").replace("position=sinusoidal", "position=none").replace(" capacity=1.0", "")
-    .replace("turbine ssm heads=4 state=4 groups=2 chunk=4", "turbine mlp"),
+    .replace("turbine ssm heads=4 state=4 groups=2 chunk=4", "turbine mlp").replace("merge cooling", "merge plain"),
     "hostile": HOSTILE,
 }
 

@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 
 from .. import ir
+from .measure import branch_hooks
 from .result import CoordCheck, CoordLayer, LrSweep, Sweep, SweepRun
 from .shrink import shrink
 from .train import hot_fire
@@ -94,7 +95,7 @@ def _coords(model, spec: ir.Spec):
             for r in range(sl.stage.repeat):
                 mod = getattr(model.stages[sl.first + r], b.attr)
                 if not b.branch.overboard:
-                    handles.append(mod.register_forward_hook(lambda m, a, out, _k=(folded, "branch"): put(_k, out)))
+                    handles += branch_hooks(mod, lambda m, a, out, _k=(folded, "branch"): put(_k, out))
                 for part in b.ops:
                     if isinstance(part.node, ir.Attention):
                         local = part.local.split(".", 1)[1]

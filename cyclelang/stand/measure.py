@@ -71,6 +71,23 @@ def _merge_factor(stage_mod, site: BranchSite):
     return value / g.main  # alpha*x + f(x) (deepnorm): compare f(x) with alpha*x
 
 
+def branch_hooks(branch, hook) -> list:
+    """Put `hook(mod, args, out)` on a branch of the generated model as a whole: its module's
+    forward, or, for a branch the stage calls op by op (an nn.ModuleDict: a norm, an op and a
+    merge need no class), the first op's input and the last op's output. Returns the handles."""
+    if not isinstance(branch, torch.nn.ModuleDict):
+        return [branch.register_forward_hook(hook)]
+    ops, seen = list(branch.values()), {}
+
+    def first(mod, args):
+        seen["args"] = args
+
+    def last(mod, args, out):
+        hook(branch, seen.pop("args", args), out)
+
+    return [ops[0].register_forward_pre_hook(first), ops[-1].register_forward_hook(last)]
+
+
 class Recorder:
     """Forward hooks that keep the streams a reading needs; remove() takes them all off."""
 
@@ -86,7 +103,7 @@ class Recorder:
             self.handles.append(mod.register_forward_pre_hook(self._stage_in(s.index)))
             self.handles.append(mod.register_forward_hook(self._stage_out(s.index)))
             for b in s.branches:
-                self.handles.append(getattr(mod, b.attr).register_forward_hook(self._branch(s.index, b.attr)))
+                self.handles += branch_hooks(getattr(mod, b.attr), self._branch(s.index, b.attr))
 
     def _feed(self, mod, args, out):
         self.feed_out = out

@@ -1,11 +1,12 @@
-"""The attention emitter: the injector's class, constructor and call."""
+"""The attention emitter (the injector): its class, constructor and call."""
 
 from __future__ import annotations
 
 from ... import ir
 from .ops import OpEmitter, call_args, if_set
 from .plan import AttentionVariant, OpPlan, Plan, signature
-from .writer import Writer, num
+from .config import Sizes
+from .writer import Writer, doc_tag, num
 
 
 ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved"}
@@ -14,9 +15,38 @@ ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interle
 class AttentionEmitter(OpEmitter):
     variant = AttentionVariant
 
+    def sizes(self, a: ir.Attention, c: Sizes, scope) -> dict:
+        width = c.width(a.width, scope)
+        heads = c.field("n_head", a.heads, scope, "attention heads (query heads)")
+        out = {"width": width, "heads": heads}
+        if a.kv_heads == a.heads:
+            out["kv_heads"] = heads
+        else:
+            out["kv_heads"] = kv = c.field("n_kv_head", a.kv_heads, scope, "key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads")
+            c.divides(kv, heads, "each key/value head serves a whole group of query heads")
+        if a.heads * a.head_dim == a.width:
+            out["head_dim"] = hd = c.prop("head_dim", a.head_dim, scope, "channels per head",
+                                          lambda: f"{width.own} // {heads.own}")
+            c.divides(heads, width, "the heads split the width evenly")
+        else:
+            out["head_dim"] = hd = c.field("head_dim", a.head_dim, scope, "channels per head")
+        if a.rotary_dims:
+            if a.rotary_dims == a.head_dim:
+                out["rotary_dims"] = hd
+            else:
+                out["rotary_dims"] = rd = c.field("rotary_dims", a.rotary_dims, scope, "rotated channels of each head (partial rotary)")
+                c.check(lambda: f"{rd.own} % 2 == 0 and {rd.own} <= {hd.own}",
+                        lambda: f"{rd.name} ({{{rd.own}}}) must be even and at most {hd.name} ({{{hd.own}}}): rotary turns channel pairs of a head")
+            out["rotary_base"] = c.field("rotary_base", a.rotary_base, scope, "rotary frequency base", "float")
+        if a.window is not None:
+            out["window"] = c.field("window", a.window, scope, "sliding-window attention: keys a query may see")
+        if a.dropout > 0:
+            out["dropout"] = c.field("dropout", a.dropout, scope, "dropout rate", "float")
+        return out
+
     def ctor(self, o: OpPlan) -> str:
-        a = o.op
-        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), kv_heads=num(a.kv_heads), head_dim=num(a.head_dim), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=if_set(a.qk_norm_eps, a.qk_norm), scale=if_set(o.scale, o.scale is not None), window=if_set(a.window, a.window is not None), dropout=if_set(a.dropout, a.dropout > 0))})"
+        a, s = o.op, o.args
+        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=if_set(a.qk_norm_eps, a.qk_norm), scale=if_set(o.scale, o.scale is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
@@ -34,8 +64,7 @@ class AttentionEmitter(OpEmitter):
         return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
 
     def deepnorm_init(self, a, op, beta):
-        q, kv = op.heads * op.head_dim, op.kv_heads * op.head_dim
-        return [f"{a}.qkv.weight[{q + kv}:].mul_({beta})  # v", f"{a}.proj.weight.mul_({beta})"]
+        return [f"{a}.qkv.weight[-{a}.kv_heads * {a}.head_dim :].mul_({beta})  # v: the last rows", f"{a}.proj.weight.mul_({beta})"]
 
     def class_text(self, out: Writer, name: str, v: AttentionVariant, plan: Plan) -> None:
         w = out.line
@@ -44,14 +73,14 @@ class AttentionEmitter(OpEmitter):
         with out.indent():
             extra = []
             if v.gqa:
-                extra.append("grouped-query (kv_heads < heads: baffles share keys and values)")
+                extra.append("grouped-query attention (kv_heads < heads: query heads share keys and values)")
             if v.rotary != "none":
                 extra.append({"full": "rotary", "partial": "partial rotary", "interleaved": "interleaved (GPT-J) rotary"}[v.rotary] + " positions")
             if v.qk_norm:
                 extra.append("qk-norm across heads" if v.qk_across else "qk-norm")
             if v.scaled:
                 extra.append("scores scaled by `scale`, not 1/sqrt(head_dim)")
-            head = f"{kind[0].upper() + kind[1:]} self-attention: the injector, the only place positions mix."
+            head = f"{kind[0].upper() + kind[1:]} self-attention: the only place positions mix{doc_tag(None, 'injector')}."
             if extra:
                 out.block(f'"""{head}\n\nWith {", ".join(extra)}.\n"""')
             else:

@@ -5,15 +5,19 @@ name map) is the only lowering in the torch back-end: `build()` compiles and
 executes exactly this text, so the in-process module and the file
 `cyclec build -o model.py` writes cannot drift apart. The generated file imports
 only torch and the standard library and reads like nanoGPT's model.py: a config
-dataclass, one class per stage (and per branch of a stage), specialised turbine
-classes, shape comments, and a straight-line forward pass; nothing interprets
-the IR at run time. The output is a pure function of the IR (no timestamps, no
+dataclass that holds every size (`config.py`: each module is built from it), one
+class per stage (a branch gets a class only where it is more than a short chain of
+ops and a merge; otherwise its ops sit in an nn.ModuleDict and the stage's residual
+line calls them), specialised turbine classes, shape comments, and a straight-line
+forward pass; nothing interprets the IR at run time. `fast` adds the fused loss and
+the MoE's custom op in a runtime section at the end; `comments` picks the comments. The output is a pure function of the IR (no timestamps, no
 absolute paths, no hash-order iteration), so golden files hold. It takes an
 `ir.Spec` only (`cyclelang.codegen` is the façade that accepts paths and text).
 
 The lowering, by concern
 ------------------------
     plan.py        every name and variant decided before a line is written
+    config.py      the Config: every size a field, derived values as properties, checks
     emitters.py    the op emitters' table, keyed by IR class: ops.py (norm, linear,
                    mlp, pool), attention.py, moe.py (and the experts' custom op)
     merges.py      the merge emitters' table: own parameters, junction, init rule
@@ -100,14 +104,15 @@ from .model import learning_rate, model_class, uses_math
 from .moe import expert_ops
 from .plan import Plan, make_plan
 from .runtime import definition, reads
-from .stages import classes
-from .writer import Writer, num, where
+from .stages import classes, inline
+from .config import literal
+from .writer import COMMENT_MODES, COMMENTS, Writer, doc_tag, num, where
 
 __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 
 # The runtime definitions the file may inline before its classes, in the order they appear.
-HELPERS = ("NextTokenLoss", "sinusoids", "rotary_tables", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved",
-           "causal_mask", "sliding_mask", "padded_mask", "OffsetRMSNorm", "ssd_scan", "gated_rms_norm", "linear_scan")
+HELPERS = ("sinusoids", "rotary_tables", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "causal_mask", "sliding_mask", "padded_mask",
+           "OffsetRMSNorm", "ssd_scan", "gated_rms_norm", "linear_scan")
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,7 @@ class Lowered:
     source: the generated file. source_map: (output line, spec span) pairs, for tools that
     point back at the spec. names: layout part path -> the class that builds that part in
     the generated file, for every part that is a module or a parameter of the model:
-    a generated class (`"stages.0-11": "Block"`, `"stages.0-11.mix": "BlockMix"`,
+    a generated class (`"stages.0-11": "Block"`, a branch's class where it has one,
     `"stages.0-11.mix.attn": "Attention"`, `"feed": "Feed"`) or torch's (`"nn.LayerNorm"`,
     `"nn.Linear"`, `"nn.Parameter"` for a rezero or layerscale merge's scale). A merge
     without parameters shares its branch's path and is not listed; nor is a tied head,
@@ -132,31 +137,40 @@ class Lowering:
     """One file for one engine: the plan first, then what the file needs (runtime helpers,
     the experts' ops, `math`), then the text, section by section."""
 
-    def __init__(self, spec: ir.Spec):
-        self.e = spec.engine
+    def __init__(self, spec: ir.Spec, fast: bool = True, comments: str = "both"):
+        if comments not in COMMENT_MODES:
+            raise ValueError(f"comments must be one of {', '.join(COMMENT_MODES)}, not {comments!r}")
+        self.e, self.fast, self.comments = spec.engine, fast, comments
         self.p: Plan = make_plan(spec)
+        self.p.fast = fast
         self.out = Writer()
         ops = list(self.p.ops())
         self.helpers = self.runtime(ops)
-        self.acts = sorted({o.op.act for o in ops if isinstance(o.op, ir.Moe)})
+        self.acts = sorted({o.op.act for o in ops if isinstance(o.op, ir.Moe)}) if fast else []
         # decided before the header is written: every piece says whether it reads `math`
         self.math = (any(reads(h, "math") for h in self.helpers) or any(emitter(o.op).needs_math(o.op) for o in ops)
-                     or uses_math(self.p))
+                     or uses_math(self.p) or any("math." in r.formula() for r in self.p.sizes.props()))
 
     def runtime(self, ops) -> list[str]:
-        """The helper definitions the file needs, in file order."""
-        want = {"NextTokenLoss"} | ({"sinusoids"} if self.e.feed.position == "sinusoidal" else set())
+        """The helper definitions the file needs, in file order (the fast ones go in `fast_runtime`)."""
+        want = {"sinusoids"} if self.e.feed.position == "sinusoidal" else set()
         for o in ops:
             want.update(emitter(o.op).runtime(o.op, self.p.causal))
         return [h for h in HELPERS if h in want]
 
     def source(self) -> str:
+        token = COMMENTS.set(self.comments)
+        try:
+            return self._source()
+        finally:
+            COMMENTS.reset(token)
+
+    def _source(self) -> str:
         p, out = self.p, self.out
         self.header()
         for name in self.helpers:
             out.block(definition(name))
             out.blank(2)
-        expert_ops(out, self.acts)
         self.config()
         self.feed()
         for v, name in p.turbine_classes.items():
@@ -169,6 +183,8 @@ class Lowering:
         learning_rate(out, p)
         model_class(out, p)
         self.parallel_plan()
+        if self.fast:
+            self.fast_runtime()
         return out.text()
 
     def parallel_plan(self) -> None:
@@ -197,13 +213,30 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
     "stage", "selective"), per-stage compile. See apply_parallel_plan."""
     return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)''')
 
+    def fast_runtime(self) -> None:
+        """The performance pieces of `--fast`, after everything a reader needs: the model reads
+        them only when it runs (the loss, and the MoE's experts under torch.compile)."""
+        out = self.out
+        out.blank(2)
+        out.block("""
+# ====================================================================================
+# Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
+# out). NextTokenLoss is F.cross_entropy(logits.float(), targets, ignore_index=-1) with
+# a leaner backward; the experts' custom op runs MoE experts as one opaque op under
+# torch.compile. Nothing above needs reading them to follow the model.
+# ====================================================================================""")
+        out.blank(2)
+        out.block(definition("NextTokenLoss"))
+        out.blank(2)
+        expert_ops(out, self.acts)
+
     def header(self) -> None:
         e, p, w = self.e, self.p, self.out.line
         w(f'"""{e.name}: a PyTorch model generated by cyclec from {p.file}.')
         w()
-        w("Edit the spec and rebuild rather than editing this file. It imports only torch")
-        w("and the standard library; `Model` is the engine, `Model.generate` samples from")
-        w("it" + (" with a KV cache (legal because the throat is causal)." if p.causal else " (only for a causal throat; this one is open)."))
+        w("Every size is a field of `Config`: change it there, or edit this file freely. It")
+        w("imports only torch and the standard library; `Model` is the model, `Model.generate`")
+        w("samples from it" + (" with a KV cache (valid because attention is causal)." if p.causal else " (only for causal models; this one is bidirectional)."))
         w("Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see")
         w("cyclelang/backends/torch/codegen.py for the full scheme.")
         w('"""')
@@ -219,17 +252,38 @@ from torch.nn import functional as F""")
         self.out.blank(2)
 
     def config(self) -> None:
-        e, w = self.e, self.out.line
+        e, w, sz = self.e, self.out.line, self.p.sizes
         w("@dataclass")
         w("class Config:")
         with self.out.indent():
-            w('"""The engine\'s outer dimensions. The blocks inside are fixed by the spec."""')
+            w('"""Every size of the model: each module is built from these, so a smaller or larger')
+            depth = next((f", {sp.n.name}=2" for sp in self.p.stages if sp.n is not None), "")
+            w(f"model is a different Config (`Model(Config(width={e.width // 2}{depth}))`). Defaults are the")
+            w(f'spec\'s; __post_init__ refuses sizes that break the spec\'s own constraints."""')
             w()
-            w(f"vocab_size: int = {num(e.feed.vocab)}  # tokens the feed takes and the nozzle predicts")
-            w(f"context: int = {num(e.feed.context)}  # the longest sequence (positions, rotary tables)")
-            w(f"width: int = {num(e.width)}  # the main chamber: residual-stream width")
-            w(f"feed_scale: float = {num(e.feed.scale)}  # token embeddings are multiplied by this")
-            w(f"feed_dropout: float = {num(e.feed.dropout)}")
+            w(f"vocab_size: int = {num(e.feed.vocab)}  # tokens in the vocabulary")
+            w(f"context: int = {num(e.feed.context)}  # the longest sequence (positions, rotary tables, the KV cache)")
+            w(f"width: int = {num(e.width)}  # residual-stream width (d_model)")
+            for r in sz.fields():
+                typ = "float" if r.typ == "float" else "int"
+                w(f"{r.name}: {typ} = {literal(r)}  # {r.doc}")
+            counts = ["vocab_size", "context", "width"] + [r.name for r in sz.fields() if r.typ == "int"]
+            w()
+            w("def __post_init__(self):")
+            with self.out.indent():
+                w('"""The spec\'s constraints, checked for these sizes."""')
+                w(f"for name in {tuple(counts)!r}:")
+                with self.out.indent():
+                    self.out.nested("if getattr(self, name) < 1:", 'raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")')
+                for cond, msg in sz.check_lines():
+                    self.out.nested(f"if not ({cond}):", f'raise ValueError(f"Config: {msg}")')
+            for r in sz.props():
+                w()
+                w("@property")
+                w(f"def {r.name}(self):")
+                with self.out.indent():
+                    w(f'"""{r.doc[:1].upper() + r.doc[1:]} (the spec: {num(r.value)})."""')
+                    w(f"return {r.formula()}")
         self.out.blank(2)
 
     def feed(self) -> None:
@@ -237,7 +291,7 @@ from torch.nn import functional as F""")
         w("class Feed(nn.Module):")
         with out.indent():
             pos = {"learned": "learned positions", "sinusoidal": "sinusoidal positions", "none": "no positions (they come from rotary, or not at all)"}[f.position]
-            w(f'"""Tanks and pumps ({where(f.span)}): token embedding plus {pos}."""')
+            w(f'"""Token embedding plus {pos}{doc_tag(f.span, "tanks and pumps")}."""')
             w()
             with out.constructor("config"):
                 if f.padding is not None:
@@ -253,7 +307,7 @@ from torch.nn import functional as F""")
                 if f.dropout > 0:
                     w("self.drop = nn.Dropout(config.feed_dropout)")
             w()
-            w("def forward(self, idx, past, pos=None):")
+            w("def forward(self, idx):" if f.position == "none" else "def forward(self, idx, past, pos=None):")
             with out.indent():
                 tok = "self.tok(idx)" if f.scale == 1.0 else "self.tok(idx) * self.scale"
                 if f.position == "none":
@@ -278,7 +332,7 @@ from torch.nn import functional as F""")
         for sp in p.stages:
             out[sp.path] = sp.cls
             for b in sp.branches():
-                out[b.path] = b.cls
+                out[b.path] = "nn.ModuleDict" if inline(b) else b.cls
                 m = b.br.merge
                 if m is not None and merge_emitter(m).module:
                     out[b.merge.path] = merge_emitter(m).module
@@ -303,13 +357,15 @@ def engine_spec(spec) -> ir.Spec:
     return ir.validate(spec)  # an IR edited with model_copy skipped its models' checks: nothing unchecked is lowered
 
 
-def lower(spec: ir.Spec) -> Lowered:
+def lower(spec: ir.Spec, fast: bool = True, comments: str = "both") -> Lowered:
     """The generated source, its source map and its name map (see `Lowered`)."""
-    lw = Lowering(engine_spec(spec))
+    lw = Lowering(engine_spec(spec), fast=fast, comments=comments)
     text = lw.source()
     return Lowered(text, lw.out.source_map, lw.names())
 
 
-def codegen(spec: ir.Spec) -> str:
-    """Standalone PyTorch source for an `ir.Spec`."""
-    return lower(spec).source
+def codegen(spec: ir.Spec, fast: bool = True, comments: str = "both") -> str:
+    """Standalone PyTorch source for an `ir.Spec`: `fast` adds the fused loss and the MoE's
+    custom op in the runtime section at the end (benchmarks/run.py measures it faster, so it is
+    the default); `comments` is "both" (ML words and a spec tag), "ml" or "none"."""
+    return lower(spec, fast=fast, comments=comments).source

@@ -29,9 +29,12 @@ class ConvVariant:
 class ConvEmitter(OpEmitter):
     variant = ConvVariant
 
+    def sizes(self, op, c, scope):
+        return {"width": c.width(op.width, scope), "size": c.field("conv_size", op.size, scope, "positions each convolution filter spans")}
+
     def ctor(self, o: OpPlan) -> str:
         c = o.op
-        return f"{o.cls}({call_args(num(c.width), size=num(c.size), bias=num(c.bias))})"
+        return f"{o.cls}({call_args(str(o.args['width']), size=str(o.args['size']), bias=num(c.bias))})"
 
     def output_init(self, a, op, std):
         """Cooling: the convolution is the branch's output, so its filters start small."""

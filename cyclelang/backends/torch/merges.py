@@ -10,7 +10,10 @@ from __future__ import annotations
 from ... import ir
 from ...ir.kinds import gain, kind_of
 from .emitters import emitter, lookup
-from .plan import BranchPlan
+from typing import Callable
+
+from .config import Sizes
+from .plan import BranchPlan, Plan
 from .writer import num
 
 
@@ -22,7 +25,11 @@ class MergeEmitter:
     def attr(self, m) -> str:
         return kind_of(m).fields[0]
 
-    def ctor(self, m, width: int) -> str | None:
+    def sizes(self, m, b: BranchPlan, c: Sizes, totals: "Totals") -> dict:
+        """What the merge reads from the config: {name: Ref or Expr} (its width is always there)."""
+        return {}
+
+    def ctor(self, m, args: dict) -> str | None:
         """`self.{attr} = ...` in the branch's __init__ (with its comment), or None."""
         return None
 
@@ -31,7 +38,7 @@ class MergeEmitter:
         return f
 
     def main(self, m) -> str | None:
-        """What the main line's x is multiplied by at the junction, None for 1."""
+        """What the main line's x is multiplied by at the junction (an attribute of the stage), None for 1."""
         return None
 
     def init(self, m, b: BranchPlan, pre: str) -> list[str]:
@@ -49,10 +56,19 @@ class LearnedGainEmitter(MergeEmitter):
 
     module = "nn.Parameter"
 
-    def ctor(self, m, width):
+    def sizes(self, m, b, c, totals):
+        if isinstance(m, ir.RezeroMerge):
+            return {}
+        if m.init_asked is not None:
+            return {"init": c.field("layerscale_init", m.init, (), "LayerScale's starting gain", "float")}
+        layers = totals.layers()
+        return {"init": c.prop("layerscale_init", m.init, (), "LayerScale's starting gain: CaiT's rule by depth",
+                               lambda: f"0.1 if {layers()} <= 18 else 1e-05 if {layers()} <= 24 else 1e-06")}
+
+    def ctor(self, m, args):
         if isinstance(m, ir.RezeroMerge):
             return f"nn.Parameter(torch.full((), {num(m.init)}))  # ReZero: the branch starts closed"
-        return f"nn.Parameter(torch.full(({num(width)},), {num(m.init)}))  # LayerScale: per channel"
+        return f"nn.Parameter(torch.full(({args['width']},), {args['init']}))  # LayerScale: per channel"
 
     def delta(self, m, attr, f):
         return f"self.{attr}.{gain(m).learned} * {f}"
@@ -61,8 +77,8 @@ class LearnedGainEmitter(MergeEmitter):
 class GateEmitter(MergeEmitter):
     module = "nn.Linear"
 
-    def ctor(self, m, width):
-        return f"nn.Linear({num(width)}, {num(width)})  # highway gate; bias starts at {num(m.bias)}"
+    def ctor(self, m, args):
+        return f"nn.Linear({args['width']}, {args['width']})  # highway gate; bias starts at {num(m.bias)}"
 
     def delta(self, m, attr, f):
         return f"torch.sigmoid(self.{attr}.{self.attr(m)}(x)) * ({f} - x)"
@@ -72,22 +88,39 @@ class GateEmitter(MergeEmitter):
 
 
 class CoolingEmitter(MergeEmitter):
+    def sizes(self, m, b, c, totals):
+        base = c.init_std() if m.base_asked is None else c.field("cooling_base", m.base, (), "cooling: the std before scaling", "float")
+        merges = totals.merges()
+        return {"std": c.prop("cooling_std", m.std, (), "cooled output projections: std / sqrt(merges into the residual stream)",
+                              lambda: f"{base.own} / math.sqrt({merges()})")}
+
     def init(self, m, b, pre):
         for o in reversed(b.ops):  # the branch's last op with an output projection
-            lines = emitter(o.op).output_init(f"{pre}.{o.attr}", o.op, num(m.std))
+            lines = emitter(o.op).output_init(f"{pre}.{o.attr}", o.op, str(b.margs["std"]))
             if lines is not None:
-                return [f"# cooling: the output projection starts at {num(m.base)} / sqrt({m.merges}) (GPT-2's scaled init)", *lines]
+                return ["# scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)", *lines]
         return []
 
 
 class DeepnormEmitter(MergeEmitter):
+    def sizes(self, m, b, c, totals):
+        n = totals.deep()
+        out = {}
+        for what, asked, value, formula in (("alpha", m.alpha_asked, m.alpha, lambda: f"(2 * ({n()})) ** 0.25"),
+                                            ("beta", m.beta_asked, m.beta, lambda: f"(8 * ({n()})) ** -0.25")):
+            if asked is not None:
+                out[what] = c.field(f"deepnorm_{what}", value, (), f"DeepNet's {what}", "float")
+            else:
+                out[what] = c.prop(f"deepnorm_{what}", value, (), f"DeepNet's {what} over N = the layers", formula)
+        return out
+
     def main(self, m):
-        return num(gain(m).main)
+        return "self.alpha"
 
     def init(self, m, b, pre):
-        out = [f"# deepnorm: v, the output projection and the reactor start with gain beta = (8N)^-1/4, N = {m.layers} (DeepNet)"]
+        out = ["# deepnorm: v, the output projection and the reactor start with gain beta = (8N)^-1/4 (DeepNet)"]
         for o in b.ops:
-            out += emitter(o.op).deepnorm_init(f"{pre}.{o.attr}", o.op, num(m.beta))
+            out += emitter(o.op).deepnorm_init(f"{pre}.{o.attr}", o.op, str(b.margs["beta"]))
         return out
 
 
@@ -100,6 +133,55 @@ MERGE_EMITTERS: dict[type, MergeEmitter] = {
     ir.DeepnormMerge: DeepnormEmitter(),
     ir.GateMerge: GateEmitter(),
 }
+
+
+class Totals:
+    """The engine's merge totals (`ir.passes.merge_totals`) as formulas over the config's depths."""
+
+    def __init__(self, p: Plan):
+        self.p = p
+
+    def _sum(self, weight) -> Callable[[], str]:
+        def text() -> str:
+            terms, const = [], 0
+            for sp in self.p.stages:
+                k = weight(sp)
+                if not k:
+                    continue
+                if sp.n is None:
+                    const += k
+                else:
+                    terms.append(sp.n.own if k == 1 else f"{k} * {sp.n.own}")
+            if const or not terms:
+                terms.append(str(max(const, 1)))
+            return " + ".join(terms)
+        return text
+
+    @staticmethod
+    def _returning(sp) -> list:
+        return [b for b in sp.stage.branch_list() if not b.overboard]
+
+    def merges(self):
+        return self._sum(lambda sp: len(self._returning(sp)))
+
+    def layers(self):
+        return self._sum(lambda sp: 1 if self._returning(sp) else 0)
+
+    def deep(self):
+        return self._sum(lambda sp: 1 if any(isinstance(b.merge, ir.DeepnormMerge) for b in self._returning(sp)) else 0)
+
+
+def merge_sizes(p: Plan) -> None:
+    """Every merge's config values (`BranchPlan.margs`), then the init std, then the names."""
+    totals = Totals(p)
+    for sp in p.stages:
+        for b in sp.branches():
+            b.margs = {"width": p.sizes.width(b.br.width, (sp.stage.name, b.attr))}
+            if b.br.merge is not None:
+                b.margs.update(merge_emitter(b.br.merge).sizes(b.br.merge, b, p.sizes, totals))
+    if p.engine.startup.init.kind == "normal":
+        p.sizes.init_std()
+    p.sizes.resolve()
 
 
 def merge_emitter_for(cls: type) -> MergeEmitter:

@@ -56,7 +56,7 @@ class LatentAttentionEmitter(OpEmitter):
         w(f"class {name}(nn.Module):")
         with out.indent():
             kind = "Causal" if v.mask == "causal" else "Bidirectional"
-            out.block(f'''"""{kind} multi-head latent attention (DeepSeek-V2): the latent injector.
+            out.block(f'''"""{kind} multi-head latent attention (DeepSeek-V2): keys and values through a compressed latent.
 
 Keys and values are expanded from one RMS-normalised latent per position (kv_a_proj,
 kv_b_proj), so the cache keeps the latent and a rotary key shared by the heads, not

@@ -7,7 +7,8 @@ from ... import ir
 from .emitters import emitter
 from .merges import merge_emitter
 from .plan import MoeVariant, OpPlan, Plan, StagePlan
-from .writer import Writer, comment, num
+from .stages import stage_params
+from .writer import Writer, comment, doc_tag, num
 
 
 def uses_math(p: Plan) -> bool:
@@ -24,9 +25,9 @@ def learning_rate(out: Writer, p: Plan) -> None:
         constant = sch.steps is None or sch.kind == "constant"
         desc = f"warmup for {s.warmup} steps, then " if s.warmup else ""
         desc += f"constant at {num(sch.lr)}" if constant else f"{sch.kind} from {num(sch.lr)} to {num(sch.min_lr)} by step {sch.steps}"
-        w(f'"""The throttle: {desc}."""')
+        w(f'"""The learning-rate schedule: {desc}."""')
         if s.warmup:
-            w(f"if step < {num(s.warmup)}:  # the open-loop start sequence")
+            w(f"if step < {num(s.warmup)}:  # linear warmup")
             with out.indent():
                 w(f"return {num(sch.lr)} * (step + 1) / {num(s.warmup + 1)}")
         if constant:
@@ -52,12 +53,7 @@ def overboard(p: Plan) -> list[tuple[str, float | None]]:
 def model_class(out: Writer, p: Plan) -> None:
     e, w = p.engine, out.line
     dumped = overboard(p)
-    if dumped:
-        w("# overboard branches: their exhaust leaves the engine and is never merged")
-        w(f"OVERBOARD = {tuple(k for k, _ in dumped)!r}")
-        w("# those that are auxiliary next-token heads: name -> weight of their loss")
-        w("OVERBOARD_LOSS = {" + ", ".join(f"{k!r}: {num(x)}" for k, x in dumped if x is not None) + "}")
-        out.blank(2)
+    dumped_classes = [b.cls for sp in p.stages for b in sp.branches() if b.br.overboard]
     if ir.mup.is_mup(e):
         mup_tables(out, p)
     keyed = sorted({p.turbine_classes[k] for k in p.turbine_order if isinstance(k, MoeVariant) and k.balance})
@@ -65,33 +61,36 @@ def model_class(out: Writer, p: Plan) -> None:
 
     w("class Model(nn.Module):")
     with out.indent():
-        w(f'"""The engine {e.name} ({p.file}): feed, stages, nozzle."""')
+        w(f'"""{e.name}: embeddings, blocks, LM head{doc_tag(e.span, "feed, stages, nozzle")}."""')
         w()
         with out.constructor("config=None"):
             w("self.config = config = config or Config()")
-            w("self.feed = Feed(config)" + comment(e.feed.span, "tanks and pumps"), e.feed.span)
-            parts = [f"[{sp.cls}() for _ in range({sp.stage.repeat})]" if sp.stage.repeat > 1 else f"[{sp.cls}()]" for sp in p.stages]
+            w("self.feed = Feed(config)" + comment(e.feed.span, "token embedding", "tanks and pumps"), e.feed.span)
+            parts = [f"[{sp.cls}(config) for _ in range({sp.n})]" if sp.n is not None else f"[{sp.cls}(config)]" for sp in p.stages]
             w("self.stages = nn.ModuleList(" + " + ".join(parts) + ")  # one entry per stage instance")
             for it in p.main:
                 if isinstance(it, OpPlan):
                     x = emitter(it.op)
-                    w(f"self.{it.attr} = {x.ctor(it)}" + comment(it.op.span, x.phrase(it.op, "engine")), it.op.span)
-            for k, (dims, base) in enumerate(p.ropes):
+                    w(f"self.{it.attr} = {x.ctor(it)}" + comment(it.op.span, *x.phrase(it.op, "engine")), it.op.span)
+            for k, (dims, base) in enumerate(p.rope_args):
                 pre = "rope" if len(p.ropes) == 1 else f"rope{k}"
-                w(f"cos, sin = rotary_tables(config.context, {num(dims)}, {num(base)})")
-                w(f'self.register_buffer("{pre}_cos", cos, persistent=False)  # (context, {dims})')
+                w(f"cos, sin = rotary_tables(config.context, {dims}, {base})")
+                w(f'self.register_buffer("{pre}_cos", cos, persistent=False)  # (context, rotary dims)')
                 w(f'self.register_buffer("{pre}_sin", sin, persistent=False)')
             nz = e.nozzle
             if not nz.tied:
-                w(f"self.head = nn.Linear({num(nz.width)}, config.vocab_size, bias={num(nz.bias)})" + comment(nz.span, "the nozzle"), nz.span)
+                w(f"self.head = nn.Linear({p.head_width}, config.vocab_size, bias={num(nz.bias)})" + comment(nz.span, "LM head", "nozzle"), nz.span)
             elif nz.bias:
-                w(f"self.head_bias = nn.Parameter(torch.zeros({num(nz.vocab)}))" + comment(nz.span, "nozzle: tied to the feed"), nz.span)
+                w("self.head_bias = nn.Parameter(torch.zeros(config.vocab_size))" + comment(nz.span, "LM head bias; its weight is the token embedding's", "nozzle, tied"), nz.span)
             if keyed:
                 w("for name, module in self.named_modules():  # auxiliary outputs are filed under their module's name")
                 with out.indent():
                     w(f"if isinstance(module, ({', '.join(keyed)},)):")
                     with out.indent():
                         w("module.key = name")
+            if dumped:
+                w("# auxiliary branches: their output leaves the model, never added back; name -> loss weight (None: discarded)")
+                w(f"self.overboard = {{name: m.loss_weight for name, m in self.named_modules() if isinstance(m, ({', '.join(dumped_classes)},))}}")
             w("self.aux_losses = {}")
             if dumped:
                 w("self.exhaust = {}")
@@ -149,31 +148,32 @@ def reset_parameters(out: Writer, p: Plan) -> None:
     w("def reset_parameters(self):")
     with out.indent():
         if normal:
-            w(f'"""Chill-down: weights normal(0, {num(init.std)}), biases zero (GPT-2); then the merges\' own rules."""')
+            w(f'"""Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
         else:
-            w('"""Chill-down: xavier_uniform weights, biases zero, embeddings normal(0, width**-0.5);')
-            w('then the merges\' own rules."""')
+            w('"""Initialisation: xavier_uniform weights, biases zero, embeddings normal(0, width**-0.5);')
+            w(f'then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
+        w("config = self.config")
         out.block(f"""
 for module in self.modules():
     if isinstance(module, nn.Linear):
-        {f"nn.init.normal_(module.weight, mean=0.0, std={num(init.std)})" if normal else "nn.init.xavier_uniform_(module.weight)"}
+        {"nn.init.normal_(module.weight, mean=0.0, std=config.init_std)" if normal else "nn.init.xavier_uniform_(module.weight)"}
         if module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, mean=0.0, std={num(init.std) if normal else "module.embedding_dim**-0.5"})""")
+        nn.init.normal_(module.weight, mean=0.0, std={"config.init_std" if normal else "module.embedding_dim**-0.5"})""")
         if e.nozzle.tied and e.nozzle.bias:
             w("nn.init.zeros_(self.head_bias)")
         if e.feed.padding is not None:
             w(f"self.feed.tok.weight[{num(e.feed.padding)}].zero_()  # the padding token's embedding")
         for sp in p.stages:
-            merge_init(out, sp)
+            merge_init(out, p, sp)
         if ir.mup.is_mup(e):
             w("for name, p in self.named_parameters():  # μP: the standard init, scaled per rule")
             with out.indent():
                 w("p.mul_(MUP_INIT[mup_rule(name, p)])")
 
 
-def merge_init(out: Writer, sp: StagePlan) -> None:
+def merge_init(out: Writer, p: Plan, sp: StagePlan) -> None:
     """The merges' own init rules for every instance of one stage."""
     lines: list[str] = []
     for b in sp.branches():
@@ -182,15 +182,24 @@ def merge_init(out: Writer, sp: StagePlan) -> None:
     if not lines:
         return
     st = sp.stage
-    if st.repeat > 1:
-        out.line(f"for stage in self.stages[{sp.first}:{sp.first + st.repeat}]:" + comment(st.span, f"stage {st.name}"))
+    if sp.n is not None:
+        out.line(f"for stage in {instances(p, sp)}:" + comment(st.span, f"block {st.name}", "stage"))
         with out.indent():
             for ln in lines:
                 out.line(ln)
     else:
-        out.line(f"stage = self.stages[{sp.first}]" + comment(st.span, f"stage {st.name}"))
+        out.line(f"stage = self.stages[{sp.start}]" + comment(st.span, f"block {st.name}", "stage"))
         for ln in lines:
             out.line(ln)
+
+
+def instances(p: Plan, sp: StagePlan, cfg: str = "config") -> str:
+    """The stage's instances in model.stages: all of them where it is the only stage."""
+    if len(p.stages) == 1:
+        return "self.stages"
+    start = sp.start.replace("config.", f"{cfg}.")
+    n = str(sp.n).replace("config.", f"{cfg}.")
+    return f"self.stages[:{n}]" if start == "0" else f"self.stages[{start} : {start} + {n}]"
 
 
 def forward(out: Writer, p: Plan) -> None:
@@ -232,35 +241,37 @@ B, T = idx.size()''')
             with out.indent():
                 w("cache.length = self.config.context  # reserve the whole context once")
         else:
-            w("cache = None  # the throat is open: nothing to cache")
-        w("x = self.feed(idx, past" + (", pos" if p.causal else "") + ")  # (B, T, C)")
+            w("cache = None  # bidirectional: nothing to cache")
+        if e.feed.position == "none":
+            w("x = self.feed(idx)  # (B, T, C)")
+        else:
+            w("x = self.feed(idx, past" + (", pos" if p.causal else "") + ")  # (B, T, C)")
         if p.ropes:
             pres = ["rope"] if len(p.ropes) == 1 else [f"rope{k}" for k in range(len(p.ropes))]
             pairs = [f"(self.{pre}_cos[past : past + T], self.{pre}_sin[past : past + T])" for pre in pres]
-            w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each")
+            w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each: rotary cos and sin")
             if p.causal:
                 padded = [f"(self.{pre}_cos[pos][:, None], self.{pre}_sin[pos][:, None])" for pre in pres]
                 w("if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions")
                 w("    rope = [" + ", ".join(padded) + "]")
-        else:
-            w("rope = None")
-        w("aux = {}")
+        w("aux = {}" + ("  # auxiliary outputs: MoE balance losses, auxiliary heads" if any("aux" in stage_params(sp) for sp in p.stages) else ""))
         for it in p.main:
             if isinstance(it, StagePlan):
                 st = it.stage
-                if st.repeat > 1:
-                    w(f"for stage in self.stages[{it.first}:{it.first + st.repeat}]:" + comment(st.span, f"stage {st.name} x{st.repeat}"), st.span)
+                args = ", ".join(stage_params(it))
+                if it.n is not None:
+                    w(f"for stage in {instances(p, it, 'self.config')}:" + comment(st.span, f"block {st.name}", "stage"), st.span)
                     with out.indent():
-                        w("x = stage(x, rope, cache, aux" + (", mask" if p.causal else "") + ")")
+                        w(f"x = stage({args})")
                 else:
-                    w(f"x = self.stages[{it.first}](x, rope, cache, aux" + (", mask" if p.causal else "") + ")" + comment(st.span, f"stage {st.name}"), st.span)
+                    w(f"x = self.stages[{it.start.replace('config.', 'self.config.')}]({args})" + comment(st.span, f"block {st.name}", "stage"), st.span)
             else:
                 x = emitter(it.op)
-                w(f"x = {x.call(it, 'self', 'x')}" + comment(it.op.span, x.phrase(it.op, "engine")), it.op.span)
+                w(f"x = {x.call(it, 'self', 'x')}" + comment(it.op.span, *x.phrase(it.op, "engine")), it.op.span)
         nz = e.nozzle
         if nz.tied:
             bias = ", self.head_bias" if nz.bias else ""
-            w(f"logits = F.linear(x, self.feed.tok.weight{bias})  # (B, T, vocab): the nozzle, tied to the feed", nz.span)
+            w(f"logits = F.linear(x, self.feed.tok.weight{bias})  # (B, T, vocab): the LM head, tied to the token embedding", nz.span)
         else:
             w("logits = self.head(x)  # (B, T, vocab)", nz.span)
         if nz.scale != 1.0:
@@ -271,21 +282,27 @@ B, T = idx.size()''')
             w("if cache is not None:")
             with out.indent():
                 w("cache.pos += T")
+        def loss(x: str) -> str:  # the next-token loss of logits x, scored in float32
+            if p.fast:
+                return f"NextTokenLoss.apply({x}.reshape(-1, {x}.size(-1)), targets.reshape(-1))  # F.cross_entropy with a leaner backward (runtime section)"
+            return f"F.cross_entropy({x}.reshape(-1, {x}.size(-1)).float(), targets.reshape(-1), ignore_index=-1)"
+
         if overboard(p):
-            out.block('''
-self.exhaust = {name: aux.pop(name) for name in OVERBOARD}
+            out.block(f'''
+self.exhaust = {{name: aux.pop(name) for name in self.overboard}}
 losses = aux  # MoE balance losses, already weighted
 if targets is not None:
-    for name, weight in OVERBOARD_LOSS.items():  # auxiliary next-token heads
-        head = self.exhaust[name]
-        losses[name] = weight * NextTokenLoss.apply(head.reshape(-1, head.size(-1)), targets.reshape(-1))
+    for name, weight in self.overboard.items():  # auxiliary next-token heads
+        if weight is not None:
+            head = self.exhaust[name]
+            losses[name] = weight * {loss("head")}
 self.aux_losses = losses''')
         else:
             w("self.aux_losses = aux")
-        out.block('''
+        out.block(f'''
 if targets is None:
     return logits
-loss = NextTokenLoss.apply(logits.view(-1, logits.size(-1)), targets.reshape(-1))  # F.cross_entropy, ignore_index=-1
+loss = {loss("logits")}
 for value in self.aux_losses.values():
     loss = loss + value
 return logits, loss''')
@@ -310,7 +327,7 @@ def configure_optimizer(self):
             "params": [], "rule": rule, "lr_mult": MUP_LR[rule], "lr": {num(lr)} * MUP_LR[rule],
             "weight_decay": {num(s.decay)} * MUP_DECAY[rule] if decays else 0.0}})
         group["params"].append(p)
-    optimizer = torch.optim.AdamW(list(groups.values()), lr={num(lr)}, betas=({num(s.betas[0])}, {num(s.betas[1])}))  # betas: the POGO accumulator
+    optimizer = torch.optim.AdamW(list(groups.values()), lr={num(lr)}, betas=({num(s.betas[0])}, {num(s.betas[1])}))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / {num(lr if lr > 0 else 1.0)})
     return optimizer, scheduler
 ''')
@@ -327,7 +344,7 @@ def configure_optimizer(self):
         {{"params": [p for p in params if p.dim() >= 2], "weight_decay": {num(s.decay)}}},
         {{"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}},
     ]
-    optimizer = torch.optim.AdamW(groups, lr={num(lr)}, betas=({num(s.betas[0])}, {num(s.betas[1])}))  # betas: the POGO accumulator
+    optimizer = torch.optim.AdamW(groups, lr={num(lr)}, betas=({num(s.betas[0])}, {num(s.betas[1])}))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / {num(lr if lr > 0 else 1.0)})
     return optimizer, scheduler
 ''')
@@ -340,7 +357,7 @@ def clip(out: Writer, p: Plan) -> None:
     w("def clip_gradients(self):")
     with out.indent():
         if s.clip is not None:
-            w(f'"""The restrictor orifice: clip the global gradient norm at {num(s.clip)}; returns the norm."""')
+            w(f'"""Clip the global gradient norm at {num(s.clip)}; returns the norm."""')
             w(f"return torch.nn.utils.clip_grad_norm_(self.parameters(), {num(s.clip)})")
         else:
             w('"""The spec sets no clip: nothing to do."""')
@@ -354,7 +371,7 @@ def generate(out: Writer, p: Plan) -> None:
     with out.indent():
         if not p.causal:
             out.block('''
-"""Not available: the throat is open, so every position sees the future."""
+"""Not available: attention is bidirectional, so every position sees the future."""
 raise RuntimeError(
     "generate() needs a causal engine: this one has 'throat open', so each position "
     "depends on later ones and there is no next token to sample; use 'throat causal'"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 
-from .ops import OpEmitter, call_args, if_set
+from .ops import OpEmitter, call_args, hidden_size
 from .plan import MoeVariant, OpPlan, Plan
 from .runtime import definition
-from .writer import Writer, num
+from .writer import Writer, doc_tag, num
 
 
 def expert_ops(out: Writer, acts: list[str]) -> None:
@@ -32,9 +32,24 @@ def expert_ops(out: Writer, acts: list[str]) -> None:
 class MoeEmitter(OpEmitter):
     variant = MoeVariant
 
+    def sizes(self, m, c, scope):
+        width = c.width(m.width, scope)
+        experts = c.field("n_expert", m.experts, scope, "experts per MoE layer")
+        top = c.field("top_k", m.top, scope, "experts each token is routed to")
+        c.check(lambda: f"{top.own} <= {experts.own}", lambda: f"{top.name} ({{{top.own}}}) must be at most {experts.name} ({{{experts.own}}}): a token's experts are distinct")
+        out = {"width": width, "hidden": hidden_size(c, width, m.width, m.hidden, scope, "expert", "each expert's"), "experts": experts, "top": top}
+        if m.capacity is not None:
+            out["capacity"] = c.field("capacity", m.capacity, scope, "training: each expert takes at most capacity x its even share of assignments", "float")
+        if m.shared > 0:
+            out["shared"] = c.field("shared_hidden", m.shared, scope, "the shared expert's hidden width (every token visits it)")
+        if m.balance > 0:
+            out["balance"] = c.field("balance", m.balance, scope, "weight of the load-balancing loss (Switch Transformer)", "float")
+        return out
+
     def ctor(self, o: OpPlan) -> str:
-        m = o.op
-        return f"{o.cls}({call_args(num(m.width), hidden=num(m.hidden), experts=num(m.experts), top=num(m.top), bias=num(m.bias), capacity=if_set(m.capacity, m.capacity is not None), balance=if_set(m.balance, m.balance > 0), shared=if_set(m.shared, m.shared > 0))})"
+        m, s = o.op, o.args
+        opt = {k: str(s[k]) if k in s else None for k in ("capacity", "balance", "shared")}
+        return f"{o.cls}({call_args(str(s['width']), hidden=str(s['hidden']), experts=str(s['experts']), top=str(s['top']), bias=num(m.bias), **opt)})"
 
     def needs_math(self, op) -> bool:
         return op.capacity is not None  # math.ceil of the capacity
@@ -51,20 +66,20 @@ class MoeEmitter(OpEmitter):
         expert = plan.turbine_classes[v.expert]
         w(f"class {name}(nn.Module):")
         with out.indent():
-            w('"""Mixture of experts, top-k routed: liquid-liquid injection.')
+            w(f'"""Mixture of experts, top-k routed{doc_tag(None, "liquid-liquid injector")}.')
             w()
             w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.normalize else ")."))
             if v.shared:
                 w("Every token also visits the shared expert" + (", throttled by sigmoid(w . x)." if v.shared_gate else "."))
             if v.capacity:
                 out.block("""
-In training, restrictor orifices cap each expert at ceil(capacity * tokens * top /
+In training, capacity caps each expert at ceil(capacity * tokens * top /
 experts) assignments; the overflow is dropped (first choices before second
 choices) and the residual line carries those tokens. Eval is dropless, so the
-causal throat holds and a KV cache is exact.""")
+model stays causal and a KV cache is exact.""")
             if v.balance:
                 out.block("""
-The mixture trim is the Switch Transformer's balance loss,
+The load-balancing loss is the Switch Transformer's,
 balance * experts * sum_e(fraction routed to e * mean router probability of e),
 filed in aux under this module's name.""")
             w('"""')
@@ -86,11 +101,12 @@ filed in aux under this module's name.""")
             w()
             w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
             with out.indent():
-                self.forward(out, v)
-            w()
-            self.compiled(out, v, expert)
+                self.forward(out, v, plan.fast)
+            if plan.fast:
+                w()
+                self.compiled(out, v, expert)
 
-    def forward(self, out: Writer, v: MoeVariant) -> None:
+    def forward(self, out: Writer, v: MoeVariant, fast: bool = True) -> None:
         w = out.line
         out.block("""
 B, T, C = x.size()
@@ -114,16 +130,24 @@ weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)""")
             w("aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
         out.block("""
 flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
-order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
+order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first""")
+        if fast:
+            out.block("""
 if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
     token = order // self.top  # (N * k,) each one's token
-    y = self.compiled_experts(x[token], flat)  # (N * k, C); the dropped rows are zeros
+    y = self.compiled_experts(x[token], flat)  # (N * k, C); the dropped rows are zeros (runtime section)
 else:
     counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
     order = order[counts[0] :]  # (A,) the assignments the experts take
     token = order // self.top  # (A,) each one's token
-    y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
-y = y * weight.reshape(-1)[order, None]  # each assignment, weighted""")
+    y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)""")
+        else:
+            out.block("""
+counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
+order = order[counts[0] :]  # (A,) the assignments the experts take
+token = order // self.top  # (A,) each one's token
+y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)""")
+        w("y = y * weight.reshape(-1)[order, None]  # each assignment, weighted")
         if v.shared:
             w("out = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)")
             w("shared = self.shared(x)  # (N, C): the shared expert, for every token")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ...ir.kinds import GATE_OF, is_gated, kind_of
 from .plan import MlpVariant, OpPlan, Plan, PoolVariant
-from .writer import Writer, num
+from .config import Expr, Sizes
+from .writer import Writer, doc_tag, num
 
 # Each activation as generated code, a format string over its input; a gated one is
 # gate(first half) * second half, with the gate from ir.kinds.GATE_OF.
@@ -38,6 +39,11 @@ class OpEmitter:
     def class_text(self, out: Writer, name: str, v, plan: Plan) -> None:
         raise NotImplementedError(f"{type(self).__name__} writes no class: its ops use a torch module")
 
+    def sizes(self, op, c: Sizes, scope: tuple[str, ...]) -> dict:
+        """The constructor's sizes as config values (`config.Sizes`): {argument: Ref or Expr}.
+        A kind that asks for none keeps the IR's literals in its constructor."""
+        return {}
+
     def ctor(self, o: OpPlan) -> str:
         raise NotImplementedError
 
@@ -50,10 +56,12 @@ class OpEmitter:
         extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "mask": "mask", "aux": "aux"}
         return f"{owner}.{o.attr}({', '.join([x] + [extra[i] for i in o.inputs])})"
 
-    def phrase(self, op, place: str) -> str:
-        """What the op does where it sits: place is "branch", "stage" or "engine"."""
-        words = kind_of(op).phrase
-        return words if place == "branch" else words + ", in series on the main line (pressure-fed)"
+    def phrase(self, op, place: str) -> tuple[str, str]:
+        """What the op does where it sits, (ML words, engine word): place is "branch", "stage" or "engine"."""
+        k = kind_of(op)
+        if place == "branch":
+            return k.ml_words, k.rocket
+        return k.ml_words + ", on the residual stream itself (x = f(x))", k.rocket + ", pressure-fed"
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
         return ()
@@ -70,17 +78,22 @@ class OpEmitter:
 
 
 class NormEmitter(OpEmitter):
-    PLACES = {"branch": "valve on the branch (Pre-LN)", "stage": "valve in series on the main line", "engine": "valve on the main line"}
+    PLACES = {"branch": ("Pre-LN: the norm is on the branch", "valve"),
+              "stage": ("Post-LN: the norm is on the residual stream", "valve in series"),
+              "engine": ("final norm", "valve on the main line")}
+
+    def sizes(self, op, c, scope):
+        return {"width": c.width(op.width, scope), "eps": c.field("norm_eps", op.eps, scope, "the norms' epsilon", "float")}
 
     def ctor(self, o: OpPlan) -> str:
-        op = o.op
+        op, s = o.op, o.args
         if op.offset:
-            return f"OffsetRMSNorm({num(op.width)}, eps={num(op.eps)}, offset={num(op.offset)})"
+            return f"OffsetRMSNorm({s['width']}, eps={s['eps']}, offset={num(op.offset)})"
         if not op.affine:
-            return f"{self.module(o)}({num(op.width)}, eps={num(op.eps)}, elementwise_affine=False)"
+            return f"{self.module(o)}({s['width']}, eps={s['eps']}, elementwise_affine=False)"
         if op.type == "layernorm":
-            return f"nn.LayerNorm({num(op.width)}, eps={num(op.eps)}{'' if op.bias else ', bias=False'})"
-        return f"nn.RMSNorm({num(op.width)}, eps={num(op.eps)})"
+            return f"nn.LayerNorm({s['width']}, eps={s['eps']}{'' if op.bias else ', bias=False'})"
+        return f"nn.RMSNorm({s['width']}, eps={s['eps']})"
 
     def module(self, o: OpPlan) -> str:
         if o.op.offset:
@@ -95,8 +108,11 @@ class NormEmitter(OpEmitter):
 
 
 class LinearEmitter(OpEmitter):
+    def sizes(self, op, c, scope):
+        return {"width": c.width(op.width, scope), "out": c.width(op.out, scope)}
+
     def ctor(self, o: OpPlan) -> str:
-        return f"nn.Linear({num(o.op.width)}, {num(o.op.out)}, bias={num(o.op.bias)})"
+        return f"nn.Linear({o.args['width']}, {o.args['out']}, bias={num(o.op.bias)})"
 
     def module(self, o: OpPlan) -> str:
         return "nn.Linear"
@@ -108,12 +124,27 @@ class LinearEmitter(OpEmitter):
         return [f"{a}.weight.mul_({beta})"]
 
 
+def hidden_size(c: Sizes, width, w: int, hidden: int, scope, base: str, what: str):
+    """A hidden width: `ratio * width` where the spec's is a whole multiple of the width w, else a width of its own."""
+    if hidden % w == 0:
+        r = c.field(f"{base}_ratio", hidden // w, scope, f"{what} hidden width = {base}_ratio x width")
+        return Expr(lambda: f"{r} * {width}")
+    return c.field(f"{base}_hidden", hidden, scope, f"{what} hidden width")
+
+
 class MlpEmitter(OpEmitter):
     variant = MlpVariant
 
+    def sizes(self, m, c, scope):
+        width = c.width(m.width, scope)
+        out = {"width": width, "hidden": hidden_size(c, width, m.width, m.hidden, scope, "mlp", "the MLP's")}
+        if m.dropout > 0:
+            out["dropout"] = c.field("dropout", m.dropout, scope, "dropout rate", "float")
+        return out
+
     def ctor(self, o: OpPlan) -> str:
-        m = o.op
-        return f"{o.cls}({call_args(num(m.width), hidden=num(m.hidden), bias=num(m.bias), dropout=if_set(m.dropout, m.dropout > 0))})"
+        m, s = o.op, o.args
+        return f"{o.cls}({call_args(str(s['width']), hidden=str(s['hidden']), bias=num(m.bias), dropout=str(s['dropout']) if 'dropout' in s else None)})"
 
     def output_init(self, a, op, std):
         return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
@@ -127,7 +158,7 @@ class MlpEmitter(OpEmitter):
         w(f"class {name}(nn.Module):")
         with out.indent():
             doc = f"{GLU_NAMES[v.act]}: {GATE_OF[v.act]}(gate) * up" if gated else v.act
-            w(f'"""Position-wise MLP ({doc}): combustion, a reaction at each position."""')
+            w(f'"""Position-wise MLP ({doc}): each position on its own{doc_tag(None, "combustor")}."""')
             w()
             with out.constructor("width", "hidden", "bias", *(["dropout"] if v.dropout else [])):
                 if gated:
@@ -151,8 +182,11 @@ class MlpEmitter(OpEmitter):
 class PoolEmitter(OpEmitter):
     variant = PoolVariant
 
+    def sizes(self, op, c, scope):
+        return {"size": c.field("pool_size", op.size, scope, "positions each pool averages")}
+
     def ctor(self, o: OpPlan) -> str:
-        return f"{o.cls}(size={num(o.op.size)})"
+        return f"{o.cls}(size={o.args['size']})"
 
     def class_text(self, out: Writer, name: str, v: PoolVariant, plan: Plan) -> None:
         w = out.line

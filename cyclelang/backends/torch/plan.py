@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 
 import builtins
+import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Iterator, Union
 
 from ... import ir
 from ...ir.layout import BranchLayout, Layout, Names, Part, layout
+from .config import WIDTH, Sizes
 from .runtime import names as runtime_names
 from .writer import camel, where
 
@@ -143,6 +145,7 @@ class OpPlan:
     cls: str = ""  # the generated class of its variant
     rope: int | None = None  # index into the model's rotary tables
     scale: float | None = None  # μP: the attention scores' scale (ir.mup.attention_scale)
+    args: dict = field(default_factory=dict)  # constructor arguments over the config (`OpEmitter.sizes`)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -158,6 +161,7 @@ class BranchPlan:
     path: str  # "stages.0-11.mix"
     merge: Part | None  # the merge's layout part (its own path when it owns parameters)
     fullflow: bool = False
+    margs: dict = field(default_factory=dict)  # the merge's config values (`merges.merge_sizes`)
 
     @property
     def params(self) -> list[str]:
@@ -180,6 +184,8 @@ class StagePlan:
     first: int  # index of the first instance in model.stages
     items: list  # OpPlan | BranchPlan | FullflowPlan, in source order
     path: str  # "stages.0-11"
+    n: object = None  # config.Ref of its repeat count (None: one instance)
+    start: str = "0"  # its first instance's index, over the config's counts
     branch_plans: list[BranchPlan] = field(default_factory=list)  # every branch in source order, fullflows' included
 
     def branches(self) -> list[BranchPlan]:
@@ -205,6 +211,10 @@ class Plan:
     main: list = field(default_factory=list)  # StagePlan | OpPlan in body order
     ropes: list[tuple[int, float]] = field(default_factory=list)  # (dims, base) per rotary table
     turbine_classes: dict[Variant, str] = field(default_factory=dict)  # variant -> class name, in order of first use
+    sizes: Sizes | None = None  # the Config's fields and what reads them
+    head_width: object = None  # config.Ref of the nozzle's input width
+    fast: bool = True  # the fused loss and the MoE's custom op (the runtime section at the end)
+    rope_args: list = field(default_factory=list)  # (dims, base) config expressions per rotary table
 
     @property
     def causal(self) -> bool:
@@ -228,12 +238,13 @@ class Plan:
             self.turbine_classes[v] = v.base if n == 0 else f"{v.base}{n + 1}"
         return self.turbine_classes[v]
 
-    def rope_index(self, op) -> int | None:
+    def rope_index(self, op, args: dict) -> int | None:
         if not isinstance(op, (ir.Attention, ir.LatentAttention)) or op.rotary_dims == 0:
             return None
         k = (op.rotary_dims, op.rotary_base)
         if k not in self.ropes:
             self.ropes.append(k)
+            self.rope_args.append((args.get("rotary_dims", repr(op.rotary_dims)), args.get("rotary_base", repr(op.rotary_base))))  # a kind without config sizes keeps literals
         return self.ropes.index(k)
 
 
@@ -257,22 +268,45 @@ def make_plan(spec: ir.Spec) -> Plan:
     assert e is not None
     lay = layout(e)
     p = Plan(engine=e, layout=lay, file=where(e.span).rsplit(":", 1)[0] if e.span else "spec")
+    from .emitters import emitter
+
     classes = _class_names()
     kinds = variants()
+    p.sizes = sizes = Sizes(e)
+    scope: tuple[str, ...] = ()
+    repeated = [sl for sl in lay.stages if sl.stage.repeat > 1]
+    counts: list[str] = []
+    for sl in lay.stages:  # each stage's depth is a field: n_layer where one stage repeats, else n_{stage}
+        start = " + ".join(counts) or "0"
+        if sl.stage.repeat > 1:
+            name = "n_layer" if len(repeated) == 1 else f"n_{sl.stage.name}"
+            n = sizes.named(name, sl.stage.repeat, f"instances of stage {sl.stage.name}")
+            counts.append(str(n))
+        else:
+            n = None
+            counts.append("1")
+        p.stages.append(StagePlan(sl.stage, "", sl.first, [], sl.path, n, start))
 
     def op(part: Part) -> OpPlan:
         v = kinds[type(part.node)].of(part.node, p.causal) if type(part.node) in kinds else None
         scale = attention_scale(e, part.node) if isinstance(part.node, ir.Attention) else None
         if scale is not None:
             v = replace(v, scaled=True)
-        return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "", p.rope_index(part.node), scale)
+        args = emitter(part.node).sizes(part.node, sizes, scope)
+        return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "",
+                      p.rope_index(part.node, args), scale, args)
 
-    for sl in lay.stages:  # the stages first, then the main line's own ops: class and table order
-        sp = StagePlan(sl.stage, classes.fresh(camel(sl.stage.name) or "Stage"), sl.first, [], sl.path)
+    stage_plans, p.stages = p.stages, []
+    for sl, sp in zip(lay.stages, stage_plans):  # the stages first, then the main line's own ops: class and table order
+        sp.cls = classes.fresh(camel(sl.stage.name) or "Stage")
+        scope = (sl.stage.name,)
 
         def branch(b: BranchLayout) -> BranchPlan:
+            nonlocal scope
             cls = classes.fresh(sp.cls + (camel(b.branch.name) or "Branch"))
+            scope = (sl.stage.name, b.attr)
             bp = BranchPlan(b.branch, b.attr, cls, [op(o) for o in b.ops], f"{sl.path}.{b.attr}", b.merge, b.fullflow is not None)
+            scope = (sl.stage.name,)
             sp.branch_plans.append(bp)
             return bp
 
@@ -286,5 +320,23 @@ def make_plan(spec: ir.Spec) -> Plan:
                 sp.items.append(FullflowPlan(it.fullflow, norm, [branch(b) for b in it.branches]))
         p.stages.append(sp)
     stages = iter(p.stages)
+    scope = ()
     p.main = [op(it) if isinstance(it, Part) else next(stages) for it in lay.main]
+    p.head_width = sizes.width(e.nozzle.width, ())  # asked before the names are given (merge_sizes resolves)
+    f = e.feed
+    if f.scale != 1.0:
+        if f.scale == math.sqrt(e.width):
+            sizes.prop("feed_scale", f.scale, (), "token embeddings are multiplied by sqrt(width)", lambda: "math.sqrt(self.width)")
+        else:
+            sizes.named("feed_scale", f.scale, "token embeddings are multiplied by this", "float")
+    if f.dropout > 0:
+        sizes.named("feed_dropout", f.dropout, "dropout on the embeddings", "float")
+    if ir.mup.is_mup(e):  # the μP tables are written for the spec's width and depths
+        for r in [WIDTH] + [sp.n for sp in p.stages if sp.n is not None]:
+            value = e.width if r is WIDTH else r.value
+            sizes.check(lambda r=r, value=value: f"{r.own} == {value}",
+                        lambda r=r, value=value: f"{r.name} ({{{r.own}}}) must stay {value} under μP: MUP_PARTS was computed for the spec's sizes; change the spec and rebuild")
+    from .merges import merge_sizes
+
+    merge_sizes(p)
     return p

@@ -147,7 +147,7 @@ class LinearAttentionEmitter(OpEmitter):
         w(f"class {name}(nn.Module):")
         with out.indent():
             kind = "Causal linear attention" if v.causal else "Linear attention"
-            doc = [f'"""{kind} (Katharopoulos et al. 2020): the expander injector.', "",
+            doc = [f'"""{kind} (Katharopoulos et al. 2020): positions mix through a fixed-size state.', "",
                    f"softmax(q k^T) is replaced by phi(q) phi(k)^T with phi(x) = {phi}, so the keys and values"]
             if v.causal:
                 doc += ["fold into a state S_t = " + ("g S_{t-1}" if v.decay else "S_{t-1}") + " + phi(k_t)^T v_t of heads x head_dim x head_dim:",

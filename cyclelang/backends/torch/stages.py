@@ -6,57 +6,88 @@ from ... import ir
 from ...ir.kinds import kind_of
 from .emitters import emitter
 from .merges import merge_emitter
-from .plan import BranchPlan, FullflowPlan, OpPlan, Plan, StagePlan, signature
-from .writer import Writer, comment, where
+from .plan import INPUTS, BranchPlan, FullflowPlan, OpPlan, Plan, StagePlan, signature
+from .writer import Writer, comment, doc_tag, num
 
 
 def branch_role(b: ir.Prechamber) -> str:
-    """The branch's power-cycle role in a few words: its work, then how its exhaust returns."""
+    """The branch in ML words: its work, then how its output returns."""
     turbines = [o for o in b.ops if ir.is_turbine(o)]
-    work = kind_of(turbines[-1]).phrase if turbines else "work"
-    if b.overboard:
-        ret = "overboard: an auxiliary head, weighted" if b.loss is not None else "overboard: the exhaust is dumped"
-    else:
-        ret = kind_of(b.merge).phrase
-    if b.detach:
-        ret = "open cycle, detached input; " + ret
-    return f"{work}; {ret}"
+    work = kind_of(turbines[-1]).ml if turbines else "a branch"
+    return f"{work}; {merge_phrase(b)}"
 
 
-def merge_phrase(b: ir.Prechamber) -> str:
+def merge_phrase(b: ir.Prechamber, short: bool = False) -> str:
+    """How the branch's output returns, in ML words (short: for the residual line itself)."""
     if b.overboard:
-        ret = "overboard, an auxiliary head" if b.loss is not None else "overboard, dumped"
+        ret = "an auxiliary output head, its loss weighted" if b.loss is not None else "its output leaves the model, never added back"
+    elif short:
+        k = kind_of(b.merge)
+        ret = k.ml if isinstance(b.merge, ir.PlainMerge) else f"residual add, {k.ml}"
     else:
-        ret = kind_of(b.merge).phrase
-    return ("open cycle (detached); " if b.detach else "") + ret
+        ret = kind_of(b.merge).ml_words
+    return ("input detached (no gradient flows back through it); " if b.detach else "") + ret
+
+
+def merge_rocket(b: ir.Prechamber) -> str:
+    """The engine words of the same: `prechamber mix, cooling`."""
+    ret = "overboard" if b.overboard else kind_of(b.merge).rocket
+    return f"prechamber {b.name}, " + ("open cycle, " if b.detach else "") + ret
 
 
 def op_line(out: Writer, o: OpPlan, place: str) -> None:
     """`self.{attr} = <constructor>` with what the op does where it sits."""
     e = emitter(o.op)
-    out.line(f"self.{o.attr} = {e.ctor(o)}" + comment(o.op.span, e.phrase(o.op, place)), o.op.span)
+    out.line(f"self.{o.attr} = {e.ctor(o)}" + comment(o.op.span, *e.phrase(o.op, place)), o.op.span)
+
+
+def inline(b: BranchPlan) -> bool:
+    """A branch that is a short chain of ops and a merge without parameters of its own has no
+    class: its ops sit in an nn.ModuleDict and the stage's residual line calls them in turn
+    (`x = x + self.mix.attn(self.mix.norm(x))`)."""
+    return not b.br.overboard and len(b.ops) <= 3 and merge_emitter(b.br.merge).ctor(b.br.merge, b.margs) is None
 
 
 def branch_call(b: BranchPlan, inp: str) -> str:
-    """The call of a branch module on `inp`, from the stage's forward."""
-    return f"self.{b.attr}({', '.join([inp + ('.detach()' if b.br.detach else '')] + b.params[1:])})"
+    """The call of a branch on `inp`, from the stage's forward: its module, or its ops in turn."""
+    x = inp + (".detach()" if b.br.detach else "")
+    if inline(b):
+        for o in b.ops:
+            x = emitter(o.op).call(o, f"self.{b.attr}", x)
+        return x
+    return f"self.{b.attr}({', '.join([x] + b.params[1:])})"
+
+
+def branch_ctor(out: Writer, b: BranchPlan, label: str) -> None:
+    """`self.{branch} = ...` in the stage's __init__: its class, or its ops in an nn.ModuleDict."""
+    w = out.line
+    if not inline(b):
+        w(f"self.{b.attr} = {b.cls}(config)" + comment(b.br.span, branch_role(b.br), label), b.br.span)
+        return
+    w(f"self.{b.attr} = nn.ModuleDict(dict(" + comment(b.br.span, branch_role(b.br), label), b.br.span)
+    with out.indent():
+        for o in b.ops:
+            e = emitter(o.op)
+            w(f"{o.attr}={e.ctor(o)}," + comment(o.op.span, *e.phrase(o.op, "branch")), o.op.span)
+    w("))")
 
 
 def branch_class(out: Writer, b: BranchPlan) -> None:
     br, w = b.br, out.line
     w(f"class {b.cls}(nn.Module):", br.span)
     with out.indent():
-        w(f'"""{where(br.span)} prechamber {br.name}: {branch_role(br)}."""')
+        w(f'"""Branch {br.name}: {branch_role(br)}{doc_tag(br.span, "prechamber")}."""')
         w()
         if br.overboard:
             w("key = None  # this module's name in the model, set by Model")
+            w(f"loss_weight = {num(br.loss)}  # " + ("an auxiliary next-token head: its loss joins the total, weighted" if br.loss is not None else "dumped: no loss"))
             w()
-        with out.constructor():
+        with out.constructor("config"):
             for o in b.ops:
                 op_line(out, o, "branch")
             if br.merge is not None:
                 me = merge_emitter(br.merge)
-                ctor = me.ctor(br.merge, br.width)
+                ctor = me.ctor(br.merge, b.margs)
                 if ctor is not None:
                     w(f"self.{me.attr(br.merge)} = {ctor}", br.merge.span)
         w()
@@ -64,7 +95,7 @@ def branch_class(out: Writer, b: BranchPlan) -> None:
         with out.indent():
             for o in b.ops:
                 w(f"x = {emitter(o.op).call(o, 'self', 'x')}")
-            w("aux[self.key] = x  # overboard: filed, never merged" if br.overboard else "return x")
+            w("aux[self.key] = x  # an auxiliary output: kept, never added back" if br.overboard else "return x")
     out.blank(2)
 
 
@@ -79,62 +110,72 @@ def merge_line(branches: list[BranchPlan], inp: str) -> str:
     return f"x = {main} + " + " + ".join(deltas)
 
 
-def branch_line(out: Writer, branches: list[BranchPlan], inp: str, span, phrase: str) -> None:
+def branch_line(out: Writer, branches: list[BranchPlan], inp: str, span, phrase: tuple[str, str]) -> None:
     for b in branches:
         if b.br.overboard:
-            out.line(branch_call(b, inp) + comment(b.br.span, f"{b.br.name}: {merge_phrase(b.br)}"), b.br.span)
+            out.line(branch_call(b, inp) + comment(b.br.span, f"{b.br.name}: {merge_phrase(b.br)}", merge_rocket(b.br)), b.br.span)
     merged = [b for b in branches if not b.br.overboard]
     if merged:
-        out.line(merge_line(merged, inp) + comment(span, phrase), span)
+        out.line(merge_line(merged, inp) + comment(span, *phrase), span)
 
 
 def stage_class(out: Writer, sp: StagePlan) -> None:
     st, w = sp.stage, out.line
-    rep = f", x{st.repeat}" if st.repeat > 1 else ""
+    rep = f", repeated config.{sp.n.name} times" if sp.n is not None else ""
     w(f"class {sp.cls}(nn.Module):", st.span)
     with out.indent():
-        tmpl = f" (from template {st.template})" if st.template else ""
-        w(f'"""{where(st.span)} stage {st.name}{rep}{tmpl}."""')
+        tmpl = f", from template {st.template}" if st.template else ""
+        w(f'"""One `{st.name}` block{rep}{doc_tag(st.span, "stage" + tmpl)}."""')
         w()
-        with out.constructor():
+        with out.constructor("config"):
+            if any(merge_emitter(b.br.merge).main(b.br.merge) for b in sp.branches() if b.br.merge is not None):
+                alpha = next(b.margs["alpha"] for b in sp.branches() if "alpha" in b.margs)
+                w(f"self.alpha = {alpha}  # DeepNet: the residual stream is scaled up at each merge")
             for it in sp.items:
                 if isinstance(it, OpPlan):
                     op_line(out, it, "stage")
                 elif isinstance(it, BranchPlan):
-                    w(f"self.{it.attr} = {it.cls}()" + comment(it.br.span, "prechamber " + it.br.name), it.br.span)
+                    branch_ctor(out, it, "prechamber " + it.br.name)
                 else:
                     if it.norm is not None:
                         n = it.norm
-                        w(f"self.{n.attr} = {emitter(n.op).ctor(n)}" + comment(n.op.span, "fullflow: one shared valve for every branch"), n.op.span)
+                        w(f"self.{n.attr} = {emitter(n.op).ctor(n)}" + comment(n.op.span, "one norm shared by the parallel branches", "fullflow valve"), n.op.span)
                     label = "fullflow" if it.ff.name == "fullflow" else f"fullflow {it.ff.name}"
                     for b in it.branches:
-                        w(f"self.{b.attr} = {b.cls}()" + comment(b.br.span, f"{label}: prechamber {b.br.name}"), b.br.span)
+                        branch_ctor(out, b, f"{label}: prechamber {b.br.name}")
         w()
-        w("def forward(self, x, rope, cache, aux, mask=None):")
+        w(f"def forward(self, {signature(stage_params(sp))}):")
         with out.indent():
             for it in sp.items:
                 if isinstance(it, OpPlan):
                     e = emitter(it.op)
-                    w(f"x = {e.call(it, 'self', 'x')}" + comment(it.op.span, e.phrase(it.op, "stage")), it.op.span)
+                    w(f"x = {e.call(it, 'self', 'x')}" + comment(it.op.span, *e.phrase(it.op, "stage")), it.op.span)
                 elif isinstance(it, BranchPlan):
-                    branch_line(out, [it], "x", it.br.span, f"{it.br.name}: {merge_phrase(it.br)}")
+                    branch_line(out, [it], "x", it.br.span, (f"{it.br.name}: {merge_phrase(it.br, short=True)}", merge_rocket(it.br)))
                 else:
                     fullflow_line(out, it)
             w("return x")
     out.blank(2)
 
 
+def stage_params(sp: StagePlan) -> list[str]:
+    """The stage forward's parameters: x, then only what its ops and branches take."""
+    used = {i for o in sp.ops() for i in o.inputs} | ({"aux"} if any(b.br.overboard for b in sp.branches()) else set())
+    return ["x"] + [i for i in INPUTS if i in used]
+
+
 def fullflow_line(out: Writer, ff: FullflowPlan) -> None:
     inp = "x"
     if ff.norm is not None:
-        out.line(f"h = self.{ff.norm.attr}(x)" + comment(ff.norm.op.span, "fullflow: one shared valve"), ff.norm.op.span)
+        out.line(f"h = self.{ff.norm.attr}(x)" + comment(ff.norm.op.span, "one shared norm", "fullflow valve"), ff.norm.op.span)
         inp = "h"
-    branch_line(out, ff.branches, inp, ff.ff.span, "full flow: every branch reads the same state, one junction")
+    branch_line(out, ff.branches, inp, ff.ff.span, ("parallel branches: each reads the same input, one residual add", "full flow"))
 
 
 def classes(out: Writer, p: Plan) -> None:
     """Every stage's branch classes, then the stage's own class, in source order."""
     for sp in p.stages:
         for b in sp.branches():
-            branch_class(out, b)
+            if not inline(b):
+                branch_class(out, b)
         stage_class(out, sp)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import PurePath
 
 from ... import ir
@@ -83,10 +84,31 @@ def where(span: ir.Span | None) -> str:
     return f"{name}:{int(span.line)}"
 
 
-def comment(span, phrase: str) -> str:
-    """A trailing comment: where in the spec, then what it does."""
-    w = where(span)
-    return f"  # {w} {phrase}" if w else f"  # {phrase}"
+# What the generated file's comments say (`cyclec build --comments`): "ml", the ML words;
+# "both", the ML words then a short tag with the spec line and the engine word; "none".
+COMMENTS: ContextVar[str] = ContextVar("comments", default="both")
+COMMENT_MODES = ("ml", "both", "none")
+
+
+def tag(span, rocket: str = "") -> str:
+    """`gpt2.cycle:18 · injector`, in "both" mode only ("" otherwise)."""
+    if COMMENTS.get() != "both":
+        return ""
+    return " · ".join(x for x in (where(span), rocket) if x)
+
+
+def comment(span, ml: str, rocket: str = "") -> str:
+    """A trailing comment: what the line does in ML words, then the tag (`# attention · gpt2.cycle:18 · injector`)."""
+    if COMMENTS.get() == "none":
+        return ""
+    t = tag(span, rocket)
+    return f"  # {ml} · {t}" if t else f"  # {ml}"
+
+
+def doc_tag(span, rocket: str = "") -> str:
+    """The tag at the end of a docstring: ` (gpt2.cycle:15 · stage block)`, or ""."""
+    t = tag(span, rocket)
+    return f" ({t})" if t else ""
 
 
 def camel(name: str) -> str:

@@ -7,8 +7,8 @@ class Cache:
     """What generation remembers: each mixer's own decoding state, keyed by the mixer.
 
     Keys and values per attention; recent inputs per pool and conv (and the conv of an
-    ssm); a fixed-size recurrent state per ssm and linear attention. Legal because the
-    throat is causal: nothing travels upstream, so the past's state never changes when a
+    ssm); a fixed-size recurrent state per ssm and linear attention. Valid because the
+    model is causal: no position reads a later one, so the past's state never changes when a
     token is appended. Keys and values go into buffers reserved once for the whole
     context and written in place: a step copies its own token, never the past. A window
     keeps only its last size - 1 inputs and a recurrent state is replaced by the next,
