@@ -70,7 +70,9 @@ def mask_positions(shape, rate: float, gen: torch.Generator) -> torch.Tensor:
     return masked
 
 
-def _robust(hist: list[float]) -> tuple[float, float]:
+def spike_threshold(hist: list[float]) -> tuple[float, float]:
+    """The robust baseline of a loss history and how far above it a spike starts: the median,
+    and max(SPIKE_MIN, SPIKE_MADS robust deviations). The training loop's watch asks this too."""
     base = statistics.median(hist)
     mad = statistics.median(abs(v - base) for v in hist)
     return base, max(SPIKE_MIN, SPIKE_MADS * 1.4826 * mad)
@@ -89,7 +91,7 @@ def find_spikes(losses: list[float], window: int = SPIKE_WINDOW) -> list[Spike]:
     for t, v in enumerate(losses):
         hist = calm[-window:]
         if len(hist) >= SPIKE_MIN_HISTORY:
-            base, line = _robust(hist)
+            base, line = spike_threshold(hist)
             size = v - base if math.isfinite(v) else math.inf
             if size > line:
                 if current is None or size > current.size:

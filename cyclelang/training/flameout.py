@@ -1,23 +1,18 @@
 """Flameout and spike checks on every training step.
 
-A small, self-contained check so the stand's detection (issue 17 works on it in
-`cyclelang/stand/`) can take it over later: `Watch.step(step, loss, grad_norm)` returns
-None, a `Spike` (combustion instability: the loss jumps above the median of the last
-`window` steps by more than max(SPIKE_MIN, SPIKE_MADS robust deviations), the rule of
-`stand.train.find_spikes`, here applied online) or raises `Flameout` (a non-finite
+`Watch.step(step, loss, grad_norm)` returns None, a `Spike` (combustion instability: the
+loss jumps above the median of the last `window` steps by more than the stand's threshold,
+`stand.train.spike_threshold`, the rule of `find_spikes` applied online) or raises `Flameout` (a non-finite
 loss or gradient norm: the engine is out, nothing more can be learnt from the run).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from dataclasses import dataclass
 
-SPIKE_WINDOW = 20
-SPIKE_MIN = 0.1  # nats
-SPIKE_MADS = 6.0
+from ..stand.train import SPIKE_WINDOW, spike_threshold
 
 
 class Flameout(Exception):
@@ -46,9 +41,8 @@ class Watch:
             raise Flameout(step, "gradient norm", grad_norm)
         spike = None
         if len(self.history) == self.window:
-            base = statistics.median(self.history)
-            mad = statistics.median(abs(v - base) for v in self.history)
-            if loss - base > max(SPIKE_MIN, SPIKE_MADS * 1.4826 * mad):
+            base, line = spike_threshold(list(self.history))
+            if loss - base > line:
                 spike = Spike(step, loss, base, loss - base)
         self.history.append(loss)
         return spike
