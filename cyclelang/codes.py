@@ -174,11 +174,31 @@ Like a nozzle's throat, the narrowest section sets the flow: no more numbers per
 position pass it than its width, whatever the widths after it. The note says where
 the throat is; it is a fact about the design, not a fault.""", "stage squeeze { turbine linear out=64 }")
 
+_add("N110", "a nested stage that adds nothing", """
+A stage of stages that runs once and holds one stage is the same engine as that
+stage written on its own: the nesting adds a level to every path and a class to
+the generated model, and says nothing. Nesting pays off when a pattern of several
+stages repeats (`stage group x 4 { stage ssm_layer x 3 {...} stage attn_layer {...} }`).""",
+     "stage wrapper { stage block x 12 { prechamber mix { norm layernorm  turbine attention heads=4 } } }")
+
 # --- limits (cyclelang.limits), appended ------------------------------------------------------
 _add("E0230", "heads do not divide the inner width", "A linear attention splits the width, and an ssm its inner width (expand x width), into equal heads: heads must divide it, or head_dim= must be given. The help line names the nearest divisors.", "chamber width=64 ... turbine ssm heads=6 expand=2")
 _add("E0231", "groups do not divide heads", "In an ssm the heads share B and C in groups (as GQA's query heads share keys and values), so groups must divide heads.", "turbine ssm heads=8 groups=3")
 _add("E0232", "decay without a causal throat", "Linear attention's retention (RetNet's decay per head) weighs the past by its distance: it is defined for a causal engine only.", "throat open ... turbine linear_attention heads=4 retention")
 _add("E0233", "latent attention without a rotary key", "Latent attention (`turbine attention latent=`) decouples positions into a rotary key shared by the heads; it needs an even number of rotary_dims, at least 2.", "turbine attention heads=8 latent=64 rotary_dims=3")
+_add("E0234", "a stage of stages with ops of its own", """
+A stage holds either stages (a nested stage, a group) or ops (prechambers,
+fullflows, norms, turbines), not both: a group is a pure container whose
+instances are its stages' instances in order. Put the ops in a stage of their
+own inside the group.""", "stage group x 4 {\n  stage ssm_layer x 3 { prechamber mix { norm rmsnorm  turbine ssm heads=4 } }\n  norm rmsnorm\n}")
+_add("E0235", "stages nested too deeply", "Stages nest at most 4 levels (engine > stage > stage > stage > stage); a deeper pattern folds into fewer levels.",
+     "stage a x 2 { stage b x 2 { stage c x 2 { stage d x 2 { stage e { ... } } } } }")
+_add("E0236", "a stage template that uses itself", "A template's body may hold stages made from other templates, but not from itself, directly or through others: the expansion would never end.",
+     "stage pair { stage inner = pair() }")
+_add("E0237", "too many stage instances", """
+An engine runs at most 100,000 stage instances in all. Nested repeats multiply
+(`stage a x 100 { stage b x 1000 { ... } }` runs b 100,000 times), so the limit
+counts the instances a built model would hold, not the lines of the spec.""", "stage a x 1000 { stage b x 1000 { prechamber p { turbine mlp } } }")
 _add("E0219", "model too large to build", """
 `cyclec build` estimates the parameter count from the IR before it allocates
 anything (closed form, no torch) and refuses an engine above 2,000,000,000

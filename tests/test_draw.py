@@ -538,3 +538,63 @@ def test_readme_pictures_are_up_to_date():
     finally:
         sys.path.pop(0)
     assert r.stale() == [], "run: python scripts/render_readme_diagrams.py"
+
+
+NESTED = """
+stage layer(heads, window=0) {
+  prechamber mix { norm rmsnorm  turbine attention heads=heads rotary bias=false }
+  prechamber burn { norm rmsnorm  turbine mlp ratio=2 act=swiglu bias=false }
+}
+engine nested {
+  chamber width=64
+  throat causal
+  feed tokens vocab=256 context=64 position=none
+  stage group x 4 {
+    stage ssm_layer x 3 { prechamber mix { norm rmsnorm  turbine ssm heads=4 state=16 } }
+    stage attn_layer = layer(heads=4)
+  }
+  norm rmsnorm
+  nozzle head
+}
+"""
+
+
+@pytest.mark.parametrize("rankdir", ["TB", "LR"])
+@pytest.mark.parametrize("view", ["cycle", "graph"])
+def test_a_nested_stage_is_a_frame_inside_a_frame_with_its_badges(rankdir, view):
+    s = cyclelang.parse(NESTED)
+    lay = ir.layout.layout(s)
+    for size in (None, "page"):
+        try:
+            dot = to_dot(s, rankdir=rankdir, view=view, size=size)
+        except cyclelang.CycleError as e:
+            assert e.diagnostics[0].code == "E0275" and size == "page"  # too big for a page at 12 pt: refused, never split
+            continue
+        ns = nodes(dot)
+        frame = {}
+        for sl in lay.all_stages():  # the group and each of its stages: one frame each, never split
+            frames = [a for a in ns.values() if classes(a)[:1] == ["frame"] and classes(a)[1] == sl.path]
+            assert len(frames) == 1, (sl.path, len(frames))
+            frame[sl.path] = rect(frames[0])
+            x0, y0, x1, y1 = frame[sl.path]
+            parts = [a for a in ns.values() if len(classes(a)) > 1 and classes(a)[0].startswith("kind_") and classes(a)[1].startswith(sl.path + ".")]
+            assert parts, sl.path
+            for a in parts:
+                px0, py0, px1, py1 = rect(a)
+                assert x0 <= px0 and px1 <= x1 and y0 <= py0 and py1 <= y1, (sl.path, a["class"])
+        gx0, gy0, gx1, gy1 = frame["stages.0-3"]
+        for inner in ("stages.0-3.stages.0-2", "stages.0-3.stages.3"):  # inside the group's frame
+            x0, y0, x1, y1 = frame[inner]
+            assert gx0 < x0 and x1 < gx1 and gy0 < y0 and y1 < gy1, inner
+        a, b = frame["stages.0-3.stages.0-2"], frame["stages.0-3.stages.3"]
+        assert a[2] <= b[0] + 1 or b[2] <= a[0] + 1 or a[3] <= b[1] + 1 or b[3] <= a[1] + 1  # one after the other, not one over the other
+        assert ">×4<" in dot and ">×3<" in dot and ">×1<" not in dot  # each frame's own badge; the attention layer runs once per group
+
+
+@needs_dot
+def test_a_nested_stage_renders(tmp_path):
+    (tmp_path / "nested.cycle").write_text(NESTED, "utf-8")
+    out = tmp_path / "nested.png"
+    r = CliRunner().invoke(main, ["draw", str(tmp_path / "nested.cycle"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -157,21 +157,19 @@ def normal_form(engine: ir.Engine) -> list[tuple[str, dict, str]]:
     for it in lay.main:
         if isinstance(it, ir.layout.Part):
             out.append(("main", _node(it.node), it.path))
-            continue
-        for r in range(it.stage.repeat):
-            inst = it.instance(r)
-            items = []
-            for x in it.items:
-                if isinstance(x, ir.layout.Part):
-                    items.append(({"op": "inline", "node": _node(x.node)}, f"{inst}.{x.local}"))
-                elif isinstance(x, ir.layout.BranchLayout):
-                    items.append((_branch(x.branch, x, [f"{inst}.{p.local}" for p in x.ops]), f"{inst}.{x.attr}"))
-                else:
-                    ff = x.fullflow
-                    items.append(({"op": "parallel", "norm": _node(ff.norm) if ff.norm else None,
-                                   "branches": [(_branch(b.branch, b, [f"{inst}.{p.local}" for p in b.ops]), f"{inst}.{b.attr}") for b in x.branches]},
-                                  inst))
-            layers.append((inst, items))
+    for inst, it in lay.layers():  # every layer in the order it runs: a nested stage compares as its layers
+        items = []
+        for x in it.items:
+            if isinstance(x, ir.layout.Part):
+                items.append(({"op": "inline", "node": _node(x.node)}, f"{inst}.{x.local}"))
+            elif isinstance(x, ir.layout.BranchLayout):
+                items.append((_branch(x.branch, x, [f"{inst}.{p.local}" for p in x.ops]), f"{inst}.{x.attr}"))
+            else:
+                ff = x.fullflow
+                items.append(({"op": "parallel", "norm": _node(ff.norm) if ff.norm else None,
+                               "branches": [(_branch(b.branch, b, [f"{inst}.{p.local}" for p in b.ops]), f"{inst}.{b.attr}") for b in x.branches]},
+                              inst))
+        layers.append((inst, items))
     out.append(("layers", {"layers": layers}, "stages"))
     out.append(("nozzle", {"tied": engine.nozzle.tied, "bias": engine.nozzle.bias, "vocab": engine.nozzle.vocab, "scale": engine.nozzle.scale}, "head"))
     return out

@@ -143,10 +143,11 @@ def _layout(spec) -> dict[int, _Stage]:
     """Each stage instance's attention, reactor and their experts, by the IR's layout paths."""
     lay = ir.layout.layout(spec)
     stages: dict[int, _Stage] = {}
+    flat = {path: i for i, (path, _) in enumerate(lay.layers())}  # a layer's index in the order the layers run
     for sl in lay.stages:
-        parts = [p for p in lay.parts() if p.stage is sl.stage and p.role != "merge"]
-        for r in range(sl.stage.repeat):
-            st = stages.setdefault(sl.first + r, _Stage())
+        parts = [p for p in lay.parts() if p.stage is sl.stage and p.spath == sl.path and p.role != "merge"]
+        for r, inst in enumerate(sl.instances()):
+            st = stages.setdefault(flat[inst], _Stage())
             valve = None  # the latest valve on the way to each turbine, in its branch (Pre-LN)
             last = None  # the latest turbine, and its branch
             for part in parts:

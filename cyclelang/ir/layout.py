@@ -26,6 +26,14 @@ A repeated stage stays folded: its parts are listed once, with the range of its
 instances in the path, `stages.{first}-{last}` (inclusive; `stages.0-11.mix.attn`
 stands for stages.0.mix.attn ... stages.11.mix.attn). `instances(path)` unfolds.
 
+A nested stage (a stage of stages, a group) numbers its stages' instances the same
+way inside each of its own instances: in `stage group x 4 { stage ssm x 3 {...}
+stage attn {...} }`, `stages.0-3` is the group, `stages.0-3.stages.0-2.mix.ssm` the
+ssm layers' mixers and `stages.0-3.stages.3.mix.attn` the attention layers';
+`stages.2.stages.1.mix.ssm` is the second ssm layer of the third group. `Layout.layers()`
+lists every stage instance that holds ops in the order they run (the flattened layer
+index of a nested engine is its position there).
+
 Names from the spec are Python identifiers but may be keywords or clash with
 nn.Module attributes (`forward`, `train`, `_modules`): they are mangled by
 appending `_` (a leading `_` gets an `x` in front), and made unique in their scope
@@ -114,26 +122,40 @@ def stage_path(first: int, repeat: int) -> str:
     return f"stages.{first}" if repeat == 1 else f"stages.{first}-{first + repeat - 1}"
 
 
-_RANGE = re.compile(r"^stages\.(\d+)-(\d+)(?=\.|$)")
+_RANGE = re.compile(r"(?:^|(?<=\.))stages\.(\d+)-(\d+)(?=\.|$)")
+_INDEX = re.compile(r"stages\.(\d+)(?=\.|$)")
 
 
 def instances(path: str) -> list[str]:
-    """The instance paths a (possibly folded) path stands for."""
-    m = _RANGE.match(path)
+    """The instance paths a (possibly folded) path stands for; a nested path unfolds every
+    range in turn (`stages.0-1.stages.0-2` is six paths, the outer index slowest)."""
+    m = _RANGE.search(path)
     if not m:
         return [path]
-    rest = path[m.end():]
-    return [f"stages.{i}{rest}" for i in range(int(m.group(1)), int(m.group(2)) + 1)]
+    head, rest = path[: m.start()], path[m.end():]
+    return [f"{head}stages.{i}{r}" for i in range(int(m.group(1)), int(m.group(2)) + 1) for r in instances(rest)]
 
 
 def fold(name: str, layout: "Layout") -> str:
     """The folded path of an instance name: `stages.3.mix.attn.qkv.weight` ->
-    `stages.0-11.mix.attn.qkv.weight` in a 12-instance stage."""
-    m = re.match(r"^stages\.(\d+)(?=\.|$)", name)
+    `stages.0-11.mix.attn.qkv.weight` in a 12-instance stage; in a nested stage every
+    level folds (`stages.2.stages.1.mix` -> `stages.0-3.stages.0-2.mix`)."""
+    m = _INDEX.match(name)
     if not m:
         return name
     sl = layout.stage_of_instance(int(m.group(1)))
-    return sl.path + name[m.end():] if sl is not None else name
+    if sl is None:
+        return name
+    out, pos = sl.path, m.end()
+    while sl.children:
+        m = _INDEX.match(name, pos + 1) if name.startswith(".stages.", pos) else None
+        if m is None:
+            break
+        sl = sl.child_of_instance(int(m.group(1)))
+        if sl is None:
+            return name
+        out, pos = sl.path, m.end()
+    return out + name[pos:]
 
 
 @dataclass(frozen=True)
@@ -152,6 +174,7 @@ class Part:
     width: int  # the width where the part sits (a merge: its branch's)
     branch: ir.Prechamber | None = None
     fullflow: ir.Fullflow | None = None
+    spath: str = ""  # the folded path of its stage ("stages.0-3.stages.0-2"); "" outside stages
 
     @property
     def role(self) -> str:
@@ -193,9 +216,32 @@ class BranchLayout:
 class StageLayout:
     stage: ir.Stage
     index: int  # body index
-    first: int  # first instance in model.stages
-    path: str  # "stages.0-11"
-    items: list  # Part | BranchLayout | FullflowLayout, in source order
+    first: int  # first instance in model.stages (nested: in its group's `stages`)
+    path: str  # "stages.0-11"; nested: "stages.0-3.stages.0-2"
+    items: list  # Part | BranchLayout | FullflowLayout, in source order; a group's: its stages' StageLayouts
+    parent: "StageLayout | None" = None  # the group it is nested in
+    count: int = 0  # instances that run in all: its repeat times its groups' repeats
+
+    @property
+    def children(self) -> list["StageLayout"]:
+        """A group's stages (nested stages), in source order; [] for a stage of ops."""
+        return [it for it in self.items if isinstance(it, StageLayout)]
+
+    @property
+    def depth(self) -> int:
+        """1 on the main line, 2 nested in a stage, ..."""
+        return 1 if self.parent is None else self.parent.depth + 1
+
+    def chain(self) -> list["StageLayout"]:
+        """Its groups from the outermost, then itself."""
+        return ([] if self.parent is None else self.parent.chain()) + [self]
+
+    def child_of_instance(self, i: int) -> "StageLayout | None":
+        """The child stage whose instances hold index i of this group's `stages`."""
+        for c in self.children:
+            if c.first <= i < c.first + c.stage.repeat:
+                return c
+        return None
 
     def branches(self) -> list[BranchLayout]:
         out = []
@@ -207,7 +253,14 @@ class StageLayout:
         return out
 
     def instance(self, r: int) -> str:
-        return f"stages.{self.first + r}"
+        """The path of its r-th instance in the order they run (0 <= r < count)."""
+        if self.parent is None:
+            return f"stages.{self.first + r}"
+        rep = self.stage.repeat
+        return f"{self.parent.instance(r // rep)}.stages.{self.first + r % rep}"
+
+    def instances(self) -> list[str]:
+        return [self.instance(r) for r in range(self.count)]
 
 
 @dataclass(frozen=True)
@@ -222,7 +275,8 @@ class Layout:
 
     def __init__(self, engine: ir.Engine):
         self.engine = engine
-        self.stages: list[StageLayout] = []
+        self.stages: list[StageLayout] = []  # every stage that holds ops, nested ones included, in source order
+        self.top: list[StageLayout] = []  # the stages on the main line (groups or not), in body order
         self.main: list = []  # StageLayout | Part, in body order
         self.feed = Part("feed", "feed", KINDS[ir.Feed], engine.feed, "feed", None, -1, -1, 1, engine.width)
         self._build()
@@ -237,7 +291,7 @@ class Layout:
         for i, op in enumerate(e.body):
             if isinstance(op, ir.Stage):
                 sl = self._stage(op, i, first)
-                self.stages.append(sl)
+                self.top.append(sl)
                 self.main.append(sl)
                 first += op.repeat
             else:
@@ -245,8 +299,18 @@ class Layout:
                 self.main.append(Part(path, path, kind_of(op), op, path, None, i, -1, 1, w))
             w = ir.out_width(op, w)
 
-    def _stage(self, st: ir.Stage, index: int, first: int) -> StageLayout:
-        spath = stage_path(first, st.repeat)
+    def _stage(self, st: ir.Stage, index: int, first: int, parent: StageLayout | None = None) -> StageLayout:
+        spath = stage_path(first, st.repeat) if parent is None else f"{parent.path}.{stage_path(first, st.repeat)}"
+        count = st.repeat * (parent.count if parent is not None else 1)
+        if st.is_group:  # a group: its stages, numbered from 0 in each of its instances
+            sl = StageLayout(st, index, first, spath, [], parent, count)
+            k = 0
+            for sub in st.ops:
+                sl.items.append(self._stage(sub, index, k, sl))
+                k += sub.repeat
+            return sl
+        self.stages.append(None)  # its place in source order, before the stages nested after it
+        place = len(self.stages) - 1
         attrs = Names()
         branch_attr = {id(b): attrs.fresh(b.name) for b in st.branch_list()}  # the spec's names first, as spelled
         kinds = []
@@ -259,7 +323,7 @@ class Layout:
 
         def part(node, local: str, group: str, width: int, branch=None, ff=None) -> Part:
             path = f"{spath}.{local}"
-            return Part(path, local, kind_of(node), node, group, st, index, first, st.repeat, width, branch, ff)
+            return Part(path, local, kind_of(node), node, group, st, index, first, count, width, branch, ff, spath)
 
         def branch(b: ir.Prechamber, ff) -> BranchLayout:
             battr = branch_attr[id(b)]
@@ -290,7 +354,9 @@ class Layout:
                 a = attrs.fresh(next(op_attrs))
                 items.append(part(s, a, f"{spath}.{a}", w))
                 w = ir.out_width(s, w)
-        return StageLayout(st, index, first, spath, items)
+        sl = StageLayout(st, index, first, spath, items, parent, count)
+        self.stages[place] = sl
+        return sl
 
     # --- queries -------------------------------------------------------------------------
 
@@ -302,31 +368,70 @@ class Layout:
             if isinstance(it, Part):
                 yield it
                 continue
-            for x in it.items:
-                if isinstance(x, Part):
-                    yield x
-                    continue
-                if isinstance(x, FullflowLayout):
-                    if x.norm is not None:
-                        yield x.norm
-                    brs = x.branches
-                else:
-                    brs = [x]
-                for b in brs:
-                    yield from b.ops
-                    if b.merge is not None:
-                        yield b.merge
+            yield from self._stage_parts(it)
         yield self.nozzle
 
+    def _stage_parts(self, it: StageLayout) -> Iterator[Part]:
+        for x in it.items:
+            if isinstance(x, StageLayout):
+                yield from self._stage_parts(x)
+                continue
+            if isinstance(x, Part):
+                yield x
+                continue
+            if isinstance(x, FullflowLayout):
+                if x.norm is not None:
+                    yield x.norm
+                brs = x.branches
+            else:
+                brs = [x]
+            for b in brs:
+                yield from b.ops
+                if b.merge is not None:
+                    yield b.merge
+
     def stage_of_instance(self, i: int) -> StageLayout | None:
+        """The main-line stage (a group, or a stage of ops) whose instances hold model.stages[i]."""
         import bisect
 
         if "_firsts" not in self.__dict__:
-            self._firsts = [sl.first for sl in self.stages]
+            self._firsts = [sl.first for sl in self.top]
         k = bisect.bisect_right(self._firsts, i) - 1  # a lookup per name: linear in the folded IR, not in instances
-        if k >= 0 and i < self.stages[k].first + self.stages[k].stage.repeat:
-            return self.stages[k]
+        if k >= 0 and i < self.top[k].first + self.top[k].stage.repeat:
+            return self.top[k]
         return None
+
+    def all_stages(self) -> list[StageLayout]:
+        """Every stage, groups included, each group before the stages nested in it."""
+        out: list[StageLayout] = []
+
+        def walk(sl: StageLayout) -> None:
+            out.append(sl)
+            for c in sl.children:
+                walk(c)
+
+        for sl in self.top:
+            walk(sl)
+        return out
+
+    def layers(self) -> list[tuple[str, StageLayout]]:
+        """(instance path, its stage) of every instance of a stage of ops, in the order they run:
+        a flat engine's stages.0, stages.1, ...; a nested one's stages.0.stages.0, ... The
+        flattened layer index of an instance is its position in this list."""
+        out: list[tuple[str, StageLayout]] = []
+
+        def walk(sl: StageLayout, prefix: str) -> None:
+            for r in range(sl.stage.repeat):
+                here = f"{prefix}stages.{sl.first + r}"
+                if sl.children:
+                    for c in sl.children:
+                        walk(c, here + ".")
+                else:
+                    out.append((here, sl))
+
+        for sl in self.top:
+            walk(sl, "")
+        return out
 
     def part_of(self, name: str) -> Part | None:
         """The part that owns a parameter of the built model (`stages.3.mix.attn.qkv.weight`):
@@ -360,7 +465,8 @@ class Layout:
         return part.group if part is not None else None
 
     def instance_count(self) -> int:
-        return sum(sl.stage.repeat for sl in self.stages)
+        """Instances of stages of ops that run, nested repeats multiplied out (the layer count)."""
+        return sum(sl.count for sl in self.stages)
 
 
 _held: list[tuple[ir.Engine, Layout]] = []  # the layouts of `held` scopes, innermost last

@@ -23,7 +23,11 @@ carries its source span, which is left out of the JSON dump so that dumps are
 stable across file locations.
 
 Repeated stages stay folded (`Stage.repeat`): the diagram draws one block with a
-xN badge and the PyTorch back-end builds one class with N instances.
+xN badge and the PyTorch back-end builds one class with N instances. A stage may
+hold stages instead of ops (a nested stage, `stage group x 4 { stage ssm x 3 {...}
+stage attn {...} }`): a group is a pure container, its instances are its children's
+instances in order, and `leaf_stages` lists the stages that hold ops with how many
+times each runs in all.
 """
 
 from __future__ import annotations
@@ -43,7 +47,11 @@ __all__ = [
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Engine", "Spec", "out_width", "validate",
+    "MAX_STAGE_DEPTH", "MAX_LAYERS", "leaf_stages",
 ]
+
+MAX_STAGE_DEPTH = 4  # stages nest at most 4 deep: engine > stage > stage > stage > stage
+MAX_LAYERS = 100_000  # stage instances in all, nested repeats multiplied out (a built model's layer count)
 
 # Every name in the IR is a Python identifier in ASCII, as the grammar's NAME is:
 # nothing a name holds can close a string, start a line or reach a path.
@@ -492,7 +500,7 @@ class Fullflow(Node):
                 raise ValueError(f"fullflow '{self.name}': branch '{b.name}' reads width {b.width}, the flow is {self.width}")
 
 
-StageOp = Annotated[Union[(Prechamber, Fullflow, *OP_TYPES)], Field(discriminator="op")]
+StageOp = Annotated[Union[(Prechamber, Fullflow, *OP_TYPES, "Stage")], Field(discriminator="op")]
 
 
 class Stage(Node):
@@ -502,13 +510,24 @@ class Stage(Node):
     repeat: Annotated[int, Field(ge=1, le=1 << 20)]
     width_in: Count
     width_out: Count
-    ops: list[StageOp]
+    ops: list[StageOp]  # branches and ops; or, for a group (a nested stage), stages only
 
     _checked = checked()
+
+    @property
+    def is_group(self) -> bool:
+        """A stage that holds stages (and nothing else)."""
+        return any(isinstance(op, Stage) for op in self.ops)
 
     def check(self) -> None:
         _name(self.name, "stage name")
         _name(self.template, "template name")
+        if self.is_group:
+            if not all(isinstance(op, Stage) for op in self.ops):
+                raise ValueError(f"stage '{self.name}' holds stages and other ops: a stage of stages holds stages only")
+            dup = _first_repeat([op.name for op in self.ops])
+            if dup is not None:
+                raise ValueError(f"stage '{self.name}' has two stages named '{dup}'")
         dup = _first_repeat([b.name for b in self.branch_list()] + [op.name for op in self.ops if isinstance(op, Fullflow)])
         if dup is not None:
             raise ValueError(f"stage '{self.name}' has two branches named '{dup}'")
@@ -525,7 +544,8 @@ class Stage(Node):
             raise ValueError(f"stage '{self.name}' repeats {self.repeat} times but changes the width")
 
     def branch_list(self) -> list[Prechamber]:
-        """Every prechamber in source order, fullflow branches included."""
+        """Every prechamber of this stage in source order, fullflow branches included (a group
+        has none of its own: its stages' are theirs, see `leaf_stages`)."""
         out: list[Prechamber] = []
         for op in self.ops:
             if isinstance(op, Prechamber):
@@ -533,6 +553,31 @@ class Stage(Node):
             elif isinstance(op, Fullflow):
                 out.extend(op.branches)
         return out
+
+
+Stage.model_rebuild()
+
+
+def leaf_stages(body) -> list[tuple[Stage, int]]:
+    """Every stage that holds ops (not stages) in source order, with the number of times it
+    runs in all: its repeat times the repeats of the stages around it."""
+    out: list[tuple[Stage, int]] = []
+
+    def walk(st: Stage, mult: int) -> None:
+        if st.is_group:
+            for sub in st.ops:
+                walk(sub, mult * st.repeat)
+        else:
+            out.append((st, mult * st.repeat))
+
+    for op in body:
+        if isinstance(op, Stage):
+            walk(op, 1)
+    return out
+
+
+def _stage_depth(st: Stage) -> int:
+    return 1 + max((_stage_depth(s) for s in st.ops if isinstance(s, Stage)), default=0)
 
 
 MainOp = Annotated[Union[(Stage, *OP_TYPES)], Field(discriminator="op")]
@@ -642,6 +687,13 @@ class Engine(Node):
         dup = _first_repeat([op.name for op in self.body if isinstance(op, Stage)])
         if dup is not None:
             raise ValueError(f"two stages named '{dup}'")
+        depth = max((_stage_depth(op) for op in self.body if isinstance(op, Stage)), default=0)
+        if depth > MAX_STAGE_DEPTH:
+            raise ValueError(f"stages nest {depth} deep, above the limit of {MAX_STAGE_DEPTH}")
+        leaves = leaf_stages(self.body)
+        layers = sum(n for _, n in leaves)
+        if layers > MAX_LAYERS:
+            raise ValueError(f"{layers} stage instances in all, above the limit of {MAX_LAYERS}")
         w = _chain(self.body, self.width, "the main line")
         if self.nozzle.width != w:
             raise ValueError(f"the nozzle reads width {self.nozzle.width}, the main line ends at {w}")
@@ -655,13 +707,13 @@ class Engine(Node):
                 raise ValueError("a bidirectional attention inside a causal engine would leak the future")
             if isinstance(op, (Pool, Conv, LinearAttention)) and op.causal != causal:
                 raise ValueError(f"a {op.op}'s causal flag follows the engine's throat")
-        for b in (b for op in self.body if isinstance(op, Stage) for b in op.branch_list()):
+        for b in (b for st, _ in leaves for b in st.branch_list()):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:
                 raise ValueError(f"overboard branch '{b.name}' has a loss, so it must end at width vocab={self.feed.vocab}, not {b.out_width}")
         from .passes import derived_values, merge_totals  # the formulas live with the pass that applies them
 
         totals = merge_totals(self.body)
-        for b in (b for op in self.body if isinstance(op, Stage) for b in op.branch_list()):
+        for b in (b for st, _ in leaves for b in st.branch_list()):
             if b.merge is None:
                 continue
             for field, expect in derived_values(b.merge, totals, self.startup.init).items():
@@ -675,7 +727,9 @@ def _all_ops(body) -> list:
     """Every norm and turbine in a main line: in stages, their branches and fullflows too."""
     out = []
     for op in body:
-        if isinstance(op, Stage):
+        if isinstance(op, Stage) and op.is_group:
+            out += _all_ops(op.ops)
+        elif isinstance(op, Stage):
             for s in op.ops:
                 if isinstance(s, Fullflow):
                     out += ([s.norm] if s.norm else []) + [o for b in s.branches for o in b.ops]

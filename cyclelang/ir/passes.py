@@ -24,13 +24,13 @@ class Totals:
 
 
 def merge_totals(body) -> Totals:
+    """Counted over every instance that runs: a nested stage's repeats multiply out."""
     merges = layers = deep = 0
-    for op in body:
-        if isinstance(op, ir.Stage):
-            returning = [b for b in op.branch_list() if not b.overboard]
-            merges += op.repeat * len(returning)
-            layers += op.repeat if returning else 0
-            deep += op.repeat if any(isinstance(b.merge, ir.DeepnormMerge) for b in returning) else 0
+    for op, n in ir.leaf_stages(body):
+        returning = [b for b in op.branch_list() if not b.overboard]
+        merges += n * len(returning)
+        layers += n if returning else 0
+        deep += n if any(isinstance(b.merge, ir.DeepnormMerge) for b in returning) else 0
     return Totals(merges, layers, deep)
 
 
@@ -66,7 +66,9 @@ def map_branches(body: list, fn) -> list:
     is replaced by `fn(prechamber)`; everything else is kept as it is."""
     out = []
     for op in body:
-        if isinstance(op, ir.Stage):
+        if isinstance(op, ir.Stage) and op.is_group:
+            op = op.model_copy(update=dict(ops=map_branches(op.ops, fn)))
+        elif isinstance(op, ir.Stage):
             ops = []
             for s in op.ops:
                 if isinstance(s, ir.Prechamber):
@@ -154,7 +156,8 @@ class _Scaler:
 
 
 def shrink(spec: ir.Spec, width: int | None = None, depth: int | None = None) -> ir.Spec:
-    """The spec at chamber width `width` with every repeated stage repeated `depth` times.
+    """The spec at chamber width `width` with every repeated stage repeated `depth` times
+    (the stages on the main line; the stages nested in them keep their repeats).
 
     Every width-like dimension is multiplied by width / chamber width (heads kept where
     they still divide, hidden widths kept in proportion); stages that repeat get `depth`

@@ -263,15 +263,20 @@ def _stage_facts(a: Analysis, stage: ast.Stage) -> str:
         return ""
     e = spec.engine
     with ir.layout.held(e):
-        parts = [p for p in ir.layout.layout(e).parts() if p.stage is not None and p.stage.span is not None
-                 and p.stage.span.file == a.display and p.stage.span.line == stage.span.line and p.stage.name == (stage.name.name)]
+        lay = ir.layout.layout(e)
+        sl = next((sl for sl in lay.all_stages() if sl.stage.span is not None and sl.stage.span.file == a.display
+                   and sl.stage.span.line == stage.span.line and sl.stage.name == stage.name.name), None)
+        if sl is None:
+            return ""
+        # a stage's parts, a group's: its stages' (each instance of the group runs them all)
+        parts = [p for p in lay.parts() if p.spath == sl.path or p.spath.startswith(sl.path + ".")]
         if not parts:
             return ""
         n = e.feed.context
-        per = sum(p.params for p in parts)
-        flops = sum(sum(p.flops(n)) for p in parts)
-        rep = parts[0].repeat
-        path = ir.layout.stage_path(parts[0].first, rep)
+        per = sum(p.params * p.repeat for p in parts) // sl.count
+        flops = sum(sum(p.flops(n)) * p.repeat for p in parts) // sl.count
+        rep = sl.count
+        path = sl.path
     return (f"\n\n`{path}`: {per:,} parameters per instance" + (f", {per * rep:,} for all {rep}" if rep > 1 else "")
             + f"; {_si(flops)} forward FLOPs per token per instance at context {n}")
 

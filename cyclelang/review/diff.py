@@ -122,7 +122,8 @@ def _units(e: ir.Engine, lay) -> list[tuple[tuple, object]]:
 
 
 def _stage_parts(lay, sl) -> list[Part]:
-    return [p for p in lay.parts() if p.stage is sl.stage and p.stage_index == sl.index]
+    """A stage's parts; a group's: every part of the stages nested in it."""
+    return [p for p in lay.parts() if p.stage_index == sl.index and (p.spath == sl.path or p.spath.startswith(sl.path + "."))]
 
 
 def _numbers(parts: list[Part], e: ir.Engine) -> dict:
@@ -220,12 +221,15 @@ def _unit_alone(lay, e, u, status: str, stages: list, parts: dict) -> None:
     parts[status] += [_entry(p) for p in ps]
 
 
-def _key(p: Part) -> str:
+def _key(p: Part, lay) -> str:
     """How a part is matched inside a stage: its path in one instance; a merge by its branch
-    (a merge with parameters is named `mix.scale`, one without takes the branch's `mix`)."""
-    if p.kind.role == "merge" and p.branch is not None:
-        return f"{p.local.split('.')[0]} merge"
-    return p.local
+    (a merge with parameters is named `mix.scale`, one without takes the branch's `mix`). In a
+    group, the names of the stages it is nested in come first (`ssm_layer/mix.ssm`), so a
+    change of an inner repeat does not rename every part."""
+    local = f"{p.local.split('.')[0]} merge" if p.kind.role == "merge" and p.branch is not None else p.local
+    sl = next((sl for sl in lay.stages if sl.path == p.spath), None)
+    inner = "/".join(c.stage.name for c in sl.chain()[1:]) if sl is not None else ""
+    return f"{inner}/{local}" if inner else local
 
 
 def _same_kind(p: Part, q: Part) -> bool:
@@ -242,12 +246,20 @@ def _unit_pair(la, lb, ea, eb, x, y, stages: list, parts: dict) -> None:
     changes: list[str] = []
     if x.stage.repeat != y.stage.repeat:
         changes.append(f"repeated x{x.stage.repeat} → x{y.stage.repeat}")
-    by_a = {_key(p): p for p in pa}
-    by_b = {_key(p): p for p in pb}
-    gone = [p for p in pa if _key(p) not in by_b or not _same_kind(p, by_b[_key(p)])]
-    new = [p for p in pb if _key(p) not in by_a or not _same_kind(by_a[_key(p)], p)]
+
+    def nested(lay, top) -> dict[str, int]:  # the stages nested in a group, by their names below it: their repeats
+        return {"/".join(c.stage.name for c in sl.chain()[1:]): sl.stage.repeat for sl in lay.all_stages() if sl.parent is not None and sl.chain()[0] is top}
+
+    ra, rb = nested(la, x), nested(lb, y)
+    for name in [n for n in ra if n in rb and ra[n] != rb[n]]:
+        changes.append(f"stage {name} repeated x{ra[name]} → x{rb[name]}")
+    ka, kb = {id(p): _key(p, la) for p in pa}, {id(p): _key(p, lb) for p in pb}
+    by_a = {ka[id(p)]: p for p in pa}
+    by_b = {kb[id(p)]: p for p in pb}
+    gone = [p for p in pa if ka[id(p)] not in by_b or not _same_kind(p, by_b[ka[id(p)]])]
+    new = [p for p in pb if kb[id(p)] not in by_a or not _same_kind(by_a[kb[id(p)]], p)]
     for p in pa:
-        q = by_b.get(_key(p))
+        q = by_b.get(ka[id(p)])
         if q is None:
             continue
         if type(q.node) is type(p.node):

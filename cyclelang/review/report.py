@@ -142,17 +142,35 @@ def _analyze(e: ir.Engine, dtype_bytes: int) -> dict:
 
     by_role = {r: 0 for r in ROLES}
     stages: list[dict] = []
+    by_path = {sl.path: sl for sl in ir.layout.layout(e).all_stages()}
+    nested = any(sl.children for sl in by_path.values())
+    groups: dict[str, dict] = {}
     for p in ps:
         c = part_params(p)
         by_role[p.role] += c * p.repeat
-        if not stages or stages[-1]["_index"] != p.stage_index:
+        key = (p.stage_index, p.spath)
+        if not stages or stages[-1]["_index"] != key:
+            sl = by_path.get(p.spath)
+            for g in (sl.chain()[:-1] if sl is not None else []):  # a nested stage's groups: a row each, before their first stage
+                if g.path not in groups:
+                    groups[g.path] = {"name": g.stage.name, "path": g.path, "_index": None, "repeat": g.count, "per_instance": 0, "params": 0,
+                                      "by_role": {}, "depth": g.depth, "group": True}
+                    stages.append(groups[g.path])
             name, path = _stage_of(p)
-            stages.append({"name": name, "path": path, "_index": p.stage_index, "repeat": p.repeat, "per_instance": 0, "params": 0, "by_role": {}})
+            stages.append({"name": name, "path": path, "_index": key, "repeat": p.repeat, "per_instance": 0, "params": 0, "by_role": {}})
+            if nested:
+                stages[-1]["depth"] = sl.depth if sl is not None else 0
         s = stages[-1]
         s["per_instance"] += c
         s["params"] += c * p.repeat
         if c:
             s["by_role"][p.role] = s["by_role"].get(p.role, 0) + c * p.repeat
+        for g in (by_path[p.spath].chain()[:-1] if p.spath in by_path else []):
+            row = groups[g.path]
+            row["params"] += c * p.repeat
+            row["per_instance"] += c * p.repeat // g.count
+            if c:
+                row["by_role"][p.role] = row["by_role"].get(p.role, 0) + c * p.repeat
     for s in stages:
         del s["_index"]
     total = sum(by_role.values())
@@ -198,7 +216,7 @@ def _stage_of(p: Part) -> tuple[str, str]:
     """(the stage's name, its path) for the stage table: a stage's folded path; the
     feed, the nozzle and an engine-level op stand for themselves."""
     if p.stage is not None:
-        return p.stage.name, ir.layout.stage_path(p.first, p.repeat)
+        return p.stage.name, p.spath
     return {"feed": "feed", "head": "nozzle"}.get(p.path, "main"), p.path
 
 
@@ -337,9 +355,11 @@ def render_text(rep: dict) -> str:
     p, f, g, s = rep["params"], rep["flops_per_token"], rep["gradient"], rep["scaling"]
     out = [f"engine {rep['engine']}", ""]
     out.append(f"parameters: {p['total']:,} ({_si(p['total'])}), {p['non_embedding']:,} without the feed")
-    out.append(f"  {'stage':<16}{'path':<16}{'repeat':>7}{'per instance':>16}{'total':>16}")
+    out.append(f"  {'stage':<16}{'path':<{max([16] + [len(st['path']) + 2 for st in p['by_stage']])}}{'repeat':>7}{'per instance':>16}{'total':>16}")
+    wide = max([16] + [len(st["path"]) + 2 for st in p["by_stage"]])
     for st in p["by_stage"]:
-        out.append(f"  {st['name']:<16}{st['path']:<16}{'x' + str(st['repeat']):>7}{st['per_instance']:>16,}{st['params']:>16,}")
+        name = "  " * max(st.get("depth", 1) - 1, 0) + st["name"]  # a nested stage sits under its group
+        out.append(f"  {name:<16}{st['path']:<{wide}}{'x' + str(st['repeat']):>7}{st['per_instance']:>16,}{st['params']:>16,}")
     out.append("  by role: " + ", ".join(f"{r} {v:,}" for r, v in p["by_role"].items() if v))
     out.append(f"  mixers {p['mixer_share']:.1%} / reactors {p['reactor_share']:.1%} of the turbines' parameters")
     out.append("")

@@ -18,7 +18,7 @@ from typing import Callable
 from .. import ir
 from ..diagnostics import Diagnostic
 from .report import DTYPE_BYTES, _bytes, _state_bytes, decode_state_bytes, recurrent_kinds
-from .walk import Part, is_dead, merges_into_main_line, parts, stages
+from .walk import Part, groups, is_dead, merges_into_main_line, parts, stages
 
 
 
@@ -253,6 +253,8 @@ def no_mixer(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 
 def pre_ln_without_final_norm(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     last = e.body[-1] if e.body else None
+    if isinstance(last, ir.Stage) and last.is_group:
+        last = stages(e)[-1]  # the last layer a nested stage runs
     if not isinstance(last, ir.Stage) or not ir.stage_branches(last):
         return []
     if isinstance(last.ops[-1], ir.Norm):
@@ -397,6 +399,20 @@ def unwise_values(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     return out
 
 
+# --- N110: a nested stage that adds nothing -----------------------------------------------------
+
+
+def needless_nesting(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for g in groups(e):
+        if g.repeat == 1 and len(g.ops) == 1:
+            (inner,) = g.ops
+            out.append(_n("N110", f"stage '{g.name}' runs its one stage '{inner.name}' once: the nesting adds nothing", g.span,
+                          f"write stage '{inner.name}' in its place" + (f" (x {inner.repeat})" if inner.repeat > 1 else ""),
+                          ["a stage of stages pays off when it repeats a pattern of several stages, e.g. stage group x 4 { stage a x 3 {...} stage b {...} }"]))
+    return out
+
+
 Rule = Callable[[ir.Engine, ReviewConfig], list[Diagnostic]]
 
 RULES: tuple[Rule, ...] = (
@@ -417,10 +433,11 @@ RULES: tuple[Rule, ...] = (
     attention_scale_far_off,
     norm_offset_unusual,
     unwise_values,
+    needless_nesting,
 )
 
 # The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "N101", "N102", "N103")
+REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "N101", "N102", "N103", "N110")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:

@@ -20,7 +20,26 @@ def parts(engine: ir.Engine) -> Iterator[Part]:
 
 
 def stages(engine: ir.Engine) -> list[ir.Stage]:
-    return [op for op in engine.body if isinstance(op, ir.Stage)]
+    """Every stage of ops in source order, its `repeat` the number of times it runs: a stage
+    nested in groups has their repeats multiplied in, so a rule that counts layers counts the
+    flattened total (the stage a rule names keeps its span)."""
+    return [st if n == st.repeat else st.model_copy(update={"repeat": n}) for st, n in ir.leaf_stages(engine.body)]
+
+
+def groups(engine: ir.Engine) -> list[ir.Stage]:
+    """Every stage of stages (a nested stage), outermost first."""
+    out: list[ir.Stage] = []
+
+    def walk(st: ir.Stage) -> None:
+        if st.is_group:
+            out.append(st)
+            for sub in st.ops:
+                walk(sub)
+
+    for op in engine.body:
+        if isinstance(op, ir.Stage):
+            walk(op)
+    return out
 
 
 def attentions(engine: ir.Engine) -> list[tuple[ir.Attention, int]]:

@@ -229,6 +229,8 @@ class _Resolver:
         self.globals = Scope()
         self.templates: dict[str, ast.Template] = {}
         self.engines: list[ast.Engine] = []
+        self.template_stack: list[str] = []  # the templates being expanded, outermost first
+        self.engine_scope: Scope = self.globals  # what a template's body reads besides its parameters
 
     # top level ----------------------------------------------------------
     def module(self, m: ast.Module) -> ir.Spec | None:
@@ -346,10 +348,19 @@ class _Resolver:
         body: list = []
         stage_names: dict[str, ast.Ident] = {}
         w = width
+        self.engine_scope = full
+        layers = 0
         for item in body_items:
             if isinstance(item, ast.Stage):
                 st = self.stage(item, full, ctx, w, stage_names)
                 if st is not None:
+                    layers += sum(n for _, n in ir.leaf_stages([st]))
+                    if layers > ir.MAX_LAYERS:
+                        self.out.error("E0237", f"the engine runs {layers:,} stage instances by stage '{st.name}', above the limit of {ir.MAX_LAYERS:,}",
+                                       item.span, "nested repeats multiply: stage a x 100 { stage b x 1000 {...} } is 100,000 instances")
+                        st = None
+                        w = None
+                        continue
                     body.append(st)
                     w = st.width_out
             else:
@@ -503,11 +514,18 @@ class _Resolver:
         return ir.Startup(warmup=warmup, schedule=schedule, clip=clip, betas=betas, decay=decay, init=init, param=param, span=s.span)
 
     # stages ---------------------------------------------------------------
-    def stage(self, s: ast.Stage, scope, ctx: "_EngineCtx", w: int | None, names: dict) -> ir.Stage | None:
+    def stage(self, s: ast.Stage, scope, ctx: "_EngineCtx", w: int | None, names: dict, depth: int = 1) -> ir.Stage | None:
+        """A stage on the main line (depth 1) or nested in one. `scope` is where the stage is
+        written: its repeat and arguments read it, and so does an inline body; a template's body
+        reads its own parameters, then the engine's names, never the scope it is used in."""
         name = s.name
         template_name = None
         body = s.body
         body_scope = scope
+        if depth > ir.MAX_STAGE_DEPTH:
+            self.out.error("E0235", f"stages nest deeper than {ir.MAX_STAGE_DEPTH} levels", name.span,
+                           f"a stage holds stages {ir.MAX_STAGE_DEPTH - 1} levels down at most; fold the pattern into fewer levels")
+            return None
         if s.template is not None or s.body is None:
             tname = s.template if s.template is not None else s.name
             if s.body is not None:
@@ -520,12 +538,17 @@ class _Resolver:
                     hint = "a stage needs a body '{ ... }' or the name of a stage template"
                 self.out.error("E0103", f"unknown stage template '{tname.name}'", tname.span, hint)
                 return None
+            if t.name.name in self.template_stack:
+                chain = " -> ".join([*self.template_stack[self.template_stack.index(t.name.name):], t.name.name])
+                self.out.error("E0236", f"stage template '{t.name.name}' uses itself: {chain}", tname.span,
+                               "a template's stages are made from other templates, or written inline")
+                return None
             template_name = t.name.name
             params = self.bind_args(t, s, scope)
             if params is None:
                 return None
             body = t.body
-            body_scope = _Chain(Scope(params), scope)
+            body_scope = _Chain(Scope(params), self.engine_scope)
         elif s.args is not None:
             self.out.error("E0215", f"stage '{name.name}' has arguments but is not a template", s.span, "define the template at the top of the file: stage NAME(params) { ... }")
             return None
@@ -539,17 +562,35 @@ class _Resolver:
 
         ops: list = []
         prechamber_names: dict[str, ast.Ident] = {}
+        stage_names: dict[str, ast.Ident] = {}
         w_in = w
-        for item in body or ():
-            if isinstance(item, ast.Prechamber):
-                op = self.prechamber(item, body_scope, ctx, w, prechamber_names)
-            elif isinstance(item, ast.Fullflow):
-                op = self.fullflow(item, body_scope, ctx, w, prechamber_names)
-            else:
-                op = self.main_directive(item, body_scope, ctx, w)
-            if op is not None:
-                ops.append(op)
-                w = _out_width(op, w)
+        items = list(body or ())
+        inner = [i for i in items if isinstance(i, ast.Stage)]
+        if inner and len(inner) != len(items):
+            other = next(i for i in items if not isinstance(i, ast.Stage))
+            what = f"{other.keyword} {other.kind.name}" if isinstance(other, ast.Directive) and other.kind else (
+                f"prechamber '{other.name.name}'" if isinstance(other, ast.Prechamber) else "a fullflow")
+            self.out.error("E0234", f"stage '{name.name}' holds stages, so it cannot also hold {what}", other.span,
+                           f"a stage holds either stages or ops; move it into a stage of its own inside '{name.name}': stage NAME {{ ... }}")
+            return None
+        if template_name is not None:
+            self.template_stack.append(template_name)
+        try:
+            for item in items:
+                if isinstance(item, ast.Stage):
+                    op = self.stage(item, body_scope, ctx, w, stage_names, depth + 1)
+                elif isinstance(item, ast.Prechamber):
+                    op = self.prechamber(item, body_scope, ctx, w, prechamber_names)
+                elif isinstance(item, ast.Fullflow):
+                    op = self.fullflow(item, body_scope, ctx, w, prechamber_names)
+                else:
+                    op = self.main_directive(item, body_scope, ctx, w)
+                if op is not None:
+                    ops.append(op)
+                    w = _out_width(op, w)
+        finally:
+            if template_name is not None:
+                self.template_stack.pop()
         if w_in is None or w is None or repeat is None:
             return None
         if repeat > 1 and w != w_in:

@@ -92,8 +92,8 @@ def _coords(model, spec: ir.Spec):
     for sl in lay.stages:
         for b in sl.branches():
             folded = f"{sl.path}.{b.attr}"
-            for r in range(sl.stage.repeat):
-                mod = getattr(model.stages[sl.first + r], b.attr)
+            for inst in sl.instances():
+                mod = getattr(model.get_submodule(inst), b.attr)
                 if not b.branch.overboard:
                     handles += branch_hooks(mod, lambda m, a, out, _k=(folded, "branch"): put(_k, out))
                 for part in b.ops:

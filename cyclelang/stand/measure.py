@@ -26,32 +26,32 @@ DECODE_TOKENS = 12  # positions compared in the KV-cache check
 
 @dataclass
 class BranchSite:
-    stage: int  # index into model.stages
+    stage: str  # the stage instance's path ("stages.3", nested "stages.1.stages.2")
     attr: str  # attribute on the stage module
     br: ir.Prechamber
 
     @property
     def path(self) -> str:
-        return f"stages.{self.stage}.{self.attr}"
+        return f"{self.stage}.{self.attr}"
 
 
 @dataclass
 class StageSite:
-    index: int
+    index: int  # the layer's place in the order the layers run (a nested engine's flattened index)
     name: str
     branches: list[BranchSite]
+    path: str  # the instance's module path
 
-    @property
-    def path(self) -> str:
-        return f"stages.{self.index}"
+    def module(self, model):
+        return model.get_submodule(self.path)
 
 
 def sites(spec: ir.Spec) -> list[StageSite]:
-    """Every stage instance and its branches, named by the IR's layout (the model's paths)."""
+    """Every instance of a stage of ops, in the order they run, and its branches, named by the
+    IR's layout (the model's paths; a nested stage's instances are its groups' too)."""
     out = []
-    for sl in ir.layout.layout(spec).stages:
-        for i in range(sl.first, sl.first + sl.stage.repeat):
-            out.append(StageSite(i, sl.stage.name, [BranchSite(i, b.attr, b.branch) for b in sl.branches()]))
+    for i, (path, sl) in enumerate(ir.layout.layout(spec).layers()):
+        out.append(StageSite(i, sl.stage.name, [BranchSite(path, b.attr, b.branch) for b in sl.branches()], path))
     return out
 
 
@@ -99,7 +99,7 @@ class Recorder:
         self.branch_io: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
         self.handles.append(model.feed.register_forward_hook(self._feed))
         for s in stage_sites:
-            mod = model.stages[s.index]
+            mod = s.module(model)
             self.handles.append(mod.register_forward_pre_hook(self._stage_in(s.index)))
             self.handles.append(mod.register_forward_hook(self._stage_out(s.index)))
             for b in s.branches:
@@ -154,8 +154,8 @@ def static_fire(model, spec: ir.Spec, idx: torch.Tensor, targets: torch.Tensor):
 
     readings = []
     for k, s in enumerate(stage_sites):
-        prefix = f"stages.{s.index}."
-        mod = model.stages[s.index]
+        prefix = f"{s.path}."
+        mod = s.module(model)
         pg = {name[len(prefix):]: _norm(g) for name, g in g_par.items() if name.startswith(prefix)}
         branches = []
         for b in s.branches:
@@ -197,7 +197,7 @@ def check_detach(model, spec: ir.Spec, idx, targets) -> Check:
                 where.append(f"{b.path} passes {m:.3g} back into its input")
             worst = max(worst, m)
         if b.br.overboard and b.br.loss is None:
-            ps = [p for p in getattr(model.stages[s.index], b.attr).parameters() if p.requires_grad]
+            ps = [p for p in getattr(s.module(model), b.attr).parameters() if p.requires_grad]
             if ps:
                 gs = torch.autograd.grad(loss, ps, retain_graph=True, allow_unused=True)
                 m = max((0.0 if g is None else float(g.abs().max())) for g in gs)

@@ -29,6 +29,7 @@ def _gmean(values: list[float]) -> float | None:
 
 
 def pressure_readings(spec: ir.Spec, firing: Firing) -> dict[str, dict[str, float]]:
+    by_path = {s.path: s for s in firing.stages}
     by_stage: dict[str, list] = {}
     for s in firing.stages:
         by_stage.setdefault(s.stage, []).append(s)
@@ -40,8 +41,10 @@ def pressure_readings(spec: ir.Spec, firing: Firing) -> dict[str, dict[str, floa
             out[table][path] = v
 
     for sl in ir.layout.layout(spec).stages:
-        got = by_stage.get(sl.stage.name, [])
-        groups = [(sl.path, got)] + [(sl.instance(r), got[r : r + 1]) for r in range(sl.stage.repeat)]
+        got = [by_path.get(path) for path in sl.instances()]
+        if not all(r is not None and r.stage == sl.stage.name for r in got):  # fired at another depth (a scale model): by name, in order
+            got = by_stage.get(sl.stage.name, [])
+        groups = [(sl.path, got)] + [(sl.instance(r), got[r : r + 1]) for r in range(sl.count)]
         for path, rs in groups:
             put("chain", path, [r.grad_in for r in rs])
             if rs:

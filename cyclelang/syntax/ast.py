@@ -113,7 +113,7 @@ class Fullflow:
 
 
 BranchItem = Directive  # norm, turbine or merge
-StageItem = Union[Prechamber, Fullflow, Directive]
+StageItem = Union[Prechamber, Fullflow, Directive, "Stage"]  # a Stage inside a stage: a nested stage
 
 
 @dataclass(frozen=True)

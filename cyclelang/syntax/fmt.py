@@ -93,24 +93,30 @@ class _Printer:
         if isinstance(item, ast.Let):
             self.top(ind, item)
         elif isinstance(item, ast.Stage):
-            head = f"stage {item.name.name}"
-            if item.template is not None:
-                head += f" = {item.template.name}"
-            if item.args is not None:
-                head += "(" + ", ".join((f"{a.name.name}=" if a.name else "") + expr_text(a.value) for a in item.args) + ")"
-            if item.repeat is not None:
-                head += f" x {expr_text(item.repeat)}"
-            if item.body is None:
-                self.emit(ind, head, item.span.line, item.span.end_line)
-            else:
-                self.block(ind, head, item.span, item.body, item.close, self.stage_item)
+            self.stage(ind, item)
         elif isinstance(item, ast.Startup):
             self.block(ind, "startup", item.span, item.body, item.close, self.startup_item)
         else:
             self.directive(ind, item)
 
+    def stage(self, ind: int, item: ast.Stage) -> None:
+        """A stage in an engine, or nested in a stage."""
+        head = f"stage {item.name.name}"
+        if item.template is not None:
+            head += f" = {item.template.name}"
+        if item.args is not None:
+            head += "(" + ", ".join((f"{a.name.name}=" if a.name else "") + expr_text(a.value) for a in item.args) + ")"
+        if item.repeat is not None:
+            head += f" x {expr_text(item.repeat)}"
+        if item.body is None:
+            self.emit(ind, head, item.span.line, item.span.end_line)
+        else:
+            self.block(ind, head, item.span, item.body, item.close, self.stage_item)
+
     def stage_item(self, ind: int, item) -> None:
-        if isinstance(item, ast.Prechamber):
+        if isinstance(item, ast.Stage):
+            self.stage(ind, item)
+        elif isinstance(item, ast.Prechamber):
             self.block(ind, f"prechamber {item.name.name}{_options(item.options)}", item.span, item.body, item.close, self.directive)
         elif isinstance(item, ast.Fullflow):
             head = "fullflow" + (f" {item.name.name}" if item.name else "")

@@ -34,7 +34,7 @@ KEYWORD_HOMES = {
     "feed": "inside an engine",
     "nozzle": "inside an engine",
     "startup": "inside an engine",
-    "stage": "at the top of a file (a template) or inside an engine",
+    "stage": "at the top of a file (a template), inside an engine or inside a stage (a nested stage)",
     "prechamber": "inside a stage or a fullflow",
     "fullflow": "inside a stage",
     "norm": "inside an engine, a stage, a fullflow or a prechamber",
@@ -165,7 +165,7 @@ def _check_size_and_nesting(text: str, file: str, sources: dict) -> None:
         if ch in "{(":
             depth += 1
             if depth > MAX_NESTING:
-                raise CycleError([Diagnostic("E0011", "error", f"nesting deeper than {MAX_NESTING} levels", _span_at(file, text, i), "blocks nest at most engine > stage > fullflow > prechamber; simplify the expression")], sources)
+                raise CycleError([Diagnostic("E0011", "error", f"nesting deeper than {MAX_NESTING} levels", _span_at(file, text, i), "blocks nest at most engine > stage (> nested stages) > fullflow > prechamber; simplify the expression")], sources)
         else:
             depth = max(depth - 1, 0)
 
@@ -398,6 +398,8 @@ class _Builder:
         return ast.Arg(None, self.expr(value), self.span(t))
 
     def stage_item(self, t: Tree):
+        if t.data == "stage":  # a nested stage
+            return self.stage(t)
         if t.data == "prechamber":
             return self.prechamber(t)
         if t.data == "fullflow":

@@ -742,7 +742,7 @@ class Scene:
     # -- annotate -----------------------------------------------------------------------------
 
     def sparkline(self, sl: StageLayout):
-        vals = [self.readings.get("chain", {}).get(sl.instance(r)) for r in range(sl.stage.repeat)]
+        vals = [self.readings.get("chain", {}).get(sl.instance(r)) for r in range(sl.count)]
         vals = [v for v in vals if v is not None]
         if len(vals) < 2:
             return None

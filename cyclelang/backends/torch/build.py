@@ -180,11 +180,21 @@ def summary_text(spec: ir.Spec, model) -> str:
     info = param_summary(spec, model)
     lines = [f"engine {e.name}: {info['total']:,} parameters"]
     lines.append(f"  chamber: (B, T<={e.feed.context}, {e.width}), throat {e.throat}, vocab {e.feed.vocab}")
-    for op in e.body:
-        if isinstance(op, ir.Stage):
-            n = info["stages"].get(op.name, 0)
-            each = f" ({n // op.repeat:,} each)" if op.repeat > 1 else ""
-            lines.append(f"  stage {op.name} x{op.repeat}: {n:,}{each}")
+    lay = ir.layout.layout(engine_spec(spec))
+    per_stage: dict[str, int] = {}  # folded stage path -> parameters of all its instances (a group's: its stages')
+    seen = set()
+    for name, prm in model.named_parameters():
+        part = lay.part_of(name)
+        if id(prm) in seen or part is None or not part.spath:
+            continue
+        seen.add(id(prm))
+        for sl in lay.all_stages():
+            if part.spath == sl.path or part.spath.startswith(sl.path + "."):
+                per_stage[sl.path] = per_stage.get(sl.path, 0) + prm.numel()
+    for sl in lay.all_stages():
+        n, op = per_stage.get(sl.path, 0), sl.stage
+        each = f" ({n // sl.count:,} each)" if sl.count > 1 else ""
+        lines.append(f"  {'  ' * (sl.depth - 1)}stage {op.name} x{sl.count}: {n:,}{each}")
     roles = info["roles"]
     for r in (*ROLES, "other"):
         if r in roles or r in ("feed", "nozzle"):

@@ -257,7 +257,7 @@ from torch.nn import functional as F""")
         w("class Config:")
         with self.out.indent():
             w('"""Every size of the model: each module is built from these, so a smaller or larger')
-            depth = next((f", {sp.n.name}=2" for sp in self.p.stages if sp.n is not None), "")
+            depth = next((f", {sp.n.name}=2" for sp in self.p.all_stages() if sp.n is not None), "")
             w(f"model is a different Config (`Model(Config(width={e.width // 2}{depth}))`). Defaults are the")
             w(f'spec\'s; __post_init__ refuses sizes that break the spec\'s own constraints."""')
             w()
@@ -329,6 +329,8 @@ from torch.nn import functional as F""")
     def names(self) -> dict[str, str]:
         p = self.p
         out = {"feed": "Feed"}
+        for sp in p.groups:
+            out[sp.path] = sp.cls
         for sp in p.stages:
             out[sp.path] = sp.cls
             for b in sp.branches():

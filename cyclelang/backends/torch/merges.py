@@ -148,10 +148,11 @@ class Totals:
                 k = weight(sp)
                 if not k:
                     continue
-                if sp.n is None:
+                counts = [c.n.own for c in sp.chain() if c.n is not None]  # a nested stage runs in every instance of its groups
+                if not counts:
                     const += k
                 else:
-                    terms.append(sp.n.own if k == 1 else f"{k} * {sp.n.own}")
+                    terms.append(" * ".join(([] if k == 1 else [str(k)]) + counts))
             if const or not terms:
                 terms.append(str(max(const, 1)))
             return " + ".join(terms)
@@ -176,7 +177,7 @@ def merge_sizes(p: Plan) -> None:
     totals = Totals(p)
     for sp in p.stages:
         for b in sp.branches():
-            b.margs = {"width": p.sizes.width(b.br.width, (sp.stage.name, b.attr))}
+            b.margs = {"width": p.sizes.width(b.br.width, (sp.key, b.attr))}
             if b.br.merge is not None:
                 b.margs.update(merge_emitter(b.br.merge).sizes(b.br.merge, b, p.sizes, totals))
     if p.engine.startup.init.kind == "normal":

@@ -7,7 +7,9 @@ from ... import ir
 from .emitters import emitter
 from .merges import merge_emitter
 from .plan import MoeVariant, OpPlan, Plan, StagePlan
-from .stages import stage_params
+from contextlib import ExitStack
+
+from .stages import instances, module_list, stage_call, stage_params
 from .writer import Writer, comment, doc_tag, num
 
 
@@ -46,7 +48,7 @@ def learning_rate(out: Writer, p: Plan) -> None:
 
 def overboard(p: Plan) -> list[tuple[str, float | None]]:
     """(instance path, loss weight or None) of every overboard branch, instance by instance."""
-    return [(f"stages.{i}.{b.attr}", b.br.loss) for sp in p.stages for i in range(sp.first, sp.first + sp.stage.repeat)
+    return [(f"{inst}.{b.attr}", b.br.loss) for sp in p.stages for inst in sp.layout.instances()
             for b in sp.branches() if b.br.overboard]
 
 
@@ -66,8 +68,7 @@ def model_class(out: Writer, p: Plan) -> None:
         with out.constructor("config=None"):
             w("self.config = config = config or Config()")
             w("self.feed = Feed(config)" + comment(e.feed.span, "token embedding", "tanks and pumps"), e.feed.span)
-            parts = [f"[{sp.cls}(config) for _ in range({sp.n})]" if sp.n is not None else f"[{sp.cls}(config)]" for sp in p.stages]
-            w("self.stages = nn.ModuleList(" + " + ".join(parts) + ")  # one entry per stage instance")
+            w("self.stages = " + module_list(p.top))
             for it in p.main:
                 if isinstance(it, OpPlan):
                     x = emitter(it.op)
@@ -118,22 +119,34 @@ def mup_tables(out: Writer, p: Plan) -> None:
         for row in ir.mup.table(e):
             w(f"{row['path']!r}: {row['rule']!r},")
     w("}")
-    stages = " + ".join(f"({sl.path!r},) * {sl.stage.repeat}" for sl in lay.stages) or "()"
-    w(f"MUP_STAGES = {stages}  # instance i -> its stage's folded path")
+    nested = bool(p.groups)
+    if not nested:
+        stages = " + ".join(f"({sl.path!r},) * {sl.stage.repeat}" for sl in lay.top) or "()"
+        w(f"MUP_STAGES = {stages}  # instance i -> its stage's folded path")
+    else:
+        def table(sls) -> str:
+            return " + ".join(f"(({sl.path!r}, {table(sl.children) if sl.children else None}),) * {sl.stage.repeat}" for sl in sls)
+        w(f"MUP_STAGES = {table(lay.top)}  # instance i -> (its stage's folded path, its nested stages' table)")
     for what in ("init", "lr", "decay"):
         w(f"MUP_{what.upper()} = {{" + ", ".join(f"{r!r}: {num(getattr(rule, what))}" for r, rule in rs.items()) + "}")
     w(f"MUP_READOUT = {num(ir.mup.readout_mult(e))}  # logits x 1/m (MuReadout)")
     out.blank(2)
     w("def mup_rule(name, p):")
     with out.indent():
-        out.block('''
-"""The μP rule of parameter `name`: its part's, or "vector" for biases and gains."""
-if p.dim() < 2:
-    return "vector"
+        fold = ("""
 head, _, rest = name.partition(".")
 if head == "stages":
     i, _, rest = rest.partition(".")
-    name = f"{MUP_STAGES[int(i)]}.{rest}"
+    name = f"{MUP_STAGES[int(i)]}.{rest}\"""" if not nested else """
+table, prefix = MUP_STAGES, ""
+while table is not None and name.startswith("stages."):  # fold each level of the nested stages
+    i, _, name = name[len("stages.") :].partition(".")
+    prefix, table = table[int(i)]
+name = f"{prefix}.{name}" if prefix else name""")
+        out.block('''
+"""The μP rule of parameter `name`: its part's, or "vector" for biases and gains."""
+if p.dim() < 2:
+    return "vector"''' + fold + '''
 while name not in MUP_PARTS:
     name = name.rpartition(".")[0]
 return MUP_PARTS[name]''')
@@ -174,32 +187,26 @@ for module in self.modules():
 
 
 def merge_init(out: Writer, p: Plan, sp: StagePlan) -> None:
-    """The merges' own init rules for every instance of one stage."""
+    """The merges' own init rules for every instance of one stage (of every group it is nested in)."""
     lines: list[str] = []
     for b in sp.branches():
         if b.br.merge is not None:
             lines += merge_emitter(b.br.merge).init(b.br.merge, b, f"stage.{b.attr}")
     if not lines:
         return
-    st = sp.stage
-    if sp.n is not None:
-        out.line(f"for stage in {instances(p, sp)}:" + comment(st.span, f"block {st.name}", "stage"))
-        with out.indent():
-            for ln in lines:
-                out.line(ln)
-    else:
-        out.line(f"stage = self.stages[{sp.start}]" + comment(st.span, f"block {st.name}", "stage"))
+    container = "self.stages"
+    with ExitStack() as loops:
+        for k, c in enumerate(sp.chain()):
+            var = "stage" if c is sp else "group" if k == 0 else f"group{k + 1}"
+            st = c.stage
+            if c.n is not None:
+                out.line(f"for {var} in {instances(p, c, 'config', container)}:" + comment(st.span, f"block {st.name}", "stage"))
+                loops.enter_context(out.indent())
+            else:
+                out.line(f"{var} = {container}[{c.start}]" + comment(st.span, f"block {st.name}", "stage"))
+            container = f"{var}.stages"
         for ln in lines:
             out.line(ln)
-
-
-def instances(p: Plan, sp: StagePlan, cfg: str = "config") -> str:
-    """The stage's instances in model.stages: all of them where it is the only stage."""
-    if len(p.stages) == 1:
-        return "self.stages"
-    start = sp.start.replace("config.", f"{cfg}.")
-    n = str(sp.n).replace("config.", f"{cfg}.")
-    return f"self.stages[:{n}]" if start == "0" else f"self.stages[{start} : {start} + {n}]"
 
 
 def forward(out: Writer, p: Plan) -> None:
@@ -257,14 +264,7 @@ B, T = idx.size()''')
         w("aux = {}" + ("  # auxiliary outputs: MoE balance losses, auxiliary heads" if any("aux" in stage_params(sp) for sp in p.stages) else ""))
         for it in p.main:
             if isinstance(it, StagePlan):
-                st = it.stage
-                args = ", ".join(stage_params(it))
-                if it.n is not None:
-                    w(f"for stage in {instances(p, it, 'self.config')}:" + comment(st.span, f"block {st.name}", "stage"), st.span)
-                    with out.indent():
-                        w(f"x = stage({args})")
-                else:
-                    w(f"x = self.stages[{it.start.replace('config.', 'self.config.')}]({args})" + comment(st.span, f"block {st.name}", "stage"), st.span)
+                stage_call(out, p, it)
             else:
                 x = emitter(it.op)
                 w(f"x = {x.call(it, 'self', 'x')}" + comment(it.op.span, *x.phrase(it.op, "engine")), it.op.span)

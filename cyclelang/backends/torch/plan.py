@@ -10,15 +10,13 @@ tables the model keeps.
 
 from __future__ import annotations
 
-import math
-
 import builtins
 import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Iterator, Union
 
 from ... import ir
-from ...ir.layout import BranchLayout, Layout, Names, Part, layout
+from ...ir.layout import BranchLayout, Layout, Names, Part, StageLayout, layout
 from .config import WIDTH, Sizes
 from .runtime import names as runtime_names
 from .writer import camel, where
@@ -181,15 +179,32 @@ class FullflowPlan:
 class StagePlan:
     stage: ir.Stage
     cls: str
-    first: int  # index of the first instance in model.stages
-    items: list  # OpPlan | BranchPlan | FullflowPlan, in source order
-    path: str  # "stages.0-11"
+    first: int  # index of the first instance in model.stages (nested: in its group's `stages`)
+    items: list  # OpPlan | BranchPlan | FullflowPlan, in source order; a group's: its stages' StagePlans
+    path: str  # "stages.0-11"; nested: "stages.0-3.stages.0-2"
     n: object = None  # config.Ref of its repeat count (None: one instance)
     start: str = "0"  # its first instance's index, over the config's counts
     branch_plans: list[BranchPlan] = field(default_factory=list)  # every branch in source order, fullflows' included
+    parent: "StagePlan | None" = None  # the group it is nested in
+    layout: StageLayout | None = None
+    key: str = ""  # its name in config field names (`lower_n_head`): the stage's, qualified where two share one
 
     def branches(self) -> list[BranchPlan]:
         return self.branch_plans
+
+    @property
+    def children(self) -> list["StagePlan"]:
+        """A group's stages; [] for a stage of ops."""
+        return [it for it in self.items if isinstance(it, StagePlan)]
+
+    @property
+    def siblings(self) -> int:
+        """How many stages share its container (the model's `stages`, or its group's)."""
+        return len(self.parent.children) if self.parent is not None else -1
+
+    def chain(self) -> list["StagePlan"]:
+        """Its groups from the outermost, then itself."""
+        return ([] if self.parent is None else self.parent.chain()) + [self]
 
     def ops(self) -> Iterator[OpPlan]:
         """Every op of the stage: stage-level ones and fullflow valves in source order, then the branches'."""
@@ -207,8 +222,9 @@ class Plan:
     engine: ir.Engine
     layout: Layout
     file: str  # the spec's base name, for comments
-    stages: list[StagePlan] = field(default_factory=list)
+    stages: list[StagePlan] = field(default_factory=list)  # every stage of ops, nested ones included, in source order
     main: list = field(default_factory=list)  # StagePlan | OpPlan in body order
+    groups: list[StagePlan] = field(default_factory=list)  # every stage of stages, outermost first
     ropes: list[tuple[int, float]] = field(default_factory=list)  # (dims, base) per rotary table
     turbine_classes: dict[Variant, str] = field(default_factory=dict)  # variant -> class name, in order of first use
     sizes: Sizes | None = None  # the Config's fields and what reads them
@@ -219,6 +235,24 @@ class Plan:
     @property
     def causal(self) -> bool:
         return self.engine.throat == "causal"
+
+    def all_stages(self) -> list[StagePlan]:
+        """Every stage plan, groups included, each group before the stages nested in it."""
+        out: list[StagePlan] = []
+
+        def walk(sp: StagePlan) -> None:
+            out.append(sp)
+            for c in sp.children:
+                walk(c)
+
+        for sp in self.top:
+            walk(sp)
+        return out
+
+    @property
+    def top(self) -> list[StagePlan]:
+        """The stages on the main line: the entries of model.stages, group by group."""
+        return [it for it in self.main if isinstance(it, StagePlan)]
 
     @property
     def turbine_order(self) -> list[Variant]:
@@ -274,18 +308,28 @@ def make_plan(spec: ir.Spec) -> Plan:
     kinds = variants()
     p.sizes = sizes = Sizes(e)
     scope: tuple[str, ...] = ()
-    repeated = [sl for sl in lay.stages if sl.stage.repeat > 1]
-    counts: list[str] = []
-    for sl in lay.stages:  # each stage's depth is a field: n_layer where one stage repeats, else n_{stage}
-        start = " + ".join(counts) or "0"
+    every = lay.all_stages()  # groups before the stages nested in them
+    repeated = [sl for sl in every if sl.stage.repeat > 1]
+    names = [sl.stage.name for sl in every]
+    plans: dict[int, StagePlan] = {}
+    counts: dict[int, list[str]] = {}  # per container (a group's id, or 0 for the model): its stages' counts so far
+    for sl in every:  # each stage's depth is a field: n_layer where one stage repeats, else n_{stage}
+        parent = plans[id(sl.parent)] if sl.parent is not None else None
+        key = sl.stage.name if names.count(sl.stage.name) == 1 or parent is None else f"{parent.key}_{sl.stage.name}"
+        held = counts.setdefault(id(sl.parent) if sl.parent is not None else 0, [])
+        start = " + ".join(held) or "0"
         if sl.stage.repeat > 1:
-            name = "n_layer" if len(repeated) == 1 else f"n_{sl.stage.name}"
-            n = sizes.named(name, sl.stage.repeat, f"instances of stage {sl.stage.name}")
-            counts.append(str(n))
+            name = "n_layer" if len(repeated) == 1 else f"n_{key}"
+            within = f" in each {parent.stage.name}" if parent is not None else ""
+            n = sizes.named(name, sl.stage.repeat, f"instances of stage {sl.stage.name}{within}")
+            held.append(str(n))
         else:
             n = None
-            counts.append("1")
-        p.stages.append(StagePlan(sl.stage, "", sl.first, [], sl.path, n, start))
+            held.append("1")
+        sp = StagePlan(sl.stage, "", sl.first, [], sl.path, n, start, parent=parent, layout=sl, key=key)
+        plans[id(sl)] = sp
+        if parent is not None:
+            parent.items.append(sp)
 
     def op(part: Part) -> OpPlan:
         v = kinds[type(part.node)].of(part.node, p.causal) if type(part.node) in kinds else None
@@ -296,17 +340,20 @@ def make_plan(spec: ir.Spec) -> Plan:
         return OpPlan(part.node, part.local.rsplit(".", 1)[-1], part.path, v, p.turbine_class(v) if v else "",
                       p.rope_index(part.node, args), scale, args)
 
-    stage_plans, p.stages = p.stages, []
-    for sl, sp in zip(lay.stages, stage_plans):  # the stages first, then the main line's own ops: class and table order
+    for sl in every:  # the stages first, then the main line's own ops: class and table order
+        sp = plans[id(sl)]
         sp.cls = classes.fresh(camel(sl.stage.name) or "Stage")
-        scope = (sl.stage.name,)
+        if sl.children:
+            p.groups.append(sp)
+            continue
+        scope = (sp.key,)
 
         def branch(b: BranchLayout) -> BranchPlan:
             nonlocal scope
             cls = classes.fresh(sp.cls + (camel(b.branch.name) or "Branch"))
-            scope = (sl.stage.name, b.attr)
+            scope = (sp.key, b.attr)
             bp = BranchPlan(b.branch, b.attr, cls, [op(o) for o in b.ops], f"{sl.path}.{b.attr}", b.merge, b.fullflow is not None)
-            scope = (sl.stage.name,)
+            scope = (sp.key,)
             sp.branch_plans.append(bp)
             return bp
 
@@ -319,9 +366,8 @@ def make_plan(spec: ir.Spec) -> Plan:
                 norm = op(it.norm) if it.norm is not None else None
                 sp.items.append(FullflowPlan(it.fullflow, norm, [branch(b) for b in it.branches]))
         p.stages.append(sp)
-    stages = iter(p.stages)
     scope = ()
-    p.main = [op(it) if isinstance(it, Part) else next(stages) for it in lay.main]
+    p.main = [op(it) if isinstance(it, Part) else plans[id(it)] for it in lay.main]
     p.head_width = sizes.width(e.nozzle.width, ())  # asked before the names are given (merge_sizes resolves)
     f = e.feed
     if f.scale != 1.0:
@@ -332,7 +378,7 @@ def make_plan(spec: ir.Spec) -> Plan:
     if f.dropout > 0:
         sizes.named("feed_dropout", f.dropout, "dropout on the embeddings", "float")
     if ir.mup.is_mup(e):  # the μP tables are written for the spec's width and depths
-        for r in [WIDTH] + [sp.n for sp in p.stages if sp.n is not None]:
+        for r in [WIDTH] + [sp.n for sp in [*p.groups, *p.stages] if sp.n is not None]:
             value = e.width if r is WIDTH else r.value
             sizes.check(lambda r=r, value=value: f"{r.own} == {value}",
                         lambda r=r, value=value: f"{r.name} ({{{r.own}}}) must stay {value} under μP: MUP_PARTS was computed for the spec's sizes; change the spec and rebuild")

@@ -119,14 +119,23 @@ def branch_line(out: Writer, branches: list[BranchPlan], inp: str, span, phrase:
         out.line(merge_line(merged, inp) + comment(span, *phrase), span)
 
 
-def stage_class(out: Writer, sp: StagePlan) -> None:
+def class_head(out: Writer, sp: StagePlan, what: str = "", word: str = "stage") -> None:
+    """`class Block(nn.Module):` and its docstring: the block, how often it repeats, `what` it holds."""
     st, w = sp.stage, out.line
     rep = f", repeated config.{sp.n.name} times" if sp.n is not None else ""
+    if sp.parent is not None and sp.n is not None:
+        rep += f" in each {sp.parent.stage.name}"
     w(f"class {sp.cls}(nn.Module):", st.span)
+    tmpl = f", from template {st.template}" if st.template else ""
     with out.indent():
-        tmpl = f", from template {st.template}" if st.template else ""
-        w(f'"""One `{st.name}` block{rep}{doc_tag(st.span, "stage" + tmpl)}."""')
+        w(f'"""One `{st.name}` block{rep}{what}{doc_tag(st.span, word + tmpl)}."""')
         w()
+
+
+def stage_class(out: Writer, sp: StagePlan) -> None:
+    st, w = sp.stage, out.line
+    class_head(out, sp)
+    with out.indent():
         with out.constructor("config"):
             if any(merge_emitter(b.br.merge).main(b.br.merge) for b in sp.branches() if b.br.merge is not None):
                 alpha = next(b.margs["alpha"] for b in sp.branches() if "alpha" in b.margs)
@@ -159,9 +168,60 @@ def stage_class(out: Writer, sp: StagePlan) -> None:
 
 
 def stage_params(sp: StagePlan) -> list[str]:
-    """The stage forward's parameters: x, then only what its ops and branches take."""
-    used = {i for o in sp.ops() for i in o.inputs} | ({"aux"} if any(b.br.overboard for b in sp.branches()) else set())
+    """The stage forward's parameters: x, then only what its ops and branches take (a group's:
+    what its stages take)."""
+    if sp.children:
+        used = {i for c in sp.children for i in stage_params(c)}
+    else:
+        used = {i for o in sp.ops() for i in o.inputs} | ({"aux"} if any(b.br.overboard for b in sp.branches()) else set())
     return ["x"] + [i for i in INPUTS if i in used]
+
+
+def instances(p: Plan, sp: StagePlan, cfg: str = "config", container: str = "self.stages") -> str:
+    """The stage's instances in `container` (model.stages, or its group's stages): all of them
+    where it is the only stage there."""
+    if (len(p.top) if sp.parent is None else len(sp.parent.children)) == 1:
+        return container
+    start = sp.start.replace("config.", f"{cfg}.")
+    n = str(sp.n).replace("config.", f"{cfg}.")
+    return f"{container}[:{n}]" if start == "0" else f"{container}[{start} : {start} + {n}]"
+
+
+def module_list(plans: list[StagePlan]) -> str:
+    """`nn.ModuleList(...)` of these stages' instances, in order."""
+    parts = [f"[{sp.cls}(config) for _ in range({sp.n})]" if sp.n is not None else f"[{sp.cls}(config)]" for sp in plans]
+    return "nn.ModuleList(" + " + ".join(parts) + ")  # one entry per stage instance"
+
+
+def stage_call(out: Writer, p: Plan, sp: StagePlan) -> None:
+    """The forward's lines that run one stage's instances on x (a loop where it repeats)."""
+    st, w = sp.stage, out.line
+    args = ", ".join(stage_params(sp))
+    if sp.n is not None:
+        w(f"for stage in {instances(p, sp, 'self.config')}:" + comment(st.span, f"block {st.name}", "stage"), st.span)
+        with out.indent():
+            w(f"x = stage({args})")
+    else:
+        w(f"x = self.stages[{sp.start.replace('config.', 'self.config.')}]({args})" + comment(st.span, f"block {st.name}", "stage"), st.span)
+
+
+def group_class(out: Writer, p: Plan, sp: StagePlan) -> None:
+    """A stage of stages: its stages' instances in a ModuleList, run in order."""
+    w = out.line
+    inner = ", ".join(c.stage.name + (f" x config.{c.n.name}" if c.n is not None else "") for c in sp.children)
+    class_head(out, sp, f": the stages {inner} in turn", "nested stage")
+    with out.indent():
+        with out.constructor("config"):
+            if any(c.n is not None for c in sp.children) and len(sp.children) > 1:
+                w("self.config = config  # the stages' counts")
+            w("self.stages = " + module_list(sp.children))
+        w()
+        w(f"def forward(self, {signature(stage_params(sp))}):")
+        with out.indent():
+            for c in sp.children:
+                stage_call(out, p, c)
+            w("return x")
+    out.blank(2)
 
 
 def fullflow_line(out: Writer, ff: FullflowPlan) -> None:
@@ -173,9 +233,18 @@ def fullflow_line(out: Writer, ff: FullflowPlan) -> None:
 
 
 def classes(out: Writer, p: Plan) -> None:
-    """Every stage's branch classes, then the stage's own class, in source order."""
-    for sp in p.stages:
+    """Every stage's branch classes, then the stage's own class, in source order; a group's
+    class after its stages'."""
+    def write(sp: StagePlan) -> None:
+        if sp.children:
+            for c in sp.children:
+                write(c)
+            group_class(out, p, sp)
+            return
         for b in sp.branches():
             if not inline(b):
                 branch_class(out, b)
         stage_class(out, sp)
+
+    for sp in p.top:
+        write(sp)

@@ -403,13 +403,13 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
     if fsdp and tp and not {"dp", "tp"} <= set(names):
         raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' and 'tp'")
 
-    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn
-        head, _, rest = path.partition(".")
-        index, _, tail = rest.partition(".")
-        if head != "stages" or "-" not in index:
-            return [path]
-        first, last = (int(i) for i in index.split("-"))
-        return [f"stages.{i}" + (f".{tail}" if tail else "") for i in range(first, last + 1)]
+    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
+        parts = path.split(".")
+        for k, part in enumerate(parts):
+            if k and parts[k - 1] == "stages" and "-" in part:
+                first, last = (int(i) for i in part.split("-"))
+                return [q for i in range(first, last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
+        return [path]
 
     def mlps_of(module, path):
         if hasattr(module, "experts"):
