@@ -42,6 +42,9 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ("A throat on the main line",
      "The narrowest width on the main path caps what the engine can carry past it.",
      ["throat"]),
+    ("Per-layer patterns: stages of stages",
+     "A pattern of layers that repeats (local and global attention in turn, a layer type every k-th layer) is written once, as a nested stage, and stays folded in the IR, the diagram and the generated model.",
+     ["striped"]),
 ]
 
 # Each spec's concept: (the engine reading, the network reading), in the project's words.
@@ -218,6 +221,17 @@ CONCEPTS: dict[str, tuple[str, str]] = {
         "two more blocks: whatever the later blocks do, they see at most 64 numbers per position of what came before, "
         "as with an autoencoder's latent or a LoRA rank. The reviewer reports the narrowest width on the main path (N102).",
     ),
+    "striped": (
+        "A stage of stages: the engine repeats a set of stages, as a multistage turbopump repeats its rotor and stator set. "
+        "Each set is three short-reach injectors and one full injector whose combustor splits the flow among four expert "
+        "chambers; six sets make the engine. The diagram draws the set once, a frame inside a frame, each with its badge "
+        "(x6 around it, x3 on the local stage). Every merge starts cool at 0.02/sqrt(48): the count is over all 24 layers.",
+        "Three sliding-window layers (each query sees the last 128 tokens) then one global layer with a top-2 MoE, six times: "
+        "`stage stripe x 6 { stage local = local_layer(window=128) x 3  stage global {...} }`. The generated model has a "
+        "`Stripe` class whose `stages` hold three `Local` and one `Global`, a loop over `config.n_stripe` in the model and "
+        "over `config.n_local` in the stripe; parameters are named `stages.5.stages.3.burn.moe...`. The static report counts "
+        "the KV cache each layer needs: the last 128 positions in the 18 local layers, the whole context in the 6 global ones.",
+    ),
 }
 
 ROLE_HEADS = {  # table columns: the role and its engine part
@@ -326,6 +340,7 @@ def param_table(rep: dict, stage_names: set[str]) -> list[str]:
             continue
         name = st["name"]
         shown = f"`{name}`" if name in stage_names or name not in PSEUDO_STAGES else f"*{PSEUDO_STAGES[name]}*"
+        shown = "↳ " * max(st.get("depth", 1) - 1, 0) + shown  # a nested stage, under its group
         cells = [shown, str(st["repeat"]), _n(st["per_instance"])]
         cells += [_n(st["by_role"].get(r, 0)) if st["by_role"].get(r, 0) else "" for r in roles]
         cells.append(_n(st["params"]))

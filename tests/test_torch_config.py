@@ -129,8 +129,16 @@ def test_half_width_two_layers_builds_and_trains_a_step(path):
     torch.manual_seed(0)
     model = mod.Model(config).train()
     assert model.feed.tok.weight.shape == (256, base.width // 2)
-    full = sum(op.repeat for op in cyclelang.load(path).engine.body if op.op == "stage")
-    assert len(model.stages) == full - sum(getattr(base, k) for k in depth) + sum(depth.values())
+    from cyclelang.backends.torch.plan import make_plan
+
+    def count(sps):  # the instances of these stages in the changed config
+        return sum(depth[sp.n.name] if sp.n is not None else 1 for sp in sps)
+
+    plan = make_plan(cyclelang.load(path))
+    assert len(model.stages) == count(plan.top)
+    for sp in (g for g in plan.groups if g.parent is None):  # a nested stage (striped): each group instance holds its stages'
+        groups = [m for m in model.stages if type(m).__name__ == sp.cls]
+        assert groups and all(len(g.stages) == count(sp.children) for g in groups)
     opt, sched = model.configure_optimizer()
     idx = torch.randint(0, 256, (2, 12))
     before = [p.detach().clone() for p in model.parameters()]
