@@ -3,7 +3,8 @@
 Hypothesis draws specs from the grammar's constructs, wider than the front-end fuzzer's:
 every turbine kind of the kinds table (the ones without an entry below get their
 defaults, so a new kind is fuzzed the day it lands), every merge with its options,
-detached and overboard branches, fullflows, Post-LN valves, main-line turbines, every
+detached and overboard branches, fullflows, Post-LN valves, main-line turbines (and, in a
+second campaign, a nested stage: a group of one or two stages, repeated), every
 feed, nozzle and init choice, and option values up to the edges of their ranges. Each
 spec either ends in errors from the front end, or it must:
 
@@ -123,6 +124,15 @@ def specs(draw) -> str:
     return "engine fz {\n  " + "\n  ".join(lines) + "\n}\n"
 
 
+@st.composite
+def nested_specs(draw) -> str:
+    """A spec whose stages sit in a group (a nested stage): one or two stages, the group repeated."""
+    text = draw(specs())
+    inner = "  ".join(draw(stage(f"n{k}")) for k in range(draw(st.integers(1, 2))))
+    group = f"stage grp {draw(st.sampled_from(['', 'x 2', 'x 3']))} {{ {inner} }}"
+    return text.replace("\n  nozzle head", f"\n  {group}\n  nozzle head", 1)
+
+
 class Tally:
     """What the campaign saw, for docs/reliability.md (printed with -s)."""
 
@@ -192,6 +202,16 @@ def test_the_campaign_exercised_the_back_end():
     print(f"\nback-end fuzz: {Tally.tried} specs, {Tally.refused} refused by check, {Tally.built} built and run, "
           f"{Tally.warned_nonfinite} non-finite at init (each with a warning), "
           f"{Tally.warned_degenerate} numerically degenerate in the causal or cache check (each with a warning)")
+
+
+@settings(max_examples=EXAMPLES // 5 * SCALE, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(text=nested_specs())
+def test_every_nested_spec_that_passes_check_builds_runs_and_decodes(text):
+    """The same holds with a nested stage at the end of the main line (after the campaign's tally)."""
+    torch.set_num_threads(1)
+    assert "stage grp" in text
+    run_one(text)
 
 
 KNOWN_CRASHERS = {

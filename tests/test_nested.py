@@ -354,6 +354,87 @@ def test_mup_rules_fold_every_level():
         assert rn(name, p) == rf(rename(name, m), params[rename(name, m)]), name
 
 
+# --- random patterns: any nesting equals its flattening ---------------------------------------
+
+BODIES = {
+    "attn": "prechamber mix { norm rmsnorm  turbine attention heads=2 rotary  merge cooling }",
+    "window": "prechamber mix { norm layernorm  turbine attention heads=4 kv_heads=2 window=3 }",
+    "mlp": "prechamber burn { norm rmsnorm  turbine mlp ratio=2 act=swiglu  merge layerscale }",
+    "moe": "prechamber burn { norm rmsnorm  turbine moe experts=3 top=2 hidden=16  merge cooling }",
+    "ssm": "prechamber mix { norm rmsnorm  turbine ssm heads=2 state=4 chunk=4 }",
+    "conv": "prechamber mix { turbine conv size=3  merge rezero init=0.5 }",
+    "post": "prechamber mix { turbine mlp ratio=1 }  norm layernorm",
+    "deep": "prechamber mix { turbine attention heads=2  merge deepnorm }  norm layernorm",
+}
+
+
+def _pattern_text(tree, nest: bool) -> str:
+    """tree: [(name, repeat, body-key or [subtree])]; nested as written, or flattened (groups copied out)."""
+    out = []
+
+    def emit(items, prefix, indent):
+        for name, rep, body in items:
+            if isinstance(body, list):
+                if nest:
+                    out.append(f"{indent}stage {name} x {rep} {{")
+                    emit(body, prefix, indent + "  ")
+                    out.append(f"{indent}}}")
+                else:
+                    for r in range(rep):
+                        emit(body, f"{prefix}{name}{r}_", indent)
+            else:
+                out.append(f"{indent}stage {prefix if not nest else ''}{name} x {rep} {{ {BODIES[body]} }}")
+
+    emit(tree, "", "  ")
+    return "engine fz {\n  chamber width=16\n  throat causal\n  feed tokens vocab=31 context=16\n" + "\n".join(out) + "\n  norm rmsnorm\n  nozzle head\n}\n"
+
+
+def _patterns():
+    from hypothesis import strategies as st
+
+    leaf = st.tuples(st.integers(1, 2), st.sampled_from(sorted(BODIES)))
+
+    @st.composite
+    def level(draw, depth):
+        items = []
+        for i in range(draw(st.integers(1, 2))):
+            if depth < 3 and draw(st.booleans()):
+                items.append((f"g{depth}{i}", draw(st.integers(1, 2)), draw(level(depth + 1))))
+            else:
+                rep, body = draw(leaf)
+                items.append((f"s{depth}{i}", rep, body))
+        return items
+
+    @st.composite
+    def tree(draw):
+        return [("top", draw(st.integers(2, 3)), draw(level(2)))]
+
+    return tree()
+
+
+def test_random_nested_patterns_equal_their_flattening_bit_for_bit():
+    from hypothesis import given, settings
+
+    @settings(max_examples=12, deadline=None, derandomize=True, database=None)
+    @given(tree=_patterns())
+    def check(tree):
+        n, f = cyclelang.parse(_pattern_text(tree, True)), cyclelang.parse(_pattern_text(tree, False))
+        assert ir.layout.layout(n.engine).instance_count() == ir.layout.layout(f.engine).instance_count()
+        merges = lambda s: {json.dumps(b.merge.model_dump(), sort_keys=True) for st, _ in ir.leaf_stages(s.engine.body) for b in st.branch_list()}
+        assert merges(n) == merges(f)  # the derived values (cooling's std, DeepNet's alpha and beta, LayerScale's start) count every layer
+        mn, mf = perturbed(build(n, seed=0)), build(f, seed=1)
+        m = layer_map(n, f)
+        mf.load_state_dict({rename(k, m): v for k, v in mn.state_dict().items()}, strict=True)
+        idx = torch.randint(0, 31, (2, 9), generator=torch.Generator().manual_seed(0))
+        ln, lossn = mn(idx, idx)
+        lf, lossf = mf(idx, idx)
+        assert torch.equal(ln, lf) and torch.equal(lossn, lossf)
+        mn.eval()
+        assert torch.equal(mn.generate(idx[:, :3], 5, temperature=0), mn.generate(idx[:, :3], 5, temperature=0, use_cache=False))
+
+    check()
+
+
 # --- what reads the layout: interop, the stand, the report, the diff, the language server -----
 
 
