@@ -598,3 +598,17 @@ def test_a_nested_stage_renders(tmp_path):
     r = CliRunner().invoke(main, ["draw", str(tmp_path / "nested.cycle"), "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_expanded_nested_stage_draws_each_group_instance_with_its_stages_folded_inside():
+    s = cyclelang.parse(NESTED.replace("stage group x 4", "stage group x 2"))
+    ns = nodes(to_dot(s, expand=True))
+    frames = {classes(a)[1]: rect(a) for a in ns.values() if classes(a)[:1] == ["frame"]}
+    assert set(frames) == {"stages.0", "stages.1", "stages.0.stages.0-2", "stages.0.stages.3", "stages.1.stages.0-2", "stages.1.stages.3"}
+    for g in ("stages.0", "stages.1"):
+        gx0, gy0, gx1, gy1 = frames[g]
+        for inner in (f"{g}.stages.0-2", f"{g}.stages.3"):
+            x0, y0, x1, y1 = frames[inner]
+            assert gx0 < x0 and x1 < gx1 and gy0 < y0 and y1 < gy1, inner
+    dot = to_dot(s, expand=True)
+    assert ">1/2<" in dot and ">2/2<" in dot and ">×3<" in dot  # the groups unrolled, their stages folded

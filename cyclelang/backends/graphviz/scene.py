@@ -416,11 +416,12 @@ class Scene:
         b.neg, b.pos = 6, COL_GAP + self.across(t)
         return b
 
-    def stage_block(self, sl: StageLayout, r: int | None, depth: int = 0) -> Block:
+    def stage_block(self, sl: StageLayout, r: int | None, depth: int = 0, within: str | None = None) -> Block:
         """One frame: the header (name, a large ×N badge, a sparkline when annotated), then its
-        items along the main line, branches beside it."""
+        items along the main line, branches beside it. A nested stage is drawn folded inside the
+        frame of its group's instance `within` (its path: that instance's, then its own range)."""
         st = sl.stage
-        path = sl.path if r is None else sl.instance(r)
+        path = f"{within}.{ir.layout.stage_path(sl.first, st.repeat)}" if within is not None else sl.path if r is None else sl.instance(r)
         b = Block(width_in=st.width_in, path=path)
         # the header: on the branch side, at the frame's far end (TB) or above the branches (LR)
         name = self.tag("stage", st.name, muted=False, key="stage", size=STAGE_TITLE, bold=True)
@@ -447,7 +448,7 @@ class Scene:
             elif isinstance(it, FullflowLayout):
                 inner = self.fullflow_block(it, path, cur_w, r)
             elif isinstance(it, StageLayout):  # a nested stage: a frame inside the frame
-                inner = self.stage_block(it, None, depth + 1)
+                inner = self.stage_block(it, None, depth + 1, within=path)
                 cur_w = inner.width_out
             else:  # pragma: no cover
                 raise TypeError(type(it).__name__)
@@ -502,7 +503,7 @@ class Scene:
         if depth == 0:  # a little main line outside the frame at each end, so frames never touch
             b = b.shifted(GAP / 2, 0)
             b.length += GAP
-        self.fill_main(b, sl, r)
+        self.fill_main(b, sl, r, path)
         self.vent_outside(b)
         return b
 
@@ -537,10 +538,10 @@ class Scene:
         b.wires += inner.wires
         b.frames += inner.frames
 
-    def fill_main(self, b: Block, sl: StageLayout, r: int | None) -> None:
+    def fill_main(self, b: Block, sl: StageLayout, r: int | None, path: str | None = None) -> None:
         """The main line through the frame: from u=0 to the frame's end, between the pieces
         already on it (a series op's box is not crossed), carrying the chamber's width."""
-        path = sl.path if r is None else sl.instance(r)
+        path = path or (sl.path if r is None else sl.instance(r))
         stops = sorted(((x.u - self.along(x) / 2, x.u + self.along(x) / 2, x) for x in b.boxes
                         if abs(x.v) < 1e-6 and x.shape not in ("text",)), key=lambda s: (s[0], s[1]))
         u, w = 0.0, sl.stage.width_in
