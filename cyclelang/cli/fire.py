@@ -34,7 +34,7 @@ class Progress:
 @click.command()
 @spec_paths
 @click.option("--width", type=click.IntRange(min=1), default=None, help="Fire a scale model at this chamber width (heads and hidden widths follow).")
-@click.option("--depth", type=click.IntRange(min=1), default=None, help="Repeat every repeated stage this many times.")
+@click.option("--depth", type=click.IntRange(min=1), default=None, help="Repeat every repeated stage on the main line this many times (the stages nested in them keep their repeats).")
 @click.option("--seq", type=click.IntRange(min=1), default=None, help="Tokens per sequence [default: 64, or the context if shorter].")
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=4, show_default=True, help="Sequences per batch.")
 @seed_option(0, "Seeds the weights, the tokens and training.")
