@@ -604,3 +604,20 @@ def test_fmt_round_trips_nested_stages():
     assert cyclelang.parse(once).model_dump() == cyclelang.parse(messy).model_dump()
     tidy = format_text(nested(2, 2))
     assert format_text(tidy) == tidy and cyclelang.parse(tidy).model_dump() == cyclelang.parse(nested(2, 2)).model_dump()
+
+
+def test_a_repeated_group_is_counted_by_its_own_name_not_n_layer():
+    """`stage pair x 13 { stage local {...} stage global {...} }`: 13 pairs, 26 layers; the field says pairs."""
+    text = TEMPLATE + engine(f"""
+  stage pair x 3 {{
+    stage local = local_block(heads=4)
+    stage global {GLOBAL_BODY}
+  }}""")
+    src = codegen(cyclelang.parse(text))
+    assert "n_pair: int = 3  # instances of stage pair" in src and "n_layer" not in src
+    assert "self.stages = nn.ModuleList([Pair(config) for _ in range(config.n_pair)])" in src
+    assert "x = self.stages[0](" in src and "x = self.stages[1](" in src  # the pair's two layers, no count to read
+    mod = load_source(src, "pairs")
+    small = mod.Model(mod.Config(n_pair=2))
+    assert len(small.stages) == 2 and all(len(p.stages) == 2 for p in small.stages)
+    assert small.config.cooling_std == 0.02 / (2 * 2 * 2) ** 0.5

@@ -169,8 +169,8 @@ class Part:
     group: str  # the parameter group: a branch's path for its ops and merge, else the part's own path
     stage: ir.Stage | None  # None for the feed, the nozzle and engine-level ops
     stage_index: int  # position on the main line (feed -1, nozzle len(body))
-    first: int  # the stage's first instance in model.stages (-1 outside stages)
-    repeat: int
+    first: int  # the stage's first instance in model.stages, nested: in its group's `stages` (-1 outside stages)
+    repeat: int  # how many times it runs in all: its stage's repeat times the repeats of the groups around it
     width: int  # the width where the part sits (a merge: its branch's)
     branch: ir.Prechamber | None = None
     fullflow: ir.Fullflow | None = None
@@ -309,8 +309,6 @@ class Layout:
                 sl.items.append(self._stage(sub, index, k, sl))
                 k += sub.repeat
             return sl
-        self.stages.append(None)  # its place in source order, before the stages nested after it
-        place = len(self.stages) - 1
         attrs = Names()
         branch_attr = {id(b): attrs.fresh(b.name) for b in st.branch_list()}  # the spec's names first, as spelled
         kinds = []
@@ -355,7 +353,7 @@ class Layout:
                 items.append(part(s, a, f"{spath}.{a}", w))
                 w = ir.out_width(s, w)
         sl = StageLayout(st, index, first, spath, items, parent, count)
-        self.stages[place] = sl
+        self.stages.append(sl)  # a stage of ops holds no stages: appended when made, it is in source order
         return sl
 
     # --- queries -------------------------------------------------------------------------

@@ -313,13 +313,13 @@ def make_plan(spec: ir.Spec) -> Plan:
     names = [sl.stage.name for sl in every]
     plans: dict[int, StagePlan] = {}
     counts: dict[int, list[str]] = {}  # per container (a group's id, or 0 for the model): its stages' counts so far
-    for sl in every:  # each stage's depth is a field: n_layer where one stage repeats, else n_{stage}
+    for sl in every:  # each stage's depth is a field: n_layer where one stage (of ops) repeats, else n_{stage}
         parent = plans[id(sl.parent)] if sl.parent is not None else None
         key = sl.stage.name if names.count(sl.stage.name) == 1 or parent is None else f"{parent.key}_{sl.stage.name}"
         held = counts.setdefault(id(sl.parent) if sl.parent is not None else 0, [])
         start = " + ".join(held) or "0"
         if sl.stage.repeat > 1:
-            name = "n_layer" if len(repeated) == 1 else f"n_{key}"
+            name = "n_layer" if len(repeated) == 1 and not sl.children else f"n_{key}"  # a group's count is not a layer count
             within = f" in each {parent.stage.name}" if parent is not None else ""
             n = sizes.named(name, sl.stage.repeat, f"instances of stage {sl.stage.name}{within}")
             held.append(str(n))
