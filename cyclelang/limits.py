@@ -2,7 +2,9 @@
 
 The front end's limits live where they are checked (file size, nesting and name
 length in `syntax.parser`, include depth, repeat count and sizes in
-`semantics.resolve`); this module gathers them for documentation and tests, and
+`semantics.resolve`, how deep stages nest and how many stage instances an engine
+runs in all, nested repeats multiplied out, in `ir.nodes`, which the resolver asks
+too); this module gathers them for documentation and tests, and
 adds the one limit that needs the whole IR: the total parameter count. The PyTorch
 back-end calls `check_parameters` before it allocates anything, so a spec that
 asks for a trillion weights gets a diagnostic instead of an out-of-memory kill;
@@ -23,6 +25,8 @@ from __future__ import annotations
 from . import ir
 from .diagnostics import CycleError, Diagnostic
 
+MAX_STAGE_DEPTH = ir.MAX_STAGE_DEPTH  # E0235
+MAX_LAYERS = ir.MAX_LAYERS  # E0237
 MAX_PARAMETERS = 2_000_000_000  # 8 GB of fp32 weights before a single activation
 
 

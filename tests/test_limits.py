@@ -1,7 +1,8 @@
 """Every limit gives one clear, located error, just past the limit and not at it.
 
 The limits: file size 1 MiB (E0010), nesting 32 (E0011), name length 128 (E0012),
-include depth 16 (E0111), repeat 10,000 (E0216), sizes and numbers in range
+include depth 16 (E0111), repeat 10,000 (E0216), stages nested 4 deep (E0235) and
+100,000 stage instances in all (E0237), sizes and numbers in range
 (E0205, E0210), and the parameter estimate that `build` checks (E0219, lifted by
 --allow-large). Zero, negative, 1e30 and not-a-number values are refused where a
 size is expected.
@@ -150,6 +151,37 @@ def test_repeat_counts(repeat, code):
 
 def test_repeat_limit_message_names_the_limit():
     assert f"{MAX_REPEAT}" in message_of(engine(stage("mlp", str(MAX_REPEAT + 1))), "E0216")
+
+
+# --- nested stages: depth and instances in all -----------------------------------------------------
+
+
+def nest(depth: int, repeats: list[str] | None = None) -> str:
+    """`depth` stages, each inside the one before, the innermost holding a prechamber."""
+    repeats = repeats or ["1"] * depth
+    text = "prechamber p { turbine mlp ratio=1 }"
+    for d in reversed(range(depth)):
+        text = f"stage s{d} x {repeats[d]} {{ {text} }}"
+    return "  " + text
+
+
+def test_stage_nesting_limit():
+    from cyclelang.limits import MAX_STAGE_DEPTH
+
+    assert codes_of(engine(nest(MAX_STAGE_DEPTH), width="8")) == []
+    assert codes_of(engine(nest(MAX_STAGE_DEPTH + 1), width="8")) == ["E0235"]
+    assert f"deeper than {MAX_STAGE_DEPTH} levels" in message_of(engine(nest(MAX_STAGE_DEPTH + 1), width="8"), "E0235")
+
+
+def test_stage_instances_in_all_limit():
+    from cyclelang.limits import MAX_LAYERS
+
+    assert MAX_LAYERS == 100_000
+    assert codes_of(engine(nest(2, ["100", "1000"]), width="8")) == []  # 100 x 1000: exactly the limit
+    assert codes_of(engine(nest(2, ["101", "1000"]), width="8")) == ["E0237"]
+    assert codes_of(engine(nest(3, ["10", "100", "101"]), width="8")) == ["E0237"]
+    two = engine(nest(2, ["100", "600"]) + "\n" + nest(2, ["100", "401"]).replace("s0", "t0").replace("s1", "t1"), width="8")
+    assert codes_of(two) == ["E0237"] and "by stage 't0'" in message_of(two, "E0237")  # counted over every stage of the engine
 
 
 # --- sizes and numbers ---------------------------------------------------------------------------
