@@ -62,7 +62,9 @@ class LatentAttentionEmitter(OpEmitter):
 Keys and values are expanded from one RMS-normalised latent per position (kv_a_proj,
 kv_b_proj), so the cache keeps the latent and a rotary key shared by the heads, not
 heads x head_dim x 2. Each head's query and key are [nope | rope]: positions reach only
-the decoupled rotary part, rotated in adjacent pairs.{" Queries pass through a latent too." if v.q_latent else ""}
+the decoupled rotary part, rotated in adjacent pairs.{" Queries pass through a latent too." if v.q_latent else ""}{"""
+Decoding one token reads the cache as it is: the query absorbs kv_b_proj's key half and
+the output its value half (DeepSeek-V2's absorbed form), so the past is never expanded.""" if v.causal else ""}
 """''')
             w()
             params = ["width", "heads", "head_dim", "rotary_dims", "v_dim", "latent"] + (["q_latent"] if v.q_latent else []) + ["eps", "bias"] + (["scale"] if v.scaled else [])
@@ -94,6 +96,16 @@ c = self.kv_a_layernorm(c)[:, None]  # (B, 1, T, latent): what the cache keeps
 q_rope, k_rope = apply_rotary_interleaved(q_rope, *rope), apply_rotary_interleaved(k_rope[:, None], *rope)  # k_rope: (B, 1, T, rd)''')
                 if v.causal:
                     out.nested("if cache is not None:", "c, k_rope = cache.extend(self, c, k_rope)  # (B, 1, S, latent), (B, 1, S, rd): the latent past, then these T")
+                    scale = "self.scale" if v.scaled else "(self.head_dim + self.rotary_dims) ** -0.5"
+                    w("if cache is not None and T == 1:  # decoding: absorbed, so the latent past is read as it is, never expanded")
+                    with out.indent():
+                        out.block(f'''
+w_uk, w_uv = self.kv_b_proj.weight.view(self.heads, self.head_dim + self.v_dim, self.latent).split([self.head_dim, self.v_dim], dim=1)
+q = torch.cat((q_nope @ w_uk, q_rope), dim=-1)  # (B, nh, 1, latent + rd): q_nope . (W_uk c) = (q_nope W_uk) . c
+k = torch.cat((c, k_rope), dim=-1).expand(-1, self.heads, -1, -1)  # (B, nh, S, latent + rd): one key for every head
+y = F.scaled_dot_product_attention(q, k, c.expand(-1, self.heads, -1, -1), scale={scale})  # (B, nh, 1, latent)
+y = y @ w_uv.transpose(1, 2)  # (B, nh, 1, v_dim): W_uv applied after the weighted sum
+return self.o_proj(y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim))''')
                 out.block('''
 S = c.size(2)
 k_nope, v = self.kv_b_proj(c[:, 0]).view(B, S, self.heads, -1).transpose(1, 2).split([self.head_dim, self.v_dim], dim=-1)
@@ -106,7 +118,6 @@ k = torch.cat((k_nope, k_rope.expand(-1, self.heads, -1, -1)), dim=-1)  # (B, nh
                 else:
                     out.nested("if S == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v, is_causal=True{sc})  # (B, nh, T, v_dim)")
                     if v.causal:
-                        out.nested("elif T == 1:  # one query after the cache may see every key", f"{sdpa}(q, k, v{sc})")
                         out.nested("else:  # T new queries after S - T cached positions", f"{sdpa}(q, k, v, attn_mask=causal_mask(T, S, x.device){sc})")
                 w("y = y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim)  # (B, T, nh * v_dim)")
                 w("return self.o_proj(y)")

@@ -88,6 +88,8 @@ class LatentAttention(nn.Module):
     kv_b_proj), so the cache keeps the latent and a rotary key shared by the heads, not
     heads x head_dim x 2. Each head's query and key are [nope | rope]: positions reach only
     the decoupled rotary part, rotated in adjacent pairs.
+    Decoding one token reads the cache as it is: the query absorbs kv_b_proj's key half and
+    the output its value half (DeepSeek-V2's absorbed form), so the past is never expanded.
     """
 
     def __init__(self, width, heads, head_dim, rotary_dims, v_dim, latent, eps, bias):
@@ -109,14 +111,19 @@ class LatentAttention(nn.Module):
         q_rope, k_rope = apply_rotary_interleaved(q_rope, *rope), apply_rotary_interleaved(k_rope[:, None], *rope)  # k_rope: (B, 1, T, rd)
         if cache is not None:
             c, k_rope = cache.extend(self, c, k_rope)  # (B, 1, S, latent), (B, 1, S, rd): the latent past, then these T
+        if cache is not None and T == 1:  # decoding: absorbed, so the latent past is read as it is, never expanded
+            w_uk, w_uv = self.kv_b_proj.weight.view(self.heads, self.head_dim + self.v_dim, self.latent).split([self.head_dim, self.v_dim], dim=1)
+            q = torch.cat((q_nope @ w_uk, q_rope), dim=-1)  # (B, nh, 1, latent + rd): q_nope . (W_uk c) = (q_nope W_uk) . c
+            k = torch.cat((c, k_rope), dim=-1).expand(-1, self.heads, -1, -1)  # (B, nh, S, latent + rd): one key for every head
+            y = F.scaled_dot_product_attention(q, k, c.expand(-1, self.heads, -1, -1), scale=(self.head_dim + self.rotary_dims) ** -0.5)  # (B, nh, 1, latent)
+            y = y @ w_uv.transpose(1, 2)  # (B, nh, 1, v_dim): W_uv applied after the weighted sum
+            return self.o_proj(y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim))
         S = c.size(2)
         k_nope, v = self.kv_b_proj(c[:, 0]).view(B, S, self.heads, -1).transpose(1, 2).split([self.head_dim, self.v_dim], dim=-1)
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, nh, T, hd + rd)
         k = torch.cat((k_nope, k_rope.expand(-1, self.heads, -1, -1)), dim=-1)  # (B, nh, S, hd + rd)
         if S == T:  # no cache: the plain causal mask
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, v_dim)
-        elif T == 1:  # one query after the cache may see every key
-            y = F.scaled_dot_product_attention(q, k, v)
         else:  # T new queries after S - T cached positions
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, S, x.device))
         y = y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim)  # (B, T, nh * v_dim)
