@@ -319,19 +319,45 @@ def bench_expander(args, torch):
     del ours, hf
     gc.collect()
     for name in ("expander", "gpt2"):
-        model = cyclelang.build(cyclelang.parse(spec_text(name, FLAT)), seed=0).eval()
-        Cache = sys.modules[type(model).__module__].Cache
-        with torch.no_grad():
-            cache, nxt, ts = Cache(), torch.zeros(1, 1, dtype=torch.long), []
-            for _ in range(4096):
-                t0 = time.perf_counter()
-                logits = model(nxt, cache=cache)
-                ts.append(time.perf_counter() - t0)
-                nxt = logits[:, -1].argmax(-1, keepdim=True)
-        first, last = median(ts[32:96]), median(ts[-64:])
-        res[name] = {"ms_first": 1000 * first, "ms_last": 1000 * last, "growth": last / first, "state_bytes": cache.nbytes()}
-        print(f"  decode {name}: {1000 * first:.3f} ms per token around token 64, {1000 * last:.3f} ms around 4096 (x{last / first:.2f})", flush=True)
+        res[name] = decode_growth(name, cyclelang.build(cyclelang.parse(spec_text(name, FLAT)), seed=0).eval(), args, torch)
+        d = res[name]
+        print(f"  decode {name}: {d['ms_first']:.3f} ms per token around token 64, {d['ms_last']:.3f} ms around 4096 (x{d['growth']:.2f})", flush=True)
     return res
+
+
+def decode_growth(name, model, args, torch, near=64, far=4096, steps=16):
+    """Per-token decoding time with the cache around token `near` and around token `far`.
+
+    Two caches are prefilled (in chunks of 512), one to `near` tokens and one to `far`; then
+    rounds alternate `steps` single-token steps on each (each round from the same cached
+    state: tokens near .. near + steps, far .. far + steps), so a change of the machine's load
+    during the run falls on both sides alike (timing token 64 early and token 4,096 minutes
+    later would measure the load as much as the model). growth: the median of the rounds'
+    ratios (far / near)."""
+    Cache = sys.modules[type(model).__module__].Cache
+    g = torch.Generator().manual_seed(0)
+    caches = {}
+    with torch.no_grad():
+        for n in (near, far):
+            cache, idx = Cache(), torch.randint(0, model.config.vocab_size, (1, n), generator=g)
+            for s in range(0, n, 512):
+                model(idx[:, s : s + 512], cache=cache)
+            caches[n] = cache
+        nxt = torch.zeros(1, 1, dtype=torch.long)
+        saved = {n: (c.pos, dict(c.state)) for n, c in caches.items()}
+
+        def run(n):
+            cache = caches[n]
+            cache.pos, cache.state = saved[n][0], dict(saved[n][1])  # back to `n` tokens: a KV buffer is rewritten in place, a state replaced
+            for _ in range(steps):
+                model(nxt, cache=cache)
+
+        for n in (near, far):  # a warm-up round on each
+            run(n)
+        rounds = max(args.rounds, 5) * 4
+        times = time_sides({"near": lambda: run(near), "far": lambda: run(far)}, rounds, 1)
+    first, last = median(times["near"]) / steps, median(times["far"]) / steps
+    return {"ms_first": 1000 * first, "ms_last": 1000 * last, "growth": ratio(times, "far", "near"), "state_bytes": caches[far].nbytes()}
 
 
 # --- memory ---------------------------------------------------------------------------------
