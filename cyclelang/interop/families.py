@@ -596,6 +596,43 @@ def _runs(pattern) -> list[tuple[object, int, int]]:
     return [tuple(r) for r in out]
 
 
+def _fold(pattern, first: int, pad: str) -> list[str]:
+    """Stage lines for consecutive layers pattern[0:], numbered from `first`: a run of one
+    layer kind is one stage `x N`; a run of two kinds in turn (MLP, experts) a nested stage."""
+    out, i = [], 0
+    while i < len(pattern):
+        run = 1
+        while i + run < len(pattern) and pattern[i + run] == pattern[i]:
+            run += 1
+        pairs = 0
+        while i + 2 * pairs + 1 < len(pattern) and pattern[i + 2 * pairs : i + 2 * pairs + 2] == pattern[i : i + 2] and pattern[i] != pattern[i + 1]:
+            pairs += 1
+        lo = first + i
+        if pairs >= 2 and 2 * pairs > run:
+            (m1, r1), (m2, r2) = pattern[i], pattern[i + 1]
+            out += [f"{pad}stage layers{lo}_{lo + 2 * pairs - 1} x {pairs} {{  # {m1} + {r1}, then {m2} + {r2}",
+                    f"{pad}  stage first = {m1}_{r1}", f"{pad}  stage second = {m2}_{r2}", f"{pad}}}"]
+            i += 2 * pairs
+            continue
+        name = f"layer{lo}" if run == 1 else f"layers{lo}_{lo + run - 1}"
+        out.append(f"{pad}stage {name} = {pattern[i][0]}_{pattern[i][1]}" + (f" x {run}" if run > 1 else ""))
+        i += run
+    return out
+
+
+def _jamba_body(a: "JambaFamily") -> list[str]:
+    """The engine's stages: a nested stage of the pattern's period (the two periods' lcm) repeated,
+    then the layers left over; each period's layers folded (`_fold`)."""
+    L = len(a.pattern)
+    period = next((p for p in range(1, L // 2 + 1) if all(a.pattern[i] == a.pattern[i % p] for i in range(L))), L)
+    blocks = L // period
+    if blocks < 2 or period == 1:
+        return _fold(a.pattern, 0, "  ")
+    lines = [f"  stage jamba_block x {blocks} {{  # layers 0-{blocks * period - 1}: {period} layers, {blocks} times",
+             *_fold(a.pattern[:period], 0, "    "), "  }"]
+    return lines + _fold(a.pattern[blocks * period:], blocks * period, "  ")
+
+
 def _jamba_text(a: JambaFamily, source: str) -> str:
     src = a.sources
     norm = f"norm rmsnorm eps={_num(a.eps)}"
@@ -609,10 +646,7 @@ def _jamba_text(a: JambaFamily, source: str) -> str:
     for m, r in dict.fromkeys(a.pattern):
         templates += [f"stage {m}_{r} {{", "  prechamber mix {", f"    {norm}", f"    {mixers[m]}", "  }",
                       "  prechamber burn {", f"    {norm}", f"    {reactors[r]}", "  }", "}", ""]
-    body = []
-    for (m, r), first, n in _runs(a.pattern):
-        name = f"layer{first}" if n == 1 else f"layers{first}_{first + n - 1}"
-        body.append(f"  stage {name} = {m}_{r}" + (f" x {n}" if n > 1 else ""))
+    body = _jamba_body(a)
     feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
     return "\n".join([
         *_header(a.family, source),
@@ -1069,7 +1103,13 @@ def _layer_list(engine: ir.Engine) -> list[list[tuple[ir.Norm, object]]]:
     if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm) or engine.body[-1].type != "rmsnorm":
         raise Unsupported("main line", "these families' decoders end with one rmsnorm on the main line, before the head")
     layers = []
-    for st in (op for op in engine.body if isinstance(op, ir.Stage)):
+
+    def walk(st: ir.Stage) -> None:  # the layers in the order they run: a nested stage's, group by group
+        if st.is_group:
+            for _ in range(st.repeat):
+                for inner in st.ops:
+                    walk(inner)
+            return
         pairs = []
         for b in st.ops:
             if not isinstance(b, ir.Prechamber) or b.detach or b.overboard or not isinstance(b.merge, (ir.PlainMerge, ir.CoolingMerge)):
@@ -1077,7 +1117,10 @@ def _layer_list(engine: ir.Engine) -> list[list[tuple[ir.Norm, object]]]:
             if len(b.ops) != 2 or not isinstance(b.ops[0], ir.Norm) or b.ops[0].type != "rmsnorm":
                 raise Unsupported(f"prechamber {b.name}", "each branch of these families is an rmsnorm, then its turbine")
             pairs.append((b.ops[0], b.ops[1]))
-        layers += [pairs] * st.repeat
+        layers.extend([pairs] * st.repeat)
+
+    for st in (op for op in engine.body if isinstance(op, ir.Stage)):
+        walk(st)
     if not layers:
         raise Unsupported("stages", "the engine has no layers")
     return layers
@@ -1099,7 +1142,7 @@ def expander_config(engine: ir.Engine) -> dict | None:
     """The transformers config of an engine with an ssm or latent attention (mamba2, mamba, jamba,
     deepseek_v2), or None when it has none of them. Only the shape is read; export then checks,
     field by field, that importing the config gives back the engine. Unsupported says why not."""
-    ops = [o for st in engine.body if isinstance(st, ir.Stage) for b in st.branch_list() for o in b.ops]
+    ops = [o for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list() for o in b.ops]
     if not any(isinstance(o, _EXPANDER_KINDS) for o in ops):
         return None
     layers = _layer_list(engine)

@@ -74,12 +74,14 @@ def selective_scan(x, dt, A, B, C, chunk, state=None):
 @dataclass
 class Config:
     """Every size of the model: each module is built from these, so a smaller or larger
-    model is a different Config (`Model(Config(width=256))`). Defaults are the
+    model is a different Config (`Model(Config(width=256, n_jamba_block=2))`). Defaults are the
     spec's; __post_init__ refuses sizes that break the spec's own constraints."""
 
     vocab_size: int = 16384  # tokens in the vocabulary
     context: int = 2048  # the longest sequence (positions, rotary tables, the KV cache)
     width: int = 512  # residual-stream width (d_model)
+    n_jamba_block: int = 2  # instances of stage jamba_block
+    n_pairs: int = 2  # instances of stage pairs in each jamba_block
     norm_eps: float = 1e-06  # the norms' epsilon
     mlp_ratio: int = 2  # the MLP's hidden width = mlp_ratio x width
     n_expert: int = 8  # experts per MoE layer
@@ -93,7 +95,7 @@ class Config:
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'mlp_ratio', 'n_expert', 'top_k', 'expert_ratio', 'n_head', 'n_kv_head'):
+        for name in ('vocab_size', 'context', 'width', 'n_jamba_block', 'n_pairs', 'mlp_ratio', 'n_expert', 'top_k', 'expert_ratio', 'n_head', 'n_kv_head'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.top_k <= self.n_expert):
@@ -111,11 +113,11 @@ class Config:
     @property
     def cooling_std(self):
         """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.0035355339059327372)."""
-        return self.init_std / math.sqrt(32)
+        return self.init_std / math.sqrt(2 * self.n_jamba_block * self.n_pairs + 2 * self.n_jamba_block * self.n_pairs + 2 * self.n_jamba_block + 2 * self.n_jamba_block + 2 * self.n_jamba_block + 2 * self.n_jamba_block)
 
 
 class Feed(nn.Module):
-    """Token embedding plus no positions (they come from rotary, or not at all) (jamba.cycle:62 · tanks and pumps)."""
+    """Token embedding plus no positions (they come from rotary, or not at all) (jamba.cycle:69 · tanks and pumps)."""
 
     def __init__(self, config):
         super().__init__()
@@ -335,323 +337,166 @@ class Cache:
         return sum(t.numel() * t.element_size() for t in held)
 
 
-class Layer0(nn.Module):
-    """One `layer0` block (jamba.cycle:64 · stage, from template mamba_mlp)."""
+class Dense(nn.Module):
+    """One `dense` block (jamba.cycle:62 · stage, from template mamba_mlp)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:22 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:23 · regenerative jacket
+        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:22 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:23 · valve
+            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:24 · regenerative jacket
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:26 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:27 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:28 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:27 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:28 · valve
+            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:29 · combustor
         ))
 
     def forward(self, x, cache):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:21 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:26 · prechamber burn, cooling
+        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:22 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:27 · prechamber burn, cooling
         return x
 
 
-class Layer1(nn.Module):
-    """One `layer1` block (jamba.cycle:65 · stage, from template mamba_moe)."""
+class Routed(nn.Module):
+    """One `routed` block (jamba.cycle:63 · stage, from template mamba_moe)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:35 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:36 · regenerative jacket
+        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:35 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:36 · valve
+            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:37 · regenerative jacket
         ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:40 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:41 · liquid-liquid injector
+        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:40 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:41 · valve
+            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:42 · liquid-liquid injector
         ))
 
     def forward(self, x, cache, aux):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:39 · prechamber burn, cooling
+        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:35 · prechamber mix, cooling
+        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:40 · prechamber burn, cooling
         return x
 
 
-class Layer2(nn.Module):
-    """One `layer2` block (jamba.cycle:66 · stage, from template mamba_mlp)."""
+class Pairs(nn.Module):
+    """One `pairs` block, repeated config.n_pairs times in each jamba_block: the stages dense, routed in turn (jamba.cycle:73 · nested stage, from template pair)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:22 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:23 · regenerative jacket
-        ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:26 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:27 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:28 · combustor
-        ))
-
-    def forward(self, x, cache):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:21 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:26 · prechamber burn, cooling
-        return x
-
-
-class Layer3(nn.Module):
-    """One `layer3` block (jamba.cycle:67 · stage, from template mamba_moe)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:35 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:36 · regenerative jacket
-        ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:40 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:41 · liquid-liquid injector
-        ))
+        self.stages = nn.ModuleList([Dense(config)] + [Routed(config)])  # one entry per stage instance
 
     def forward(self, x, cache, aux):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:39 · prechamber burn, cooling
+        x = self.stages[0](x, cache)  # block dense · jamba.cycle:62 · stage
+        x = self.stages[1](x, cache, aux)  # block routed · jamba.cycle:63 · stage
         return x
 
 
-class Layer4(nn.Module):
-    """One `layer4` block (jamba.cycle:68 · stage, from template attention_mlp)."""
+class Attention_(nn.Module):
+    """One `attention` block (jamba.cycle:74 · stage, from template attention_mlp)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:47 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:48 · valve
-            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False),  # attention: the only place positions mix · jamba.cycle:49 · injector
+        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:48 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:49 · valve
+            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False),  # attention: the only place positions mix · jamba.cycle:50 · injector
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:52 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:53 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:54 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:53 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:54 · valve
+            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:55 · combustor
         ))
 
     def forward(self, x, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), cache, mask)  # mix: residual add, scaled init · jamba.cycle:47 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:52 · prechamber burn, cooling
+        x = x + self.mix.attn(self.mix.norm(x), cache, mask)  # mix: residual add, scaled init · jamba.cycle:48 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:53 · prechamber burn, cooling
         return x
 
 
-class Layer5(nn.Module):
-    """One `layer5` block (jamba.cycle:69 · stage, from template mamba_moe)."""
+class Routed_(nn.Module):
+    """One `routed` block (jamba.cycle:75 · stage, from template mamba_moe)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:35 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:36 · regenerative jacket
+        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:35 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:36 · valve
+            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:37 · regenerative jacket
         ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:40 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:41 · liquid-liquid injector
+        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:40 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:41 · valve
+            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:42 · liquid-liquid injector
         ))
 
     def forward(self, x, cache, aux):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:39 · prechamber burn, cooling
+        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:35 · prechamber mix, cooling
+        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:40 · prechamber burn, cooling
         return x
 
 
-class Layer6(nn.Module):
-    """One `layer6` block (jamba.cycle:70 · stage, from template mamba_mlp)."""
+class Dense_(nn.Module):
+    """One `dense` block (jamba.cycle:62 · stage, from template mamba_mlp)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:22 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:23 · regenerative jacket
+        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:22 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:23 · valve
+            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:24 · regenerative jacket
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:26 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:27 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:28 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:27 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:28 · valve
+            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:29 · combustor
         ))
 
     def forward(self, x, cache):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:21 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:26 · prechamber burn, cooling
+        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:22 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:27 · prechamber burn, cooling
         return x
 
 
-class Layer7(nn.Module):
-    """One `layer7` block (jamba.cycle:71 · stage, from template mamba_moe)."""
+class Routed__(nn.Module):
+    """One `routed` block (jamba.cycle:63 · stage, from template mamba_moe)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:35 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:36 · regenerative jacket
+        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:35 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:36 · valve
+            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:37 · regenerative jacket
         ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:40 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:41 · liquid-liquid injector
+        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:40 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:41 · valve
+            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:42 · liquid-liquid injector
         ))
 
     def forward(self, x, cache, aux):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:39 · prechamber burn, cooling
+        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:35 · prechamber mix, cooling
+        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:40 · prechamber burn, cooling
         return x
 
 
-class Layer8(nn.Module):
-    """One `layer8` block (jamba.cycle:72 · stage, from template mamba_mlp)."""
+class Last(nn.Module):
+    """One `last` block: the stages dense, routed in turn (jamba.cycle:76 · nested stage, from template pair)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:22 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:23 · regenerative jacket
-        ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:26 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:27 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:28 · combustor
-        ))
-
-    def forward(self, x, cache):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:21 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:26 · prechamber burn, cooling
-        return x
-
-
-class Layer9(nn.Module):
-    """One `layer9` block (jamba.cycle:73 · stage, from template mamba_moe)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:35 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:36 · regenerative jacket
-        ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:40 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:41 · liquid-liquid injector
-        ))
+        self.stages = nn.ModuleList([Dense_(config)] + [Routed__(config)])  # one entry per stage instance
 
     def forward(self, x, cache, aux):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:39 · prechamber burn, cooling
+        x = self.stages[0](x, cache)  # block dense · jamba.cycle:62 · stage
+        x = self.stages[1](x, cache, aux)  # block routed · jamba.cycle:63 · stage
         return x
 
 
-class Layer10(nn.Module):
-    """One `layer10` block (jamba.cycle:74 · stage, from template mamba_mlp)."""
+class JambaBlock(nn.Module):
+    """One `jamba_block` block, repeated config.n_jamba_block times: the stages pairs x config.n_pairs, attention, routed, last in turn (jamba.cycle:72 · nested stage)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:22 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:23 · regenerative jacket
-        ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:26 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:27 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:28 · combustor
-        ))
+        self.config = config  # the stages' counts
+        self.stages = nn.ModuleList([Pairs(config) for _ in range(config.n_pairs)] + [Attention_(config)] + [Routed_(config)] + [Last(config)])  # one entry per stage instance
 
-    def forward(self, x, cache):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:21 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:26 · prechamber burn, cooling
-        return x
-
-
-class Layer11(nn.Module):
-    """One `layer11` block (jamba.cycle:75 · stage, from template mamba_moe)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:35 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:36 · regenerative jacket
-        ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:40 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:41 · liquid-liquid injector
-        ))
-
-    def forward(self, x, cache, aux):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:39 · prechamber burn, cooling
-        return x
-
-
-class Layer12(nn.Module):
-    """One `layer12` block (jamba.cycle:76 · stage, from template attention_mlp)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:47 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:48 · valve
-            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False),  # attention: the only place positions mix · jamba.cycle:49 · injector
-        ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:52 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:53 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:54 · combustor
-        ))
-
-    def forward(self, x, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), cache, mask)  # mix: residual add, scaled init · jamba.cycle:47 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:52 · prechamber burn, cooling
-        return x
-
-
-class Layer13(nn.Module):
-    """One `layer13` block (jamba.cycle:77 · stage, from template mamba_moe)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:35 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:36 · regenerative jacket
-        ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:40 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:41 · liquid-liquid injector
-        ))
-
-    def forward(self, x, cache, aux):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:39 · prechamber burn, cooling
-        return x
-
-
-class Layer14(nn.Module):
-    """One `layer14` block (jamba.cycle:78 · stage, from template mamba_mlp)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:22 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:23 · regenerative jacket
-        ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:26 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:27 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:28 · combustor
-        ))
-
-    def forward(self, x, cache):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:21 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · jamba.cycle:26 · prechamber burn, cooling
-        return x
-
-
-class Layer15(nn.Module):
-    """One `layer15` block (jamba.cycle:79 · stage, from template mamba_moe)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:35 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:36 · regenerative jacket
-        ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:40 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:41 · liquid-liquid injector
-        ))
-
-    def forward(self, x, cache, aux):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:39 · prechamber burn, cooling
+    def forward(self, x, cache, aux, mask=None):
+        for stage in self.stages[:self.config.n_pairs]:  # block pairs · jamba.cycle:73 · stage
+            x = stage(x, cache, aux)
+        x = self.stages[self.config.n_pairs](x, cache, mask)  # block attention · jamba.cycle:74 · stage
+        x = self.stages[self.config.n_pairs + 1](x, cache, aux)  # block routed · jamba.cycle:75 · stage
+        x = self.stages[self.config.n_pairs + 1 + 1](x, cache, aux)  # block last · jamba.cycle:76 · stage
         return x
 
 
@@ -661,15 +506,15 @@ def learning_rate(step):
 
 
 class Model(nn.Module):
-    """jamba: embeddings, blocks, LM head (jamba.cycle:59 · feed, stages, nozzle)."""
+    """jamba: embeddings, blocks, LM head (jamba.cycle:66 · feed, stages, nozzle)."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · jamba.cycle:62 · tanks and pumps
-        self.stages = nn.ModuleList([Layer0(config)] + [Layer1(config)] + [Layer2(config)] + [Layer3(config)] + [Layer4(config)] + [Layer5(config)] + [Layer6(config)] + [Layer7(config)] + [Layer8(config)] + [Layer9(config)] + [Layer10(config)] + [Layer11(config)] + [Layer12(config)] + [Layer13(config)] + [Layer14(config)] + [Layer15(config)])  # one entry per stage instance
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · jamba.cycle:81 · valve on the main line
-        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · jamba.cycle:82 · nozzle
+        self.feed = Feed(config)  # token embedding · jamba.cycle:69 · tanks and pumps
+        self.stages = nn.ModuleList([JambaBlock(config) for _ in range(config.n_jamba_block)])  # one entry per stage instance
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · jamba.cycle:79 · valve on the main line
+        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · jamba.cycle:80 · nozzle
         for name, module in self.named_modules():  # auxiliary outputs are filed under their module's name
             if isinstance(module, (Moe,)):
                 module.key = name
@@ -687,94 +532,49 @@ class Model(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
-        stage = self.stages[0]  # block layer0 · jamba.cycle:64 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1]  # block layer1 · jamba.cycle:65 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        for expert in stage.burn.moe.experts:
-            nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1]  # block layer2 · jamba.cycle:66 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1]  # block layer3 · jamba.cycle:67 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        for expert in stage.burn.moe.experts:
-            nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1]  # block layer4 · jamba.cycle:68 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1]  # block layer5 · jamba.cycle:69 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        for expert in stage.burn.moe.experts:
-            nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1]  # block layer6 · jamba.cycle:70 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1]  # block layer7 · jamba.cycle:71 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        for expert in stage.burn.moe.experts:
-            nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1]  # block layer8 · jamba.cycle:72 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1]  # block layer9 · jamba.cycle:73 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        for expert in stage.burn.moe.experts:
-            nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1]  # block layer10 · jamba.cycle:74 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1]  # block layer11 · jamba.cycle:75 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        for expert in stage.burn.moe.experts:
-            nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1]  # block layer12 · jamba.cycle:76 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1]  # block layer13 · jamba.cycle:77 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        for expert in stage.burn.moe.experts:
-            nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1]  # block layer14 · jamba.cycle:78 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1]  # block layer15 · jamba.cycle:79 · stage
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
-        # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-        for expert in stage.burn.moe.experts:
-            nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
+        for group in self.stages:  # block jamba_block · jamba.cycle:72 · stage
+            for group2 in group.stages[:config.n_pairs]:  # block pairs · jamba.cycle:73 · stage
+                stage = group2.stages[0]  # block dense · jamba.cycle:62 · stage
+                # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+                nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
+                # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+                nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
+        for group in self.stages:  # block jamba_block · jamba.cycle:72 · stage
+            for group2 in group.stages[:config.n_pairs]:  # block pairs · jamba.cycle:73 · stage
+                stage = group2.stages[1]  # block routed · jamba.cycle:63 · stage
+                # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+                nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
+                # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+                for expert in stage.burn.moe.experts:
+                    nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
+        for group in self.stages:  # block jamba_block · jamba.cycle:72 · stage
+            stage = group.stages[config.n_pairs]  # block attention · jamba.cycle:74 · stage
+            # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+            nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
+            # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+            nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
+        for group in self.stages:  # block jamba_block · jamba.cycle:72 · stage
+            stage = group.stages[config.n_pairs + 1]  # block routed · jamba.cycle:75 · stage
+            # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+            nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
+            # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+            for expert in stage.burn.moe.experts:
+                nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
+        for group in self.stages:  # block jamba_block · jamba.cycle:72 · stage
+            group2 = group.stages[config.n_pairs + 1 + 1]  # block last · jamba.cycle:76 · stage
+            stage = group2.stages[0]  # block dense · jamba.cycle:62 · stage
+            # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+            nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
+            # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+            nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
+        for group in self.stages:  # block jamba_block · jamba.cycle:72 · stage
+            group2 = group.stages[config.n_pairs + 1 + 1]  # block last · jamba.cycle:76 · stage
+            stage = group2.stages[1]  # block routed · jamba.cycle:63 · stage
+            # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+            nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
+            # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
+            for expert in stage.burn.moe.experts:
+                nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
 
     def forward(self, idx, targets=None, cache=None, attention_mask=None):
         """idx: (B, T) token ids; targets: (B, T) next tokens (-1: ignored).
@@ -797,23 +597,9 @@ class Model(nn.Module):
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
         aux = {}  # auxiliary outputs: MoE balance losses, auxiliary heads
-        x = self.stages[0](x, cache)  # block layer0 · jamba.cycle:64 · stage
-        x = self.stages[1](x, cache, aux)  # block layer1 · jamba.cycle:65 · stage
-        x = self.stages[1 + 1](x, cache)  # block layer2 · jamba.cycle:66 · stage
-        x = self.stages[1 + 1 + 1](x, cache, aux)  # block layer3 · jamba.cycle:67 · stage
-        x = self.stages[1 + 1 + 1 + 1](x, cache, mask)  # block layer4 · jamba.cycle:68 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1](x, cache, aux)  # block layer5 · jamba.cycle:69 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1](x, cache)  # block layer6 · jamba.cycle:70 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1](x, cache, aux)  # block layer7 · jamba.cycle:71 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1](x, cache)  # block layer8 · jamba.cycle:72 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1](x, cache, aux)  # block layer9 · jamba.cycle:73 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1](x, cache)  # block layer10 · jamba.cycle:74 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1](x, cache, aux)  # block layer11 · jamba.cycle:75 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1](x, cache, mask)  # block layer12 · jamba.cycle:76 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1](x, cache, aux)  # block layer13 · jamba.cycle:77 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1](x, cache)  # block layer14 · jamba.cycle:78 · stage
-        x = self.stages[1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1](x, cache, aux)  # block layer15 · jamba.cycle:79 · stage
-        x = self.norm(x)  # final norm · jamba.cycle:81 · valve on the main line
+        for stage in self.stages:  # block jamba_block · jamba.cycle:72 · stage
+            x = stage(x, cache, aux, mask)
+        x = self.norm(x)  # final norm · jamba.cycle:79 · valve on the main line
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:
             cache.pos += T
@@ -880,24 +666,13 @@ class Model(nn.Module):
 # How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every
 # part not listed is replicated. See `parallelize`.
 TP_PLAN = {
-    "stages.0.burn.mlp": "hidden",
-    "stages.1.burn.moe": "hidden",
-    "stages.2.burn.mlp": "hidden",
-    "stages.3.burn.moe": "hidden",
-    "stages.4.mix.attn": "heads",
-    "stages.4.burn.mlp": "hidden",
-    "stages.5.burn.moe": "hidden",
-    "stages.6.burn.mlp": "hidden",
-    "stages.7.burn.moe": "hidden",
-    "stages.8.burn.mlp": "hidden",
-    "stages.9.burn.moe": "hidden",
-    "stages.10.burn.mlp": "hidden",
-    "stages.11.burn.moe": "hidden",
-    "stages.12.mix.attn": "heads",
-    "stages.12.burn.mlp": "hidden",
-    "stages.13.burn.moe": "hidden",
-    "stages.14.burn.mlp": "hidden",
-    "stages.15.burn.moe": "hidden",
+    "stages.0-1.stages.0-1.stages.0.burn.mlp": "hidden",
+    "stages.0-1.stages.0-1.stages.1.burn.moe": "hidden",
+    "stages.0-1.stages.2.mix.attn": "heads",
+    "stages.0-1.stages.2.burn.mlp": "hidden",
+    "stages.0-1.stages.3.burn.moe": "hidden",
+    "stages.0-1.stages.4.stages.0.burn.mlp": "hidden",
+    "stages.0-1.stages.4.stages.1.burn.moe": "hidden",
 }
 
 
@@ -928,13 +703,13 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
     if fsdp and tp and not {"dp", "tp"} <= set(names):
         raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' and 'tp'")
 
-    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn
-        head, _, rest = path.partition(".")
-        index, _, tail = rest.partition(".")
-        if head != "stages" or "-" not in index:
-            return [path]
-        first, last = (int(i) for i in index.split("-"))
-        return [f"stages.{i}" + (f".{tail}" if tail else "") for i in range(first, last + 1)]
+    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
+        parts = path.split(".")
+        for k, part in enumerate(parts):
+            if k and parts[k - 1] == "stages" and "-" in part:
+                first, last = (int(i) for i in part.split("-"))
+                return [q for i in range(first, last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
+        return [path]
 
     def mlps_of(module, path):
         if hasattr(module, "experts"):
