@@ -108,6 +108,11 @@ FAMILIES = {
                                                           mamba_d_conv=3, mamba_expand=1, mamba_proj_bias=True, rms_norm_eps=1e-6,
                                                           max_position_embeddings=40, tie_word_embeddings=True, pad_token_id=3,
                                                           bos_token_id=None, eos_token_id=None),
+    "jamba_nested": lambda: transformers.JambaConfig(vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=8, num_attention_heads=2,
+                                                     num_key_value_heads=1, num_experts=2, num_experts_per_tok=1, attn_layer_period=4,
+                                                     attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, mamba_d_state=4,
+                                                     mamba_d_conv=2, mamba_expand=2, mamba_dt_rank=3, rms_norm_eps=1e-5, max_position_embeddings=40,
+                                                     pad_token_id=None, bos_token_id=None, eos_token_id=None),
     "deepseek_v2": lambda: transformers.DeepseekV2Config(vocab_size=V, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
                                                          num_hidden_layers=3, num_attention_heads=4, q_lora_rank=24, kv_lora_rank=16,
                                                          qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=4, n_shared_experts=1,
@@ -538,6 +543,13 @@ def test_deepseek_v2_first_k_dense_layers_are_consecutive_stages():
     assert "stage dense_block" not in import_config(deepseek_v2(first_k_dense_replace=0))
     engine = cyclelang.parse(text).engine
     assert [type(s.ops[1].ops[1]).__name__ for s in engine.body[:-1]] == ["Mlp", "Moe"]
+
+
+def test_jamba_pattern_is_a_nested_stage():
+    text = import_config(FAMILIES["jamba_nested"]())
+    assert "stage jamba_block x 2 {" in text and "stage layer1 = attention_moe" in text
+    engine = cyclelang.parse(text).engine
+    assert engine.body[0].is_group and engine.body[0].repeat == 2 and len(engine.body[0].ops) == 4
 
 
 def test_jamba_pattern_folds_runs_and_refuses_a_spec_of_another_pattern():
