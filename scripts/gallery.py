@@ -202,13 +202,14 @@ CONCEPTS: dict[str, tuple[str, str]] = {
     "deepseek_v2": (
         "The injector keeps its full reach but feeds from a compressed manifold: every position leaves one small latent "
         "behind, from which each head's keys and values are expanded when they are needed. The combustor is a bank of "
-        "16 narrow liquid-liquid injectors (4 per token) beside 2 shared ones every token burns in, fed through one "
-        "valve and returned at one junction: a fullflow.",
+        "16 narrow liquid-liquid injectors (4 per token) beside 2 shared ones every token burns in, behind one valve: "
+        "the moe's shared element, as DeepSeekMoE writes it.",
         "DeepSeek-V2's multi-head latent attention (MLA) and DeepSeekMoE at a small size, equal to transformers' "
         "DeepseekV2ForCausalLM in logits, gradients and greedy decoding at a tiny config. The cache keeps the 128-wide "
         "latent and one 32-dim rotary key per layer and token: 1,920 bytes per token (2-byte values) where 8 heads of "
         "64 would keep 12,288, 6.4x less, still growing as n. The routed weights are the raw softmax (normalize=false), "
-        "as in DeepSeek-V2.",
+        "as in DeepSeek-V2; the spec is what `cyclec import` reads a DeepSeek-V2 config of this shape as, so its "
+        "checkpoints load and export.",
     ),
     "jamba": (
         "A hybrid engine: seven of every eight stages run on regenerative jackets (Mamba-1's selective state, one per "

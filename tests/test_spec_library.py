@@ -186,6 +186,9 @@ def test_deepseek_v2_matches_transformers():
                                            n_routed_experts=16, n_shared_experts=2, num_experts_per_tok=4, first_k_dense_replace=1,
                                            tie_word_embeddings=False)
     assert built_parameters("deepseek_v2") == _hf_parameters(transformers.DeepseekV2ForCausalLM, config) == 59_587_840
+    from cyclelang.interop import difference, implied_engine
+
+    assert difference(cyclelang.load(ROOT / "specs" / "deepseek_v2.cycle").engine, implied_engine(config.to_dict())) is None  # what interop loads it as
 
 
 def test_jamba_matches_transformers():
