@@ -582,3 +582,11 @@ def test_export_of_an_ssm_spec_no_family_computes_names_the_reason(tmp_path):
     even = text.replace("stage layers2_3 = mamba_moe x 2", "stage layer2 = mamba_moe\n  stage layer3 = attention_moe")  # at 1 and 3
     config = cyclelang.interop.export_config(cyclelang.parse(even))
     assert (config["attn_layer_period"], config["attn_layer_offset"]) == (2, 1)
+
+
+def test_cli_export_of_linear_attention_names_the_reason(tmp_path):
+    (tmp_path / "w.safetensors").write_bytes(b"")
+    res = CliRunner().invoke(main, ["export", str(ROOT / "specs" / "expander.cycle"), "--weights", str(tmp_path / "w.safetensors"),
+                                    "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "error[E0404]" in res.output and "no transformers model family computes linear attention" in res.output
+    assert not (tmp_path / "out").exists()

@@ -1143,6 +1143,9 @@ def expander_config(engine: ir.Engine) -> dict | None:
     deepseek_v2), or None when it has none of them. Only the shape is read; export then checks,
     field by field, that importing the config gives back the engine. Unsupported says why not."""
     ops = [o for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list() for o in b.ops]
+    if any(isinstance(o, ir.LinearAttention) for o in ops):
+        raise Unsupported("turbine linear_attention", "no transformers model family computes linear attention "
+                          "(Katharopoulos et al.): there is no config to write it as")
     if not any(isinstance(o, _EXPANDER_KINDS) for o in ops):
         return None
     layers = _layer_list(engine)
