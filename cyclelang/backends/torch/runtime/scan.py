@@ -114,6 +114,9 @@ def selective_scan(x, dt, A, B, C, chunk, state=None):
     x, dt, B, C, A = x.to(work), dt.to(work), B.to(work), C.to(work), A.to(work)
     if state is None:
         state = x.new_zeros(b, d, A.size(-1))
+    if T == 1:  # decoding: the recurrence itself, one step
+        state = torch.exp(dt[:, 0, :, None] * A) * state + (dt[:, 0] * x[:, 0])[..., None] * B[:, 0, None, :]
+        return torch.einsum("bdn,bn->bd", state, C[:, 0])[:, None].to(dtype), state
     ys = []
     for start in range(0, T, chunk):
         dtc = dt[:, start : start + chunk]
