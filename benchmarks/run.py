@@ -252,28 +252,16 @@ def bench_decode(args, torch):
 # --- the expander cycle: an ssm against transformers, a flat decoding cost ------------------
 
 
-def bench_expander(args, torch):
-    """Mamba-2's training step against transformers' Mamba2ForCausalLM (its torch path: no
-    mamba_ssm kernels), eager and both compiled, at the same config and weights; then the
-    per-token decoding time of linear attention (expander.cycle) and of attention (gpt2.cycle)
-    at the same width, around token 64 and around token 4,096."""
-    import transformers
-
-    import cyclelang
-    from cyclelang.interop import load_transformers
-
-    ours = cyclelang.build(cyclelang.parse(spec_text("mamba2", MAMBA2)), seed=0)
-    c = ours.config
-    hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
-        vocab_size=c.vocab_size, hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2, conv_kernel=4,
-        chunk_size=128, num_hidden_layers=4, use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5, tie_word_embeddings=True))
-    load_transformers(ours, hf)
+def _train_against_hf(name, ours, hf, args, torch, c):
+    """One training step (forward, backward, AdamW) of ours and transformers' model at the same
+    weights, eager and both compiled: {"eager"|"compiled": {"ms": {...}, "vs_hf": ratio}}."""
     B, T = args.batch, args.seq
     idx = torch.randint(0, c.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
     tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
     with torch.no_grad():
+        ours.eval(), hf.eval()
         a, b = float(ours(idx, tgt)[1]), float(hf(input_ids=idx, labels=idx).loss)
-    assert abs(a - b) < 1e-4, f"mamba2: compiled {a} vs transformers {b}"
+    assert abs(a - b) < 1e-4, f"{name}: compiled {a} vs transformers {b}"
     res = {}
     for compiled in (False, True):
         sides = {}
@@ -293,23 +281,83 @@ def bench_expander(args, torch):
         times = time_sides(sides, args.rounds, args.steps)
         key = "compiled" if compiled else "eager"
         res[key] = {"ms": {k: 1000 * median(v) for k, v in times.items()}, "vs_hf": ratio(times, "cyclec", "transformers")}
-        print(f"  mamba2 {key}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in res[key]["ms"].items()) + f"; cyclec/transformers {res[key]['vs_hf']:.3f}", flush=True)
+        print(f"  {name} {key}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in res[key]["ms"].items()) + f"; cyclec/transformers {res[key]['vs_hf']:.3f}", flush=True)
+    return res
+
+
+# DeepSeek-V2 at width 256: 4 heads, a 64-wide KV latent, nope 32 + rope 16, values 32; a dense
+# first layer (SwiGLU 704), then 3 layers of 8 routed experts (top 2, 128 wide) beside one shared
+DEEPSEEK_V2 = dict(hidden_size=256, intermediate_size=704, moe_intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                   q_lora_rank=None, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=8,
+                   n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=256, tie_word_embeddings=False)
+
+
+def bench_expander(args, torch):
+    """Mamba-2's and DeepSeek-V2's training steps against transformers' Mamba2ForCausalLM (its
+    torch path: no mamba_ssm kernels) and DeepseekV2ForCausalLM (eager attention), eager and
+    both compiled, at the same config and weights; then the per-token decoding time of linear
+    attention (expander.cycle) and of attention (gpt2.cycle) at the same width, around token 64
+    and around token 4,096."""
+    import transformers
+
+    import cyclelang
+    from cyclelang.interop import import_config, load_transformers
+
+    ours = cyclelang.build(cyclelang.parse(spec_text("mamba2", MAMBA2)), seed=0)
+    c = ours.config
+    hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
+        vocab_size=c.vocab_size, hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2, conv_kernel=4,
+        chunk_size=128, num_hidden_layers=4, use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5, tie_word_embeddings=True))
+    load_transformers(ours, hf)
+    res = _train_against_hf("mamba2", ours, hf, args, torch, c)
+    del ours, hf
+    gc.collect()
+    torch.manual_seed(0)
+    hf = transformers.DeepseekV2ForCausalLM(transformers.DeepseekV2Config(vocab_size=8192, attn_implementation="eager", **DEEPSEEK_V2))
+    ours = load_transformers(cyclelang.build(cyclelang.parse(import_config(hf.config)), seed=0), hf)  # the spec its config implies
+    res["deepseek_v2"] = _train_against_hf("deepseek_v2", ours, hf, args, torch, ours.config)
     del ours, hf
     gc.collect()
     for name in ("expander", "gpt2"):
-        model = cyclelang.build(cyclelang.parse(spec_text(name, FLAT)), seed=0).eval()
-        Cache = sys.modules[type(model).__module__].Cache
-        with torch.no_grad():
-            cache, nxt, ts = Cache(), torch.zeros(1, 1, dtype=torch.long), []
-            for _ in range(4096):
-                t0 = time.perf_counter()
-                logits = model(nxt, cache=cache)
-                ts.append(time.perf_counter() - t0)
-                nxt = logits[:, -1].argmax(-1, keepdim=True)
-        first, last = median(ts[32:96]), median(ts[-64:])
-        res[name] = {"ms_first": 1000 * first, "ms_last": 1000 * last, "growth": last / first, "state_bytes": cache.nbytes()}
-        print(f"  decode {name}: {1000 * first:.3f} ms per token around token 64, {1000 * last:.3f} ms around 4096 (x{last / first:.2f})", flush=True)
+        res[name] = decode_growth(name, cyclelang.build(cyclelang.parse(spec_text(name, FLAT)), seed=0).eval(), args, torch)
+        d = res[name]
+        print(f"  decode {name}: {d['ms_first']:.3f} ms per token around token 64, {d['ms_last']:.3f} ms around 4096 (x{d['growth']:.2f})", flush=True)
     return res
+
+
+def decode_growth(name, model, args, torch, near=64, far=4096, steps=16):
+    """Per-token decoding time with the cache around token `near` and around token `far`.
+
+    Two caches are prefilled (in chunks of 512), one to `near` tokens and one to `far`; then
+    rounds alternate `steps` single-token steps on each (each round from the same cached
+    state: tokens near .. near + steps, far .. far + steps), so a change of the machine's load
+    during the run falls on both sides alike (timing token 64 early and token 4,096 minutes
+    later would measure the load as much as the model). growth: the median of the rounds'
+    ratios (far / near)."""
+    Cache = sys.modules[type(model).__module__].Cache
+    g = torch.Generator().manual_seed(0)
+    caches = {}
+    with torch.no_grad():
+        for n in (near, far):
+            cache, idx = Cache(), torch.randint(0, model.config.vocab_size, (1, n), generator=g)
+            for s in range(0, n, 512):
+                model(idx[:, s : s + 512], cache=cache)
+            caches[n] = cache
+        nxt = torch.zeros(1, 1, dtype=torch.long)
+        saved = {n: (c.pos, dict(c.state)) for n, c in caches.items()}
+
+        def run(n):
+            cache = caches[n]
+            cache.pos, cache.state = saved[n][0], dict(saved[n][1])  # back to `n` tokens: a KV buffer is rewritten in place, a state replaced
+            for _ in range(steps):
+                model(nxt, cache=cache)
+
+        for n in (near, far):  # a warm-up round on each
+            run(n)
+        rounds = max(args.rounds, 5) * 4
+        times = time_sides({"near": lambda: run(near), "far": lambda: run(far)}, rounds, 1)
+    first, last = median(times["near"]) / steps, median(times["far"]) / steps
+    return {"ms_first": 1000 * first, "ms_last": 1000 * last, "growth": ratio(times, "far", "near"), "state_bytes": caches[far].nbytes()}
 
 
 # --- memory ---------------------------------------------------------------------------------
@@ -621,11 +669,15 @@ def render(results) -> str:
         out.append("")
     if "expander" in results:
         x = results["expander"]
-        out += ["### The expander cycle: Mamba-2 against transformers, and a decoding cost that stays flat", "",
+        out += ["### The expander cycle: Mamba-2 and DeepSeek-V2 against transformers, and a decoding cost that stays flat", "",
                 "| figure | cyclec | transformers | cyclec / transformers |", "|---|---|---|---|"]
         for key, label in (("eager", "Mamba-2 training step, eager"), ("compiled", "Mamba-2 training step, both torch.compile'd")):
             ms = x[key]["ms"]
             out.append(f"| {label} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x[key]['vs_hf']:.3f}** |")
+        for key, label in (("eager", "DeepSeek-V2 training step, eager"), ("compiled", "DeepSeek-V2 training step, both torch.compile'd")):
+            if "deepseek_v2" in x:
+                ms = x["deepseek_v2"][key]["ms"]
+                out.append(f"| {label} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x['deepseek_v2'][key]['vs_hf']:.3f}** |")
         out += ["", "| decoding, width 128, 2 blocks, batch 1 | around token 64 | around token 4,096 | growth |", "|---|---|---|---|"]
         for key, label in (("expander", "linear attention (expander.cycle)"), ("gpt2", "attention (gpt2.cycle)")):
             d = x[key]

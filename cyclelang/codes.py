@@ -199,6 +199,7 @@ _add("E0237", "too many stage instances", """
 An engine runs at most 100,000 stage instances in all. Nested repeats multiply
 (`stage a x 100 { stage b x 1000 { ... } }` runs b 100,000 times), so the limit
 counts the instances a built model would hold, not the lines of the spec.""", "stage a x 1000 { stage b x 1000 { prechamber p { turbine mlp } } }")
+_add("E0280", "option of the other ssm version", "`turbine ssm` is Mamba-2's mixer (heads, groups, a clamp on the step) by default and Mamba-1's with version=1 (one state per channel, a low-rank step dt_rank=, Jamba's dt/B/C norms). An option of one version given to the other is refused rather than ignored.", "turbine ssm version=1 heads=8")
 _add("E0219", "model too large to build", """
 `cyclec build` estimates the parameter count from the IR before it allocates
 anything (closed form, no torch) and refuses an engine above 2,000,000,000

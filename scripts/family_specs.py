@@ -18,12 +18,21 @@ sys.path.insert(0, str(ROOT))
 from cyclelang.interop import FAMILIES, import_config  # noqa: E402
 
 
-def texts() -> dict[str, str]:
+# Where transformers' default config cannot build a model, the released checkpoint's value:
+# DeepseekV2Config leaves num_experts_per_tok unset (DeepSeek-V2 routes each token to 6).
+OVERRIDES = {"deepseek_v2": {"num_experts_per_tok": 6}}
+
+
+def default_config(family: str) -> dict:
     import transformers
 
+    return {**transformers.AutoConfig.for_model(family).to_dict(), **OVERRIDES.get(family, {})}
+
+
+def texts() -> dict[str, str]:
     out = {}
     for family in FAMILIES:
-        config = transformers.AutoConfig.for_model(family).to_dict()
+        config = default_config(family)
         out[family] = import_config(config).replace("imported from config.json", f"imported from transformers' default {family} config", 1)
     return out
 

@@ -38,7 +38,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      ["llama", "mqa", "mistral", "moe", "poolformer"]),
     ("The expander cycle: changing the exponent",
      "Attention's cost grows as n squared and its KV cache with n; linear attention and the SSM carry the past in a state of fixed size, so a sequence costs n and decoding keeps the same few bytes at any length. Latent attention keeps the n-squared injector and shrinks what its cache keeps per token.",
-     ["expander", "mamba2", "deepseek_v2"]),
+     ["expander", "mamba2", "deepseek_v2", "jamba"]),
     ("A throat on the main line",
      "The narrowest width on the main path caps what the engine can carry past it.",
      ["throat"]),
@@ -205,13 +205,25 @@ CONCEPTS: dict[str, tuple[str, str]] = {
     "deepseek_v2": (
         "The injector keeps its full reach but feeds from a compressed manifold: every position leaves one small latent "
         "behind, from which each head's keys and values are expanded when they are needed. The combustor is a bank of "
-        "16 narrow liquid-liquid injectors (4 per token) beside 2 shared ones every token burns in, fed through one "
-        "valve and returned at one junction: a fullflow.",
+        "16 narrow liquid-liquid injectors (4 per token) beside 2 shared ones every token burns in, behind one valve: "
+        "the moe's shared element, as DeepSeekMoE writes it.",
         "DeepSeek-V2's multi-head latent attention (MLA) and DeepSeekMoE at a small size, equal to transformers' "
         "DeepseekV2ForCausalLM in logits, gradients and greedy decoding at a tiny config. The cache keeps the 128-wide "
         "latent and one 32-dim rotary key per layer and token: 1,920 bytes per token (2-byte values) where 8 heads of "
         "64 would keep 12,288, 6.4x less, still growing as n. The routed weights are the raw softmax (normalize=false), "
-        "as in DeepSeek-V2.",
+        "as in DeepSeek-V2; the spec is what `cyclec import` reads a DeepSeek-V2 config of this shape as, so its "
+        "checkpoints load and export.",
+    ),
+    "jamba": (
+        "A hybrid engine: seven of every eight stages run on regenerative jackets (Mamba-1's selective state, one per "
+        "channel), the eighth keeps an injector that mixes every position with every other, and every other combustor is "
+        "a bank of liquid-liquid injectors. The jackets carry the order of the flow, so there is no positions table.",
+        "Jamba's layer pattern (attention at layer 4 of each 8, experts at every odd layer; 16 layers, width 512), its "
+        "Mamba-1 mixer with the dt/B/C RMSNorms Jamba adds, equal to transformers' JambaForCausalLM in logits, gradients "
+        "and greedy decoding at a tiny config (and loaded from, and exported to, its checkpoints). Decoding keeps 14 "
+        "fixed states of 1,024 channels x (16 + a conv window of 3), 532 KiB per sequence (2-byte values) at any "
+        "length, beside the two attention layers' keys and values: 1,024 bytes per token, where sixteen such "
+        "attention layers would keep 8,192.",
     ),
     "throat": (
         "A choked throat fixes the mass flow whatever lies downstream: the main line narrows from 256 to 64 and widens "

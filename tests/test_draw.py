@@ -355,7 +355,7 @@ def test_template_only_file_is_a_diagnostic():
 # densely enough: a column is 3.25 in wide, and a page's two columns of blocks do not fit 7 in).
 # Kept exact, so that a spec that stops fitting fails here, and one that starts fitting must be
 # taken off the list.
-DOES_NOT_FIT = {"slide": {"gas_generator", "moe", "throat", "deepseek_v2", "striped"}, "column": {p.stem for p in SPECS}, "page": {p.stem for p in SPECS}}
+DOES_NOT_FIT = {"slide": {"gas_generator", "moe", "throat", "deepseek_v2", "striped", "jamba"}, "column": {p.stem for p in SPECS}, "page": {p.stem for p in SPECS}}
 
 
 def svg_text_sizes(svg: str, preset: tuple[float, float]) -> tuple[float, list[float]]:

@@ -87,6 +87,45 @@ FAMILIES = {
                                                                 num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=40, num_experts=3,
                                                                 num_experts_per_tok=1, moe_intermediate_size=24, shared_expert_intermediate_size=16,
                                                                 norm_topk_prob=True, qkv_bias=False),
+    # the expander families: Mamba-1, the Jamba hybrid, DeepSeek-V2's latent attention and DeepSeekMoE
+    "mamba2": lambda: transformers.Mamba2Config(vocab_size=V, hidden_size=24, num_heads=4, head_dim=12, state_size=6, n_groups=2, expand=2,
+                                                conv_kernel=3, chunk_size=5, num_hidden_layers=2, layer_norm_epsilon=1e-6, tie_word_embeddings=False,
+                                                time_step_limit=(0.01, 2.0), pad_token_id=None, bos_token_id=None, eos_token_id=None),
+    "mamba": lambda: transformers.MambaConfig(vocab_size=V, hidden_size=24, state_size=6, num_hidden_layers=2, expand=2, conv_kernel=3,
+                                              time_step_rank=5, layer_norm_epsilon=1e-6, use_conv_bias=True, pad_token_id=None, bos_token_id=None,
+                                              eos_token_id=None),
+    "mamba_untied_biased": lambda: transformers.MambaConfig(vocab_size=V, hidden_size=32, state_size=4, num_hidden_layers=2, expand=1,
+                                                            conv_kernel=4, use_bias=True, use_conv_bias=False, tie_word_embeddings=False,
+                                                            pad_token_id=None, bos_token_id=None, eos_token_id=None),
+    "jamba": lambda: transformers.JambaConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+                                              num_key_value_heads=2, num_experts=3, num_experts_per_tok=2, attn_layer_period=4, attn_layer_offset=2,
+                                              expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+                                              mamba_dt_rank=5, rms_norm_eps=1e-5, max_position_embeddings=40, pad_token_id=None,
+                                              bos_token_id=None, eos_token_id=None),
+    "jamba_padded_tied": lambda: transformers.JambaConfig(vocab_size=V, hidden_size=24, intermediate_size=40, num_hidden_layers=3, num_attention_heads=2,
+                                                          num_key_value_heads=2, num_experts=4, num_experts_per_tok=1, attn_layer_period=3,
+                                                          attn_layer_offset=0, expert_layer_period=3, expert_layer_offset=2, mamba_d_state=4,
+                                                          mamba_d_conv=3, mamba_expand=1, mamba_proj_bias=True, rms_norm_eps=1e-6,
+                                                          max_position_embeddings=40, tie_word_embeddings=True, pad_token_id=3,
+                                                          bos_token_id=None, eos_token_id=None),
+    "jamba_nested": lambda: transformers.JambaConfig(vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=8, num_attention_heads=2,
+                                                     num_key_value_heads=1, num_experts=2, num_experts_per_tok=1, attn_layer_period=4,
+                                                     attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, mamba_d_state=4,
+                                                     mamba_d_conv=2, mamba_expand=2, mamba_dt_rank=3, rms_norm_eps=1e-5, max_position_embeddings=40,
+                                                     pad_token_id=None, bos_token_id=None, eos_token_id=None),
+    "deepseek_v2": lambda: transformers.DeepseekV2Config(vocab_size=V, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
+                                                         num_hidden_layers=3, num_attention_heads=4, q_lora_rank=24, kv_lora_rank=16,
+                                                         qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=4, n_shared_experts=1,
+                                                         num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=40,
+                                                         rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
+                                                         pad_token_id=None, bos_token_id=None, eos_token_id=None, attn_implementation="eager"),
+    "deepseek_v2_full_q_biased": lambda: transformers.DeepseekV2Config(vocab_size=V, hidden_size=48, intermediate_size=40, moe_intermediate_size=12,
+                                                                       num_hidden_layers=3, num_attention_heads=3, q_lora_rank=None, kv_lora_rank=8,
+                                                                       qk_nope_head_dim=6, qk_rope_head_dim=2, v_head_dim=10, n_routed_experts=3,
+                                                                       n_shared_experts=2, num_experts_per_tok=1, first_k_dense_replace=0,
+                                                                       attention_bias=True, max_position_embeddings=40, tie_word_embeddings=True,
+                                                                       pad_token_id=None, bos_token_id=None, eos_token_id=None,
+                                                                       attn_implementation="eager"),
     "qwen2": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
                                               num_key_value_heads=3, max_position_embeddings=40, tie_word_embeddings=True, rms_norm_eps=1e-6,
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
@@ -427,11 +466,16 @@ def test_cli_export_refuses_weights_of_another_spec(tmp_path):
 
 def test_family_library_is_the_import_of_each_default_config():
     """specs/families/ is what `cyclec import` writes for transformers' default config of each family."""
+    import importlib.util
+
+    loader = importlib.util.spec_from_file_location("family_specs", ROOT / "scripts" / "family_specs.py")
+    family_specs = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(family_specs)
     res = subprocess.run([sys.executable, "scripts/family_specs.py", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     for family in cyclelang.interop.FAMILIES:
         spec = cyclelang.load(ROOT / "specs" / "families" / f"{family}.cycle")
-        cyclelang.interop.check_config(spec, transformers.AutoConfig.for_model(family).to_dict())
+        cyclelang.interop.check_config(spec, family_specs.default_config(family))
 
 
 def test_cli_import_failure_leaves_the_output_file_as_it_was(tmp_path):
@@ -444,3 +488,105 @@ def test_cli_import_failure_leaves_the_output_file_as_it_was(tmp_path):
     assert out.read_text() == "# mine\n"
     res = CliRunner().invoke(main, ["import", str(tmp_path / "ck" / "config.json").replace("config.json", "missing.json")])
     assert res.exit_code == 2  # a path that does not exist is a usage error
+
+
+# --- the expander families: what their configs say that the language cannot -----------------------
+
+
+def deepseek_v2(**over):
+    return transformers.DeepseekV2Config(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2,
+                                                   num_attention_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                                                   v_head_dim=8, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                                                   first_k_dense_replace=1, max_position_embeddings=40, pad_token_id=None, bos_token_id=None,
+                                                   eos_token_id=None), **over})
+
+
+def jamba(**over):
+    return transformers.JambaConfig(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=2, num_experts=3, num_experts_per_tok=2, attn_layer_period=2, attn_layer_offset=1,
+                                              expert_layer_period=2, expert_layer_offset=0, mamba_d_state=4, max_position_embeddings=40,
+                                              pad_token_id=None, bos_token_id=None, eos_token_id=None), **over})
+
+
+EXPANDER_UNEXPRESSIBLE = {
+    "deepseek routed scaling": (deepseek_v2, dict(routed_scaling_factor=16.0), "routed_scaling_factor"),
+    "deepseek group routing": (deepseek_v2, dict(topk_method="group_limited_greedy", n_group=2, topk_group=1), "topk_method"),
+    "deepseek norm_topk_prob": (deepseek_v2, dict(norm_topk_prob=True), "norm_topk_prob"),
+    "deepseek mlp bias": (deepseek_v2, dict(mlp_bias=True), "mlp_bias"),
+    "deepseek yarn": (deepseek_v2, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                         "original_max_position_embeddings": 10}), "rope_parameters.rope_type"),
+    "jamba gelu": (jamba, dict(hidden_act="gelu"), "hidden_act"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPANDER_UNEXPRESSIBLE))
+def test_expander_config_field_refused_by_name(case):
+    make, over, field = EXPANDER_UNEXPRESSIBLE[case]
+    with pytest.raises(Unsupported) as info:
+        import_config(make(**over))
+    assert info.value.field == field
+    err = refusal(make(), hf(make(**over)))  # and the plain family's spec will not take such a checkpoint
+    assert err.key == field
+
+
+def test_deepseek_v2_moe_layer_freq_refused_by_name():
+    """transformers' DeepseekV2 ignores moe_layer_freq (experts in every layer from first_k_dense_replace on)."""
+    config = {**deepseek_v2().to_dict(), "moe_layer_freq": 2}
+    with pytest.raises(Unsupported) as info:
+        import_config(config)
+    assert info.value.field == "moe_layer_freq" and "does not load there either" in str(info.value)
+
+
+def test_deepseek_v2_first_k_dense_layers_are_consecutive_stages():
+    text = import_config(deepseek_v2(num_hidden_layers=5, first_k_dense_replace=2))
+    assert "stage dense_block x 2" in text and "stage moe_block x 3" in text
+    assert "stage dense_block" not in import_config(deepseek_v2(first_k_dense_replace=0))
+    engine = cyclelang.parse(text).engine
+    assert [type(s.ops[1].ops[1]).__name__ for s in engine.body[:-1]] == ["Mlp", "Moe"]
+
+
+def test_jamba_pattern_is_a_nested_stage():
+    text = import_config(FAMILIES["jamba_nested"]())
+    assert "stage jamba_block x 2 {" in text and "stage layer1 = attention_moe" in text
+    engine = cyclelang.parse(text).engine
+    assert engine.body[0].is_group and engine.body[0].repeat == 2 and len(engine.body[0].ops) == 4
+
+
+def test_jamba_pattern_folds_runs_and_refuses_a_spec_of_another_pattern():
+    text = import_config(jamba(num_hidden_layers=6, attn_layer_period=6, attn_layer_offset=5, expert_layer_period=1, expert_layer_offset=0))
+    assert "stage layers0_4 = mamba_moe x 5" in text and "stage layer5 = attention_moe" in text
+    spec = re.sub(r"stage layer1 = attention_mlp", "stage layer1 = mamba_mlp", import_config(jamba()).replace(
+        "stage attention_mlp {", "stage mamba_mlp {\n  prechamber mix {\n    norm rmsnorm\n"
+        "    turbine ssm version=1 state=4 expand=2 dt_rank=2 conv=4 bias=false conv_bias=true norms\n  }\n"
+        "  prechamber burn {\n    norm rmsnorm\n    turbine mlp hidden=48 act=swiglu bias=false\n  }\n}\n\nstage attention_mlp {"))
+    ours = build(cyclelang.parse(spec), seed=0)
+    with pytest.raises(InteropError) as info:
+        load_transformers(ours, hf(jamba()))
+    assert info.value.key == "stages.1.mix.ssm" and "block structure (the statement): spec mamba1, checkpoint attention" in str(info.value), str(info.value)
+
+
+def test_export_of_an_ssm_spec_no_family_computes_names_the_reason(tmp_path):
+    """An ssm beside an MLP with a post-norm is no family's layer: refused with where and why, not a generic message."""
+    text = import_config(transformers.MambaConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1, state_size=4, pad_token_id=None,
+                                                  bos_token_id=None, eos_token_id=None))
+    text = text.replace("conv_bias=true", "conv_bias=true\n    merge scale=0.5")
+    with pytest.raises(Unsupported) as info:
+        cyclelang.interop.export_config(cyclelang.parse(text))
+    assert "prechamber mix" in str(info.value) or "plain residual" in str(info.value), str(info.value)
+    text = import_config(jamba(num_hidden_layers=4, attn_layer_period=4, attn_layer_offset=1, expert_layer_period=1, expert_layer_offset=0))
+    assert "stage layers2_3 = mamba_moe x 2" in text
+    uneven = text.replace("stage layers2_3 = mamba_moe x 2", "stage layer2 = attention_moe\n  stage layer3 = mamba_moe")  # attention at 1 and 2
+    with pytest.raises(Unsupported) as info:
+        cyclelang.interop.export_config(cyclelang.parse(uneven))
+    assert info.value.field == "attention layers" and "layers [1, 2] are not every k-th layer" in str(info.value), str(info.value)
+    even = text.replace("stage layers2_3 = mamba_moe x 2", "stage layer2 = mamba_moe\n  stage layer3 = attention_moe")  # at 1 and 3
+    config = cyclelang.interop.export_config(cyclelang.parse(even))
+    assert (config["attn_layer_period"], config["attn_layer_offset"]) == (2, 1)
+
+
+def test_cli_export_of_linear_attention_names_the_reason(tmp_path):
+    (tmp_path / "w.safetensors").write_bytes(b"")
+    res = CliRunner().invoke(main, ["export", str(ROOT / "specs" / "expander.cycle"), "--weights", str(tmp_path / "w.safetensors"),
+                                    "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1 and "error[E0404]" in res.output and "no transformers model family computes linear attention" in res.output
+    assert not (tmp_path / "out").exists()

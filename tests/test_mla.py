@@ -192,3 +192,33 @@ def test_the_stand_fires_a_scale_model_and_decodes_through_the_latent_cache():
     report = cyclelang.fire(spec, width=64, depth=2, seq=16, batch=2)
     checks = {c.name: c.status for c in report.runs[0].checks}
     assert not report.failed and checks["causal"] == checks["kv_cache"] == "pass"
+
+
+@pytest.mark.parametrize("q_latent", [24, None])
+def test_absorbed_decoding_equals_the_expanded_path(q_latent):
+    """Decoding one token, the query absorbs kv_b_proj's key half and the output its value half,
+    so the latent past is read as it is: the same numbers as expanding it to keys and values
+    (exactly so in float64, to rounding in float32), and never an expansion of the past."""
+    ours, _ = _pair(q_latent=q_latent)
+    Cache = sys.modules[type(ours).__module__].Cache
+    attn = ours.stages[1].mix.attn
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        attn.to(dtype)
+        x = torch.randn(2, 13, 32, generator=torch.Generator().manual_seed(7), dtype=dtype)
+        rope = lambda a, b: (ours.rope_cos[a:b].to(dtype), ours.rope_sin[a:b].to(dtype))  # noqa: E731
+        absorbed, expanded = Cache(length=13), Cache(length=13)
+        with torch.no_grad():
+            attn(x[:, :11], rope(0, 11), absorbed)
+            absorbed.pos = 11
+            one = attn(x[:, 11:12], rope(11, 12), absorbed)  # T == 1 after a cache: the absorbed form
+            attn(x[:, :10], rope(0, 10), expanded)
+            expanded.pos = 10
+            two = attn(x[:, 10:12], rope(10, 12), expanded)  # T == 2 after a cache: the latent expanded, a causal mask
+        assert ((one[:, 0] - two[:, 1]).abs().max() / two[:, 1].abs().max()).item() < tol, dtype
+    attn.to(torch.float32)
+    calls = []
+    hook = attn.kv_b_proj.register_forward_hook(lambda m, a, out: calls.append(a[0].shape) and None)
+    with torch.no_grad():
+        ours.generate(torch.zeros(1, 3, dtype=torch.long), 4, temperature=0)
+    hook.remove()
+    assert calls == [torch.Size([1, 3, 16])]  # kv_b_proj runs on the prompt only: decoding steps never expand the past

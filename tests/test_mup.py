@@ -240,3 +240,44 @@ def test_against_microsoft_mup(tmp_path):
     x = torch.randn(3, width, generator=torch.Generator().manual_seed(0))
     h = ours.head(x) * (base / width)  # what our forward does after the head
     torch.testing.assert_close(readout(x), h, rtol=1e-6, atol=1e-7)
+
+
+def test_latent_attention_takes_the_score_rule_and_linear_attention_none(tmp_path):
+    """MLA's softmax scores take sqrt(d0)/d of its query/key width d = head_dim + rotary_dims
+    (the paper's rule); linear attention's normalised sums are unchanged by any factor on q
+    or k, so there is no score rule for it (nor for an ssm)."""
+    width, base = 64, 16
+    m = width / base
+    mla = "turbine attention heads=4 latent=8 head_dim=8 rotary_dims=4 v_dim=8 bias=false"
+    text = gpt(f"param mup base_width={base}", width=width).replace("turbine attention heads=4", mla).replace("position=learned", "position=none")
+    model = build(load(text, tmp_path), seed=1).eval()
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # away from the init, whose scores are all but uniform at any scale
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    attn = model.stages[0].mix.attn
+    d = 8 + 4
+    assert math.isclose(attn.scale, math.sqrt(d / m) / d)
+    rows = {r["path"]: r for r in ir.mup.table(load(text, tmp_path).engine)}
+    assert math.isclose(rows["stages.0-1.mix.attn"]["attention_scale"], attn.scale)
+    # the same weights under the standard parametrisation, the queries multiplied by scale x sqrt(d): the same scores
+    std = build(load(text.replace(f"param mup base_width={base}", ""), tmp_path, "s.cycle"), seed=1).eval()
+    std.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        std.stages[0].mix.attn.q_proj.weight.mul_(attn.scale * math.sqrt(d))
+    idx = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(2))
+    hooks = {}
+    for name, mod in (("mup", model), ("std", std)):
+        mod.stages[0].mix.attn.register_forward_hook(lambda mod_, a, out, name=name: hooks.setdefault(name, (a, out)) and None)
+    with torch.no_grad():
+        model(idx)
+        std.stages[0].mix.attn(*hooks["mup"][0])  # the same inputs (x, rope, cache) through the rescaled standard attention
+    torch.testing.assert_close(hooks["std"][1], hooks["mup"][1], rtol=1e-5, atol=1e-6)
+    plain = build(load(text.replace(f"param mup base_width={base}", ""), tmp_path, "s.cycle"), seed=1).eval()
+    plain.load_state_dict(model.state_dict())  # not rescaled: the kernel's 1/sqrt(d) gives other scores
+    with torch.no_grad():
+        assert not torch.allclose(plain.stages[0].mix.attn(*hooks["mup"][0]), hooks["mup"][1], atol=1e-4)
+    linear = gpt(f"param mup base_width={base}", width=width).replace("turbine attention heads=4", "turbine linear_attention heads=4")
+    rows = ir.mup.table(load(linear, tmp_path, "l.cycle").engine)
+    assert all("attention_scale" not in r for r in rows if r["kind"] == "linear attention")
+    assert build(load(linear, tmp_path, "l.cycle"), seed=1)(idx).shape == (2, 9, 64)

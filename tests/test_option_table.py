@@ -19,6 +19,7 @@ CASES = [
     dict(throat="causal", body="  stage s { prechamber p { turbine moe experts=2  merge cooling } }", startup=""),
     dict(throat="causal", body="  stage s { prechamber p { turbine pool  merge rezero } }", startup=""),
     dict(throat="causal", body="  stage s { prechamber p { turbine conv  merge layerscale } }", startup=""),
+    dict(throat="causal", body="  stage s { prechamber p { turbine ssm version=1 dt_rank=2 norms } }", startup=""),
     dict(throat="causal", body="  stage s { prechamber p { turbine linear  merge gate } }", startup=""),
     dict(throat="causal", body="  stage s { prechamber p { turbine mlp  merge deepnorm }\n norm layernorm }", startup="  startup { schedule cosine steps=10  init xavier }\n"),
     dict(throat="causal", body="  turbine mlp", startup="  startup { schedule linear steps=10  init normal }\n"),

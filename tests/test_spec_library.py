@@ -29,7 +29,7 @@ from .conftest import ROOT, SPECS, spec_id, need
 LIBRARY = {
     "pressure_fed", "gas_generator", "gpt2", "gpt2_medium", "post_ln", "full_flow", "sandwich", "rezero",
     "layerscale", "deepnet", "highway", "llama", "mqa", "mistral", "moe", "poolformer", "throat",
-    "mamba2", "expander", "deepseek_v2", "striped",
+    "mamba2", "expander", "deepseek_v2", "jamba", "striped",
 }
 
 
@@ -186,6 +186,22 @@ def test_deepseek_v2_matches_transformers():
                                            n_routed_experts=16, n_shared_experts=2, num_experts_per_tok=4, first_k_dense_replace=1,
                                            tie_word_embeddings=False)
     assert built_parameters("deepseek_v2") == _hf_parameters(transformers.DeepseekV2ForCausalLM, config) == 59_587_840
+    from cyclelang.interop import difference, implied_engine
+
+    assert difference(cyclelang.load(ROOT / "specs" / "deepseek_v2.cycle").engine, implied_engine(config.to_dict())) is None  # what interop loads it as
+
+
+def test_jamba_matches_transformers():
+    """Two Jamba blocks: attention at layer 4 of each 8, Mamba-1 elsewhere, experts at every odd layer."""
+    transformers = need("transformers")
+    config = transformers.JambaConfig(vocab_size=16384, hidden_size=512, intermediate_size=1024, num_hidden_layers=16, num_attention_heads=8,
+                                      num_key_value_heads=2, num_experts=8, num_experts_per_tok=2, attn_layer_period=8, attn_layer_offset=4,
+                                      expert_layer_period=2, expert_layer_offset=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+                                      max_position_embeddings=2048, pad_token_id=None, tie_word_embeddings=False)
+    assert built_parameters("jamba") == _hf_parameters(transformers.JambaForCausalLM, config) == 155_110_784
+    from cyclelang.interop import difference, implied_engine
+
+    assert difference(cyclelang.load(ROOT / "specs" / "jamba.cycle").engine, implied_engine(config.to_dict())) is None  # what interop loads it as
 
 
 def test_post_ln_matches_torch_transformer_encoder():

@@ -6,7 +6,8 @@
     cyclelang.interop.export(spec, model.state_dict(), "out/")  # config.json + model.safetensors
 
 Families (`families.FAMILIES`, docs/families.md): gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, phi3,
-olmo, olmo2, gemma, granite, phi, starcoder2, gpt_neox, gptj, falcon; mamba2 (import and loading; export: not yet). Other model types
+olmo, olmo2, gemma, granite, phi, starcoder2, gpt_neox, gptj, falcon; mamba2, mamba, jamba and deepseek_v2 (the expander
+families: an ssm, Mamba-1's mixer, latent attention). Other model types
 are refused by name (`families.NOT_YET` says why for the common ones). The modules:
 `families` (config <-> the spec it implies), `compare` (two engines field by field),
 `load` (reading safetensors, mapping weights by the IR's layout).
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from .. import ir
 from .compare import Difference, difference
-from .families import FAMILIES, NOT_YET, Unsupported, arch_of, config_of, read_config, spec_text
+from .families import FAMILIES, NOT_YET, Unsupported, arch_of, config_of, expander_config, read_config, spec_text
 from .load import _embed_and_head
 from .load import InteropError, check_config, convert_state_dict, export_state_dict, implied_engine, load_transformers, read_safetensors
 
@@ -67,6 +68,15 @@ def export_config(spec) -> dict:
     Refused (Unsupported) unless importing that config gives back the spec's function:
     the first field that differs is named."""
     engine = spec.engine if isinstance(spec, ir.Spec) else spec
+    config = expander_config(engine)
+    if config is not None:  # an ssm or latent attention: mamba2, mamba, jamba or deepseek_v2
+        try:
+            d = difference(engine, implied_engine(config))
+        except InteropError as e:
+            raise Unsupported(e.key, f"{config['model_type']} cannot say what the spec does: {str(e).split(': ', 1)[1]}") from None
+        if d is not None:
+            raise Unsupported(d.field, f"{config['model_type']} cannot say what the spec does at {d.where}: {d.text()}")
+        return config
     arch = arch_of(engine)
     if engine.name in FAMILIES and engine.name != arch.family and arch.family != "gpt2":
         # an engine named after a family (as `cyclec import` names it) exports as that family when it computes the spec

@@ -70,6 +70,18 @@ WORDS: dict[str, tuple[str, str]] = {
     "out": ("output width", "turbine linear out="),
     "layers": ("layers (stage instances)", "stage ... x N"),
     "main": ("operators on the main line", "norm / turbine at engine level"),
+    # the expander mixers' fields
+    "inner": ("ssm inner width (channels)", "turbine ssm expand="),
+    "state": ("ssm state size", "turbine ssm state="),
+    "dt_rank": ("ssm step projection rank", "turbine ssm dt_rank="),
+    "norms": ("ssm dt/B/C norms (Jamba)", "turbine ssm norms"),
+    "conv": ("ssm conv kernel", "turbine ssm conv="),
+    "conv_bias": ("ssm conv bias", "turbine ssm conv_bias="),
+    "groups": ("ssm B/C groups", "turbine ssm groups="),
+    "latent": ("KV latent width (kv_lora_rank)", "turbine attention latent="),
+    "q_latent": ("query latent width (q_lora_rank)", "turbine attention q_latent="),
+    "v_dim": ("value head dimension", "turbine attention v_dim="),
+    "shared": ("shared expert width", "turbine moe shared="),
 }
 
 

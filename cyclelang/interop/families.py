@@ -424,7 +424,364 @@ def _mamba2_text(a: Mamba2, source: str) -> str:
         ""])
 
 
-READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}, **{f: _plain(f) for f in _PLAIN_DEFAULTS}, "mamba2": _mamba2}
+# --- Mamba-1, Jamba and DeepSeek-V2: the expander families ------------------------------------
+
+
+@dataclass(frozen=True)
+class Mamba1Mixer:
+    """The numbers of one Mamba-1 mixer (`turbine ssm version=1`), as a config gives them."""
+
+    inner: int
+    state: int
+    dt_rank: int
+    conv: int
+    bias: bool
+    conv_bias: bool
+    norms: bool  # Jamba's dt/B/C RMSNorms
+    eps: float  # their eps
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+
+    def text(self, width: int) -> str:
+        expand = self.inner / width
+        t = (f"turbine ssm version=1 state={self.state} expand={_num(expand)} dt_rank={self.dt_rank} conv={self.conv} "
+             f"bias={_num(self.bias)} conv_bias={_num(self.conv_bias)}")
+        if self.norms:
+            t += f" norms eps={_num(self.eps)}"
+        if (self.dt_min, self.dt_max) != (0.001, 0.1):
+            t += f" dt_min={_num(self.dt_min)} dt_max={_num(self.dt_max)}"
+        return t
+
+
+def _mamba1_mixer(c: "_Config", width: int, keys: dict, norms: bool = False, eps: float = 1e-6) -> Mamba1Mixer:
+    """keys: the mixer's config field names (state, expand, conv, dt_rank, bias, conv_bias)."""
+    act = c.get("hidden_act")
+    if act not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"the Mamba-1 mixer's conv and gate use silu; '{act}' has no counterpart")
+    expand = c.get(keys["expand"])
+    inner = int(expand * width)
+    if inner != expand * width:
+        raise Unsupported(keys["expand"], f"{expand} x hidden_size {width} is not a whole width")
+    rank = c.get(keys["dt_rank"])
+    rank = -(-width // 16) if rank in (None, "auto") else int(rank)
+    return Mamba1Mixer(inner, int(c.get(keys["state"])), rank, int(c.get(keys["conv"])), bool(c.get(keys["bias"])),
+                       bool(c.get(keys["conv_bias"])), norms, float(eps), float(c.get("time_step_min", 0.001)), float(c.get("time_step_max", 0.1)))
+
+
+@dataclass(frozen=True)
+class MambaFamily:
+    """A Mamba-1 checkpoint (MambaForCausalLM): each layer one `turbine ssm version=1` with an RMSNorm in front."""
+
+    family: str
+    vocab: int
+    context: int
+    width: int
+    layers: int
+    mixer: Mamba1Mixer
+    eps: float
+    tied: bool
+    sources: dict = field(default_factory=dict, compare=False)
+
+
+_MAMBA_DEFAULTS = {"vocab_size": 50280, "hidden_size": 768, "state_size": 16, "num_hidden_layers": 32, "layer_norm_epsilon": 1e-5, "expand": 2,
+                   "conv_kernel": 4, "use_bias": False, "use_conv_bias": True, "hidden_act": "silu", "time_step_rank": "auto",
+                   "tie_word_embeddings": True, "time_step_min": 0.001, "time_step_max": 0.1}
+
+
+def _mamba(cfg: dict) -> MambaFamily:
+    c = _Config(cfg, _MAMBA_DEFAULTS)
+    width = c.need("hidden_size")
+    mixer = _mamba1_mixer(c, width, {"state": "state_size", "expand": "expand", "conv": "conv_kernel", "dt_rank": "time_step_rank",
+                                     "bias": "use_bias", "conv_bias": "use_conv_bias"})
+    src = {"layers": "num_hidden_layers", "width": "hidden_size", "vocab": "vocab_size", "mixer": "state_size, expand, time_step_rank, conv_kernel",
+           "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"}
+    # MambaForCausalLM has no position table and no context limit; 2048 is the feed's (a decoding cache's) length
+    return MambaFamily("mamba", c.need("vocab_size"), int(c.get("max_position_embeddings", 2048)), width, c.need("num_hidden_layers"), mixer,
+                       float(c.get("layer_norm_epsilon")), bool(c.get("tie_word_embeddings")), src)
+
+
+def _header(family: str, source: str) -> list[str]:
+    return [f"# A {family} checkpoint, imported from {source} by `cyclec import`.",
+            "# Every value comes from the config field named beside it; the weights load with",
+            "# cyclelang.interop.load_transformers(model, checkpoint).", ""]
+
+
+def _mamba_text(a: MambaFamily, source: str) -> str:
+    src = a.sources
+    norm = f"norm rmsnorm eps={_num(a.eps)}"
+    return "\n".join([
+        *_header(a.family, source),
+        f"let depth = {a.layers}  # {src['layers']}",
+        f"let d_model = {a.width}  # {src['width']}",
+        "",
+        "# one mamba layer: the Mamba-1 mixer with its RMSNorm in front, no MLP (the layers repeat it)",
+        "stage mamba_block {",
+        "  prechamber mix {",
+        f"    {norm}{_comment(src, 'eps')}",
+        f"    {a.mixer.text(a.width)}{_comment(src, 'mixer')}",
+        "  }",
+        "}",
+        "",
+        f"engine {a.family} {{",
+        "  chamber width=d_model",
+        "  throat causal",
+        f"  feed tokens vocab={a.vocab} context={a.context} position=none{_comment(src, 'vocab')}",
+        "",
+        "  stage mamba_block x depth",
+        "",
+        f"  {norm}  # the final norm",
+        "  nozzle head" + (" tied" if a.tied else "") + _comment(src, "tied"),
+        "}",
+        ""])
+
+
+@dataclass(frozen=True)
+class JambaFamily:
+    """A Jamba checkpoint (JambaForCausalLM): layer i mixes with attention where i % attn_layer_period ==
+    attn_layer_offset and with a Mamba-1 mixer (with its dt/B/C norms) elsewhere; its MLP is routed
+    experts where i % expert_layer_period == expert_layer_offset, a dense swiglu MLP elsewhere."""
+
+    family: str
+    vocab: int
+    context: int
+    width: int
+    pattern: tuple  # per layer (mixer, reactor): ("attention" | "mamba", "mlp" | "moe")
+    heads: int
+    kv_heads: int
+    hidden: int
+    experts: int
+    top: int
+    mixer: Mamba1Mixer
+    eps: float
+    tied: bool
+    padding: int | None
+    sources: dict = field(default_factory=dict, compare=False)
+
+
+_JAMBA_DEFAULTS = {"vocab_size": 65536, "tie_word_embeddings": False, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
+                   "num_experts_per_tok": 2, "num_experts": 16, "expert_layer_period": 2, "expert_layer_offset": 1, "attn_layer_period": 8,
+                   "attn_layer_offset": 4, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": "auto",
+                   "mamba_conv_bias": True, "mamba_proj_bias": False}
+
+
+def _jamba(cfg: dict) -> JambaFamily:
+    c = _Config(cfg, _JAMBA_DEFAULTS)
+    width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
+    if width % heads:
+        raise Unsupported("num_attention_heads", f"{heads} heads do not divide hidden_size {width}")
+    eps = float(c.get("rms_norm_eps"))
+    mixer = _mamba1_mixer(c, width, {"state": "mamba_d_state", "expand": "mamba_expand", "conv": "mamba_d_conv", "dt_rank": "mamba_dt_rank",
+                                     "bias": "mamba_proj_bias", "conv_bias": "mamba_conv_bias"}, norms=True, eps=eps)
+    ap, ao, ep, eo = (int(c.get(k)) for k in ("attn_layer_period", "attn_layer_offset", "expert_layer_period", "expert_layer_offset"))
+    experts = int(c.get("num_experts"))
+    pattern = tuple(("attention" if i % ap == ao else "mamba", "moe" if i % ep == eo and experts > 1 else "mlp") for i in range(layers))
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+           "kv_heads": "num_key_value_heads", "hidden": "intermediate_size", "experts": "num_experts, num_experts_per_tok",
+           "eps": "rms_norm_eps", "mixer": "mamba_d_state, mamba_expand, mamba_dt_rank, mamba_d_conv", "tied": "tie_word_embeddings",
+           "pattern": "attn_layer_period/offset, expert_layer_period/offset", "padding": "pad_token_id"}
+    return JambaFamily("jamba", c.need("vocab_size"), int(c.get("max_position_embeddings")), width, pattern, heads,
+                       int(c.get("num_key_value_heads") or heads), c.need("intermediate_size"), experts, int(c.get("num_experts_per_tok")),
+                       mixer, eps, bool(c.get("tie_word_embeddings")), c.config.get("pad_token_id"), src)
+
+
+def _runs(pattern) -> list[tuple[object, int, int]]:
+    """(item, first index, count) of each run of equal consecutive items."""
+    out: list[list] = []
+    for i, x in enumerate(pattern):
+        if out and out[-1][0] == x:
+            out[-1][2] += 1
+        else:
+            out.append([x, i, 1])
+    return [tuple(r) for r in out]
+
+
+def _fold(pattern, first: int, pad: str) -> list[str]:
+    """Stage lines for consecutive layers pattern[0:], numbered from `first`: a run of one
+    layer kind is one stage `x N`; a run of two kinds in turn (MLP, experts) a nested stage."""
+    out, i = [], 0
+    while i < len(pattern):
+        run = 1
+        while i + run < len(pattern) and pattern[i + run] == pattern[i]:
+            run += 1
+        pairs = 0
+        while i + 2 * pairs + 1 < len(pattern) and pattern[i + 2 * pairs : i + 2 * pairs + 2] == pattern[i : i + 2] and pattern[i] != pattern[i + 1]:
+            pairs += 1
+        lo = first + i
+        if pairs >= 2 and 2 * pairs > run:
+            (m1, r1), (m2, r2) = pattern[i], pattern[i + 1]
+            out += [f"{pad}stage layers{lo}_{lo + 2 * pairs - 1} x {pairs} {{  # {m1} + {r1}, then {m2} + {r2}",
+                    f"{pad}  stage first = {m1}_{r1}", f"{pad}  stage second = {m2}_{r2}", f"{pad}}}"]
+            i += 2 * pairs
+            continue
+        name = f"layer{lo}" if run == 1 else f"layers{lo}_{lo + run - 1}"
+        out.append(f"{pad}stage {name} = {pattern[i][0]}_{pattern[i][1]}" + (f" x {run}" if run > 1 else ""))
+        i += run
+    return out
+
+
+def _jamba_body(a: "JambaFamily") -> list[str]:
+    """The engine's stages: a nested stage of the pattern's period (the two periods' lcm) repeated,
+    then the layers left over; each period's layers folded (`_fold`)."""
+    L = len(a.pattern)
+    period = next((p for p in range(1, L // 2 + 1) if all(a.pattern[i] == a.pattern[i % p] for i in range(L))), L)
+    blocks = L // period
+    if blocks < 2 or period == 1:
+        return _fold(a.pattern, 0, "  ")
+    lines = [f"  stage jamba_block x {blocks} {{  # layers 0-{blocks * period - 1}: {period} layers, {blocks} times",
+             *_fold(a.pattern[:period], 0, "    "), "  }"]
+    return lines + _fold(a.pattern[blocks * period:], blocks * period, "  ")
+
+
+def _jamba_text(a: JambaFamily, source: str) -> str:
+    src = a.sources
+    norm = f"norm rmsnorm eps={_num(a.eps)}"
+    kv = f" kv_heads={a.kv_heads}" if a.kv_heads != a.heads else ""
+    mixers = {"attention": f"turbine attention heads={a.heads}{kv} bias=false  # no positions: the Mamba layers carry them",
+              "mamba": f"{a.mixer.text(a.width)}{_comment(src, 'mixer')}"}
+    reactors = {"mlp": f"turbine mlp hidden={a.hidden} act=swiglu bias=false{_comment(src, 'hidden')}",
+                "moe": f"turbine moe experts={a.experts} top={a.top} hidden={a.hidden} act=swiglu bias=false normalize=false"
+                       f"  # {src['experts']}; the top-k weights are not renormalised"}
+    templates: list[str] = []
+    for m, r in dict.fromkeys(a.pattern):
+        templates += [f"stage {m}_{r} {{", "  prechamber mix {", f"    {norm}", f"    {mixers[m]}", "  }",
+                      "  prechamber burn {", f"    {norm}", f"    {reactors[r]}", "  }", "}", ""]
+    body = _jamba_body(a)
+    feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
+    return "\n".join([
+        *_header(a.family, source),
+        f"let d_model = {a.width}  # {src['width']}",
+        "",
+        f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: each a mixer (attention or",
+        "# Mamba-1 with its dt/B/C norms), then an MLP or routed experts, each with its RMSNorm in front",
+        *templates,
+        f"engine {a.family} {{",
+        "  chamber width=d_model",
+        "  throat causal",
+        f"  {feed}{_comment(src, 'vocab', 'padding')}",
+        "",
+        *body,
+        "",
+        f"  {norm}  # the final norm",
+        "  nozzle head" + (" tied" if a.tied else "") + _comment(src, "tied"),
+        "}",
+        ""])
+
+
+@dataclass(frozen=True)
+class DeepseekV2Family:
+    """A DeepSeek-V2 checkpoint (DeepseekV2ForCausalLM): latent attention in every layer; a dense
+    swiglu MLP in the first `dense` layers (first_k_dense_replace), then DeepSeekMoE: routed experts
+    (raw softmax weights) beside a shared expert every token visits."""
+
+    family: str
+    vocab: int
+    context: int
+    width: int
+    layers: int
+    dense: int
+    heads: int
+    head_dim: int
+    rotary_dims: int
+    v_dim: int
+    latent: int
+    q_latent: int | None
+    rotary_base: float
+    hidden: int
+    moe_hidden: int
+    experts: int
+    top: int
+    shared: int
+    eps: float
+    bias: bool
+    tied: bool
+    padding: int | None
+    sources: dict = field(default_factory=dict, compare=False)
+
+
+_DEEPSEEK_V2_DEFAULTS = {"vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+                         "hidden_act": "silu", "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+                         "attention_bias": False, "mlp_bias": False, "first_k_dense_replace": 0, "kv_lora_rank": 512, "n_routed_experts": 64,
+                         "n_shared_experts": 2, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "routed_scaling_factor": 1.0,
+                         "topk_method": "greedy", "norm_topk_prob": False, "v_head_dim": 128, "moe_intermediate_size": 1407, "rope_theta": 10000.0}
+
+
+def _deepseek_v2(cfg: dict) -> DeepseekV2Family:
+    c = _Config(cfg, _DEEPSEEK_V2_DEFAULTS)
+    if c.get("hidden_act") not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"DeepSeek-V2's MLPs are silu-gated (swiglu); '{c.get('hidden_act')}' is not mapped")
+    if c.get("mlp_bias"):
+        raise Unsupported("mlp_bias", "transformers' DeepseekV2 biases the dense and shared MLPs but never the routed experts; "
+                          "the language's moe bias= covers all of them")
+    if float(c.get("routed_scaling_factor")) != 1.0:
+        raise Unsupported("routed_scaling_factor", f"routed experts' weights multiplied by {c.get('routed_scaling_factor')} are not in the language")
+    if c.get("topk_method") != "greedy":
+        raise Unsupported("topk_method", f"'{c.get('topk_method')}' (routing within the top groups) is not in the language; only greedy top-k")
+    if c.get("norm_topk_prob"):
+        raise Unsupported("norm_topk_prob", "transformers' DeepseekV2 router never renormalises the top-k weights, whatever this says: "
+                          "which one the checkpoint was trained with is not known")
+    if c.config.get("moe_layer_freq", 1) != 1:
+        raise Unsupported("moe_layer_freq", "transformers' DeepseekV2 puts experts in every layer from first_k_dense_replace on: "
+                          "a checkpoint with experts in every other layer does not load there either")
+    shared = int(c.get("n_shared_experts") or 0)
+    if shared < 1:
+        raise Unsupported("n_shared_experts", "transformers' DeepSeekMoE always has its shared expert (0 gives it no width)")
+    width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
+    dense = min(int(c.get("first_k_dense_replace") or 0), layers)
+    moe_hidden = int(c.get("moe_intermediate_size"))
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "dense": "first_k_dense_replace",
+           "attn": "num_attention_heads, kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim",
+           "hidden": "intermediate_size", "moe": "n_routed_experts, num_experts_per_tok, moe_intermediate_size x n_shared_experts",
+           "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "rotary_base": "rope_theta", "padding": "pad_token_id"}
+    q = c.config["q_lora_rank"] if "q_lora_rank" in c.config else 1536  # None: a full-rank query projection
+    return DeepseekV2Family("deepseek_v2", c.need("vocab_size"), int(c.get("max_position_embeddings")), width, layers, dense, heads,
+                            int(c.get("qk_nope_head_dim")), int(c.get("qk_rope_head_dim")), int(c.get("v_head_dim")), int(c.get("kv_lora_rank")),
+                            None if q is None else int(q), _rope(c), int(c.get("intermediate_size")), moe_hidden,
+                            int(c.get("n_routed_experts")), int(c.need("num_experts_per_tok")) if layers > dense else 1, moe_hidden * shared,
+                            float(c.get("rms_norm_eps")), bool(c.get("attention_bias")), bool(c.get("tie_word_embeddings")),
+                            c.config.get("pad_token_id"), src)
+
+
+def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
+    src = a.sources
+    norm = "norm rmsnorm" + (f" eps={_num(a.eps)}" if a.eps != 1e-6 else "")
+    q = f" q_latent={a.q_latent}" if a.q_latent is not None else ""
+    base = f" rotary_base={_num(a.rotary_base)}" if a.rotary_base != 10000.0 else ""
+    attn = (f"turbine attention heads={a.heads} latent={a.latent}{q} head_dim={a.head_dim} rotary_dims={a.rotary_dims} v_dim={a.v_dim}"
+            f"{base} bias={_num(a.bias)}{_comment(src, 'attn', 'rotary_base' if base else '')}")
+    mix = ["  prechamber mix {", f"    {norm}{_comment(src, 'eps')}", f"    {attn}", "  }"]
+    stages = []
+    if a.dense:
+        stages += [f"# the first {a.dense} layers ({src['dense']}): latent attention, then a dense swiglu MLP", "stage dense_block {", *mix,
+                   "  prechamber burn {", f"    {norm}", f"    turbine mlp hidden={a.hidden} act=swiglu bias=false{_comment(src, 'hidden')}",
+                   "  }", "}", ""]
+    if a.layers > a.dense:
+        stages += ["# then DeepSeekMoE: routed experts (their raw softmax weights) beside a shared expert every token visits",
+                   "stage moe_block {", *mix, "  prechamber burn {", f"    {norm}",
+                   f"    turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false normalize=false "
+                   f"shared={a.shared}{_comment(src, 'moe')}", "  }", "}", ""]
+    body = ([f"  stage dense_block x {a.dense}"] if a.dense else []) + ([f"  stage moe_block x {a.layers - a.dense}"] if a.layers > a.dense else [])
+    feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
+    return "\n".join([
+        *_header(a.family, source),
+        f"let d_model = {a.width}  # {src['width']}; {a.layers} layers ({src['layers']})",
+        "",
+        *stages,
+        f"engine {a.family} {{",
+        "  chamber width=d_model",
+        "  throat causal",
+        f"  {feed}{_comment(src, 'vocab', 'padding')}",
+        "",
+        *body,
+        "",
+        f"  {norm}  # the final norm",
+        "  nozzle head" + (" tied" if a.tied else "") + _comment(src, "tied"),
+        "}",
+        ""])
+
+
+READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}, **{f: _plain(f) for f in _PLAIN_DEFAULTS}, "mamba2": _mamba2,
+           "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2}
 FAMILIES = tuple(READERS)
 
 # The transformers classes a family's weights come from (what export's config names).
@@ -432,7 +789,7 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "qwen2": "Qwen2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
              "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
              "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM",
-             "mamba2": "Mamba2ForCausalLM"}
+             "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM"}
 
 # Families the language cannot write yet: refused by name, with what they need.
 NOT_YET = {
@@ -441,8 +798,6 @@ NOT_YET = {
     "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
     "granitemoe": "Granite-MoE's experts are not mapped yet",
-    "deepseek_v2": "DeepSeek-V2's latent attention and DeepSeekMoE are in the language (specs/deepseek_v2.cycle) but not mapped from checkpoints yet",
-    "jamba": "Jamba's attention/Mamba hybrid with its Mamba-1 mixers is not mapped yet",
 }
 def read_config(config: dict) -> Arch:
     """The Arch a config implies, by its model_type; Unsupported names the first field that cannot be read."""
@@ -478,6 +833,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     """A formatted, commented spec that builds to the architecture `a` describes."""
     if isinstance(a, Mamba2):
         return _mamba2_text(a, source)
+    if isinstance(a, (MambaFamily, JambaFamily, DeepseekV2Family)):
+        return {MambaFamily: _mamba_text, JambaFamily: _jamba_text, DeepseekV2Family: _deepseek_v2_text}[type(a)](a, source)
     src = a.sources
     att = [f"heads={a.heads}"]
     keys = ["heads"]
@@ -733,3 +1090,129 @@ def _plain_config(a: Arch) -> dict:
     if a.family == "gpt_neox":
         cfg.update(use_parallel_residual=a.parallel == "separate", attention_bias=a.qkv_bias, hidden_dropout=0.0)
     return cfg
+
+
+# --- the config an engine of the expander families implies (export) -------------------------------
+
+_EXPANDER_KINDS = (ir.Ssm, ir.Mamba1, ir.LatentAttention)
+
+
+def _layer_list(engine: ir.Engine) -> list[list[tuple[ir.Norm, object]]]:
+    """Every layer (stage instance) as its branches' (norm, turbine) pairs; Unsupported where a layer is not."""
+    main = [op for op in engine.body if not isinstance(op, ir.Stage)]
+    if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm) or engine.body[-1].type != "rmsnorm":
+        raise Unsupported("main line", "these families' decoders end with one rmsnorm on the main line, before the head")
+    layers = []
+
+    def walk(st: ir.Stage) -> None:  # the layers in the order they run: a nested stage's, group by group
+        if st.is_group:
+            for _ in range(st.repeat):
+                for inner in st.ops:
+                    walk(inner)
+            return
+        pairs = []
+        for b in st.ops:
+            if not isinstance(b, ir.Prechamber) or b.detach or b.overboard or not isinstance(b.merge, (ir.PlainMerge, ir.CoolingMerge)):
+                raise Unsupported(f"stage {st.name}", "a layer of these families is plain residual branches (norm, turbine), nothing else")
+            if len(b.ops) != 2 or not isinstance(b.ops[0], ir.Norm) or b.ops[0].type != "rmsnorm":
+                raise Unsupported(f"prechamber {b.name}", "each branch of these families is an rmsnorm, then its turbine")
+            pairs.append((b.ops[0], b.ops[1]))
+        layers.extend([pairs] * st.repeat)
+
+    for st in (op for op in engine.body if isinstance(op, ir.Stage)):
+        walk(st)
+    if not layers:
+        raise Unsupported("stages", "the engine has no layers")
+    return layers
+
+
+def _period(hits: list[int], layers: int, what: str) -> tuple[int, int]:
+    """(period, offset) with i % period == offset exactly at `hits` among range(layers); Unsupported otherwise."""
+    if not hits:
+        return layers + 1, layers  # never
+    if len(hits) == 1:
+        return max(layers, hits[0] + 1), hits[0]
+    period = hits[1] - hits[0]
+    if period < 1 or hits[0] >= period or hits != list(range(hits[0], layers, period)):
+        raise Unsupported(what, f"layers {hits} are not every k-th layer from an offset below k, which is all Jamba's config can say")
+    return period, hits[0]
+
+
+def expander_config(engine: ir.Engine) -> dict | None:
+    """The transformers config of an engine with an ssm or latent attention (mamba2, mamba, jamba,
+    deepseek_v2), or None when it has none of them. Only the shape is read; export then checks,
+    field by field, that importing the config gives back the engine. Unsupported says why not."""
+    ops = [o for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list() for o in b.ops]
+    if any(isinstance(o, ir.LinearAttention) for o in ops):
+        raise Unsupported("turbine linear_attention", "no transformers model family computes linear attention "
+                          "(Katharopoulos et al.): there is no config to write it as")
+    if not any(isinstance(o, _EXPANDER_KINDS) for o in ops):
+        return None
+    layers = _layer_list(engine)
+    turbines = [t for layer in layers for _, t in layer]
+    final = engine.body[-1]
+    base = {"vocab_size": engine.feed.vocab, "hidden_size": engine.width, "num_hidden_layers": len(layers),
+            "tie_word_embeddings": engine.nozzle.tied, "pad_token_id": engine.feed.padding}
+    if engine.nozzle.bias or engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0 or engine.feed.position != "none":
+        raise Unsupported("feed / nozzle", "these families have no positions table, no embedding or logit multiplier and no head bias")
+    first = turbines[0]
+    if all(len(layer) == 1 for layer in layers) and isinstance(first, ir.Ssm):
+        s = first
+        lo_hi = {} if (s.dt_lo, s.dt_hi) == (0.0, None) else {"time_step_limit": [s.dt_lo, s.dt_hi if s.dt_hi is not None else float("inf")]}
+        if s.inner % engine.width:
+            raise Unsupported("expand", f"Mamba-2's config says expand as a whole number; the inner width {s.inner} is not a multiple of {engine.width}")
+        return {"model_type": "mamba2", "architectures": [CAUSAL_LM["mamba2"]], **base, "num_heads": s.heads, "head_dim": s.head_dim,
+                "expand": s.inner // engine.width, "state_size": s.state, "n_groups": s.groups, "conv_kernel": s.conv, "chunk_size": s.chunk,
+                "use_bias": s.bias, "use_conv_bias": s.conv_bias, "layer_norm_epsilon": final.eps, "time_step_min": s.dt_min,
+                "time_step_max": s.dt_max, "rms_norm": True, "hidden_act": "silu", "max_position_embeddings": engine.feed.context, **lo_hi}
+    mixers = [layer[0][1] for layer in layers]
+    if all(len(layer) == 1 for layer in layers) and isinstance(first, ir.Mamba1):
+        return {"model_type": "mamba", "architectures": [CAUSAL_LM["mamba"]], **_mamba1_config(first, engine.width, ""), **base,
+                "layer_norm_epsilon": final.eps, "max_position_embeddings": engine.feed.context}
+    if not all(len(layer) == 2 for layer in layers):
+        raise Unsupported("stages", "a Jamba or DeepSeek-V2 layer is a mixer branch, then an MLP branch")
+    reactors = [layer[1][1] for layer in layers]
+    moes = [r for r in reactors if isinstance(r, ir.Moe)]
+    mlps = [r for r in reactors if isinstance(r, ir.Mlp)]
+    moe, mlp = (moes or [None])[0], (mlps or [None])[0]
+    common = {"hidden_act": "silu", "rms_norm_eps": final.eps, "max_position_embeddings": engine.feed.context}
+    if isinstance(first, ir.LatentAttention):
+        a = first
+        dense = next((i for i, r in enumerate(reactors) if isinstance(r, ir.Moe)), len(layers))
+        return {"model_type": "deepseek_v2", "architectures": [CAUSAL_LM["deepseek_v2"]], **base, **common,
+                "num_attention_heads": a.heads, "num_key_value_heads": a.heads, "q_lora_rank": a.q_latent, "kv_lora_rank": a.latent,
+                "qk_nope_head_dim": a.head_dim, "qk_rope_head_dim": a.rotary_dims, "v_head_dim": a.v_dim, "attention_bias": a.bias,
+                "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}, "first_k_dense_replace": dense,
+                "intermediate_size": mlp.hidden if mlp else (moe.hidden if moe else 1), "moe_intermediate_size": moe.hidden if moe else 1,
+                "n_routed_experts": moe.experts if moe else 1, "num_experts_per_tok": moe.top if moe else 1,
+                "n_shared_experts": _shared_experts(moe) if moe else 1,
+                "norm_topk_prob": False, "routed_scaling_factor": 1.0, "topk_method": "greedy", "mlp_bias": False}
+    ssm = next((m for m in mixers if isinstance(m, ir.Mamba1)), None)
+    attn = next((m for m in mixers if isinstance(m, ir.Attention)), None)
+    if ssm is None:
+        raise Unsupported("stages", "an engine of attention and MLP layers is not one of these families")
+    ap, ao = _period([i for i, m in enumerate(mixers) if isinstance(m, ir.Attention)], len(layers), "attention layers")
+    ep, eo = _period([i for i, r in enumerate(reactors) if isinstance(r, ir.Moe)], len(layers), "expert layers")
+    return {"model_type": "jamba", "architectures": [CAUSAL_LM["jamba"]], **base, **common, **_mamba1_config(ssm, engine.width, "mamba_"),
+            "num_attention_heads": attn.heads if attn else 1, "num_key_value_heads": attn.kv_heads if attn else 1,
+            "intermediate_size": (mlp or moe).hidden, "num_experts": moe.experts if moe else 1, "num_experts_per_tok": moe.top if moe else 1,
+            "attn_layer_period": ap, "attn_layer_offset": ao, "expert_layer_period": ep, "expert_layer_offset": eo,
+            "rms_norm_eps": ssm.eps if ssm.norms else final.eps, "use_mamba_kernels": False}
+
+
+def _mamba1_config(s: ir.Mamba1, width: int, prefix: str) -> dict:
+    if s.inner % width:
+        raise Unsupported("expand", f"the config says expand as a whole number; the inner width {s.inner} is not a multiple of {width}")
+    if prefix:  # Jamba's names
+        return {"mamba_d_state": s.state, "mamba_d_conv": s.conv, "mamba_expand": s.inner // width, "mamba_dt_rank": s.dt_rank,
+                "mamba_conv_bias": s.conv_bias, "mamba_proj_bias": s.bias}
+    return {"state_size": s.state, "conv_kernel": s.conv, "expand": s.inner // width, "time_step_rank": s.dt_rank, "use_bias": s.bias,
+            "use_conv_bias": s.conv_bias, "hidden_act": "silu", "time_step_min": s.dt_min, "time_step_max": s.dt_max}
+
+
+def _shared_experts(m: ir.Moe) -> int:
+    """DeepSeekMoE's shared expert is n_shared_experts x moe_intermediate_size wide."""
+    if not m.shared or m.shared % m.hidden or m.shared_gate:
+        raise Unsupported("shared", f"DeepSeek-V2's shared expert is an ungated whole multiple of the experts' width {m.hidden}, not "
+                          + ("a gated one" if m.shared_gate else f"{m.shared} wide"))
+    return m.shared // m.hidden

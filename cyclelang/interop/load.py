@@ -124,6 +124,8 @@ class _Stage:
     mlp: str | None = None  # "stages.0.burn.mlp"
     moe: str | None = None  # "stages.0.burn.moe"
     ssm: str | None = None  # "stages.0.mix.ssm"
+    mamba1: str | None = None  # "stages.0.mix.ssm" (version=1)
+    latent: str | None = None  # "stages.0.mix.attn" (latent attention)
     attn_node: object = None
     work_node: object = None
     experts: int = 0
@@ -169,6 +171,10 @@ def _layout(spec) -> dict[int, _Stage]:
                     st.moe, st.experts, st.work_node = path, part.node.experts, part.node
                 elif isinstance(part.node, ir.Ssm) and st.ssm is None:
                     st.ssm = path
+                elif isinstance(part.node, ir.Mamba1) and st.mamba1 is None:
+                    st.mamba1 = path
+                elif isinstance(part.node, ir.LatentAttention) and st.latent is None:
+                    st.latent, st.attn_node = path, part.node
     return stages
 
 
@@ -249,6 +255,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
+    if arch in _EXPANDER_PLANS:
+        return _EXPANDER_PLANS[arch](plan, put, layout, final, state, fused)
     for i, st in sorted(layout.items()):
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
@@ -364,8 +372,116 @@ def _plan_mamba2(plan: _Plan, put, layout: dict, final: str) -> _Plan:
     return plan
 
 
+MAMBA1_MIXER = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "x_proj.weight", "A_log", "D", "out_proj.weight",
+                "out_proj.bias", "dt_layernorm.weight", "b_layernorm.weight", "c_layernorm.weight")
+
+
+def _put_mamba1(put, ours: str, theirs: str) -> None:
+    """A Mamba-1 mixer: transformers' names, but dt_proj's weight and bias are dt_weight and dt_bias."""
+    for name in MAMBA1_MIXER:  # biases and Jamba's norms only where the spec (and the config) has them
+        put(f"{ours}.{name}", theirs + name)
+    put(f"{ours}.dt_weight", theirs + "dt_proj.weight")
+    put(f"{ours}.dt_bias", theirs + "dt_proj.bias")
+
+
+def _plan_mamba(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """Mamba-1: layer i is stage i's ssm (version=1) and the valve before it."""
+    for i, st in sorted(layout.items()):
+        if st.mamba1 is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} has no ssm turbine (version=1); transformers' mamba layer {i} has one"
+            continue
+        put(f"{st.valves.get(st.mamba1, _parent(st.mamba1) + 'norm')}.weight", f"layers.{i}.norm.weight")
+        _put_mamba1(put, st.mamba1, f"layers.{i}.mixer.")
+    put("feed.tok.weight", "embeddings.weight")
+    put(f"{final}.weight", "norm_f.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
+def _put_experts(put, reactor: str, h: str, node, state, fused) -> None:
+    """Routed experts: transformers 5's fused tensors (`{h}experts.gate_up_proj`, a model's own state dict) or
+    one expert at a time (`{h}experts.{e}.gate_proj`, ..., as save_pretrained writes them); fused None: as `state` has them."""
+    fused = (h + "experts.gate_up_proj" in state) if fused is None else fused
+    for x in range(node.experts):
+        if fused:
+            put(f"{reactor}.experts.{x}.fc.weight", h + "experts.gate_up_proj", _Index(x, node.experts))
+            put(f"{reactor}.experts.{x}.proj.weight", h + "experts.down_proj", _Index(x, node.experts))
+        else:
+            b = h + f"experts.{x}."
+            put(f"{reactor}.experts.{x}.fc.weight", [b + "gate_proj.weight", b + "up_proj.weight"], _Cat((node.hidden, node.hidden)))
+            put(f"{reactor}.experts.{x}.proj.weight", b + "down_proj.weight")
+
+
+def _put_gated(put, reactor: str, h: str, hidden: int) -> None:
+    """A swiglu MLP from gate_proj, up_proj, down_proj under `h`."""
+    for p in ("weight", "bias"):
+        put(f"{reactor}.fc.{p}", [h + f"gate_proj.{p}", h + f"up_proj.{p}"], _Cat((hidden, hidden)))
+        put(f"{reactor}.proj.{p}", h + f"down_proj.{p}")
+
+
+def _plan_jamba(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """Jamba: layer i is stage i: attention (q, k, v, o) or a Mamba-1 mixer, then an MLP or routed experts, each with its valve."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        mixer = st.attn or st.mamba1
+        reactor = st.moe or st.mlp
+        if mixer is None or reactor is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks an attention or ssm (version=1) mixer, or an mlp or moe; transformers' jamba layer {i} has both"
+            continue
+        put(f"{st.valves.get(mixer, _parent(mixer) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(reactor, _parent(reactor) + 'norm')}.weight", h + "pre_ff_layernorm.weight")
+        if st.attn is not None:
+            a = st.attn_node
+            put(f"{st.attn}.qkv.weight", [h + f"self_attn.{n}_proj.weight" for n in "qkv"],
+                _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+            put(f"{st.attn}.proj.weight", h + "self_attn.o_proj.weight")
+        else:
+            _put_mamba1(put, st.mamba1, h + "mamba.")
+        if st.moe is not None:
+            put(f"{st.moe}.router.weight", h + "feed_forward.router.weight")
+            _put_experts(put, st.moe, h + "feed_forward.", st.work_node, state, fused)
+        else:
+            _put_gated(put, st.mlp, h + "feed_forward.", st.work_node.hidden)
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "final_layernorm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
+DEEPSEEK_V2_ATTN = ("q_a_proj", "q_a_layernorm", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj")
+
+
+def _plan_deepseek_v2(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """DeepSeek-V2: layer i is stage i: latent attention (transformers' names), then a dense MLP or DeepSeekMoE
+    (routed experts and the shared expert of one moe turbine), each with its valve."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        reactor = st.moe or st.mlp
+        if st.latent is None or reactor is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks a latent attention or an mlp or moe; transformers' deepseek_v2 layer {i} has both"
+            continue
+        put(f"{st.valves.get(st.latent, _parent(st.latent) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(reactor, _parent(reactor) + 'norm')}.weight", h + "post_attention_layernorm.weight")
+        for name in DEEPSEEK_V2_ATTN:
+            for p in ("weight", "bias"):
+                put(f"{st.latent}.{name}.{p}", h + f"self_attn.{name}.{p}")
+        if st.moe is not None:
+            put(f"{st.moe}.router.weight", h + "mlp.gate.weight")
+            _put_experts(put, st.moe, h + "mlp.", st.work_node, state, fused)
+            _put_gated(put, f"{st.moe}.shared", h + "mlp.shared_experts.", st.work_node.shared)
+        else:
+            _put_gated(put, st.mlp, h + "mlp.", st.work_node.hidden)
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
+_EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2}
+
+
 def _prefix(arch: str) -> str:
-    return {"mamba2": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
+    return {"mamba2": "backbone.", "mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
 
 
 @dataclass(frozen=True)
@@ -395,6 +511,8 @@ KEYS = {
     "falcon": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
                     plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
     "mamba2": _Keys(embed="embeddings", final="norm_f"),
+    "mamba": _Keys(embed="embeddings", final="norm_f"),
+    "jamba": _Keys(final="final_layernorm"),
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
 }

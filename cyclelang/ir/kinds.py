@@ -220,6 +220,27 @@ def _ssm_state(s: ir.Ssm, n: int) -> int:
     return s.conv_dim * (s.conv - 1) + s.heads * s.head_dim * s.state  # the conv window and the scan's state
 
 
+def _mamba1_params(s: ir.Mamba1, w: int) -> int:
+    proj = s.width * 2 * s.inner + s.inner * (s.dt_rank + 2 * s.state) + s.dt_rank * s.inner + s.inner * s.width
+    proj += s.inner  # dt_proj's bias: always there, it holds the step size's init
+    if s.bias:
+        proj += 2 * s.inner + s.width  # in_proj, out_proj
+    conv = s.inner * s.conv + (s.inner if s.conv_bias else 0)
+    norms = s.dt_rank + 2 * s.state if s.norms else 0
+    return proj + conv + s.inner * s.state + s.inner + norms  # A_log (inner x state), D per channel
+
+
+def _mamba1_flops(s: ir.Mamba1, n: int, w: int = 0) -> tuple[int, int]:
+    # in_proj, conv, x_proj, dt_proj, out_proj; mixing: the state read by C (inner x state per
+    # token). The scan's update is elementwise (not a matrix product), so it is not counted.
+    proj = 2 * (s.width * 2 * s.inner + s.inner * (s.dt_rank + 2 * s.state) + s.dt_rank * s.inner + s.inner * s.width) + 2 * s.inner * s.conv
+    return proj, 2 * s.inner * s.state
+
+
+def _mamba1_state(s: ir.Mamba1, n: int) -> int:
+    return s.inner * (s.conv - 1) + s.inner * s.state  # the conv window and the scan's state
+
+
 def _la_values(a: ir.LinearAttention) -> int:
     return a.head_dim + (1 if a.normalize else 0)  # v with a column of ones: the normaliser rides in the same sums
 
@@ -275,6 +296,12 @@ OPS: tuple[Kind, ...] = (
          activations=lambda x, n=0: (x.width + 2 * (x.inner + x.conv_dim + x.heads) + 2 * x.inner + x.heads * x.state, 0),
          mixes_positions=True, masked=True, state_kind="recurrent",
          mup_sub=(("conv1d", "vector"),), ml_phrase='selective state-space mixer: a fixed-size state carries the past'),  # depthwise filters, as conv's: the fan-in is the kernel size
+    Kind(ir.Mamba1, "ssm", "ssm", "mixer", "regenerative jacket", "SSM (Mamba-1)",
+         "regenerative jacket: a selective state per channel carries the flow along",
+         params=_mamba1_params, flops=_mamba1_flops, state=_mamba1_state,
+         activations=lambda x, n=0: (x.width + 4 * x.inner + 2 * (x.dt_rank + 2 * x.state) + x.inner * x.state, 0),
+         mixes_positions=True, masked=True, state_kind="recurrent",
+         mup_sub=(("conv1d", "vector"),), ml_phrase='selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past'),
     Kind(ir.LinearAttention, "linear_attention", "attn", "mixer", "expander injector", "linear attention",
          "expander injector: mixes positions through a fixed-size state",
          params=_la_params, flops=_la_flops, state=_la_state,

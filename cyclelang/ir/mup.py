@@ -18,7 +18,8 @@ tuned on a narrow engine carries over to a wide one. With m = width / base_width
              weight, so the multiplier is the only form both fit)
 
 and attention scores are scaled by 1/head_dim instead of 1/sqrt(head_dim), written
-sqrt(d0)/d with d0 the head size at base_width so that it is the standard scale there.
+sqrt(d0)/d with d0 the head size at base_width so that it is the standard scale there
+(latent attention: d is its query/key width, head_dim + rotary_dims).
 "hidden" and "output" keep lr x decay fixed (decoupled decay is multiplied by the lr),
 as mup's MuAdamW does. "x m^-1/2" multiplies whatever the standard init gave: the
 spec's std, or a merge's own (cooling's sigma/sqrt(2N)), i.e. the standard init at
@@ -83,13 +84,23 @@ def rule_name(kind: Kind, node, vocab: int) -> str:
     return ROLE_RULE[kind.role]
 
 
-def attention_scale(engine: ir.Engine, a: ir.Attention) -> float | None:
-    """The score scale of one attention under mup, sqrt(d0)/d with d0 = d / m (the head size
-    at base_width); None under the standard parametrisation (1/sqrt(d), the kernel's own)."""
+def score_dim(a) -> int:
+    """The width of the dot product behind an attention's scores: head_dim, and for latent
+    attention its query/key's [nope | rope] parts together (head_dim + rotary_dims)."""
+    return a.head_dim + a.rotary_dims if isinstance(a, ir.LatentAttention) else a.head_dim
+
+
+def attention_scale(engine: ir.Engine, a) -> float | None:
+    """The score scale of one softmax attention (latent attention too) under mup, sqrt(d0)/d
+    with d0 = d / m (the head size at base_width); None under the standard parametrisation
+    (1/sqrt(d), the kernel's own). Linear attention has no softmax logits to rescale (its
+    normalised form is unchanged by any factor on q or k), and an ssm none at all: they
+    take no score rule."""
     if not is_mup(engine):
         return None
-    d0 = a.head_dim / width_mult(engine)
-    return math.sqrt(d0) / a.head_dim
+    d = score_dim(a)
+    d0 = d / width_mult(engine)
+    return math.sqrt(d0) / d
 
 
 def readout_mult(engine: ir.Engine) -> float:
@@ -110,7 +121,7 @@ def table(engine: ir.Engine) -> list[dict]:
         r = rs[rule_name(part.kind, part.node, engine.feed.vocab)]
         row = {"path": part.path, "kind": part.kind.ml, "role": part.role, "rule": r.name, "init": r.init, "lr": r.lr,
                "decay": r.decay, "vectors": "as standard", "text": r.text}
-        if isinstance(part.node, ir.Attention):
+        if isinstance(part.node, (ir.Attention, ir.LatentAttention)):
             row["attention_scale"] = attention_scale(engine, part.node)
         out.append(row)
         for sub, name in part.kind.mup_sub:

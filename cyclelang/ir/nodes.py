@@ -43,7 +43,7 @@ IR_VERSION = 2  # 2: merges keep what was asked (`*_asked`) apart from what was 
 
 __all__ = [
     "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
-    "Ssm", "LinearAttention", "FeatureMap", "LatentAttention",
+    "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Engine", "Spec", "out_width", "validate",
@@ -298,6 +298,36 @@ class Ssm(Node):
             raise ValueError(f"dt_hi={self.dt_hi} must be above dt_lo={self.dt_lo}")
 
 
+class Mamba1(Node):
+    """A selective state-space mixer of the first kind (Mamba, Gu & Dao 2023), as transformers'
+    MambaMixer and JambaMambaMixer: in_proj to the scan's input x and a gate z; a depthwise
+    causal conv with silu; x_proj to a low-rank step dt and B, C (Jamba: each RMS-normalised);
+    dt_proj to a step per channel; the selective scan h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T
+    per channel (A: inner x state, so every channel decays each state dim at its own rate),
+    y_t = h_t C_t + D x_t; y * silu(z); out_proj. `turbine ssm version=1`. Decoding keeps
+    the conv window and the inner x state values of h, whatever the length."""
+
+    op: Literal["mamba1"] = "mamba1"
+    width: Count
+    inner: Count  # expand x width: the channels the conv and the scan run over
+    state: Count  # N: the state size of each channel
+    dt_rank: Count  # the low-rank step projection's width (Mamba: ceil(width / 16))
+    conv: Count  # kernel of the depthwise causal convolution
+    chunk: Count  # positions per chunk of the training scan
+    bias: bool  # in_proj and out_proj
+    conv_bias: bool
+    norms: bool  # RMSNorms on dt, B and C before they are used (Jamba)
+    eps: Positive  # of those norms
+    dt_min: Positive  # the range dt's bias is initialised in (log-uniform)
+    dt_max: Positive
+
+    _checked = checked()
+
+    def check(self) -> None:
+        if self.dt_min > self.dt_max:
+            raise ValueError(f"dt_min={self.dt_min} is above dt_max={self.dt_max}")
+
+
 FeatureMap = Literal["elu", "relu"]  # elu: elu(x) + 1 (Katharopoulos et al. 2020); relu
 
 
@@ -355,7 +385,7 @@ class LatentAttention(Node):
 
 # The one list of turbine kinds: every union below is built from it, so a new kind is
 # added here (and given its record in kinds.py), nowhere else in the IR.
-TURBINE_TYPES = (Attention, LatentAttention, Mlp, Moe, Pool, Conv, Ssm, LinearAttention, Linear)
+TURBINE_TYPES = (Attention, LatentAttention, Mlp, Moe, Pool, Conv, Ssm, LinearAttention, Linear, Mamba1)
 OP_TYPES = (Norm, *TURBINE_TYPES)
 
 Turbine = Annotated[Union[TURBINE_TYPES], Field(discriminator="op")]

@@ -120,6 +120,8 @@ class _Scaler:
                                              q_latent=None if op.q_latent is None else self.dim(op.q_latent)))
         if isinstance(op, (ir.Ssm, ir.LinearAttention)):  # heads (and groups, state) kept, each head narrower
             return op.model_copy(update=dict(width=self.dim(op.width), head_dim=self.dim(op.head_dim)))
+        if isinstance(op, ir.Mamba1):  # state and the step's rank kept, the channels narrower
+            return op.model_copy(update=dict(width=self.dim(op.width), inner=self.dim(op.inner)))
         if isinstance(op, ir.Linear):
             return op.model_copy(update=dict(width=self.dim(op.width), out=op.out if op.out == self.vocab else self.dim(op.out)))
         if isinstance(op, ir.OP_TYPES):  # a kind whose only width-like field is its width (norm, pool, conv)

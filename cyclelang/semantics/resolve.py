@@ -1009,6 +1009,13 @@ class _Resolver:
         return inner // heads
 
     def t_ssm(self, o: Options, ctx, w, d):
+        if o.get("version") == 1:  # Mamba-1: a kind of its own
+            return self.t_mamba1(o, ctx, w, d)
+        for name in ("dt_rank", "norms"):
+            if o.has(name):
+                o.known.append(name)
+                self.out.error("E0280", f"{name}= belongs to Mamba-1's mixer, not Mamba-2's", o.span_of(name),
+                               "add version=1 (Jamba's and Mamba's mixer), or drop it")
         heads = o.get("heads")
         state = o.get("state")
         groups = o.get("groups")
@@ -1048,6 +1055,37 @@ class _Resolver:
             return None
         return ir.Ssm(width=w, heads=heads, head_dim=head_dim, state=state, groups=groups, conv=conv, chunk=chunk, bias=bias,
                       conv_bias=conv_bias, eps=eps, dt_min=dt_min, dt_max=dt_max, dt_lo=dt_lo, dt_hi=dt_hi, span=d.span)
+
+    def t_mamba1(self, o: Options, ctx, w, d):
+        for name in ("heads", "head_dim", "groups", "dt_lo", "dt_hi"):  # Mamba-2's: read, so they are refused once, here
+            if o.has(name):
+                o.known.append(name)
+                self.out.error("E0280", f"{name}= belongs to Mamba-2's mixer; version=1 has one state per channel, no heads"
+                               + (" and no clamp on the step" if name.startswith("dt_") else ""), o.span_of(name),
+                               "drop it, or write version=2")
+        state = o.get("state", 16)
+        expand = o.get("expand")
+        dt_rank = o.get("dt_rank")
+        conv = o.get("conv")
+        chunk = o.get("chunk", 32)
+        bias = o.get("bias")
+        conv_bias = o.get("conv_bias")
+        norms = o.get("norms")
+        eps = o.get("eps", 1e-6)
+        dt_min = o.get("dt_min")
+        dt_max = o.get("dt_max")
+        if None in (state, expand, conv, chunk, eps, dt_min, dt_max, w) or (dt_rank is None and o.has("dt_rank")):
+            return None
+        inner = expand * w
+        if abs(inner - round(inner)) > 1e-6 or round(inner) < 1:
+            self.out.error("E0209", f"expand={expand:g} of width {w} is {inner:g}, not a whole width", o.span_of("expand"),
+                           "choose an expand that gives a whole inner width")
+            return None
+        if dt_min > dt_max:
+            self.out.error("E0211", f"dt_min={dt_min:g} is above dt_max={dt_max:g}", o.span_of("dt_min"))
+            return None
+        return ir.Mamba1(width=w, inner=int(round(inner)), state=state, dt_rank=dt_rank or math.ceil(w / 16), conv=conv, chunk=chunk,
+                         bias=bias, conv_bias=conv_bias, norms=norms, eps=eps, dt_min=dt_min, dt_max=dt_max, span=d.span)
 
     def t_linear_attention(self, o: Options, ctx, w, d):
         heads = o.get("heads")

@@ -97,6 +97,8 @@ TITLES = {
                                     DOT.join([f"latent {op.latent}"] + ([f"q latent {op.q_latent}"] if op.q_latent else []) + [f"rotary {op.rotary_dims}"])),
     ir.Ssm: lambda op: (f"SSM{DOT}{op.heads} heads{DOT}state {op.state}",
                         DOT.join(([f"{op.groups} groups"] if op.groups > 1 else []) + [f"conv {op.conv}", f"chunk {op.chunk}"])),
+    ir.Mamba1: lambda op: (f"SSM (Mamba-1){DOT}{op.inner} channels{DOT}state {op.state}",
+                           DOT.join([f"dt rank {op.dt_rank}", f"conv {op.conv}"] + (["dt/B/C norms"] if op.norms else []))),
     ir.LinearAttention: lambda op: (f"Linear attention{DOT}{op.heads} heads{DOT}{'causal' if op.causal else 'bidirectional'}",
                                     DOT.join(["elu+1" if op.feature == "elu" else op.feature] + (["retention"] if op.decay else []))),
     ir.Norm: lambda op: ("LayerNorm" if op.type == "layernorm" else "RMSNorm", ""),

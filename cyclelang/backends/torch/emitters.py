@@ -14,7 +14,7 @@ from .conv import ConvEmitter
 from .mla import LatentAttentionEmitter
 from .moe import MoeEmitter
 from .ops import LinearEmitter, MlpEmitter, NormEmitter, OpEmitter, PoolEmitter
-from .recurrent import LinearAttentionEmitter, SsmEmitter
+from .recurrent import LinearAttentionEmitter, Mamba1Emitter, SsmEmitter
 
 E = TypeVar("E")
 
@@ -28,6 +28,7 @@ EMITTERS: dict[type, OpEmitter] = {
     ir.Conv: ConvEmitter(),
     ir.Ssm: SsmEmitter(),
     ir.LinearAttention: LinearAttentionEmitter(),
+    ir.Mamba1: Mamba1Emitter(),
     ir.Linear: LinearEmitter(),
 }
 

@@ -23,6 +23,7 @@ class LatentAttentionVariant:
     mask: str  # "causal" | "open"
     q_latent: bool  # queries through a latent of their own
     causal: bool  # the engine's throat: the forward takes a cache
+    scaled: bool = False  # the scores take the constructor's scale (μP's sqrt(d0)/d), not the kernel's 1/sqrt(d)
 
     @classmethod
     def of(cls, a: ir.LatentAttention, causal: bool) -> "LatentAttentionVariant":
@@ -38,7 +39,7 @@ class LatentAttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a = o.op
-        return (f"{o.cls}({call_args(num(a.width), heads=num(a.heads), head_dim=num(a.head_dim), rotary_dims=num(a.rotary_dims), v_dim=num(a.v_dim), latent=num(a.latent), q_latent=if_set(a.q_latent, a.q_latent is not None), eps=num(a.eps), bias=num(a.bias))})")
+        return (f"{o.cls}({call_args(num(a.width), heads=num(a.heads), head_dim=num(a.head_dim), rotary_dims=num(a.rotary_dims), v_dim=num(a.v_dim), latent=num(a.latent), q_latent=if_set(a.q_latent, a.q_latent is not None), eps=num(a.eps), bias=num(a.bias), scale=if_set(o.scale, o.scale is not None))})")
 
     def runtime(self, a: ir.LatentAttention, causal: bool) -> tuple[str, ...]:
         return ("rotary_tables", "apply_rotary_interleaved") + (("causal_mask",) if a.mask == "causal" and causal else ())
@@ -61,12 +62,16 @@ class LatentAttentionEmitter(OpEmitter):
 Keys and values are expanded from one RMS-normalised latent per position (kv_a_proj,
 kv_b_proj), so the cache keeps the latent and a rotary key shared by the heads, not
 heads x head_dim x 2. Each head's query and key are [nope | rope]: positions reach only
-the decoupled rotary part, rotated in adjacent pairs.{" Queries pass through a latent too." if v.q_latent else ""}
+the decoupled rotary part, rotated in adjacent pairs.{" Queries pass through a latent too." if v.q_latent else ""}{"""
+Decoding one token reads the cache as it is: the query absorbs kv_b_proj's key half and
+the output its value half (DeepSeek-V2's absorbed form), so the past is never expanded.""" if v.causal else ""}
 """''')
             w()
-            params = ["width", "heads", "head_dim", "rotary_dims", "v_dim", "latent"] + (["q_latent"] if v.q_latent else []) + ["eps", "bias"]
+            params = ["width", "heads", "head_dim", "rotary_dims", "v_dim", "latent"] + (["q_latent"] if v.q_latent else []) + ["eps", "bias"] + (["scale"] if v.scaled else [])
             with out.constructor(*params):
                 w("self.heads, self.head_dim, self.rotary_dims, self.v_dim, self.latent = heads, head_dim, rotary_dims, v_dim, latent")
+                if v.scaled:
+                    w("self.scale = scale  # μP: sqrt(d0)/d of the query/key width d, not 1/sqrt(d)")
                 w("qk = heads * (head_dim + rotary_dims)")
                 if v.q_latent:
                     w("self.q_a_proj = nn.Linear(width, q_latent, bias=bias)  # the query latent")
@@ -91,18 +96,28 @@ c = self.kv_a_layernorm(c)[:, None]  # (B, 1, T, latent): what the cache keeps
 q_rope, k_rope = apply_rotary_interleaved(q_rope, *rope), apply_rotary_interleaved(k_rope[:, None], *rope)  # k_rope: (B, 1, T, rd)''')
                 if v.causal:
                     out.nested("if cache is not None:", "c, k_rope = cache.extend(self, c, k_rope)  # (B, 1, S, latent), (B, 1, S, rd): the latent past, then these T")
+                    scale = "self.scale" if v.scaled else "(self.head_dim + self.rotary_dims) ** -0.5"
+                    w("if cache is not None and T == 1:  # decoding: absorbed, so the latent past is read as it is, never expanded")
+                    with out.indent():
+                        out.block(f'''
+w_uk, w_uv = self.kv_b_proj.weight.view(self.heads, self.head_dim + self.v_dim, self.latent).split([self.head_dim, self.v_dim], dim=1)
+q = torch.cat((q_nope @ w_uk, q_rope), dim=-1)  # (B, nh, 1, latent + rd): q_nope . (W_uk c) = (q_nope W_uk) . c
+k = torch.cat((c, k_rope), dim=-1).expand(-1, self.heads, -1, -1)  # (B, nh, S, latent + rd): one key for every head
+y = F.scaled_dot_product_attention(q, k, c.expand(-1, self.heads, -1, -1), scale={scale})  # (B, nh, 1, latent)
+y = y @ w_uv.transpose(1, 2)  # (B, nh, 1, v_dim): W_uv applied after the weighted sum
+return self.o_proj(y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim))''')
                 out.block('''
 S = c.size(2)
 k_nope, v = self.kv_b_proj(c[:, 0]).view(B, S, self.heads, -1).transpose(1, 2).split([self.head_dim, self.v_dim], dim=-1)
 q = torch.cat((q_nope, q_rope), dim=-1)  # (B, nh, T, hd + rd)
 k = torch.cat((k_nope, k_rope.expand(-1, self.heads, -1, -1)), dim=-1)  # (B, nh, S, hd + rd)''')
                 sdpa = "y = F.scaled_dot_product_attention"
+                sc = ", scale=self.scale" if v.scaled else ""
                 if v.mask == "open":
-                    w(f"{sdpa}(q, k, v)  # (B, nh, T, v_dim)")
+                    w(f"{sdpa}(q, k, v{sc})  # (B, nh, T, v_dim)")
                 else:
-                    out.nested("if S == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v, is_causal=True)  # (B, nh, T, v_dim)")
+                    out.nested("if S == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v, is_causal=True{sc})  # (B, nh, T, v_dim)")
                     if v.causal:
-                        out.nested("elif T == 1:  # one query after the cache may see every key", f"{sdpa}(q, k, v)")
-                        out.nested("else:  # T new queries after S - T cached positions", f"{sdpa}(q, k, v, attn_mask=causal_mask(T, S, x.device))")
+                        out.nested("else:  # T new queries after S - T cached positions", f"{sdpa}(q, k, v, attn_mask=causal_mask(T, S, x.device){sc})")
                 w("y = y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim)  # (B, T, nh * v_dim)")
                 w("return self.o_proj(y)")

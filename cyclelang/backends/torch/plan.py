@@ -288,11 +288,11 @@ def _class_names() -> Names:
     return Names(GLOBALS | set(bases) | {f"{b}{i}" for b in bases for i in range(2, 64)})
 
 
-def attention_scale(e: ir.Engine, a: ir.Attention) -> float | None:
+def attention_scale(e: ir.Engine, a) -> float | None:
     """The scores' scale when it is not the kernel's 1/sqrt(head_dim): the spec's `scale=`, μP's
     sqrt(d0)/d, or both (μP then rescales the spec's own by the same factor)."""
     mup = ir.mup.attention_scale(e, a)
-    if a.scale is None:
+    if getattr(a, "scale", None) is None:  # latent attention has no scale= of its own
         return mup
     return a.scale if mup is None else a.scale * mup * math.sqrt(a.head_dim)
 
@@ -333,7 +333,7 @@ def make_plan(spec: ir.Spec) -> Plan:
 
     def op(part: Part) -> OpPlan:
         v = kinds[type(part.node)].of(part.node, p.causal) if type(part.node) in kinds else None
-        scale = attention_scale(e, part.node) if isinstance(part.node, ir.Attention) else None
+        scale = attention_scale(e, part.node) if isinstance(part.node, (ir.Attention, ir.LatentAttention)) else None
         if scale is not None:
             v = replace(v, scaled=True)
         args = emitter(part.node).sizes(part.node, sizes, scope)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ... import ir
-from .ops import OpEmitter, call_args
+from .ops import OpEmitter, call_args, if_set
 from .plan import OpPlan, Plan
 from .writer import Writer, num
 
@@ -101,6 +101,100 @@ dt = F.softplus(dt + self.dt_bias).clamp(min=self.dt_lo, max=self.dt_hi)  # (B, 
 y = y + u * self.D[:, None]  # (B, T, nh, hd)
 y = gated_rms_norm(y.reshape(B, T, self.inner), z, self.norm, self.groups, self.eps)
 return self.out_proj(y.to(x.dtype))''')
+
+
+@dataclass(frozen=True)
+class Mamba1Variant:
+    kind: ClassVar[type] = ir.Mamba1
+    base: ClassVar[str] = "MambaMixer"
+    norms: bool  # Jamba's RMSNorms on dt, B and C
+    causal: bool  # the engine's throat: the forward takes a cache
+
+    @classmethod
+    def of(cls, s: ir.Mamba1, causal: bool) -> "Mamba1Variant":
+        return cls(s.norms, causal)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("cache",) if self.causal else ()
+
+
+class Mamba1Emitter(OpEmitter):
+    variant = Mamba1Variant
+
+    def ctor(self, o: OpPlan) -> str:
+        s = o.op
+        return f"{o.cls}({call_args(num(s.width), inner=num(s.inner), state=num(s.state), dt_rank=num(s.dt_rank), conv=num(s.conv), chunk=num(s.chunk), bias=num(s.bias), conv_bias=num(s.conv_bias), eps=if_set(s.eps, s.norms), dt_min=num(s.dt_min), dt_max=num(s.dt_max))})"
+
+    def runtime(self, op, causal: bool) -> tuple[str, ...]:
+        return ("selective_scan",)
+
+    def needs_math(self, op) -> bool:
+        return True  # the step size's log-uniform init
+
+    def output_init(self, a, op, std):
+        return [f"nn.init.normal_({a}.out_proj.weight, mean=0.0, std={std})"]
+
+    def deepnorm_init(self, a, op, beta):
+        return [f"{a}.out_proj.weight.mul_({beta})"]
+
+    def class_text(self, out: Writer, name: str, v: Mamba1Variant, plan: Plan) -> None:
+        w = out.line
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            out.block('''"""Selective state-space mixer (Mamba-1, Gu & Dao 2023): a regenerative jacket, one state per channel.
+
+in_proj gives the scan's input x and a gate z; a depthwise causal conv and silu; x_proj gives
+a low-rank step and B, C''' + (" (each RMS-normalised, as Jamba's)" if v.norms else "") + '''; the step is
+projected up to one per channel; the selective scan h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t,
+y_t = h_t C_t + D x_t, with A (inner x state) a rate per channel and state dim; y * silu(z);
+out_proj. Parameter names follow transformers' MambaMixer (dt_proj's are dt_weight, dt_bias:
+the model's init of linears would otherwise reset the step size's). Decoding keeps the conv
+window and h only.
+"""''')
+            w()
+            args = ["width", "inner", "state", "dt_rank", "conv", "chunk", "bias", "conv_bias"] + (["eps"] if v.norms else []) + ["dt_min", "dt_max"]
+            with out.constructor(*args):
+                out.block('''
+self.inner, self.state, self.dt_rank, self.chunk = inner, state, dt_rank, chunk
+self.in_proj = nn.Linear(width, 2 * inner, bias=bias)  # rows [x | z]
+self.conv1d = nn.Conv1d(inner, inner, conv, groups=inner, bias=conv_bias)  # depthwise
+self.x_proj = nn.Linear(inner, dt_rank + 2 * state, bias=False)  # rows [dt | B | C]
+std = dt_rank**-0.5
+self.dt_weight = nn.Parameter(torch.empty(inner, dt_rank).uniform_(-std, std))  # the step's projection up to one per channel
+dt = torch.exp(torch.rand(inner) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
+self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
+self.A_log = nn.Parameter(torch.log(torch.arange(1, state + 1, dtype=torch.float32)).repeat(inner, 1))  # A = -(1 .. state) per channel (S4D real)
+self.D = nn.Parameter(torch.ones(inner))  # the skip past the scan''')
+                if v.norms:
+                    w("self.dt_layernorm = nn.RMSNorm(dt_rank, eps=eps)  # Jamba's norms on the step, B and C")
+                    w("self.b_layernorm = nn.RMSNorm(state, eps=eps)")
+                    w("self.c_layernorm = nn.RMSNorm(state, eps=eps)")
+                w("self.out_proj = nn.Linear(inner, width, bias=bias)")
+            w()
+            w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
+            with out.indent():
+                out.block('''
+B, T, _ = x.size()
+u, z = self.in_proj(x).chunk(2, dim=-1)  # (B, T, inner) each
+K = self.conv1d.kernel_size[0]''')
+                if v.causal:
+                    w("h = u if cache is None else cache.extend_pool(self.conv1d, u, K - 1)  # (B, P + T, inner): the conv window first")
+                else:
+                    w("h = u")
+                out.block('''
+u = F.silu(self.conv1d(F.pad(h.transpose(1, 2), (K - 1, 0)))[..., -T:]).transpose(1, 2)  # (B, T, inner)
+dt, b, c = self.x_proj(u).split([self.dt_rank, self.state, self.state], dim=-1)  # (B, T, dt_rank), (B, T, N), (B, T, N)''')
+                if v.norms:
+                    w("dt, b, c = self.dt_layernorm(dt), self.b_layernorm(b), self.c_layernorm(c)")
+                w("dt = F.softplus(F.linear(dt, self.dt_weight, self.dt_bias))  # (B, T, inner): a step per channel")
+                if v.causal:
+                    w("y, h = selective_scan(u, dt, -torch.exp(self.A_log), b, c, self.chunk, None if cache is None else cache.recurrent(self))")
+                    out.nested("if cache is not None:", "cache.keep(self, h)  # (B, inner, N): all the scan remembers")
+                else:
+                    w("y, _ = selective_scan(u, dt, -torch.exp(self.A_log), b, c, self.chunk)")
+                w("y = (y + u * self.D) * F.silu(z)  # (B, T, inner)")
+                w("return self.out_proj(y.to(x.dtype))")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
     positions   sinusoids, rotary_tables, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
     masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states)
-    scan        ssd_scan, gated_rms_norm, linear_scan: the recurrent mixers' scans
+    scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan: the recurrent mixers' scans
     experts     {act}_grad for every activation, expert_mlps (the MoE custom op)
     norms       OffsetRMSNorm: RMSNorm with a (offset + w) gain (Gemma)
     parallel    parallelize: FSDP2, tensor parallelism by the file's TP_PLAN, activation

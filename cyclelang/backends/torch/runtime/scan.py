@@ -94,3 +94,42 @@ def linear_scan(q, k, v, chunk, state=None, log_decay=None):
             state = state * torch.exp(l * g) + (kc * torch.exp((l - 1 - t).to(q.dtype) * g[..., 0])[..., None]).transpose(-2, -1) @ vc
         ys.append(y)
     return torch.cat(ys, dim=2), state
+
+
+def selective_scan(x, dt, A, B, C, chunk, state=None):
+    """Mamba-1's selective scan (Gu & Dao 2023), one state per channel, in float32 or wider.
+
+    x, dt: (b, T, d) inputs and step sizes; A: (d, n) negative rates; B, C: (b, T, n).
+    state: (b, d, n) from earlier positions, or None. The recurrence, per channel:
+        h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t          (b, d, n)
+        y_t = h_t C_t                                     (b, d)
+    Every channel decays each state dim at its own rate, so Mamba-2's trick (one decay per
+    head, a masked product like attention's) does not apply. Within a chunk the recurrence
+    is a Hillis-Steele scan, log2(chunk) elementwise steps that multiply decays (never divide
+    by them, so nothing overflows); between chunks the state is carried. Returns y (b, T, d)
+    in x's dtype and the state after the last position (float32 or wider)."""
+    b, T, d = x.shape
+    dtype = x.dtype
+    work = torch.promote_types(dtype, torch.float32)  # float32 at least, as transformers' scan; float64 stays
+    x, dt, B, C, A = x.to(work), dt.to(work), B.to(work), C.to(work), A.to(work)
+    if state is None:
+        state = x.new_zeros(b, d, A.size(-1))
+    if T == 1:  # decoding: the recurrence itself, one step
+        state = torch.exp(dt[:, 0, :, None] * A) * state + (dt[:, 0] * x[:, 0])[..., None] * B[:, 0, None, :]
+        return torch.einsum("bdn,bn->bd", state, C[:, 0])[:, None].to(dtype), state
+    ys = []
+    for start in range(0, T, chunk):
+        dtc = dt[:, start : start + chunk]
+        l = dtc.size(1)
+        a = torch.exp(dtc[..., None] * A)  # (b, l, d, n): each step's decay
+        u = (dtc * x[:, start : start + chunk])[..., None] * B[:, start : start + chunk, None, :]  # (b, l, d, n): what enters
+        u = torch.cat((u[:, :1] + a[:, :1] * state[:, None], u[:, 1:]), dim=1)  # the carried state enters at the first position
+        k = 1
+        while k < l:  # after this step, u_t holds the last 2k inputs, each decayed to t
+            u = torch.cat((u[:, :k], u[:, k:] + a[:, k:] * u[:, :-k]), dim=1)
+            if 2 * k < l:
+                a = torch.cat((a[:, :k], a[:, k:] * a[:, :-k]), dim=1)  # the decay over the last 2k steps
+            k *= 2
+        ys.append(torch.einsum("btdn,btn->btd", u, C[:, start : start + chunk]))  # (b, l, d): the state read by C
+        state = u[:, -1]
+    return torch.cat(ys, dim=1).to(dtype), state
