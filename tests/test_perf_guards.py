@@ -121,17 +121,22 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
             count += 1
             flops += 2 * N * p.width * p.width
 
+    def stage(st: ir.Stage):  # every instance, and a nested stage's in every instance of its group
+        for _ in range(st.repeat):
+            for op in st.ops:
+                if isinstance(op, ir.Stage):
+                    stage(op)
+                elif isinstance(op, ir.Prechamber):
+                    branch(op)
+                elif isinstance(op, ir.Fullflow):
+                    for p in op.branches:
+                        branch(p)
+                else:
+                    turbine(op)
+
     for top in e.body:
         if isinstance(top, ir.Stage):
-            for _ in range(top.repeat):
-                for op in top.ops:
-                    if isinstance(op, ir.Prechamber):
-                        branch(op)
-                    elif isinstance(op, ir.Fullflow):
-                        for p in op.branches:
-                            branch(p)
-                    else:
-                        turbine(op)
+            stage(top)
         else:
             turbine(top)
     count += 1

@@ -155,7 +155,7 @@ def parameter_roles(spec: ir.Spec, names) -> dict[str, tuple[str, str]]:
 
 
 def param_summary(spec: ir.Spec, model) -> dict:
-    """Parameter counts: total, per role and per stage name.
+    """Parameter counts: total, per role and per stage name (a nested stage's parts count under its own name).
 
     Roles: see ROLE_DOC. Parameters are counted once even when shared."""
     params, seen = [], set()
