@@ -101,16 +101,37 @@ def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", 
         for r in readings:
             if r is not None:
                 check(r)
-    rd = rankdir or "TB"
-    if rd in ("RL", "BT"):
-        rd = {"RL": "LR", "BT": "TB"}[rd]
+    rd = {"RL": "LR", "BT": "TB"}.get(rankdir, rankdir)
+    engines = [s.engine for s in specs]
+    kw = dict(view=view, labels=labels, theme=theme, expand=expand, readings=readings)
     try:
-        fig = Figure([s.engine for s in specs], view=view, labels=labels, theme=theme, rankdir=rd, size=size, expand=expand, readings=readings)
+        fig = Figure(engines, rankdir=rd, size=size, **kw)
     except Fit as e:
         span = specs[0].engine.span
-        raise _refuse("E0275", f"cannot draw {', '.join(s.engine.name for s in specs)}: {e}", span,
-                      "try a larger --size (page), --rankdir LR, or draw it folded (without --expand)") from None
+        raise _refuse("E0275", f"cannot draw {', '.join(s.engine.name for s in specs)}: {e}", span, _fit_hint(engines, rd, size, e, kw)) from None
     return graphviz.Source(fig.dot(), engine="neato")
+
+
+def _fit_hint(engines, rankdir, size, miss, kw) -> str:
+    """A hint that works: the first other way of drawing the figure that does fit, found by
+    laying it out."""
+    from .figure import Figure, Fit
+
+    if miss.cap:
+        return "draw it folded (without --expand)" if kw["expand"] else "split the engine into fewer distinct stages (stage templates with x N)"
+    tries = []
+    if rankdir is not None:
+        tries.append((None, size, f"without --rankdir {rankdir} it fits --size {size}"))
+    tries += [(rankdir, other, f"--size {other} fits") for other in SIZES if other != size]
+    if kw["expand"]:
+        tries.append((rankdir, size, f"folded (without --expand) it fits --size {size}"))
+    for rd, sz, say in tries:
+        try:
+            Figure(engines, rankdir=rd, size=sz, **{**kw, "expand": kw["expand"] and "without --expand" not in say})
+        except Fit:
+            continue
+        return say
+    return "draw it at its natural size (without --size): every word is still at 12 pt there"
 
 
 HIGHLIGHT = {"added": "#2ca02c", "changed": "#ff7f0e", "moved": "#9467bd"}
