@@ -226,6 +226,59 @@ def _legend_covers(dot, path):
         assert "experts" in legend
 
 
+def overlaps(dot: str) -> list[tuple[str, str, str]]:
+    """What a reader would see as a clash: two pieces of text or shapes on top of each other, or a
+    wire run through one (a wire may end on a box's edge; a split dot and a junction sit on the
+    wires they join; a frame holds what is in it). Boxes are shrunk by 1.5 pt, the estimate's slack."""
+    placed = {}
+    for nid, a in nodes(dot).items():
+        key = (classes(a) or [""])[0]
+        if nid.startswith("canvas") or a.get("style") == "invis" or key in ("frame", "arrowhead") or "width" not in a:
+            continue
+        x0, y0, x1, y1 = rect(a)
+        placed[nid] = (x0 + 1.5, y0 + 1.5, x1 - 1.5, y1 - 1.5)
+    found = []
+    items = sorted(placed.items())
+    for i, (n1, r1) in enumerate(items):
+        for n2, r2 in items[i + 1:]:
+            same_entry = n1.startswith("legend.") and n2.startswith("legend.") and n1.split(".")[1] == n2.split(".")[1]
+            if not same_entry and r1[0] < r2[2] and r2[0] < r1[2] and r1[1] < r2[3] and r2[1] < r1[3]:
+                found.append(("overlap", n1, n2))
+    for a in edges(dot):
+        ps = a["pos"].split()
+        poly = [tuple(map(float, p.split(","))) for p in ps if not p.startswith("e,")][0::3]
+        if ps[0].startswith("e,"):
+            poly.append(tuple(map(float, ps[0][2:].split(","))))
+        for nid, (x0, y0, x1, y1) in items:
+            if nid.startswith("legend") or "split#" in nid or "add#" in nid:
+                continue
+            for (ax, ay), (bx, by) in zip(poly, poly[1:]):  # our wires run along and across only
+                if (abs(ax - bx) < 0.2 and x0 < ax < x1 and min(ay, by) < y1 and max(ay, by) > y0) or \
+                        (abs(ay - by) < 0.2 and y0 < ay < y1 and min(ax, bx) < x1 and max(ax, bx) > x0):
+                    found.append(("wire", a.get("class", ""), nid))
+                    break
+    return found
+
+
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+def test_nothing_overlaps_and_no_wire_runs_through_text(path):
+    """Every spec, both views, natural and at every preset it fits (top-to-bottom), and left to right."""
+    s = cyclelang.load(path)
+    for view in ("cycle", "graph"):
+        for rankdir, size in (("TB", None), ("LR", None), (None, "slide"), (None, "column"), (None, "page")):
+            try:
+                dot = to_dot(s, view=view, rankdir=rankdir, size=size)
+            except cyclelang.CycleError:
+                continue
+            assert overlaps(dot) == [], (view, rankdir, size)
+
+
+def test_the_overlap_check_sees_a_clash():
+    dot = to_dot(spec("gpt2"))
+    moved = re.sub(r'("e0\.norm#31" \[.*?pos=")[0-9.]+,[0-9.]+', lambda m: m.group(1) + nodes(dot)["e0.head#33"]["pos"].rstrip("!"), dot)
+    assert any(k == "overlap" and "e0.norm#31" in (a, b) for k, a, b in overlaps(moved))
+
+
 def test_the_main_line_is_as_wide_as_the_chamber_and_a_throat_pinches():
     dot = to_dot(spec("throat"))
     widths = {float(a["penwidth"]) for a in edges(dot) if classes(a)[:1] == ["main"]}

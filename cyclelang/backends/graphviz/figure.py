@@ -307,9 +307,9 @@ class Figure:
             if opt == "right":
                 req = 260.0
                 lw, lh = self.legend_size(used, req)
-                lift = MARGIN
-                lx, ly = body_w + 12, max(body_h, lh + bar_h) - lh
-                total_w, total_h = lx + lw + MARGIN, max(body_h, lh + bar_h)
+                lift = MARGIN  # the body sits a margin up: the legend's top and the title clear it
+                lx, ly = body_w + 12, max(body_h + lift, lh + bar_h + MARGIN) - lh
+                total_w, total_h = lx + lw + MARGIN, ly + lh
                 bx, by = lx, ly - bar_h
             elif opt == "below":
                 req = max(body_w - 2 * MARGIN, (W if self.size else 240.0) - 2 * MARGIN)
@@ -359,7 +359,7 @@ class Figure:
         # one engine's title, without the name the title already gives
         subs = {s.pre: ([stats(s)] if self.size is None or beside else wrap(stats(s, len(scenes) > 1 or self.level < 2), DETAIL, True, limit - 6))
                 for s in scenes}
-        sub_h = 0.0 if beside or not self.tb else 8.0 + max(len(x) for x in subs.values()) * DETAIL * 1.22
+        sub_h = 0.0 if beside else 8.0 + max(len(x) for x in subs.values()) * DETAIL * 1.22  # LR: the top engine's numbers over it
         top = total_h + sub_h + 6
         for (s, x0, y0, x1, y1), (dx, dy) in zip(placed, offs):
             self.emit_scene(s, dx, dy + lift)
@@ -373,7 +373,7 @@ class Figure:
                 X, Y = x0 + dx + sw / 2 + 3, y1 + dy + lift + 12 + (len(lines) - 1) * DETAIL * 1.22 / 2
             self.text_node(f"{s.pre}subtitle", lines, X, Y, left=True)
         self.text_node("title", [Line(x, tsize, bold=True) for x in tlines[self.labels]], MARGIN + tw / 2, top + title_h / 2, left=True, w=tw)
-        self.legend(used, lx, ly, req if self.level else lw)
+        self.legend(used, lx, ly, req)
         if self.scale:
             self.colour_bar(bx, by)
         self.W, self.H = math.ceil(max(total_w, MARGIN + tw + MARGIN)), math.ceil(top + title_h)  # whole points: the SVG's size is 1:1
@@ -399,17 +399,18 @@ class Figure:
 
     # -- emission -----------------------------------------------------------------------------
 
-    def text_node(self, nid: str, lines: list[Line], X: float, Y: float, key: str = "text", left: bool = False, w: float | None = None) -> None:
+    def text_node(self, nid: str, lines: list[Line], X: float, Y: float, key: str = "text", left: bool = False, w: float | None = None,
+                  pad: float = 4.0) -> None:
         """A piece of text centred at (X, Y); `w`: the width to size it for (the widest of the
-        label modes, so the words never move the layout)."""
+        label modes, so the words never move the layout); `pad`: room above and below, in all."""
         w0, h = lines_size(lines)
         w = w0 if w is None else w
         label = html_label(lines, self.t, align="left" if left else "")
         if left:  # set from the box's left edge (the estimate of its width is generous)
-            label = (f'<<table border="0" cellborder="0" cellspacing="0" cellpadding="0"><tr><td width="{w + 6:.0f}" height="{h + 2:.0f}" '
+            label = (f'<<table border="0" cellborder="0" cellspacing="0" cellpadding="0"><tr><td width="{w + 6:.0f}" height="{h + max(0.0, pad - 2):.0f}" '
                      f'fixedsize="true" align="left">{label[1:-1]}</td></tr></table>>')
         self.nodes.append((nid, {"pos": f"{X:.1f},{Y:.1f}!", "shape": "plaintext", "label": label, "width": f"{(w + 6) / 72:.3f}",
-                                 "height": f"{(h + 4) / 72:.3f}", "fixedsize": "true", "margin": "0", "class": key}))
+                                 "height": f"{(h + pad) / 72:.3f}", "fixedsize": "true", "margin": "0", "class": key}))
 
     def box_attrs(self, b: Box) -> dict:
         t = self.t
@@ -554,7 +555,7 @@ class Figure:
             self.swatch(k, X + 12, Y)
             widest = max(text_w(ln, DETAIL) for ls in lines.values() for ln in ls)
             self.text_node(f"legend.{k}.text", [Line(w, DETAIL) for w in lines[self.labels]], X + 26 + widest / 2 + 3, Y,
-                           key=f"legend_text {k}", left=True, w=widest)
+                           key=f"legend_text {k}", left=True, w=widest, pad=4.0 if self.level == 0 else 0.5)
 
     def swatch(self, key: str, X: float, Y: float) -> None:
         t = self.t

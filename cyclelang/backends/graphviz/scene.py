@@ -415,12 +415,17 @@ class Scene:
             logits = self.box("logits", "logits", {"ml": [Line("logits", self.d.title, True), Line(th.ml)],
                                                    "both": [Line("logits", self.d.title, True), Line(th.ml), *self.cap(th.rocket)],
                                                    "rocket": [Line("exhaust", self.d.title, True), Line(th.rocket)]}, shape="text", path="head")
+        if self.view == "graph" and self.d.compact:  # dense: the logits' shape under their name, off the link's path
+            for m in MODES:
+                logits.words[m] = logits.words[m] + [Line(text.shape("B", "T", f"{z.vocab:,}"), SMALL, muted=True)]
+            logits.h += SMALL * LINE
+            logits.w = max(logits.w, text_w(text.shape("B", "T", f"{z.vocab:,}"), SMALL) + 6)
         u = self.d.gap
         head.u = u + self.along(head) / 2
         u += self.along(head)
         self.main_wire(b, [(0, 0), (u - self.along(head), 0)], z.width, "head", arrow=True)
         head_end = u
-        if self.view == "graph":
+        if self.view == "graph" and not self.d.compact:
             self.shape_tag(b, u + 2, z.vocab)
             u = b.length
         b.boxes += [head, logits]
@@ -728,8 +733,8 @@ class Scene:
                 cut = self.tag("cut", "0 \u00b7 no gradient" if self.readings is not None else "no gradient", key="cut_label", italic=True)
                 if self.tb:  # under the cut, halfway out to the column
                     cut.u, cut.v = prev[0] - cut.h / 2 - 1, v / 2 + 4
-                else:  # beside the cut, halfway up
-                    cut.u, cut.v = prev[0] + 2 + cut.w / 2, v / 2
+                else:  # beside the cut, halfway up, under the first op
+                    cut.u, cut.v = prev[0] + 2 + cut.w / 2, min(v / 2, v - self.across(o) / 2 - 2 - self.across(cut) / 2)
                 b.boxes.append(cut)
             first = False
             prev = (u + self.along(o), v)
@@ -803,9 +808,10 @@ class Scene:
         norm = self.part_box(fl.norm, True) if fl.norm is not None else None
         v = self.d.col_gap
         vs = []
-        for _, _, _, _, cw in cols:
+        for _, _, ops, title, cw in cols:
             vs.append(v + cw / 2)
-            v += cw + self.d.col_gap
+            # LR: the branch's name sits over its ops, inside the column's own band
+            v += cw + self.d.col_gap + (0 if self.tb else self.across(title) + 3)
         src = (split.u, 0.0)
         u = split.u + self.d.gap
         if norm is not None:  # in the first column, fed by the split
