@@ -438,12 +438,13 @@ def test_template_only_file_is_a_diagnostic():
 # preset that fits, tested above). Kept exact, so that a spec that stops fitting fails here, and one
 # that starts fitting must be taken off the list. Measured with `--size` choosing the direction,
 # the density and the columns:
-# - column (3.25 in × 9.2 in): a block with two branches, its legend and its title at 12 pt need
-#   about 700-800 pt of the column's 662 (gpt2: 234×772); only engines of one branch or none fit.
-#   Engines whose blocks hold more (full_flow's side-by-side branches, gas_generator's open stage,
-#   throat's three stages, deepseek_v2's MoE) are also too wide.
-# - page (7 × 9.2 in): gas_generator (627×816), throat (589×670) and deepseek_v2 (495×900) hold
-#   two or three distinct stages, more than two columns of 9 in.
+# - column (3.25 in × 9.2 in): a block of two branches, with its legend (every colour and shape
+#   in both vocabularies) and its title at 12 pt, needs 690-840 pt of the column's 662 (gpt2:
+#   234×785 at the densest level); only engines of one branch per block, or none, fit. Engines
+#   whose blocks are wider (full_flow's side-by-side branches, gas_generator's open stage,
+#   throat's three stages, deepseek_v2's shared expert, moe's expert row) do not fit across either.
+# - page (7 × 9.2 in): gas_generator (627×823), throat (589×670) and deepseek_v2 (690×719) hold
+#   two or three distinct tall stages, more than two 9 in columns of blocks.
 FITS_COLUMN = {"mamba2", "pressure_fed"}
 DOES_NOT_FIT = {"slide": set(), "column": {p.stem for p in SPECS} - FITS_COLUMN, "page": {"gas_generator", "throat", "deepseek_v2"}}
 

@@ -81,7 +81,7 @@ DENSITIES = (
     Density(),
     Density(compact=True),
     Density(**_DENSE),
-    Density(**_DENSE, terse=True),
+    Density(**{**_DENSE, "mask_cell": 4}, terse=True),
 )
 
 
@@ -282,8 +282,9 @@ class Scene:
 
     def box(self, base: str, key: str, words: dict[str, list[Line]], shape: str = "rounded", path: str = "", min_w: float = 0.0,
             glyph_h: float = 0.0, glyph_w: float = 0.0, wrap_w: float | None = None, **kw) -> Box:
-        """A box sized for the widest of its label modes (wrapped to the preset's width)."""
-        words = {m: wrapped(words[m], wrap_w or self.wrap_w) for m in MODES}
+        """A box sized for the widest of its label modes (wrapped to the preset's width, or to
+        its glyph's, which sets the box's width anyway)."""
+        words = {m: wrapped(words[m], max(wrap_w or self.wrap_w, glyph_w)) for m in MODES}
         sizes = [lines_size(words[m]) for m in MODES]
         w = max([s[0] for s in sizes] + [glyph_w, min_w]) + self.d.box_w
         h = max(s[1] for s in sizes) + glyph_h + self.d.box_h
@@ -298,7 +299,7 @@ class Scene:
     def part_box(self, p: Part, on_branch: bool) -> Box:
         kind = p.kind
         ml_title, ml_detail, rocket_title, rocket_detail = text.part_words(p.node, on_branch)
-        if self.d.terse and isinstance(p.node, ir.Attention):  # the mask glyph below draws it
+        if self.d.terse and isinstance(p.node, (ir.Attention, ir.LatentAttention, ir.LinearAttention)):  # the mask glyph below draws it
             ml_title = ml_title.rsplit(text.DOT, 1)[0]
         extra = []
         if self.view == "graph" and p.params:
@@ -430,8 +431,8 @@ class Scene:
             u = b.length
         b.boxes += [head, logits]
         # beside the head when both take at most half the room across (a figure wrapped into
-        # columns has less than its whole width for each); the terse logits go over the head
-        beside = not self.d.terse and (self.room is None or self.across(head) + self.d.gap + self.across(logits) <= self.room / 2)
+        # columns has less than its whole width for each)
+        beside = self.room is None or self.across(head) + self.d.gap + self.across(logits) <= self.room / 2
         if self.d.compact and beside:  # dense: the logits beside the head, the link over the head's far end
             self.hang(b, [head])
             turn = head_end + self.d.gap

@@ -137,9 +137,23 @@ def glyph(node, ink: dict, cells: int = 12, mask_cell: int = 6) -> tuple[str, fl
     points; "" when the kind draws none."""
     if isinstance(node, ir.Attention):
         return _attention_glyph(node, ink, cells, mask_cell)
+    if isinstance(node, ir.LatentAttention):  # every head's K and V from one latent: the KV row is the latent
+        return _attention_glyph(node, ink, cells, mask_cell, kv_words=f"latent {node.latent}")
+    if isinstance(node, ir.LinearAttention):  # no softmax, no K/V cache: the mask alone
+        mask_t, side = mask_table(_mask_of(node), ink, mask_cell)
+        return f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{mask_t}</td></tr></table>', float(side + 4), float(side + 4)
     if isinstance(node, ir.Moe):
         return _moe_glyph(node, ink, cells)
     return "", 0.0, 0.0
+
+
+def _mask_of(node):
+    """(mask, window) of any attention-like kind, for its mask glyph and legend entry."""
+    from types import SimpleNamespace
+
+    if isinstance(node, ir.LinearAttention):
+        return SimpleNamespace(mask="causal" if node.causal else "open", window=None)
+    return SimpleNamespace(mask=node.mask, window=getattr(node, "window", None))
 
 
 def _cells(colors: list[str], border: str, size: int = 7) -> str:
@@ -173,14 +187,14 @@ def _font(s: str, ink: dict) -> str:
     return f'<font point-size="12">{s}</font>'
 
 
-def _attention_glyph(op: ir.Attention, ink: dict, cells: int, mask_cell: int) -> tuple[str, float, float]:
+def _attention_glyph(op, ink: dict, cells: int, mask_cell: int, kv_words: str = "") -> tuple[str, float, float]:
     heads = min(op.heads, cells)
-    kv = min(op.kv_heads, cells)
-    mask_t, side = mask_table(op, ink, mask_cell)
+    kv = 0 if kv_words else min(op.kv_heads, cells)
+    mask_t, side = mask_table(_mask_of(op), ink, mask_cell)
     q = _cells([ink["q"]] * heads, ink["cell_border"])
-    k = _cells([ink["kv"]] * kv, ink["cell_border"])
+    k = _cells([ink["kv"]] * kv, ink["cell_border"]) if not kv_words else f'<td colspan="{heads}" align="left">{_font(kv_words, ink)}</td>'
     more_q = f'<td>{_font(f"+{op.heads - heads}", ink)}</td>' if op.heads > heads else ""
-    more_k = f'<td>{_font(f"+{op.kv_heads - kv}", ink)}</td>' if op.kv_heads > kv else ""
+    more_k = f'<td>{_font(f"+{op.kv_heads - kv}", ink)}</td>' if not kv_words and op.kv_heads > kv else ""
     heads_t = (f'<table border="0" cellspacing="1" cellpadding="0"><tr><td>{_font("Q", ink)}</td>{q}{more_q}</tr>'
                f'<tr><td>{_font("KV", ink)}</td>{k}{more_k}</tr></table>')
     html = f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{mask_t}</td><td>{heads_t}</td></tr></table>'
@@ -199,8 +213,10 @@ def _moe_glyph(op: ir.Moe, ink: dict, cells: int) -> tuple[str, float, float]:
 
 def glyph_keys(node) -> list[str]:
     """The legend entries a part's glyph needs."""
-    if isinstance(node, ir.Attention):
-        return ["mask_" + ("causal" if node.mask == "causal" else "none") + ("_window" if node.window is not None else ""), "heads"]
+    if isinstance(node, (ir.Attention, ir.LatentAttention, ir.LinearAttention)):
+        m = _mask_of(node)
+        return ["mask_" + ("causal" if m.mask == "causal" else "none") + ("_window" if m.window is not None else "")] + \
+            ([] if isinstance(node, ir.LinearAttention) else ["heads"])
     if isinstance(node, ir.Moe):
         return ["experts"]
     return []
