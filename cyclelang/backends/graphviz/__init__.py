@@ -122,7 +122,13 @@ def _fit_hint(engines, rankdir, size, miss, kw) -> str:
     tries = []
     if rankdir is not None:
         tries.append((None, size, f"without --rankdir {rankdir} it fits --size {size}"))
-    tries += [(rankdir, other, f"--size {other} fits") for other in SIZES if other != size]
+    from .figure import SIZES as AREAS
+
+    def area(p):
+        return AREAS[p][0] * AREAS[p][1]
+
+    nearest = sorted((p for p in SIZES if p != size), key=lambda p: abs(area(p) - area(size)))  # the closest preset first
+    tries += [(rankdir, other, f"--size {other} fits") for other in nearest]
     if kw["expand"]:
         tries.append((rankdir, size, f"folded (without --expand) it fits --size {size}"))
     for rd, sz, say in tries:
