@@ -703,3 +703,116 @@ def test_an_expanded_nested_stage_draws_each_group_instance_with_its_stages_fold
             assert gx0 < x0 and x1 < gx1 and gy0 < y0 and y1 < gy1, inner
     dot = to_dot(s, expand=True)
     assert ">1/2<" in dot and ">2/2<" in dot and ">×3<" in dot  # the groups unrolled, their stages folded
+
+
+# --- nested stages ----------------------------------------------------------------------------
+
+HYBRID = """
+stage local_block(heads, window=8) {
+  prechamber mix { norm rmsnorm  turbine attention heads=heads window=window rotary bias=false  merge cooling }
+  prechamber burn { norm rmsnorm  turbine mlp ratio=2 act=swiglu bias=false  merge cooling }
+}
+
+engine hybrid {
+  chamber width=64
+  throat causal
+  feed tokens vocab=512 context=64 position=none
+  stage group x GROUPS {
+    stage ssm_layer x 3 { prechamber mix { norm rmsnorm  turbine ssm heads=4 state=8 chunk=16 } }
+    stage attn_layer = local_block(heads=4, window=16)
+  }
+  norm rmsnorm
+  nozzle head
+}
+"""
+
+
+def label_text(a: dict[str, str]) -> str:
+    lab = a.get("label", "")
+    return re.sub(r"<[^>]*>", " ", lab[1:-1] if lab.startswith("<") else lab).strip()
+
+
+def _frames(dot: str) -> dict[str, tuple[float, float, float, float]]:
+    return {classes(a)[1]: rect(a) for a in nodes(dot).values() if classes(a)[:1] == ["frame"]}
+
+
+def _inside(inner, outer) -> bool:
+    return outer[0] < inner[0] and inner[2] < outer[2] and outer[1] < inner[1] and inner[3] < outer[3]
+
+
+def test_nested_stages_are_frames_inside_a_frame_with_their_badges():
+    """`stage group x 4 { stage ssm_layer x 3 {...} stage attn_layer {...} }`: the group is one
+    frame marked ×4 holding a frame marked ×3 and one unmarked, in both views, naturally and at
+    every preset it fits, top to bottom and left to right; nothing overlaps."""
+    s = cyclelang.parse(HYBRID.replace("GROUPS", "4"))
+    fitted = 0
+    for view in ("cycle", "graph"):
+        for rankdir, size in (("TB", None), ("LR", None), (None, "slide"), (None, "page"), (None, "column")):
+            try:
+                dot = to_dot(s, view=view, rankdir=rankdir, size=size)
+            except cyclelang.CycleError as e:
+                assert e.diagnostics[0].code == "E0275"
+                continue
+            fitted += 1
+            fr = _frames(dot)
+            assert set(fr) == {"stages.0-3", "stages.0-3.stages.0-2", "stages.0-3.stages.3"}, (view, size)
+            assert _inside(fr["stages.0-3.stages.0-2"], fr["stages.0-3"]) and _inside(fr["stages.0-3.stages.3"], fr["stages.0-3"])
+            a, b = fr["stages.0-3.stages.0-2"], fr["stages.0-3.stages.3"]
+            assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3])  # side by side along the line, apart
+            badges = sorted(label_text(a) for a in nodes(dot).values() if classes(a)[:1] == ["repeat"])
+            assert badges == ["×3", "×4"], (view, size)
+            assert overlaps(dot) == [], (view, rankdir, size)
+            # every part of the nested stages is inside its own frame
+            for a in nodes(dot).values():
+                c = classes(a)
+                if len(c) > 1 and c[1].startswith("stages.0-3.stages.0-2.") and c[0].startswith("kind_"):
+                    assert _inside(rect(a), fr["stages.0-3.stages.0-2"])
+    assert fitted >= 5  # natural TB and LR in both views, and the page
+
+
+def test_nested_stages_expand_with_elision_and_count_against_the_cap():
+    """--expand unrolls the groups on the main line (the first, "⋯ k more ⋯", the last), each
+    instance holding its nested stages folded under that instance's path; the cap counts them."""
+    dot = to_dot(cyclelang.parse(HYBRID.replace("GROUPS", "2")), expand=True)
+    fr = _frames(dot)
+    assert set(fr) == {"stages.0", "stages.1"} | {f"stages.{g}.{k}" for g in (0, 1) for k in ("stages.0-2", "stages.3")}
+    assert all(_inside(fr[f"stages.{g}.{k}"], fr[f"stages.{g}"]) for g in (0, 1) for k in ("stages.0-2", "stages.3"))
+    assert overlaps(dot) == []
+    many = to_dot(cyclelang.parse(HYBRID.replace("GROUPS", "9")), expand=True)  # first, "⋯ 7 more group ⋯", last
+    assert "⋯ 7 more group ⋯" in many
+    assert {p for p in _frames(many) if p.count("stages") == 1} == {"stages.0", "stages.8"}
+    assert {p for p in _frames(many) if p.startswith("stages.8.")} == {"stages.8.stages.0-2", "stages.8.stages.3"}
+    # the cap counts nested frames: 20 groups of 2 instances, each a frame holding two: 120 > 64 (40 without them)
+    groups = "".join(f"  stage g{k} x 2 {{ stage a x 2 {{ prechamber p {{ turbine mlp }} }} stage b {{ prechamber p {{ turbine mlp }} }} }}\n"
+                     for k in range(20))
+    wide = "engine e {\n  chamber width=16\n  feed tokens vocab=32 context=8\n" + groups + "  nozzle head\n}\n"
+    with pytest.raises(cyclelang.CycleError) as e:
+        to_dot(cyclelang.parse(wide), expand=True)
+    assert e.value.diagnostics[0].code == "E0220" and "120" in e.value.diagnostics[0].message
+
+
+def test_nested_stages_annotate_by_layout_path():
+    """Readings are keyed by layout path: a folded nested stage takes its folded path's, an
+    expanded instance its own, each printed at its frame."""
+    s = cyclelang.parse(HYBRID.replace("GROUPS", "2"))
+    lay = ir.layout.layout(s.engine)
+    chain = {}
+    for k, sl in enumerate(lay.stages):  # the stages of ops, nested ones included
+        chain[sl.path] = 0.5 + k
+        chain.update({p: 0.01 * (i + 1) + k for i, p in enumerate(sl.instances())})
+    readings = {"chain": chain, "exit": {}, "branches": {}}
+    folded = to_dot(s, annotate=readings)
+    values = {classes(a)[2]: label_text(a) for a in nodes(folded).values() if classes(a)[:1] == ["value"]}
+    assert values == {"stages.0-1.stages.0-2": "0.5", "stages.0-1.stages.3": "1.5"}
+    assert folded.count('class="spark"') == 2  # a sparkline per folded nested stage: 6 and 2 instances
+    assert overlaps(folded) == []
+    # expanded, a group instance's nested stage of one instance is that instance, with its reading;
+    # one of three is a folded range of its own, which no reading is of
+    from cyclelang.backends.graphviz.text import num
+
+    expanded = to_dot(s, annotate=readings, expand=True)
+    values = {classes(a)[2]: label_text(a) for a in nodes(expanded).values() if classes(a)[:1] == ["value"]}
+    assert values == {f"stages.{g}.stages.3": num(chain[f"stages.{g}.stages.3"]) for g in (0, 1)}
+    assert overlaps(expanded) == []
+
+

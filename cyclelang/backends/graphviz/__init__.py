@@ -84,10 +84,17 @@ def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", 
             raise _refuse("E0213", "nothing to draw: the spec defines no engine (only templates)", s.span,
                           "draw the file that defines the engine; this one is meant to be included")
     if expand:
+        def nested(sl) -> int:  # the frames of the stages nested in a stage, drawn folded inside each of its instances
+            return sum(1 + nested(c) for c in sl.children)
+
+        def frames(sl) -> int:  # the frames an expanded stage draws: its instances shown, each with its nested stages'
+            return min(sl.stage.repeat, 4 if sl.stage.repeat <= 4 else 2) * (1 + nested(sl))
+
         for s in specs:
-            stages = [sl.stage for sl in ir.layout.layout(s.engine).stages]
-            drawn = sum(min(st.repeat, 4 if st.repeat <= 4 else 2) for st in stages)
+            lay = ir.layout.layout(s.engine)
+            drawn = sum(frames(sl) for sl in lay.top)
             if drawn > MAX_EXPAND:
+                stages = [sl.stage for sl in lay.top]
                 big = max(stages, key=lambda op: op.repeat)
                 raise _refuse("E0220", f"expanding would draw {drawn:,} stage frames; a diagram unrolls at most {MAX_EXPAND}", big.span,
                               f"draw it folded (without --expand): stage {big.name} is drawn once with a {chr(0xd7)}{big.repeat} badge")

@@ -323,7 +323,7 @@ class Figure:
                 cdv, cneg, cpos, clen = s0.columns[-1]
                 (X0, Y0), (X1, Y1) = self.xy(s0, 0, cdv - cneg), self.xy(s0, clen, cdv + cpos)
                 X0, Y1 = X0 + offs[0][0], Y1 + offs[0][1]
-                req = max(W - MARGIN - X0, 200.0)
+                req = max(W - MARGIN - X0, 120.0)  # as wide as the page leaves it: entries go on two lines
                 lw, lh = self.legend_size(used, req)
                 lift = MARGIN
                 lx, ly = X0, Y1 + 16 + bar_h + MARGIN

@@ -81,7 +81,7 @@ DENSITIES = (
     Density(),
     Density(compact=True),
     Density(**_DENSE),
-    Density(**{**_DENSE, "mask_cell": 4}, terse=True),
+    Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 5.0}, terse=True),
 )
 
 
@@ -548,12 +548,12 @@ class Scene:
         name = self.tag("stage", st.name, muted=False, key="stage", size=self.d.stage_title, bold=True)
         badge = None
         if st.repeat > 1:
-            badge_s = f"\u00d7{st.repeat}" if r is None else f"{r + 1}/{st.repeat}"
+            badge_s = f"\u00d7{st.repeat}" if r is None else f"{r % st.repeat + 1}/{st.repeat}"
             badge = self.tag("badge", badge_s, muted=False, key="repeat" if r is None else "stage", size=self.d.badge if r is None else self.d.stage_title, bold=True)
             if r is None:
                 self.used.add("repeat")
         pcount = params.human(sum(p.params for p in self.stage_parts(sl)))
-        each = " each" if st.repeat > 1 else ""
+        each = " each" if st.repeat > 1 and r is None else ""
         sub = self.tag("stage_params", f"{pcount} params{each}")
         u = self.d.pad
         items = list(sl.items)
@@ -581,7 +581,8 @@ class Scene:
         hdr = [name] + ([badge] if badge else [])
         hdr_w = sum(x.w for x in hdr) + 8 * (len(hdr) - 1)
         hdr_h = max(x.h for x in hdr)
-        spark = self.sparkline(sl) if (r is None and st.repeat > 1 and self.readings is not None) else None
+        # a folded stage's instances, nested ones' all they run (not inside one group instance's frame)
+        spark = self.sparkline(sl) if (r is None and sl.count > 1 and path == sl.path and self.readings is not None) else None
         if self.tb:
             # a band at the top of the frame, right of the main line
             u_hdr = u + self.d.gap / 2
@@ -629,9 +630,9 @@ class Scene:
         b.width_out = cur_w
         b.neg, b.pos = neg + self.d.pad, pos + self.d.pad
         b.frames.insert(0, Frame(self.nid("frame"), 0, -b.neg, b.length, b.pos, "stage" if r is None else "stage_instance", path, depth))
-        if depth == 0:  # a little main line outside the frame at each end, so frames never touch
-            b = b.shifted(self.d.gap / 2, 0)
-            b.length += self.d.gap
+        # a little main line outside the frame at each end, so frames never touch (nested ones neither)
+        b = b.shifted(self.d.gap / 2, 0)
+        b.length += self.d.gap
         self.fill_main(b, sl, r, path)
         self.vent_outside(b)
         return b
