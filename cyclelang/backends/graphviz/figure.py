@@ -505,7 +505,7 @@ class Figure:
                 self.nodes.append((f"{w.id}.head", {"pos": f"{bx - ux * h / 2:.1f},{by - uy * h / 2:.1f}!", "shape": "triangle", "fixedsize": "true",
                                                     "width": f"{(width + 6) / 72:.3f}", "height": f"{h / 72:.3f}", "style": "filled", "fillcolor": color,
                                                     "color": color, "penwidth": "0", "orientation": str(orient), "label": "",
-                                                    "class": f"arrowhead {w.kind}"}))
+                                                    "class": f"arrowhead {w.path}".strip()}))
             else:
                 attrs["arrowhead"] = "normal"
                 attrs["arrowsize"] = "0.6"
