@@ -216,9 +216,11 @@ repeated stage is drawn once with a ×N badge.""", "stage block x 10000 { ... } 
 _add("E0275", "diagram does not fit its size", """
 `cyclec draw --size slide|column|page` lays the figure out at the preset's physical size
 (a 13.33 × 7.5 in slide, a 3.25 in column, a 7 × 9.2 in page) with no text under 12 pt,
-and never shrinks it to fit: a shrunk figure is one nobody can read. A figure that needs
-more room is refused with the size it needs; every figure is also capped at 200 in on a
-side (a long --expand). Draw it at a larger size, --rankdir LR, or folded.""", "cyclec draw deepnet.cycle --size column")
+and never shrinks it to fit: a shrunk figure is one nobody can read. It first tries denser
+layouts, both directions and the main line wrapped into more columns; a figure that fits none
+is refused with the size it needs and a way that does fit, found by laying it out (another
+preset, without --rankdir, or folded). Every figure is also capped at 200 in on a side (a
+long --expand).""", "cyclec draw gpt2.cycle --size column   # hint: --size page fits")
 _add("E0276", "report fired at another depth or width", """
 `cyclec draw --annotate fire.json` prints each stage instance's measured gradient on the
 instance it belongs to. A report fired with --depth or --width (a scale model) measured

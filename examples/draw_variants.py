@@ -2,20 +2,20 @@
 
 One engine (width 256, six blocks) in seven variants that differ only in their
 norms and merges: Pre-LN, Post-LN, sandwich, ReZero, LayerScale, DeepNorm and the
-parallel (full-flow) block. For each it writes the power-cycle diagram, then one
-SVG with all of them stacked for comparison, and prints what the variants cost
-and what the reviewer says about each.
+parallel (full-flow) block. For each it writes the spec and its power-cycle
+diagram, then all of them in compare mode, as small multiples on one grid with
+one legend (what `cyclec draw a.cycle b.cycle ... -o variants.svg` draws), and
+prints what the variants cost and what the reviewer says about each.
 
     python examples/draw_variants.py                  # writes variants/ here, a few seconds
     python examples/draw_variants.py --out /tmp/v --labels ml
 
-Without the Graphviz `dot` program it writes the DOT sources instead.
+Without the Graphviz `neato` program it writes the DOT sources instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -79,55 +79,38 @@ def spec_text(name: str) -> str:
 """
 
 
-def stack_svgs(svgs: list[str]) -> str:
-    """One SVG holding the given Graphviz SVGs one under the other, at their own sizes (pt)."""
-    parts, y, width = [], 0.0, 0.0
-    gap = 12.0
-    for svg in svgs:
-        body = svg[svg.index("<svg"):]
-        m = re.match(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"', body)
-        w, h = float(m.group(1)), float(m.group(2))
-        # nested <svg> at (0, y); unitless sizes are user units, which the outer viewBox makes points
-        body = body.replace(m.group(0), f'<svg x="0" y="{y:g}" width="{w:g}" height="{h:g}"', 1)
-        parts.append(body.strip())
-        y += h + gap
-        width = max(width, w)
-    height = y - gap
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
-            f'width="{width:g}pt" height="{height:g}pt" viewBox="0 0 {width:g} {height:g}">\n'
-            f'<rect width="100%" height="100%" fill="white"/>\n')
-    return '<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n' + head + "\n".join(parts) + "\n</svg>\n"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("variants"), help="output folder [variants]")
     parser.add_argument("--labels", choices=("rocket", "ml", "both"), default="both")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    have_dot = shutil.which("dot") is not None
+    have_dot = shutil.which("neato") is not None
 
     print(f"{'variant':<12}{'parameters':>12}{'valves':>9}{'merges':>9}  reviewer")
-    svgs = []
+    specs = []
     for name in BLOCKS:
         text = spec_text(name)
         (args.out / f"{name}.cycle").write_text(text, "utf-8")
         spec = cyclelang.parse(text, f"{name}.cycle")
+        specs.append(spec)
         p = analyze(spec)["params"]
         said = ", ".join(f"{d.code} {d.message}" for d in review(spec)) or "clean"
         print(f"{name:<12}{p['total']:>12,}{p['by_role']['valve']:>9,}{p['by_role']['merge']:>9,}  {said}")
         dot = to_dot(spec, view="cycle", labels=args.labels)
         if have_dot:
-            svg = render(dot, "svg").decode("utf-8")
-            (args.out / f"{name}.svg").write_text(svg, "utf-8")
-            svgs.append(svg)
+            (args.out / f"{name}.svg").write_bytes(render(dot, "svg"))
         else:
             (args.out / f"{name}.dot").write_text(dot, "utf-8")
+    # compare mode: every variant on one grid, one legend, the same scale for all
+    both = to_dot(specs, view="cycle", labels=args.labels)
     if have_dot:
-        (args.out / "variants.svg").write_text(stack_svgs(svgs), "utf-8")
-        print(f"wrote {len(svgs)} diagrams and {args.out / 'variants.svg'} (all of them, stacked)")
+        (args.out / "variants.svg").write_bytes(render(both, "svg"))
+        print(f"wrote {len(specs)} diagrams and {args.out / 'variants.svg'} (all of them side by side, one legend); the same as")
     else:
-        print(f"Graphviz's dot is not installed: wrote the DOT sources to {args.out}/ (render them with dot -Tsvg)")
+        (args.out / "variants.dot").write_text(both, "utf-8")
+        print(f"Graphviz's neato is not installed: wrote the DOT sources to {args.out}/ (render them with neato -n2 -Tsvg); the compare figure is")
+    print(f"  cyclec draw {' '.join(str(args.out / (n + '.cycle')) for n in BLOCKS)} -o {args.out / 'variants.svg'}")
     return 0
 
 

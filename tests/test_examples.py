@@ -75,12 +75,19 @@ def test_draw_variants(tmp_path):
     for name in names:
         assert (tmp_path / f"{name}.cycle").is_file()
         assert (tmp_path / f"{name}.svg").is_file() or (tmp_path / f"{name}.dot").is_file()
+    # compare mode: one figure, one legend, what `cyclec draw a b c -o cmp.svg` draws
+    from cyclelang.backends.graphviz import to_dot
+
+    specs = [cyclelang.load(tmp_path / f"{n}.cycle") for n in names]
     if (tmp_path / "variants.svg").exists():
         svg = (tmp_path / "variants.svg").read_text("utf-8")
-        assert svg.count("<svg") == len(names) + 1 and svg.rstrip().endswith("</svg>")
-        import xml.dom.minidom
-
-        xml.dom.minidom.parseString(svg.encode("utf-8"))  # well-formed
+        assert svg.count("<svg") == 1 and svg.count('class="node legend_text main"') == 1
+        assert all(f">{n} · " in svg for n in names)  # each engine's numbers over it
+        r = CliRunner().invoke(main, ["draw", *[str(tmp_path / f"{n}.cycle") for n in names], "-o", "-"])
+        assert r.exit_code == 0 and r.output == to_dot(specs)
+    else:
+        assert (tmp_path / "variants.dot").read_text("utf-8") == to_dot(specs)
+    assert "cyclec draw " in out and "-o " in out
 
 
 # --- the include demo -----------------------------------------------------------------------

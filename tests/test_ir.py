@@ -124,8 +124,8 @@ def test_paths_are_the_same_in_report_model_and_diagram(path):
         # value classes name none)
         words = [m.split() for m in __import__("re").findall(r'class="([^"]+)"', dot)]
         drawn = {w[1] for w in words if len(w) > 1 and w[0] not in ("legend", "legend_text", "value", "colourbar")}
-        def frames(sl):  # a stage's frames: folded, each instance, and (nested) folded inside each instance of its group
-            inside = [f"{g}.{ir.layout.stage_path(sl.first, sl.stage.repeat)}" for g in sl.parent.instances()] if sl.parent else []
+        def frames(sl):  # a stage's frames: folded, each instance, and (nested) folded inside each frame of its group
+            inside = [f"{g}.{ir.layout.stage_path(sl.first, sl.stage.repeat)}" for g in frames(sl.parent)] if sl.parent else []
             return [sl.path, *sl.instances(), *inside]
 
         unfolded = paths | {i for p in lay.parts() for i in p.instances()} | {f for sl in lay.all_stages() for f in frames(sl)}

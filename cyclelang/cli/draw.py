@@ -118,10 +118,12 @@ def check_run(run, spec, path) -> None:
 @click.option("--expand", is_flag=True, help="Unroll repeated stages (more than 4 repeats: the first, '⋯ k more ⋯', the last).")
 @click.option("--labels", type=click.Choice(["rocket", "ml", "both"]), default="both", show_default=True,
               help="Words on the diagram (only the words change, never the layout).")
-@click.option("--rankdir", type=click.Choice(["TB", "LR"]), default="TB", show_default=True,
-              help="TB: tokens at the bottom, logits at the top; LR: left to right.")
+@click.option("--rankdir", type=click.Choice(["TB", "LR"]), default=None,
+              help="TB (the default): tokens at the bottom, logits at the top; LR: left to right. With --size and no --rankdir, "
+                   "the direction that fits the preset.")
 @click.option("--size", type=click.Choice(["slide", "column", "page"]), default=None,
-              help="Fit a 16:9 slide, a paper's column or its page, with text at 12 pt or more (refused, E0275, when it cannot).")
+              help="Fit a 16:9 slide, a paper's column or its page, with text at 12 pt or more: the least dense layout that fits, "
+                   "wrapped into columns between stages (refused, E0275, when none does, with a way that does).")
 @click.option("--theme", type=click.Choice(["light", "dark"]), default="light", show_default=True)
 @click.option("--annotate", type=click.Path(dir_okay=False, exists=True, path_type=str), default=None,
               help="A test-stand report (cyclec fire --json): the measured gradient on every wire, on one absolute scale.")

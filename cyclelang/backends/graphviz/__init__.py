@@ -84,10 +84,17 @@ def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", 
             raise _refuse("E0213", "nothing to draw: the spec defines no engine (only templates)", s.span,
                           "draw the file that defines the engine; this one is meant to be included")
     if expand:
+        def nested(sl) -> int:  # the frames of the stages nested in a stage, drawn folded inside each of its instances
+            return sum(1 + nested(c) for c in sl.children)
+
+        def frames(sl) -> int:  # the frames an expanded stage draws: its instances shown, each with its nested stages'
+            return min(sl.stage.repeat, 4 if sl.stage.repeat <= 4 else 2) * (1 + nested(sl))
+
         for s in specs:
-            stages = [sl.stage for sl in ir.layout.layout(s.engine).stages]
-            drawn = sum(min(st.repeat, 4 if st.repeat <= 4 else 2) for st in stages)
+            lay = ir.layout.layout(s.engine)
+            drawn = sum(frames(sl) for sl in lay.top)
             if drawn > MAX_EXPAND:
+                stages = [sl.stage for sl in lay.top]
                 big = max(stages, key=lambda op: op.repeat)
                 raise _refuse("E0220", f"expanding would draw {drawn:,} stage frames; a diagram unrolls at most {MAX_EXPAND}", big.span,
                               f"draw it folded (without --expand): stage {big.name} is drawn once with a {chr(0xd7)}{big.repeat} badge")
@@ -101,16 +108,43 @@ def draw(spec, view: str = "cycle", expand: bool = False, labels: str = "both", 
         for r in readings:
             if r is not None:
                 check(r)
-    rd = rankdir or "TB"
-    if rd in ("RL", "BT"):
-        rd = {"RL": "LR", "BT": "TB"}[rd]
+    rd = {"RL": "LR", "BT": "TB"}.get(rankdir, rankdir)
+    engines = [s.engine for s in specs]
+    kw = dict(view=view, labels=labels, theme=theme, expand=expand, readings=readings)
     try:
-        fig = Figure([s.engine for s in specs], view=view, labels=labels, theme=theme, rankdir=rd, size=size, expand=expand, readings=readings)
+        fig = Figure(engines, rankdir=rd, size=size, **kw)
     except Fit as e:
         span = specs[0].engine.span
-        raise _refuse("E0275", f"cannot draw {', '.join(s.engine.name for s in specs)}: {e}", span,
-                      "try a larger --size (page), --rankdir LR, or draw it folded (without --expand)") from None
+        raise _refuse("E0275", f"cannot draw {', '.join(s.engine.name for s in specs)}: {e}", span, _fit_hint(engines, rd, size, e, kw)) from None
     return graphviz.Source(fig.dot(), engine="neato")
+
+
+def _fit_hint(engines, rankdir, size, miss, kw) -> str:
+    """A hint that works: the first other way of drawing the figure that does fit, found by
+    laying it out."""
+    from .figure import Figure, Fit
+
+    if miss.cap:
+        return "draw it folded (without --expand)" if kw["expand"] else "split the engine into fewer distinct stages (stage templates with x N)"
+    tries = []
+    if rankdir is not None:
+        tries.append((None, size, f"without --rankdir {rankdir} it fits --size {size}"))
+    from .figure import SIZES as AREAS
+
+    def area(p):
+        return AREAS[p][0] * AREAS[p][1]
+
+    nearest = sorted((p for p in SIZES if p != size), key=lambda p: abs(area(p) - area(size)))  # the closest preset first
+    tries += [(rankdir, other, f"--size {other} fits") for other in nearest]
+    if kw["expand"]:
+        tries.append((rankdir, size, f"folded (without --expand) it fits --size {size}"))
+    for rd, sz, say in tries:
+        try:
+            Figure(engines, rankdir=rd, size=sz, **{**kw, "expand": kw["expand"] and "without --expand" not in say})
+        except Fit:
+            continue
+        return say
+    return "draw it at its natural size (without --size): every word is still at 12 pt there"
 
 
 HIGHLIGHT = {"added": "#2ca02c", "changed": "#ff7f0e", "moved": "#9467bd"}

@@ -15,7 +15,7 @@ import math
 from ... import ir
 from . import params, text
 from .annotate import colour, log_pos, ZERO
-from .scene import DETAIL, MODES, Box, Line, Scene, Wire, lines_size, log_scale, text_w
+from .scene import DENSITIES, DETAIL, MODES, Box, Line, Scene, Wire, balanced, lines_size, log_scale, text_w, wrap
 from .style import FONT, THEMES, esc
 
 SIZES = {"slide": (960.0, 540.0), "column": (234.0, 662.0), "page": (504.0, 662.0)}
@@ -25,7 +25,12 @@ MAX_POINTS = 14400.0  # 200 in: past this a figure is no longer a figure (--expa
 
 
 class Fit(Exception):
-    """The figure does not fit its size preset (or the hard cap)."""
+    """The figure does not fit its size preset (or the hard cap). `overflow`: how many times
+    the preset it needs on its tighter side; `cap`: past the hard cap."""
+
+    def __init__(self, message: str, overflow: float = math.inf, cap: bool = False):
+        super().__init__(message)
+        self.overflow, self.cap = overflow, cap
 
 
 def _line_html(ln: Line, t: dict) -> str | None:
@@ -40,18 +45,30 @@ def _line_html(ln: Line, t: dict) -> str | None:
     return f'<font point-size="{ln.size}" color="{col}">{s}</font>'
 
 
-def html_label(lines: list[Line], t: dict, glyph: str = "") -> str:
-    body = "<br/>".join(h for h in (_line_html(x, t) for x in lines) if h) or " "
+def html_label(lines: list[Line], t: dict, glyph: str = "", align: str = "") -> str:
+    br = f'<br align="{align}"/>' if align and len(lines) > 1 else "<br/>"
+    body = br.join(h for h in (_line_html(x, t) for x in lines) if h) or " "
+    if align and len(lines) > 1:
+        body += br
     if glyph:
         return (f'<<table border="0" cellborder="0" cellspacing="0" cellpadding="0"><tr><td>{body}</td></tr>'
                 f'<tr><td>{glyph}</td></tr></table>>')
     return f"<{body}>"
 
 
+# The densest level's shorter legend words, where the usual ones run long.
+TERSE = {"main": ("stream, width \u221d d", "chamber"), "branch": ("branch", "prechamber"), "cut": ("detached", "cut"), "split": ("reads x", "tap"),
+         "vent": ("side output", "overboard"), "repeat": ("\u00d7N: N times", "\u00d7N: N times"), "elided": ("left out", "left out"),
+         "heads": ("Q, KV heads", "elements"), "experts": ("experts, top k", "elements"), "merge_cooling": ("x + f(x), init \u03c3", "cooling")}
+
+
 # The legend: (key, {mode: words}); a key appears when the figure uses it.
-def legend_words(key: str) -> dict[str, str]:
+def legend_words(key: str, terse: bool = False) -> dict[str, str]:
     def say(ml: str, rocket: str) -> dict[str, str]:
         return {"ml": ml, "rocket": rocket, "both": f"{ml} \u00b7 {rocket}" if rocket != ml else ml}
+
+    if terse and key in TERSE:
+        return say(*TERSE[key])
 
     fixed = {
         "main": say("residual stream, width \u221d d", "chamber"),
@@ -89,10 +106,11 @@ LEGEND_ORDER = ("main", "branch", "split", "cut", "vent", "stage", "repeat", "el
 
 
 class Figure:
-    def __init__(self, engines: list[ir.Engine], *, view: str = "cycle", labels: str = "both", theme: str = "light", rankdir: str = "TB",
+    def __init__(self, engines: list[ir.Engine], *, view: str = "cycle", labels: str = "both", theme: str = "light", rankdir: str | None = "TB",
                  size: str | None = None, expand: bool = False, readings: list | None = None):
+        """rankdir None: top-to-bottom, or (with a size preset) whichever direction fits it first."""
         self.engines, self.view, self.labels, self.t = engines, view, labels, THEMES[theme]
-        self.rankdir, self.size, self.expand = rankdir, size, expand
+        self.size, self.expand = size, expand
         self.readings = readings
         vals = []
         for rd in readings or []:
@@ -100,6 +118,25 @@ class Figure:
                 for table in rd.values():
                     vals += list(table.values())
         self.scale = log_scale(vals) if readings else None
+        if size is None:
+            self.attempt(rankdir or "TB", 0)
+            return
+        # with a size preset: the least dense level that fits, in the asked direction or, when
+        # none was asked, top-to-bottom first and then left-to-right; else the closest miss
+        misses = []
+        for level in range(len(DENSITIES)):
+            for rd in ([rankdir] if rankdir else ["TB", "LR"]):
+                try:
+                    self.attempt(rd, level)
+                    return
+                except Fit as e:
+                    misses.append((e.overflow, e))
+        if any(m[1].cap for m in misses):  # past the hard cap: say that, not the preset
+            raise next(m[1] for m in misses if m[1].cap)
+        raise min(misses, key=lambda m: m[0])[1]
+
+    def attempt(self, rankdir: str, level: int) -> None:
+        self.rankdir, self.level, self.d = rankdir, level, DENSITIES[level]
         self.nodes: list[tuple[str, dict]] = []
         self.edges: list[tuple[str, str, dict]] = []
         self.layout()
@@ -110,8 +147,16 @@ class Figure:
 
     def scenes(self, max_along: float | None) -> list[Scene]:
         return [Scene(e, view=self.view, rankdir=self.rankdir, expand=self.expand, wrap_w=WRAP[self.size], max_along=max_along,
-                      readings=(self.readings[i] if self.readings else None), scale=self.scale or (1e-3, 10.0), id_prefix=f"e{i}.")
+                      readings=(self.readings[i] if self.readings else None), scale=self.scale or (1e-3, 10.0), id_prefix=f"e{i}.",
+                      density=self.level, ink=self.t, room=self.room())
                 for i, e in enumerate(self.engines)]
+
+    def room(self) -> float | None:
+        """The preset's room across the main line, if it has one."""
+        if self.size is None:
+            return None
+        W, H = SIZES[self.size]
+        return W - 2 * MARGIN if self.tb else H - 2 * MARGIN - 60.0
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -120,17 +165,39 @@ class Figure:
         a stage) so that it fits the preset's height (TB) or width (LR), if it can."""
         sc = self.scenes(None)
         used = set().union(*(s.used for s in sc))
-        if self.size is not None:
-            W, H = SIZES[self.size]
-            legend_below = not self.legend_right()
+        if self.size is None:
+            self.lay_out(sc, used)
+            return
+        # the main line wrapped to fit the preset's height (TB) or width (LR) with the legend
+        # beside it, then with the legend under it; the first that fits wins
+        W, H = SIZES[self.size]
+        title_h = 30.0 + (24.0 if len(self.engines) > 1 else 0.0)
+        alongs = []
+        for legend_below in (not self.legend_right(), self.legend_right()):
             lw, lh = self.legend_size(used, W - 2 * MARGIN if legend_below else 260.0)
-            title_h = 30.0 + (24.0 if len(self.engines) > 1 else 0.0)
             if self.tb:
-                avail = H - 2 * MARGIN - title_h - (lh + 10 if legend_below else 0) - 8
+                alongs.append(H - 2 * MARGIN - title_h - (lh + 10 if legend_below else 0) - 8)
             else:
-                avail = W - 2 * MARGIN - (0 if legend_below else lw + 12) - 8
-            if any(self.extent(s)[0] > avail for s in sc):
-                sc = self.scenes(avail)
+                alongs.append(W - 2 * MARGIN - (0 if legend_below else lw + 12) - 8)
+        # and into more, shorter columns, which leave room for the legend over the last one
+        for k in (2, 3, 4):
+            caps = [balanced(s.lengths, k) for s in sc]
+            if all(c is not None for c in caps):
+                alongs.append(max(caps))
+        miss = None
+        for avail in [None] + sorted(set(alongs), reverse=True):
+            if avail is not None and not any(self.extent(s)[0] > avail for s in sc):
+                continue  # already that short: wrapping changes nothing
+            try:
+                self.nodes, self.edges = [], []
+                self.lay_out(sc if avail is None else self.scenes(avail), used)
+                return
+            except Fit as e:
+                if miss is None or e.cap or e.overflow < miss.overflow:
+                    miss = e
+        raise miss
+
+    def lay_out(self, sc: list[Scene], used: set[str]) -> None:
         self.sc = sc
         self.shapes = {k: v for s in sc for k, v in s.shapes.items()}
         self.place(sc, used)
@@ -157,12 +224,42 @@ class Figure:
         keys += [k for k in ("spark",) if k in used]
         return keys
 
-    def legend_size(self, used: set[str], width: float) -> tuple[float, float]:
+    def legend_cells(self, used: set[str], width: float) -> tuple[list[tuple[str, float, float, dict[str, list[str]]]], float, float]:
+        """Where each legend entry goes: (key, left, top, {mode: its lines}) from the legend's
+        top left corner, and the legend's (width, height). Natural and roomy figures set the
+        entries in equal columns; a dense one flows them into rows, an entry wider than the
+        legend on two lines."""
         keys = self.legend_entries(used)
-        cw = max(text_w(legend_words(k)[m], DETAIL) for k in keys for m in MODES) + 36
-        cols = max(1, int(width // cw))
-        rows = -(-len(keys) // cols)
-        return min(width, cols * cw), rows * 20.0 + 20
+        if self.level == 0:
+            cw = max(text_w(legend_words(k)[m], DETAIL) for k in keys for m in MODES) + 36
+            cols = max(1, int(width // cw))
+            rows = -(-len(keys) // cols)
+            cells = [(k, (i // rows) * cw, (i % rows) * 20.0, {m: [legend_words(k)[m]] for m in MODES}) for i, k in enumerate(keys)]
+            return cells, min(width, cols * cw), rows * 20.0 + 20
+        pitch, cells, x, y, used_w = self.pitch(), [], 0.0, 0.0, 0.0
+        for k in keys:
+            lines = {m: wrap(legend_words(k, self.d.terse)[m], DETAIL, False, width - 30) for m in MODES}
+            ew = 26 + max(text_w(ln, DETAIL) for ls in lines.values() for ln in ls) + 14
+            n = max(len(ls) for ls in lines.values())
+            if x > 0 and (x + ew - 14 > width or n > 1):
+                x, y = 0.0, y + row_h
+            if x == 0:
+                row_h = 0.0
+            cells.append((k, x, y, lines))
+            used_w = max(used_w, x + ew - 14)
+            row_h = max(row_h, n * pitch)
+            x += ew
+            if n > 1:
+                x = width  # an entry on two lines has its row to itself
+        return cells, min(width, used_w), (y + row_h if cells else 0.0) + 8
+
+    def pitch(self) -> float:
+        """A flowed legend's line pitch: 12 pt words, and swatches a little shorter at the densest level."""
+        return 15.0 if self.d.terse else 17.0
+
+    def legend_size(self, used: set[str], width: float) -> tuple[float, float]:
+        _, w, h = self.legend_cells(used, width)
+        return w, h
 
     def place(self, scenes: list[Scene], used: set[str]) -> None:
         t = self.t
@@ -208,13 +305,15 @@ class Figure:
         W, H = SIZES[self.size] if self.size else (math.inf, math.inf)
         def legend_at(opt: str):
             if opt == "right":
-                lw, lh = self.legend_size(used, 260.0)
-                lift = MARGIN
-                lx, ly = body_w + 12, max(body_h, lh + bar_h) - lh
-                total_w, total_h = lx + lw + MARGIN, max(body_h, lh + bar_h)
+                req = 260.0
+                lw, lh = self.legend_size(used, req)
+                lift = MARGIN  # the body sits a margin up: the legend's top and the title clear it
+                lx, ly = body_w + 12, max(body_h + lift, lh + bar_h + MARGIN) - lh
+                total_w, total_h = lx + lw + MARGIN, ly + lh
                 bx, by = lx, ly - bar_h
             elif opt == "below":
-                lw, lh = self.legend_size(used, max(body_w - 2 * MARGIN, (W if self.size else 240.0) - 2 * MARGIN))
+                req = max(body_w - 2 * MARGIN, (W if self.size else 240.0) - 2 * MARGIN)
+                lw, lh = self.legend_size(used, req)
                 lift = lh + bar_h + MARGIN + 6
                 lx, ly = MARGIN, MARGIN + bar_h
                 bx, by = MARGIN, MARGIN
@@ -224,49 +323,57 @@ class Figure:
                 cdv, cneg, cpos, clen = s0.columns[-1]
                 (X0, Y0), (X1, Y1) = self.xy(s0, 0, cdv - cneg), self.xy(s0, clen, cdv + cpos)
                 X0, Y1 = X0 + offs[0][0], Y1 + offs[0][1]
-                lw, lh = self.legend_size(used, max(W - MARGIN - X0, 200.0))
+                req = max(W - MARGIN - X0, 120.0)  # as wide as the page leaves it: entries go on two lines
+                lw, lh = self.legend_size(used, req)
                 lift = MARGIN
                 lx, ly = X0, Y1 + 16 + bar_h + MARGIN
                 bx, by = lx, Y1 + 16 + MARGIN
                 total_w, total_h = max(body_w, lx + lw + MARGIN), max(body_h + MARGIN, ly + lh)
                 lift = MARGIN
-            return lift, lx, ly, lw, lh, bx, by, total_w, total_h
+            return lift, lx, ly, lw, lh, bx, by, total_w, total_h, req
 
         def overflow(r) -> float:
             return max(r[7] / W, (r[8] + 36) / H)
 
         tries = [legend_at(o) for o in options]
         fit = [r for r in tries if overflow(r) <= 1.0]
-        lift, lx, ly, lw, lh, bx, by, total_w, total_h = fit[0] if fit else min(tries, key=overflow)
+        lift, lx, ly, lw, lh, bx, by, total_w, total_h, req = fit[0] if fit else min(tries, key=overflow)
         # the figure title, and each engine's numbers: beside the title when one engine fits there
         names = ", ".join(e.name for e in self.engines)
         whats = {"cycle": {"ml": "residual stream", "both": "power cycle", "rocket": "power cycle"},
                  "graph": {"ml": "computation graph", "both": "computation graph", "rocket": "computation graph"}}[self.view]
         titles = {m: f"{names}: {w}" + (" \u00b7 annotated: \u2016dL/dx\u2016" if self.scale else "") for m, w in whats.items()}
-        ttl = titles[self.labels]
-        tw = max(text_w(x, 18, True) for x in titles.values())
-        title_h = 28.0
-
-        def stats(s: Scene) -> str:
-            e = s.e
-            return f"{e.name} \u00b7 {params.human(params.count(e))} params \u00b7 width {e.width} \u00b7 {s.lay.instance_count()} blocks"
-
+        tsize = 18 if self.d.captions else 14
         limit = SIZES[self.size][0] - 2 * MARGIN if self.size else max(total_w, 600.0)
+        # a title wider than the preset goes on two lines (or more)
+        tlines = {m: ([x] if self.size is None else wrap(x, tsize, True, limit - 6)) for m, x in titles.items()}
+        tw = max(text_w(ln, tsize, True) for ls in tlines.values() for ln in ls)
+        title_h = (28.0 if self.d.captions else 22.0) + (max(len(ls) for ls in tlines.values()) - 1) * tsize * 1.22
+
+        def stats(s: Scene, named: bool = True) -> str:
+            e = s.e
+            return (f"{e.name} \u00b7 " if named else "") + f"{params.human(params.count(e))} params \u00b7 width {e.width} \u00b7 {s.lay.instance_count()} blocks"
+
         beside = len(placed) == 1 and tw + 16 + text_w(stats(placed[0][0]), DETAIL, True) <= limit
-        sub_h = 0.0 if beside or not self.tb else 22.0
+        # a subtitle wider than the preset goes on two lines (or more), broken at its dots; under
+        # one engine's title, without the name the title already gives
+        subs = {s.pre: ([stats(s)] if self.size is None or beside else wrap(stats(s, len(scenes) > 1 or self.level < 2), DETAIL, True, limit - 6))
+                for s in scenes}
+        sub_h = 0.0 if beside else 8.0 + max(len(x) for x in subs.values()) * DETAIL * 1.22  # LR: the top engine's numbers over it
         top = total_h + sub_h + 6
         for (s, x0, y0, x1, y1), (dx, dy) in zip(placed, offs):
             self.emit_scene(s, dx, dy + lift)
-            sw = text_w(stats(s), DETAIL, True)
+            lines = [Line(x, DETAIL, bold=True) for x in subs[s.pre]]
+            sw, sh = lines_size(lines)
             if beside:
                 X, Y = MARGIN + tw + 16 + sw / 2 + 3, top + title_h / 2 - 2
             elif self.tb:
                 X, Y = x0 + dx + sw / 2 + 3, top - sub_h / 2
             else:
-                X, Y = x0 + dx + sw / 2 + 3, y1 + dy + lift + 12
-            self.text_node(f"{s.pre}subtitle", [Line(stats(s), DETAIL, bold=True)], X, Y, left=True)
-        self.text_node("title", [Line(ttl, 18, bold=True)], MARGIN + tw / 2, top + title_h / 2, left=True, w=tw)
-        self.legend(used, lx, ly, lw)
+                X, Y = x0 + dx + sw / 2 + 3, y1 + dy + lift + 12 + (len(lines) - 1) * DETAIL * 1.22 / 2
+            self.text_node(f"{s.pre}subtitle", lines, X, Y, left=True)
+        self.text_node("title", [Line(x, tsize, bold=True) for x in tlines[self.labels]], MARGIN + tw / 2, top + title_h / 2, left=True, w=tw)
+        self.legend(used, lx, ly, req)
         if self.scale:
             self.colour_bar(bx, by)
         self.W, self.H = math.ceil(max(total_w, MARGIN + tw + MARGIN)), math.ceil(top + title_h)  # whole points: the SVG's size is 1:1
@@ -286,23 +393,24 @@ class Figure:
             W, H = SIZES[self.size]
             if self.W > W + 0.5 or self.H > H + 0.5:
                 raise Fit(f"the figure needs {self.W:.0f}\u00d7{self.H:.0f} pt; --size {self.size} is {W:.0f}\u00d7{H:.0f} pt "
-                          f"at 12 pt text")
+                          f"at 12 pt text", max(self.W / W, self.H / H))
         if max(self.W, self.H) > MAX_POINTS:
-            raise Fit(f"the figure would be {self.W:.0f}\u00d7{self.H:.0f} pt; a figure is at most {MAX_POINTS:.0f} pt on a side")
+            raise Fit(f"the figure would be {self.W:.0f}\u00d7{self.H:.0f} pt; a figure is at most {MAX_POINTS:.0f} pt on a side", cap=True)
 
     # -- emission -----------------------------------------------------------------------------
 
-    def text_node(self, nid: str, lines: list[Line], X: float, Y: float, key: str = "text", left: bool = False, w: float | None = None) -> None:
+    def text_node(self, nid: str, lines: list[Line], X: float, Y: float, key: str = "text", left: bool = False, w: float | None = None,
+                  pad: float = 4.0) -> None:
         """A piece of text centred at (X, Y); `w`: the width to size it for (the widest of the
-        label modes, so the words never move the layout)."""
+        label modes, so the words never move the layout); `pad`: room above and below, in all."""
         w0, h = lines_size(lines)
         w = w0 if w is None else w
-        label = html_label(lines, self.t)
+        label = html_label(lines, self.t, align="left" if left else "")
         if left:  # set from the box's left edge (the estimate of its width is generous)
-            label = (f'<<table border="0" cellborder="0" cellspacing="0" cellpadding="0"><tr><td width="{w + 6:.0f}" height="{h + 2:.0f}" '
+            label = (f'<<table border="0" cellborder="0" cellspacing="0" cellpadding="0"><tr><td width="{w + 6:.0f}" height="{h + max(0.0, pad - 2):.0f}" '
                      f'fixedsize="true" align="left">{label[1:-1]}</td></tr></table>>')
         self.nodes.append((nid, {"pos": f"{X:.1f},{Y:.1f}!", "shape": "plaintext", "label": label, "width": f"{(w + 6) / 72:.3f}",
-                                 "height": f"{(h + 4) / 72:.3f}", "fixedsize": "true", "margin": "0", "class": key}))
+                                 "height": f"{(h + pad) / 72:.3f}", "fixedsize": "true", "margin": "0", "class": key}))
 
     def box_attrs(self, b: Box) -> dict:
         t = self.t
@@ -383,18 +491,29 @@ class Figure:
             attrs["style"] = style
         tip = pts[-1]
         spline = list(pts)
+        # a thick line's own arrowhead would be stroked with the line's pen, a blot that runs into
+        # the box it points at: its head is a triangle of its own, a little wider than the line
+        own_head = w.arrow and width > 2.5
         if w.arrow:
             (ax, ay), (bx, by) = pts[-2], pts[-1]
             L = math.hypot(bx - ax, by - ay)
-            cut = min(7.0, L * 0.6)
+            cut = min(7.0, L * 0.6) if not own_head else min(8.0, L * 0.8)
             spline[-1] = (bx - (bx - ax) * cut / L, by - (by - ay) * cut / L)
-            attrs["arrowhead"] = "normal"
-            attrs["arrowsize"] = "0.6"
+            if own_head:
+                ux, uy, h = (bx - ax) / L, (by - ay) / L, cut / 0.75  # a triangle's base sits a quarter of its box under its centre
+                orient = 0 if uy > 0.5 else 180 if uy < -0.5 else 270 if ux > 0 else 90
+                self.nodes.append((f"{w.id}.head", {"pos": f"{bx - ux * h / 2:.1f},{by - uy * h / 2:.1f}!", "shape": "triangle", "fixedsize": "true",
+                                                    "width": f"{(width + 6) / 72:.3f}", "height": f"{h / 72:.3f}", "style": "filled", "fillcolor": color,
+                                                    "color": color, "penwidth": "0", "orientation": str(orient), "label": "",
+                                                    "class": f"arrowhead {w.path}".strip()}))
+            else:
+                attrs["arrowhead"] = "normal"
+                attrs["arrowsize"] = "0.6"
         bez = [spline[0]]
         for (ax, ay), (bx, by) in zip(spline, spline[1:]):
             bez += [(ax + (bx - ax) / 3, ay + (by - ay) / 3), (ax + 2 * (bx - ax) / 3, ay + 2 * (by - ay) / 3), (bx, by)]
         pos = " ".join(f"{x:.1f},{y:.1f}" for x, y in bez)
-        attrs["pos"] = (f"e,{tip[0]:.1f},{tip[1]:.1f} " if w.arrow else "") + pos
+        attrs["pos"] = (f"e,{tip[0]:.1f},{tip[1]:.1f} " if w.arrow and not own_head else "") + pos
         attrs.update(color=color, penwidth=f"{width:.2f}")
         a, b = f"{w.id}.a", f"{w.id}.b"
         for nid, (X, Y) in ((a, pts[0]), (b, tip)):
@@ -424,18 +543,19 @@ class Figure:
                 self.text_node(f"{f.id}.{where}", lab, X + dx, Y + dy, key=f"value {table} {f.path}")
 
     def legend(self, used: set[str], x: float, y: float, width: float) -> None:
-        t = self.t
-        keys = self.legend_entries(used)
-        cw = max(text_w(legend_words(k)[m], DETAIL) for k in keys for m in MODES) + 36
-        cols = max(1, int(width // cw))
-        rows = -(-len(keys) // cols)
-        for i, k in enumerate(keys):
-            c, r = i // rows, i % rows
-            X, Y = x + c * cw, y + (rows - 1 - r) * 20.0 + 10
+        """The legend, its bottom left corner at (x, y)."""
+        cells, _, h = self.legend_cells(used, width)
+        top = y + h - (20.0 if self.level == 0 else 8.0)  # the grid keeps its old margin below
+        pitch = 20.0 if self.level == 0 else self.pitch()
+        for k, cx, cy, lines in cells:
+            n = len(lines[self.labels])
+            X, Y = x + cx, top - cy - (pitch / 2 if self.level == 0 else pitch * max(len(ls) for ls in lines.values()) / 2)
+            if self.level == 0:
+                Y = top - cy - pitch + 10
             self.swatch(k, X + 12, Y)
-            words = legend_words(k)[self.labels]
-            widest = max(text_w(legend_words(k)[m], DETAIL) for m in MODES)
-            self.text_node(f"legend.{k}.text", [Line(words, DETAIL)], X + 26 + widest / 2 + 3, Y, key=f"legend_text {k}", left=True, w=widest)
+            widest = max(text_w(ln, DETAIL) for ls in lines.values() for ln in ls)
+            self.text_node(f"legend.{k}.text", [Line(w, DETAIL) for w in lines[self.labels]], X + 26 + widest / 2 + 3, Y,
+                           key=f"legend_text {k}", left=True, w=widest, pad=4.0 if self.level == 0 else 0.5)
 
     def swatch(self, key: str, X: float, Y: float) -> None:
         t = self.t
@@ -463,25 +583,21 @@ class Figure:
         elif key.startswith("mask_"):  # the mask's own picture, small
             from types import SimpleNamespace
 
-            from .text import GLYPH_INK, mask_rows
+            from .text import mask_table
 
             op = SimpleNamespace(mask="causal" if key.startswith("mask_causal") else "open", window=2 if key.endswith("_window") else None)
-            rows = "".join("<tr>" + "".join(f'<td width="2" height="2" fixedsize="true" bgcolor="{GLYPH_INK["mask"] if on else "#ffffff"}"></td>'
-                                            for on in row) + "</tr>" for row in mask_rows(op))
-            attrs = {"shape": "plaintext", "width": "0.25", "height": "0.25", "label":
-                     f'<<table border="0" cellspacing="1" cellpadding="0" bgcolor="#9aa5b1" fixedsize="true" width="16" height="16">{rows}</table>>'}
+            table, side = mask_table(op, t, 2)
+            attrs = {"shape": "plaintext", "width": "0.25", "height": "0.25", "label": f"<{table}>"}
         elif key in ("heads", "experts"):
-            from .text import GLYPH_INK
-
-            ink = {"heads": GLYPH_INK["q"], "experts": GLYPH_INK["expert_on"]}[key]
-            attrs = {"shape": "plaintext", "label": f'<<table border="0" cellspacing="1" cellpadding="0"><tr><td width="7" height="7" fixedsize="true" bgcolor="{ink}" border="1" color="#5b6876"></td></tr></table>>',
+            ink = {"heads": t["q"], "experts": t["expert_on"]}[key]
+            attrs = {"shape": "plaintext", "label": f'<<table border="0" cellspacing="1" cellpadding="0"><tr><td width="7" height="7" fixedsize="true" bgcolor="{ink}" border="1" color="{t["cell_border"]}"></td></tr></table>>',
                      "width": "0.2", "height": "0.2"}
         else:
-            b = Box(nid, 0, 0, 22, 16, "circle" if key.startswith("merge_") else self.shapes.get(key, "rounded"), key)
+            b = Box(nid, 0, 0, 22, 13 if self.d.terse else 16, "circle" if key.startswith("merge_") else self.shapes.get(key, "rounded"), key)
             if key == "split":
                 b.w = b.h = 7
             if key.startswith("merge_"):
-                b.w = b.h = 16
+                b.w = b.h = 14 if self.d.terse else 16
                 b.font = 12
             if b.shape == "trapezium":
                 b.w = 14 if key == "vent" else 18

@@ -45,6 +45,46 @@ LINE = 1.22  # line height / font size
 MODES = ("ml", "both", "rocket")
 
 
+@dataclass(frozen=True)
+class Density:
+    """How tightly a figure is set. The natural figure is level 0; a size preset that the
+    figure does not fit tries the denser levels in turn (never under 12 pt):
+
+    1. `compact`: a branch's name beside its first op when the column has room, a stage's
+       parameter count under its name, boxes on the main line hung to the branch side (so
+       nothing sticks out on the far side), the logits beside the head, norms on one line;
+    2. also every title at 12 pt, tighter gaps and padding, at most 8 head or expert cells
+       (the rest as "+k"), and no rocket caption under a part whose colour the legend
+       already names in both vocabularies;
+    3. also the legend's shortest words, the tokens and the logits each on one line, and an
+       attention's title without "causal" (its mask glyph draws it)."""
+
+    title: int = TITLE
+    stage_title: int = STAGE_TITLE
+    badge: int = BADGE
+    caption: int = CAPTION
+    gap: float = GAP
+    col_gap: float = COL_GAP
+    pad: float = PAD
+    box_w: float = 16.0  # a box's padding around its text, across and along
+    box_h: float = 10.0
+    compact: bool = False
+    captions: bool = True
+    cells: int = 12
+    mask_cell: int = 6
+    terse: bool = False  # level 3: the legend's shortest words; tokens and logits on one line; the mask glyph says "causal"
+
+
+_DENSE = dict(title=12, stage_title=13, badge=20, gap=6.0, col_gap=14.0, pad=6.0, box_w=10.0, box_h=6.0, compact=True, captions=False, cells=8,
+              mask_cell=5)
+DENSITIES = (
+    Density(),
+    Density(compact=True),
+    Density(**_DENSE),
+    Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 5.0}, terse=True),
+)
+
+
 _NARROW = set("iljtf.,:;'|!()[] \u00b7")
 _WIDE = set("mwMW\u2192\u2016\u22ef")
 
@@ -136,6 +176,7 @@ class Box:
     html: str = ""  # an extra HTML row under the words (glyphs)
     font: int = 0  # for a one-glyph box (the junction's "+")
     flip: bool = False  # a nozzle: the trapezium's narrow end towards the logits
+    main: bool = False  # on the main line, though hung to the branch side (the line is not drawn through it)
 
 
 @dataclass
@@ -193,9 +234,22 @@ class Scene:
     """The whole figure: boxes, wires and frames in flow coordinates, plus what the legend needs."""
 
     def __init__(self, engine: ir.Engine, *, view: str, rankdir: str, expand: bool, wrap_w: float, max_along: float | None,
-                 readings=None, scale: tuple[float, float] = (1e-3, 10.0), id_prefix: str = ""):
+                 readings=None, scale: tuple[float, float] = (1e-3, 10.0), id_prefix: str = "", density: int = 0, ink: dict | None = None,
+                 room: float | None = None):
         self.e, self.view, self.rankdir, self.expand = engine, view, rankdir, expand
+        self.level, self.d = density, DENSITIES[density]
+        from .style import THEMES
+
+        self.ink = ink or THEMES["light"]
         self.wrap_w, self.max_along, self.readings, self.pre = wrap_w, max_along, readings, id_prefix
+        # `room`: the preset's width across the main line. The densest level sets words as wide as
+        # it allows (fewer lines): a box on the main line hangs to the branch side, a branch's op
+        # sits in the column beside the line.
+        self.room = room
+        self.main_wrap = self.op_wrap = wrap_w
+        if room is not None and not self.d.captions:
+            self.main_wrap = max(wrap_w, min(room - self.d.box_w - 30, 200.0))
+            self.op_wrap = max(wrap_w, min(room - 2 * (6 + self.d.pad) - self.d.col_gap - self.d.box_w - 4, 180.0))
         self.readings_scale = scale
         self.col_len = 0.0
         self.lay = ir.layout.layout(engine)
@@ -227,12 +281,13 @@ class Scene:
     # -- boxes ------------------------------------------------------------------------------
 
     def box(self, base: str, key: str, words: dict[str, list[Line]], shape: str = "rounded", path: str = "", min_w: float = 0.0,
-            glyph_h: float = 0.0, glyph_w: float = 0.0, **kw) -> Box:
-        """A box sized for the widest of its label modes (wrapped to the preset's width)."""
-        words = {m: wrapped(words[m], self.wrap_w) for m in MODES}
+            glyph_h: float = 0.0, glyph_w: float = 0.0, wrap_w: float | None = None, **kw) -> Box:
+        """A box sized for the widest of its label modes (wrapped to the preset's width, or to
+        its glyph's, which sets the box's width anyway)."""
+        words = {m: wrapped(words[m], max(wrap_w or self.wrap_w, glyph_w)) for m in MODES}
         sizes = [lines_size(words[m]) for m in MODES]
-        w = max([s[0] for s in sizes] + [glyph_w, min_w]) + 16
-        h = max(s[1] for s in sizes) + glyph_h + 10
+        w = max([s[0] for s in sizes] + [glyph_w, min_w]) + self.d.box_w
+        h = max(s[1] for s in sizes) + glyph_h + self.d.box_h
         if shape == "trapezium":
             w += 24
         if shape == "cylinder":
@@ -244,25 +299,40 @@ class Scene:
     def part_box(self, p: Part, on_branch: bool) -> Box:
         kind = p.kind
         ml_title, ml_detail, rocket_title, rocket_detail = text.part_words(p.node, on_branch)
+        if self.d.terse and isinstance(p.node, (ir.Attention, ir.LatentAttention, ir.LinearAttention)):  # the mask glyph below draws it
+            ml_title = ml_title.rsplit(text.DOT, 1)[0]
         extra = []
         if self.view == "graph" and p.params:
             extra = [Line(f"{params.human(p.params)} params", SMALL, muted=True)]
         words = {
-            "ml": [Line(ml_title, TITLE, bold=True)] + ([Line(ml_detail)] if ml_detail else []) + extra,
-            "both": [Line(ml_title, TITLE, bold=True)] + ([Line(ml_detail)] if ml_detail else []) + extra
-            + [Line(rocket_title, CAPTION, italic=True, muted=True)],
-            "rocket": [Line(rocket_title, TITLE, bold=True)] + ([Line(rocket_detail)] if rocket_detail else []) + extra,
+            "ml": [Line(ml_title, self.d.title, bold=True)] + ([Line(ml_detail)] if ml_detail else []) + extra,
+            "both": [Line(ml_title, self.d.title, bold=True)] + ([Line(ml_detail)] if ml_detail else []) + extra
+            + self.cap(rocket_title),
+            "rocket": [Line(rocket_title, self.d.title, bold=True)] + ([Line(rocket_detail)] if rocket_detail else []) + extra,
         }
         if isinstance(p.node, ir.Norm):  # a norm says what it is in one line: where it sits is drawn
-            words = {"ml": [Line(ml_title, TITLE, bold=True)] + extra, "both": [Line(ml_title, TITLE, bold=True)] + extra,
-                     "rocket": [Line(f"valve \u00b7 {ml_title}", TITLE, bold=True)] + extra}
-        glyph, gw, gh = text.glyph(p.node)
+            words = {"ml": [Line(ml_title, self.d.title, bold=True)] + extra, "both": [Line(ml_title, self.d.title, bold=True)] + extra,
+                     "rocket": [Line(f"valve \u00b7 {ml_title}" if self.d.captions else ml_title, self.d.title, bold=True)] + extra}
+        glyph, gw, gh = text.glyph(p.node, self.ink, self.d.cells, self.d.mask_cell)
         key = kind_style(kind.attr)[0]
+        one_line = self.d.compact and isinstance(p.node, ir.Norm)  # "valve · LayerNorm" on one line
         b = self.box(kind.attr or "op", key, words, path=p.path, glyph_h=gh, glyph_w=gw, html=glyph,
+                     wrap_w=1e9 if one_line else (self.op_wrap if on_branch else self.main_wrap),
                      tooltip=f"{p.path} \u00b7 line {p.node.span.line}" if getattr(p.node, "span", None) else p.path)
         for k in text.glyph_keys(p.node):
             self.used.add(k)
         return b
+
+    def branch_titles(self, br) -> dict[str, str]:
+        """A branch's name in each label mode; the densest level drops "prechamber", which the
+        legend's branch line says in both vocabularies."""
+        names = text.branch_titles(br)
+        return names if self.d.captions else {m: names["ml"] for m in MODES}
+
+    def cap(self, s: str) -> list[Line]:
+        """The rocket word as an italic caption under the network words (`--labels both`); the
+        densest level leaves it to the legend, which names every colour in both vocabularies."""
+        return [Line(s, self.d.caption, italic=True, muted=True)] if self.d.captions else []
 
     def point(self, base: str, path: str = "") -> Box:
         self.used.add("split")
@@ -302,22 +372,27 @@ class Scene:
     def feed_block(self) -> Block:
         f = self.e.feed
         b = Block(width_in=f.width, width_out=f.width, path="feed")
-        tok = self.box("tokens", "tokens", {"ml": [Line("tokens", TITLE, True)], "both": [Line("tokens", TITLE, True), Line("tanks", CAPTION, italic=True, muted=True)],
-                                          "rocket": [Line("tanks", TITLE, True)]}, shape="cylinder", path="feed", min_w=70)
+        if self.d.terse:  # one line of words where the main line starts
+            tok = self.tagw("tokens", {"ml": [Line("tokens", self.d.title, True)], "both": [Line("tokens \u00b7 tanks", self.d.title, True)],
+                                       "rocket": [Line("tanks", self.d.title, True)]}, key="tokens_text")
+        else:
+            tok = self.box("tokens", "tokens", {"ml": [Line("tokens", self.d.title, True)], "both": [Line("tokens", self.d.title, True), *self.cap("tanks")],
+                                              "rocket": [Line("tanks", self.d.title, True)]}, shape="cylinder", path="feed", min_w=70)
         ml_t, ml_d, r_t, r_d = text.part_words(f, False)
         extra = [Line(f"{params.human(self.lay.feed.params)} params", SMALL, muted=True)] if self.view == "graph" else []
-        emb = self.box("embed", "feed", {"ml": [Line(ml_t, TITLE, True), Line(ml_d)] + extra,
-                                         "both": [Line(ml_t, TITLE, True), Line(ml_d)] + extra + [Line(r_t, CAPTION, italic=True, muted=True)],
-                                         "rocket": [Line(r_t, TITLE, True), Line(r_d)] + extra}, path="feed")
+        emb = self.box("embed", "feed", {"ml": [Line(ml_t, self.d.title, True), Line(ml_d)] + extra,
+                                         "both": [Line(ml_t, self.d.title, True), Line(ml_d)] + extra + self.cap(r_t),
+                                         "rocket": [Line(r_t, self.d.title, True), Line(r_d)] + extra}, path="feed", wrap_w=self.main_wrap)
         u = 0.0
         tok.u = self.along(tok) / 2
-        u = self.along(tok) + GAP
+        u = self.along(tok) + self.d.gap
         emb.u = u + self.along(emb) / 2
         u += self.along(emb)
         b.boxes += [tok, emb]
         self.main_wire(b, [(self.along(tok), 0), (u - self.along(emb), 0)], f.width, "feed", arrow=True)
         b.length = u
         b.neg = b.pos = max(self.across(tok), self.across(emb)) / 2
+        self.hang(b, [tok, emb])
         if self.view == "graph":
             self.shape_tag(b, u + 2, f.width)
             self.main_wire(b, [(u, 0), (b.length, 0)], f.width, "feed")
@@ -328,28 +403,58 @@ class Scene:
         b = Block(width_in=z.width, width_out=z.vocab, path="head")
         ml_t, ml_d, r_t, r_d = text.part_words(z, False)
         extra = [Line(f"{params.human(self.lay.nozzle.params)} params", SMALL, muted=True)] if self.view == "graph" and self.lay.nozzle.params else []
-        head = self.box("head", "head", {"ml": [Line(ml_t, TITLE, True), Line(ml_d)] + extra,
-                                         "both": [Line(ml_t, TITLE, True), Line(ml_d)] + extra + [Line(r_t, CAPTION, italic=True, muted=True)],
-                                         "rocket": [Line(r_t, TITLE, True), Line(r_d)] + extra}, shape="trapezium", path="head", flip=True)
+        head = self.box("head", "head", {"ml": [Line(ml_t, self.d.title, True), Line(ml_d)] + extra,
+                                         "both": [Line(ml_t, self.d.title, True), Line(ml_d)] + extra + self.cap(r_t),
+                                         "rocket": [Line(r_t, self.d.title, True), Line(r_d)] + extra}, shape="trapezium", path="head", flip=True,
+                        wrap_w=self.main_wrap)
         th = text.throat(self.e.throat)
-        logits = self.box("logits", "logits", {"ml": [Line("logits", TITLE, True), Line(th.ml)],
-                                               "both": [Line("logits", TITLE, True), Line(th.ml), Line(th.rocket, CAPTION, italic=True, muted=True)],
-                                               "rocket": [Line("exhaust", TITLE, True), Line(th.rocket)]}, shape="text", path="head")
-        u = GAP
+        if self.d.terse:
+            logits = self.tagw("logits", {"ml": [Line(f"logits{text.DOT}{th.ml}", self.d.title, True)],
+                                          "both": [Line(f"logits{text.DOT}{th.ml}", self.d.title, True)],
+                                          "rocket": [Line(f"exhaust{text.DOT}{th.rocket}", self.d.title, True)]}, key="logits")
+        else:
+            logits = self.box("logits", "logits", {"ml": [Line("logits", self.d.title, True), Line(th.ml)],
+                                                   "both": [Line("logits", self.d.title, True), Line(th.ml), *self.cap(th.rocket)],
+                                                   "rocket": [Line("exhaust", self.d.title, True), Line(th.rocket)]}, shape="text", path="head")
+        if self.view == "graph" and self.d.compact:  # dense: the logits' shape under their name, off the link's path
+            for m in MODES:
+                logits.words[m] = logits.words[m] + [Line(text.shape("B", "T", f"{z.vocab:,}"), SMALL, muted=True)]
+            logits.h += SMALL * LINE
+            logits.w = max(logits.w, text_w(text.shape("B", "T", f"{z.vocab:,}"), SMALL) + 6)
+        u = self.d.gap
         head.u = u + self.along(head) / 2
         u += self.along(head)
         self.main_wire(b, [(0, 0), (u - self.along(head), 0)], z.width, "head", arrow=True)
         head_end = u
-        if self.view == "graph":
+        if self.view == "graph" and not self.d.compact:
             self.shape_tag(b, u + 2, z.vocab)
             u = b.length
-        u += GAP
-        logits.u = u + self.along(logits) / 2
-        self.main_wire(b, [(head_end, 0), (u, 0)], 0, "head", arrow=True, kind="link")
-        u += self.along(logits)
         b.boxes += [head, logits]
+        # beside the head when both take at most half the room across (a figure wrapped into
+        # columns has less than its whole width for each)
+        beside = self.room is None or self.across(head) + self.d.gap + self.across(logits) <= self.room / 2
+        if self.d.compact and beside:  # dense: the logits beside the head, the link over the head's far end
+            self.hang(b, [head])
+            turn = head_end + self.d.gap
+            logits.u = head_end - self.along(logits) / 2  # tops level: the link comes down into it
+            logits.v = head.v + self.across(head) / 2 + self.d.gap + self.across(logits) / 2
+            logits.main = True
+            self.main_wire(b, [(head_end, 0), (turn, 0), (turn, logits.v), (logits.u + self.along(logits) / 2, logits.v)], 0, "head",
+                           arrow=True, kind="link")
+            b.length = max(b.length, turn + 2)
+            b.pos = max(b.pos, logits.v + self.across(logits) / 2)
+            return b
+        u += self.d.gap
+        logits.u = u + self.along(logits) / 2
+        self.hang(b, [head])
+        logits.v = head.v  # over the head's middle, and the link with it
+        self.main_wire(b, [(head_end, head.v), (u, head.v)], 0, "head", arrow=True, kind="link")
+        u += self.along(logits)
         b.length = u
-        b.neg = b.pos = max(self.across(head), self.across(logits)) / 2
+        if not self.d.compact:
+            b.neg = b.pos = max(self.across(head), self.across(logits)) / 2
+        else:
+            b.pos = max(b.pos, logits.v + self.across(logits) / 2)
         return b
 
     def shape_tag(self, b: Block, u: float, width: int) -> None:
@@ -357,8 +462,11 @@ class Scene:
         (on the title side, in length of its own, so it meets no frame and no branch)."""
         t = self.tag("shape", text.shape("B", "T", f"{width:,}"))
         t.u, t.v = u + self.along(t) / 2, -(6 + self.across(t) / 2)
+        if self.d.compact:  # dense: on the branch side, where nothing else is at this height
+            t.v = -t.v
         b.boxes.append(t)
-        b.neg = max(b.neg, 6 + self.across(t))
+        b.neg = max(b.neg, 6 + self.across(t)) if not self.d.compact else b.neg
+        b.pos = max(b.pos, t.v + self.across(t) / 2)
         b.length = max(b.length, u + self.along(t) + 2)
 
     def main_wire(self, b: Block, pts, width: int, path: str, arrow: bool = False, kind: str = "main", table: str = "") -> Wire:
@@ -367,15 +475,28 @@ class Scene:
         self.used.add(kind if kind != "link" else "main")
         return w
 
+    def hang(self, b: Block, boxes: list[Box]) -> None:
+        """Dense: hang boxes that sit on the main line to the branch side, so that no box
+        sticks out past a frame's edge on the far side; the line still runs straight into them."""
+        if not self.d.compact:
+            return
+        edge = 6 + self.d.pad
+        for x in boxes:
+            x.v += max(0.0, self.across(x) / 2 - edge)
+            x.main = True
+        b.neg = max([6.0] + [-(x.v - self.across(x) / 2) for x in b.boxes])
+        b.pos = max([b.pos] + [x.v + self.across(x) / 2 for x in b.boxes])
+
     def series_block(self, p: Part, top: bool) -> Block:
         """A part on the main line, in its own block (top level) or inline in a stage."""
         b = Block(width_in=p.width, width_out=ir.out_width(p.node, p.width), path=p.path)
         bx = self.part_box(p, False)
-        bx.u = GAP + self.along(bx) / 2
+        bx.u = self.d.gap + self.along(bx) / 2
         b.boxes.append(bx)
-        self.main_wire(b, [(0, 0), (GAP, 0)], p.width, p.path, arrow=True, table="chain")
-        b.length = GAP + self.along(bx)
+        self.main_wire(b, [(0, 0), (self.d.gap, 0)], p.width, p.path, arrow=True, table="chain")
+        b.length = self.d.gap + self.along(bx)
         b.neg = b.pos = self.across(bx) / 2
+        self.hang(b, [bx])
         out = b.width_out
         if self.view == "graph" and out != p.width:
             end = b.length
@@ -407,13 +528,13 @@ class Scene:
     def elided_block(self, sl: StageLayout) -> Block:
         k = sl.stage.repeat - 2
         b = Block(width_in=sl.stage.width_in, width_out=sl.stage.width_in, path=sl.path)
-        t = self.tag("elided", f"\u22ef {k} more {sl.stage.name} \u22ef", muted=True, key="elided", size=TITLE, bold=True)
+        t = self.tag("elided", f"\u22ef {k} more {sl.stage.name} \u22ef", muted=True, key="elided", size=self.d.title, bold=True)
         self.used.add("elided")
-        t.u, t.v = GAP + self.along(t) / 2, COL_GAP + self.across(t) / 2
+        t.u, t.v = self.d.gap + self.along(t) / 2, self.d.col_gap + self.across(t) / 2
         b.boxes.append(t)
-        b.length = 2 * GAP + self.along(t)
+        b.length = 2 * self.d.gap + self.along(t)
         self.main_wire(b, [(0, 0), (b.length, 0)], sl.stage.width_in, sl.path).dotted = True
-        b.neg, b.pos = 6, COL_GAP + self.across(t)
+        b.neg, b.pos = 6, self.d.col_gap + self.across(t)
         return b
 
     def stage_block(self, sl: StageLayout, r: int | None, depth: int = 0, within: str | None = None) -> Block:
@@ -424,17 +545,17 @@ class Scene:
         path = f"{within}.{ir.layout.stage_path(sl.first, st.repeat)}" if within is not None else sl.path if r is None else sl.instance(r)
         b = Block(width_in=st.width_in, path=path)
         # the header: on the branch side, at the frame's far end (TB) or above the branches (LR)
-        name = self.tag("stage", st.name, muted=False, key="stage", size=STAGE_TITLE, bold=True)
+        name = self.tag("stage", st.name, muted=False, key="stage", size=self.d.stage_title, bold=True)
         badge = None
         if st.repeat > 1:
-            badge_s = f"\u00d7{st.repeat}" if r is None else f"{r + 1}/{st.repeat}"
-            badge = self.tag("badge", badge_s, muted=False, key="repeat" if r is None else "stage", size=BADGE if r is None else STAGE_TITLE, bold=True)
+            badge_s = f"\u00d7{st.repeat}" if r is None else f"{r % st.repeat + 1}/{st.repeat}"
+            badge = self.tag("badge", badge_s, muted=False, key="repeat" if r is None else "stage", size=self.d.badge if r is None else self.d.stage_title, bold=True)
             if r is None:
                 self.used.add("repeat")
         pcount = params.human(sum(p.params for p in self.stage_parts(sl)))
-        each = " each" if st.repeat > 1 else ""
+        each = " each" if st.repeat > 1 and r is None else ""
         sub = self.tag("stage_params", f"{pcount} params{each}")
-        u = PAD
+        u = self.d.pad
         items = list(sl.items)
         cur_w = st.width_in
         pos, neg = 0.0, 0.0
@@ -460,30 +581,39 @@ class Scene:
         hdr = [name] + ([badge] if badge else [])
         hdr_w = sum(x.w for x in hdr) + 8 * (len(hdr) - 1)
         hdr_h = max(x.h for x in hdr)
-        spark = self.sparkline(sl) if (r is None and st.repeat > 1 and self.readings is not None) else None
+        # a folded stage's instances, nested ones' all they run (not inside one group instance's frame)
+        spark = self.sparkline(sl) if (r is None and sl.count > 1 and path == sl.path and self.readings is not None) else None
         if self.tb:
             # a band at the top of the frame, right of the main line
-            u_hdr = u + GAP / 2
-            x = COL_GAP
-            room = max(pos - COL_GAP, self.wrap_w) + 20  # a little wider than the column is fine
+            u_hdr = u + self.d.gap / 2
+            x = self.d.col_gap
+            room = max(pos - self.d.col_gap, self.wrap_w) + 20  # a little wider than the column is fine
             one_row = hdr_w + 10 + sub.w <= room
-            for h in hdr:
-                h.u, h.v = u_hdr + (0 if one_row else sub.h) + hdr_h / 2, x + h.w / 2
-                x += h.w + 8
+            stacked = not one_row and self.d.compact and badge is not None and max(name.w, sub.w) + 8 + badge.w <= room
+            if not stacked:
+                for h in hdr:
+                    h.u, h.v = u_hdr + (0 if one_row else sub.h) + hdr_h / 2, x + h.w / 2
+                    x += h.w + 8
             if one_row:  # the parameter count beside the badge, on its baseline
                 sub.u, sub.v = u_hdr + sub.h / 2 + 2, x + 2 + sub.w / 2
                 band = hdr_h
+            elif stacked:  # dense: the name over the parameter count, the badge beside both
+                band = max(badge.h, name.h + sub.h)
+                sub.u, sub.v = u_hdr + sub.h / 2, x + sub.w / 2
+                name.u, name.v = u_hdr + sub.h + name.h / 2, x + name.w / 2
+                badge.u, badge.v = u_hdr + band / 2, x + max(name.w, sub.w) + 8 + badge.w / 2
+                hdr_w = max(name.w, sub.w) + 8 + badge.w
             else:
-                sub.u, sub.v = u_hdr + sub.h / 2, COL_GAP + sub.w / 2
+                sub.u, sub.v = u_hdr + sub.h / 2, self.d.col_gap + sub.w / 2
                 band = hdr_h + sub.h
             if spark is not None:
-                band += self.place_spark(b, spark, u_hdr + band + 4, COL_GAP) + 4
-            u = u_hdr + band + PAD
-            pos = max(pos, COL_GAP + max(hdr_w + (10 + sub.w if one_row else 0), sub.w, spark[2] if spark else 0))
+                band += self.place_spark(b, spark, u_hdr + band + 4, self.d.col_gap) + 4
+            u = u_hdr + band + self.d.pad
+            pos = max(pos, self.d.col_gap + max(hdr_w + (10 + sub.w if one_row else 0), sub.w, spark[2] if spark else 0))
         else:
             # a band above the branches, from the frame's left edge
-            v_hdr = pos + PAD
-            x = PAD
+            v_hdr = pos + self.d.pad
+            x = self.d.pad
             for h in hdr:
                 h.u, h.v = x + h.w / 2, v_hdr + hdr_h / 2
                 x += h.w + 8
@@ -494,15 +624,15 @@ class Scene:
                 self.place_spark(b, spark, x, v_hdr + band - 2 - 30)
                 x += spark[2]
             pos = v_hdr + band
-            u = max(u + PAD, x + PAD)
+            u = max(u + self.d.pad, x + self.d.pad)
         b.boxes += hdr + [sub]
         b.length = u
         b.width_out = cur_w
-        b.neg, b.pos = neg + PAD, pos + PAD
+        b.neg, b.pos = neg + self.d.pad, pos + self.d.pad
         b.frames.insert(0, Frame(self.nid("frame"), 0, -b.neg, b.length, b.pos, "stage" if r is None else "stage_instance", path, depth))
-        if depth == 0:  # a little main line outside the frame at each end, so frames never touch
-            b = b.shifted(GAP / 2, 0)
-            b.length += GAP
+        # a little main line outside the frame at each end, so frames never touch (nested ones neither)
+        b = b.shifted(self.d.gap / 2, 0)
+        b.length += self.d.gap
         self.fill_main(b, sl, r, path)
         self.vent_outside(b)
         return b
@@ -513,7 +643,7 @@ class Scene:
         for d in [x for x in b.boxes if x.key == "vent"]:
             w = next(w for w in b.wires if w.kind == "vent" and w.path == d.path)
             (u0, v0), (turn, _) = w.pts[0], w.pts[-1]
-            d.v = edge + GAP + self.across(d) / 2
+            d.v = edge + self.d.gap + self.across(d) / 2
             # TB: along to the turn, then across, out of the frame, into the nozzle's side;
             # LR: up out of the frame, then along into the nozzle
             w.pts = [(u0, v0), (turn, v0), (turn, d.v - self.across(d) / 2)] if self.tb else \
@@ -543,7 +673,7 @@ class Scene:
         already on it (a series op's box is not crossed), carrying the chamber's width."""
         path = path or (sl.path if r is None else sl.instance(r))
         stops = sorted(((x.u - self.along(x) / 2, x.u + self.along(x) / 2, x) for x in b.boxes
-                        if abs(x.v) < 1e-6 and x.shape not in ("text",)), key=lambda s: (s[0], s[1]))
+                        if (abs(x.v) < 1e-6 or x.main) and x.shape not in ("text",)), key=lambda s: (s[0], s[1]))
         u, w = 0.0, sl.stage.width_in
         for a0, a1, x in stops:
             if a0 > u + 0.5:
@@ -566,26 +696,30 @@ class Scene:
         bpath = f"{spath}.{bl.attr}"
         b = Block(width_in=width, width_out=width, path=bpath)
         split = self.point("split", bpath)
-        split.u = GAP / 2
+        split.u = self.d.gap / 2
         b.boxes.append(split)
         ops = [self.part_box(p, True) for p in bl.ops]
-        names = text.branch_titles(br)
+        names = self.branch_titles(br)
         if self.readings is not None and bpath in self.readings.get("branches", {}):
             # the branch's measured gradient norm, once, in its title: one value per wire
             g = self.readings["branches"][bpath]
             names = {m: f"{w} \u00b7 grad {text.num(g)}" for m, w in names.items()}
         title = self.tagw("branch", {m: [Line(w, DETAIL, bold=True, muted=True)] for m, w in names.items()}, key="branch_title")
         col_w = max([self.across(o) for o in ops] + ([self.across(title)] if self.tb else []))
-        v = (col_v if col_v is not None else COL_GAP + col_w / 2)
+        v = (col_v if col_v is not None else self.d.col_gap + col_w / 2)
         # the branch's name beside the wire that runs to its first op, never across it: TB, right
         # of that wire and just past the split; LR, above the column's ops
-        if self.tb:
+        beside = self.tb and self.d.compact and ops and self.across(title) + self.across(ops[0]) / 2 + 10 <= col_w / 2
+        if beside:  # dense: right of the first op, in the column's free width, at no cost along
+            u = split.u + self.d.gap
+            title.u, title.v = u + self.along(ops[0]) / 2, v + self.across(ops[0]) / 2 + 6 + self.across(title) / 2
+        elif self.tb:
             title.u, title.v = split.u + 2 + self.along(title) / 2, v + 6 + self.across(title) / 2
-            u = max(split.u + GAP, title.u + self.along(title) / 2 + 4)
+            u = max(split.u + self.d.gap, title.u + self.along(title) / 2 + 4)
         else:
             title.u = split.u + 6 + self.along(title) / 2
             title.v = v + max([self.across(o) for o in ops] + [0]) / 2 + 3 + self.across(title) / 2
-            u = split.u + GAP
+            u = split.u + self.d.gap
         b.boxes.append(title)
         prev = (split.u, 0.0)
         first = True
@@ -601,37 +735,43 @@ class Scene:
                 cut = self.tag("cut", "0 \u00b7 no gradient" if self.readings is not None else "no gradient", key="cut_label", italic=True)
                 if self.tb:  # under the cut, halfway out to the column
                     cut.u, cut.v = prev[0] - cut.h / 2 - 1, v / 2 + 4
-                else:  # beside the cut, halfway up
-                    cut.u, cut.v = prev[0] + 2 + cut.w / 2, v / 2
+                else:  # beside the cut, halfway up, under the first op
+                    cut.u, cut.v = prev[0] + 2 + cut.w / 2, min(v / 2, v - self.across(o) / 2 - 2 - self.across(cut) / 2)
                 b.boxes.append(cut)
             first = False
             prev = (u + self.along(o), v)
-            u = prev[0] + GAP
+            u = prev[0] + self.d.gap
         end_u = prev[0]
         if br.overboard:
             self.used.add("vent")
             loss = f"aux loss \u00d7{text.num(br.loss)}" if br.loss is not None else "never merged"
-            dump = self.box("dump", "vent", {"ml": [Line("side output", TITLE, True), Line(loss)],
-                                             "both": [Line("side output", TITLE, True), Line(loss), Line("overboard", CAPTION, italic=True, muted=True)],
-                                             "rocket": [Line("overboard", TITLE, True), Line(loss)]}, shape="trapezium", path=bpath)
-            turn = end_u + GAP / 2
-            dump.u = turn if self.tb else turn + GAP / 2 + self.along(dump) / 2
+            dump = self.box("dump", "vent", {"ml": [Line("side output", self.d.title, True), Line(loss)],
+                                             "both": [Line("side output", self.d.title, True), Line(loss), *self.cap("overboard")],
+                                             "rocket": [Line("overboard", self.d.title, True), Line(loss)]}, shape="trapezium", path=bpath)
+            turn = end_u + self.d.gap / 2
+            dump.u = turn if self.tb else turn + self.d.gap / 2 + self.along(dump) / 2
             dump.v = v  # moved outside the frame by the stage (vent_outside)
             b.boxes.append(dump)
             b.wires.append(Wire(self.nid("vw"), [prev, (turn, v)], "vent", 0, bpath, arrow=True, table="branches"))
-            b.length = dump.u + self.along(dump) / 2 + GAP / 2
+            b.length = dump.u + self.along(dump) / 2 + self.d.gap / 2
         else:
             j = self.junction(br.merge, bpath)
-            j.u = end_u + GAP + self.along(j) / 2
+            j.u = end_u + self.d.gap + self.along(j) / 2
             b.boxes.append(j)
-            wire = Wire(self.nid("bw"), [prev, (prev[0] + GAP / 2, v), (j.u, v), (j.u, self.across(j) / 2)], "branch", 0, bpath, arrow=True,
+            wire = Wire(self.nid("bw"), [prev, (prev[0] + self.d.gap / 2, v), (j.u, v), (j.u, self.across(j) / 2)], "branch", 0, bpath, arrow=True,
                         table="branches")
             if isinstance(br.merge, ir.RezeroMerge) and br.merge.init == 0:
                 wire.dotted = True  # unlit at ignition: alpha starts at 0
             b.wires.append(wire)
             note = text.merge_note(br.merge)
-            after = GAP / 2
-            if note:  # just past the junction, beside the main line, before anything that follows
+            after = self.d.gap / 2
+            if note and self.tb and not self.d.captions:  # densest: beside the return wire's rise, at no cost along
+                t = self.tag("merge_note", note, italic=True)
+                t.u, t.v = max(end_u + self.along(t) / 2 + 1, j.u - self.along(t) / 2 + 4), v + 5 + self.across(t) / 2
+                b.boxes.append(t)
+                after = max(after, t.u + self.along(t) / 2 - j.u - self.along(j) / 2 + 2)
+                b.pos = max(b.pos, t.v + self.across(t) / 2)
+            elif note:  # just past the junction, beside the main line, before anything that follows
                 t = self.tag("merge_note", note, italic=True)
                 t.u, t.v = j.u + self.along(j) / 2 + 2 + self.along(t) / 2, self.across(j) / 2 + 4 + self.across(t) / 2
                 b.boxes.append(t)
@@ -645,7 +785,7 @@ class Scene:
             b.length = j.u + self.along(j) / 2 + after
         b.pos = max(b.pos, v + col_w / 2, title.v + self.across(title) / 2)
         if not self.tb:
-            b.length = max(b.length, title.u + self.along(title) / 2 + GAP / 2)
+            b.length = max(b.length, title.u + self.along(title) / 2 + self.d.gap / 2)
         b.neg = max(b.neg, 6)
         return b
 
@@ -655,26 +795,27 @@ class Scene:
         and all return at one junction, along one manifold above their tops."""
         b = Block(width_in=width, width_out=width, path=spath)
         split = self.point("split", spath)
-        split.u = GAP / 2
+        split.u = self.d.gap / 2
         b.boxes.append(split)
         cols = []  # (branch layout, path, op boxes, title, column width)
         for bl in fl.branches:
             bpath = f"{spath}.{bl.attr}"
             ops = [self.part_box(p, True) for p in bl.ops]
-            names = text.branch_titles(bl.branch)
+            names = self.branch_titles(bl.branch)
             if self.readings is not None and bpath in self.readings.get("branches", {}):
                 names = {m: f"{w} \u00b7 grad {text.num(self.readings['branches'][bpath])}" for m, w in names.items()}
             title = self.tagw("branch", {m: [Line(w, DETAIL, bold=True, muted=True)] for m, w in names.items()}, key="branch_title")
             cw = max([self.across(o) for o in ops] + ([self.across(title) + 6] if self.tb else []))
             cols.append((bl, bpath, ops, title, cw))
         norm = self.part_box(fl.norm, True) if fl.norm is not None else None
-        v = COL_GAP
+        v = self.d.col_gap
         vs = []
-        for _, _, _, _, cw in cols:
+        for _, _, ops, title, cw in cols:
             vs.append(v + cw / 2)
-            v += cw + COL_GAP
+            # LR: the branch's name sits over its ops, inside the column's own band
+            v += cw + self.d.col_gap + (0 if self.tb else self.across(title) + 3)
         src = (split.u, 0.0)
-        u = split.u + GAP
+        u = split.u + self.d.gap
         if norm is not None:  # in the first column, fed by the split
             norm.u, norm.v = u + self.along(norm) / 2, vs[0]
             b.boxes.append(norm)
@@ -682,8 +823,8 @@ class Scene:
             self.used.add("branch")
             u += self.along(norm)
             src = (u, vs[0])
-            u += GAP
-        fan_u = src[0] + GAP / 2 if norm is not None else split.u
+            u += self.d.gap
+        fan_u = src[0] + self.d.gap / 2 if norm is not None else split.u
         ends = []
         for (bl, bpath, ops, title, cw), cv in zip(cols, vs):
             cu = u
@@ -706,9 +847,9 @@ class Scene:
                 else:
                     b.wires.append(Wire(self.nid("bw"), [prev, (cu, cv)], "branch", 0, bpath, arrow=True, table="branches"))
                 prev = (cu + self.along(o), cv)
-                cu = prev[0] + GAP
+                cu = prev[0] + self.d.gap
             ends.append((bl, bpath, prev if prev is not None else (u, cv)))
-        top = max(e[2][0] for e in ends) + GAP / 2
+        top = max(e[2][0] for e in ends) + self.d.gap / 2
         returning = [e for e in ends if not e[0].branch.overboard]
         j = None
         if returning:
@@ -721,14 +862,14 @@ class Scene:
         for bl, bpath, (eu, ev) in ends:
             if bl.branch.overboard:
                 loss = f"aux loss \u00d7{text.num(bl.branch.loss)}" if bl.branch.loss is not None else "never merged"
-                dump = self.box("dump", "vent", {"ml": [Line("side output", TITLE, True), Line(loss)],
-                                                 "both": [Line("side output", TITLE, True), Line(loss), Line("overboard", CAPTION, italic=True, muted=True)],
-                                                 "rocket": [Line("overboard", TITLE, True), Line(loss)]}, shape="trapezium", path=bpath)
-                dump.u, dump.v = eu + GAP / 2 + (0 if self.tb else GAP / 2 + self.along(dump) / 2), ev
+                dump = self.box("dump", "vent", {"ml": [Line("side output", self.d.title, True), Line(loss)],
+                                                 "both": [Line("side output", self.d.title, True), Line(loss), *self.cap("overboard")],
+                                                 "rocket": [Line("overboard", self.d.title, True), Line(loss)]}, shape="trapezium", path=bpath)
+                dump.u, dump.v = eu + self.d.gap / 2 + (0 if self.tb else self.d.gap / 2 + self.along(dump) / 2), ev
                 b.boxes.append(dump)
-                b.wires.append(Wire(self.nid("vw"), [(eu, ev), (eu + GAP / 2, ev)], "vent", 0, bpath, arrow=True, table="branches"))
+                b.wires.append(Wire(self.nid("vw"), [(eu, ev), (eu + self.d.gap / 2, ev)], "vent", 0, bpath, arrow=True, table="branches"))
                 self.used.add("vent")
-        after = GAP / 2
+        after = self.d.gap / 2
         note = text.merge_note(returning[0][0].branch.merge) if returning else ""
         if note and j is not None:
             t = self.tag("merge_note", note, italic=True)
@@ -796,6 +937,7 @@ class Scene:
     def pack(self, blocks: list[Block]) -> None:
         """Columns of blocks along the main line; a new column starts where the next block
         would pass `max_along`; never inside a block (a stage is one block)."""
+        self.lengths = [bk.length for bk in blocks]
         cols: list[list[Block]] = [[]]
         total = 0.0
         for bk in blocks:
@@ -814,7 +956,7 @@ class Scene:
             pos = max(b.pos for b in col)
             if prev is not None:
                 pu, pdv, pneg, ppos = prev
-                dv = pdv + ppos + 2 * COL_GAP + neg if sgn > 0 else pdv - pneg - 2 * COL_GAP - pos
+                dv = pdv + ppos + 2 * self.d.col_gap + neg if sgn > 0 else pdv - pneg - 2 * self.d.col_gap - pos
             u = 0.0
             for bk in col:
                 sh = bk.shifted(u, dv)
@@ -825,13 +967,34 @@ class Scene:
             if prev is not None:
                 # from the previous column's end over, through the gap between them, to this one's start
                 pu, pdv, pneg, ppos = prev
-                gap_v = pdv + ppos + COL_GAP if sgn > 0 else pdv - pneg - COL_GAP
-                top = max(pu, self.col_len) + GAP
-                self.wires.append(Wire(self.nid("wrap"), [(pu, pdv), (top, pdv), (top, gap_v), (-GAP, gap_v), (-GAP, dv), (0, dv)], "main",
+                gap_v = pdv + ppos + self.d.col_gap if sgn > 0 else pdv - pneg - self.d.col_gap
+                top = max(pu, self.col_len) + self.d.gap
+                self.wires.append(Wire(self.nid("wrap"), [(pu, pdv), (top, pdv), (top, gap_v), (-self.d.gap, gap_v), (-self.d.gap, dv), (0, dv)], "main",
                                        col[0].width_in, col[0].path))
             self.col_len = max(self.col_len, u)
             self.columns.append((dv, neg, pos, u))
             prev = (u, dv, neg, pos)
+
+
+def balanced(lengths: list[float], k: int) -> float | None:
+    """The shortest column length into which blocks of these lengths pack, in order and
+    greedily as `Scene.pack` does, in at most k columns (None: fewer than k+1 blocks, or one
+    column already). A column's length is a sum of consecutive blocks, so it is one of those."""
+    def columns(cap: float) -> int:
+        n, total = 1, 0.0
+        for x in lengths:
+            if total and total + x > cap:
+                n, total = n + 1, 0.0
+            total += x
+        return n
+
+    if k < 2 or len(lengths) < k:
+        return None
+    sums = sorted({sum(lengths[i:j]) for i in range(len(lengths)) for j in range(i + 1, len(lengths) + 1)})
+    for cap in sums:
+        if cap >= max(lengths) and columns(cap + 1e-6) <= k:
+            return cap + 1e-6
+    return None
 
 
 def log_scale(values) -> tuple[float, float]:

@@ -102,6 +102,14 @@ for _t, _extra in (("light", {"norm": "#fff4c2", "other": "#eee6f7", "head": "#d
                    ("dark", {"norm": "#4a4015", "other": "#33284a", "head": "#2d3640", "text": "#10161d", "spark": "#e6edf3"})):
     THEMES[_t].update(_extra)
 
+# The glyphs' ink (text.glyph): query and KV head cells, the mask's attended and masked cells
+# and its grid, lit and idle experts.
+for _t, _extra in (("light", {"q": "#3b6fb6", "kv": "#c2571a", "mask_on": "#1f2933", "mask_off": "#ffffff", "mask_grid": "#9aa5b1",
+                              "cell_border": "#5b6876", "expert_on": "#c2571a", "expert_off": "#ffffff"}),
+                   ("dark", {"q": "#6ea8fe", "kv": "#ff9f5a", "mask_on": "#e6edf3", "mask_off": "#1b2530", "mask_grid": "#5b6876",
+                             "cell_border": "#a3b1bf", "expert_on": "#ff9f5a", "expert_off": "#1b2530"})):
+    THEMES[_t].update(_extra)
+
 # Each kind's fill, by its kinds-table attr; a kind missing here is drawn in "other" and its
 # legend entry still names it by its kinds-table word (a new kind needs only this entry).
 KIND_FILL = {"attn": "attention", "mlp": "mlp", "moe": "moe", "pool": "pool", "conv": "conv", "ssm": "ssm", "linear": "linear", "norm": "norm"}

@@ -129,21 +129,34 @@ def part_words(node, on_branch: bool) -> tuple[str, str, str, str]:
     return title, detail, rocket, r_detail
 
 
-def glyph(node) -> tuple[str, float, float]:
+def glyph(node, ink: dict, cells: int = 12, mask_cell: int = 6) -> tuple[str, float, float]:
     """An HTML row drawn under a part's words: an attention's mask and its query and KV heads
-    (GQA and MQA share KV heads), a MoE's router and experts with the top k lit. Returns
-    (html, width, height) in points; "" when the kind draws none."""
+    (GQA and MQA share KV heads), a MoE's router and experts with the top k lit. `ink` is the
+    theme's palette (its glyph colours), `cells` the most head or expert cells drawn (the rest
+    are "+k"), `mask_cell` the side of one mask cell. Returns (html, width, height) in
+    points; "" when the kind draws none."""
     if isinstance(node, ir.Attention):
-        return _attention_glyph(node)
+        return _attention_glyph(node, ink, cells, mask_cell)
+    if isinstance(node, ir.LatentAttention):  # every head's K and V from one latent: the KV row is the latent
+        return _attention_glyph(node, ink, cells, mask_cell, kv_words=f"latent {node.latent}")
+    if isinstance(node, ir.LinearAttention):  # no softmax, no K/V cache: the mask alone
+        mask_t, side = mask_table(_mask_of(node), ink, mask_cell)
+        return f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{mask_t}</td></tr></table>', float(side + 4), float(side + 4)
     if isinstance(node, ir.Moe):
-        return _moe_glyph(node)
+        return _moe_glyph(node, ink, cells)
     return "", 0.0, 0.0
 
 
-GLYPH_INK = {"q": "#3b6fb6", "kv": "#c2571a", "mask": "#1f2933", "expert_on": "#c2571a", "expert_off": "#ffffff"}
+def _mask_of(node):
+    """(mask, window) of any attention-like kind, for its mask glyph and legend entry."""
+    from types import SimpleNamespace
+
+    if isinstance(node, ir.LinearAttention):
+        return SimpleNamespace(mask="causal" if node.causal else "open", window=None)
+    return SimpleNamespace(mask=node.mask, window=getattr(node, "window", None))
 
 
-def _cells(colors: list[str], size: int = 7, border: str = "#5b6876") -> str:
+def _cells(colors: list[str], border: str, size: int = 7) -> str:
     return "".join(f'<td width="{size}" height="{size}" fixedsize="true" bgcolor="{c}" border="1" color="{border}"></td>' for c in colors)
 
 
@@ -161,36 +174,49 @@ def mask_rows(op: ir.Attention, n: int = 5) -> list[list[bool]]:
     return rows
 
 
-def _attention_glyph(op: ir.Attention) -> tuple[str, float, float]:
-    heads = min(op.heads, 12)
-    kv = min(op.kv_heads, 12)
-    mask = "".join("<tr>" + "".join(f'<td width="6" height="6" fixedsize="true" bgcolor="{GLYPH_INK["mask"] if on else "#ffffff"}"></td>'
+def mask_table(op, ink: dict, cell: int) -> tuple[str, int]:
+    """The mask glyph's HTML table and its side in points."""
+    side = 5 * cell + 6
+    rows = "".join("<tr>" + "".join(f'<td width="{cell}" height="{cell}" fixedsize="true" bgcolor="{ink["mask_on"] if on else ink["mask_off"]}"></td>'
                                     for on in row) + "</tr>" for row in mask_rows(op))
-    mask_t = f'<table border="0" cellspacing="1" cellpadding="0" bgcolor="#9aa5b1" fixedsize="true" width="36" height="36">{mask}</table>'
-    q = _cells([GLYPH_INK["q"]] * heads)
-    k = _cells([GLYPH_INK["kv"]] * kv)
-    more_q = f'<td><font point-size="12">+{op.heads - heads}</font></td>' if op.heads > heads else ""
-    more_k = f'<td><font point-size="12">+{op.kv_heads - kv}</font></td>' if op.kv_heads > kv else ""
-    heads_t = (f'<table border="0" cellspacing="1" cellpadding="0"><tr><td><font point-size="12">Q</font></td>{q}{more_q}</tr>'
-               f'<tr><td><font point-size="12">KV</font></td>{k}{more_k}</tr></table>')
+    return (f'<table border="0" cellspacing="1" cellpadding="0" bgcolor="{ink["mask_grid"]}" fixedsize="true" width="{side}" height="{side}">'
+            f'{rows}</table>'), side
+
+
+def _font(s: str, ink: dict) -> str:
+    return f'<font point-size="12">{s}</font>'
+
+
+def _attention_glyph(op, ink: dict, cells: int, mask_cell: int, kv_words: str = "") -> tuple[str, float, float]:
+    heads = min(op.heads, cells)
+    kv = 0 if kv_words else min(op.kv_heads, cells)
+    mask_t, side = mask_table(_mask_of(op), ink, mask_cell)
+    q = _cells([ink["q"]] * heads, ink["cell_border"])
+    k = _cells([ink["kv"]] * kv, ink["cell_border"]) if not kv_words else f'<td colspan="{heads}" align="left">{_font(kv_words, ink)}</td>'
+    more_q = f'<td>{_font(f"+{op.heads - heads}", ink)}</td>' if op.heads > heads else ""
+    more_k = f'<td>{_font(f"+{op.kv_heads - kv}", ink)}</td>' if not kv_words and op.kv_heads > kv else ""
+    heads_t = (f'<table border="0" cellspacing="1" cellpadding="0"><tr><td>{_font("Q", ink)}</td>{q}{more_q}</tr>'
+               f'<tr><td>{_font("KV", ink)}</td>{k}{more_k}</tr></table>')
     html = f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{mask_t}</td><td>{heads_t}</td></tr></table>'
-    w = 6 * 6 + 12 + 18 + max(heads, kv) * 8 + (24 if op.heads > heads else 0)
-    return html, float(w), 40.0  # the 36 pt mask and the table's spacing
+    w = side + 12 + 18 + max(heads, kv) * 8 + (24 if op.heads > heads else 0)
+    return html, float(w), float(side + 4)  # the mask and the table's spacing
 
 
-def _moe_glyph(op: ir.Moe) -> tuple[str, float, float]:
-    shown = min(op.experts, 12)
-    cells = _cells([GLYPH_INK["expert_on"] if i < op.top else GLYPH_INK["expert_off"] for i in range(shown)], 10)
-    more = f'<td><font point-size="12">+{op.experts - shown}</font></td>' if op.experts > shown else ""
-    html = (f'<table border="0" cellspacing="2" cellpadding="0"><tr><td><font point-size="12">router {ARROW}</font></td>{cells}{more}'
-            f'<td><font point-size="12"> top {op.top}</font></td></tr></table>')
+def _moe_glyph(op: ir.Moe, ink: dict, cells: int) -> tuple[str, float, float]:
+    shown = min(op.experts, cells)
+    row = _cells([ink["expert_on"] if i < op.top else ink["expert_off"] for i in range(shown)], ink["cell_border"], 10)
+    more = f'<td>{_font(f"+{op.experts - shown}", ink)}</td>' if op.experts > shown else ""
+    html = (f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{_font(f"router {ARROW}", ink)}</td>{row}{more}'
+            f'<td>{_font(f" top {op.top}", ink)}</td></tr></table>')
     return html, float(58 + shown * 12 + 44 + (24 if more else 0)), 18.0
 
 
 def glyph_keys(node) -> list[str]:
     """The legend entries a part's glyph needs."""
-    if isinstance(node, ir.Attention):
-        return ["mask_" + ("causal" if node.mask == "causal" else "none") + ("_window" if node.window is not None else ""), "heads"]
+    if isinstance(node, (ir.Attention, ir.LatentAttention, ir.LinearAttention)):
+        m = _mask_of(node)
+        return ["mask_" + ("causal" if m.mask == "causal" else "none") + ("_window" if m.window is not None else "")] + \
+            ([] if isinstance(node, ir.LinearAttention) else ["heads"])
     if isinstance(node, ir.Moe):
         return ["experts"]
     return []
