@@ -19,10 +19,10 @@ import textwrap
 import pytest
 
 import cyclelang
-from cyclelang.backends.torch.codegen import codegen
+from cyclelang.backends.torch.codegen import codegen, make_plan
 
-from .conftest import ROOT, SPECS, need, spec_id
-from .test_torch_backend import shrink, tokens
+from .conftest import ROOT, SPECS, need, shrink as shrink_text, spec_id
+from .test_torch_backend import _SHRINK, shrink, tokens
 
 torch = need("torch")
 from cyclelang.backends.torch.build import build, load_source  # noqa: E402
@@ -36,25 +36,14 @@ def defaults(config) -> dict:
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
 
-# Issue 20 is open for these: the ssm, linear-attention and latent-attention emitters (issue 14)
-# do not yet give their sizes to Config (OpEmitter.sizes), so their modules keep literals.
-# Strict: the day they do, these cases pass and the marker must go.
-_LITERAL_KINDS = {"mamba2", "expander", "deepseek_v2", "jamba"}
-
-
-def config_driven(specs):
-    return [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="issue 20: this mixer's emitter keeps literal sizes"))
-            if p.stem in _LITERAL_KINDS else p for p in specs]
-
-
-
-@pytest.mark.parametrize("path", config_driven(SPECS), ids=spec_id)
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
 def test_a_changed_config_is_the_changed_spec_bit_for_bit(path):
     """Model(Config(**the shrunk spec's sizes)) from the full-size file == build(shrunk spec)."""
     full = module_of(path)
-    text = shrink(path)  # width 96, two layers, hidden=128 where the spec gives hidden=
-    if any(f.name.endswith("_ratio") for f in dataclasses.fields(full.Config)):
-        text = text.replace("hidden=128", "hidden=192")  # a hidden width the spec gives as a multiple of the width stays one
+    width = cyclelang.load(path).engine.width
+    # width 96, two layers; a hidden width the spec gives as a multiple of the width stays one, any other becomes 128
+    text = shrink_text(path, [(pat, repl) for pat, repl in _SHRINK if pat != r"hidden=\d+"] + [
+        (r"hidden=(\d+)", lambda m: f"hidden={int(m.group(1)) // width * 96}" if int(m.group(1)) % width == 0 else "hidden=128")])
     small_spec = cyclelang.parse(text)
     small_sizes = defaults(load_source(codegen(small_spec), path.stem + "_small").Config())
     assert set(small_sizes) == {f.name for f in dataclasses.fields(full.Config)}  # the same fields, other values
@@ -119,11 +108,11 @@ def test_full_size_config_default_has_the_builds_shapes(path):
     assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in ref.state_dict().items()}
 
 
-@pytest.mark.parametrize("path", config_driven(SPECS), ids=spec_id)
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
 def test_half_width_two_layers_builds_and_trains_a_step(path):
     mod = module_of(path)
     base = mod.Config()
-    depth = {f.name: 2 for f in dataclasses.fields(base) if f.name == "n_layer" or f.name.startswith("n_") and f.name not in ("n_head", "n_kv_head", "n_expert")}
+    depth = {sp.n.name: 2 for sp in make_plan(cyclelang.load(path)).stages if sp.n is not None}  # n_layer, or the spec's let (`depth`)
     assert depth, "every library spec repeats a stage"
     config = mod.Config(width=base.width // 2, vocab_size=256, context=16, **depth)
     torch.manual_seed(0)
@@ -154,7 +143,7 @@ def test_half_width_two_layers_builds_and_trains_a_step(path):
 
 def test_derived_values_follow_the_config():
     gpt2 = module_of(ROOT / "specs" / "gpt2.cycle")
-    c = gpt2.Config(n_layer=3, width=384)
+    c = gpt2.Config(depth=3, width=384)  # `let depth = 12`: the spec's name
     assert c.head_dim == 32
     assert c.cooling_std == 0.02 / (6 ** 0.5)  # GPT-2's scaled init over 2 merges per layer
     deep = module_of(ROOT / "specs" / "deepnet.cycle")
@@ -171,7 +160,7 @@ def test_derived_values_follow_the_config():
     ("llama", dict(n_kv_head=3), "n_head (8) must be divisible by n_kv_head (3)"),
     ("moe", dict(top_k=9), "top_k (9) must be at most n_expert (8)"),
     ("full_flow", dict(rotary_dims=100), "rotary_dims (100) must be even and at most head_dim (64)"),
-    ("gpt2", dict(n_layer=0), "n_layer (0) must be at least 1"),
+    ("gpt2", dict(depth=0), "depth (0) must be at least 1"),
 ])
 def test_sizes_that_break_the_specs_constraints_are_refused_by_name(spec, change, words):
     mod = module_of(ROOT / "specs" / f"{spec}.cycle")
@@ -197,7 +186,7 @@ def constructor_literals(source: str) -> list[tuple[int, int]]:
     return found
 
 
-@pytest.mark.parametrize("path", config_driven(SPECS), ids=spec_id)
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
 def test_no_constructor_carries_a_size_the_config_holds(path):
     assert constructor_literals(codegen(cyclelang.load(path))) == []
 
@@ -332,3 +321,76 @@ def test_an_untied_head_after_a_narrowing_linear_reads_the_inner_width():
     assert "self.head = nn.Linear(config.inner_width, config.vocab_size" in codegen(cyclelang.parse(text))
     model = mod.Model(mod.Config(inner_width=6))
     assert model.head.in_features == 6 and model.linear.out_features == 6
+
+
+# --- the spec's let names are the config's field names -------------------------------------
+
+LETS = """
+let width = 96
+let heads = 4
+let hidden = 8 * width / 3 + 16
+let depth = 3
+let std = 0.02
+engine lets {
+  chamber width=width
+  throat causal
+  feed tokens vocab=96 context=16
+  stage block x depth {
+    prechamber mix { norm layernorm  turbine attention heads=heads }
+    prechamber burn { norm layernorm  turbine mlp hidden=hidden act=gelu }
+  }
+  norm layernorm
+  nozzle head tied
+  startup { init normal std=std }
+}
+"""
+
+
+def test_let_names_are_the_config_fields_and_derived_lets_keep_the_specs_formula():
+    src = codegen(cyclelang.parse(LETS))
+    mod = load_source(src, "lets")
+    names = {f.name for f in dataclasses.fields(mod.Config)}
+    assert {"width", "heads", "depth", "std"} <= names and "n_layer" not in names and "n_head" not in names
+    assert "hidden" not in names and "def hidden(self):" in src  # a derived let: a property over the others
+    assert "return int(8 * self.width / 3 + 16)" in src  # the spec's own formula
+    c = mod.Config(width=192, depth=2, heads=6)
+    assert c.hidden == 8 * 192 // 3 + 16
+    changed = LETS.replace("let width = 96", "let width = 192").replace("let depth = 3", "let depth = 2").replace("let heads = 4", "let heads = 6")
+    torch.manual_seed(1)
+    ours = mod.Model(c)
+    ref = build(cyclelang.parse(changed), seed=1)
+    a, b = ours.state_dict(), ref.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(width=100), "hidden = 8 * width / 3 + 16 (282.6666666666667) must be a whole number"),
+    (dict(heads=5), "width (96) must be divisible by heads (5)"),
+    (dict(depth=0), "depth (0) must be at least 1"),
+])
+def test_a_let_changed_past_the_specs_constraints_is_refused_by_name(change, words):
+    mod = load_source(codegen(cyclelang.parse(LETS)), "lets_refused")
+    with pytest.raises(ValueError) as err:
+        mod.Config(**change)
+    assert words in str(err.value)
+
+
+def test_let_names_that_python_reserves_or_the_config_holds_are_made_safe():
+    text = LETS.replace("let heads = 4", "let lambda = 4").replace("heads=heads", "heads=lambda").replace("let depth = 3", "let self = 3").replace(
+        "x depth", "x self")
+    src = codegen(cyclelang.parse(text))
+    mod = load_source(src, "lets_safe")
+    names = {f.name for f in dataclasses.fields(mod.Config)}
+    assert {"lambda_", "self_"} <= names
+    assert len(mod.Model(mod.Config(self_=1)).stages) == 1
+
+
+def test_a_let_a_size_no_longer_holds_names_nothing():
+    """A pass that changes a size keeps the node's let_names: the field must not take the let's name."""
+    spec = cyclelang.parse(LETS)
+    e = spec.engine
+    st = e.body[0]
+    st2 = st.model_copy(update=dict(repeat=5))
+    spec2 = spec.model_copy(update=dict(engine=e.model_copy(update=dict(body=[st2, *e.body[1:]]))))
+    names = {f.name for f in dataclasses.fields(load_source(codegen(spec2), "lets_stale").Config)}
+    assert "depth" not in names and "n_layer" in names

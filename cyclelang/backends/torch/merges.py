@@ -60,7 +60,7 @@ class LearnedGainEmitter(MergeEmitter):
         if isinstance(m, ir.RezeroMerge):
             return {}
         if m.init_asked is not None:
-            return {"init": c.field("layerscale_init", m.init, (), "LayerScale's starting gain", "float")}
+            return {"init": c.field("layerscale_init", m.init, (), "LayerScale's starting gain", "float", let=m.let_of("init"))}
         layers = totals.layers()
         return {"init": c.prop("layerscale_init", m.init, (), "LayerScale's starting gain: CaiT's rule by depth",
                                lambda: f"0.1 if {layers()} <= 18 else 1e-05 if {layers()} <= 24 else 1e-06")}
@@ -89,7 +89,7 @@ class GateEmitter(MergeEmitter):
 
 class CoolingEmitter(MergeEmitter):
     def sizes(self, m, b, c, totals):
-        base = c.init_std() if m.base_asked is None else c.field("cooling_base", m.base, (), "cooling: the std before scaling", "float")
+        base = c.init_std() if m.base_asked is None else c.field("cooling_base", m.base, (), "cooling: the std before scaling", "float", let=m.let_of("std"))
         merges = totals.merges()
         return {"std": c.prop("cooling_std", m.std, (), "cooled output projections: std / sqrt(merges into the residual stream)",
                               lambda: f"{base.own} / math.sqrt({merges()})")}
@@ -109,7 +109,7 @@ class DeepnormEmitter(MergeEmitter):
         for what, asked, value, formula in (("alpha", m.alpha_asked, m.alpha, lambda: f"(2 * ({n()})) ** 0.25"),
                                             ("beta", m.beta_asked, m.beta, lambda: f"(8 * ({n()})) ** -0.25")):
             if asked is not None:
-                out[what] = c.field(f"deepnorm_{what}", value, (), f"DeepNet's {what}", "float")
+                out[what] = c.field(f"deepnorm_{what}", value, (), f"DeepNet's {what}", "float", let=m.let_of(what))
             else:
                 out[what] = c.prop(f"deepnorm_{what}", value, (), f"DeepNet's {what} over N = the layers", formula)
         return out

@@ -161,7 +161,7 @@ def reset_parameters(out: Writer, p: Plan) -> None:
     w("def reset_parameters(self):")
     with out.indent():
         if normal:
-            w(f'"""Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
+            w(f'"""Initialisation: weights normal(0, {p.sizes.init_std()}), biases zero (GPT-2); then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
         else:
             w('"""Initialisation: xavier_uniform weights, biases zero, embeddings normal(0, width**-0.5);')
             w(f'then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
@@ -169,11 +169,11 @@ def reset_parameters(out: Writer, p: Plan) -> None:
         out.block(f"""
 for module in self.modules():
     if isinstance(module, nn.Linear):
-        {"nn.init.normal_(module.weight, mean=0.0, std=config.init_std)" if normal else "nn.init.xavier_uniform_(module.weight)"}
+        {f"nn.init.normal_(module.weight, mean=0.0, std={p.sizes.init_std()})" if normal else "nn.init.xavier_uniform_(module.weight)"}
         if module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, mean=0.0, std={"config.init_std" if normal else "module.embedding_dim**-0.5"})""")
+        nn.init.normal_(module.weight, mean=0.0, std={p.sizes.init_std() if normal else "module.embedding_dim**-0.5"})""")
         if e.nozzle.tied and e.nozzle.bias:
             w("nn.init.zeros_(self.head_bias)")
         if e.feed.padding is not None:

@@ -34,16 +34,16 @@ class MoeEmitter(OpEmitter):
 
     def sizes(self, m, c, scope):
         width = c.width(m.width, scope)
-        experts = c.field("n_expert", m.experts, scope, "experts per MoE layer")
-        top = c.field("top_k", m.top, scope, "experts each token is routed to")
+        experts = c.field("n_expert", m.experts, scope, "experts per MoE layer", let=m.let_of("experts"))
+        top = c.field("top_k", m.top, scope, "experts each token is routed to", let=m.let_of("top"))
         c.check(lambda: f"{top.own} <= {experts.own}", lambda: f"{top.name} ({{{top.own}}}) must be at most {experts.name} ({{{experts.own}}}): a token's experts are distinct")
-        out = {"width": width, "hidden": hidden_size(c, width, m.width, m.hidden, scope, "expert", "each expert's"), "experts": experts, "top": top}
+        out = {"width": width, "hidden": hidden_size(c, width, m.width, m.hidden, scope, "expert", "each expert's", m), "experts": experts, "top": top}
         if m.capacity is not None:
-            out["capacity"] = c.field("capacity", m.capacity, scope, "training: each expert takes at most capacity x its even share of assignments", "float")
+            out["capacity"] = c.field("capacity", m.capacity, scope, "training: each expert takes at most capacity x its even share of assignments", "float", let=m.let_of("capacity"))
         if m.shared > 0:
-            out["shared"] = c.field("shared_hidden", m.shared, scope, "the shared expert's hidden width (every token visits it)")
+            out["shared"] = c.field("shared_hidden", m.shared, scope, "the shared expert's hidden width (every token visits it)", let=m.let_of("shared"))
         if m.balance > 0:
-            out["balance"] = c.field("balance", m.balance, scope, "weight of the load-balancing loss (Switch Transformer)", "float")
+            out["balance"] = c.field("balance", m.balance, scope, "weight of the load-balancing loss (Switch Transformer)", "float", let=m.let_of("balance"))
         return out
 
     def ctor(self, o: OpPlan) -> str:

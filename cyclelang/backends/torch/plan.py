@@ -17,7 +17,7 @@ from typing import ClassVar, Iterator, Union
 
 from ... import ir
 from ...ir.layout import BranchLayout, Layout, Names, Part, StageLayout, layout
-from .config import WIDTH, Sizes
+from .config import WIDTH, Expr, Sizes
 from .runtime import names as runtime_names
 from .writer import camel, where
 
@@ -183,7 +183,7 @@ class StagePlan:
     items: list  # OpPlan | BranchPlan | FullflowPlan, in source order; a group's: its stages' StagePlans
     path: str  # "stages.0-11"; nested: "stages.0-3.stages.0-2"
     n: object = None  # config.Ref of its repeat count (None: one instance)
-    start: str = "0"  # its first instance's index, over the config's counts
+    start: object = "0"  # its first instance's index, over the config's counts (str() it once the fields are named)
     branch_plans: list[BranchPlan] = field(default_factory=list)  # every branch in source order, fullflows' included
     parent: "StagePlan | None" = None  # the group it is nested in
     layout: StageLayout | None = None
@@ -231,6 +231,7 @@ class Plan:
     head_width: object = None  # config.Ref of the nozzle's input width
     fast: bool = True  # the fused loss and the MoE's custom op (the runtime section at the end)
     rope_args: list = field(default_factory=list)  # (dims, base) config expressions per rotary table
+    feed_args: dict = field(default_factory=dict)  # the feed's config values: scale, dropout
 
     @property
     def causal(self) -> bool:
@@ -312,17 +313,17 @@ def make_plan(spec: ir.Spec) -> Plan:
     repeated = [sl for sl in every if sl.stage.repeat > 1]
     names = [sl.stage.name for sl in every]
     plans: dict[int, StagePlan] = {}
-    counts: dict[int, list[str]] = {}  # per container (a group's id, or 0 for the model): its stages' counts so far
-    for sl in every:  # each stage's depth is a field: n_layer where one stage (of ops) repeats, else n_{stage}
+    counts: dict[int, list] = {}  # per container (a group's id, or 0 for the model): its stages' counts so far
+    for sl in every:  # each stage's depth is a field: its let's name, else n_layer where one stage (of ops) repeats, else n_{stage}
         parent = plans[id(sl.parent)] if sl.parent is not None else None
         key = sl.stage.name if names.count(sl.stage.name) == 1 or parent is None else f"{parent.key}_{sl.stage.name}"
         held = counts.setdefault(id(sl.parent) if sl.parent is not None else 0, [])
-        start = " + ".join(held) or "0"
+        start = Expr(lambda before=tuple(held): " + ".join(map(str, before)) or "0")  # written once the fields are named
         if sl.stage.repeat > 1:
             name = "n_layer" if len(repeated) == 1 and not sl.children else f"n_{key}"  # a group's count is not a layer count
             within = f" in each {parent.stage.name}" if parent is not None else ""
-            n = sizes.named(name, sl.stage.repeat, f"instances of stage {sl.stage.name}{within}")
-            held.append(str(n))
+            n = sizes.named(name, sl.stage.repeat, f"instances of stage {sl.stage.name}{within}", let=sl.stage.let_of("repeat"))
+            held.append(n)
         else:
             n = None
             held.append("1")
@@ -372,11 +373,11 @@ def make_plan(spec: ir.Spec) -> Plan:
     f = e.feed
     if f.scale != 1.0:
         if f.scale == math.sqrt(e.width):
-            sizes.prop("feed_scale", f.scale, (), "token embeddings are multiplied by sqrt(width)", lambda: "math.sqrt(self.width)")
+            p.feed_args["scale"] = sizes.prop("feed_scale", f.scale, (), "token embeddings are multiplied by sqrt(width)", lambda: "math.sqrt(self.width)")
         else:
-            sizes.named("feed_scale", f.scale, "token embeddings are multiplied by this", "float")
+            p.feed_args["scale"] = sizes.named("feed_scale", f.scale, "token embeddings are multiplied by this", "float", let=f.let_of("scale"))
     if f.dropout > 0:
-        sizes.named("feed_dropout", f.dropout, "dropout on the embeddings", "float")
+        p.feed_args["dropout"] = sizes.named("feed_dropout", f.dropout, "dropout on the embeddings", "float", let=f.let_of("dropout"))
     if ir.mup.is_mup(e):  # the μP tables are written for the spec's width and depths
         for r in [WIDTH] + [sp.n for sp in [*p.groups, *p.stages] if sp.n is not None]:
             value = e.width if r is WIDTH else r.value

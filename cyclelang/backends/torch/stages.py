@@ -182,7 +182,7 @@ def instances(p: Plan, sp: StagePlan, cfg: str = "config", container: str = "sel
     where it is the only stage there."""
     if (len(p.top) if sp.parent is None else len(sp.parent.children)) == 1:
         return container
-    start = sp.start.replace("config.", f"{cfg}.")
+    start = str(sp.start).replace("config.", f"{cfg}.")
     n = str(sp.n).replace("config.", f"{cfg}.")
     return f"{container}[:{n}]" if start == "0" else f"{container}[{start} : {start} + {n}]"
 
@@ -202,7 +202,7 @@ def stage_call(out: Writer, p: Plan, sp: StagePlan) -> None:
         with out.indent():
             w(f"x = stage({args})")
     else:
-        w(f"x = self.stages[{sp.start.replace('config.', 'self.config.')}]({args})" + comment(st.span, f"block {st.name}", "stage"), st.span)
+        w(f"x = self.stages[{str(sp.start).replace('config.', 'self.config.')}]({args})" + comment(st.span, f"block {st.name}", "stage"), st.span)
 
 
 def group_class(out: Writer, p: Plan, sp: StagePlan) -> None:
