@@ -171,19 +171,25 @@ def test_sizes_that_break_the_specs_constraints_are_refused_by_name(spec, change
 
 def constructor_literals(source: str) -> list[tuple[int, int]]:
     """(line, value) of every int literal passed straight to a call in an __init__ or reset_parameters
-    (an argument, a keyword's value, an element of a shape tuple), whose value a Config field holds."""
+    (an argument, a keyword's value, an element of a shape tuple), whose value a Config field holds;
+    and of every float literal anywhere in an __init__, reset_parameters or forward whose value a
+    Config float field holds (an eps, an init value, a gate's bias; 0.0 is every init's mean)."""
     tree = ast.parse(source)
     config = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Config")
-    held = {n.value.value for n in config.body if isinstance(n, ast.AnnAssign) and isinstance(n.value, ast.Constant)
-            and type(n.value.value) is int}
+    fields = [n.value.value for n in config.body if isinstance(n, ast.AnnAssign) and isinstance(n.value, ast.Constant)]
+    held = {v for v in fields if type(v) is int}
+    held_floats = {v for v in fields if type(v) is float and v != 0.0}
     found = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name != "Config"):
-        for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "reset_parameters")):
+        for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "reset_parameters", "forward")):
+            found += [(n.lineno, n.value) for n in ast.walk(fn) if isinstance(n, ast.Constant) and type(n.value) is float and n.value in held_floats]
+            if fn.name == "forward":
+                continue
             for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
                 args = list(call.args) + [k.value for k in call.keywords]
                 args += [e for a in args if isinstance(a, ast.Tuple) for e in a.elts]
                 found += [(a.lineno, a.value) for a in args if isinstance(a, ast.Constant) and type(a.value) is int and a.value in held]
-    return found
+    return sorted(found)
 
 
 @pytest.mark.parametrize("path", SPECS, ids=spec_id)
@@ -194,6 +200,42 @@ def test_no_constructor_carries_a_size_the_config_holds(path):
 def test_the_literal_check_can_fail():
     bad = "class Config:\n    width: int = 768\n\nclass Block:\n    def __init__(self, config):\n        self.norm = nn.LayerNorm(768)\n"
     assert constructor_literals(bad) == [(6, 768)]
+    bad = "class Config:\n    eps: float = 1e-6\n\nclass Block:\n    def forward(self, x):\n        return x / (x.sum() + 1e-6)\n"
+    assert constructor_literals(bad) == [(6, 1e-6)]
+
+
+FLOATS = """
+engine floats {
+  chamber width=64
+  throat causal
+  feed tokens vocab=96 context=16
+  stage block x 2 {
+    prechamber mix { norm rmsnorm offset=0.75  turbine attention heads=4 qk_norm qk_norm_eps=1e-5 scale=0.2  merge gate bias=-2.0 }
+    prechamber burn { norm rmsnorm offset=0.75  turbine mlp ratio=2 act=gelu  merge rezero init=0.25 }
+  }
+  norm rmsnorm
+  nozzle head scale=0.5
+}
+"""
+
+
+def test_non_size_floats_are_config_fields_and_a_changed_one_is_the_changed_spec():
+    src = codegen(cyclelang.parse(FLOATS))
+    assert constructor_literals(src) == []
+    mod = load_source(src, "floats")
+    c = mod.Config()
+    assert (c.qk_norm_eps, c.attn_scale, c.gate_bias, c.rezero_init, c.norm_offset, c.logit_scale) == (1e-5, 0.2, -2.0, 0.25, 0.75, 0.5)
+    changed = mod.Config(qk_norm_eps=1e-3, attn_scale=0.3, gate_bias=-1.0, rezero_init=0.5, norm_offset=0.5, logit_scale=0.25)
+    text = (FLOATS.replace("qk_norm_eps=1e-5", "qk_norm_eps=1e-3").replace("scale=0.2", "scale=0.3").replace("bias=-2.0", "bias=-1.0")
+            .replace("init=0.25", "init=0.5").replace("offset=0.75", "offset=0.5").replace("scale=0.5", "scale=0.25"))
+    torch.manual_seed(4)
+    ours = mod.Model(changed)
+    ref = build(cyclelang.parse(text), seed=4)
+    a, b = ours.state_dict(), ref.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    idx = tokens(ref)
+    with torch.no_grad():
+        assert torch.equal(ours.eval()(idx), ref.eval()(idx))
 
 
 def test_blocks_read_like_the_architecture():

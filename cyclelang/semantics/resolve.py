@@ -421,7 +421,7 @@ class _Resolver:
             return None
         if tied and bias:
             pass  # a tied head may still learn its own bias
-        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, scale=scale, span=d.span)
+        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, scale=scale, span=d.span, let_names=o.lets())
 
     def startup(self, s: ast.Startup | None, scope, width: int | None = None) -> ir.Startup | None:
         warmup, clip, betas, decay = 0, None, (0.9, 0.999), 0.01

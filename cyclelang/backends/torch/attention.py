@@ -31,6 +31,8 @@ class AttentionEmitter(OpEmitter):
                 c.check(lambda: f"{rd.own} % 2 == 0 and {rd.own} <= {hd.own}",
                         lambda: f"{rd.name} ({{{rd.own}}}) must be even and at most {hd.name} ({{{hd.own}}}): rotary turns channel pairs of a head")
             out["rotary_base"] = c.field("rotary_base", a.rotary_base, scope, "rotary frequency base", "float", let=a.let_of("rotary_base"))
+        if a.scale is not None and not ir.mup.is_mup(c.e):  # under μP the scale is μP's, for the spec's width
+            out["scale"] = c.field("attn_scale", a.scale, scope, "the attention scores' scale (not 1/sqrt(head_dim))", "float", let=a.let_of("scale"))
         if a.qk_norm:
             out["qk_eps"] = c.field("qk_norm_eps", a.qk_norm_eps, scope, "the qk-norms' epsilon", "float", let=a.let_of("qk_norm_eps"))
         if a.window is not None:
@@ -41,7 +43,7 @@ class AttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a, s = o.op, o.args
-        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, scale=if_set(o.scale, o.scale is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
+        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, scale=str(s['scale']) if 'scale' in s else if_set(o.scale, o.scale is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()

@@ -58,7 +58,7 @@ class LearnedGainEmitter(MergeEmitter):
 
     def sizes(self, m, b, c, totals):
         if isinstance(m, ir.RezeroMerge):
-            return {}
+            return {"init": c.field("rezero_init", m.init, (), "ReZero's starting gain (0: the branch starts closed)", "float", let=m.let_of("init"))}
         if m.init_asked is not None:
             return {"init": c.field("layerscale_init", m.init, (), "LayerScale's starting gain", "float", let=m.let_of("init"))}
         layers = totals.layers()
@@ -67,7 +67,7 @@ class LearnedGainEmitter(MergeEmitter):
 
     def ctor(self, m, args):
         if isinstance(m, ir.RezeroMerge):
-            return f"nn.Parameter(torch.full((), {num(m.init)}))  # ReZero: the branch starts closed"
+            return f"nn.Parameter(torch.full((), {args['init']}))  # ReZero: the branch starts closed"
         return f"nn.Parameter(torch.full(({args['width']},), {args['init']}))  # LayerScale: per channel"
 
     def delta(self, m, attr, f):
@@ -77,14 +77,17 @@ class LearnedGainEmitter(MergeEmitter):
 class GateEmitter(MergeEmitter):
     module = "nn.Linear"
 
+    def sizes(self, m, b, c, totals):
+        return {"bias": c.field("gate_bias", m.bias, (), "the highway gate's starting bias (negative: the gate starts mostly shut)", "float", let=m.let_of("bias"))}
+
     def ctor(self, m, args):
-        return f"nn.Linear({args['width']}, {args['width']})  # highway gate; bias starts at {num(m.bias)}"
+        return f"nn.Linear({args['width']}, {args['width']})  # highway gate; its bias starts at {args['bias']}"
 
     def delta(self, m, attr, f):
         return f"torch.sigmoid(self.{attr}.{self.attr(m)}(x)) * ({f} - x)"
 
     def init(self, m, b, pre):
-        return [f"nn.init.constant_({pre}.{self.attr(m)}.bias, {num(m.bias)})  # the gate starts mostly shut"]
+        return [f"nn.init.constant_({pre}.{self.attr(m)}.bias, {b.margs['bias']})  # the gate starts mostly shut"]
 
 
 class CoolingEmitter(MergeEmitter):

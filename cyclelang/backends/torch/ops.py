@@ -52,8 +52,8 @@ class OpEmitter:
         return o.cls
 
     def call(self, o: OpPlan, owner: str, x: str) -> str:
-        """The expression applying the op to `x`: x, then rope, cache, aux as its variant takes them."""
-        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "mask": "mask", "aux": "aux"}
+        """The expression applying the op to `x`: x, then rope, cache, mask as its variant takes them."""
+        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "mask": "mask"}
         return f"{owner}.{o.attr}({', '.join([x] + [extra[i] for i in o.inputs])})"
 
     def phrase(self, op, place: str) -> tuple[str, str]:
@@ -83,12 +83,15 @@ class NormEmitter(OpEmitter):
               "engine": ("final norm", "valve on the main line")}
 
     def sizes(self, op, c, scope):
-        return {"width": c.width(op.width, scope), "eps": c.field("norm_eps", op.eps, scope, "the norms' epsilon", "float", let=op.let_of("eps"))}
+        out = {"width": c.width(op.width, scope), "eps": c.field("norm_eps", op.eps, scope, "the norms' epsilon", "float", let=op.let_of("eps"))}
+        if op.offset:
+            out["offset"] = c.field("norm_offset", op.offset, scope, "the norms' gain is norm_offset + w (Gemma: 1, w starting at 0)", "float", let=op.let_of("offset"))
+        return out
 
     def ctor(self, o: OpPlan) -> str:
         op, s = o.op, o.args
         if op.offset:
-            return f"OffsetRMSNorm({s['width']}, eps={s['eps']}, offset={num(op.offset)})"
+            return f"OffsetRMSNorm({s['width']}, eps={s['eps']}, offset={s['offset']})"
         if not op.affine:
             return f"{self.module(o)}({s['width']}, eps={s['eps']}, elementwise_affine=False)"
         if op.type == "layernorm":

@@ -89,6 +89,8 @@ y_t = h_t C_t + D x_t; a gated RMSNorm of y * silu(z) per group; out_proj. Param
 names follow transformers' Mamba2Mixer. Decoding keeps the conv window and h only.
 """''')
             w()
+            w("DT_FLOOR = 1e-4  # the smallest step size dt's bias starts at (mamba_ssm's dt_init_floor)")
+            w()
             with out.constructor("width", "heads", "head_dim", "state", "groups", "conv", "chunk", "bias", "conv_bias", "eps",
                                  "dt_min", "dt_max", "dt_lo", "dt_hi"):
                 out.block('''
@@ -98,7 +100,7 @@ self.inner = heads * head_dim
 self.conv_dim = self.inner + 2 * groups * state  # the conv mixes x, B and C
 self.in_proj = nn.Linear(width, self.inner + self.conv_dim + heads, bias=bias)  # rows [z | x B C | dt]
 self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv, groups=self.conv_dim, bias=conv_bias)  # depthwise
-dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
+dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=self.DT_FLOOR)
 self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
 self.A_log = nn.Parameter(torch.log(torch.arange(heads, dtype=torch.float32) + 1))  # A = -exp(A_log): -1 .. -heads (S4D real)
 self.D = nn.Parameter(torch.ones(heads))  # the skip past the scan
@@ -312,6 +314,9 @@ class LinearAttentionEmitter(OpEmitter):
                 doc += ["of every position fold into one sum that each query reads" + (", normalised by phi(q) sum phi(k)." if v.normalize else ".")]
             out.block("\n".join(doc) + '\n"""')
             w()
+            if v.normalize:
+                w("EPS = 1e-6  # keeps the normaliser phi(q) z away from zero")
+                w()
             with out.constructor("width", "heads", "head_dim", "chunk", "bias"):
                 w("self.heads, self.head_dim, self.chunk = heads, head_dim, chunk")
                 w("self.qkv = nn.Linear(width, 3 * heads * head_dim, bias=bias)  # q, k, v fused")
@@ -334,6 +339,6 @@ q, k = {FEATURES[v.feature].format("q")}, {FEATURES[v.feature].format("k")}  # t
                 else:
                     w("y = q @ (k.transpose(-2, -1) @ v)  # (B, nh, T, hd): every position reads one sum over all")
                 if v.normalize:
-                    w("y = y[..., :-1] / (y[..., -1:] + 1e-6)  # divided by phi(q) z")
+                    w("y = y[..., :-1] / (y[..., -1:] + self.EPS)  # divided by phi(q) z")
                 w("y = y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
                 w("return self.proj(y)")
