@@ -436,3 +436,39 @@ def test_a_let_a_size_no_longer_holds_names_nothing():
     spec2 = spec.model_copy(update=dict(engine=e.model_copy(update=dict(body=[st2, *e.body[1:]]))))
     names = {f.name for f in dataclasses.fields(load_source(codegen(spec2), "lets_stale").Config)}
     assert "depth" not in names and "n_layer" in names
+
+
+def test_nested_stages_counts_are_config_fields_named_by_the_specs_lets():
+    """A stage of stages: each level's repeat count is a field (here the spec's lets), a changed
+    count is the changed spec bit for bit, and each MoE's balance loss is filed under its
+    instance's nested path, level by level."""
+    from .test_nested import GLOBAL_BODY, TEMPLATE, engine
+
+    def spec(groups: int, local: int) -> str:
+        return f"let groups = {groups}\nlet local_layers = {local}\n" + TEMPLATE + engine("""
+  stage group x groups {
+    stage local = local_block(heads=4) x local_layers
+    stage global """ + GLOBAL_BODY + """
+  }""")
+
+    src = codegen(cyclelang.parse(spec(3, 2)))
+    mod = load_source(src, "nest_lets")
+    names = {f.name for f in dataclasses.fields(mod.Config)}
+    assert {"groups", "local_layers"} <= names and not {"n_group", "n_local"} & names
+    assert "self.stages = nn.ModuleList([Group(config) for _ in range(config.groups)])" in src
+    assert "return self.init_std / math.sqrt(2 * self.groups * self.local_layers + 2 * self.groups)" in src  # cooling over every layer
+    torch.manual_seed(2)
+    ours = mod.Model(mod.Config(groups=2, local_layers=1)).train()
+    ref = build(cyclelang.parse(spec(2, 1)), seed=2).train()
+    a, b = ours.state_dict(), ref.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    idx = tokens(ref)
+    torch.manual_seed(0)
+    la = ours(idx, targets=idx)
+    torch.manual_seed(0)
+    lb = ref(idx, targets=idx)
+    assert torch.equal(la[1], lb[1])
+    assert list(ours.aux_losses) == ["stages.0.stages.1.burn.moe", "stages.1.stages.1.burn.moe"]
+    for name, loss in ours.aux_losses.items():  # the name is the MoE's own path
+        moe = ours.get_submodule(name)
+        assert type(moe).__name__.startswith("Moe") and loss.ndim == 0 and loss > 0
