@@ -61,13 +61,13 @@ class Config:
     top_k: int = 4  # experts each token is routed to
     expert_hidden: int = 256  # each expert's hidden width
     capacity: float = 1.0  # training: each expert takes at most capacity x its even share of assignments
+    shared_hidden: int = 512  # the shared expert's hidden width (every token visits it)
     balance: float = 0.003  # weight of the load-balancing loss (Switch Transformer)
-    mlp_ratio: int = 1  # the MLP's hidden width = mlp_ratio x width
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_layer', 'heads', 'head_dim', 'rotary_dims', 'latent', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden', 'mlp_ratio'):
+        for name in ('vocab_size', 'context', 'width', 'n_layer', 'heads', 'head_dim', 'rotary_dims', 'latent', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden', 'shared_hidden'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.rotary_dims % 2 == 0 and self.rotary_dims >= 2):
@@ -77,7 +77,7 @@ class Config:
 
 
 class Feed(nn.Module):
-    """Token embedding plus no positions (they come from rotary, or not at all) (deepseek_v2.cycle:18 · tanks and pumps)."""
+    """Token embedding plus no positions (they come from rotary, or not at all) (deepseek_v2.cycle:19 · tanks and pumps)."""
 
     def __init__(self, config):
         super().__init__()
@@ -95,6 +95,8 @@ class LatentAttention(nn.Module):
     kv_b_proj), so the cache keeps the latent and a rotary key shared by the heads, not
     heads x head_dim x 2. Each head's query and key are [nope | rope]: positions reach only
     the decoupled rotary part, rotated in adjacent pairs.
+    Decoding one token reads the cache as it is: the query absorbs kv_b_proj's key half and
+    the output its value half (DeepSeek-V2's absorbed form), so the past is never expanded.
     """
 
     def __init__(self, width, heads, head_dim, rotary_dims, v_dim, latent, eps, bias):
@@ -116,14 +118,19 @@ class LatentAttention(nn.Module):
         q_rope, k_rope = apply_rotary_interleaved(q_rope, *rope), apply_rotary_interleaved(k_rope[:, None], *rope)  # k_rope: (B, 1, T, rd)
         if cache is not None:
             c, k_rope = cache.extend(self, c, k_rope)  # (B, 1, S, latent), (B, 1, S, rd): the latent past, then these T
+        if cache is not None and T == 1:  # decoding: absorbed, so the latent past is read as it is, never expanded
+            w_uk, w_uv = self.kv_b_proj.weight.view(self.heads, self.head_dim + self.v_dim, self.latent).split([self.head_dim, self.v_dim], dim=1)
+            q = torch.cat((q_nope @ w_uk, q_rope), dim=-1)  # (B, nh, 1, latent + rd): q_nope . (W_uk c) = (q_nope W_uk) . c
+            k = torch.cat((c, k_rope), dim=-1).expand(-1, self.heads, -1, -1)  # (B, nh, S, latent + rd): one key for every head
+            y = F.scaled_dot_product_attention(q, k, c.expand(-1, self.heads, -1, -1), scale=(self.head_dim + self.rotary_dims) ** -0.5)  # (B, nh, 1, latent)
+            y = y @ w_uv.transpose(1, 2)  # (B, nh, 1, v_dim): W_uv applied after the weighted sum
+            return self.o_proj(y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim))
         S = c.size(2)
         k_nope, v = self.kv_b_proj(c[:, 0]).view(B, S, self.heads, -1).transpose(1, 2).split([self.head_dim, self.v_dim], dim=-1)
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, nh, T, hd + rd)
         k = torch.cat((k_nope, k_rope.expand(-1, self.heads, -1, -1)), dim=-1)  # (B, nh, S, hd + rd)
         if S == T:  # no cache: the plain causal mask
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, v_dim)
-        elif T == 1:  # one query after the cache may see every key
-            y = F.scaled_dot_product_attention(q, k, v)
         else:  # T new queries after S - T cached positions
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, S, x.device))
         y = y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim)  # (B, T, nh * v_dim)
@@ -148,6 +155,7 @@ class Moe(nn.Module):
     """Mixture of experts, top-k routed (liquid-liquid injector).
 
     Each token goes to its top experts (softmax, then top-k).
+    Every token also visits the shared expert.
     In training, capacity caps each expert at ceil(capacity * tokens * top /
     experts) assignments; the overflow is dropped (first choices before second
     choices) and the residual line carries those tokens. Eval is dropless, so the
@@ -156,13 +164,14 @@ class Moe(nn.Module):
     balance * experts * sum_e(fraction routed to e * mean router probability of e).
     """
 
-    def __init__(self, width, hidden, experts, top, bias, capacity, balance):
+    def __init__(self, width, hidden, experts, top, bias, capacity, balance, shared):
         super().__init__()
         self.top = top
         self.capacity = capacity
         self.balance = balance
         self.router = nn.Linear(width, experts, bias=False)
         self.experts = nn.ModuleList([Mlp(width, hidden, bias) for _ in range(experts)])
+        self.shared = Mlp(width, shared, bias)  # the shared expert: every token visits it
 
     def forward(self, x):
         B, T, C = x.size()
@@ -189,7 +198,9 @@ class Moe(nn.Module):
             token = order // self.top  # (A,) each one's token
             y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
         y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
-        y = y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)
+        out = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)
+        shared = self.shared(x)  # (N, C): the shared expert, for every token
+        y = (out + shared).view(B, T, C)
         return y, balance_loss
 
     def compiled_experts(self, xs, flat):
@@ -261,49 +272,45 @@ class Cache:
 
 
 class Dense(nn.Module):
-    """One `dense` block (deepseek_v2.cycle:20 · stage)."""
+    """One `dense` block (deepseek_v2.cycle:21 · stage)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # latent attention; residual add · deepseek_v2.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:22 · valve
-            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim, rotary_dims=config.rotary_dims, v_dim=config.head_dim, latent=config.latent, eps=config.norm_eps, bias=False),  # latent attention: positions mix through a compressed key/value latent · deepseek_v2.cycle:23 · latent injector
+        self.mix = nn.ModuleDict(dict(  # latent attention; residual add · deepseek_v2.cycle:22 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:23 · valve
+            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim, rotary_dims=config.rotary_dims, v_dim=config.head_dim, latent=config.latent, eps=config.norm_eps, bias=False),  # latent attention: positions mix through a compressed key/value latent · deepseek_v2.cycle:24 · latent injector
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add · deepseek_v2.cycle:25 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:26 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_hidden, bias=False),  # MLP: applied at each position on its own · deepseek_v2.cycle:27 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add · deepseek_v2.cycle:26 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:27 · valve
+            mlp=Mlp(config.width, hidden=config.mlp_hidden, bias=False),  # MLP: applied at each position on its own · deepseek_v2.cycle:28 · combustor
         ))
 
     def forward(self, x, rope, cache):
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache)  # mix: residual add · deepseek_v2.cycle:21 · prechamber mix, closed cycle
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add · deepseek_v2.cycle:25 · prechamber burn, closed cycle
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache)  # mix: residual add · deepseek_v2.cycle:22 · prechamber mix, closed cycle
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add · deepseek_v2.cycle:26 · prechamber burn, closed cycle
         return x
 
 
 class Block(nn.Module):
-    """One `block` block, repeated config.n_layer times (deepseek_v2.cycle:30 · stage)."""
+    """One `block` block, repeated config.n_layer times (deepseek_v2.cycle:31 · stage)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # latent attention; residual add · deepseek_v2.cycle:31 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:32 · valve
-            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim, rotary_dims=config.rotary_dims, v_dim=config.head_dim, latent=config.latent, eps=config.norm_eps, bias=False),  # latent attention: positions mix through a compressed key/value latent · deepseek_v2.cycle:33 · latent injector
+        self.mix = nn.ModuleDict(dict(  # latent attention; residual add · deepseek_v2.cycle:32 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:33 · valve
+            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim, rotary_dims=config.rotary_dims, v_dim=config.head_dim, latent=config.latent, eps=config.norm_eps, bias=False),  # latent attention: positions mix through a compressed key/value latent · deepseek_v2.cycle:34 · latent injector
         ))
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # one norm shared by the parallel branches · deepseek_v2.cycle:36 · fullflow valve
-        self.routed = nn.ModuleDict(dict(  # MoE; residual add · deepseek_v2.cycle:37 · fullflow: prechamber routed
-            moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · deepseek_v2.cycle:38 · liquid-liquid injector
-        ))
-        self.shared = nn.ModuleDict(dict(  # MLP; residual add · deepseek_v2.cycle:40 · fullflow: prechamber shared
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · deepseek_v2.cycle:41 · combustor
+        self.burn = nn.ModuleDict(dict(  # MoE; residual add · deepseek_v2.cycle:36 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:37 · valve
+            moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance, shared=config.shared_hidden),  # mixture of experts: each token goes to its top experts · deepseek_v2.cycle:38 · liquid-liquid injector
         ))
 
     def forward(self, x, rope, cache):
         """Returns x and this block's auxiliary losses and outputs, by name."""
         aux = {}
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache)  # mix: residual add · deepseek_v2.cycle:31 · prechamber mix, closed cycle
-        h = self.norm(x)  # one shared norm · deepseek_v2.cycle:36 · fullflow valve
-        y, aux["routed.moe"] = self.routed.moe(h)  # its output and its load-balancing loss, kept by name · deepseek_v2.cycle:38 · liquid-liquid injector
-        x = x + y + self.shared.mlp(h)  # parallel branches: each reads the same input, one residual add · deepseek_v2.cycle:35 · full flow
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache)  # mix: residual add · deepseek_v2.cycle:32 · prechamber mix, closed cycle
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name · deepseek_v2.cycle:38 · liquid-liquid injector
+        x = x + y  # burn: residual add · deepseek_v2.cycle:36 · prechamber burn, closed cycle
         return x, aux
 
 
@@ -313,18 +320,18 @@ def learning_rate(step):
 
 
 class Model(nn.Module):
-    """deepseek_v2: embeddings, blocks, LM head (deepseek_v2.cycle:15 · feed, stages, nozzle)."""
+    """deepseek_v2: embeddings, blocks, LM head (deepseek_v2.cycle:16 · feed, stages, nozzle)."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · deepseek_v2.cycle:18 · tanks and pumps
+        self.feed = Feed(config)  # token embedding · deepseek_v2.cycle:19 · tanks and pumps
         self.stages = nn.ModuleList([Dense(config)] + [Block(config) for _ in range(config.n_layer)])  # one entry per stage instance
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · deepseek_v2.cycle:46 · valve on the main line
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · deepseek_v2.cycle:42 · valve on the main line
         cos, sin = rotary_tables(config.context, config.rotary_dims, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · deepseek_v2.cycle:47 · nozzle
+        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · deepseek_v2.cycle:43 · nozzle
         self.aux_losses = {}
         self.reset_parameters()
 
@@ -364,11 +371,11 @@ class Model(nn.Module):
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
         aux = {}  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
-        x = self.stages[0](x, rope, cache)  # block dense · deepseek_v2.cycle:20 · stage
-        for i, stage in enumerate(self.stages[1 : 1 + self.config.n_layer], start=1):  # block block · deepseek_v2.cycle:30 · stage
+        x = self.stages[0](x, rope, cache)  # block dense · deepseek_v2.cycle:21 · stage
+        for i, stage in enumerate(self.stages[1 : 1 + self.config.n_layer], start=1):  # block block · deepseek_v2.cycle:31 · stage
             x, losses = stage(x, rope, cache)
             aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
-        x = self.norm(x)  # final norm · deepseek_v2.cycle:46 · valve on the main line
+        x = self.norm(x)  # final norm · deepseek_v2.cycle:42 · valve on the main line
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:
             cache.pos += T
@@ -436,8 +443,7 @@ class Model(nn.Module):
 # part not listed is replicated. See `parallelize`.
 TP_PLAN = {
     "stages.0.burn.mlp": "hidden",
-    "stages.1-5.routed.moe": "hidden",
-    "stages.1-5.shared.mlp": "hidden",
+    "stages.1-5.burn.moe": "hidden",
 }
 
 
