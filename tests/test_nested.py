@@ -619,7 +619,7 @@ def test_a_repeated_group_is_counted_by_its_own_name_not_n_layer():
     src = codegen(cyclelang.parse(text))
     assert "n_pair: int = 3  # instances of stage pair" in src and "n_layer" not in src
     assert "self.stages = nn.ModuleList([Pair(config) for _ in range(config.n_pair)])" in src
-    assert "x = self.stages[0](" in src and "x = self.stages[1](" in src  # the pair's two layers, no count to read
+    assert "x = self.stages[0](" in src and "x, losses = self.stages[1](" in src  # the pair's two layers, no count to read (the MoE one returns its loss)
     mod = load_source(src, "pairs")
     small = mod.Model(mod.Config(n_pair=2))
     assert len(small.stages) == 2 and all(len(p.stages) == 2 for p in small.stages)

@@ -112,18 +112,16 @@ def test_full_size_config_default_has_the_builds_shapes(path):
 def test_half_width_two_layers_builds_and_trains_a_step(path):
     mod = module_of(path)
     base = mod.Config()
-    depth = {sp.n.name: 2 for sp in make_plan(cyclelang.load(path)).stages if sp.n is not None}  # n_layer, or the spec's let (`depth`)
+    plan = make_plan(cyclelang.load(path))
+    depth = {sp.n.name: 2 for sp in [*plan.groups, *plan.stages] if sp.n is not None}  # n_layer, n_<stage>, or the spec's let (`depth`)
     assert depth, "every library spec repeats a stage"
     config = mod.Config(width=base.width // 2, vocab_size=256, context=16, **depth)
     torch.manual_seed(0)
     model = mod.Model(config).train()
     assert model.feed.tok.weight.shape == (256, base.width // 2)
-    from cyclelang.backends.torch.plan import make_plan
-
     def count(sps):  # the instances of these stages in the changed config
         return sum(depth[sp.n.name] if sp.n is not None else 1 for sp in sps)
 
-    plan = make_plan(cyclelang.load(path))
     assert len(model.stages) == count(plan.top)
     for sp in (g for g in plan.groups if g.parent is None):  # a nested stage (striped): each group instance holds its stages'
         groups = [m for m in model.stages if type(m).__name__ == sp.cls]

@@ -216,9 +216,9 @@ class Sizes:
                         self._name(sub, "_".join([*scope, base]), taken)
                     else:
                         by_branch: dict[tuple, list[Ref]] = defaultdict(list)
-                        for r in sub:
-                            by_branch[r.scope].append(r)
-                        for sc, rs2 in by_branch.items():
+                        for r in sub:  # one field per branch and value (two values in one branch: a number after the second)
+                            by_branch[(r.scope, r.key())].append(r)
+                        for (sc, _), rs2 in by_branch.items():
                             self._name(rs2, "_".join([*sc, base]), taken)
 
     @staticmethod
