@@ -283,3 +283,48 @@ def test_a_tied_head_reads_the_chamber():
         ir.Spec.model_validate(d)
     d["engine"]["nozzle"]["tied"] = False
     ir.Spec.model_validate(d)  # untied, the head may read a narrower line
+
+
+# --- let provenance: the spec's names for its sizes, out of the dump ------------------------
+
+LET_SPEC = """
+let depth = 4
+let d = 64
+let heads = 2
+let hidden = 4 * d + sqrt(d) * 0
+stage layer(h) { prechamber mix { norm layernorm  turbine attention heads=h } }
+engine e {
+  chamber width=d
+  feed tokens vocab=32 context=8
+  stage block x depth { prechamber burn { norm layernorm  turbine mlp hidden=hidden } }
+  stage top = layer(h=heads)
+  nozzle head tied
+}
+"""
+
+
+def test_lets_are_kept_with_their_formulas_and_the_options_that_named_them():
+    e = cyclelang.parse(LET_SPEC).engine
+    assert [(x.name, x.value, x.formula) for x in e.lets] == [
+        ("depth", 4, None), ("d", 64, None), ("heads", 2, None), ("hidden", 256.0, "4 * d + math.sqrt(d) * 0")]
+    assert e.let_of("width") == "d"
+    block, top = e.body
+    assert block.let_of("repeat") == "depth"
+    assert block.ops[0].ops[1].let_of("hidden") == "hidden"
+    assert top.ops[0].ops[1].let_of("heads") == "heads"  # through the template's parameter
+    assert top.ops[0].ops[0].let_names == ()  # written without a name
+
+
+def test_let_provenance_stays_out_of_the_dump():
+    spec = cyclelang.parse(LET_SPEC)
+    dumped = spec.model_dump_json()
+    assert "let_names" not in dumped and "lets" not in dumped and "depth" not in dumped
+    assert ir.Spec.model_validate_json(dumped).engine.body[0].repeat == 4
+    assert "let_names" not in json.dumps(ir.json_schema())
+
+
+@pytest.mark.parametrize("formula", ['__import__("os").system("x")', "d.__class__", "'x'", "d if d else d", "[d][0]", "math.pi", "print(d)"])
+def test_a_let_formula_is_arithmetic_only(formula):
+    with pytest.raises(ValidationError):
+        ir.Let.model_validate({"name": "x", "value": 1, "formula": formula})
+    assert ir.Let.model_validate({"name": "x", "value": 1, "formula": "2 * d // 3 - math.sqrt(k) ** 2 % 5"}).formula

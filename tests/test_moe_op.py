@@ -67,13 +67,13 @@ def compiled(moe):
 
 
 def run_both(moe, x):
-    """(output, gradients of x and every parameter) by the eager path, then by the op path."""
+    """(output, gradients of x and every parameter, the balance loss's included) by the eager path, then by the op path."""
     params = [x] + list(moe.parameters())
     outs = []
     for fn in (moe, compiled(moe)):
-        y = fn(x, {})
+        y, balance = fn(x)  # the output and its load-balancing loss
         g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=y.dtype)
-        outs.append((y, torch.autograd.grad((y * g).sum(), params, allow_unused=True)))
+        outs.append((y, torch.autograd.grad((y * g).sum() + 10 * balance, params, allow_unused=True)))
     return outs
 
 
@@ -149,7 +149,7 @@ def test_autocast_casts_the_op_inputs_as_linear_would():
     outs = []
     for fn in (moe, compiled(moe)):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            outs.append(fn(x, {}))
+            outs.append(fn(x)[0])
     assert outs[0].dtype == outs[1].dtype
     torch.testing.assert_close(outs[0], outs[1], rtol=2e-2, atol=2e-2)
 
@@ -162,7 +162,7 @@ def test_autocast_leaves_a_float64_model_alone():
     outs = []
     for fn in (moe, compiled(moe)):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            outs.append(fn(x, {}))
+            outs.append(fn(x)[0])
     assert outs[0].dtype == outs[1].dtype == torch.float64
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
 
@@ -185,15 +185,15 @@ def test_a_replaced_expert_layer_takes_the_gather_under_compile():
     moe.experts[1].fc = new
     assert not moe.plain_experts()
     x = torch.randn(2, 8, 24, dtype=torch.float64)
-    eager = moe(x, {})
-    torch.testing.assert_close(torch.compile(moe, backend="eager")(x, {}), eager, rtol=1e-12, atol=1e-12)
+    eager = moe(x)[0]
+    torch.testing.assert_close(torch.compile(moe, backend="eager")(x)[0], eager, rtol=1e-12, atol=1e-12)
     torch._dynamo.reset()  # compiled code is cached per code object, whatever the wrapper's fullgraph
     with pytest.raises(Exception, match="bincount"):  # the gather's host sync for the counts breaks the graph
-        compiled(moe)(x, {})
+        compiled(moe)(x)[0]
     torch._dynamo.reset()
     moe.experts[1].fc = old  # plain again: the op path, and the outputs move
     assert moe.plain_experts()
-    assert not torch.allclose(compiled(moe)(x, {}), eager)
+    assert not torch.allclose(compiled(moe)(x)[0], eager)
 
 
 def test_the_ops_are_marked_unsafe_for_cuda_graphs():
@@ -213,11 +213,11 @@ def test_frozen_experts_get_no_weight_gradients_and_the_same_input_gradient():
     x = torch.randn(2, 16, 24, dtype=torch.float64, requires_grad=True)
     grads = []
     for fn in (moe, compiled(moe)):
-        y = fn(x, {})
+        y = fn(x)[0]
         (gx,) = torch.autograd.grad(y.square().sum(), [x])
         grads.append(gx)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-12)
-    y = compiled(moe)(x, {})
+    y = compiled(moe)(x)[0]
     y.square().sum().backward()
     assert all(p.grad is None for p in moe.experts.parameters())
     assert moe.router.weight.grad is not None

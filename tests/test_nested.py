@@ -246,7 +246,10 @@ def test_the_generated_file_is_folded_and_readable():
     assert "class Group(nn.Module):" in src and "class Local(nn.Module):" in src and "class Global(nn.Module):" in src
     assert "self.stages = nn.ModuleList([Group(config) for _ in range(config.n_group)])" in src
     assert "self.stages = nn.ModuleList([Local(config) for _ in range(config.n_local)] + [Global(config)])" in src
-    assert "for stage in self.stages[:self.config.n_local]:" in src and "x = self.stages[self.config.n_local](" in src
+    assert "for stage in self.stages[:self.config.n_local]:" in src and "x, losses = self.stages[self.config.n_local](" in src
+    # the global layer's MoE returns its balance loss; each level files it under its path, explicitly
+    assert 'aux.update({f"stages.{self.config.n_local}.{name}": loss for name, loss in losses.items()})' in src
+    assert 'aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})' in src and "named_modules" not in src
     assert src.count("class Local(") == 1 and "stages.11" not in src  # folded: one class per stage, no unrolled layer
     assert "n_group: int = 4" in src and "n_local: int = 3" in src
     assert "return self.init_std / math.sqrt(2 * self.n_group * self.n_local + 2 * self.n_group)" in src
@@ -616,7 +619,7 @@ def test_a_repeated_group_is_counted_by_its_own_name_not_n_layer():
     src = codegen(cyclelang.parse(text))
     assert "n_pair: int = 3  # instances of stage pair" in src and "n_layer" not in src
     assert "self.stages = nn.ModuleList([Pair(config) for _ in range(config.n_pair)])" in src
-    assert "x = self.stages[0](" in src and "x = self.stages[1](" in src  # the pair's two layers, no count to read
+    assert "x = self.stages[0](" in src and "x, losses = self.stages[1](" in src  # the pair's two layers, no count to read (the MoE one returns its loss)
     mod = load_source(src, "pairs")
     small = mod.Model(mod.Config(n_pair=2))
     assert len(small.stages) == 2 and all(len(p.stages) == 2 for p in small.stages)

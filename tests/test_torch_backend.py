@@ -357,8 +357,8 @@ def test_detach_cuts_the_gradient_into_the_branch_input():
     model = small(ROOT / "specs" / "gas_generator.cycle")
     tap = model.stages[-1]
     x = torch.randn(2, 8, 96, requires_grad=True)
-    aux = {}
-    y = tap(x, aux)  # a stage's forward takes only what it uses: here the overboard head's aux
+    y, aux = tap(x)  # a stage's forward takes only what it uses; it returns its auxiliary outputs by name
+    assert list(aux) == ["probe"]  # the overboard head's output, under its branch's name
     g = torch.randn_like(y)
     y.backward(g)
     assert torch.equal(x.grad, g)  # only the main line carries gradient back
@@ -452,13 +452,12 @@ def test_moe_balance_capacity_and_dropless_eval():
     model = small(ROOT / "specs" / "moe.cycle")
     moe = model.stages[0].burn.moe
     x = torch.randn(2, 16, 96)
-    aux = {}
-    y_train = moe.train()(x, aux)
+    y_train, balance = moe.train()(x)
     probs = torch.softmax(moe.router(x.view(-1, 96)), -1)
     top = probs.topk(2, -1).indices
     frac = torch.nn.functional.one_hot(top, 8).float().sum(1).mean(0) / 2
-    assert aux[moe.key].item() == pytest.approx(0.01 * 8 * (frac * probs.mean(0)).sum().item(), rel=1e-5)
-    y_eval = moe.eval()(x, {})
+    assert balance.item() == pytest.approx(0.01 * 8 * (frac * probs.mean(0)).sum().item(), rel=1e-5)
+    y_eval, _ = moe.eval()(x)
     # dropless eval: every token gets its two experts, weights renormalised
     w = probs.gather(1, top)
     w = w / w.sum(-1, keepdim=True)

@@ -19,10 +19,10 @@ import textwrap
 import pytest
 
 import cyclelang
-from cyclelang.backends.torch.codegen import codegen
+from cyclelang.backends.torch.codegen import codegen, make_plan
 
-from .conftest import ROOT, SPECS, need, spec_id
-from .test_torch_backend import shrink, tokens
+from .conftest import ROOT, SPECS, need, shrink as shrink_text, spec_id
+from .test_torch_backend import _SHRINK, shrink, tokens
 
 torch = need("torch")
 from cyclelang.backends.torch.build import build, load_source  # noqa: E402
@@ -36,25 +36,14 @@ def defaults(config) -> dict:
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
 
-# Issue 20 is open for these: the ssm, linear-attention and latent-attention emitters (issue 14)
-# do not yet give their sizes to Config (OpEmitter.sizes), so their modules keep literals.
-# Strict: the day they do, these cases pass and the marker must go.
-_LITERAL_KINDS = {"mamba2", "expander", "deepseek_v2", "jamba"}
-
-
-def config_driven(specs):
-    return [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="issue 20: this mixer's emitter keeps literal sizes"))
-            if p.stem in _LITERAL_KINDS else p for p in specs]
-
-
-
-@pytest.mark.parametrize("path", config_driven(SPECS), ids=spec_id)
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
 def test_a_changed_config_is_the_changed_spec_bit_for_bit(path):
     """Model(Config(**the shrunk spec's sizes)) from the full-size file == build(shrunk spec)."""
     full = module_of(path)
-    text = shrink(path)  # width 96, two layers, hidden=128 where the spec gives hidden=
-    if any(f.name.endswith("_ratio") for f in dataclasses.fields(full.Config)):
-        text = text.replace("hidden=128", "hidden=192")  # a hidden width the spec gives as a multiple of the width stays one
+    width = cyclelang.load(path).engine.width
+    # width 96, two layers; a hidden width the spec gives as a multiple of the width stays one, any other becomes 128
+    text = shrink_text(path, [(pat, repl) for pat, repl in _SHRINK if pat != r"hidden=\d+"] + [
+        (r"hidden=(\d+)", lambda m: f"hidden={int(m.group(1)) // width * 96}" if int(m.group(1)) % width == 0 else "hidden=128")])
     small_spec = cyclelang.parse(text)
     small_sizes = defaults(load_source(codegen(small_spec), path.stem + "_small").Config())
     assert set(small_sizes) == {f.name for f in dataclasses.fields(full.Config)}  # the same fields, other values
@@ -119,22 +108,20 @@ def test_full_size_config_default_has_the_builds_shapes(path):
     assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in ref.state_dict().items()}
 
 
-@pytest.mark.parametrize("path", config_driven(SPECS), ids=spec_id)
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
 def test_half_width_two_layers_builds_and_trains_a_step(path):
     mod = module_of(path)
     base = mod.Config()
-    depth = {f.name: 2 for f in dataclasses.fields(base) if f.name == "n_layer" or f.name.startswith("n_") and f.name not in ("n_head", "n_kv_head", "n_expert")}
+    plan = make_plan(cyclelang.load(path))
+    depth = {sp.n.name: 2 for sp in [*plan.groups, *plan.stages] if sp.n is not None}  # n_layer, n_<stage>, or the spec's let (`depth`)
     assert depth, "every library spec repeats a stage"
     config = mod.Config(width=base.width // 2, vocab_size=256, context=16, **depth)
     torch.manual_seed(0)
     model = mod.Model(config).train()
     assert model.feed.tok.weight.shape == (256, base.width // 2)
-    from cyclelang.backends.torch.plan import make_plan
-
     def count(sps):  # the instances of these stages in the changed config
         return sum(depth[sp.n.name] if sp.n is not None else 1 for sp in sps)
 
-    plan = make_plan(cyclelang.load(path))
     assert len(model.stages) == count(plan.top)
     for sp in (g for g in plan.groups if g.parent is None):  # a nested stage (striped): each group instance holds its stages'
         groups = [m for m in model.stages if type(m).__name__ == sp.cls]
@@ -154,7 +141,7 @@ def test_half_width_two_layers_builds_and_trains_a_step(path):
 
 def test_derived_values_follow_the_config():
     gpt2 = module_of(ROOT / "specs" / "gpt2.cycle")
-    c = gpt2.Config(n_layer=3, width=384)
+    c = gpt2.Config(depth=3, width=384)  # `let depth = 12`: the spec's name
     assert c.head_dim == 32
     assert c.cooling_std == 0.02 / (6 ** 0.5)  # GPT-2's scaled init over 2 merges per layer
     deep = module_of(ROOT / "specs" / "deepnet.cycle")
@@ -171,7 +158,7 @@ def test_derived_values_follow_the_config():
     ("llama", dict(n_kv_head=3), "n_head (8) must be divisible by n_kv_head (3)"),
     ("moe", dict(top_k=9), "top_k (9) must be at most n_expert (8)"),
     ("full_flow", dict(rotary_dims=100), "rotary_dims (100) must be even and at most head_dim (64)"),
-    ("gpt2", dict(n_layer=0), "n_layer (0) must be at least 1"),
+    ("gpt2", dict(depth=0), "depth (0) must be at least 1"),
 ])
 def test_sizes_that_break_the_specs_constraints_are_refused_by_name(spec, change, words):
     mod = module_of(ROOT / "specs" / f"{spec}.cycle")
@@ -182,22 +169,28 @@ def test_sizes_that_break_the_specs_constraints_are_refused_by_name(spec, change
 
 def constructor_literals(source: str) -> list[tuple[int, int]]:
     """(line, value) of every int literal passed straight to a call in an __init__ or reset_parameters
-    (an argument, a keyword's value, an element of a shape tuple), whose value a Config field holds."""
+    (an argument, a keyword's value, an element of a shape tuple), whose value a Config field holds;
+    and of every float literal anywhere in an __init__, reset_parameters or forward whose value a
+    Config float field holds (an eps, an init value, a gate's bias; 0.0 is every init's mean)."""
     tree = ast.parse(source)
     config = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Config")
-    held = {n.value.value for n in config.body if isinstance(n, ast.AnnAssign) and isinstance(n.value, ast.Constant)
-            and type(n.value.value) is int}
+    fields = [n.value.value for n in config.body if isinstance(n, ast.AnnAssign) and isinstance(n.value, ast.Constant)]
+    held = {v for v in fields if type(v) is int}
+    held_floats = {v for v in fields if type(v) is float and v != 0.0}
     found = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name != "Config"):
-        for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "reset_parameters")):
+        for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "reset_parameters", "forward")):
+            found += [(n.lineno, n.value) for n in ast.walk(fn) if isinstance(n, ast.Constant) and type(n.value) is float and n.value in held_floats]
+            if fn.name == "forward":
+                continue
             for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
                 args = list(call.args) + [k.value for k in call.keywords]
                 args += [e for a in args if isinstance(a, ast.Tuple) for e in a.elts]
                 found += [(a.lineno, a.value) for a in args if isinstance(a, ast.Constant) and type(a.value) is int and a.value in held]
-    return found
+    return sorted(found)
 
 
-@pytest.mark.parametrize("path", config_driven(SPECS), ids=spec_id)
+@pytest.mark.parametrize("path", SPECS, ids=spec_id)
 def test_no_constructor_carries_a_size_the_config_holds(path):
     assert constructor_literals(codegen(cyclelang.load(path))) == []
 
@@ -205,6 +198,42 @@ def test_no_constructor_carries_a_size_the_config_holds(path):
 def test_the_literal_check_can_fail():
     bad = "class Config:\n    width: int = 768\n\nclass Block:\n    def __init__(self, config):\n        self.norm = nn.LayerNorm(768)\n"
     assert constructor_literals(bad) == [(6, 768)]
+    bad = "class Config:\n    eps: float = 1e-6\n\nclass Block:\n    def forward(self, x):\n        return x / (x.sum() + 1e-6)\n"
+    assert constructor_literals(bad) == [(6, 1e-6)]
+
+
+FLOATS = """
+engine floats {
+  chamber width=64
+  throat causal
+  feed tokens vocab=96 context=16
+  stage block x 2 {
+    prechamber mix { norm rmsnorm offset=0.75  turbine attention heads=4 qk_norm qk_norm_eps=1e-5 scale=0.2  merge gate bias=-2.0 }
+    prechamber burn { norm rmsnorm offset=0.75  turbine mlp ratio=2 act=gelu  merge rezero init=0.25 }
+  }
+  norm rmsnorm
+  nozzle head scale=0.5
+}
+"""
+
+
+def test_non_size_floats_are_config_fields_and_a_changed_one_is_the_changed_spec():
+    src = codegen(cyclelang.parse(FLOATS))
+    assert constructor_literals(src) == []
+    mod = load_source(src, "floats")
+    c = mod.Config()
+    assert (c.qk_norm_eps, c.attn_scale, c.gate_bias, c.rezero_init, c.norm_offset, c.logit_scale) == (1e-5, 0.2, -2.0, 0.25, 0.75, 0.5)
+    changed = mod.Config(qk_norm_eps=1e-3, attn_scale=0.3, gate_bias=-1.0, rezero_init=0.5, norm_offset=0.5, logit_scale=0.25)
+    text = (FLOATS.replace("qk_norm_eps=1e-5", "qk_norm_eps=1e-3").replace("scale=0.2", "scale=0.3").replace("bias=-2.0", "bias=-1.0")
+            .replace("init=0.25", "init=0.5").replace("offset=0.75", "offset=0.5").replace("scale=0.5", "scale=0.25"))
+    torch.manual_seed(4)
+    ours = mod.Model(changed)
+    ref = build(cyclelang.parse(text), seed=4)
+    a, b = ours.state_dict(), ref.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    idx = tokens(ref)
+    with torch.no_grad():
+        assert torch.equal(ours.eval()(idx), ref.eval()(idx))
 
 
 def test_blocks_read_like_the_architecture():
@@ -332,3 +361,112 @@ def test_an_untied_head_after_a_narrowing_linear_reads_the_inner_width():
     assert "self.head = nn.Linear(config.inner_width, config.vocab_size" in codegen(cyclelang.parse(text))
     model = mod.Model(mod.Config(inner_width=6))
     assert model.head.in_features == 6 and model.linear.out_features == 6
+
+
+# --- the spec's let names are the config's field names -------------------------------------
+
+LETS = """
+let width = 96
+let heads = 4
+let hidden = 8 * width / 3 + 16
+let depth = 3
+let std = 0.02
+engine lets {
+  chamber width=width
+  throat causal
+  feed tokens vocab=96 context=16
+  stage block x depth {
+    prechamber mix { norm layernorm  turbine attention heads=heads }
+    prechamber burn { norm layernorm  turbine mlp hidden=hidden act=gelu }
+  }
+  norm layernorm
+  nozzle head tied
+  startup { init normal std=std }
+}
+"""
+
+
+def test_let_names_are_the_config_fields_and_derived_lets_keep_the_specs_formula():
+    src = codegen(cyclelang.parse(LETS))
+    mod = load_source(src, "lets")
+    names = {f.name for f in dataclasses.fields(mod.Config)}
+    assert {"width", "heads", "depth", "std"} <= names and "n_layer" not in names and "n_head" not in names
+    assert "hidden" not in names and "def hidden(self):" in src  # a derived let: a property over the others
+    assert "return int(8 * self.width / 3 + 16)" in src  # the spec's own formula
+    c = mod.Config(width=192, depth=2, heads=6)
+    assert c.hidden == 8 * 192 // 3 + 16
+    changed = LETS.replace("let width = 96", "let width = 192").replace("let depth = 3", "let depth = 2").replace("let heads = 4", "let heads = 6")
+    torch.manual_seed(1)
+    ours = mod.Model(c)
+    ref = build(cyclelang.parse(changed), seed=1)
+    a, b = ours.state_dict(), ref.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(width=100), "hidden = 8 * width / 3 + 16 (282.6666666666667) must be a whole number"),
+    (dict(heads=5), "width (96) must be divisible by heads (5)"),
+    (dict(depth=0), "depth (0) must be at least 1"),
+])
+def test_a_let_changed_past_the_specs_constraints_is_refused_by_name(change, words):
+    mod = load_source(codegen(cyclelang.parse(LETS)), "lets_refused")
+    with pytest.raises(ValueError) as err:
+        mod.Config(**change)
+    assert words in str(err.value)
+
+
+def test_let_names_that_python_reserves_or_the_config_holds_are_made_safe():
+    text = LETS.replace("let heads = 4", "let lambda = 4").replace("heads=heads", "heads=lambda").replace("let depth = 3", "let self = 3").replace(
+        "x depth", "x self")
+    src = codegen(cyclelang.parse(text))
+    mod = load_source(src, "lets_safe")
+    names = {f.name for f in dataclasses.fields(mod.Config)}
+    assert {"lambda_", "self_"} <= names
+    assert len(mod.Model(mod.Config(self_=1)).stages) == 1
+
+
+def test_a_let_a_size_no_longer_holds_names_nothing():
+    """A pass that changes a size keeps the node's let_names: the field must not take the let's name."""
+    spec = cyclelang.parse(LETS)
+    e = spec.engine
+    st = e.body[0]
+    st2 = st.model_copy(update=dict(repeat=5))
+    spec2 = spec.model_copy(update=dict(engine=e.model_copy(update=dict(body=[st2, *e.body[1:]]))))
+    names = {f.name for f in dataclasses.fields(load_source(codegen(spec2), "lets_stale").Config)}
+    assert "depth" not in names and "n_layer" in names
+
+
+def test_nested_stages_counts_are_config_fields_named_by_the_specs_lets():
+    """A stage of stages: each level's repeat count is a field (here the spec's lets), a changed
+    count is the changed spec bit for bit, and each MoE's balance loss is filed under its
+    instance's nested path, level by level."""
+    from .test_nested import GLOBAL_BODY, TEMPLATE, engine
+
+    def spec(groups: int, local: int) -> str:
+        return f"let groups = {groups}\nlet local_layers = {local}\n" + TEMPLATE + engine("""
+  stage group x groups {
+    stage local = local_block(heads=4) x local_layers
+    stage global """ + GLOBAL_BODY + """
+  }""")
+
+    src = codegen(cyclelang.parse(spec(3, 2)))
+    mod = load_source(src, "nest_lets")
+    names = {f.name for f in dataclasses.fields(mod.Config)}
+    assert {"groups", "local_layers"} <= names and not {"n_group", "n_local"} & names
+    assert "self.stages = nn.ModuleList([Group(config) for _ in range(config.groups)])" in src
+    assert "return self.init_std / math.sqrt(2 * self.groups * self.local_layers + 2 * self.groups)" in src  # cooling over every layer
+    torch.manual_seed(2)
+    ours = mod.Model(mod.Config(groups=2, local_layers=1)).train()
+    ref = build(cyclelang.parse(spec(2, 1)), seed=2).train()
+    a, b = ours.state_dict(), ref.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    idx = tokens(ref)
+    torch.manual_seed(0)
+    la = ours(idx, targets=idx)
+    torch.manual_seed(0)
+    lb = ref(idx, targets=idx)
+    assert torch.equal(la[1], lb[1])
+    assert list(ours.aux_losses) == ["stages.0.stages.1.burn.moe", "stages.1.stages.1.burn.moe"]
+    for name, loss in ours.aux_losses.items():  # the name is the MoE's own path
+        moe = ours.get_submodule(name)
+        assert type(moe).__name__.startswith("Moe") and loss.ndim == 0 and loss > 0

@@ -32,6 +32,7 @@ times each runs in all.
 
 from __future__ import annotations
 
+import ast as pyast
 import math
 import re
 from typing import Annotated, Literal, Union
@@ -46,7 +47,7 @@ __all__ = [
     "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
-    "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Engine", "Spec", "out_width", "validate",
+    "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
     "MAX_STAGE_DEPTH", "MAX_LAYERS", "leaf_stages",
 ]
 
@@ -95,6 +96,14 @@ class Node(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     span: SkipJsonSchema[Span | None] = Field(default=None, exclude=True, repr=False)
+    # Provenance like the span, and like it out of the dump: the options of this node that the
+    # spec wrote as a `let`'s name, (option, let) pairs (`heads=heads`, a stage's `x depth` is
+    # ("repeat", "depth")); back-ends name what they make after them (the torch Config's fields).
+    let_names: SkipJsonSchema[tuple[tuple[str, str], ...]] = Field(default=(), exclude=True, repr=False)
+
+    def let_of(self, option: str) -> str | None:
+        """The let the spec wrote this option with, or None (a number, or an expression)."""
+        return next((let for o, let in self.let_names if o == option), None)
 
     def check(self) -> None:
         """This node's own invariants (its children check theirs); raises ValueError. A class
@@ -699,6 +708,53 @@ class Startup(Node):
             raise ValueError("mup scales a normal init: it needs 'init normal'")
 
 
+# A let's formula is the spec's arithmetic in Python's syntax, over names only: nothing else
+# may reach the text a back-end writes from it.
+_FORMULA_NODES = (pyast.Expression, pyast.BinOp, pyast.UnaryOp, pyast.Constant, pyast.Name, pyast.Load, pyast.Call, pyast.Attribute,
+                  pyast.Add, pyast.Sub, pyast.Mult, pyast.Div, pyast.FloorDiv, pyast.Mod, pyast.Pow, pyast.USub, pyast.UAdd)
+
+
+def formula_names(formula: str) -> list[str]:
+    """The names a let's formula reads, each once; ValueError if it is more than arithmetic over
+    names and numbers (`math.sqrt(x)` is its one call)."""
+    try:
+        tree = pyast.parse(formula, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"formula {formula!r} is not an expression") from None
+    names: list[str] = []
+    for n in pyast.walk(tree):
+        if not isinstance(n, _FORMULA_NODES):
+            raise ValueError(f"formula {formula!r} holds {type(n).__name__}: only arithmetic over names and numbers")
+        if isinstance(n, pyast.Constant) and (type(n.value) not in (int, float)):
+            raise ValueError(f"formula {formula!r} holds a {type(n.value).__name__} constant")
+        if isinstance(n, pyast.Call) and not (pyast.unparse(n.func) == "math.sqrt" and len(n.args) == 1 and not n.keywords):
+            raise ValueError(f"formula {formula!r}: math.sqrt(x) is the only call")
+        if isinstance(n, pyast.Attribute) and pyast.unparse(n) != "math.sqrt":
+            raise ValueError(f"formula {formula!r}: math.sqrt is the only attribute")
+        if isinstance(n, pyast.Name) and n.id != "math":
+            _name(n.id, "name")
+            if n.id not in names:
+                names.append(n.id)
+    return names
+
+
+class Let(Node):
+    """A `let` of the spec, kept so that back-ends can name what they make after it (the torch
+    Config's fields): its value, and the spec's formula where it was computed from other lets or
+    the built-ins width, vocab and context (`let hidden = 4 * width` keeps "4 * width")."""
+
+    name: str
+    value: Union[bool, int, float]
+    formula: str | None = None  # Python's syntax over names (`sqrt(x)` is `math.sqrt(x)`); None: a number
+
+    _checked = checked()
+
+    def check(self) -> None:
+        _name(self.name, "let name")
+        if self.formula is not None:
+            formula_names(self.formula)
+
+
 class Engine(Node):
     name: str
     width: Count
@@ -707,6 +763,8 @@ class Engine(Node):
     body: list[MainOp]
     nozzle: Nozzle
     startup: Startup
+    # the spec's lets, in definition order; out of the dump, as let_names are (see Node)
+    lets: SkipJsonSchema[tuple[Let, ...]] = Field(default=(), exclude=True, repr=False)
 
     _checked = checked()
 

@@ -16,7 +16,7 @@ from typing import Sequence
 from ..diagnostics import Collector, did_you_mean
 from ..ir import Span
 from ..syntax import ast
-from .values import MAX_INT, EvalError, Keyword, Scope, evaluate, unknown_name
+from .values import MAX_INT, EvalError, Keyword, Scope, evaluate, let_ref, unknown_name
 
 _MISSING = object()
 
@@ -36,6 +36,10 @@ class Options:
                 out.error("E0202", f"option '{o.name.name}' is given twice", o.name.span, "keep one of them")
             else:
                 self.by_name[o.name.name] = o
+
+    def lets(self) -> tuple[tuple[str, str], ...]:
+        """(option, let) for each option written as a let's bare name (`ir.Node.let_names`)."""
+        return tuple((n, let) for n, o in self.by_name.items() if (let := let_ref(o.value, self.scope)) is not None)
 
     def has(self, name: str) -> bool:
         return name in self.by_name

@@ -24,7 +24,7 @@ from ..diagnostics import Collector, CycleError, did_you_mean
 from ..syntax import ast
 from ..syntax.parser import KEYWORD_HOMES, MAX_SOURCE_BYTES, parse_module
 from .options import ACTIVATIONS, MAX_CONTEXT, MAX_EXPERTS, MAX_VOCAB, MAX_WIDTH, Options  # noqa: F401 (limits re-exported)
-from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, number, whole
+from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, formula, let_ref, number, whole
 
 MAX_INCLUDE_DEPTH = 16
 MAX_INCLUDE_FILES = 256  # distinct files a spec reads through its includes (each is read once)
@@ -227,6 +227,7 @@ class _Resolver:
         self.loader = loader
         self.out = loader.out
         self.globals = Scope()
+        self.lets: dict[str, ir.Let] = {}  # every let, for the IR's provenance (`ir.Engine.lets`)
         self.templates: dict[str, ast.Template] = {}
         self.engines: list[ast.Engine] = []
         self.template_stack: list[str] = []  # the templates being expanded, outermost first
@@ -280,7 +281,11 @@ class _Resolver:
         if isinstance(v, Keyword):
             self.out.error("E0101", f"unknown name '{v.name}'", v.span, did_you_mean(v.name, scope.all_names()) or "a let binds a number or true/false")
             return
-        scope.names[name] = Binding(v, item.name.span)
+        if name in self.lets:  # an engine's let shadowing a file's: the name keeps no provenance
+            scope.names[name] = Binding(v, item.name.span)
+            return
+        scope.names[name] = Binding(v, item.name.span, let=name)
+        self.lets[name] = ir.Let(name=name, value=v, formula=formula(item.value, scope), span=item.name.span)
 
     def value(self, expr: ast.Expr, scope: Scope):
         try:
@@ -373,7 +378,9 @@ class _Resolver:
         if self.out.has_errors or width is None or feed is None or nozzle is None or startup is None:
             return None
         body = ir.passes.finalize_merges(body, startup.init)
-        return ir.Engine(name=e.name.name, width=width, throat=throat, feed=feed, body=body, nozzle=nozzle, startup=startup, span=e.span)
+        chamber = singles["chamber"]
+        return ir.Engine(name=e.name.name, width=width, throat=throat, feed=feed, body=body, nozzle=nozzle, startup=startup, span=e.span,
+                         lets=tuple(self.lets.values()), let_names=_lets(chamber.options, scope))
 
     def feed(self, d: ast.Directive, scope: Scope, width: int | None) -> ir.Feed | None:
         if d.kind.name != "tokens":
@@ -395,7 +402,8 @@ class _Resolver:
         if position == "sinusoidal" and width % 2:
             self.out.error("E0205", "sinusoidal positions need an even width", o.span_of("position"), f"the chamber width is {width}")
             return None
-        return ir.Feed(vocab=vocab, context=context, position=position, width=width, scale=scale, dropout=dropout, padding=padding, span=d.span)
+        return ir.Feed(vocab=vocab, context=context, position=position, width=width, scale=scale, dropout=dropout, padding=padding, span=d.span,
+                       let_names=o.lets())
 
     def nozzle(self, d: ast.Directive, scope, w: int | None, width: int | None, feed: ir.Feed | None) -> ir.Nozzle | None:
         if d.kind.name != "head":
@@ -413,7 +421,7 @@ class _Resolver:
             return None
         if tied and bias:
             pass  # a tied head may still learn its own bias
-        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, scale=scale, span=d.span)
+        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, scale=scale, span=d.span, let_names=o.lets())
 
     def startup(self, s: ast.Startup | None, scope, width: int | None = None) -> ir.Startup | None:
         warmup, clip, betas, decay = 0, None, (0.9, 0.999), 0.01
@@ -490,7 +498,7 @@ class _Resolver:
                 o = Options(f"init {kind}", item.options, scope, self.out, item.span)
                 std = o.get("std") if kind == "normal" else 0.02
                 o.finish()
-                init = ir.Init(kind=kind, std=std, span=item.span)
+                init = ir.Init(kind=kind, std=std, span=item.span, let_names=o.lets())
             elif key == "param":
                 kind = item.kind.name
                 if kind not in ("standard", "mup"):
@@ -596,7 +604,9 @@ class _Resolver:
         if repeat > 1 and w != w_in:
             self.out.error("E0212", f"stage '{name.name}' repeats {repeat} times but changes the width from {w_in} to {w}", s.span, "a repeated stage must end at the width it starts with")
             return None
-        return ir.Stage(name=name.name, template=template_name, repeat=repeat, width_in=w_in, width_out=w, ops=ops, span=s.span)
+        let = let_ref(s.repeat, scope)
+        return ir.Stage(name=name.name, template=template_name, repeat=repeat, width_in=w_in, width_out=w, ops=ops, span=s.span,
+                        let_names=(("repeat", let),) if let else ())
 
     def repeat(self, expr: ast.Expr, scope) -> int | None:
         """The repeat count; None (reported) when it is not a sensible whole number."""
@@ -635,7 +645,7 @@ class _Resolver:
             if v is None:
                 ok = False
             else:
-                bound[p.name.name] = Binding(v, a.span)
+                bound[p.name.name] = Binding(v, a.span, let=let_ref(a.value, scope))
         pnames = [p.name.name for p in params]
         for a in args:
             if a.name is None:
@@ -652,7 +662,7 @@ class _Resolver:
             if v is None:
                 ok = False
             else:
-                bound[a.name.name] = Binding(v, a.span)
+                bound[a.name.name] = Binding(v, a.span, let=let_ref(a.value, scope))
         for p in params:
             if p.name.name in bound:
                 continue
@@ -664,7 +674,7 @@ class _Resolver:
             if v is None:
                 ok = False
             else:
-                bound[p.name.name] = Binding(v, p.span)
+                bound[p.name.name] = Binding(v, p.span, let=let_ref(p.default, _Chain(Scope(bound), scope)))
         return bound if ok else None
 
     def fullflow(self, f: ast.Fullflow, scope, ctx, w, names) -> ir.Fullflow | None:
@@ -789,7 +799,7 @@ class _Resolver:
         elif kind == "gate":
             m = ir.GateMerge(bias=o.get("bias"), span=d.span)
         o.finish()
-        return m
+        return m.model_copy(update=dict(let_names=o.lets())) if m is not None and o.lets() else m
 
     def missing_kind(self, d: ast.Directive, kinds) -> bool:
         """`norm turbine mlp`: the kind was left out and the next keyword was read as one."""
@@ -817,7 +827,7 @@ class _Resolver:
             what = "bias" if bias else "offset"
             self.out.error("E0211", f"a norm with affine=false learns no gain, so it has no {what}", o.span_of(what), f"drop {what}=, or the affine=false")
             return None
-        return ir.Norm(type=kind, width=w, eps=eps, bias=bias, affine=affine, offset=offset, span=d.span)
+        return ir.Norm(type=kind, width=w, eps=eps, bias=bias, affine=affine, offset=offset, span=d.span, let_names=o.lets())
 
     def main_directive(self, d: ast.Directive, scope, ctx, w):
         if d.keyword == "norm":
@@ -834,7 +844,7 @@ class _Resolver:
         o = Options(f"turbine {kind}", d.options, scope, self.out, d.span)
         op = getattr(self, "t_" + kind)(o, ctx, w, d)
         o.finish()
-        return op
+        return op.model_copy(update=dict(let_names=o.lets())) if op is not None and o.lets() else op
 
     def t_attention(self, o: Options, ctx, w, d):
         if o.has("latent"):  # multi-head latent attention: a kind of its own
@@ -1132,6 +1142,11 @@ class _Chain(Scope):
 
     def all_names(self):
         return self.first.all_names() | self.second.all_names()
+
+
+def _lets(options, scope) -> tuple[tuple[str, str], ...]:
+    """(option, let) for the options written as a let's bare name (`ir.Node.let_names`)."""
+    return tuple((o.name.name, let) for o in options if (let := let_ref(o.value, scope)) is not None)
 
 
 def _divisor_hint(w: int, heads: int) -> str:

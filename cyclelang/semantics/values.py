@@ -9,6 +9,7 @@ a name that is not defined.
 
 from __future__ import annotations
 
+import ast as pyast
 import math
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ Value = int | float | bool | Keyword
 class Binding:
     value: Value
     span: Span | None  # where it was defined; None for built-ins
+    let: str | None = None  # the `let` this name is (a template parameter bound to a let's bare name: that let)
 
 
 class EvalError(Exception):
@@ -143,6 +145,45 @@ def evaluate(expr: ast.Expr, scope: Scope) -> Value:
     except OverflowError:
         raise EvalError("E0210", "the result is out of range", expr.span) from None
     return _check(r, expr.span)
+
+
+BUILTINS = ("width", "vocab", "context")  # the names an engine's lets may read besides other lets
+
+
+def formula(expr: ast.Expr, scope: Scope) -> str | None:
+    """A let's expression as Python text over the lets and built-ins it reads, for back-ends that
+    keep the spec's arithmetic (`ir.Let.formula`); None where it is a plain number or reads a
+    name that is neither."""
+    def text(x: ast.Expr) -> str:
+        if isinstance(x, ast.Num):
+            return x.text
+        if isinstance(x, ast.Ref):
+            b = scope.lookup(x.name)
+            if b is None or (b.let is None and not (b.span is None and x.name in BUILTINS)):
+                raise LookupError(x.name)
+            return b.let or x.name
+        if isinstance(x, ast.Group):
+            return f"({text(x.inner)})"
+        if isinstance(x, ast.Sqrt):
+            return f"math.sqrt({text(x.arg)})"
+        if isinstance(x, ast.Unary):
+            return f"({x.op}{text(x.operand)})"
+        return f"({text(x.left)} {x.op} {text(x.right)})"
+
+    if isinstance(expr, ast.Num) or (isinstance(expr, ast.Unary) and isinstance(expr.operand, ast.Num)):
+        return None
+    try:
+        return pyast.unparse(pyast.parse(text(expr), mode="eval"))
+    except LookupError:
+        return None
+
+
+def let_ref(expr: ast.Expr | None, scope: Scope) -> str | None:
+    """The let an option's value names when it is a let's bare name (`heads=heads`), else None."""
+    if isinstance(expr, ast.Ref):
+        b = scope.lookup(expr.name)
+        return b.let if b is not None else None
+    return None
 
 
 def number(expr: ast.Expr, scope: Scope) -> int | float:

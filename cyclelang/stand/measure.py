@@ -71,19 +71,26 @@ def _merge_factor(stage_mod, site: BranchSite):
     return value / g.main  # alpha*x + f(x) (deepnorm): compare f(x) with alpha*x
 
 
+def first_of(out):
+    """A module's output without the auxiliary losses a stage, branch or MoE returns beside it."""
+    return out[0] if isinstance(out, tuple) else out
+
+
 def branch_hooks(branch, hook) -> list:
     """Put `hook(mod, args, out)` on a branch of the generated model as a whole: its module's
     forward, or, for a branch the stage calls op by op (an nn.ModuleDict: a norm, an op and a
-    merge need no class), the first op's input and the last op's output. Returns the handles."""
+    merge need no class), the first op's input and the last op's output. An output that comes
+    with auxiliary losses (an MoE's `(y, balance_loss)`, a branch's `(x, losses)`) is its first
+    element. Returns the handles."""
     if not isinstance(branch, torch.nn.ModuleDict):
-        return [branch.register_forward_hook(hook)]
+        return [branch.register_forward_hook(lambda mod, args, out: hook(mod, args, first_of(out)))]
     ops, seen = list(branch.values()), {}
 
     def first(mod, args):
         seen["args"] = args
 
     def last(mod, args, out):
-        hook(branch, seen.pop("args", args), out)
+        hook(branch, seen.pop("args", args), first_of(out))
 
     return [ops[0].register_forward_pre_hook(first), ops[-1].register_forward_hook(last)]
 
@@ -115,13 +122,11 @@ class Recorder:
 
     def _stage_out(self, i):
         def hook(mod, args, out):
-            self.stage_out[i] = out
+            self.stage_out[i] = first_of(out)
         return hook
 
     def _branch(self, i, attr):
         def hook(mod, args, out):
-            if out is None and isinstance(args[-1], dict):  # overboard: the exhaust is filed in aux
-                out = args[-1].get(getattr(mod, "key", None))
             self.branch_io[(i, attr)] = (args[0], out)
         return hook
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ... import ir
-from .ops import OpEmitter, call_args, if_set
+from .ops import OpEmitter, call_args, head_sizes, if_set
 from .plan import AttentionVariant, OpPlan, Plan, signature
 from .config import Sizes
 from .writer import Writer, doc_tag, num
@@ -16,20 +16,13 @@ class AttentionEmitter(OpEmitter):
     variant = AttentionVariant
 
     def sizes(self, a: ir.Attention, c: Sizes, scope) -> dict:
-        width = c.width(a.width, scope)
-        heads = c.field("n_head", a.heads, scope, "attention heads (query heads)")
-        out = {"width": width, "heads": heads}
+        out = head_sizes(a, c, scope)
+        heads, hd = out["heads"], out["head_dim"]
         if a.kv_heads == a.heads:
             out["kv_heads"] = heads
         else:
-            out["kv_heads"] = kv = c.field("n_kv_head", a.kv_heads, scope, "key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads")
+            out["kv_heads"] = kv = c.field("n_kv_head", a.kv_heads, scope, "key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads", let=a.let_of("kv_heads"))
             c.divides(kv, heads, "each key/value head serves a whole group of query heads")
-        if a.heads * a.head_dim == a.width:
-            out["head_dim"] = hd = c.prop("head_dim", a.head_dim, scope, "channels per head",
-                                          lambda: f"{width.own} // {heads.own}")
-            c.divides(heads, width, "the heads split the width evenly")
-        else:
-            out["head_dim"] = hd = c.field("head_dim", a.head_dim, scope, "channels per head")
         if a.rotary_dims:
             if a.rotary_dims == a.head_dim:
                 out["rotary_dims"] = hd
@@ -37,16 +30,20 @@ class AttentionEmitter(OpEmitter):
                 out["rotary_dims"] = rd = c.field("rotary_dims", a.rotary_dims, scope, "rotated channels of each head (partial rotary)")
                 c.check(lambda: f"{rd.own} % 2 == 0 and {rd.own} <= {hd.own}",
                         lambda: f"{rd.name} ({{{rd.own}}}) must be even and at most {hd.name} ({{{hd.own}}}): rotary turns channel pairs of a head")
-            out["rotary_base"] = c.field("rotary_base", a.rotary_base, scope, "rotary frequency base", "float")
+            out["rotary_base"] = c.field("rotary_base", a.rotary_base, scope, "rotary frequency base", "float", let=a.let_of("rotary_base"))
+        if a.scale is not None and not ir.mup.is_mup(c.e):  # under μP the scale is μP's, for the spec's width
+            out["scale"] = c.field("attn_scale", a.scale, scope, "the attention scores' scale (not 1/sqrt(head_dim))", "float", let=a.let_of("scale"))
+        if a.qk_norm:
+            out["qk_eps"] = c.field("qk_norm_eps", a.qk_norm_eps, scope, "the qk-norms' epsilon", "float", let=a.let_of("qk_norm_eps"))
         if a.window is not None:
-            out["window"] = c.field("window", a.window, scope, "sliding-window attention: keys a query may see")
+            out["window"] = c.field("window", a.window, scope, "sliding-window attention: keys a query may see", let=a.let_of("window"))
         if a.dropout > 0:
-            out["dropout"] = c.field("dropout", a.dropout, scope, "dropout rate", "float")
+            out["dropout"] = c.field("dropout", a.dropout, scope, "dropout rate", "float", let=a.let_of("dropout"))
         return out
 
     def ctor(self, o: OpPlan) -> str:
         a, s = o.op, o.args
-        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=if_set(a.qk_norm_eps, a.qk_norm), scale=if_set(o.scale, o.scale is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
+        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, scale=str(s['scale']) if 'scale' in s else if_set(o.scale, o.scale is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()

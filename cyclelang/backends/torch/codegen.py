@@ -303,9 +303,9 @@ from torch.nn import functional as F""")
                 elif f.position == "sinusoidal":
                     w('self.register_buffer("pos", sinusoids(config.context, config.width), persistent=False)')
                 if f.scale != 1.0:
-                    w("self.scale = config.feed_scale")
+                    w(f"self.scale = {self.p.feed_args['scale']}")
                 if f.dropout > 0:
-                    w("self.drop = nn.Dropout(config.feed_dropout)")
+                    w(f"self.drop = nn.Dropout({self.p.feed_args['dropout']})")
             w()
             w("def forward(self, idx):" if f.position == "none" else "def forward(self, idx, past, pos=None):")
             with out.indent():

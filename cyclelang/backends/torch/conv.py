@@ -30,7 +30,7 @@ class ConvEmitter(OpEmitter):
     variant = ConvVariant
 
     def sizes(self, op, c, scope):
-        return {"width": c.width(op.width, scope), "size": c.field("conv_size", op.size, scope, "positions each convolution filter spans")}
+        return {"width": c.width(op.width, scope), "size": c.field("conv_size", op.size, scope, "positions each convolution filter spans", let=op.let_of("size"))}
 
     def ctor(self, o: OpPlan) -> str:
         c = o.op

@@ -58,16 +58,16 @@ class LearnedGainEmitter(MergeEmitter):
 
     def sizes(self, m, b, c, totals):
         if isinstance(m, ir.RezeroMerge):
-            return {}
+            return {"init": c.field("rezero_init", m.init, (), "ReZero's starting gain (0: the branch starts closed)", "float", let=m.let_of("init"))}
         if m.init_asked is not None:
-            return {"init": c.field("layerscale_init", m.init, (), "LayerScale's starting gain", "float")}
+            return {"init": c.field("layerscale_init", m.init, (), "LayerScale's starting gain", "float", let=m.let_of("init"))}
         layers = totals.layers()
         return {"init": c.prop("layerscale_init", m.init, (), "LayerScale's starting gain: CaiT's rule by depth",
                                lambda: f"0.1 if {layers()} <= 18 else 1e-05 if {layers()} <= 24 else 1e-06")}
 
     def ctor(self, m, args):
         if isinstance(m, ir.RezeroMerge):
-            return f"nn.Parameter(torch.full((), {num(m.init)}))  # ReZero: the branch starts closed"
+            return f"nn.Parameter(torch.full((), {args['init']}))  # ReZero: the branch starts closed"
         return f"nn.Parameter(torch.full(({args['width']},), {args['init']}))  # LayerScale: per channel"
 
     def delta(self, m, attr, f):
@@ -77,19 +77,22 @@ class LearnedGainEmitter(MergeEmitter):
 class GateEmitter(MergeEmitter):
     module = "nn.Linear"
 
+    def sizes(self, m, b, c, totals):
+        return {"bias": c.field("gate_bias", m.bias, (), "the highway gate's starting bias (negative: the gate starts mostly shut)", "float", let=m.let_of("bias"))}
+
     def ctor(self, m, args):
-        return f"nn.Linear({args['width']}, {args['width']})  # highway gate; bias starts at {num(m.bias)}"
+        return f"nn.Linear({args['width']}, {args['width']})  # highway gate; its bias starts at {args['bias']}"
 
     def delta(self, m, attr, f):
         return f"torch.sigmoid(self.{attr}.{self.attr(m)}(x)) * ({f} - x)"
 
     def init(self, m, b, pre):
-        return [f"nn.init.constant_({pre}.{self.attr(m)}.bias, {num(m.bias)})  # the gate starts mostly shut"]
+        return [f"nn.init.constant_({pre}.{self.attr(m)}.bias, {b.margs['bias']})  # the gate starts mostly shut"]
 
 
 class CoolingEmitter(MergeEmitter):
     def sizes(self, m, b, c, totals):
-        base = c.init_std() if m.base_asked is None else c.field("cooling_base", m.base, (), "cooling: the std before scaling", "float")
+        base = c.init_std() if m.base_asked is None else c.field("cooling_base", m.base, (), "cooling: the std before scaling", "float", let=m.let_of("std"))
         merges = totals.merges()
         return {"std": c.prop("cooling_std", m.std, (), "cooled output projections: std / sqrt(merges into the residual stream)",
                               lambda: f"{base.own} / math.sqrt({merges()})")}
@@ -109,7 +112,7 @@ class DeepnormEmitter(MergeEmitter):
         for what, asked, value, formula in (("alpha", m.alpha_asked, m.alpha, lambda: f"(2 * ({n()})) ** 0.25"),
                                             ("beta", m.beta_asked, m.beta, lambda: f"(8 * ({n()})) ** -0.25")):
             if asked is not None:
-                out[what] = c.field(f"deepnorm_{what}", value, (), f"DeepNet's {what}", "float")
+                out[what] = c.field(f"deepnorm_{what}", value, (), f"DeepNet's {what}", "float", let=m.let_of(what))
             else:
                 out[what] = c.prop(f"deepnorm_{what}", value, (), f"DeepNet's {what} over N = the layers", formula)
         return out

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ... import ir
+from .config import Sizes
 from .ops import OpEmitter, call_args, if_set
 from .plan import OpPlan, Plan
 from .writer import Writer, num
@@ -37,9 +38,25 @@ class LatentAttentionVariant:
 class LatentAttentionEmitter(OpEmitter):
     variant = LatentAttentionVariant
 
+    def sizes(self, a: ir.LatentAttention, c: Sizes, scope) -> dict:
+        # the heads do not split the width here: each head's size is its own field (DeepSeek-V2: 128 heads of 128 in 5120)
+        out = {"width": c.width(a.width, scope), "heads": c.field("n_head", a.heads, scope, "attention heads", let=a.let_of("heads")),
+               "head_dim": c.field("head_dim", a.head_dim, scope, "each head's unrotated query/key channels (qk_nope_head_dim)", let=a.let_of("head_dim"))}
+        hd = out["head_dim"]
+        out["rotary_dims"] = rd = c.field("rotary_dims", a.rotary_dims, scope, "each head's decoupled rotary channels (qk_rope_head_dim)", let=a.let_of("rotary_dims"))
+        c.check(lambda: f"{rd.own} % 2 == 0 and {rd.own} >= 2",
+                lambda: f"{rd.name} ({{{rd.own}}}) must be even and at least 2: rotary turns channel pairs")
+        out["v_dim"] = hd if a.v_dim == a.head_dim else c.field("v_dim", a.v_dim, scope, "each head's value width", let=a.let_of("v_dim"))
+        out["latent"] = c.field("kv_latent", a.latent, scope, "the key/value latent's width (kv_lora_rank): what the cache keeps", let=a.let_of("latent"))
+        if a.q_latent is not None:
+            out["q_latent"] = c.field("q_latent", a.q_latent, scope, "the query latent's width (q_lora_rank)", let=a.let_of("q_latent"))
+        out["rotary_base"] = c.field("rotary_base", a.rotary_base, scope, "rotary frequency base", "float", let=a.let_of("rotary_base"))
+        out["eps"] = c.field("norm_eps", a.eps, scope, "the norms' epsilon", "float", let=a.let_of("eps"))
+        return out
+
     def ctor(self, o: OpPlan) -> str:
-        a = o.op
-        return (f"{o.cls}({call_args(num(a.width), heads=num(a.heads), head_dim=num(a.head_dim), rotary_dims=num(a.rotary_dims), v_dim=num(a.v_dim), latent=num(a.latent), q_latent=if_set(a.q_latent, a.q_latent is not None), eps=num(a.eps), bias=num(a.bias), scale=if_set(o.scale, o.scale is not None))})")
+        s = o.args
+        return (f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), head_dim=str(s['head_dim']), rotary_dims=str(s['rotary_dims']), v_dim=str(s['v_dim']), latent=str(s['latent']), q_latent=str(s['q_latent']) if 'q_latent' in s else None, eps=str(s['eps']), bias=num(o.op.bias), scale=if_set(o.scale, o.scale is not None))})")
 
     def runtime(self, a: ir.LatentAttention, causal: bool) -> tuple[str, ...]:
         return ("rotary_tables", "apply_rotary_interleaved") + (("causal_mask",) if a.mask == "causal" and causal else ())
@@ -48,9 +65,8 @@ class LatentAttentionEmitter(OpEmitter):
         return [f"nn.init.normal_({a}.o_proj.weight, mean=0.0, std={std})"]
 
     def deepnorm_init(self, a, op, beta):
-        v = op.heads * op.v_dim
-        return [f"{a}.kv_b_proj.weight.view({op.heads}, {op.head_dim + op.v_dim}, -1)[:, {op.head_dim}:].mul_({beta})  # v",
-                f"{a}.o_proj.weight.mul_({beta})  # {v} inputs"]
+        return [f"{a}.kv_b_proj.weight.view({a}.heads, {a}.head_dim + {a}.v_dim, -1)[:, {a}.head_dim :].mul_({beta})  # v",
+                f"{a}.o_proj.weight.mul_({beta})"]
 
     def class_text(self, out: Writer, name: str, v: LatentAttentionVariant, plan: Plan) -> None:
         w = out.line

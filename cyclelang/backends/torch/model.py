@@ -52,15 +52,25 @@ def overboard(p: Plan) -> list[tuple[str, float | None]]:
             for b in sp.branches() if b.br.overboard]
 
 
+def instance_paths(sp: StagePlan) -> tuple[str, str]:
+    """Every instance's path of a stage, over the config's counts: an f-string's text and the
+    comprehension's loops (`stages.{i}.stages.{j}`, `for i in range(config.n_group) for j in ...`)."""
+    path, loops = [], []
+    for level, s in zip("ijklm", sp.chain()):
+        start = str(s.start)
+        if s.n is None:  # one instance: its index
+            path.append(f"stages.{start}" if start.isdigit() else f"stages.{{{start}}}")
+            continue
+        loops.append(f"for {level} in " + (f"range({s.n})" if start == "0" else f"range({start}, {start} + {s.n})"))
+        path.append(f"stages.{{{level}}}")
+    return ".".join(path), " ".join(loops)
+
+
 def model_class(out: Writer, p: Plan) -> None:
     e, w = p.engine, out.line
     dumped = overboard(p)
-    dumped_classes = [b.cls for sp in p.stages for b in sp.branches() if b.br.overboard]
     if ir.mup.is_mup(e):
         mup_tables(out, p)
-    keyed = sorted({p.turbine_classes[k] for k in p.turbine_order if isinstance(k, MoeVariant) and k.balance})
-    keyed += [b.cls for sp in p.stages for b in sp.branches() if b.br.overboard]
-
     w("class Model(nn.Module):")
     with out.indent():
         w(f'"""{e.name}: embeddings, blocks, LM head{doc_tag(e.span, "feed, stages, nozzle")}."""')
@@ -83,15 +93,11 @@ def model_class(out: Writer, p: Plan) -> None:
                 w(f"self.head = nn.Linear({p.head_width}, config.vocab_size, bias={num(nz.bias)})" + comment(nz.span, "LM head", "nozzle"), nz.span)
             elif nz.bias:
                 w("self.head_bias = nn.Parameter(torch.zeros(config.vocab_size))" + comment(nz.span, "LM head bias; its weight is the token embedding's", "nozzle, tied"), nz.span)
-            if keyed:
-                w("for name, module in self.named_modules():  # auxiliary outputs are filed under their module's name")
-                with out.indent():
-                    w(f"if isinstance(module, ({', '.join(keyed)},)):")
-                    with out.indent():
-                        w("module.key = name")
             if dumped:
                 w("# auxiliary branches: their output leaves the model, never added back; name -> loss weight (None: discarded)")
-                w(f"self.overboard = {{name: m.loss_weight for name, m in self.named_modules() if isinstance(m, ({', '.join(dumped_classes)},))}}")
+                parts = [f'{{f"{instance_paths(sp)[0]}.{b.attr}": {b.cls}.loss_weight{" " * bool(instance_paths(sp)[1])}{instance_paths(sp)[1]}}}'
+                         for sp in p.stages for b in sp.branches() if b.br.overboard]
+                w("self.overboard = " + (parts[0] if len(parts) == 1 else "{" + ", ".join(f"**{x}" for x in parts) + "}"))
             w("self.aux_losses = {}")
             if dumped:
                 w("self.exhaust = {}")
@@ -161,7 +167,7 @@ def reset_parameters(out: Writer, p: Plan) -> None:
     w("def reset_parameters(self):")
     with out.indent():
         if normal:
-            w(f'"""Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
+            w(f'"""Initialisation: weights normal(0, {p.sizes.init_std()}), biases zero (GPT-2); then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
         else:
             w('"""Initialisation: xavier_uniform weights, biases zero, embeddings normal(0, width**-0.5);')
             w(f'then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
@@ -169,11 +175,11 @@ def reset_parameters(out: Writer, p: Plan) -> None:
         out.block(f"""
 for module in self.modules():
     if isinstance(module, nn.Linear):
-        {"nn.init.normal_(module.weight, mean=0.0, std=config.init_std)" if normal else "nn.init.xavier_uniform_(module.weight)"}
+        {f"nn.init.normal_(module.weight, mean=0.0, std={p.sizes.init_std()})" if normal else "nn.init.xavier_uniform_(module.weight)"}
         if module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, mean=0.0, std={"config.init_std" if normal else "module.embedding_dim**-0.5"})""")
+        nn.init.normal_(module.weight, mean=0.0, std={p.sizes.init_std() if normal else "module.embedding_dim**-0.5"})""")
         if e.nozzle.tied and e.nozzle.bias:
             w("nn.init.zeros_(self.head_bias)")
         if e.feed.padding is not None:
@@ -261,13 +267,17 @@ B, T = idx.size()''')
                 padded = [f"(self.{pre}_cos[pos][:, None], self.{pre}_sin[pos][:, None])" for pre in pres]
                 w("if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions")
                 w("    rope = [" + ", ".join(padded) + "]")
-        w("aux = {}" + ("  # auxiliary outputs: MoE balance losses, auxiliary heads" if any("aux" in stage_params(sp) for sp in p.stages) else ""))
+        has_aux = any(sp.aux for sp in p.stages) or any(it.aux for it in p.main if isinstance(it, OpPlan))
+        w("aux = {}" + ("  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads" if has_aux else ""))
         for it in p.main:
             if isinstance(it, StagePlan):
                 stage_call(out, p, it)
             else:
                 x = emitter(it.op)
-                w(f"x = {x.call(it, 'self', 'x')}" + comment(it.op.span, *x.phrase(it.op, "engine")), it.op.span)
+                if it.aux:
+                    w(f'x, aux["{it.attr}"] = {x.call(it, "self", "x")}' + comment(it.op.span, *x.phrase(it.op, "engine")), it.op.span)
+                else:
+                    w(f"x = {x.call(it, 'self', 'x')}" + comment(it.op.span, *x.phrase(it.op, "engine")), it.op.span)
         nz = e.nozzle
         if nz.tied:
             bias = ", self.head_bias" if nz.bias else ""
@@ -275,7 +285,7 @@ B, T = idx.size()''')
         else:
             w("logits = self.head(x)  # (B, T, vocab)", nz.span)
         if nz.scale != 1.0:
-            w(f"logits = logits * {num(nz.scale)}  # the nozzle's logit scale")
+            w(f"logits = logits * {str(p.logit_scale).replace('config.', 'self.config.')}  # the LM head's logit scale")
         if ir.mup.is_mup(e):
             w("logits = logits * MUP_READOUT  # μP's readout multiplier, 1/m")
         if p.causal:

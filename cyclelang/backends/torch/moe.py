@@ -34,16 +34,16 @@ class MoeEmitter(OpEmitter):
 
     def sizes(self, m, c, scope):
         width = c.width(m.width, scope)
-        experts = c.field("n_expert", m.experts, scope, "experts per MoE layer")
-        top = c.field("top_k", m.top, scope, "experts each token is routed to")
+        experts = c.field("n_expert", m.experts, scope, "experts per MoE layer", let=m.let_of("experts"))
+        top = c.field("top_k", m.top, scope, "experts each token is routed to", let=m.let_of("top"))
         c.check(lambda: f"{top.own} <= {experts.own}", lambda: f"{top.name} ({{{top.own}}}) must be at most {experts.name} ({{{experts.own}}}): a token's experts are distinct")
-        out = {"width": width, "hidden": hidden_size(c, width, m.width, m.hidden, scope, "expert", "each expert's"), "experts": experts, "top": top}
+        out = {"width": width, "hidden": hidden_size(c, width, m.width, m.hidden, scope, "expert", "each expert's", m), "experts": experts, "top": top}
         if m.capacity is not None:
-            out["capacity"] = c.field("capacity", m.capacity, scope, "training: each expert takes at most capacity x its even share of assignments", "float")
+            out["capacity"] = c.field("capacity", m.capacity, scope, "training: each expert takes at most capacity x its even share of assignments", "float", let=m.let_of("capacity"))
         if m.shared > 0:
-            out["shared"] = c.field("shared_hidden", m.shared, scope, "the shared expert's hidden width (every token visits it)")
+            out["shared"] = c.field("shared_hidden", m.shared, scope, "the shared expert's hidden width (every token visits it)", let=m.let_of("shared"))
         if m.balance > 0:
-            out["balance"] = c.field("balance", m.balance, scope, "weight of the load-balancing loss (Switch Transformer)", "float")
+            out["balance"] = c.field("balance", m.balance, scope, "weight of the load-balancing loss (Switch Transformer)", "float", let=m.let_of("balance"))
         return out
 
     def ctor(self, o: OpPlan) -> str:
@@ -79,12 +79,9 @@ choices) and the residual line carries those tokens. Eval is dropless, so the
 model stays causal and a KV cache is exact.""")
             if v.balance:
                 out.block("""
-The load-balancing loss is the Switch Transformer's,
-balance * experts * sum_e(fraction routed to e * mean router probability of e),
-filed in aux under this module's name.""")
+Returns (y, the load-balancing loss), the Switch Transformer's:
+balance * experts * sum_e(fraction routed to e * mean router probability of e).""")
             w('"""')
-            w()
-            w("key = None  # this module's name in the model, set by Model")
             w()
             optional = [name for name, on in (("capacity", v.capacity), ("balance", v.balance), ("shared", v.shared)) if on]
             with out.constructor("width", "hidden", "experts", "top", "bias", *optional):
@@ -127,7 +124,7 @@ weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)""")
                 w("choice = torch.where(keep, choice, -1)  # dropped: no expert takes it")
         if v.balance:
             w("routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert")
-            w("aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
+            w("balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
         out.block("""
 flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
 order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first""")
@@ -153,9 +150,10 @@ y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(cou
             w("shared = self.shared(x)  # (N, C): the shared expert, for every token")
             if v.shared_gate:
                 w("shared = torch.sigmoid(self.shared_gate(x)) * shared")
-            w("return (out + shared).view(B, T, C)")
+            w("y = (out + shared).view(B, T, C)")
         else:
-            w("return y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)")
+            w("y = y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)")
+        w("return y, balance_loss" if v.balance else "return y")
 
     def compiled(self, out: Writer, v: MoeVariant, expert: str) -> None:
         out.block(f'''

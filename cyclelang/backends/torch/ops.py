@@ -52,8 +52,8 @@ class OpEmitter:
         return o.cls
 
     def call(self, o: OpPlan, owner: str, x: str) -> str:
-        """The expression applying the op to `x`: x, then rope, cache, aux as its variant takes them."""
-        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "mask": "mask", "aux": "aux"}
+        """The expression applying the op to `x`: x, then rope, cache, mask as its variant takes them."""
+        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "mask": "mask"}
         return f"{owner}.{o.attr}({', '.join([x] + [extra[i] for i in o.inputs])})"
 
     def phrase(self, op, place: str) -> tuple[str, str]:
@@ -83,12 +83,15 @@ class NormEmitter(OpEmitter):
               "engine": ("final norm", "valve on the main line")}
 
     def sizes(self, op, c, scope):
-        return {"width": c.width(op.width, scope), "eps": c.field("norm_eps", op.eps, scope, "the norms' epsilon", "float")}
+        out = {"width": c.width(op.width, scope), "eps": c.field("norm_eps", op.eps, scope, "the norms' epsilon", "float", let=op.let_of("eps"))}
+        if op.offset:
+            out["offset"] = c.field("norm_offset", op.offset, scope, "the norms' gain is norm_offset + w (Gemma: 1, w starting at 0)", "float", let=op.let_of("offset"))
+        return out
 
     def ctor(self, o: OpPlan) -> str:
         op, s = o.op, o.args
         if op.offset:
-            return f"OffsetRMSNorm({s['width']}, eps={s['eps']}, offset={num(op.offset)})"
+            return f"OffsetRMSNorm({s['width']}, eps={s['eps']}, offset={s['offset']})"
         if not op.affine:
             return f"{self.module(o)}({s['width']}, eps={s['eps']}, elementwise_affine=False)"
         if op.type == "layernorm":
@@ -109,7 +112,7 @@ class NormEmitter(OpEmitter):
 
 class LinearEmitter(OpEmitter):
     def sizes(self, op, c, scope):
-        return {"width": c.width(op.width, scope), "out": c.width(op.out, scope)}
+        return {"width": c.width(op.width, scope), "out": c.width(op.out, scope, let=op.let_of("out"))}
 
     def ctor(self, o: OpPlan) -> str:
         return f"nn.Linear({o.args['width']}, {o.args['out']}, bias={num(o.op.bias)})"
@@ -124,12 +127,27 @@ class LinearEmitter(OpEmitter):
         return [f"{a}.weight.mul_({beta})"]
 
 
-def hidden_size(c: Sizes, width, w: int, hidden: int, scope, base: str, what: str):
-    """A hidden width: `ratio * width` where the spec's is a whole multiple of the width w, else a width of its own."""
-    if hidden % w == 0:
-        r = c.field(f"{base}_ratio", hidden // w, scope, f"{what} hidden width = {base}_ratio x width")
+def head_sizes(op, c: Sizes, scope, heads_doc: str = "attention heads (query heads)") -> dict:
+    """width, heads and head_dim of a multi-head mixer: head_dim is width // n_head where the
+    spec's heads split the width, else a field of its own."""
+    width = c.width(op.width, scope)
+    heads = c.field("n_head", op.heads, scope, heads_doc, let=op.let_of("heads"))
+    if op.heads * op.head_dim == op.width and op.let_of("head_dim") is None:
+        hd = c.prop("head_dim", op.head_dim, scope, "channels per head", lambda: f"{width.own} // {heads.own}")
+        c.divides(heads, width, "the heads split the width evenly")
+    else:
+        hd = c.field("head_dim", op.head_dim, scope, "channels per head", let=op.let_of("head_dim"))
+    return {"width": width, "heads": heads, "head_dim": hd}
+
+
+def hidden_size(c: Sizes, width, w: int, hidden: int, scope, base: str, what: str, op=None):
+    """A hidden width: `ratio * width` where the spec's is a whole multiple of the width w, else a
+    width of its own; the spec's let where it wrote `hidden=` or `ratio=` with one."""
+    lets = {o: op.let_of(o) for o in ("hidden", "ratio")} if op is not None else {}
+    if hidden % w == 0 and not lets.get("hidden"):
+        r = c.field(f"{base}_ratio", hidden // w, scope, f"{what} hidden width = {base}_ratio x width", let=lets.get("ratio"))
         return Expr(lambda: f"{r} * {width}")
-    return c.field(f"{base}_hidden", hidden, scope, f"{what} hidden width")
+    return c.field(f"{base}_hidden", hidden, scope, f"{what} hidden width", let=lets.get("hidden"))
 
 
 class MlpEmitter(OpEmitter):
@@ -137,9 +155,9 @@ class MlpEmitter(OpEmitter):
 
     def sizes(self, m, c, scope):
         width = c.width(m.width, scope)
-        out = {"width": width, "hidden": hidden_size(c, width, m.width, m.hidden, scope, "mlp", "the MLP's")}
+        out = {"width": width, "hidden": hidden_size(c, width, m.width, m.hidden, scope, "mlp", "the MLP's", m)}
         if m.dropout > 0:
-            out["dropout"] = c.field("dropout", m.dropout, scope, "dropout rate", "float")
+            out["dropout"] = c.field("dropout", m.dropout, scope, "dropout rate", "float", let=m.let_of("dropout"))
         return out
 
     def ctor(self, o: OpPlan) -> str:
@@ -183,7 +201,7 @@ class PoolEmitter(OpEmitter):
     variant = PoolVariant
 
     def sizes(self, op, c, scope):
-        return {"size": c.field("pool_size", op.size, scope, "positions each pool averages")}
+        return {"size": c.field("pool_size", op.size, scope, "positions each pool averages", let=op.let_of("size"))}
 
     def ctor(self, o: OpPlan) -> str:
         return f"{o.cls}(size={o.args['size']})"

@@ -17,7 +17,7 @@ from typing import ClassVar, Iterator, Union
 
 from ... import ir
 from ...ir.layout import BranchLayout, Layout, Names, Part, StageLayout, layout
-from .config import WIDTH, Sizes
+from .config import WIDTH, Expr, Sizes
 from .runtime import names as runtime_names
 from .writer import camel, where
 
@@ -28,7 +28,7 @@ GLOBALS = frozenset({
     "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage next_token_loss` is a class NextTokenLoss)
 
-INPUTS = ("rope", "cache", "aux", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
+INPUTS = ("rope", "cache", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
 
 
 def signature(params) -> str:
@@ -85,7 +85,7 @@ class MoeVariant:
     base: ClassVar[str] = "Moe"
     act: str
     capacity: bool  # training drops assignments past each expert's capacity
-    balance: bool  # files a load-balancing loss in aux
+    balance: bool  # returns a load-balancing loss beside its output
     normalize: bool  # the chosen weights are renormalised to sum to 1 (for every top, as Mixtral)
     shared: bool = False  # a shared expert every token visits (Qwen2-MoE)
     shared_gate: bool = False  # ... scaled by sigmoid(w . x)
@@ -99,9 +99,12 @@ class MoeVariant:
         """Its experts are mlps of the same activation, without dropout."""
         return MlpVariant(self.act, False)
 
+    inputs: ClassVar[tuple[str, ...]] = ()
+
     @property
-    def inputs(self) -> tuple[str, ...]:
-        return ("aux",) if self.balance else ()
+    def aux(self) -> bool:
+        """Its forward returns (y, its balance loss)."""
+        return self.balance
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,11 @@ class OpPlan:
     def inputs(self) -> tuple[str, ...]:
         return self.variant.inputs if self.variant is not None else ()
 
+    @property
+    def aux(self) -> bool:
+        """Its forward returns (y, an auxiliary loss): an MoE's balance loss."""
+        return getattr(self.variant, "aux", False)
+
 
 @dataclass
 class BranchPlan:
@@ -163,9 +171,14 @@ class BranchPlan:
 
     @property
     def params(self) -> list[str]:
-        """The branch forward's parameters: x, then what its ops (and an overboard exit) take."""
-        used = {i for o in self.ops for i in o.inputs} | ({"aux"} if self.br.overboard else set())
+        """The branch forward's parameters: x, then what its ops take."""
+        used = {i for o in self.ops for i in o.inputs}
         return ["x"] + [i for i in INPUTS if i in used]
+
+    @property
+    def aux(self) -> bool:
+        """Its ops return auxiliary losses: its forward returns (x, {op: loss})."""
+        return any(o.aux for o in self.ops)
 
 
 @dataclass
@@ -183,7 +196,7 @@ class StagePlan:
     items: list  # OpPlan | BranchPlan | FullflowPlan, in source order; a group's: its stages' StagePlans
     path: str  # "stages.0-11"; nested: "stages.0-3.stages.0-2"
     n: object = None  # config.Ref of its repeat count (None: one instance)
-    start: str = "0"  # its first instance's index, over the config's counts
+    start: object = "0"  # its first instance's index, over the config's counts (str() it once the fields are named)
     branch_plans: list[BranchPlan] = field(default_factory=list)  # every branch in source order, fullflows' included
     parent: "StagePlan | None" = None  # the group it is nested in
     layout: StageLayout | None = None
@@ -205,6 +218,14 @@ class StagePlan:
     def chain(self) -> list["StagePlan"]:
         """Its groups from the outermost, then itself."""
         return ([] if self.parent is None else self.parent.chain()) + [self]
+
+    @property
+    def aux(self) -> bool:
+        """It returns (x, {name: auxiliary loss or output}): an MoE's balance loss, an overboard
+        branch's output (a group: where one of its stages does)."""
+        if self.children:
+            return any(c.aux for c in self.children)
+        return any(o.aux for o in self.ops()) or any(b.br.overboard for b in self.branch_plans)
 
     def ops(self) -> Iterator[OpPlan]:
         """Every op of the stage: stage-level ones and fullflow valves in source order, then the branches'."""
@@ -231,6 +252,8 @@ class Plan:
     head_width: object = None  # config.Ref of the nozzle's input width
     fast: bool = True  # the fused loss and the MoE's custom op (the runtime section at the end)
     rope_args: list = field(default_factory=list)  # (dims, base) config expressions per rotary table
+    feed_args: dict = field(default_factory=dict)  # the feed's config values: scale, dropout
+    logit_scale: object = None  # config.Ref of the nozzle's logit scale (None: 1)
 
     @property
     def causal(self) -> bool:
@@ -312,17 +335,17 @@ def make_plan(spec: ir.Spec) -> Plan:
     repeated = [sl for sl in every if sl.stage.repeat > 1]
     names = [sl.stage.name for sl in every]
     plans: dict[int, StagePlan] = {}
-    counts: dict[int, list[str]] = {}  # per container (a group's id, or 0 for the model): its stages' counts so far
-    for sl in every:  # each stage's depth is a field: n_layer where one stage (of ops) repeats, else n_{stage}
+    counts: dict[int, list] = {}  # per container (a group's id, or 0 for the model): its stages' counts so far
+    for sl in every:  # each stage's depth is a field: its let's name, else n_layer where one stage (of ops) repeats, else n_{stage}
         parent = plans[id(sl.parent)] if sl.parent is not None else None
         key = sl.stage.name if names.count(sl.stage.name) == 1 or parent is None else f"{parent.key}_{sl.stage.name}"
         held = counts.setdefault(id(sl.parent) if sl.parent is not None else 0, [])
-        start = " + ".join(held) or "0"
+        start = Expr(lambda before=tuple(held): " + ".join(map(str, before)) or "0")  # written once the fields are named
         if sl.stage.repeat > 1:
             name = "n_layer" if len(repeated) == 1 and not sl.children else f"n_{key}"  # a group's count is not a layer count
             within = f" in each {parent.stage.name}" if parent is not None else ""
-            n = sizes.named(name, sl.stage.repeat, f"instances of stage {sl.stage.name}{within}")
-            held.append(str(n))
+            n = sizes.named(name, sl.stage.repeat, f"instances of stage {sl.stage.name}{within}", let=sl.stage.let_of("repeat"))
+            held.append(n)
         else:
             n = None
             held.append("1")
@@ -372,11 +395,13 @@ def make_plan(spec: ir.Spec) -> Plan:
     f = e.feed
     if f.scale != 1.0:
         if f.scale == math.sqrt(e.width):
-            sizes.prop("feed_scale", f.scale, (), "token embeddings are multiplied by sqrt(width)", lambda: "math.sqrt(self.width)")
+            p.feed_args["scale"] = sizes.prop("feed_scale", f.scale, (), "token embeddings are multiplied by sqrt(width)", lambda: "math.sqrt(self.width)")
         else:
-            sizes.named("feed_scale", f.scale, "token embeddings are multiplied by this", "float")
+            p.feed_args["scale"] = sizes.named("feed_scale", f.scale, "token embeddings are multiplied by this", "float", let=f.let_of("scale"))
+    if e.nozzle.scale != 1.0:
+        p.logit_scale = sizes.named("logit_scale", e.nozzle.scale, "the LM head's logits are multiplied by this", "float", let=e.nozzle.let_of("scale"))
     if f.dropout > 0:
-        sizes.named("feed_dropout", f.dropout, "dropout on the embeddings", "float")
+        p.feed_args["dropout"] = sizes.named("feed_dropout", f.dropout, "dropout on the embeddings", "float", let=f.let_of("dropout"))
     if ir.mup.is_mup(e):  # the μP tables are written for the spec's width and depths
         for r in [WIDTH] + [sp.n for sp in [*p.groups, *p.stages] if sp.n is not None]:
             value = e.width if r is WIDTH else r.value

@@ -7,8 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import math
+
 from ... import ir
-from .ops import OpEmitter, call_args, if_set
+from .config import Expr, Sizes
+from .ops import OpEmitter, call_args, head_sizes, if_set
 from .plan import OpPlan, Plan
 from .writer import Writer, num
 
@@ -31,9 +34,36 @@ class SsmVariant:
 class SsmEmitter(OpEmitter):
     variant = SsmVariant
 
+    def sizes(self, s: ir.Ssm, c: Sizes, scope) -> dict:
+        width = c.width(s.width, scope)
+        heads = c.field("ssm_heads", s.heads, scope, "the scan's heads (Mamba-2's num_heads)", let=s.let_of("heads"))
+        out = {"width": width, "heads": heads}
+        if s.inner % s.width == 0 and s.let_of("head_dim") is None:  # Mamba's expand: the inner width is expand x width
+            expand = c.field("ssm_expand", s.inner // s.width, scope, "the scan's inner width = ssm_expand x width (Mamba's expand)", let=s.let_of("expand"))
+            out["head_dim"] = hd = c.prop("ssm_head_dim", s.head_dim, scope, "channels per scan head",
+                                          lambda: f"{expand.own} * {width.own} // {heads.own}")
+            c.check(lambda: f"({expand.own} * {width.own}) % {heads.own} == 0",
+                    lambda: f"{heads.name} ({{{heads.own}}}) must divide {expand.name} x {width.name} ({{{expand.own} * {width.own}}}): the heads split the inner width evenly")
+        else:
+            out["head_dim"] = c.field("ssm_head_dim", s.head_dim, scope, "channels per scan head", let=s.let_of("head_dim"))
+        groups = c.field("ssm_groups", s.groups, scope, "groups of heads sharing B and C (Mamba-2's n_groups)", let=s.let_of("groups"))
+        c.divides(groups, heads, "each group of scan heads shares one B and one C")
+        out.update(state=c.field("ssm_state", s.state, scope, "the state size N of each scan head (d_state)", let=s.let_of("state")), groups=groups,
+                   conv=c.field("ssm_conv", s.conv, scope, "the depthwise causal conv's kernel (d_conv)", let=s.let_of("conv")),
+                   chunk=c.field("ssm_chunk", s.chunk, scope, "positions per chunk of the training scan", let=s.let_of("chunk")),
+                   eps=c.field("norm_eps", s.eps, scope, "the norms' epsilon", "float", let=s.let_of("eps")))
+        for name, value, doc in (("dt_min", s.dt_min, "the step size's init range, log-uniform: lower end"),
+                                 ("dt_max", s.dt_max, "the step size's init range: upper end"),
+                                 ("dt_lo", s.dt_lo, "the step size is clamped to [dt_lo, dt_hi]"),
+                                 ("dt_hi", s.dt_hi, "the step size's upper clamp")):
+            out[name] = "None" if value is None else c.field(name, value, scope, doc, "float", let=s.let_of(name))
+        c.check(lambda: f"{out['dt_min'].own} <= {out['dt_max'].own}",
+                lambda: f"dt_min ({{{out['dt_min'].own}}}) must be at most dt_max ({{{out['dt_max'].own}}})")
+        return out
+
     def ctor(self, o: OpPlan) -> str:
-        s = o.op
-        return f"{o.cls}({call_args(num(s.width), heads=num(s.heads), head_dim=num(s.head_dim), state=num(s.state), groups=num(s.groups), conv=num(s.conv), chunk=num(s.chunk), bias=num(s.bias), conv_bias=num(s.conv_bias), eps=num(s.eps), dt_min=num(s.dt_min), dt_max=num(s.dt_max), dt_lo=num(s.dt_lo), dt_hi=num(s.dt_hi))})"
+        s, a = o.op, o.args
+        return f"{o.cls}({call_args(str(a['width']), **{k: str(a[k]) for k in ('heads', 'head_dim', 'state', 'groups', 'conv', 'chunk')}, bias=num(s.bias), conv_bias=num(s.conv_bias), **{k: str(a[k]) for k in ('eps', 'dt_min', 'dt_max', 'dt_lo', 'dt_hi')})})"
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
         return ("ssd_scan", "gated_rms_norm")
@@ -59,6 +89,8 @@ y_t = h_t C_t + D x_t; a gated RMSNorm of y * silu(z) per group; out_proj. Param
 names follow transformers' Mamba2Mixer. Decoding keeps the conv window and h only.
 """''')
             w()
+            w("DT_FLOOR = 1e-4  # the smallest step size dt's bias starts at (mamba_ssm's dt_init_floor)")
+            w()
             with out.constructor("width", "heads", "head_dim", "state", "groups", "conv", "chunk", "bias", "conv_bias", "eps",
                                  "dt_min", "dt_max", "dt_lo", "dt_hi"):
                 out.block('''
@@ -68,9 +100,9 @@ self.inner = heads * head_dim
 self.conv_dim = self.inner + 2 * groups * state  # the conv mixes x, B and C
 self.in_proj = nn.Linear(width, self.inner + self.conv_dim + heads, bias=bias)  # rows [z | x B C | dt]
 self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv, groups=self.conv_dim, bias=conv_bias)  # depthwise
-dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
+dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=self.DT_FLOOR)
 self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
-self.A_log = nn.Parameter(torch.log(torch.arange(1, heads + 1, dtype=torch.float32)))  # A = -exp(A_log): -1 .. -heads (S4D real)
+self.A_log = nn.Parameter(torch.log(torch.arange(heads, dtype=torch.float32) + 1))  # A = -exp(A_log): -1 .. -heads (S4D real)
 self.D = nn.Parameter(torch.ones(heads))  # the skip past the scan
 self.norm = nn.Parameter(torch.ones(self.inner))  # the gated RMSNorm's gain
 self.out_proj = nn.Linear(self.inner, width, bias=bias)''')
@@ -122,9 +154,32 @@ class Mamba1Variant:
 class Mamba1Emitter(OpEmitter):
     variant = Mamba1Variant
 
+    def sizes(self, s: ir.Mamba1, c: Sizes, scope) -> dict:
+        width = c.width(s.width, scope)
+        if s.inner % s.width == 0 and s.let_of("inner") is None:  # Mamba's expand: the inner width is expand x width
+            expand = c.field("ssm_expand", s.inner // s.width, scope, "the scan's inner width = ssm_expand x width (Mamba's expand)", let=s.let_of("expand"))
+            inner = Expr(lambda: f"{expand} * {width}")
+        else:
+            inner = c.field("ssm_inner", s.inner, scope, "the scan's inner width (channels)", let=s.let_of("inner"))
+        if s.dt_rank == math.ceil(s.width / 16) and s.let_of("dt_rank") is None:  # Mamba's default: ceil(width / 16)
+            dt_rank = c.prop("dt_rank", s.dt_rank, scope, "the step's low-rank width: ceil(width / 16)", lambda: f"math.ceil({width.own} / 16)")
+        else:
+            dt_rank = c.field("dt_rank", s.dt_rank, scope, "the step's low-rank width", let=s.let_of("dt_rank"))
+        out = {"width": width, "inner": inner, "dt_rank": dt_rank,
+               "state": c.field("ssm_state", s.state, scope, "the state size N of each channel (d_state)", let=s.let_of("state")),
+               "conv": c.field("ssm_conv", s.conv, scope, "the depthwise causal conv's kernel (d_conv)", let=s.let_of("conv")),
+               "chunk": c.field("ssm_chunk", s.chunk, scope, "positions per chunk of the training scan", let=s.let_of("chunk")),
+               "dt_min": c.field("dt_min", s.dt_min, scope, "the step size's init range, log-uniform: lower end", "float", let=s.let_of("dt_min")),
+               "dt_max": c.field("dt_max", s.dt_max, scope, "the step size's init range: upper end", "float", let=s.let_of("dt_max"))}
+        if s.norms:
+            out["eps"] = c.field("norm_eps", s.eps, scope, "the norms' epsilon", "float", let=s.let_of("eps"))
+        c.check(lambda: f"{out['dt_min'].own} <= {out['dt_max'].own}",
+                lambda: f"{out['dt_min'].name} ({{{out['dt_min'].own}}}) must be at most {out['dt_max'].name} ({{{out['dt_max'].own}}})")
+        return out
+
     def ctor(self, o: OpPlan) -> str:
-        s = o.op
-        return f"{o.cls}({call_args(num(s.width), inner=num(s.inner), state=num(s.state), dt_rank=num(s.dt_rank), conv=num(s.conv), chunk=num(s.chunk), bias=num(s.bias), conv_bias=num(s.conv_bias), eps=if_set(s.eps, s.norms), dt_min=num(s.dt_min), dt_max=num(s.dt_max))})"
+        s, a = o.op, o.args
+        return f"{o.cls}({call_args(str(a['width']), **{k: str(a[k]) for k in ('inner', 'state', 'dt_rank', 'conv', 'chunk')}, bias=num(s.bias), conv_bias=num(s.conv_bias), eps=str(a['eps']) if 'eps' in a else None, dt_min=str(a['dt_min']), dt_max=str(a['dt_max']))})"
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
         return ("selective_scan",)
@@ -153,6 +208,8 @@ the model's init of linears would otherwise reset the step size's). Decoding kee
 window and h only.
 """''')
             w()
+            w("DT_FLOOR = 1e-4  # the smallest step size dt's bias starts at (mamba_ssm's dt_init_floor)")
+            w()
             args = ["width", "inner", "state", "dt_rank", "conv", "chunk", "bias", "conv_bias"] + (["eps"] if v.norms else []) + ["dt_min", "dt_max"]
             with out.constructor(*args):
                 out.block('''
@@ -162,9 +219,9 @@ self.conv1d = nn.Conv1d(inner, inner, conv, groups=inner, bias=conv_bias)  # dep
 self.x_proj = nn.Linear(inner, dt_rank + 2 * state, bias=False)  # rows [dt | B | C]
 std = dt_rank**-0.5
 self.dt_weight = nn.Parameter(torch.empty(inner, dt_rank).uniform_(-std, std))  # the step's projection up to one per channel
-dt = torch.exp(torch.rand(inner) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
+dt = torch.exp(torch.rand(inner) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=self.DT_FLOOR)
 self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
-self.A_log = nn.Parameter(torch.log(torch.arange(1, state + 1, dtype=torch.float32)).repeat(inner, 1))  # A = -(1 .. state) per channel (S4D real)
+self.A_log = nn.Parameter(torch.log(torch.arange(state, dtype=torch.float32) + 1).repeat(inner, 1))  # A = -(1 .. state) per channel (S4D real)
 self.D = nn.Parameter(torch.ones(inner))  # the skip past the scan''')
                 if v.norms:
                     w("self.dt_layernorm = nn.RMSNorm(dt_rank, eps=eps)  # Jamba's norms on the step, B and C")
@@ -221,9 +278,14 @@ FEATURES = {"elu": "F.elu({}) + 1", "relu": "F.relu({})"}
 class LinearAttentionEmitter(OpEmitter):
     variant = LinearAttentionVariant
 
+    def sizes(self, a: ir.LinearAttention, c: Sizes, scope) -> dict:
+        out = head_sizes(a, c, scope)
+        out["chunk"] = c.field("chunk", a.chunk, scope, "positions per chunk of the training scan", let=a.let_of("chunk"))
+        return out
+
     def ctor(self, o: OpPlan) -> str:
-        a = o.op
-        return f"{o.cls}({call_args(num(a.width), heads=num(a.heads), head_dim=num(a.head_dim), chunk=num(a.chunk), bias=num(a.bias))})"
+        s = o.args
+        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), head_dim=str(s['head_dim']), chunk=str(s['chunk']), bias=num(o.op.bias))})"
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
         return ("linear_scan",) if op.causal else ()
@@ -232,8 +294,7 @@ class LinearAttentionEmitter(OpEmitter):
         return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
 
     def deepnorm_init(self, a, op, beta):
-        q = op.heads * op.head_dim
-        return [f"{a}.qkv.weight[{2 * q}:].mul_({beta})  # v", f"{a}.proj.weight.mul_({beta})"]
+        return [f"{a}.qkv.weight[2 * {a}.heads * {a}.head_dim :].mul_({beta})  # v: the last rows", f"{a}.proj.weight.mul_({beta})"]
 
     def class_text(self, out: Writer, name: str, v: LinearAttentionVariant, plan: Plan) -> None:
         w = out.line
@@ -253,6 +314,9 @@ class LinearAttentionEmitter(OpEmitter):
                 doc += ["of every position fold into one sum that each query reads" + (", normalised by phi(q) sum phi(k)." if v.normalize else ".")]
             out.block("\n".join(doc) + '\n"""')
             w()
+            if v.normalize:
+                w("EPS = 1e-6  # keeps the normaliser phi(q) z away from zero")
+                w()
             with out.constructor("width", "heads", "head_dim", "chunk", "bias"):
                 w("self.heads, self.head_dim, self.chunk = heads, head_dim, chunk")
                 w("self.qkv = nn.Linear(width, 3 * heads * head_dim, bias=bias)  # q, k, v fused")
@@ -275,6 +339,6 @@ q, k = {FEATURES[v.feature].format("q")}, {FEATURES[v.feature].format("k")}  # t
                 else:
                     w("y = q @ (k.transpose(-2, -1) @ v)  # (B, nh, T, hd): every position reads one sum over all")
                 if v.normalize:
-                    w("y = y[..., :-1] / (y[..., -1:] + 1e-6)  # divided by phi(q) z")
+                    w("y = y[..., :-1] / (y[..., -1:] + self.EPS)  # divided by phi(q) z")
                 w("y = y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
                 w("return self.proj(y)")

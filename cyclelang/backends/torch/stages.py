@@ -48,14 +48,43 @@ def inline(b: BranchPlan) -> bool:
     return not b.br.overboard and len(b.ops) <= 3 and merge_emitter(b.br.merge).ctor(b.br.merge, b.margs) is None
 
 
-def branch_call(b: BranchPlan, inp: str) -> str:
-    """The call of a branch on `inp`, from the stage's forward: its module, or its ops in turn."""
+class Temps:
+    """Fresh names for the outputs a stage's forward keeps apart (y, y2, ...): an op's output
+    that comes with an auxiliary loss."""
+
+    def __init__(self):
+        self.n = 0
+
+    def fresh(self) -> str:
+        self.n += 1
+        return "y" if self.n == 1 else f"y{self.n}"
+
+
+def aux_line(out: Writer, target: str, key: str, call: str, op) -> None:
+    """`target, aux["key"] = call`: an op that returns its output and its auxiliary loss."""
+    out.line(f'{target}, aux["{key}"] = {call}' + comment(op.span, "its output and its load-balancing loss, kept by name", kind_of(op).rocket), op.span)
+
+
+def branch_call(out: Writer, b: BranchPlan, inp: str, temps: Temps) -> str:
+    """The call of a branch on `inp`, from the stage's forward: its module, or its ops in turn.
+    An op or branch that returns auxiliary losses is called on a line of its own first, its
+    losses filed in `aux` under their names in the stage."""
     x = inp + (".detach()" if b.br.detach else "")
     if inline(b):
         for o in b.ops:
             x = emitter(o.op).call(o, f"self.{b.attr}", x)
+            if o.aux:
+                t = temps.fresh()
+                aux_line(out, t, f"{b.attr}.{o.attr}", x, o.op)
+                x = t
         return x
-    return f"self.{b.attr}({', '.join([x] + b.params[1:])})"
+    call = f"self.{b.attr}({', '.join([x] + b.params[1:])})"
+    if not b.aux:
+        return call
+    t = temps.fresh()
+    out.line(f"{t}, losses = {call}")
+    out.line(f'aux.update({{f"{b.attr}.{{name}}": loss for name, loss in losses.items()}})  # its auxiliary losses, by name')
+    return t
 
 
 def branch_ctor(out: Writer, b: BranchPlan, label: str) -> None:
@@ -79,7 +108,6 @@ def branch_class(out: Writer, b: BranchPlan) -> None:
         w(f'"""Branch {br.name}: {branch_role(br)}{doc_tag(br.span, "prechamber")}."""')
         w()
         if br.overboard:
-            w("key = None  # this module's name in the model, set by Model")
             w(f"loss_weight = {num(br.loss)}  # " + ("an auxiliary next-token head: its loss joins the total, weighted" if br.loss is not None else "dumped: no loss"))
             w()
         with out.constructor("config"):
@@ -93,30 +121,38 @@ def branch_class(out: Writer, b: BranchPlan) -> None:
         w()
         w(f"def forward(self, {signature(b.params)}):")
         with out.indent():
+            if b.aux:
+                w("aux = {}  # its ops' auxiliary losses, by name")
             for o in b.ops:
-                w(f"x = {emitter(o.op).call(o, 'self', 'x')}")
-            w("aux[self.key] = x  # an auxiliary output: kept, never added back" if br.overboard else "return x")
+                call = emitter(o.op).call(o, "self", "x")
+                if o.aux:
+                    aux_line(out, "x", o.attr, call, o.op)
+                else:
+                    w(f"x = {call}")
+            w("return x, aux" if b.aux else "return x")
     out.blank(2)
 
 
-def merge_line(branches: list[BranchPlan], inp: str) -> str:
+def merge_line(out: Writer, branches: list[BranchPlan], inp: str, temps: Temps) -> str:
     """One junction: x (scaled, for deepnorm) plus every merged branch's contribution."""
     deltas, alpha = [], None
     for b in branches:
         me = merge_emitter(b.br.merge)
-        deltas.append(me.delta(b.br.merge, b.attr, branch_call(b, inp)))
+        deltas.append(me.delta(b.br.merge, b.attr, branch_call(out, b, inp, temps)))
         alpha = alpha or me.main(b.br.merge)
     main = f"{alpha} * x" if alpha else "x"
     return f"x = {main} + " + " + ".join(deltas)
 
 
-def branch_line(out: Writer, branches: list[BranchPlan], inp: str, span, phrase: tuple[str, str]) -> None:
+def branch_line(out: Writer, branches: list[BranchPlan], inp: str, span, phrase: tuple[str, str], temps: Temps) -> None:
     for b in branches:
-        if b.br.overboard:
-            out.line(branch_call(b, inp) + comment(b.br.span, f"{b.br.name}: {merge_phrase(b.br)}", merge_rocket(b.br)), b.br.span)
+        if b.br.overboard:  # its output is kept by name, never added back
+            call = branch_call(out, b, inp, temps)
+            out.line(f'aux["{b.attr}"] = {call}' + comment(b.br.span, f"{b.br.name}: {merge_phrase(b.br)}", merge_rocket(b.br)), b.br.span)
     merged = [b for b in branches if not b.br.overboard]
     if merged:
-        out.line(merge_line(merged, inp) + comment(span, *phrase), span)
+        line = merge_line(out, merged, inp, temps)
+        out.line(line + comment(span, *phrase), span)
 
 
 def class_head(out: Writer, sp: StagePlan, what: str = "", word: str = "stage") -> None:
@@ -155,15 +191,22 @@ def stage_class(out: Writer, sp: StagePlan) -> None:
         w()
         w(f"def forward(self, {signature(stage_params(sp))}):")
         with out.indent():
+            temps = Temps()
+            if sp.aux:
+                w('"""Returns x and this block\'s auxiliary losses and outputs, by name."""')
+                w("aux = {}")
             for it in sp.items:
                 if isinstance(it, OpPlan):
                     e = emitter(it.op)
-                    w(f"x = {e.call(it, 'self', 'x')}" + comment(it.op.span, *e.phrase(it.op, "stage")), it.op.span)
+                    if it.aux:
+                        aux_line(out, "x", it.attr, e.call(it, "self", "x"), it.op)
+                    else:
+                        w(f"x = {e.call(it, 'self', 'x')}" + comment(it.op.span, *e.phrase(it.op, "stage")), it.op.span)
                 elif isinstance(it, BranchPlan):
-                    branch_line(out, [it], "x", it.br.span, (f"{it.br.name}: {merge_phrase(it.br, short=True)}", merge_rocket(it.br)))
+                    branch_line(out, [it], "x", it.br.span, (f"{it.br.name}: {merge_phrase(it.br, short=True)}", merge_rocket(it.br)), temps)
                 else:
-                    fullflow_line(out, it)
-            w("return x")
+                    fullflow_line(out, it, temps)
+            w("return x, aux" if sp.aux else "return x")
     out.blank(2)
 
 
@@ -173,7 +216,7 @@ def stage_params(sp: StagePlan) -> list[str]:
     if sp.children:
         used = {i for c in sp.children for i in stage_params(c)}
     else:
-        used = {i for o in sp.ops() for i in o.inputs} | ({"aux"} if any(b.br.overboard for b in sp.branches()) else set())
+        used = {i for o in sp.ops() for i in o.inputs}
     return ["x"] + [i for i in INPUTS if i in used]
 
 
@@ -182,7 +225,7 @@ def instances(p: Plan, sp: StagePlan, cfg: str = "config", container: str = "sel
     where it is the only stage there."""
     if (len(p.top) if sp.parent is None else len(sp.parent.children)) == 1:
         return container
-    start = sp.start.replace("config.", f"{cfg}.")
+    start = str(sp.start).replace("config.", f"{cfg}.")
     n = str(sp.n).replace("config.", f"{cfg}.")
     return f"{container}[:{n}]" if start == "0" else f"{container}[{start} : {start} + {n}]"
 
@@ -194,15 +237,30 @@ def module_list(plans: list[StagePlan]) -> str:
 
 
 def stage_call(out: Writer, p: Plan, sp: StagePlan) -> None:
-    """The forward's lines that run one stage's instances on x (a loop where it repeats)."""
+    """The forward's lines that run one stage's instances on x (a loop where it repeats); a
+    stage that returns auxiliary losses has them filed in `aux` under each instance's path."""
     st, w = sp.stage, out.line
     args = ", ".join(stage_params(sp))
+    start = str(sp.start).replace("config.", "self.config.")
+    tag = comment(st.span, f"block {st.name}", "stage")
     if sp.n is not None:
-        w(f"for stage in {instances(p, sp, 'self.config')}:" + comment(st.span, f"block {st.name}", "stage"), st.span)
-        with out.indent():
-            w(f"x = stage({args})")
+        where = instances(p, sp, "self.config")
+        if sp.aux:
+            loop = f"enumerate({where})" if start == "0" else f"enumerate({where}, start={start})"
+            w(f"for i, stage in {loop}:" + tag, st.span)
+            with out.indent():
+                w(f"x, losses = stage({args})")
+                w('aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})')
+        else:
+            w(f"for stage in {where}:" + tag, st.span)
+            with out.indent():
+                w(f"x = stage({args})")
+    elif sp.aux:
+        w(f"x, losses = self.stages[{start}]({args})" + tag, st.span)
+        index = start if start.isdigit() else "{" + start + "}"
+        w(f'aux.update({{f"stages.{index}.{{name}}": loss for name, loss in losses.items()}})')
     else:
-        w(f"x = self.stages[{sp.start.replace('config.', 'self.config.')}]({args})" + comment(st.span, f"block {st.name}", "stage"), st.span)
+        w(f"x = self.stages[{start}]({args})" + tag, st.span)
 
 
 def group_class(out: Writer, p: Plan, sp: StagePlan) -> None:
@@ -218,18 +276,21 @@ def group_class(out: Writer, p: Plan, sp: StagePlan) -> None:
         w()
         w(f"def forward(self, {signature(stage_params(sp))}):")
         with out.indent():
+            if sp.aux:
+                w('"""Returns x and its stages\' auxiliary losses and outputs, by path."""')
+                w("aux = {}")
             for c in sp.children:
                 stage_call(out, p, c)
-            w("return x")
+            w("return x, aux" if sp.aux else "return x")
     out.blank(2)
 
 
-def fullflow_line(out: Writer, ff: FullflowPlan) -> None:
+def fullflow_line(out: Writer, ff: FullflowPlan, temps: Temps) -> None:
     inp = "x"
     if ff.norm is not None:
         out.line(f"h = self.{ff.norm.attr}(x)" + comment(ff.norm.op.span, "one shared norm", "fullflow valve"), ff.norm.op.span)
         inp = "h"
-    branch_line(out, ff.branches, inp, ff.ff.span, ("parallel branches: each reads the same input, one residual add", "full flow"))
+    branch_line(out, ff.branches, inp, ff.ff.span, ("parallel branches: each reads the same input, one residual add", "full flow"), temps)
 
 
 def classes(out: Writer, p: Plan) -> None:

@@ -51,6 +51,11 @@ class Config:
     width: int = 512  # residual-stream width (d_model)
     n_layer: int = 5  # instances of stage block
     norm_eps: float = 1e-06  # the norms' epsilon
+    heads: int = 8  # attention heads
+    head_dim: int = 64  # each head's unrotated query/key channels (qk_nope_head_dim)
+    rotary_dims: int = 32  # each head's decoupled rotary channels (qk_rope_head_dim)
+    latent: int = 128  # the key/value latent's width (kv_lora_rank): what the cache keeps
+    rotary_base: float = 10000.0  # rotary frequency base
     mlp_hidden: int = 1408  # the MLP's hidden width
     n_expert: int = 16  # experts per MoE layer
     top_k: int = 4  # experts each token is routed to
@@ -62,9 +67,11 @@ class Config:
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_layer', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden', 'shared_hidden'):
+        for name in ('vocab_size', 'context', 'width', 'n_layer', 'heads', 'head_dim', 'rotary_dims', 'latent', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden', 'shared_hidden'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
+        if not (self.rotary_dims % 2 == 0 and self.rotary_dims >= 2):
+            raise ValueError(f"Config: rotary_dims ({self.rotary_dims}) must be even and at least 2: rotary turns channel pairs")
         if not (self.top_k <= self.n_expert):
             raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert ({self.n_expert}): a token's experts are distinct")
 
@@ -153,12 +160,9 @@ class Moe(nn.Module):
     experts) assignments; the overflow is dropped (first choices before second
     choices) and the residual line carries those tokens. Eval is dropless, so the
     model stays causal and a KV cache is exact.
-    The load-balancing loss is the Switch Transformer's,
-    balance * experts * sum_e(fraction routed to e * mean router probability of e),
-    filed in aux under this module's name.
+    Returns (y, the load-balancing loss), the Switch Transformer's:
+    balance * experts * sum_e(fraction routed to e * mean router probability of e).
     """
-
-    key = None  # this module's name in the model, set by Model
 
     def __init__(self, width, hidden, experts, top, bias, capacity, balance, shared):
         super().__init__()
@@ -169,7 +173,7 @@ class Moe(nn.Module):
         self.experts = nn.ModuleList([Mlp(width, hidden, bias) for _ in range(experts)])
         self.shared = Mlp(width, shared, bias)  # the shared expert: every token visits it
 
-    def forward(self, x, aux):
+    def forward(self, x):
         B, T, C = x.size()
         x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
@@ -182,7 +186,7 @@ class Moe(nn.Module):
             keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
             choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
         routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
-        aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))
+        balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
         flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
         order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
         if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
@@ -196,7 +200,8 @@ class Moe(nn.Module):
         y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
         out = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)
         shared = self.shared(x)  # (N, C): the shared expert, for every token
-        return (out + shared).view(B, T, C)
+        y = (out + shared).view(B, T, C)
+        return y, balance_loss
 
     def compiled_experts(self, xs, flat):
         """The experts under torch.compile: xs (N * k, C) are the assignments sorted by expert,
@@ -273,7 +278,7 @@ class Dense(nn.Module):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # latent attention; residual add · deepseek_v2.cycle:22 · prechamber mix
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:23 · valve
-            attn=LatentAttention(512, heads=8, head_dim=64, rotary_dims=32, v_dim=64, latent=128, eps=1e-06, bias=False),  # latent attention: positions mix through a compressed key/value latent · deepseek_v2.cycle:24 · latent injector
+            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim, rotary_dims=config.rotary_dims, v_dim=config.head_dim, latent=config.latent, eps=config.norm_eps, bias=False),  # latent attention: positions mix through a compressed key/value latent · deepseek_v2.cycle:24 · latent injector
         ))
         self.burn = nn.ModuleDict(dict(  # MLP; residual add · deepseek_v2.cycle:26 · prechamber burn
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:27 · valve
@@ -293,17 +298,20 @@ class Block(nn.Module):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # latent attention; residual add · deepseek_v2.cycle:32 · prechamber mix
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:33 · valve
-            attn=LatentAttention(512, heads=8, head_dim=64, rotary_dims=32, v_dim=64, latent=128, eps=1e-06, bias=False),  # latent attention: positions mix through a compressed key/value latent · deepseek_v2.cycle:34 · latent injector
+            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim, rotary_dims=config.rotary_dims, v_dim=config.head_dim, latent=config.latent, eps=config.norm_eps, bias=False),  # latent attention: positions mix through a compressed key/value latent · deepseek_v2.cycle:34 · latent injector
         ))
         self.burn = nn.ModuleDict(dict(  # MoE; residual add · deepseek_v2.cycle:36 · prechamber burn
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · deepseek_v2.cycle:37 · valve
             moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance, shared=config.shared_hidden),  # mixture of experts: each token goes to its top experts · deepseek_v2.cycle:38 · liquid-liquid injector
         ))
 
-    def forward(self, x, rope, cache, aux):
+    def forward(self, x, rope, cache):
+        """Returns x and this block's auxiliary losses and outputs, by name."""
+        aux = {}
         x = x + self.mix.attn(self.mix.norm(x), rope[0], cache)  # mix: residual add · deepseek_v2.cycle:32 · prechamber mix, closed cycle
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add · deepseek_v2.cycle:36 · prechamber burn, closed cycle
-        return x
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name · deepseek_v2.cycle:38 · liquid-liquid injector
+        x = x + y  # burn: residual add · deepseek_v2.cycle:36 · prechamber burn, closed cycle
+        return x, aux
 
 
 def learning_rate(step):
@@ -320,13 +328,10 @@ class Model(nn.Module):
         self.feed = Feed(config)  # token embedding · deepseek_v2.cycle:19 · tanks and pumps
         self.stages = nn.ModuleList([Dense(config)] + [Block(config) for _ in range(config.n_layer)])  # one entry per stage instance
         self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · deepseek_v2.cycle:42 · valve on the main line
-        cos, sin = rotary_tables(config.context, 32, 10000.0)
+        cos, sin = rotary_tables(config.context, config.rotary_dims, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · deepseek_v2.cycle:43 · nozzle
-        for name, module in self.named_modules():  # auxiliary outputs are filed under their module's name
-            if isinstance(module, (Moe,)):
-                module.key = name
         self.aux_losses = {}
         self.reset_parameters()
 
@@ -365,10 +370,11 @@ class Model(nn.Module):
         rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each: rotary cos and sin
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
-        aux = {}  # auxiliary outputs: MoE balance losses, auxiliary heads
+        aux = {}  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
         x = self.stages[0](x, rope, cache)  # block dense · deepseek_v2.cycle:21 · stage
-        for stage in self.stages[1 : 1 + self.config.n_layer]:  # block block · deepseek_v2.cycle:31 · stage
-            x = stage(x, rope, cache, aux)
+        for i, stage in enumerate(self.stages[1 : 1 + self.config.n_layer], start=1):  # block block · deepseek_v2.cycle:31 · stage
+            x, losses = stage(x, rope, cache)
+            aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
         x = self.norm(x)  # final norm · deepseek_v2.cycle:42 · valve on the main line
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:

@@ -53,27 +53,36 @@ def linear_scan(q, k, v, chunk, state=None, log_decay=None):
 @dataclass
 class Config:
     """Every size of the model: each module is built from these, so a smaller or larger
-    model is a different Config (`Model(Config(width=384, n_layer=2))`). Defaults are the
+    model is a different Config (`Model(Config(width=384, depth=2))`). Defaults are the
     spec's; __post_init__ refuses sizes that break the spec's own constraints."""
 
     vocab_size: int = 50257  # tokens in the vocabulary
     context: int = 4096  # the longest sequence (positions, rotary tables, the KV cache)
     width: int = 768  # residual-stream width (d_model)
-    n_layer: int = 12  # instances of stage block
+    depth: int = 12  # instances of stage block
     norm_eps: float = 1e-05  # the norms' epsilon
+    n_head: int = 12  # attention heads (query heads)
+    chunk: int = 64  # positions per chunk of the training scan
     mlp_ratio: int = 4  # the MLP's hidden width = mlp_ratio x width
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_layer', 'mlp_ratio'):
+        for name in ('vocab_size', 'context', 'width', 'depth', 'n_head', 'chunk', 'mlp_ratio'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
+        if not (self.width % self.n_head == 0):
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+
+    @property
+    def head_dim(self):
+        """Channels per head (the spec: 64)."""
+        return self.width // self.n_head
 
     @property
     def cooling_std(self):
         """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.004082482904638631)."""
-        return self.init_std / math.sqrt(2 * self.n_layer)
+        return self.init_std / math.sqrt(2 * self.depth)
 
 
 class Feed(nn.Module):
@@ -98,6 +107,8 @@ class LinearAttention(nn.Module):
     Chunked for a sequence, one step at a time when decoding: the state does not grow.
     """
 
+    EPS = 1e-6  # keeps the normaliser phi(q) z away from zero
+
     def __init__(self, width, heads, head_dim, chunk, bias):
         super().__init__()
         self.heads, self.head_dim, self.chunk = heads, head_dim, chunk
@@ -113,7 +124,7 @@ class LinearAttention(nn.Module):
         y, state = linear_scan(q, k, v, self.chunk, None if cache is None else cache.recurrent(self), self.log_decay)
         if cache is not None:
             cache.keep(self, state)  # (B, nh, hd, hd): all it remembers
-        y = y[..., :-1] / (y[..., -1:] + 1e-6)  # divided by phi(q) z
+        y = y[..., :-1] / (y[..., -1:] + self.EPS)  # divided by phi(q) z
         y = y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
         return self.proj(y)
 
@@ -178,13 +189,13 @@ class Cache:
 
 
 class Block(nn.Module):
-    """One `block` block, repeated config.n_layer times (expander.cycle:16 · stage)."""
+    """One `block` block, repeated config.depth times (expander.cycle:16 · stage)."""
 
     def __init__(self, config):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # linear attention; residual add; the output projection starts small (GPT-2's scaled init) · expander.cycle:17 · prechamber mix
             norm=nn.LayerNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · expander.cycle:18 · valve
-            attn=LinearAttention(768, heads=12, head_dim=64, chunk=64, bias=True),  # linear attention: positions mix through a fixed-size state · expander.cycle:19 · expander injector
+            attn=LinearAttention(config.width, heads=config.n_head, head_dim=config.head_dim, chunk=config.chunk, bias=True),  # linear attention: positions mix through a fixed-size state · expander.cycle:19 · expander injector
         ))
         self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · expander.cycle:22 · prechamber burn
             norm=nn.LayerNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · expander.cycle:23 · valve
@@ -209,7 +220,7 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding · expander.cycle:14 · tanks and pumps
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.n_layer)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])  # one entry per stage instance
         self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # final norm · expander.cycle:29 · valve on the main line
         self.aux_losses = {}
         self.reset_parameters()

@@ -197,7 +197,6 @@ class Block(nn.Module):
 class TapProbe(nn.Module):
     """Branch probe: linear; an auxiliary output head, its loss weighted (gas_generator.cycle:33 · prechamber)."""
 
-    key = None  # this module's name in the model, set by Model
     loss_weight = 0.1  # an auxiliary next-token head: its loss joins the total, weighted
 
     def __init__(self, config):
@@ -205,10 +204,10 @@ class TapProbe(nn.Module):
         self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # Pre-LN: the norm is on the branch · gas_generator.cycle:34 · valve
         self.linear = nn.Linear(config.width, config.vocab_size, bias=True)  # a linear projection · gas_generator.cycle:35 · duct
 
-    def forward(self, x, aux):
+    def forward(self, x):
         x = self.norm(x)
         x = self.linear(x)
-        aux[self.key] = x  # an auxiliary output: kept, never added back
+        return x
 
 
 class Tap(nn.Module):
@@ -222,10 +221,12 @@ class Tap(nn.Module):
         ))
         self.probe = TapProbe(config)  # linear; an auxiliary output head, its loss weighted · gas_generator.cycle:33 · prechamber probe
 
-    def forward(self, x, aux):
+    def forward(self, x):
+        """Returns x and this block's auxiliary losses and outputs, by name."""
+        aux = {}
         x = x + self.critic.mlp(self.critic.norm(x.detach()))  # critic: input detached (no gradient flows back through it); residual add, scaled init · gas_generator.cycle:28 · prechamber critic, open cycle, cooling
-        self.probe(x, aux)  # probe: an auxiliary output head, its loss weighted · gas_generator.cycle:33 · prechamber probe, overboard
-        return x
+        aux["probe"] = self.probe(x)  # probe: an auxiliary output head, its loss weighted · gas_generator.cycle:33 · prechamber probe, overboard
+        return x, aux
 
 
 def learning_rate(step):
@@ -242,11 +243,8 @@ class Model(nn.Module):
         self.feed = Feed(config)  # token embedding · gas_generator.cycle:12 · tanks and pumps
         self.stages = nn.ModuleList([Block(config) for _ in range(config.n_layer)] + [Tap(config)])  # one entry per stage instance
         self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # final norm · gas_generator.cycle:39 · valve on the main line
-        for name, module in self.named_modules():  # auxiliary outputs are filed under their module's name
-            if isinstance(module, (TapProbe,)):
-                module.key = name
         # auxiliary branches: their output leaves the model, never added back; name -> loss weight (None: discarded)
-        self.overboard = {name: m.loss_weight for name, m in self.named_modules() if isinstance(m, (TapProbe,))}
+        self.overboard = {f"stages.{config.n_layer}.probe": TapProbe.loss_weight}
         self.aux_losses = {}
         self.exhaust = {}
         self.reset_parameters()
@@ -292,10 +290,11 @@ class Model(nn.Module):
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx, past, pos)  # (B, T, C)
-        aux = {}  # auxiliary outputs: MoE balance losses, auxiliary heads
+        aux = {}  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
         for stage in self.stages[:self.config.n_layer]:  # block block · gas_generator.cycle:14 · stage
             x = stage(x, cache, mask)
-        x = self.stages[self.config.n_layer](x, aux)  # block tap · gas_generator.cycle:27 · stage
+        x, losses = self.stages[self.config.n_layer](x)  # block tap · gas_generator.cycle:27 · stage
+        aux.update({f"stages.{self.config.n_layer}.{name}": loss for name, loss in losses.items()})
         x = self.norm(x)  # final norm · gas_generator.cycle:39 · valve on the main line
         logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
         if cache is not None:

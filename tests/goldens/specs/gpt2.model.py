@@ -38,13 +38,13 @@ def padded_mask(keys, T, window=None):
 @dataclass
 class Config:
     """Every size of the model: each module is built from these, so a smaller or larger
-    model is a different Config (`Model(Config(width=384, n_layer=2))`). Defaults are the
+    model is a different Config (`Model(Config(width=384, depth=2))`). Defaults are the
     spec's; __post_init__ refuses sizes that break the spec's own constraints."""
 
     vocab_size: int = 50257  # tokens in the vocabulary
     context: int = 1024  # the longest sequence (positions, rotary tables, the KV cache)
     width: int = 768  # residual-stream width (d_model)
-    n_layer: int = 12  # instances of stage block
+    depth: int = 12  # instances of stage block
     norm_eps: float = 1e-05  # the norms' epsilon
     n_head: int = 12  # attention heads (query heads)
     mlp_ratio: int = 4  # the MLP's hidden width = mlp_ratio x width
@@ -52,7 +52,7 @@ class Config:
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_layer', 'n_head', 'mlp_ratio'):
+        for name in ('vocab_size', 'context', 'width', 'depth', 'n_head', 'mlp_ratio'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
@@ -66,7 +66,7 @@ class Config:
     @property
     def cooling_std(self):
         """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.004082482904638631)."""
-        return self.init_std / math.sqrt(2 * self.n_layer)
+        return self.init_std / math.sqrt(2 * self.depth)
 
 
 class Feed(nn.Module):
@@ -174,7 +174,7 @@ class Cache:
 
 
 class Block(nn.Module):
-    """One `block` block, repeated config.n_layer times (gpt2.cycle:15 · stage)."""
+    """One `block` block, repeated config.depth times (gpt2.cycle:15 · stage)."""
 
     def __init__(self, config):
         super().__init__()
@@ -205,7 +205,7 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding · gpt2.cycle:13 · tanks and pumps
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.n_layer)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])  # one entry per stage instance
         self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # final norm · gpt2.cycle:28 · valve on the main line
         self.aux_losses = {}
         self.reset_parameters()

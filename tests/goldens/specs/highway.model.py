@@ -47,6 +47,7 @@ class Config:
     norm_eps: float = 1e-05  # the norms' epsilon
     n_head: int = 4  # attention heads (query heads)
     mlp_ratio: int = 4  # the MLP's hidden width = mlp_ratio x width
+    gate_bias: float = -1.0  # the highway gate's starting bias (negative: the gate starts mostly shut)
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
@@ -174,7 +175,7 @@ class BlockMix(nn.Module):
         super().__init__()
         self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # Pre-LN: the norm is on the branch · highway.cycle:14 · valve
         self.attn = Attention(config.width, heads=config.n_head, kv_heads=config.n_head, head_dim=config.head_dim, bias=True)  # attention: the only place positions mix · highway.cycle:15 · injector
-        self.gate = nn.Linear(config.width, config.width)  # highway gate; bias starts at -1.0
+        self.gate = nn.Linear(config.width, config.width)  # highway gate; its bias starts at config.gate_bias
 
     def forward(self, x, cache, mask=None):
         x = self.norm(x)
@@ -189,7 +190,7 @@ class BlockBurn(nn.Module):
         super().__init__()
         self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # Pre-LN: the norm is on the branch · highway.cycle:19 · valve
         self.mlp = Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True)  # MLP: applied at each position on its own · highway.cycle:20 · combustor
-        self.gate = nn.Linear(config.width, config.width)  # highway gate; bias starts at -1.0
+        self.gate = nn.Linear(config.width, config.width)  # highway gate; its bias starts at config.gate_bias
 
     def forward(self, x):
         x = self.norm(x)
@@ -240,8 +241,8 @@ class Model(nn.Module):
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
         for stage in self.stages:  # block block · highway.cycle:12 · stage
-            nn.init.constant_(stage.mix.gate.bias, -1.0)  # the gate starts mostly shut
-            nn.init.constant_(stage.burn.gate.bias, -1.0)  # the gate starts mostly shut
+            nn.init.constant_(stage.mix.gate.bias, config.gate_bias)  # the gate starts mostly shut
+            nn.init.constant_(stage.burn.gate.bias, config.gate_bias)  # the gate starts mostly shut
 
     def forward(self, idx, targets=None, cache=None, attention_mask=None):
         """idx: (B, T) token ids; targets: (B, T) next tokens (-1: ignored).

@@ -86,32 +86,44 @@ class Config:
     n_jamba_block: int = 2  # instances of stage jamba_block
     n_pairs: int = 2  # instances of stage pairs in each jamba_block
     norm_eps: float = 1e-06  # the norms' epsilon
-    mlp_ratio: int = 2  # the MLP's hidden width = mlp_ratio x width
+    ssm_expand: int = 2  # the scan's inner width = ssm_expand x width (Mamba's expand)
+    ssm_state: int = 16  # the state size N of each channel (d_state)
+    ssm_conv: int = 4  # the depthwise causal conv's kernel (d_conv)
+    ssm_chunk: int = 32  # positions per chunk of the training scan
+    dt_min: float = 0.001  # the step size's init range, log-uniform: lower end
+    dt_max: float = 0.1  # the step size's init range: upper end
+    hidden: int = 1024  # the MLP's hidden width
     n_expert: int = 8  # experts per MoE layer
     top_k: int = 2  # experts each token is routed to
-    expert_ratio: int = 2  # each expert's hidden width = expert_ratio x width
     capacity: float = 1.25  # training: each expert takes at most capacity x its even share of assignments
     balance: float = 0.001  # weight of the load-balancing loss (Switch Transformer)
-    n_head: int = 8  # attention heads (query heads)
-    n_kv_head: int = 2  # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    heads: int = 8  # attention heads (query heads)
+    kv_heads: int = 2  # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_jamba_block', 'n_pairs', 'mlp_ratio', 'n_expert', 'top_k', 'expert_ratio', 'n_head', 'n_kv_head'):
+        for name in ('vocab_size', 'context', 'width', 'n_jamba_block', 'n_pairs', 'ssm_expand', 'ssm_state', 'ssm_conv', 'ssm_chunk', 'hidden', 'n_expert', 'top_k', 'heads', 'kv_heads'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
+        if not (self.dt_min <= self.dt_max):
+            raise ValueError(f"Config: dt_min ({self.dt_min}) must be at most dt_max ({self.dt_max})")
         if not (self.top_k <= self.n_expert):
             raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert ({self.n_expert}): a token's experts are distinct")
-        if not (self.n_head % self.n_kv_head == 0):
-            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head}): each key/value head serves a whole group of query heads")
-        if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+        if not (self.width % self.heads == 0):
+            raise ValueError(f"Config: width ({self.width}) must be divisible by heads ({self.heads}): the heads split the width evenly")
+        if not (self.heads % self.kv_heads == 0):
+            raise ValueError(f"Config: heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads}): each key/value head serves a whole group of query heads")
+
+    @property
+    def dt_rank(self):
+        """The step's low-rank width: ceil(width / 16) (the spec: 32)."""
+        return math.ceil(self.width / 16)
 
     @property
     def head_dim(self):
         """Channels per head (the spec: 64)."""
-        return self.width // self.n_head
+        return self.width // self.heads
 
     @property
     def cooling_std(self):
@@ -143,6 +155,8 @@ class MambaMixer(nn.Module):
     window and h only.
     """
 
+    DT_FLOOR = 1e-4  # the smallest step size dt's bias starts at (mamba_ssm's dt_init_floor)
+
     def __init__(self, width, inner, state, dt_rank, conv, chunk, bias, conv_bias, eps, dt_min, dt_max):
         super().__init__()
         self.inner, self.state, self.dt_rank, self.chunk = inner, state, dt_rank, chunk
@@ -151,9 +165,9 @@ class MambaMixer(nn.Module):
         self.x_proj = nn.Linear(inner, dt_rank + 2 * state, bias=False)  # rows [dt | B | C]
         std = dt_rank**-0.5
         self.dt_weight = nn.Parameter(torch.empty(inner, dt_rank).uniform_(-std, std))  # the step's projection up to one per channel
-        dt = torch.exp(torch.rand(inner) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
+        dt = torch.exp(torch.rand(inner) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=self.DT_FLOOR)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, state + 1, dtype=torch.float32)).repeat(inner, 1))  # A = -(1 .. state) per channel (S4D real)
+        self.A_log = nn.Parameter(torch.log(torch.arange(state, dtype=torch.float32) + 1).repeat(inner, 1))  # A = -(1 .. state) per channel (S4D real)
         self.D = nn.Parameter(torch.ones(inner))  # the skip past the scan
         self.dt_layernorm = nn.RMSNorm(dt_rank, eps=eps)  # Jamba's norms on the step, B and C
         self.b_layernorm = nn.RMSNorm(state, eps=eps)
@@ -198,12 +212,9 @@ class Moe(nn.Module):
     experts) assignments; the overflow is dropped (first choices before second
     choices) and the residual line carries those tokens. Eval is dropless, so the
     model stays causal and a KV cache is exact.
-    The load-balancing loss is the Switch Transformer's,
-    balance * experts * sum_e(fraction routed to e * mean router probability of e),
-    filed in aux under this module's name.
+    Returns (y, the load-balancing loss), the Switch Transformer's:
+    balance * experts * sum_e(fraction routed to e * mean router probability of e).
     """
-
-    key = None  # this module's name in the model, set by Model
 
     def __init__(self, width, hidden, experts, top, bias, capacity, balance):
         super().__init__()
@@ -213,7 +224,7 @@ class Moe(nn.Module):
         self.router = nn.Linear(width, experts, bias=False)
         self.experts = nn.ModuleList([Mlp(width, hidden, bias) for _ in range(experts)])
 
-    def forward(self, x, aux):
+    def forward(self, x):
         B, T, C = x.size()
         x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
@@ -226,7 +237,7 @@ class Moe(nn.Module):
             keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
             choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
         routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
-        aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))
+        balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
         flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
         order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
         if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
@@ -238,7 +249,8 @@ class Moe(nn.Module):
             token = order // self.top  # (A,) each one's token
             y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
         y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
-        return y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)
+        y = y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)
+        return y, balance_loss
 
     def compiled_experts(self, xs, flat):
         """The experts under torch.compile: xs (N * k, C) are the assignments sorted by expert,
@@ -347,11 +359,11 @@ class Dense(nn.Module):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:22 · prechamber mix
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:23 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:24 · regenerative jacket
+            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:24 · regenerative jacket
         ))
         self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:27 · prechamber burn
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:28 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:29 · combustor
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · jamba.cycle:29 · combustor
         ))
 
     def forward(self, x, cache):
@@ -367,17 +379,20 @@ class Routed(nn.Module):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:35 · prechamber mix
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:36 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:37 · regenerative jacket
+            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:37 · regenerative jacket
         ))
         self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:40 · prechamber burn
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:41 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:42 · liquid-liquid injector
+            moe=Moe(config.width, hidden=config.hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:42 · liquid-liquid injector
         ))
 
-    def forward(self, x, cache, aux):
+    def forward(self, x, cache):
+        """Returns x and this block's auxiliary losses and outputs, by name."""
+        aux = {}
         x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:35 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:40 · prechamber burn, cooling
-        return x
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name · jamba.cycle:42 · liquid-liquid injector
+        x = x + y  # burn: residual add, scaled init · jamba.cycle:40 · prechamber burn, cooling
+        return x, aux
 
 
 class Pairs(nn.Module):
@@ -387,10 +402,13 @@ class Pairs(nn.Module):
         super().__init__()
         self.stages = nn.ModuleList([Dense(config)] + [Routed(config)])  # one entry per stage instance
 
-    def forward(self, x, cache, aux):
+    def forward(self, x, cache):
+        """Returns x and its stages' auxiliary losses and outputs, by path."""
+        aux = {}
         x = self.stages[0](x, cache)  # block dense · jamba.cycle:62 · stage
-        x = self.stages[1](x, cache, aux)  # block routed · jamba.cycle:63 · stage
-        return x
+        x, losses = self.stages[1](x, cache)  # block routed · jamba.cycle:63 · stage
+        aux.update({f"stages.1.{name}": loss for name, loss in losses.items()})
+        return x, aux
 
 
 class Attention_(nn.Module):
@@ -400,11 +418,11 @@ class Attention_(nn.Module):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:48 · prechamber mix
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:49 · valve
-            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False),  # attention: the only place positions mix · jamba.cycle:50 · injector
+            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads, head_dim=config.head_dim, bias=False),  # attention: the only place positions mix · jamba.cycle:50 · injector
         ))
         self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:53 · prechamber burn
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:54 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:55 · combustor
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · jamba.cycle:55 · combustor
         ))
 
     def forward(self, x, cache, mask=None):
@@ -420,17 +438,20 @@ class Routed_(nn.Module):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:35 · prechamber mix
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:36 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:37 · regenerative jacket
+            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:37 · regenerative jacket
         ))
         self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:40 · prechamber burn
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:41 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:42 · liquid-liquid injector
+            moe=Moe(config.width, hidden=config.hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:42 · liquid-liquid injector
         ))
 
-    def forward(self, x, cache, aux):
+    def forward(self, x, cache):
+        """Returns x and this block's auxiliary losses and outputs, by name."""
+        aux = {}
         x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:35 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:40 · prechamber burn, cooling
-        return x
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name · jamba.cycle:42 · liquid-liquid injector
+        x = x + y  # burn: residual add, scaled init · jamba.cycle:40 · prechamber burn, cooling
+        return x, aux
 
 
 class Dense_(nn.Module):
@@ -440,11 +461,11 @@ class Dense_(nn.Module):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:22 · prechamber mix
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:23 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:24 · regenerative jacket
+            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:24 · regenerative jacket
         ))
         self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:27 · prechamber burn
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:28 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=False),  # MLP: applied at each position on its own · jamba.cycle:29 · combustor
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · jamba.cycle:29 · combustor
         ))
 
     def forward(self, x, cache):
@@ -460,17 +481,20 @@ class Routed__(nn.Module):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:35 · prechamber mix
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:36 · valve
-            ssm=MambaMixer(512, inner=1024, state=16, dt_rank=32, conv=4, chunk=32, bias=False, conv_bias=True, eps=1e-06, dt_min=0.001, dt_max=0.1),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:37 · regenerative jacket
+            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past · jamba.cycle:37 · regenerative jacket
         ))
         self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · jamba.cycle:40 · prechamber burn
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · jamba.cycle:41 · valve
-            moe=Moe(config.width, hidden=config.expert_ratio * config.width, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:42 · liquid-liquid injector
+            moe=Moe(config.width, hidden=config.hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · jamba.cycle:42 · liquid-liquid injector
         ))
 
-    def forward(self, x, cache, aux):
+    def forward(self, x, cache):
+        """Returns x and this block's auxiliary losses and outputs, by name."""
+        aux = {}
         x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init · jamba.cycle:35 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · jamba.cycle:40 · prechamber burn, cooling
-        return x
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name · jamba.cycle:42 · liquid-liquid injector
+        x = x + y  # burn: residual add, scaled init · jamba.cycle:40 · prechamber burn, cooling
+        return x, aux
 
 
 class Last(nn.Module):
@@ -480,10 +504,13 @@ class Last(nn.Module):
         super().__init__()
         self.stages = nn.ModuleList([Dense_(config)] + [Routed__(config)])  # one entry per stage instance
 
-    def forward(self, x, cache, aux):
+    def forward(self, x, cache):
+        """Returns x and its stages' auxiliary losses and outputs, by path."""
+        aux = {}
         x = self.stages[0](x, cache)  # block dense · jamba.cycle:62 · stage
-        x = self.stages[1](x, cache, aux)  # block routed · jamba.cycle:63 · stage
-        return x
+        x, losses = self.stages[1](x, cache)  # block routed · jamba.cycle:63 · stage
+        aux.update({f"stages.1.{name}": loss for name, loss in losses.items()})
+        return x, aux
 
 
 class JambaBlock(nn.Module):
@@ -494,13 +521,18 @@ class JambaBlock(nn.Module):
         self.config = config  # the stages' counts
         self.stages = nn.ModuleList([Pairs(config) for _ in range(config.n_pairs)] + [Attention_(config)] + [Routed_(config)] + [Last(config)])  # one entry per stage instance
 
-    def forward(self, x, cache, aux, mask=None):
-        for stage in self.stages[:self.config.n_pairs]:  # block pairs · jamba.cycle:73 · stage
-            x = stage(x, cache, aux)
+    def forward(self, x, cache, mask=None):
+        """Returns x and its stages' auxiliary losses and outputs, by path."""
+        aux = {}
+        for i, stage in enumerate(self.stages[:self.config.n_pairs]):  # block pairs · jamba.cycle:73 · stage
+            x, losses = stage(x, cache)
+            aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
         x = self.stages[self.config.n_pairs](x, cache, mask)  # block attention · jamba.cycle:74 · stage
-        x = self.stages[self.config.n_pairs + 1](x, cache, aux)  # block routed · jamba.cycle:75 · stage
-        x = self.stages[self.config.n_pairs + 1 + 1](x, cache, aux)  # block last · jamba.cycle:76 · stage
-        return x
+        x, losses = self.stages[self.config.n_pairs + 1](x, cache)  # block routed · jamba.cycle:75 · stage
+        aux.update({f"stages.{self.config.n_pairs + 1}.{name}": loss for name, loss in losses.items()})
+        x, losses = self.stages[self.config.n_pairs + 1 + 1](x, cache)  # block last · jamba.cycle:76 · stage
+        aux.update({f"stages.{self.config.n_pairs + 1 + 1}.{name}": loss for name, loss in losses.items()})
+        return x, aux
 
 
 def learning_rate(step):
@@ -518,9 +550,6 @@ class Model(nn.Module):
         self.stages = nn.ModuleList([JambaBlock(config) for _ in range(config.n_jamba_block)])  # one entry per stage instance
         self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · jamba.cycle:79 · valve on the main line
         self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · jamba.cycle:80 · nozzle
-        for name, module in self.named_modules():  # auxiliary outputs are filed under their module's name
-            if isinstance(module, (Moe,)):
-                module.key = name
         self.aux_losses = {}
         self.reset_parameters()
 
@@ -599,9 +628,10 @@ class Model(nn.Module):
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
-        aux = {}  # auxiliary outputs: MoE balance losses, auxiliary heads
-        for stage in self.stages:  # block jamba_block · jamba.cycle:72 · stage
-            x = stage(x, cache, aux, mask)
+        aux = {}  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
+        for i, stage in enumerate(self.stages):  # block jamba_block · jamba.cycle:72 · stage
+            x, losses = stage(x, cache, mask)
+            aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
         x = self.norm(x)  # final norm · jamba.cycle:79 · valve on the main line
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:

@@ -68,26 +68,46 @@ def gated_rms_norm(y, z, weight, groups, eps):
 @dataclass
 class Config:
     """Every size of the model: each module is built from these, so a smaller or larger
-    model is a different Config (`Model(Config(width=384, n_layer=2))`). Defaults are the
+    model is a different Config (`Model(Config(width=384, depth=2))`). Defaults are the
     spec's; __post_init__ refuses sizes that break the spec's own constraints."""
 
     vocab_size: int = 50288  # tokens in the vocabulary
     context: int = 2048  # the longest sequence (positions, rotary tables, the KV cache)
     width: int = 768  # residual-stream width (d_model)
-    n_layer: int = 24  # instances of stage block
+    depth: int = 24  # instances of stage block
     norm_eps: float = 1e-05  # the norms' epsilon
+    ssm_heads: int = 24  # the scan's heads (Mamba-2's num_heads)
+    ssm_expand: int = 2  # the scan's inner width = ssm_expand x width (Mamba's expand)
+    ssm_groups: int = 1  # groups of heads sharing B and C (Mamba-2's n_groups)
+    ssm_state: int = 128  # the state size N of each scan head (d_state)
+    ssm_conv: int = 4  # the depthwise causal conv's kernel (d_conv)
+    ssm_chunk: int = 256  # positions per chunk of the training scan
+    dt_min: float = 0.001  # the step size's init range, log-uniform: lower end
+    dt_max: float = 0.1  # the step size's init range: upper end
+    dt_lo: float = 0.0  # the step size is clamped to [dt_lo, dt_hi]
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_layer'):
+        for name in ('vocab_size', 'context', 'width', 'depth', 'ssm_heads', 'ssm_expand', 'ssm_groups', 'ssm_state', 'ssm_conv', 'ssm_chunk'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
+        if not ((self.ssm_expand * self.width) % self.ssm_heads == 0):
+            raise ValueError(f"Config: ssm_heads ({self.ssm_heads}) must divide ssm_expand x width ({self.ssm_expand * self.width}): the heads split the inner width evenly")
+        if not (self.ssm_heads % self.ssm_groups == 0):
+            raise ValueError(f"Config: ssm_heads ({self.ssm_heads}) must be divisible by ssm_groups ({self.ssm_groups}): each group of scan heads shares one B and one C")
+        if not (self.dt_min <= self.dt_max):
+            raise ValueError(f"Config: dt_min ({self.dt_min}) must be at most dt_max ({self.dt_max})")
+
+    @property
+    def ssm_head_dim(self):
+        """Channels per scan head (the spec: 64)."""
+        return self.ssm_expand * self.width // self.ssm_heads
 
     @property
     def cooling_std(self):
         """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.004082482904638631)."""
-        return self.init_std / math.sqrt(self.n_layer)
+        return self.init_std / math.sqrt(self.depth)
 
 
 class Feed(nn.Module):
@@ -111,6 +131,8 @@ class Ssm(nn.Module):
     names follow transformers' Mamba2Mixer. Decoding keeps the conv window and h only.
     """
 
+    DT_FLOOR = 1e-4  # the smallest step size dt's bias starts at (mamba_ssm's dt_init_floor)
+
     def __init__(self, width, heads, head_dim, state, groups, conv, chunk, bias, conv_bias, eps, dt_min, dt_max, dt_lo, dt_hi):
         super().__init__()
         self.heads, self.head_dim, self.state, self.groups, self.chunk = heads, head_dim, state, groups, chunk
@@ -119,9 +141,9 @@ class Ssm(nn.Module):
         self.conv_dim = self.inner + 2 * groups * state  # the conv mixes x, B and C
         self.in_proj = nn.Linear(width, self.inner + self.conv_dim + heads, bias=bias)  # rows [z | x B C | dt]
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv, groups=self.conv_dim, bias=conv_bias)  # depthwise
-        dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=1e-4)
+        dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=self.DT_FLOOR)
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, heads + 1, dtype=torch.float32)))  # A = -exp(A_log): -1 .. -heads (S4D real)
+        self.A_log = nn.Parameter(torch.log(torch.arange(heads, dtype=torch.float32) + 1))  # A = -exp(A_log): -1 .. -heads (S4D real)
         self.D = nn.Parameter(torch.ones(heads))  # the skip past the scan
         self.norm = nn.Parameter(torch.ones(self.inner))  # the gated RMSNorm's gain
         self.out_proj = nn.Linear(self.inner, width, bias=bias)
@@ -192,13 +214,13 @@ class Cache:
 
 
 class Block(nn.Module):
-    """One `block` block, repeated config.n_layer times (mamba2.cycle:16 · stage)."""
+    """One `block` block, repeated config.depth times (mamba2.cycle:16 · stage)."""
 
     def __init__(self, config):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # SSM; residual add; the output projection starts small (GPT-2's scaled init) · mamba2.cycle:17 · prechamber mix
             norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · mamba2.cycle:18 · valve
-            ssm=Ssm(768, heads=24, head_dim=64, state=128, groups=1, conv=4, chunk=256, bias=False, conv_bias=True, eps=1e-05, dt_min=0.001, dt_max=0.1, dt_lo=0.0, dt_hi=None),  # selective state-space mixer: a fixed-size state carries the past · mamba2.cycle:19 · regenerative jacket
+            ssm=Ssm(config.width, heads=config.ssm_heads, head_dim=config.ssm_head_dim, state=config.ssm_state, groups=config.ssm_groups, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max, dt_lo=config.dt_lo, dt_hi=None),  # selective state-space mixer: a fixed-size state carries the past · mamba2.cycle:19 · regenerative jacket
         ))
 
     def forward(self, x, cache):
@@ -218,7 +240,7 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding · mamba2.cycle:14 · tanks and pumps
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.n_layer)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])  # one entry per stage instance
         self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · mamba2.cycle:24 · valve on the main line
         self.aux_losses = {}
         self.reset_parameters()

@@ -70,10 +70,10 @@ class Config:
         for name in ('vocab_size', 'context', 'width', 'n_layer', 'n_head', 'n_kv_head', 'mlp_hidden'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
-        if not (self.n_head % self.n_kv_head == 0):
-            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head}): each key/value head serves a whole group of query heads")
         if not (self.width % self.n_head == 0):
             raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+        if not (self.n_head % self.n_kv_head == 0):
+            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head}): each key/value head serves a whole group of query heads")
 
     @property
     def head_dim(self):

@@ -46,6 +46,7 @@ class Config:
     n_layer: int = 12  # instances of stage block
     n_head: int = 8  # attention heads (query heads)
     mlp_ratio: int = 4  # the MLP's hidden width = mlp_ratio x width
+    rezero_init: float = 0.0  # ReZero's starting gain (0: the branch starts closed)
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
@@ -172,7 +173,7 @@ class BlockMix(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.attn = Attention(config.width, heads=config.n_head, kv_heads=config.n_head, head_dim=config.head_dim, bias=True)  # attention: the only place positions mix · rezero.cycle:14 · injector
-        self.scale = nn.Parameter(torch.full((), 0.0))  # ReZero: the branch starts closed
+        self.scale = nn.Parameter(torch.full((), config.rezero_init))  # ReZero: the branch starts closed
 
     def forward(self, x, cache, mask=None):
         x = self.attn(x, cache, mask)
@@ -185,7 +186,7 @@ class BlockBurn(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.mlp = Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True)  # MLP: applied at each position on its own · rezero.cycle:18 · combustor
-        self.scale = nn.Parameter(torch.full((), 0.0))  # ReZero: the branch starts closed
+        self.scale = nn.Parameter(torch.full((), config.rezero_init))  # ReZero: the branch starts closed
 
     def forward(self, x):
         x = self.mlp(x)

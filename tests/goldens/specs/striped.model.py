@@ -85,10 +85,10 @@ class Config:
         for name in ('vocab_size', 'context', 'width', 'n_stripe', 'n_local', 'n_head', 'n_kv_head', 'window', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
-        if not (self.n_head % self.n_kv_head == 0):
-            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head}): each key/value head serves a whole group of query heads")
         if not (self.width % self.n_head == 0):
             raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+        if not (self.n_head % self.n_kv_head == 0):
+            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head}): each key/value head serves a whole group of query heads")
         if not (self.top_k <= self.n_expert):
             raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert ({self.n_expert}): a token's experts are distinct")
 
@@ -203,12 +203,9 @@ class Moe(nn.Module):
     experts) assignments; the overflow is dropped (first choices before second
     choices) and the residual line carries those tokens. Eval is dropless, so the
     model stays causal and a KV cache is exact.
-    The load-balancing loss is the Switch Transformer's,
-    balance * experts * sum_e(fraction routed to e * mean router probability of e),
-    filed in aux under this module's name.
+    Returns (y, the load-balancing loss), the Switch Transformer's:
+    balance * experts * sum_e(fraction routed to e * mean router probability of e).
     """
-
-    key = None  # this module's name in the model, set by Model
 
     def __init__(self, width, hidden, experts, top, bias, capacity, balance):
         super().__init__()
@@ -218,7 +215,7 @@ class Moe(nn.Module):
         self.router = nn.Linear(width, experts, bias=False)
         self.experts = nn.ModuleList([Mlp(width, hidden, bias) for _ in range(experts)])
 
-    def forward(self, x, aux):
+    def forward(self, x):
         B, T, C = x.size()
         x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
@@ -232,7 +229,7 @@ class Moe(nn.Module):
             keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
             choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
         routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
-        aux[self.key] = self.balance * E * torch.sum(routed * probs.mean(dim=0))
+        balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
         flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
         order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
         if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
@@ -244,7 +241,8 @@ class Moe(nn.Module):
             token = order // self.top  # (A,) each one's token
             y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
         y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
-        return y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)
+        y = y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)
+        return y, balance_loss
 
     def compiled_experts(self, xs, flat):
         """The experts under torch.compile: xs (N * k, C) are the assignments sorted by expert,
@@ -348,10 +346,13 @@ class Global(nn.Module):
             moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · striped.cycle:40 · liquid-liquid injector
         ))
 
-    def forward(self, x, rope, cache, aux, mask=None):
+    def forward(self, x, rope, cache, mask=None):
+        """Returns x and this block's auxiliary losses and outputs, by name."""
+        aux = {}
         x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · striped.cycle:33 · prechamber mix, cooling
-        x = x + self.burn.moe(self.burn.norm(x), aux)  # burn: residual add, scaled init · striped.cycle:38 · prechamber burn, cooling
-        return x
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name · striped.cycle:40 · liquid-liquid injector
+        x = x + y  # burn: residual add, scaled init · striped.cycle:38 · prechamber burn, cooling
+        return x, aux
 
 
 class Stripe(nn.Module):
@@ -362,11 +363,14 @@ class Stripe(nn.Module):
         self.config = config  # the stages' counts
         self.stages = nn.ModuleList([Local(config) for _ in range(config.n_local)] + [Global(config)])  # one entry per stage instance
 
-    def forward(self, x, rope, cache, aux, mask=None):
+    def forward(self, x, rope, cache, mask=None):
+        """Returns x and its stages' auxiliary losses and outputs, by path."""
+        aux = {}
         for stage in self.stages[:self.config.n_local]:  # block local · striped.cycle:31 · stage
             x = stage(x, rope, cache, mask)
-        x = self.stages[self.config.n_local](x, rope, cache, aux, mask)  # block global · striped.cycle:32 · stage
-        return x
+        x, losses = self.stages[self.config.n_local](x, rope, cache, mask)  # block global · striped.cycle:32 · stage
+        aux.update({f"stages.{self.config.n_local}.{name}": loss for name, loss in losses.items()})
+        return x, aux
 
 
 def learning_rate(step):
@@ -391,9 +395,6 @@ class Model(nn.Module):
         cos, sin = rotary_tables(config.context, config.head_dim, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
         self.register_buffer("rope_sin", sin, persistent=False)
-        for name, module in self.named_modules():  # auxiliary outputs are filed under their module's name
-            if isinstance(module, (Moe,)):
-                module.key = name
         self.aux_losses = {}
         self.reset_parameters()
 
@@ -446,9 +447,10 @@ class Model(nn.Module):
         rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each: rotary cos and sin
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
-        aux = {}  # auxiliary outputs: MoE balance losses, auxiliary heads
-        for stage in self.stages:  # block stripe · striped.cycle:30 · stage
-            x = stage(x, rope, cache, aux, mask)
+        aux = {}  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
+        for i, stage in enumerate(self.stages):  # block stripe · striped.cycle:30 · stage
+            x, losses = stage(x, rope, cache, mask)
+            aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
         x = self.norm(x)  # final norm · striped.cycle:46 · valve on the main line
         logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
         if cache is not None:
