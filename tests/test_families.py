@@ -516,6 +516,7 @@ EXPANDER_UNEXPRESSIBLE = {
     "deepseek yarn": (deepseek_v2, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                                          "original_max_position_embeddings": 10}), "rope_parameters.rope_type"),
     "jamba gelu": (jamba, dict(hidden_act="gelu"), "hidden_act"),
+    "deepseek grouped kv": (deepseek_v2, dict(num_key_value_heads=2), "num_key_value_heads"),
 }
 
 

@@ -620,6 +620,8 @@ DOCUMENTED = {
     "linear": ["out=8", "bias=false"],
     "ssm": ["heads=2", "state=4", "groups=2", "expand=2", "conv=3", "chunk=4", "bias=false", "conv_bias=true", "eps=1e-5", "dt_min=0.001",
             "dt_max=0.1", "dt_lo=0.01", "dt_hi=0.5"],
+    "ssm_v1": ["version=1", "state=4", "expand=2", "dt_rank=2", "conv=3", "chunk=4", "bias=false", "conv_bias=true", "norms", "eps=1e-5",
+               "dt_min=0.001", "dt_max=0.1"],
     "linear_attention": ["heads=2", "feature=relu", "normalize=false", "chunk=4"],
     "latent_attention": ["heads=2", "latent=4", "q_latent=4", "rotary_dims=2", "v_dim=4"],
     "layernorm": ["eps=1e-5", "bias=false"],
@@ -640,7 +642,7 @@ def test_d13_every_documented_option_can_be_written():
     texts = [_engine("prechamber p { turbine mlp }", feed=" ".join(DOCUMENTED["feed"]))]
     for kind in ("attention", "attention_qk", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
         texts.append(_engine(f"prechamber p {{ turbine {kind.split('_')[0]} {' '.join(DOCUMENTED[kind])} }}"))
-    for kind, turbine in (("ssm", "ssm"), ("linear_attention", "linear_attention"), ("latent_attention", "attention")):
+    for kind, turbine in (("ssm", "ssm"), ("ssm_v1", "ssm"), ("linear_attention", "linear_attention"), ("latent_attention", "attention")):
         texts.append(_engine(f"prechamber p {{ turbine {turbine} {' '.join(DOCUMENTED[kind])} }}"))
     for kind in ("layernorm", "rmsnorm"):
         texts.append(_engine(f"prechamber p {{ norm {kind} {' '.join(DOCUMENTED[kind])} turbine mlp }}"))

@@ -124,9 +124,15 @@ def test_paths_are_the_same_in_report_model_and_diagram(path):
         # value classes name none)
         words = [m.split() for m in __import__("re").findall(r'class="([^"]+)"', dot)]
         drawn = {w[1] for w in words if len(w) > 1 and w[0] not in ("legend", "legend_text", "value", "colourbar")}
-        def frames(sl):  # a stage's frames: folded, each instance, and (nested) folded inside each frame of its group
-            inside = [f"{g}.{ir.layout.stage_path(sl.first, sl.stage.repeat)}" for g in frames(sl.parent)] if sl.parent else []
-            return [sl.path, *sl.instances(), *inside]
+        def frames(sl):  # a stage's frames: each level of its path folded or unfolded (a group's instance holds its stages folded)
+            import itertools
+            import re as _re
+
+            levels = []
+            for seg in _re.findall(r"stages\.([0-9]+(?:-[0-9]+)?)", sl.path):
+                lo, _, hi = seg.partition("-")
+                levels.append([seg] + ([str(i) for i in range(int(lo), int(hi) + 1)] if hi else []))
+            return [".".join(f"stages.{x}" for x in combo) for combo in itertools.product(*levels)]
 
         unfolded = paths | {i for p in lay.parts() for i in p.instances()} | {f for sl in lay.all_stages() for f in frames(sl)}
         unfolded |= {f"{s}.{b.attr}" for sl in lay.stages for s in frames(sl) for b in sl.branches()}

@@ -87,6 +87,9 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
             g = 2 if op.act in ("swiglu", "geglu") else 1
             count += 1 + 2 * op.experts
             flops += 2 * N * op.width * op.experts + 2 * N * op.top * (op.width * op.hidden * g + op.hidden * op.width)
+            if op.shared:  # the shared expert every token visits (and its gate)
+                count += 2 + (1 if op.shared_gate else 0)
+                flops += 2 * N * (op.width * op.shared * g + op.shared * op.width) + (2 * N * op.width if op.shared_gate else 0)
         elif isinstance(op, ir.Linear):
             count += 1
             flops += 2 * N * op.width * op.out
@@ -104,6 +107,13 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
             for l in chunks(T, op.chunk):
                 count += 4
                 flops += 2 * B * h * l * l * (n + p) + 4 * B * h * l * p * n
+        elif isinstance(op, ir.Mamba1):
+            i, n, R, C = op.inner, op.state, op.dt_rank, op.width
+            count += 5  # in_proj, the conv, x_proj, the step's projection, out_proj
+            flops += 2 * N * C * 2 * i + 2 * B * i * T * op.conv + 2 * N * i * (R + 2 * n) + 2 * N * R * i + 2 * N * i * C
+            for l in chunks(T, op.chunk):
+                count += 1  # the state read by C
+                flops += 2 * B * l * i * n
         elif isinstance(op, ir.LinearAttention):
             h, d, C = op.heads, op.head_dim, op.width
             e = d + (1 if op.normalize else 0)

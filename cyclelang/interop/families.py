@@ -727,6 +727,10 @@ def _deepseek_v2(cfg: dict) -> DeepseekV2Family:
     if shared < 1:
         raise Unsupported("n_shared_experts", "transformers' DeepSeekMoE always has its shared expert (0 gives it no width)")
     width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
+    kv = c.get("num_key_value_heads") or heads
+    if kv != heads:
+        raise Unsupported("num_key_value_heads", f"latent attention expands every head's key and value from the latent; {kv} key/value "
+                          f"heads for {heads} query heads would make transformers' DeepseekV2 repeat them past the heads it has")
     dense = min(int(c.get("first_k_dense_replace") or 0), layers)
     moe_hidden = int(c.get("moe_intermediate_size"))
     src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "dense": "first_k_dense_replace",
