@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import cyclelang
 from cyclelang.training import checkpoint
 
 from .conftest import ROOT
@@ -133,6 +134,19 @@ def test_tp_splits_grouped_query_attention_and_gated_experts(setup, tmp_path):
     _, _, corpus, _ = setup
     spec = tmp_path / "moe.cycle"
     spec.write_text(MOE)
+    common = [a if a != "1e-3" else "1e-4" for a in COMMON]
+    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *common)
+    launch(2, spec, "--data", corpus, "--out", tmp_path / "tp", "--micro-batch", "4", "--tp", "2", *common)
+    assert_same_parameters(tmp_path / "tp", tmp_path / "one")
+
+
+def test_tp_splits_the_layers_of_a_nested_stage(setup, tmp_path):
+    """TP_PLAN's paths of a nested stage (stages.0-1.stages.0-1.mix.attn) unfold at every level:
+    TP=2 equals one process."""
+    _, _, corpus, _ = setup
+    spec = tmp_path / "nested.cycle"
+    spec.write_text(MOE.replace("  stage block x 2 {\n", "  stage group x 2 {\n  stage block x 2 {\n").replace("\n  norm rmsnorm\n  nozzle", "\n  }\n  norm rmsnorm\n  nozzle"))
+    assert "stages.0-1.stages.0-1.mix.attn" in cyclelang.codegen(str(spec))
     common = [a if a != "1e-3" else "1e-4" for a in COMMON]
     launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *common)
     launch(2, spec, "--data", corpus, "--out", tmp_path / "tp", "--micro-batch", "4", "--tp", "2", *common)
