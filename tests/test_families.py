@@ -130,6 +130,30 @@ FAMILIES = {
                                               num_key_value_heads=3, max_position_embeddings=40, tie_word_embeddings=True, rms_norm_eps=1e-6,
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
 }
+FAMILIES.update({  # rotary scaling, each at T = 12 past its original context of 8 (linear: at every length)
+    "llama_rope_linear": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                          num_key_value_heads=2, head_dim=12, max_position_embeddings=40,
+                                                          rope_parameters={"rope_type": "linear", "rope_theta": 5000.0, "factor": 2.5}),
+    "llama_rope_llama3": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                          num_key_value_heads=2, head_dim=12, max_position_embeddings=40,
+                                                          rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8}),
+    "llama_rope_yarn": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                        num_key_value_heads=2, head_dim=12, max_position_embeddings=32,
+                                                        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                                         "original_max_position_embeddings": 8, "beta_fast": 16.0, "beta_slow": 2.0,
+                                                                         "mscale": 0.707, "mscale_all_dim": 1.0}),
+    # Gemma 2: soft-caps low enough to bite, query_pre_attn_scalar apart from head_dim, local/global layers with a window under T
+    "gemma2": lambda: transformers.Gemma2Config(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=4, num_attention_heads=4,
+                                                num_key_value_heads=2, head_dim=16, max_position_embeddings=40, sliding_window=5,
+                                                query_pre_attn_scalar=24, attn_logit_softcapping=3.0, final_logit_softcapping=2.5, pad_token_id=0,
+                                                eos_token_id=1, bos_token_id=2, attn_implementation="eager"),
+    "gemma2_global_untied": lambda: transformers.Gemma2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                              num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=40,
+                                                              layer_types=["full_attention"] * 2, attn_logit_softcapping=None, final_logit_softcapping=4.0,
+                                                              tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+                                                              attn_implementation="eager"),
+})
 
 
 def hf(config, seed=1):
@@ -208,7 +232,8 @@ def test_family_round_trip(tmp_path, name):
     save_file({k: v.contiguous() for k, v in trained.items()}, str(tmp_path / "w.safetensors"))
     res = CliRunner().invoke(main, ["export", str(spec_file), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
-    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    eager = {"attn_implementation": "eager"} if ref.config._attn_implementation == "eager" else {}  # Gemma 2's soft-cap is eager's alone
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out", **eager).eval()
     assert type(back).__name__ == type(ref).__name__
     with torch.no_grad():
         assert rel(back(idx).logits, ours(idx)) < 1e-5
@@ -303,6 +328,20 @@ CONFIG_CHANGES = {  # a checkpoint whose config differs from the spec imported f
                                  "experts per token (top-k) (turbine moe top=): spec 3, checkpoint 2"),
     "gpt2 relu": (gpt2, dict(activation_function="relu"), "activation (act=): spec gelu_tanh, checkpoint relu"),
     "llama tied into untied": (llama, dict(tie_word_embeddings=True), "tied input/output embeddings (nozzle head tied): spec its own matrix, checkpoint tied"),
+    "llama3 rotary scaling into plain rotary": (llama, dict(rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+                                                "rotary scaling (rope_type) (turbine attention rotary_scaling=): spec none, checkpoint llama3"),
+    "linear factor 2 into factor 4": (lambda **o: llama(**{"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}, **o}),
+                                      dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
+                                      "rotary scaling factor (turbine attention rotary_factor=): spec 4, checkpoint 2"),
+    "yarn beta_fast": (lambda **o: llama(**{"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                                                                "original_max_position_embeddings": 20}, **o}),
+                       dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0, "original_max_position_embeddings": 20,
+                                             "beta_fast": 8.0}), "YaRN beta_fast (turbine attention rotary_beta_fast=): spec 32, checkpoint 8"),
+    "gemma2 softcap": (lambda **o: transformers.Gemma2Config(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=40,
+                                                                       pad_token_id=None, eos_token_id=None, bos_token_id=None), **o}),
+                       dict(attn_logit_softcapping=20.0), "attention logit soft-cap (turbine attention softcap=): spec 50, checkpoint 20"),
 }
 
 
@@ -320,9 +359,10 @@ def test_checkpoint_implying_another_engine_is_refused(tmp_path, case, via):
 
 
 UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, on import and on load
-    "rope llama3": (llama, dict(rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16}), "rope_parameters.rope_type"),
-    "rope linear": (llama, dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}), "rope_parameters.rope_type"),
+    "rope longrope": (llama, dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
+                                                   "long_factor": [2.0] * 4, "original_max_position_embeddings": 16}), "rope_parameters.rope_type"),
+    "rope yarn untruncated": (llama, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                                                           "original_max_position_embeddings": 20, "truncate": False}), "rope_parameters.truncate"),
     "gpt2 inverse layer idx": (gpt2, dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
     "gpt2 unscaled attention": (gpt2, dict(scale_attn_weights=False), "scale_attn_weights"),
     "neox odd rotary": (lambda **o: transformers.GPTNeoXConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
@@ -375,7 +415,7 @@ def test_gemma_and_granite_never_load_as_llama(model_type):
     assert words in str(err), str(err)
 
 
-@pytest.mark.parametrize("model_type", ["gemma2", "qwen3_moe", "granitemoe"])
+@pytest.mark.parametrize("model_type", ["gemma3", "qwen3_moe", "granitemoe"])
 def test_families_not_yet_supported_are_refused_by_name(model_type):
     with pytest.raises(Unsupported) as info:
         import_config({"model_type": model_type})
@@ -420,15 +460,16 @@ def test_feed_scale_may_read_width():
 
 
 def test_cli_import_names_the_field_with_its_line(tmp_path):
-    cfg = llama(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})
+    cfg = llama(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+                                 "original_max_position_embeddings": 16})
     cfg.save_pretrained(tmp_path)
     res = CliRunner().invoke(main, ["import", str(tmp_path)])
     assert res.exit_code == 1
-    assert re.search(r"config\.json:\d+:\d+: error\[E0401\]: rope_parameters\.rope_type: rotary scaling 'linear'", res.output), res.output
+    assert re.search(r"config\.json:\d+:\d+: error\[E0401\]: rope_parameters\.rope_type: rotary scaling 'longrope'", res.output), res.output
 
 
 def test_cli_import_unknown_type_and_unreadable(tmp_path):
-    (tmp_path / "config.json").write_text('{"model_type": "gemma2"}')
+    (tmp_path / "config.json").write_text('{"model_type": "gemma3"}')
     res = CliRunner().invoke(main, ["import", str(tmp_path)])
     assert res.exit_code == 1 and "error[E0402]" in res.output
     (tmp_path / "config.json").write_text("[1, 2")
@@ -591,3 +632,81 @@ def test_cli_export_of_linear_attention_names_the_reason(tmp_path):
                                     "-o", str(tmp_path / "out")])
     assert res.exit_code == 1 and "error[E0404]" in res.output and "no transformers model family computes linear attention" in res.output
     assert not (tmp_path / "out").exists()
+
+
+# --- rotary scaling: it matters at these lengths, and dynamic NTK follows the sequence --------------
+
+
+@pytest.mark.parametrize("name", ["llama_rope_linear", "llama_rope_llama3", "llama_rope_yarn"])
+def test_rotary_scaling_matters_at_the_tested_length(name):
+    """The same weights with plain rotary give other logits at T = 12: the round trip's equality is the scaling's."""
+    ref = hf(FAMILIES[name]())
+    plain = FAMILIES[name]()
+    plain.rope_parameters = {"rope_type": "default", "rope_theta": ref.config.rope_parameters["rope_theta"]}
+    other = transformers.AutoModelForCausalLM.from_config(plain).eval()
+    other.load_state_dict(ref.state_dict())
+    idx = ids()
+    with torch.no_grad():
+        assert rel(other(idx).logits, ref(idx).logits) > 1e-3
+
+
+def dynamic_llama(**over):
+    return transformers.LlamaConfig(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=12, max_position_embeddings=8,
+                                              rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 3.0}), **over})
+
+
+def test_dynamic_ntk_rotary_follows_the_sequence_length(tmp_path):
+    """Dynamic NTK grows the rotary base once a sequence passes max_position_embeddings (8 here):
+    the spec's context is factor x 8 = 24, logits at 20 tokens and greedy decoding across 8
+    with the cache equal transformers' (whose cached keys, too, keep the base they were rotated with)."""
+    text = import_config(dynamic_llama())
+    assert "context=24" in text and "rotary_scaling=dynamic rotary_factor=3 rotary_original=8" in text
+    ref = hf(dynamic_llama())
+    ours = load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
+    idx = torch.randint(0, V, (B, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert rel(ours(idx), ref(idx).logits) < 1e-5
+        short = idx[:, :6]  # under the original context: the plain base
+        assert rel(ours(short), ref(short).logits) < 1e-5
+        want = ref.generate(idx[:1, :4], max_new_tokens=14, do_sample=False, min_new_tokens=14)  # its own cache, growing past 8
+    assert torch.equal(ours.generate(idx[:1, :4], 14, temperature=0), want)
+    plain = dynamic_llama(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, max_position_embeddings=24)
+    other = transformers.AutoModelForCausalLM.from_config(plain).eval()
+    other.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        assert rel(other(idx).logits, ref(idx).logits) > 1e-3  # past 8 tokens the scaling matters
+        assert rel(other(short).logits, ref(short).logits) < 1e-6  # under it, it does not
+    # export writes max_position_embeddings = the original context back
+    from cyclelang.interop.families import arch_of, config_of
+
+    cfg = config_of(arch_of(cyclelang.parse(text).engine))
+    assert cfg["max_position_embeddings"] == 8 and cfg["rope_parameters"]["rope_type"] == "dynamic" and cfg["rope_parameters"]["factor"] == 3.0
+
+
+def test_rotary_scaling_runtime_equals_transformers_inv_freq():
+    """rotary_tables' frequencies are rope_utils', bit for bit, for each kind (and YaRN's gain)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from cyclelang.backends.torch.runtime.positions import scaled_rotary_tables as rotary_tables
+
+    cases = {
+        "linear": ({"rope_type": "linear", "rope_theta": 5000.0, "factor": 2.5}, {"type": "linear", "factor": 2.5}),
+        "llama3": ({"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 64}, {"type": "llama3", "factor": 8.0, "original": 64, "low": 1.0, "high": 4.0}),
+        "yarn": ({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": 1.3},
+                 {"type": "yarn", "factor": 4.0, "original": 64, "beta_fast": 32.0, "beta_slow": 1.0, "gain": 1.3}),
+    }
+    for kind, (rope, ours) in cases.items():
+        cfg = transformers.LlamaConfig(hidden_size=128, num_attention_heads=4, max_position_embeddings=256, rope_parameters=rope)
+        inv, gain = ROPE_INIT_FUNCTIONS[kind](cfg, "cpu")
+        freqs = torch.outer(torch.arange(256).float(), inv)
+        cos, sin = rotary_tables(256, 32, rope["rope_theta"], ours)
+        assert torch.equal(cos, torch.cat((freqs, freqs), -1).cos() * gain), kind
+        assert torch.equal(sin, torch.cat((freqs, freqs), -1).sin() * gain), kind
+    cfg = transformers.LlamaConfig(hidden_size=128, num_attention_heads=4, max_position_embeddings=64,
+                                   rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})
+    inv, _ = ROPE_INIT_FUNCTIONS["dynamic"](cfg, "cpu", seq_len=torch.tensor(100))
+    freqs = torch.outer(torch.arange(100).float(), inv)
+    cos, _ = rotary_tables(100, 32, 10000.0, {"type": "dynamic", "factor": 2.0, "original": 64}, seq_len=100)
+    assert torch.equal(cos, torch.cat((freqs, freqs), -1).cos())

@@ -15,6 +15,7 @@ a per-layer pattern of sliding windows.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .. import ir
@@ -80,6 +81,12 @@ class Arch:
     parallel: str = "none"  # none | shared: attention and MLP read one norm (Phi) | separate: each its own (GPT-NeoX)
     head_bias: bool = False
     rotary_interleaved: bool = False  # GPT-J's rotate-every-two
+    rotary_scaling: ir.RotaryScaling | None = None  # linear, dynamic NTK, llama3 or YaRN (rope_parameters.rope_type)
+    softcap: float | None = None  # Gemma 2's attn_logit_softcapping
+    logit_softcap: float | None = None  # Gemma 2's final_logit_softcapping
+    alibi: bool = False  # Falcon's alibi (its bias scaled with the logits)
+    sandwich: bool = False  # Gemma 2: a norm before and after each turbine
+    layer_windows: tuple = ()  # Gemma 2: each layer's sliding window (None: global attention); empty: every layer's is `window`
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -110,16 +117,102 @@ class _Config:
         return v
 
 
-def _rope(c: _Config) -> float:
-    """rope_theta, refusing rotary scaling (rope_parameters or the older rope_scaling)."""
+_SCALINGS = ("linear", "dynamic", "llama3", "yarn")
+
+
+def _rope_dict(c: _Config) -> tuple[dict, str]:
+    """The rotary parameters (rope_parameters, or the older rope_scaling) and the field they came from."""
     rope = c.config.get("rope_parameters") or {}
+    if rope.get("rope_type") or rope.get("type"):
+        return rope, "rope_parameters"
     old = c.config.get("rope_scaling") or {}
-    kind = rope.get("rope_type") or rope.get("type") or old.get("rope_type") or old.get("type") or "default"
-    if kind != "default":
-        where = "rope_parameters.rope_type" if rope.get("rope_type") or rope.get("type") else "rope_scaling"
-        raise Unsupported(where, f"rotary scaling '{kind}' is not in the language yet; only plain rotary (rope_type=default) imports")
+    if old.get("rope_type") or old.get("type"):
+        return {**rope, **old}, "rope_scaling"
+    return rope, "rope_parameters"
+
+
+def _rope(c: _Config) -> float:
+    """rope_theta, refusing a rotary scaling the language does not have (longrope, ...)."""
+    rope, where = _rope_dict(c)
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    if kind not in ("default", *_SCALINGS):
+        raise Unsupported(f"{where}.rope_type" if where == "rope_parameters" else where,
+                          f"rotary scaling '{kind}' is not in the language; it has {', '.join(_SCALINGS)} (and plain rotary, rope_type=default)")
     theta = rope.get("rope_theta", c.config.get("rope_theta"))
     return float(theta if theta is not None else c.defaults.get("rope_theta", 10000.0))
+
+
+def _rope_scaling(c: _Config, context: int) -> ir.RotaryScaling | None:
+    """The rotary scaling a config's rope parameters say, as transformers' rope_utils reads them."""
+    _rope(c)  # a kind the language does not have is refused first, by its rope_type
+    rope, where = _rope_dict(c)
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    if kind == "default":
+        return None
+    f = f"{where}."
+    # transformers gives a config's own original_max_position_embeddings (Phi-3 keeps it there) priority
+    original = c.config.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings") or context
+    factor = rope.get("factor")
+    if kind == "dynamic":  # transformers' dynamic NTK grows the base past max_position_embeddings
+        original = context
+    if factor is None:
+        if kind != "yarn":
+            raise Unsupported(f + "factor", f"rotary scaling '{kind}' needs its factor")
+        factor = context / original
+    if kind == "yarn" and rope.get("truncate", True) is False:
+        raise Unsupported(f + "truncate", "YaRN without truncating its correction range is not in the language")
+    gain = None
+    if kind == "yarn":
+        def mscale(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+        gain = rope.get("attention_factor")
+        if gain is None and rope.get("mscale") and rope.get("mscale_all_dim"):
+            gain = float(mscale(factor, rope["mscale"]) / mscale(factor, rope["mscale_all_dim"]))
+    return ir.RotaryScaling(type=kind, factor=float(factor), original=None if kind == "linear" else int(original),
+                            low=float(rope.get("low_freq_factor", 1.0)), high=float(rope.get("high_freq_factor", 4.0)),
+                            beta_fast=float(rope.get("beta_fast") or 32.0), beta_slow=float(rope.get("beta_slow") or 1.0),
+                            attention_factor=None if gain is None else float(gain))
+
+
+def _dynamic_context(context: int, scaling: ir.RotaryScaling | None) -> int:
+    """The spec's context: dynamic NTK runs past max_position_embeddings (its original), to factor times it."""
+    return int(context * scaling.factor) if scaling is not None and scaling.type == "dynamic" else context
+
+
+def _rope_config(a: Arch, rope: dict) -> dict:
+    """rope_parameters with the Arch's rotary scaling written in, for export."""
+    sc = a.rotary_scaling
+    if sc is None:
+        return rope
+    rope = {**rope, "rope_type": sc.type, "factor": sc.factor}
+    if sc.type in ("llama3", "yarn"):
+        rope["original_max_position_embeddings"] = sc.original
+    if sc.type == "llama3":
+        rope.update(low_freq_factor=sc.low, high_freq_factor=sc.high)
+    if sc.type == "yarn":
+        rope.update(beta_fast=sc.beta_fast, beta_slow=sc.beta_slow, attention_factor=sc.gain())
+    return rope
+
+
+def _max_positions(a: "Arch") -> int:
+    """max_position_embeddings for export: dynamic NTK's original context, else the spec's context."""
+    return a.rotary_scaling.original if a.rotary_scaling is not None and a.rotary_scaling.type == "dynamic" else a.context
+
+
+def _scaling_text(sc: ir.RotaryScaling | None) -> str:
+    """The attention options that write a rotary scaling."""
+    if sc is None:
+        return ""
+    out = f" rotary_scaling={sc.type} rotary_factor={_num(sc.factor)}"
+    if sc.type != "linear":
+        out += f" rotary_original={sc.original}"
+    if sc.type == "llama3":
+        out += f" rotary_low={_num(sc.low)} rotary_high={_num(sc.high)}"
+    if sc.type == "yarn":
+        out += "".join(f" rotary_{k}={_num(getattr(sc, k))}" for k, d in (("beta_fast", 32.0), ("beta_slow", 1.0)) if getattr(sc, k) != d)
+        if sc.attention_factor is not None:
+            out += f" rotary_attention_factor={_num(sc.attention_factor)}"
+    return out
 
 
 def _gpt2(cfg: dict) -> Arch:
@@ -180,7 +273,21 @@ _DECODER_DEFAULTS = {
 _GATED_ACTS.update({"gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"})
 _HF_GATED["geglu_tanh"] = "gelu_pytorch_tanh"
 _WINDOWED = ("mistral", "mixtral", "phi3")  # one sliding window for every layer
+_DECODER_DEFAULTS["gemma2"] = {**_DECODER_DEFAULTS["gemma"], "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                               "num_attention_heads": 8, "num_key_value_heads": 4, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+                               "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0}
 _LAYER_TYPES = ("qwen2", "qwen3", "qwen2_moe")  # a window only from max_window_layers on: a per-layer pattern
+
+
+def _gemma2_windows(c: _Config, layers: int) -> tuple[int | None, tuple]:
+    """Gemma 2's sliding windows: (the window when every layer has it or none does, ()), or
+    (None, each layer's window) for a pattern (transformers' default: local, global, local, ...)."""
+    types = c.config.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    if len(types) != layers or any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise Unsupported("layer_types", f"Gemma 2's layer_types are sliding_attention or full_attention, one per layer ({layers})")
+    w = c.need("sliding_window") if "sliding_attention" in types else None
+    per = tuple(w if t == "sliding_attention" else None for t in types)
+    return (per[0], ()) if len(set(per)) == 1 else (None, per)
 
 
 def _decoder(family: str):
@@ -188,7 +295,7 @@ def _decoder(family: str):
         c = _Config(cfg, _DECODER_DEFAULTS[family])
         width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
         kv = c.get("num_key_value_heads") or heads
-        act_name = c.get("hidden_activation") if family == "gemma" and cfg.get("hidden_activation") else c.get("hidden_act")
+        act_name = c.get("hidden_activation") if family in ("gemma", "gemma2") and cfg.get("hidden_activation") else c.get("hidden_act")
         act = _GATED_ACTS.get(act_name)
         if act is None:
             raise Unsupported("hidden_act", f"a gated MLP with '{act_name}' has no counterpart (the language has swiglu = silu, geglu = gelu, "
@@ -199,7 +306,7 @@ def _decoder(family: str):
             raise Unsupported("use_sliding_window", f"{family}'s sliding window from max_window_layers on is a per-layer pattern the language does not have yet")
         if family == "olmo" and c.get("clip_qkv") is not None:
             raise Unsupported("clip_qkv", "clamping q, k and v to a range is not in the language")
-        if family == "gemma" and c.get("use_bidirectional_attention"):
+        if family in ("gemma", "gemma2") and c.get("use_bidirectional_attention"):
             raise Unsupported("use_bidirectional_attention", "a bidirectional Gemma is an encoder, not a causal LM")
         rope = c.config.get("rope_parameters") or {}
         partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", 1.0))
@@ -236,15 +343,23 @@ def _decoder(family: str):
         if family == "gemma":
             extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5)
             sources["embed_scale"] = "Gemma's sqrt(hidden_size)"
+        if family == "gemma2":
+            extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5, sandwich=True, attn_scale=float(c.get("query_pre_attn_scalar")) ** -0.5,
+                         softcap=c.get("attn_logit_softcapping"), logit_softcap=c.get("final_logit_softcapping"))
+            window, extra["layer_windows"] = _gemma2_windows(c, layers)
+            sources.update(embed_scale="Gemma's sqrt(hidden_size)", attn_scale="query_pre_attn_scalar", softcap="attn_logit_softcapping",
+                           logit_softcap="final_logit_softcapping", window="sliding_window, layer_types")
         if family == "granite":
             extra.update(embed_scale=float(c.get("embedding_multiplier")), residual_scale=float(c.get("residual_multiplier")),
                          attn_scale=float(c.get("attention_multiplier")), logit_scale=1.0 / float(c.get("logits_scaling")))
             sources.update(embed_scale="embedding_multiplier", residual_scale="residual_multiplier", attn_scale="attention_multiplier",
                            logit_scale="logits_scaling")
-        return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
+        scaling = _rope_scaling(c, c.need("max_position_embeddings"))
+        return Arch(family, vocab=c.need("vocab_size"), context=_dynamic_context(c.need("max_position_embeddings"), scaling), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=head_dim, hidden=hidden, act=act,
                     **{"norm": "rmsnorm", "eps": float(c.get("rms_norm_eps")), **extra},
                     qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(partial, head_dim), rotary_base=_rope(c),
+                    rotary_scaling=scaling,
                     window=window, experts=experts, top=top, normalize=normalize, shared=shared, shared_gate=bool(shared),
                     tied=bool(c.get("tie_word_embeddings")),
                     padding=c.config.get("pad_token_id"), sources=sources)
@@ -314,8 +429,10 @@ def _plain(family: str):
         bias = bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else False if family == "gptj" else bool(c.get("attention_bias", True))
         parallel = {"phi": "shared", "gptj": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none",
                     "falcon": "shared" if c.get("parallel_attn") else "none"}.get(family, "none")
-        return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
+        scaling = _rope_scaling(c, c.need("max_position_embeddings")) if family != "gptj" else None
+        return Arch(family, vocab=c.need("vocab_size"), context=_dynamic_context(c.need("max_position_embeddings"), scaling), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=width // heads, hidden=c.need("intermediate_size"), act=act, norm="layernorm",
+                    rotary_scaling=scaling,
                     eps=float(c.get(eps_key)), norm_bias=True, qkv_bias=bias, out_bias=bias,
                     mlp_bias=bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else True, rotary=_rotary(partial, width // heads), rotary_base=_rope(c),
                     window=c.get("sliding_window") if family == "starcoder2" else None, tied=bool(c.get("tie_word_embeddings")),
@@ -793,11 +910,11 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "qwen2": "Qwen2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
              "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
              "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM",
-             "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM"}
+             "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+             "gemma2": "Gemma2ForCausalLM"}
 
 # Families the language cannot write yet: refused by name, with what they need.
 NOT_YET = {
-    "gemma2": "Gemma 2's attention and final-logit soft-caps, post-branch norms around both turbines and alternating sliding windows are not in the language yet",
     "gemma3": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
@@ -854,9 +971,16 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         if a.rotary_base != 10000.0:
             att.append(f"rotary_base={_num(a.rotary_base)}")
             keys.append("rotary_base")
+        if a.rotary_scaling is not None:
+            att.append(_scaling_text(a.rotary_scaling).strip())
+            src["rotary_scaling"] = "rope_parameters"
+            keys.append("rotary_scaling")
     if a.window is not None:
         att.append(f"window={a.window}")
         keys.append("window")
+    if a.softcap is not None:
+        att.append(f"softcap={_num(float(a.softcap))}")
+        keys.append("softcap")
     if a.qk_norm != "none":
         att.append("qk_norm" + (" qk_norm_across" if a.qk_norm == "all" else "") + (f" qk_norm_eps={_num(a.qk_eps)}" if a.qk_eps != 1e-6 else ""))
     if a.attn_scale is not None:
@@ -887,7 +1011,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     def branch(name: str, turbine: str, tkeys, pad: str = "") -> list[str]:
         t = f"{pad}    {turbine}{_comment(src, *tkeys)}"
         n = f"{pad}    {norm}{_comment(src, 'eps') if name == 'mix' else ''}"
-        ops = [t] if a.parallel == "shared" else [t, n] if a.post_norms else [n, t]
+        ops = [t] if a.parallel == "shared" else [n, t, f"{pad}    {norm}"] if a.sandwich else [t, n] if a.post_norms else [n, t]
         return [f"{pad}  prechamber {name} {{", *ops, *[pad + m for m in merge], f"{pad}  }}"]
 
     layer = [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", work, wkeys)]
@@ -896,15 +1020,26 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         layer = ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
                  *branch("mix", "turbine attention " + " ".join(att), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
 
-    where = "after" if a.post_norms else "in front"
+    where = "before and after" if a.sandwich else "after" if a.post_norms else "in front"
     block = f"{a.family}_block"
+    blocks = [(f"# one {a.family} layer: attention then the MLP, each with its norm {where} (the layers repeat it)", block, layer)]
+    body = [f"  stage {block} x depth"]
+    if a.layer_windows:  # a per-layer pattern of windows: one template per kind of layer, the layers in order
+        att_global = [x for x in att if not x.startswith("window=")]
+        local = next(w for w in a.layer_windows if w is not None)
+        att_local = att_global[:1] + [f"window={local}"] + att_global[1:]
+        mk = lambda words: [*branch("mix", "turbine attention " + " ".join(words), keys), *branch("burn", work, wkeys)]
+        blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), each turbine with a norm {where}", f"{a.family}_local", mk(att_local)),
+                  (f"# a {a.family} layer with global attention", f"{a.family}_global", mk(att_global))]
+        body = _layer_runs(a.family, a.layer_windows)
     feed = f"feed tokens vocab={a.vocab} context={a.context} position={a.position}"
     if a.embed_scale != 1.0:
-        feed += " scale=sqrt(width)" if a.family == "gemma" else f" scale={_num(a.embed_scale)}"
+        feed += " scale=sqrt(width)" if a.family in ("gemma", "gemma2") else f" scale={_num(a.embed_scale)}"
     if a.padding is not None:
         feed += f" padding={a.padding}"
         src["padding"] = "pad_token_id"
     nozzle = "nozzle head" + (" tied" if a.tied else "") + (f" scale={_num(a.logit_scale)}" if a.logit_scale != 1.0 else "")
+    nozzle += f" softcap={_num(float(a.logit_softcap))}" if a.logit_softcap is not None else ""
     nozzle += " bias=true" if a.head_bias else ""
     lines = [f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
              "# Every value comes from the config field named beside it; the weights load with",
@@ -913,23 +1048,32 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
              f"let depth = {a.layers}  # {src.get('layers', 'layers')}",
              f"let d_model = {a.width}  # {src.get('width', 'width')}",
              "",
-             f"# one {a.family} layer: attention then the MLP, each with its norm {where} (the layers repeat it)",
-             f"stage {block} {{",
-             *layer,
-             "}",
-             "",
+             *[ln for comment, name, ops in blocks for ln in (comment, f"stage {name} {{", *ops, "}", "")],
              f"engine {a.family} {{",
              "  chamber width=d_model",
              "  throat causal",
              f"  {feed}{_comment(src, 'vocab', 'context', 'embed_scale', 'padding')}",
              "",
-             f"  stage {block} x depth",
+             *body,
              "",
              f"  {norm}  # the final norm",
-             f"  {nozzle}{_comment(src, 'tied', 'logit_scale')}",
+             f"  {nozzle}{_comment(src, 'tied', 'logit_scale', 'logit_softcap')}",
              "}",
              ""]
     return "\n".join(lines)
+
+
+def _layer_runs(family: str, windows: tuple) -> list[str]:
+    """The engine's stage lines for a per-layer pattern of windows: each run of one kind of layer."""
+    out, i = [], 0
+    while i < len(windows):
+        j = i
+        while j < len(windows) and windows[j] == windows[i]:
+            j += 1
+        kind = "local" if windows[i] is not None else "global"
+        out.append(f"  stage layers_{i} = {family}_{kind}" + (f" x {j - i}" if j - i > 1 else "") + f"  # layer {i}" + (f" to {j - 1}" if j - i > 1 else ""))
+        i = j
+    return out
 
 
 # --- the config an engine implies (export) ----------------------------------------------------
@@ -942,6 +1086,8 @@ def _branch_shape(b: ir.Prechamber, want) -> tuple[ir.Norm, object, bool]:
         return ops[0], ops[1], False
     if len(ops) == 2 and isinstance(ops[1], ir.Norm) and isinstance(ops[0], want):
         return ops[1], ops[0], True
+    if len(ops) == 3 and isinstance(ops[0], ir.Norm) and isinstance(ops[1], want) and ops[2].model_dump() == ops[0].model_dump():  # Gemma 2's sandwich
+        return ops[0], ops[1], False
     raise Unsupported(f"prechamber {b.name}", "a family's branch is a norm and its turbine, nothing else")
 
 
@@ -956,9 +1102,11 @@ def arch_of(engine: ir.Engine) -> Arch:
     if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm):
         raise Unsupported("main line", "a family's decoder ends with exactly one norm on the main line, before the head")
     st = stages[0]
+    windows = [w for s in stages for w in [_window(s)] * s.repeat]
     for other in stages[1:]:
-        if [o.model_dump(exclude={"name"}) for o in other.ops] != [o.model_dump(exclude={"name"}) for o in st.ops]:
-            raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer")
+        if _unwindowed(other) != _unwindowed(st):
+            raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer "
+                              "(Gemma 2's alone in the window of its attention)")
     parallel = "none"
     if len(st.ops) == 1 and isinstance(st.ops[0], ir.Fullflow) and len(st.ops[0].branches) == 2:
         ff = st.ops[0]
@@ -978,6 +1126,7 @@ def arch_of(engine: ir.Engine) -> Arch:
         n, attn, post = _branch_shape(mix, ir.Attention)
         _, work, _ = _branch_shape(burn, (ir.Mlp, ir.Moe))
     moe = isinstance(work, ir.Moe)
+    sandwich = parallel == "none" and len(mix.ops) == 3
     scale = mix.merge.value if isinstance(mix.merge, ir.ScaleMerge) else 1.0
     qk = "none" if not attn.qk_norm else "all" if attn.qk_norm_across else "head"
     if engine.feed.position == "learned" and n.type == "layernorm":
@@ -990,6 +1139,8 @@ def arch_of(engine: ir.Engine) -> Arch:
         family = "qwen2_moe" if work.shared else "mixtral"
     elif n.type == "layernorm" and not n.affine:
         family = "olmo"
+    elif n.offset and (sandwich or attn.softcap is not None or engine.nozzle.softcap is not None or len(set(windows)) > 1):
+        family = "gemma2"
     elif post or qk == "all":
         family = "olmo2"
     elif n.offset:
@@ -1013,7 +1164,34 @@ def arch_of(engine: ir.Engine) -> Arch:
                 rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
                 normalize=work.normalize if moe else True, shared=work.shared if moe else 0,
                 shared_gate=work.shared_gate if moe else False, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
-                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved)
+                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved, rotary_scaling=attn.rotary_scaling,
+                softcap=attn.softcap, logit_softcap=engine.nozzle.softcap, alibi=attn.alibi, sandwich=sandwich,
+                layer_windows=tuple(windows) if len(set(windows)) > 1 else ())
+
+
+def _window(stage: ir.Stage):
+    """The window of a stage's attention (None: global, or no attention)."""
+    for op in _ops(stage):
+        if isinstance(op, ir.Attention):
+            return op.window
+    return None
+
+
+def _ops(node):
+    for op in getattr(node, "ops", None) or getattr(node, "branches", None) or ():
+        yield op
+        yield from _ops(op)
+
+
+def _unwindowed(stage: ir.Stage) -> list:
+    """A stage's layer as data, its attention's window left out (Gemma 2 alternates it)."""
+    def strip(d):
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if not (k == "window" and d.get("op") == "attention")}
+        if isinstance(d, list):
+            return [strip(x) for x in d]
+        return d
+    return [strip(o.model_dump(exclude={"name"})) for o in stage.ops]
 
 
 def config_of(a: Arch) -> dict:
@@ -1036,8 +1214,9 @@ def config_of(a: Arch) -> dict:
         rope["partial_rotary_factor"] = a.rotary
     cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
            "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
-           "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim, "hidden_act": act, "max_position_embeddings": a.context,
-           "rms_norm_eps": a.eps if a.norm == "rmsnorm" else a.qk_eps, "tie_word_embeddings": a.tied, "rope_parameters": rope,
+           "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim, "hidden_act": act,
+           "max_position_embeddings": _max_positions(a),
+           "rms_norm_eps": a.eps if a.norm == "rmsnorm" else a.qk_eps, "tie_word_embeddings": a.tied, "rope_parameters": _rope_config(a, rope),
            "pad_token_id": a.padding}
     if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma"):
         cfg["attention_bias"] = a.qkv_bias
@@ -1053,11 +1232,26 @@ def config_of(a: Arch) -> dict:
                    qkv_bias=a.qkv_bias)
     if a.family in _LAYER_TYPES:
         cfg.update(use_sliding_window=False, sliding_window=None)
+    if a.family == "gemma2":
+        windows = a.layer_windows or (a.window,) * a.layers
+        local = {w for w in windows if w is not None}
+        if len(local) > 1:
+            raise Unsupported("window", f"Gemma 2 has one sliding_window; the spec's layers have {sorted(local)}")
+        del cfg["hidden_act"]
+        cfg.update(hidden_activation=act, attention_bias=a.qkv_bias, sliding_window=local.pop() if local else a.context,  # transformers wants one even when no layer slides
+                   layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows],
+                   query_pre_attn_scalar=_whole((a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5) ** -2),
+                   attn_logit_softcapping=a.softcap, final_logit_softcapping=a.logit_softcap)
     if a.family == "granite":
         cfg.update(embedding_multiplier=a.embed_scale, residual_multiplier=a.residual_scale,
                    attention_multiplier=a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5,
                    logits_scaling=1.0 / a.logit_scale)
     return cfg
+
+
+def _whole(x: float):
+    """x as an int when it is one but for rounding (query_pre_attn_scalar 24 from its scale 24**-0.5)."""
+    return round(x) if abs(x - round(x)) < 1e-9 * max(1.0, abs(x)) else x
 
 
 def _plain_config(a: Arch) -> dict:
@@ -1070,9 +1264,9 @@ def _plain_config(a: Arch) -> dict:
         return {"model_type": "falcon", "architectures": [CAUSAL_LM["falcon"]], "vocab_size": a.vocab, "hidden_size": a.width,
                 "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_kv_heads": a.kv_heads,
                 "multi_query": a.kv_heads == 1 and a.heads > 1, "parallel_attn": a.parallel == "shared", "bias": a.qkv_bias,
-                "ffn_hidden_size": a.hidden, "activation": act, "max_position_embeddings": a.context, "layer_norm_epsilon": a.eps,
+                "ffn_hidden_size": a.hidden, "activation": act, "max_position_embeddings": _max_positions(a), "layer_norm_epsilon": a.eps,
                 "tie_word_embeddings": a.tied, "new_decoder_architecture": False, "alibi": False,
-                "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}, "hidden_dropout": 0.0, "attention_dropout": 0.0}
+                "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base}), "hidden_dropout": 0.0, "attention_dropout": 0.0}
     if a.family == "gptj":
         return {"model_type": "gptj", "architectures": [CAUSAL_LM["gptj"]], "vocab_size": a.vocab, "n_positions": a.context,
                 "n_embd": a.width, "n_layer": a.layers, "n_head": a.heads, "n_inner": a.hidden, "rotary_dim": round(a.rotary * a.head_dim),
@@ -1082,8 +1276,10 @@ def _plain_config(a: Arch) -> dict:
         act = {"gelu_new": "gelu_pytorch_tanh"}.get(act, act)
     cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
            "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
-           "num_key_value_heads": a.kv_heads, "hidden_act": act, "max_position_embeddings": a.context, "tie_word_embeddings": a.tied,
-           "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base, "partial_rotary_factor": a.rotary}}
+           "num_key_value_heads": a.kv_heads, "hidden_act": act,
+           "max_position_embeddings": _max_positions(a),
+           "tie_word_embeddings": a.tied,
+           "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base, "partial_rotary_factor": a.rotary})}
     if a.family == "starcoder2":
         cfg.update(norm_epsilon=a.eps, use_bias=a.qkv_bias, sliding_window=a.window, pad_token_id=a.padding, residual_dropout=0.0,
                    embedding_dropout=0.0)

@@ -284,13 +284,13 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
         for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
-            if st.attn in st.posts:  # OLMo-2: the norms follow the turbines
+            if st.attn in st.posts:  # OLMo-2: the norms follow the turbines; Gemma 2: on both sides
                 put(f"{st.posts[st.attn]}.{p}", h + f"post_attention_layernorm.{p}")
-            else:
+            if st.attn not in st.posts or st.attn in st.valves:
                 put(f"{an}.{p}", h + f"{ks.attn_norm}.{p}")
             if reactor in st.posts:
                 put(f"{st.posts[reactor]}.{p}", h + f"post_feedforward_layernorm.{p}")
-            elif rn != an:  # a parallel block's shared norm (Phi) is the attention's
+            if (reactor not in st.posts or reactor in st.valves) and rn != an:  # a parallel block's shared norm (Phi) is the attention's
                 put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
         put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")  # qk-norms: Qwen3 per head, OLMo-2 across heads
         put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
@@ -513,6 +513,7 @@ KEYS = {
     "mamba2": _Keys(embed="embeddings", final="norm_f"),
     "mamba": _Keys(embed="embeddings", final="norm_f"),
     "jamba": _Keys(final="final_layernorm"),
+    "gemma2": _Keys(mlp_norm="pre_feedforward_layernorm"),
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
 }
