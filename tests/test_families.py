@@ -153,6 +153,12 @@ FAMILIES.update({  # rotary scaling, each at T = 12 past its original context of
                                                               layer_types=["full_attention"] * 2, attn_logit_softcapping=None, final_logit_softcapping=4.0,
                                                               tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=2,
                                                               attn_implementation="eager"),
+    # Falcon with ALiBi in place of rotary (its bias scaled with the logits), parallel multi-query and sequential
+    "falcon_alibi": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=40,
+                                                      alibi=True, bos_token_id=0, eos_token_id=1, layer_norm_epsilon=1e-6),
+    "falcon_alibi_sequential": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
+                                                                 num_kv_heads=6, multi_query=False, parallel_attn=False, bias=True, alibi=True,
+                                                                 ffn_hidden_size=64, max_position_embeddings=40, bos_token_id=0, eos_token_id=1),
 })
 
 
@@ -338,6 +344,9 @@ CONFIG_CHANGES = {  # a checkpoint whose config differs from the spec imported f
                                                                 "original_max_position_embeddings": 20}, **o}),
                        dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0, "original_max_position_embeddings": 20,
                                              "beta_fast": 8.0}), "YaRN beta_fast (turbine attention rotary_beta_fast=): spec 32, checkpoint 8"),
+    "falcon alibi into rotary": (lambda **o: transformers.FalconConfig(**{**dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                                                 bos_token_id=0, eos_token_id=1), **o}), dict(alibi=True),
+                                 "rotary positions (turbine attention rotary=): spec all of each head (8 dims), checkpoint none"),
     "gemma2 softcap": (lambda **o: transformers.Gemma2Config(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=40,
                                                                        pad_token_id=None, eos_token_id=None, bos_token_id=None), **o}),
@@ -378,8 +387,6 @@ UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, o
                                                                        num_experts_per_tok=2, moe_intermediate_size=16,
                                                                        shared_expert_intermediate_size=16, **o),
                                dict(mlp_only_layers=[1]), "mlp_only_layers"),
-    "falcon alibi": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                           bos_token_id=0, eos_token_id=1, **o), dict(alibi=True), "alibi"),
     "qwen2 sliding layers": (lambda **o: transformers.Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                                                   num_attention_heads=4, num_key_value_heads=2, **o), dict(use_sliding_window=True, sliding_window=4, max_window_layers=1),
                              "use_sliding_window"),

@@ -401,8 +401,7 @@ def _plain(family: str):
             defaults["partial_rotary_factor"] = rd / (width // heads)
             cfg = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "partial_rotary_factor")}
         elif family == "falcon":
-            for field, why in (("new_decoder_architecture", "Falcon's new decoder (grouped fused q, k, v; two norms per parallel block) is not mapped yet"),
-                               ("alibi", "ALiBi positions are not in the language yet")):
+            for field, why in (("new_decoder_architecture", "Falcon's new decoder (grouped fused q, k, v; two norms per parallel block) is not mapped yet"),):
                 if cfg.get(field):
                     raise Unsupported(field, why)
             cfg = {**cfg, **{ours: cfg[theirs] for ours, theirs in _FALCON_NAMES.items() if cfg.get(theirs) is not None}}
@@ -429,15 +428,17 @@ def _plain(family: str):
         bias = bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else False if family == "gptj" else bool(c.get("attention_bias", True))
         parallel = {"phi": "shared", "gptj": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none",
                     "falcon": "shared" if c.get("parallel_attn") else "none"}.get(family, "none")
-        scaling = _rope_scaling(c, c.need("max_position_embeddings")) if family != "gptj" else None
+        alibi = family == "falcon" and bool(c.get("alibi"))  # ALiBi in place of rotary
+        scaling = _rope_scaling(c, c.need("max_position_embeddings")) if family != "gptj" and not alibi else None
         return Arch(family, vocab=c.need("vocab_size"), context=_dynamic_context(c.need("max_position_embeddings"), scaling), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=width // heads, hidden=c.need("intermediate_size"), act=act, norm="layernorm",
                     rotary_scaling=scaling,
                     eps=float(c.get(eps_key)), norm_bias=True, qkv_bias=bias, out_bias=bias,
-                    mlp_bias=bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else True, rotary=_rotary(partial, width // heads), rotary_base=_rope(c),
+                    mlp_bias=bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else True, rotary=0.0 if alibi else _rotary(partial, width // heads), rotary_base=_rope(c),
                     window=c.get("sliding_window") if family == "starcoder2" else None, tied=bool(c.get("tie_word_embeddings")),
                     padding=c.config.get("pad_token_id") if family in ("phi", "starcoder2") else None, parallel=parallel,
                     head_bias=family in ("phi", "gptj"), rotary_interleaved=family == "gptj",
+                    alibi=alibi,
                     sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
                              "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
                              "act": "hidden_act", "eps": eps_key, "rotary_base": "rope_theta", "window": "sliding_window",
@@ -975,6 +976,10 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
             att.append(_scaling_text(a.rotary_scaling).strip())
             src["rotary_scaling"] = "rope_parameters"
             keys.append("rotary_scaling")
+    if a.alibi:
+        att.append("alibi alibi_scaled")  # Falcon's: the bias is scaled with the logits
+        keys.append("alibi")
+        src["alibi"] = "alibi"
     if a.window is not None:
         att.append(f"window={a.window}")
         keys.append("window")
@@ -1131,6 +1136,8 @@ def arch_of(engine: ir.Engine) -> Arch:
     qk = "none" if not attn.qk_norm else "all" if attn.qk_norm_across else "head"
     if engine.feed.position == "learned" and n.type == "layernorm":
         family = "gpt2"
+    elif attn.alibi:
+        family = "falcon"
     elif parallel == "shared":
         family = "gptj" if attn.rotary_interleaved else "phi" if engine.nozzle.bias else "falcon"
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
@@ -1265,7 +1272,7 @@ def _plain_config(a: Arch) -> dict:
                 "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_kv_heads": a.kv_heads,
                 "multi_query": a.kv_heads == 1 and a.heads > 1, "parallel_attn": a.parallel == "shared", "bias": a.qkv_bias,
                 "ffn_hidden_size": a.hidden, "activation": act, "max_position_embeddings": _max_positions(a), "layer_norm_epsilon": a.eps,
-                "tie_word_embeddings": a.tied, "new_decoder_architecture": False, "alibi": False,
+                "tie_word_embeddings": a.tied, "new_decoder_architecture": False, "alibi": a.alibi,
                 "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base}), "hidden_dropout": 0.0, "attention_dropout": 0.0}
     if a.family == "gptj":
         return {"model_type": "gptj", "architectures": [CAUSAL_LM["gptj"]], "vocab_size": a.vocab, "n_positions": a.context,
