@@ -159,6 +159,14 @@ FAMILIES.update({  # rotary scaling, each at T = 12 past its original context of
     "falcon_alibi_sequential": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
                                                                  num_kv_heads=6, multi_query=False, parallel_attn=False, bias=True, alibi=True,
                                                                  ffn_hidden_size=64, max_position_embeddings=40, bos_token_id=0, eos_token_id=1),
+    # Falcon's new decoder: grouped kv heads in its fused rows, two norms per parallel block (ln_attn, ln_mlp), or one
+    "falcon_new_decoder": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=6, num_kv_heads=2,
+                                                            new_decoder_architecture=True, bias=False, ffn_hidden_size=64, max_position_embeddings=40,
+                                                            bos_token_id=0, eos_token_id=1, layer_norm_epsilon=1e-6),
+    "falcon_new_decoder_one_norm": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                                                     num_kv_heads=2, new_decoder_architecture=True, num_ln_in_parallel_attn=1,
+                                                                     bias=True, max_position_embeddings=40, bos_token_id=0, eos_token_id=1,
+                                                                     tie_word_embeddings=False),
 })
 
 
@@ -347,6 +355,10 @@ CONFIG_CHANGES = {  # a checkpoint whose config differs from the spec imported f
     "falcon alibi into rotary": (lambda **o: transformers.FalconConfig(**{**dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                                                                  bos_token_id=0, eos_token_id=1), **o}), dict(alibi=True),
                                  "rotary positions (turbine attention rotary=): spec all of each head (8 dims), checkpoint none"),
+    "falcon new decoder into the old": (lambda **o: transformers.FalconConfig(**{**dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                                                       bos_token_id=0, eos_token_id=1), **o}),
+                                        dict(new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1),
+                                        "key/value heads (GQA) (turbine attention kv_heads=): spec 1, checkpoint 2"),
     "gemma2 softcap": (lambda **o: transformers.Gemma2Config(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=40,
                                                                        pad_token_id=None, eos_token_id=None, bos_token_id=None), **o}),
@@ -379,9 +391,6 @@ UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, o
                                                                **{"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                                                                       "partial_rotary_factor": 0.5}, **o}),
                         dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}), "partial_rotary_factor"),
-    "falcon new decoder": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                                 bos_token_id=0, eos_token_id=1, **o), dict(new_decoder_architecture=True, num_kv_heads=2),
-                           "new_decoder_architecture"),
     "qwen2_moe dense layers": (lambda **o: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                                                        num_attention_heads=4, num_key_value_heads=2, num_experts=3,
                                                                        num_experts_per_tok=2, moe_intermediate_size=16,

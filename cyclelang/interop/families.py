@@ -401,14 +401,18 @@ def _plain(family: str):
             defaults["partial_rotary_factor"] = rd / (width // heads)
             cfg = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "partial_rotary_factor")}
         elif family == "falcon":
-            for field, why in (("new_decoder_architecture", "Falcon's new decoder (grouped fused q, k, v; two norms per parallel block) is not mapped yet"),):
-                if cfg.get(field):
-                    raise Unsupported(field, why)
+            new = bool(cfg.get("new_decoder_architecture"))  # grouped query attention, always parallel, one or two norms
+            if new and (cfg.get("num_ln_in_parallel_attn") or 2) not in (1, 2):
+                raise Unsupported("num_ln_in_parallel_attn", "Falcon's new decoder has one norm (shared) or two (ln_attn, ln_mlp) per block")
             cfg = {**cfg, **{ours: cfg[theirs] for ours, theirs in _FALCON_NAMES.items() if cfg.get(theirs) is not None}}
             defaults = {**_PLAIN_DEFAULTS["falcon"], **{ours: _PLAIN_DEFAULTS["falcon"].get(theirs) for ours, theirs in _FALCON_NAMES.items()}}
             defaults["intermediate_size"] = 4 * (cfg.get("hidden_size") or defaults["hidden_size"])
             heads = cfg.get("num_attention_heads") or defaults["num_attention_heads"]
-            cfg["num_key_value_heads"] = 1 if cfg.get("multi_query", True) else (cfg.get("num_kv_heads") or heads)
+            if new:
+                cfg["num_key_value_heads"] = cfg.get("num_kv_heads") or heads
+                cfg["parallel_attn"] = "separate" if (cfg.get("num_ln_in_parallel_attn") or 2) == 2 else True
+            else:
+                cfg["num_key_value_heads"] = 1 if cfg.get("multi_query", True) else (cfg.get("num_kv_heads") or heads)
         else:
             defaults = _PLAIN_DEFAULTS[family]
         c = _Config(cfg, defaults)
@@ -427,7 +431,7 @@ def _plain(family: str):
             eps_key = "layer_norm_eps"
         bias = bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else False if family == "gptj" else bool(c.get("attention_bias", True))
         parallel = {"phi": "shared", "gptj": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none",
-                    "falcon": "shared" if c.get("parallel_attn") else "none"}.get(family, "none")
+                    "falcon": "separate" if c.get("parallel_attn") == "separate" else "shared" if c.get("parallel_attn") else "none"}.get(family, "none")
         alibi = family == "falcon" and bool(c.get("alibi"))  # ALiBi in place of rotary
         scaling = _rope_scaling(c, c.need("max_position_embeddings")) if family != "gptj" and not alibi else None
         return Arch(family, vocab=c.need("vocab_size"), context=_dynamic_context(c.need("max_position_embeddings"), scaling), width=width, layers=layers,
@@ -1140,6 +1144,8 @@ def arch_of(engine: ir.Engine) -> Arch:
         family = "falcon"
     elif parallel == "shared":
         family = "gptj" if attn.rotary_interleaved else "phi" if engine.nozzle.bias else "falcon"
+    elif parallel == "separate" and n.type == "layernorm" and (attn.kv_heads != attn.heads or not work.bias):
+        family = "falcon"  # the new decoder: GPT-NeoX's block with grouped kv heads, or without biases
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
         family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
@@ -1256,6 +1262,14 @@ def config_of(a: Arch) -> dict:
     return cfg
 
 
+def _falcon_common(a: Arch, act: str) -> dict:
+    return {"model_type": "falcon", "architectures": [CAUSAL_LM["falcon"]], "vocab_size": a.vocab, "hidden_size": a.width,
+            "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "bias": a.qkv_bias, "ffn_hidden_size": a.hidden,
+            "activation": act, "max_position_embeddings": _max_positions(a), "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied,
+            "alibi": a.alibi, "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base}),
+            "hidden_dropout": 0.0, "attention_dropout": 0.0}
+
+
 def _whole(x: float):
     """x as an int when it is one but for rounding (query_pre_attn_scalar 24 from its scale 24**-0.5)."""
     return round(x) if abs(x - round(x)) < 1e-9 * max(1.0, abs(x)) else x
@@ -1266,8 +1280,14 @@ def _plain_config(a: Arch) -> dict:
     if act is None:
         raise Unsupported("act", f"{a.family} has no '{a.act}' activation")
     if a.family == "falcon":
-        if a.kv_heads not in (1, a.heads) or a.head_dim * a.heads != a.width:
-            raise Unsupported("kv_heads", "the old Falcon decoder has multi-query (1) or full key/value heads, and head_dim = width / heads")
+        if a.head_dim * a.heads != a.width:
+            raise Unsupported("head_dim", "Falcon's head_dim is width / heads")
+        new = a.parallel == "separate" or a.kv_heads not in (1, a.heads)  # grouped kv heads or two norms: the new decoder
+        if new and a.parallel == "none":
+            raise Unsupported("kv_heads", "Falcon's sequential (old) decoder has multi-query (1) or full key/value heads")
+        if new:
+            return {**_falcon_common(a, act), "num_kv_heads": a.kv_heads, "new_decoder_architecture": True, "parallel_attn": True,
+                    "num_ln_in_parallel_attn": 2 if a.parallel == "separate" else 1}
         return {"model_type": "falcon", "architectures": [CAUSAL_LM["falcon"]], "vocab_size": a.vocab, "hidden_size": a.width,
                 "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_kv_heads": a.kv_heads,
                 "multi_query": a.kv_heads == 1 and a.heads > 1, "parallel_attn": a.parallel == "shared", "bias": a.qkv_bias,

@@ -26,7 +26,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import ir
@@ -280,6 +280,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
                 put(f"{reactor}.proj.{p}", h + f"mlp.c_proj.{p}", fn)
             continue
         a, ks = st.attn_node, KEYS.get(arch, _Keys())
+        if arch == "falcon" and _separate_parallel(spec):  # the new decoder's two norms
+            ks = replace(ks, attn_norm="ln_attn", mlp_norm="ln_mlp")
         h = f"{ks.layers}.{i}."
         qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
@@ -296,7 +298,9 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
         gated = is_gated(st.work_node.act)
         for p in ("weight", "bias"):
-            if ks.neox_qkv and a.kv_heads == a.heads:  # Falcon's multi-query rows are [q heads | k | v], as ours
+            if arch == "falcon" and 1 < a.kv_heads < a.heads:  # the new decoder's rows, group by group [q heads | k | v]
+                put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _GroupedQkv(a.kv_heads, a.heads // a.kv_heads, a.head_dim))
+            elif ks.neox_qkv and a.kv_heads == a.heads:  # Falcon's multi-query rows are [q heads | k | v], as ours
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _NeoxQkv(a.heads, a.head_dim))
             elif ks.fused_qkv:
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}")
@@ -517,6 +521,40 @@ KEYS = {
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
 }
+
+
+def _separate_parallel(spec) -> bool:
+    """Whether the spec's layers are parallel blocks with a norm in each branch (GPT-NeoX, Falcon's new decoder)."""
+    for op in spec.body if isinstance(spec, ir.Engine) else spec.engine.body:
+        if isinstance(op, ir.Stage):
+            return len(op.ops) == 1 and isinstance(op.ops[0], ir.Fullflow) and op.ops[0].norm is None
+    return False
+
+
+@dataclass(frozen=True)
+class _GroupedQkv:
+    """Falcon's new-decoder fused rows, kv group by group [q_1 .. q_g | k | v], as ours: [all q | all k | all v]."""
+
+    kv_heads: int
+    group: int
+    head_dim: int
+
+    def __call__(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        g = t.reshape(self.kv_heads, self.group + 2, self.head_dim, *rest)
+        return torch.cat([g[:, : self.group].reshape(-1, *rest), g[:, self.group].reshape(-1, *rest), g[:, self.group + 1].reshape(-1, *rest)])
+
+    def inverse(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        n = self.kv_heads * self.group * self.head_dim
+        q = t[:n].reshape(self.kv_heads, self.group, self.head_dim, *rest)
+        k = t[n : n + self.kv_heads * self.head_dim].reshape(self.kv_heads, 1, self.head_dim, *rest)
+        v = t[n + self.kv_heads * self.head_dim :].reshape(self.kv_heads, 1, self.head_dim, *rest)
+        return [torch.cat([q, k, v], 1).reshape(-1, *rest).contiguous()]
 
 
 @dataclass(frozen=True)
