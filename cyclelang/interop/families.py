@@ -87,6 +87,8 @@ class Arch:
     alibi: bool = False  # Falcon's alibi (its bias scaled with the logits)
     sandwich: bool = False  # Gemma 2: a norm before and after each turbine
     layer_windows: tuple = ()  # Gemma 2: each layer's sliding window (None: global attention); empty: every layer's is `window`
+    layer_dense: tuple = ()  # Qwen2-MoE: whether each layer is a dense MLP (mlp_only_layers, decoder_sparse_step); empty: every layer routes
+    dense_hidden: int = 0  # ... the dense layers' intermediate_size
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -315,10 +317,14 @@ def _decoder(family: str):
         hidden = c.need("intermediate_size")
         if family == "mixtral":
             experts, top = c.need("num_local_experts"), c.need("num_experts_per_tok")
+        pattern: dict = {}  # a per-layer pattern of dense and routed layers
         if family == "qwen2_moe":
-            if c.get("decoder_sparse_step") != 1 or c.get("mlp_only_layers"):
-                field = "decoder_sparse_step" if c.get("decoder_sparse_step") != 1 else "mlp_only_layers"
-                raise Unsupported(field, "dense layers among the MoE ones are a per-layer pattern the language does not have yet")
+            step, only = int(c.get("decoder_sparse_step") or 1), set(c.get("mlp_only_layers") or ())
+            dense = tuple(i in only or not (c.need("num_experts") > 0 and (i + 1) % step == 0) for i in range(layers))
+            if all(dense):
+                raise Unsupported("mlp_only_layers" if only else "decoder_sparse_step", "every layer is dense: write the checkpoint as a qwen2 (no experts)")
+            if any(dense):
+                pattern.update(layer_dense=dense, dense_hidden=c.need("intermediate_size"))
             experts, top, hidden = c.need("num_experts"), c.need("num_experts_per_tok"), c.need("moe_intermediate_size")
             shared, normalize = c.need("shared_expert_intermediate_size"), bool(c.get("norm_topk_prob"))
         attention_bias = bool(c.get("attention_bias", False))
@@ -332,7 +338,7 @@ def _decoder(family: str):
                    "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
                    "act": "hidden_act", "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window",
                    "experts": "num_local_experts", "top": "num_experts_per_tok", "tied": "tie_word_embeddings"}
-        extra: dict = {}
+        extra: dict = dict(pattern)
         if norm_olmo:
             extra.update(norm="layernorm", eps=1e-5, norm_affine=False, norm_bias=False)
             sources["eps"] = "OLMo's fixed 1e-5, no weight or bias"
@@ -1040,7 +1046,14 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         mk = lambda words: [*branch("mix", "turbine attention " + " ".join(words), keys), *branch("burn", work, wkeys)]
         blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), each turbine with a norm {where}", f"{a.family}_local", mk(att_local)),
                   (f"# a {a.family} layer with global attention", f"{a.family}_global", mk(att_global))]
-        body = _layer_runs(a.family, a.layer_windows)
+        body = _layer_runs(a.family, ["local" if w is not None else "global" for w in a.layer_windows])
+    if a.layer_dense:  # Qwen2-MoE's dense layers among the MoE ones (mlp_only_layers, decoder_sparse_step)
+        dense = f"turbine mlp hidden={a.dense_hidden} act={a.act} bias={_num(a.mlp_bias)}"
+        mk = lambda w, k: [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", w, k)]
+        blocks = [(f"# a {a.family} layer with routed experts, each turbine with its norm {where}", f"{a.family}_moe", mk(work, wkeys)),
+                  (f"# a dense {a.family} layer (mlp_only_layers, decoder_sparse_step): a gated MLP of intermediate_size", f"{a.family}_dense",
+                   mk(dense, ()))]
+        body = _layer_runs(a.family, ["dense" if d else "moe" for d in a.layer_dense])
     feed = f"feed tokens vocab={a.vocab} context={a.context} position={a.position}"
     if a.embed_scale != 1.0:
         feed += " scale=sqrt(width)" if a.family in ("gemma", "gemma2") else f" scale={_num(a.embed_scale)}"
@@ -1072,14 +1085,14 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     return "\n".join(lines)
 
 
-def _layer_runs(family: str, windows: tuple) -> list[str]:
-    """The engine's stage lines for a per-layer pattern of windows: each run of one kind of layer."""
+def _layer_runs(family: str, kinds: list) -> list[str]:
+    """The engine's stage lines for a per-layer pattern (each layer's kind): each run of one kind of layer."""
     out, i = [], 0
-    while i < len(windows):
+    while i < len(kinds):
         j = i
-        while j < len(windows) and windows[j] == windows[i]:
+        while j < len(kinds) and kinds[j] == kinds[i]:
             j += 1
-        kind = "local" if windows[i] is not None else "global"
+        kind = kinds[i]
         out.append(f"  stage layers_{i} = {family}_{kind}" + (f" x {j - i}" if j - i > 1 else "") + f"  # layer {i}" + (f" to {j - 1}" if j - i > 1 else ""))
         i = j
     return out
@@ -1115,7 +1128,15 @@ def arch_of(engine: ir.Engine) -> Arch:
     for other in stages[1:]:
         if _unwindowed(other) != _unwindowed(st):
             raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer "
-                              "(Gemma 2's alone in the window of its attention)")
+                              "(Gemma 2's alone in the window of its attention, Qwen2-MoE's in a dense MLP for its experts)")
+    reactors = [r for s in stages for r in [_reactor(s)] * s.repeat]
+    dense = tuple(isinstance(r, ir.Mlp) for r in reactors)
+    if any(dense) and not all(dense):
+        for kind in (ir.Mlp, ir.Moe):
+            same = [r.model_dump(exclude={"name"}) for r in reactors if isinstance(r, kind)]
+            if any(d != same[0] for d in same):
+                raise Unsupported("stages", f"the layers' {kind.__name__.lower()} turbines differ; a family's dense layers share one MLP, its routed ones one MoE")
+        st = next(s for s in stages if isinstance(_reactor(s), ir.Moe))
     parallel = "none"
     if len(st.ops) == 1 and isinstance(st.ops[0], ir.Fullflow) and len(st.ops[0].branches) == 2:
         ff = st.ops[0]
@@ -1179,7 +1200,14 @@ def arch_of(engine: ir.Engine) -> Arch:
                 shared_gate=work.shared_gate if moe else False, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
                 head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved, rotary_scaling=attn.rotary_scaling,
                 softcap=attn.softcap, logit_softcap=engine.nozzle.softcap, alibi=attn.alibi, sandwich=sandwich,
-                layer_windows=tuple(windows) if len(set(windows)) > 1 else ())
+                layer_windows=tuple(windows) if len(set(windows)) > 1 else (),
+                layer_dense=dense if any(dense) and not all(dense) else (),
+                dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0)
+
+
+def _reactor(stage: ir.Stage):
+    """A stage's MLP or MoE turbine."""
+    return next((op for op in _ops(stage) if isinstance(op, (ir.Mlp, ir.Moe))), None)
 
 
 def _window(stage: ir.Stage):
@@ -1199,6 +1227,8 @@ def _ops(node):
 def _unwindowed(stage: ir.Stage) -> list:
     """A stage's layer as data, its attention's window left out (Gemma 2 alternates it)."""
     def strip(d):
+        if isinstance(d, dict) and d.get("op") in ("mlp", "moe"):
+            return {"op": "reactor"}  # compared apart: dense and routed layers may alternate (Qwen2-MoE)
         if isinstance(d, dict):
             return {k: strip(v) for k, v in d.items() if not (k == "window" and d.get("op") == "attention")}
         if isinstance(d, list):
@@ -1240,8 +1270,10 @@ def config_of(a: Arch) -> dict:
     if a.family == "mixtral":
         cfg.update(num_local_experts=a.experts, num_experts_per_tok=a.top, router_jitter_noise=0.0)
     if a.family == "qwen2_moe":
-        cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, moe_intermediate_size=a.hidden, intermediate_size=a.hidden,
-                   shared_expert_intermediate_size=a.shared, norm_topk_prob=a.normalize, decoder_sparse_step=1, mlp_only_layers=[],
+        cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, moe_intermediate_size=a.hidden,
+                   intermediate_size=a.dense_hidden if a.layer_dense else a.hidden,
+                   shared_expert_intermediate_size=a.shared, norm_topk_prob=a.normalize, decoder_sparse_step=1,
+                   mlp_only_layers=[i for i, d in enumerate(a.layer_dense) if d],
                    qkv_bias=a.qkv_bias)
     if a.family in _LAYER_TYPES:
         cfg.update(use_sliding_window=False, sliding_window=None)

@@ -251,13 +251,14 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe")
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe")
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
     if arch in _EXPANDER_PLANS:
         return _EXPANDER_PLANS[arch](plan, put, layout, final, state, fused)
     for i, st in sorted(layout.items()):
+        moe = family_moe and not (arch == "qwen2_moe" and st.moe is None and st.mlp is not None)  # Qwen2-MoE's dense layers: a gated MLP
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
