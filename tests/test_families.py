@@ -12,6 +12,7 @@ Nothing is downloaded: every model is built from a config with random weights.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -740,3 +741,19 @@ def test_rotary_scaling_runtime_equals_transformers_inv_freq():
     freqs = torch.outer(torch.arange(100).float(), inv)
     cos, _ = rotary_tables(100, 32, 10000.0, {"type": "dynamic", "factor": 2.0, "original": 64}, seq_len=100)
     assert torch.equal(cos, torch.cat((freqs, freqs), -1).cos())
+
+
+@pytest.mark.parametrize("module, hint", [("torch", "pip install torch"), ("safetensors", "pip install 'cyclelang[torch]'")])
+def test_cli_export_without_an_optional_package_is_a_usage_error(tmp_path, module, hint):
+    """`cyclec export` with torch or safetensors missing: exit 2 naming the pip install, no traceback, nothing written."""
+    (tmp_path / "s.cycle").write_text(import_config(llama()))
+    ours = build(cyclelang.load(tmp_path / "s.cycle"), seed=0)
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in ours.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    code = f"import sys; sys.modules[{module!r}] = None; from cyclelang.cli import main; main(sys.argv[1:], prog_name='cyclec')"
+    r = subprocess.run([sys.executable, "-c", code, "export", "s.cycle", "--weights", "w.safetensors", "-o", "out"], cwd=tmp_path,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2, r.stderr
+    assert hint in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.cycle", "w.safetensors"]
