@@ -177,6 +177,13 @@ FAMILIES.update({  # rotary scaling, each at T = 12 past its original context of
                                                                  num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=40, num_experts=3,
                                                                  num_experts_per_tok=1, moe_intermediate_size=24, shared_expert_intermediate_size=16,
                                                                  decoder_sparse_step=2, norm_topk_prob=True),
+    # Qwen2's sliding window from max_window_layers on, and Qwen3's from layer_types: global then local layers
+    "qwen2_window_from_layer": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40,
+                                                                use_sliding_window=True, sliding_window=4, max_window_layers=1),
+    "qwen3_layer_types": lambda: transformers.Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+                                                          num_key_value_heads=2, head_dim=8, max_position_embeddings=40, use_sliding_window=True,
+                                                          sliding_window=5, layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
 })
 
 
@@ -411,9 +418,6 @@ UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, o
                                                                             num_experts_per_tok=2, moe_intermediate_size=16,
                                                                             shared_expert_intermediate_size=16, **o),
                                     dict(mlp_only_layers=[0, 1]), "mlp_only_layers"),
-    "qwen2 sliding layers": (lambda **o: transformers.Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                                                  num_attention_heads=4, num_key_value_heads=2, **o), dict(use_sliding_window=True, sliding_window=4, max_window_layers=1),
-                             "use_sliding_window"),
 }
 
 

@@ -281,6 +281,20 @@ _DECODER_DEFAULTS["gemma2"] = {**_DECODER_DEFAULTS["gemma"], "hidden_size": 2304
 _LAYER_TYPES = ("qwen2", "qwen3", "qwen2_moe")  # a window only from max_window_layers on: a per-layer pattern
 
 
+def _layer_windows(c: _Config, layers: int) -> tuple[int | None, tuple]:
+    """Qwen2's (Qwen3's, Qwen2-MoE's) windows: use_sliding_window turns sliding_window on, from
+    max_window_layers on unless layer_types says otherwise; as _gemma2_windows returns them."""
+    sw = c.get("sliding_window") if c.get("use_sliding_window") else None
+    types = c.config.get("layer_types") or ["sliding_attention" if sw is not None and i >= int(c.get("max_window_layers", 28)) else "full_attention"
+                                            for i in range(layers)]
+    if len(types) != layers or any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise Unsupported("layer_types", f"layer_types are sliding_attention or full_attention, one per layer ({layers})")
+    if "sliding_attention" in types and sw is None:
+        raise Unsupported("use_sliding_window", "layer_types has sliding layers, but use_sliding_window is off (transformers gives them no window)")
+    per = tuple(sw if t == "sliding_attention" else None for t in types)
+    return (per[0], ()) if len(set(per)) == 1 else (None, per)
+
+
 def _gemma2_windows(c: _Config, layers: int) -> tuple[int | None, tuple]:
     """Gemma 2's sliding windows: (the window when every layer has it or none does, ()), or
     (None, each layer's window) for a pattern (transformers' default: local, global, local, ...)."""
@@ -303,9 +317,9 @@ def _decoder(family: str):
             raise Unsupported("hidden_act", f"a gated MLP with '{act_name}' has no counterpart (the language has swiglu = silu, geglu = gelu, "
                               "geglu_tanh = the tanh GELU)")
         window = c.get("sliding_window") if family in _WINDOWED else None
-        types = c.config.get("layer_types")
-        if family in _LAYER_TYPES and (c.get("use_sliding_window") or (types and any(t != "full_attention" for t in types))):
-            raise Unsupported("use_sliding_window", f"{family}'s sliding window from max_window_layers on is a per-layer pattern the language does not have yet")
+        windows: tuple = ()
+        if family in _LAYER_TYPES:  # a window from max_window_layers on (or as layer_types say): local and global layers
+            window, windows = _layer_windows(c, layers)
         if family == "olmo" and c.get("clip_qkv") is not None:
             raise Unsupported("clip_qkv", "clamping q, k and v to a range is not in the language")
         if family in ("gemma", "gemma2") and c.get("use_bidirectional_attention"):
@@ -339,6 +353,10 @@ def _decoder(family: str):
                    "act": "hidden_act", "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window",
                    "experts": "num_local_experts", "top": "num_experts_per_tok", "tied": "tie_word_embeddings"}
         extra: dict = dict(pattern)
+        if windows:
+            if pattern:
+                raise Unsupported("layer_types", "sliding and global layers together with dense and routed ones: two per-layer patterns at once are not mapped")
+            extra["layer_windows"] = windows
         if norm_olmo:
             extra.update(norm="layernorm", eps=1e-5, norm_affine=False, norm_bias=False)
             sources["eps"] = "OLMo's fixed 1e-5, no weight or bias"
@@ -1276,7 +1294,14 @@ def config_of(a: Arch) -> dict:
                    mlp_only_layers=[i for i, d in enumerate(a.layer_dense) if d],
                    qkv_bias=a.qkv_bias)
     if a.family in _LAYER_TYPES:
-        cfg.update(use_sliding_window=False, sliding_window=None)
+        windows = a.layer_windows or (a.window,) * a.layers
+        local = {w for w in windows if w is not None}
+        if len(local) > 1:
+            raise Unsupported("window", f"{a.family} has one sliding_window; the spec's layers have {sorted(local)}")
+        cfg.update(use_sliding_window=bool(local), sliding_window=local.pop() if local else None,
+                   layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows])
+        if cfg["use_sliding_window"]:
+            cfg["max_window_layers"] = next(i for i, w in enumerate(windows) if w is not None)
     if a.family == "gemma2":
         windows = a.layer_windows or (a.window,) * a.layers
         local = {w for w in windows if w is not None}
