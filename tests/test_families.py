@@ -761,3 +761,17 @@ def test_cli_export_without_an_optional_package_is_a_usage_error(tmp_path, modul
     assert r.returncode == 2, r.stderr
     assert hint in r.stderr and "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.cycle", "w.safetensors"]
+
+
+def test_gemma2_alternating_windows_fold_into_a_nested_stage():
+    """Gemma 2's local, global, local, ... layers import as one stage of stages, not unrolled; the IR runs them in that order."""
+    text = import_config(FAMILIES["gemma2"]())
+    assert re.search(r"stage layers x 2 \{[^\n]*\n\s+stage local = gemma2_local\n\s+stage global = gemma2_global\n\s+\}", text), text
+    from cyclelang.interop.families import _run_order
+
+    layers = _run_order([op for op in cyclelang.parse(text).engine.body if op.op == "stage"])
+    windows = [next(o for b in s.ops for o in b.ops if o.op == "attention").window for s in layers]
+    assert windows == [5, None, 5, None]
+    # first-k-dense does not repeat: its runs are consecutive stages
+    text = import_config(FAMILIES["qwen2_moe_first_dense"]())
+    assert re.search(r"stage layers_0 = qwen2_moe_dense +# layer 0\n +stage layers_1 = qwen2_moe_moe x 2 +# layer 1 to 2\n", text), text

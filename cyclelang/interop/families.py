@@ -1085,7 +1085,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
              "# Every value comes from the config field named beside it; the weights load with",
              "# cyclelang.interop.load_transformers(model, checkpoint).",
              "",
-             f"let depth = {a.layers}  # {src.get('layers', 'layers')}",
+             *([] if a.layer_windows or a.layer_dense else [f"let depth = {a.layers}  # {src.get('layers', 'layers')}"]),  # a pattern counts its own layers
              f"let d_model = {a.width}  # {src.get('width', 'width')}",
              "",
              *[ln for comment, name, ops in blocks for ln in (comment, f"stage {name} {{", *ops, "}", "")],
@@ -1104,7 +1104,15 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
 
 
 def _layer_runs(family: str, kinds: list) -> list[str]:
-    """The engine's stage lines for a per-layer pattern (each layer's kind): each run of one kind of layer."""
+    """The engine's stage lines for a per-layer pattern (each layer's kind): a pattern that repeats
+    is one nested stage (`stage layers x 13 { stage local = gemma2_local  stage global = gemma2_global }`),
+    any other one each run of one kind of layer in turn (first-k-dense: `stage layers_0 = ..._dense`, then the rest)."""
+    n = len(kinds)
+    period = next((p for p in range(2, n // 2 + 1) if n % p == 0 and kinds == kinds[:p] * (n // p)), None)
+    if period is not None:
+        one = kinds[:period]
+        names = [k if one.count(k) == 1 else f"{k}_{i}" for i, k in enumerate(one)]
+        return [f"  stage layers x {n // period} {{  # {' '.join(one)}: {n} layers", *[f"    stage {nm} = {family}_{k}" for nm, k in zip(names, one)], "  }"]
     out, i = [], 0
     while i < len(kinds):
         j = i
@@ -1141,13 +1149,14 @@ def arch_of(engine: ir.Engine) -> Arch:
         raise Unsupported("stages", "the engine has no stages: no family is a plain stack")
     if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm):
         raise Unsupported("main line", "a family's decoder ends with exactly one norm on the main line, before the head")
+    stages = _run_order(stages)  # one leaf stage per layer, in the order they run (a nested pattern unfolded)
     st = stages[0]
-    windows = [w for s in stages for w in [_window(s)] * s.repeat]
+    windows = [_window(s) for s in stages]
     for other in stages[1:]:
         if _unwindowed(other) != _unwindowed(st):
             raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer "
                               "(Gemma 2's alone in the window of its attention, Qwen2-MoE's in a dense MLP for its experts)")
-    reactors = [r for s in stages for r in [_reactor(s)] * s.repeat]
+    reactors = [_reactor(s) for s in stages]
     dense = tuple(isinstance(r, ir.Mlp) for r in reactors)
     if any(dense) and not all(dense):
         for kind in (ir.Mlp, ir.Moe):
@@ -1208,7 +1217,7 @@ def arch_of(engine: ir.Engine) -> Arch:
     else:
         family = "llama"
     return Arch(family, vocab=engine.feed.vocab, context=engine.feed.context, width=engine.width,
-                layers=sum(s.repeat for s in stages), heads=attn.heads, kv_heads=attn.kv_heads, head_dim=attn.head_dim,
+                layers=len(stages), heads=attn.heads, kv_heads=attn.kv_heads, head_dim=attn.head_dim,
                 hidden=work.hidden, act=work.act, norm=n.type, eps=n.eps, position=engine.feed.position, norm_bias=n.bias,
                 norm_affine=n.affine, norm_offset=n.offset, post_norms=post, qkv_bias=attn.bias, out_bias=attn.out_bias,
                 mlp_bias=work.bias, qk_norm=qk, qk_eps=attn.qk_norm_eps, attn_scale=attn.scale, embed_scale=engine.feed.scale,
@@ -1221,6 +1230,15 @@ def arch_of(engine: ir.Engine) -> Arch:
                 layer_windows=tuple(windows) if len(set(windows)) > 1 else (),
                 layer_dense=dense if any(dense) and not all(dense) else (),
                 dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0)
+
+
+def _run_order(stages: list) -> list:
+    """The leaf stage (a stage of ops) each layer runs, in order: repeats and groups unfolded."""
+    out = []
+    for st in stages:
+        for _ in range(st.repeat):
+            out += _run_order(st.ops) if st.is_group else [st]
+    return out
 
 
 def _reactor(stage: ir.Stage):
