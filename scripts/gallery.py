@@ -62,6 +62,8 @@ FAMILY_ENGINE = ("A production engine, read from its checkpoint's config: every 
                  "in a comment beside it. Its cycle is the closed staged cycle of the library's llama or gpt2, with the "
                  "family's own valves, injector and nozzle settings.")
 FAMILY_NOTES: dict[str, str] = {
+    "bloom": "BLOOM: ALiBi positions (no rotary, no position table), a LayerNorm right after the embedding, biased LayerNorm blocks "
+             "with a 4x tanh-GELU MLP, a tied head.",
     "deepseek_v2": "DeepSeek-V2: latent attention (the cache keeps a latent and one rotary key per token) and DeepSeekMoE, "
                    "routed experts beside shared ones, after a first dense layer.",
     "falcon": "Falcon (7B's old decoder): one LayerNorm shared by a parallel block, multi-query attention (one key/value head), "

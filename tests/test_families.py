@@ -184,6 +184,9 @@ FAMILIES.update({  # rotary scaling, each at T = 12 past its original context of
     "qwen3_layer_types": lambda: transformers.Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
                                                           num_key_value_heads=2, head_dim=8, max_position_embeddings=40, use_sliding_window=True,
                                                           sliding_window=5, layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+    # BLOOM: ALiBi added after the scale, a LayerNorm after the embedding; 6 heads (slopes interleaved past 4)
+    "bloom": lambda: transformers.BloomConfig(vocab_size=V, hidden_size=48, n_layer=2, n_head=6, layer_norm_epsilon=1e-6, bos_token_id=0,
+                                              eos_token_id=1, seq_length=40),
 })
 
 
@@ -404,6 +407,9 @@ def test_checkpoint_implying_another_engine_is_refused(tmp_path, case, via):
 UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, on import and on load
     "rope longrope": (llama, dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
                                                    "long_factor": [2.0] * 4, "original_max_position_embeddings": 16}), "rope_parameters.rope_type"),
+    "bloom residual after the norm": (lambda **o: transformers.BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4, bos_token_id=0,
+                                                                           eos_token_id=1, **o),
+                                      dict(apply_residual_connection_post_layernorm=True), "apply_residual_connection_post_layernorm"),
     "rope yarn untruncated": (llama, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
                                                            "original_max_position_embeddings": 20, "truncate": False}), "rope_parameters.truncate"),
     "gpt2 inverse layer idx": (gpt2, dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),

@@ -85,6 +85,8 @@ class Arch:
     softcap: float | None = None  # Gemma 2's attn_logit_softcapping
     logit_softcap: float | None = None  # Gemma 2's final_logit_softcapping
     alibi: bool = False  # Falcon's alibi (its bias scaled with the logits)
+    alibi_scaled: bool = True  # ... as Falcon's is; BLOOM adds its bias after the scale
+    embed_norm: bool = False  # BLOOM: a LayerNorm right after the token embedding
     sandwich: bool = False  # Gemma 2: a norm before and after each turbine
     layer_windows: tuple = ()  # Gemma 2: each layer's sliding window (None: global attention); empty: every layer's is `window`
     layer_dense: tuple = ()  # Qwen2-MoE: whether each layer is a dense MLP (mlp_only_layers, decoder_sparse_step); empty: every layer routes
@@ -869,6 +871,10 @@ def _deepseek_v2(cfg: dict) -> DeepseekV2Family:
     if c.config.get("moe_layer_freq", 1) != 1:
         raise Unsupported("moe_layer_freq", "transformers' DeepseekV2 puts experts in every layer from first_k_dense_replace on: "
                           "a checkpoint with experts in every other layer does not load there either")
+    if (_rope_dict(c)[0].get("rope_type") or _rope_dict(c)[0].get("type") or "default") != "default":
+        _rope(c)  # a kind the language has not at all is refused as such
+        raise Unsupported("rope_parameters.rope_type", "rotary scaling of latent attention's rotary key is not mapped (turbine attention "
+                          "latent= takes no rotary_scaling yet)")
     shared = int(c.get("n_shared_experts") or 0)
     if shared < 1:
         raise Unsupported("n_shared_experts", "transformers' DeepSeekMoE always has its shared expert (0 gives it no width)")
@@ -930,8 +936,25 @@ def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
         ""])
 
 
+def _bloom(cfg: dict) -> Arch:
+    """BLOOM: ALiBi (added after the scale), a LayerNorm after the embedding, biased LayerNorm
+    blocks with a 4x tanh-GELU MLP, per-head fused q, k, v, a tied head."""
+    c = _Config(cfg, {"vocab_size": 250880, "hidden_size": 64, "n_layer": 2, "n_head": 8, "layer_norm_epsilon": 1e-5,
+                      "apply_residual_connection_post_layernorm": False, "tie_word_embeddings": True})
+    if c.get("apply_residual_connection_post_layernorm"):
+        raise Unsupported("apply_residual_connection_post_layernorm", "a residual taken after the norm (the branch's normed input) is not in the language")
+    width, heads = c.need("hidden_size"), c.get("n_head") or c.need("num_attention_heads")
+    return Arch("bloom", vocab=c.need("vocab_size"), context=int(cfg.get("seq_length") or 2048), width=width,
+                layers=c.get("n_layer") or c.need("num_hidden_layers"), heads=heads, kv_heads=heads, head_dim=width // heads, hidden=4 * width,
+                act="gelu_tanh", norm="layernorm", eps=float(c.get("layer_norm_epsilon")), norm_bias=True, qkv_bias=True, out_bias=True,
+                mlp_bias=True, tied=bool(c.get("tie_word_embeddings")), alibi=True, alibi_scaled=False, embed_norm=True,
+                sources={"vocab": "vocab_size", "context": "BLOOM has no context field (ALiBi has no table): the spec's own", "width": "hidden_size",
+                         "layers": "n_layer", "heads": "n_head", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
+
+
 READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}, **{f: _plain(f) for f in _PLAIN_DEFAULTS}, "mamba2": _mamba2,
            "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2}
+READERS["bloom"] = _bloom
 FAMILIES = tuple(READERS)
 
 # The transformers classes a family's weights come from (what export's config names).
@@ -940,7 +963,7 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
              "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM",
              "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
-             "gemma2": "Gemma2ForCausalLM"}
+             "gemma2": "Gemma2ForCausalLM", "bloom": "BloomForCausalLM"}
 
 # Families the language cannot write yet: refused by name, with what they need.
 NOT_YET = {
@@ -1005,7 +1028,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
             src["rotary_scaling"] = "rope_parameters"
             keys.append("rotary_scaling")
     if a.alibi:
-        att.append("alibi alibi_scaled")  # Falcon's: the bias is scaled with the logits
+        att.append("alibi alibi_scaled" if a.alibi_scaled else "alibi")  # Falcon's bias is scaled with the logits, BLOOM's is not
         keys.append("alibi")
         src["alibi"] = "alibi"
     if a.window is not None:
@@ -1094,6 +1117,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
              "  throat causal",
              f"  {feed}{_comment(src, 'vocab', 'context', 'embed_scale', 'padding')}",
              "",
+             *([f"  {norm}  # word_embeddings_layernorm: BLOOM's norm after the embedding", ""] if a.embed_norm else []),
              *body,
              "",
              f"  {norm}  # the final norm",
@@ -1147,8 +1171,10 @@ def arch_of(engine: ir.Engine) -> Arch:
     main = [op for op in engine.body if not isinstance(op, ir.Stage)]
     if not stages:
         raise Unsupported("stages", "the engine has no stages: no family is a plain stack")
-    if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm):
-        raise Unsupported("main line", "a family's decoder ends with exactly one norm on the main line, before the head")
+    embed_norm = len(main) == 2 and isinstance(engine.body[0], ir.Norm)  # BLOOM's norm after the embedding
+    if len(main) != 1 + embed_norm or not isinstance(engine.body[-1], ir.Norm):
+        raise Unsupported("main line", "a family's decoder ends with exactly one norm on the main line, before the head "
+                          "(BLOOM's also starts with one, after the embedding)")
     stages = _run_order(stages)  # one leaf stage per layer, in the order they run (a nested pattern unfolded)
     st = stages[0]
     windows = [_window(s) for s in stages]
@@ -1188,6 +1214,8 @@ def arch_of(engine: ir.Engine) -> Arch:
     qk = "none" if not attn.qk_norm else "all" if attn.qk_norm_across else "head"
     if engine.feed.position == "learned" and n.type == "layernorm":
         family = "gpt2"
+    elif attn.alibi and (embed_norm or not attn.alibi_scaled):
+        family = "bloom"
     elif attn.alibi:
         family = "falcon"
     elif parallel == "shared":
@@ -1226,7 +1254,8 @@ def arch_of(engine: ir.Engine) -> Arch:
                 normalize=work.normalize if moe else True, shared=work.shared if moe else 0,
                 shared_gate=work.shared_gate if moe else False, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
                 head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved, rotary_scaling=attn.rotary_scaling,
-                softcap=attn.softcap, logit_softcap=engine.nozzle.softcap, alibi=attn.alibi, sandwich=sandwich,
+                softcap=attn.softcap, logit_softcap=engine.nozzle.softcap, alibi=attn.alibi, alibi_scaled=attn.alibi_scaled,
+                embed_norm=embed_norm, sandwich=sandwich,
                 layer_windows=tuple(windows) if len(set(windows)) > 1 else (),
                 layer_dense=dense if any(dense) and not all(dense) else (),
                 dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0)
@@ -1285,6 +1314,12 @@ def config_of(a: Arch) -> dict:
                 "scale_attn_by_inverse_layer_idx": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     if a.family in _PLAIN_DEFAULTS:
         return _plain_config(a)
+    if a.family == "bloom":
+        if a.hidden != 4 * a.width or a.act != "gelu_tanh":
+            raise Unsupported("hidden" if a.hidden != 4 * a.width else "act", "BLOOM's MLP is 4 x width wide with the tanh GELU")
+        return {"model_type": "bloom", "architectures": [CAUSAL_LM["bloom"]], "vocab_size": a.vocab, "hidden_size": a.width, "n_layer": a.layers,
+                "n_head": a.heads, "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "apply_residual_connection_post_layernorm": False,
+                "hidden_dropout": 0.0, "attention_dropout": 0.0, "seq_length": a.context}
     act = _HF_GATED.get(a.act)
     if act is None:
         raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu, geglu or geglu_tanh)")

@@ -351,6 +351,10 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         return plan
     ks = KEYS.get(arch, _Keys())
     put("feed.tok.weight", f"{ks.embed}.weight")
+    if arch == "bloom":  # BLOOM's norm right after the embedding: the first valve on the main line
+        first = [p.path for p in ir.layout.layout(spec).main if isinstance(p, ir.layout.Part) and p.role == "valve"][0]
+        for p in ("weight", "bias"):
+            put(f"{first}.{p}", f"word_embeddings_layernorm.{p}")
     for p in ("weight", "bias"):
         put(f"{final}.{p}", f"{ks.final}.{p}")
         put(f"head.{p}", f"{ks.head}.{p}")
@@ -486,7 +490,8 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
 
 
 def _prefix(arch: str) -> str:
-    return {"mamba2": "backbone.", "mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
+    return {"mamba2": "backbone.", "mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox.",
+            "bloom": "transformer."}.get(arch, "model.")
 
 
 @dataclass(frozen=True)
@@ -519,6 +524,8 @@ KEYS = {
     "mamba": _Keys(embed="embeddings", final="norm_f"),
     "jamba": _Keys(final="final_layernorm"),
     "gemma2": _Keys(mlp_norm="pre_feedforward_layernorm"),
+    "bloom": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
+                   plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
 }
