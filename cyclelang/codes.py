@@ -414,6 +414,13 @@ under 5 on the attention logits (under 2 on the final logits) squashes ordinary 
 softmax over logits bounded by +-cap cannot be much sharper than e^(2 cap) to 1, so
 the attention cannot focus (the model cannot be confident). A relief valve set below
 the working pressure vents all the time.""", "turbine attention heads=4 softcap=1")
+_add("W129", "ALiBi beside another position scheme", """
+`turbine attention alibi` tells each head where the keys are by a bias linear in the
+distance; BLOOM, Falcon and MPT use it instead of any other position signal (no
+rotary, `feed tokens position=none`). With rotary on the same attention, or learned or
+sinusoidal positions on the feed, the engine gets two position signals that agree
+within the training length and disagree past it, which is where ALiBi's extrapolation
+is the reason to use it. Two injectors timing one chamber.""", "turbine attention heads=4 rotary alibi")
 
 
 def explanation(c: Code) -> str:

@@ -383,6 +383,24 @@ def softcap_too_low(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     return out
 
 
+# --- W129: ALiBi with a second position scheme ----------------------------------------------------
+
+
+def alibi_with_other_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        a = p.node
+        if not isinstance(a, ir.Attention) or not a.alibi:
+            continue
+        other = "rotary positions" if a.rotary_dims else f"{e.feed.position} positions on the feed" if e.feed.position != "none" else None
+        if other:
+            out.append(_w("W129", f"ALiBi and {other} both tell this attention where tokens are", a.span,
+                          "keep one: ALiBi alone (BLOOM, Falcon, MPT: no rotary, position=none), or drop alibi",
+                          ["ALiBi's bias is meant to be the only position signal; with a second one the engine learns two that "
+                           "disagree past the training length, which is where ALiBi's extrapolation was the point"]))
+    return out
+
+
 # --- W111: a mixture that routes every token to every expert ----------------------------------
 
 
@@ -476,10 +494,11 @@ RULES: tuple[Rule, ...] = (
     needless_nesting,
     rotary_scaling_idle,
     softcap_too_low,
+    alibi_with_other_positions,
 )
 
 # The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "N101", "N102", "N103", "N110")
+REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "W129", "N101", "N102", "N103", "N110")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:
