@@ -121,3 +121,28 @@ def test_slopes_are_the_papers_for_a_power_of_two_and_the_interleave_beyond():
     assert torch.allclose(alibi_slopes(8).double(), slopes(8))
     # 6 heads: the 4 slopes of 4 heads, then the odd powers of 8 heads' base (Press et al.'s code, BLOOM, Falcon)
     assert torch.allclose(alibi_slopes(6).double(), torch.cat((slopes(4), slopes(8)[[0, 2]])))
+
+
+BAD = {  # the options around rotary scaling, ALiBi and the soft-cap that cannot hold, each with its code
+    "rotary rotary_scaling=linear rotary_factor=2 rotary_original=5": "E0240",
+    "rotary rotary_factor=2": "E0240",
+    "rotary rotary_scaling=yarn rotary_factor=2 rotary_low=2": "E0240",
+    "rotary_scaling=yarn rotary_factor=2": "E0241",
+    "rotary rotary_scaling=llama3": "E0242",
+    "rotary rotary_scaling=llama3 rotary_factor=2 rotary_low=4 rotary_high=1": "E0243",
+    "alibi_scaled": "E0211",
+    "softcap=0": "E0205",
+    "rotary rotary_scaling=nope rotary_factor=2": "E0203",  # not one of the choices
+}
+
+
+@pytest.mark.parametrize("opts", sorted(BAD))
+def test_unholdable_options_are_located_diagnostics(opts):
+    from cyclelang.diagnostics import CycleError
+
+    with pytest.raises(CycleError) as info:
+        cyclelang.parse(SPEC.format(opts=opts))
+    codes = [d.code for d in info.value.diagnostics]
+    assert codes == [BAD[opts]], codes  # one error, no cascade
+    d = info.value.diagnostics[0]
+    assert d.span is not None and d.span.line == 7

@@ -908,9 +908,10 @@ class _Resolver:
 
     def _rotary_scaling(self, o: Options, ctx, rotary):
         """The attention's RotaryScaling, None for plain rotary, False after an error."""
+        before = len(self.out.diagnostics)
         kind = o.get("rotary_scaling")
         values = {name: o.get(name) for name in self._SCALING_OPTIONS}
-        if kind is None:
+        if kind is None or len(self.out.diagnostics) > before:  # a kind or a value already refused: nothing more to say
             return False
         for name, kinds in self._SCALING_OPTIONS.items():
             if o.has(name) and kind not in kinds:
