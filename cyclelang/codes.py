@@ -380,6 +380,49 @@ or more. Each is legal; each usually makes a model that diverges or learns nothi
      "startup { schedule constant lr=3 }")
 
 
+# --- model families (issue 15, round two), appended -----------------------------------------------
+_add("E0240", "rotary scaling option of another kind", """
+Each rotary scaling reads its own options: `rotary_factor=` all four, `rotary_original=`
+dynamic, llama3 and yarn (linear stretches every frequency alike and has no original
+context), `rotary_low=` / `rotary_high=` llama3 only, `rotary_beta_fast=`,
+`rotary_beta_slow=` and `rotary_attention_factor=` yarn only. An option of another kind
+would be silently ignored, so it is refused.""", "turbine attention heads=8 rotary rotary_scaling=linear rotary_factor=4 rotary_low=1")
+_add("E0241", "rotary scaling without rotary", """
+`rotary_scaling=` stretches the frequencies of rotary positions; an attention without
+`rotary` has none to stretch.""", "turbine attention heads=8 rotary_scaling=yarn rotary_factor=4")
+_add("E0242", "rotary scaling without a factor", """
+Every rotary scaling needs `rotary_factor=`: how many times the pretraining context the
+positions stretch over (transformers' rope_parameters `factor`). No default is safe: the
+factor is the whole point of the scaling.""", "turbine attention heads=8 rotary rotary_scaling=llama3")
+_add("E0243", "llama3 scaling band upside down", """
+Llama 3's scaling keeps frequencies whose wavelength is under original/high, divides
+those past original/low by the factor and blends in between; it needs `rotary_high=`
+above `rotary_low=` (transformers' defaults are 4 and 1), or the band is empty and the
+blend divides by zero or turns negative.""", "turbine attention heads=8 rotary rotary_scaling=llama3 rotary_factor=8 rotary_low=4 rotary_high=1")
+_add("W127", "rotary scaling that changes nothing, or shrinks", """
+A rotary scaling stretches positions past the pretraining context. With
+`rotary_factor` of 1 or less it stretches nothing (or squeezes the positions, so the
+engine sees each position as further than it was trained for); a dynamic, llama3 or
+yarn scaling whose `rotary_original=` is at or past the feed's context never reaches
+the positions it rescales for (dynamic: never triggers at all). In engine terms a
+re-orificed injector that delivers the design flow: extra parts for nothing.""",
+     "feed tokens vocab=256 context=64 ... turbine attention heads=4 rotary rotary_scaling=dynamic rotary_factor=2")
+_add("W128", "soft-cap so low it flattens the logits", """
+A soft-cap computes cap * tanh(z / cap): values well under the cap pass unchanged, and
+none exceeds it. Gemma 2 caps attention logits at 50 and the final logits at 30. A cap
+under 5 on the attention logits (under 2 on the final logits) squashes ordinary values:
+softmax over logits bounded by +-cap cannot be much sharper than e^(2 cap) to 1, so
+the attention cannot focus (the model cannot be confident). A relief valve set below
+the working pressure vents all the time.""", "turbine attention heads=4 softcap=1")
+_add("W129", "ALiBi beside another position scheme", """
+`turbine attention alibi` tells each head where the keys are by a bias linear in the
+distance; BLOOM, Falcon and MPT use it instead of any other position signal (no
+rotary, `feed tokens position=none`). With rotary on the same attention, or learned or
+sinusoidal positions on the feed, the engine gets two position signals that agree
+within the training length and disagree past it, which is where ALiBi's extrapolation
+is the reason to use it. Two injectors timing one chamber.""", "turbine attention heads=4 rotary alibi")
+
+
 def explanation(c: Code) -> str:
     """What `cyclec explain CODE` prints (the language server shows the same)."""
     out = f"{c.code}: {c.title}\n\n{c.explanation}\n"

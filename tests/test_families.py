@@ -12,6 +12,7 @@ Nothing is downloaded: every model is built from a config with random weights.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -130,6 +131,63 @@ FAMILIES = {
                                               num_key_value_heads=3, max_position_embeddings=40, tie_word_embeddings=True, rms_norm_eps=1e-6,
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
 }
+FAMILIES.update({  # rotary scaling, each at T = 12 past its original context of 8 (linear: at every length)
+    "llama_rope_linear": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                          num_key_value_heads=2, head_dim=12, max_position_embeddings=40,
+                                                          rope_parameters={"rope_type": "linear", "rope_theta": 5000.0, "factor": 2.5}),
+    "llama_rope_llama3": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                          num_key_value_heads=2, head_dim=12, max_position_embeddings=40,
+                                                          rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8}),
+    "llama_rope_yarn": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                        num_key_value_heads=2, head_dim=12, max_position_embeddings=32,
+                                                        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                                         "original_max_position_embeddings": 8, "beta_fast": 16.0, "beta_slow": 2.0,
+                                                                         "mscale": 0.707, "mscale_all_dim": 1.0}),
+    # Gemma 2: soft-caps low enough to bite, query_pre_attn_scalar apart from head_dim, local/global layers with a window under T
+    "gemma2": lambda: transformers.Gemma2Config(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=4, num_attention_heads=4,
+                                                num_key_value_heads=2, head_dim=16, max_position_embeddings=40, sliding_window=5,
+                                                query_pre_attn_scalar=24, attn_logit_softcapping=3.0, final_logit_softcapping=2.5, pad_token_id=0,
+                                                eos_token_id=1, bos_token_id=2, attn_implementation="eager"),
+    "gemma2_global_untied": lambda: transformers.Gemma2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                              num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=40,
+                                                              layer_types=["full_attention"] * 2, attn_logit_softcapping=None, final_logit_softcapping=4.0,
+                                                              tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+                                                              attn_implementation="eager"),
+    # Falcon with ALiBi in place of rotary (its bias scaled with the logits), parallel multi-query and sequential
+    "falcon_alibi": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=40,
+                                                      alibi=True, bos_token_id=0, eos_token_id=1, layer_norm_epsilon=1e-6),
+    "falcon_alibi_sequential": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
+                                                                 num_kv_heads=6, multi_query=False, parallel_attn=False, bias=True, alibi=True,
+                                                                 ffn_hidden_size=64, max_position_embeddings=40, bos_token_id=0, eos_token_id=1),
+    # Falcon's new decoder: grouped kv heads in its fused rows, two norms per parallel block (ln_attn, ln_mlp), or one
+    "falcon_new_decoder": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=6, num_kv_heads=2,
+                                                            new_decoder_architecture=True, bias=False, ffn_hidden_size=64, max_position_embeddings=40,
+                                                            bos_token_id=0, eos_token_id=1, layer_norm_epsilon=1e-6),
+    "falcon_new_decoder_one_norm": lambda: transformers.FalconConfig(vocab_size=V, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                                                     num_kv_heads=2, new_decoder_architecture=True, num_ln_in_parallel_attn=1,
+                                                                     bias=True, max_position_embeddings=40, bos_token_id=0, eos_token_id=1,
+                                                                     tie_word_embeddings=False),
+    # Qwen2-MoE's dense layers among the routed ones: the first dense (mlp_only_layers), and every other one sparse (decoder_sparse_step)
+    "qwen2_moe_first_dense": lambda: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=3,
+                                                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40, num_experts=4,
+                                                                 num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=40,
+                                                                 mlp_only_layers=[0]),
+    "qwen2_moe_sparse_step": lambda: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=56, num_hidden_layers=4,
+                                                                 num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=40, num_experts=3,
+                                                                 num_experts_per_tok=1, moe_intermediate_size=24, shared_expert_intermediate_size=16,
+                                                                 decoder_sparse_step=2, norm_topk_prob=True),
+    # Qwen2's sliding window from max_window_layers on, and Qwen3's from layer_types: global then local layers
+    "qwen2_window_from_layer": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40,
+                                                                use_sliding_window=True, sliding_window=4, max_window_layers=1),
+    "qwen3_layer_types": lambda: transformers.Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+                                                          num_key_value_heads=2, head_dim=8, max_position_embeddings=40, use_sliding_window=True,
+                                                          sliding_window=5, layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+    # BLOOM: ALiBi added after the scale, a LayerNorm after the embedding; 6 heads (slopes interleaved past 4)
+    "bloom": lambda: transformers.BloomConfig(vocab_size=V, hidden_size=48, n_layer=2, n_head=6, layer_norm_epsilon=1e-6, bos_token_id=0,
+                                              eos_token_id=1, seq_length=40),
+})
 
 
 def hf(config, seed=1):
@@ -208,7 +266,8 @@ def test_family_round_trip(tmp_path, name):
     save_file({k: v.contiguous() for k, v in trained.items()}, str(tmp_path / "w.safetensors"))
     res = CliRunner().invoke(main, ["export", str(spec_file), "--weights", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
-    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    eager = {"attn_implementation": "eager"} if ref.config._attn_implementation == "eager" else {}  # Gemma 2's soft-cap is eager's alone
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out", **eager).eval()
     assert type(back).__name__ == type(ref).__name__
     with torch.no_grad():
         assert rel(back(idx).logits, ours(idx)) < 1e-5
@@ -303,6 +362,32 @@ CONFIG_CHANGES = {  # a checkpoint whose config differs from the spec imported f
                                  "experts per token (top-k) (turbine moe top=): spec 3, checkpoint 2"),
     "gpt2 relu": (gpt2, dict(activation_function="relu"), "activation (act=): spec gelu_tanh, checkpoint relu"),
     "llama tied into untied": (llama, dict(tie_word_embeddings=True), "tied input/output embeddings (nozzle head tied): spec its own matrix, checkpoint tied"),
+    "llama3 rotary scaling into plain rotary": (llama, dict(rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+                                                "rotary scaling (rope_type) (turbine attention rotary_scaling=): spec none, checkpoint llama3"),
+    "linear factor 2 into factor 4": (lambda **o: llama(**{"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}, **o}),
+                                      dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
+                                      "rotary scaling factor (turbine attention rotary_factor=): spec 4, checkpoint 2"),
+    "yarn beta_fast": (lambda **o: llama(**{"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                                                                "original_max_position_embeddings": 20}, **o}),
+                       dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0, "original_max_position_embeddings": 20,
+                                             "beta_fast": 8.0}), "YaRN beta_fast (turbine attention rotary_beta_fast=): spec 32, checkpoint 8"),
+    "falcon alibi into rotary": (lambda **o: transformers.FalconConfig(**{**dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                                                 bos_token_id=0, eos_token_id=1), **o}), dict(alibi=True),
+                                 "rotary positions (turbine attention rotary=): spec all of each head (8 dims), checkpoint none"),
+    "falcon new decoder into the old": (lambda **o: transformers.FalconConfig(**{**dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                                                       bos_token_id=0, eos_token_id=1), **o}),
+                                        dict(new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1),
+                                        "key/value heads (GQA) (turbine attention kv_heads=): spec 1, checkpoint 2"),
+    "qwen2_moe dense layer 1 into all routed": (lambda **o: transformers.Qwen2MoeConfig(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48,
+                                                                                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                                                                 num_experts=3, num_experts_per_tok=2, moe_intermediate_size=16,
+                                                                                                 shared_expert_intermediate_size=16), **o}),
+                                                dict(mlp_only_layers=[1]), "block structure (the statement): spec moe, checkpoint mlp"),
+    "gemma2 softcap": (lambda **o: transformers.Gemma2Config(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=40,
+                                                                       pad_token_id=None, eos_token_id=None, bos_token_id=None), **o}),
+                       dict(attn_logit_softcapping=20.0), "attention logit soft-cap (turbine attention softcap=): spec 50, checkpoint 20"),
 }
 
 
@@ -320,9 +405,13 @@ def test_checkpoint_implying_another_engine_is_refused(tmp_path, case, via):
 
 
 UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, on import and on load
-    "rope llama3": (llama, dict(rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16}), "rope_parameters.rope_type"),
-    "rope linear": (llama, dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}), "rope_parameters.rope_type"),
+    "rope longrope": (llama, dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
+                                                   "long_factor": [2.0] * 4, "original_max_position_embeddings": 16}), "rope_parameters.rope_type"),
+    "bloom residual after the norm": (lambda **o: transformers.BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4, bos_token_id=0,
+                                                                           eos_token_id=1, **o),
+                                      dict(apply_residual_connection_post_layernorm=True), "apply_residual_connection_post_layernorm"),
+    "rope yarn untruncated": (llama, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                                                           "original_max_position_embeddings": 20, "truncate": False}), "rope_parameters.truncate"),
     "gpt2 inverse layer idx": (gpt2, dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
     "gpt2 unscaled attention": (gpt2, dict(scale_attn_weights=False), "scale_attn_weights"),
     "neox odd rotary": (lambda **o: transformers.GPTNeoXConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
@@ -330,19 +419,11 @@ UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, o
                                                                **{"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                                                                       "partial_rotary_factor": 0.5}, **o}),
                         dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}), "partial_rotary_factor"),
-    "falcon new decoder": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                                 bos_token_id=0, eos_token_id=1, **o), dict(new_decoder_architecture=True, num_kv_heads=2),
-                           "new_decoder_architecture"),
-    "qwen2_moe dense layers": (lambda **o: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                                                       num_attention_heads=4, num_key_value_heads=2, num_experts=3,
-                                                                       num_experts_per_tok=2, moe_intermediate_size=16,
-                                                                       shared_expert_intermediate_size=16, **o),
-                               dict(mlp_only_layers=[1]), "mlp_only_layers"),
-    "falcon alibi": (lambda **o: transformers.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                           bos_token_id=0, eos_token_id=1, **o), dict(alibi=True), "alibi"),
-    "qwen2 sliding layers": (lambda **o: transformers.Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                                                  num_attention_heads=4, num_key_value_heads=2, **o), dict(use_sliding_window=True, sliding_window=4, max_window_layers=1),
-                             "use_sliding_window"),
+    "qwen2_moe every layer dense": (lambda **o: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                                            num_attention_heads=4, num_key_value_heads=2, num_experts=3,
+                                                                            num_experts_per_tok=2, moe_intermediate_size=16,
+                                                                            shared_expert_intermediate_size=16, **o),
+                                    dict(mlp_only_layers=[0, 1]), "mlp_only_layers"),
 }
 
 
@@ -375,7 +456,7 @@ def test_gemma_and_granite_never_load_as_llama(model_type):
     assert words in str(err), str(err)
 
 
-@pytest.mark.parametrize("model_type", ["gemma2", "qwen3_moe", "granitemoe"])
+@pytest.mark.parametrize("model_type", ["gemma3", "qwen3_moe", "granitemoe"])
 def test_families_not_yet_supported_are_refused_by_name(model_type):
     with pytest.raises(Unsupported) as info:
         import_config({"model_type": model_type})
@@ -420,15 +501,16 @@ def test_feed_scale_may_read_width():
 
 
 def test_cli_import_names_the_field_with_its_line(tmp_path):
-    cfg = llama(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})
+    cfg = llama(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+                                 "original_max_position_embeddings": 16})
     cfg.save_pretrained(tmp_path)
     res = CliRunner().invoke(main, ["import", str(tmp_path)])
     assert res.exit_code == 1
-    assert re.search(r"config\.json:\d+:\d+: error\[E0401\]: rope_parameters\.rope_type: rotary scaling 'linear'", res.output), res.output
+    assert re.search(r"config\.json:\d+:\d+: error\[E0401\]: rope_parameters\.rope_type: rotary scaling 'longrope'", res.output), res.output
 
 
 def test_cli_import_unknown_type_and_unreadable(tmp_path):
-    (tmp_path / "config.json").write_text('{"model_type": "gemma2"}')
+    (tmp_path / "config.json").write_text('{"model_type": "gemma3"}')
     res = CliRunner().invoke(main, ["import", str(tmp_path)])
     assert res.exit_code == 1 and "error[E0402]" in res.output
     (tmp_path / "config.json").write_text("[1, 2")
@@ -591,3 +673,111 @@ def test_cli_export_of_linear_attention_names_the_reason(tmp_path):
                                     "-o", str(tmp_path / "out")])
     assert res.exit_code == 1 and "error[E0404]" in res.output and "no transformers model family computes linear attention" in res.output
     assert not (tmp_path / "out").exists()
+
+
+# --- rotary scaling: it matters at these lengths, and dynamic NTK follows the sequence --------------
+
+
+@pytest.mark.parametrize("name", ["llama_rope_linear", "llama_rope_llama3", "llama_rope_yarn"])
+def test_rotary_scaling_matters_at_the_tested_length(name):
+    """The same weights with plain rotary give other logits at T = 12: the round trip's equality is the scaling's."""
+    ref = hf(FAMILIES[name]())
+    plain = FAMILIES[name]()
+    plain.rope_parameters = {"rope_type": "default", "rope_theta": ref.config.rope_parameters["rope_theta"]}
+    other = transformers.AutoModelForCausalLM.from_config(plain).eval()
+    other.load_state_dict(ref.state_dict())
+    idx = ids()
+    with torch.no_grad():
+        assert rel(other(idx).logits, ref(idx).logits) > 1e-3
+
+
+def dynamic_llama(**over):
+    return transformers.LlamaConfig(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=12, max_position_embeddings=8,
+                                              rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 3.0}), **over})
+
+
+def test_dynamic_ntk_rotary_follows_the_sequence_length(tmp_path):
+    """Dynamic NTK grows the rotary base once a sequence passes max_position_embeddings (8 here):
+    the spec's context is factor x 8 = 24, logits at 20 tokens and greedy decoding across 8
+    with the cache equal transformers' (whose cached keys, too, keep the base they were rotated with)."""
+    text = import_config(dynamic_llama())
+    assert "context=24" in text and "rotary_scaling=dynamic rotary_factor=3 rotary_original=8" in text
+    ref = hf(dynamic_llama())
+    ours = load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
+    idx = torch.randint(0, V, (B, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert rel(ours(idx), ref(idx).logits) < 1e-5
+        short = idx[:, :6]  # under the original context: the plain base
+        assert rel(ours(short), ref(short).logits) < 1e-5
+        want = ref.generate(idx[:1, :4], max_new_tokens=14, do_sample=False, min_new_tokens=14)  # its own cache, growing past 8
+    assert torch.equal(ours.generate(idx[:1, :4], 14, temperature=0), want)
+    plain = dynamic_llama(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, max_position_embeddings=24)
+    other = transformers.AutoModelForCausalLM.from_config(plain).eval()
+    other.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        assert rel(other(idx).logits, ref(idx).logits) > 1e-3  # past 8 tokens the scaling matters
+        assert rel(other(short).logits, ref(short).logits) < 1e-6  # under it, it does not
+    # export writes max_position_embeddings = the original context back
+    from cyclelang.interop.families import arch_of, config_of
+
+    cfg = config_of(arch_of(cyclelang.parse(text).engine))
+    assert cfg["max_position_embeddings"] == 8 and cfg["rope_parameters"]["rope_type"] == "dynamic" and cfg["rope_parameters"]["factor"] == 3.0
+
+
+def test_rotary_scaling_runtime_equals_transformers_inv_freq():
+    """rotary_tables' frequencies are rope_utils', bit for bit, for each kind (and YaRN's gain)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from cyclelang.backends.torch.runtime.positions import scaled_rotary_tables as rotary_tables
+
+    cases = {
+        "linear": ({"rope_type": "linear", "rope_theta": 5000.0, "factor": 2.5}, {"type": "linear", "factor": 2.5}),
+        "llama3": ({"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 64}, {"type": "llama3", "factor": 8.0, "original": 64, "low": 1.0, "high": 4.0}),
+        "yarn": ({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": 1.3},
+                 {"type": "yarn", "factor": 4.0, "original": 64, "beta_fast": 32.0, "beta_slow": 1.0, "gain": 1.3}),
+    }
+    for kind, (rope, ours) in cases.items():
+        cfg = transformers.LlamaConfig(hidden_size=128, num_attention_heads=4, max_position_embeddings=256, rope_parameters=rope)
+        inv, gain = ROPE_INIT_FUNCTIONS[kind](cfg, "cpu")
+        freqs = torch.outer(torch.arange(256).float(), inv)
+        cos, sin = rotary_tables(256, 32, rope["rope_theta"], ours)
+        assert torch.equal(cos, torch.cat((freqs, freqs), -1).cos() * gain), kind
+        assert torch.equal(sin, torch.cat((freqs, freqs), -1).sin() * gain), kind
+    cfg = transformers.LlamaConfig(hidden_size=128, num_attention_heads=4, max_position_embeddings=64,
+                                   rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})
+    inv, _ = ROPE_INIT_FUNCTIONS["dynamic"](cfg, "cpu", seq_len=torch.tensor(100))
+    freqs = torch.outer(torch.arange(100).float(), inv)
+    cos, _ = rotary_tables(100, 32, 10000.0, {"type": "dynamic", "factor": 2.0, "original": 64}, seq_len=100)
+    assert torch.equal(cos, torch.cat((freqs, freqs), -1).cos())
+
+
+@pytest.mark.parametrize("module, hint", [("torch", "pip install torch"), ("safetensors", "pip install 'cyclelang[torch]'")])
+def test_cli_export_without_an_optional_package_is_a_usage_error(tmp_path, module, hint):
+    """`cyclec export` with torch or safetensors missing: exit 2 naming the pip install, no traceback, nothing written."""
+    (tmp_path / "s.cycle").write_text(import_config(llama()))
+    ours = build(cyclelang.load(tmp_path / "s.cycle"), seed=0)
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in ours.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    code = f"import sys; sys.modules[{module!r}] = None; from cyclelang.cli import main; main(sys.argv[1:], prog_name='cyclec')"
+    r = subprocess.run([sys.executable, "-c", code, "export", "s.cycle", "--weights", "w.safetensors", "-o", "out"], cwd=tmp_path,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2, r.stderr
+    assert hint in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.cycle", "w.safetensors"]
+
+
+def test_gemma2_alternating_windows_fold_into_a_nested_stage():
+    """Gemma 2's local, global, local, ... layers import as one stage of stages, not unrolled; the IR runs them in that order."""
+    text = import_config(FAMILIES["gemma2"]())
+    assert re.search(r"stage layers x 2 \{[^\n]*\n\s+stage local = gemma2_local\n\s+stage global = gemma2_global\n\s+\}", text), text
+    from cyclelang.interop.families import _run_order
+
+    layers = _run_order([op for op in cyclelang.parse(text).engine.body if op.op == "stage"])
+    windows = [next(o for b in s.ops for o in b.ops if o.op == "attention").window for s in layers]
+    assert windows == [5, None, 5, None]
+    # first-k-dense does not repeat: its runs are consecutive stages
+    text = import_config(FAMILIES["qwen2_moe_first_dense"]())
+    assert re.search(r"stage layers_0 = qwen2_moe_dense +# layer 0\n +stage layers_1 = qwen2_moe_moe x 2 +# layer 1 to 2\n", text), text

@@ -24,10 +24,15 @@ def gallery():
     return g
 
 
+FAMILY_SPECS = sorted((ROOT / "specs" / "families").glob("*.cycle"))
+
+
 def test_every_spec_has_a_place_and_a_concept(gallery):
     stems = gallery.stems()
-    assert sorted(stems) == sorted(p.stem for p in SPECS) and len(set(stems)) == len(stems)
+    want = [p.stem for p in SPECS] + [f"families/{p.stem}" for p in FAMILY_SPECS]
+    assert sorted(stems) == sorted(want) and len(set(stems)) == len(stems)
     assert set(gallery.CONCEPTS) == set(stems)
+    assert all(engine and network for engine, network in gallery.CONCEPTS.values()), "a family without a note in FAMILY_NOTES"
 
 
 def test_markdown_is_up_to_date(gallery):
@@ -43,7 +48,8 @@ def test_every_picture_and_link_resolves():
     text = (ROOT / "docs" / "gallery.md").read_text("utf-8")
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     side = [i for i in images if i.startswith("img/side_by_side/")]
-    assert sorted(set(images) - set(side)) == sorted(f"img/gallery/{p.stem}.svg" for p in SPECS)
+    assert sorted(set(images) - set(side)) == sorted([f"img/gallery/{p.stem}.svg" for p in SPECS] +
+                                                     [f"img/gallery/families/{p.stem}.svg" for p in FAMILY_SPECS])
     assert side and all((ROOT / "docs" / i).is_file() for i in side)
     for target in re.findall(r"\]\((\.\./[^)#]+)\)", text):
         assert (ROOT / "docs" / target).resolve().is_file(), target

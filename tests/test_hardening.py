@@ -612,6 +612,10 @@ DOCUMENTED = {
     "feed": ["vocab=16", "context=8", "position=sinusoidal", "scale=2", "dropout=0.1"],
     "attention": ["heads=2", "kv_heads=1", "head_dim=4", "mask=causal", "window=4", "rotary=0.5", "rotary_base=500", "qk_norm", "bias=false", "dropout=0.1"],
     "attention_qk": ["heads=2", "qk_norm", "qk_norm_eps=1e-6", "bias=true", "out_bias=false"],
+    "attention_llama3": ["heads=2", "rotary", "rotary_scaling=llama3", "rotary_factor=4", "rotary_original=4", "rotary_low=1", "rotary_high=4"],
+    "attention_yarn": ["heads=2", "rotary", "rotary_scaling=yarn", "rotary_factor=2", "rotary_beta_fast=16", "rotary_beta_slow=2",
+                       "rotary_attention_factor=1.1"],
+    "attention_caps": ["heads=2", "softcap=30", "alibi", "alibi_scaled"],
     "mlp": ["ratio=2", "act=gelu_tanh", "bias=false", "dropout=0.1"],
     "mlp_hidden": ["hidden=24"],
     "moe": ["experts=4", "top=2", "capacity=1.25", "balance=0.01", "ratio=2", "act=swiglu", "bias=false"],
@@ -640,7 +644,7 @@ def _engine(stage_body: str, feed: str = "vocab=16 context=8", nozzle: str = "",
 
 def test_d13_every_documented_option_can_be_written():
     texts = [_engine("prechamber p { turbine mlp }", feed=" ".join(DOCUMENTED["feed"]))]
-    for kind in ("attention", "attention_qk", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
+    for kind in ("attention", "attention_qk", "attention_llama3", "attention_yarn", "attention_caps", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
         texts.append(_engine(f"prechamber p {{ turbine {kind.split('_')[0]} {' '.join(DOCUMENTED[kind])} }}"))
     for kind, turbine in (("ssm", "ssm"), ("ssm_v1", "ssm"), ("linear_attention", "linear_attention"), ("latent_attention", "attention")):
         texts.append(_engine(f"prechamber p {{ turbine {turbine} {' '.join(DOCUMENTED[kind])} }}"))
@@ -651,6 +655,7 @@ def test_d13_every_documented_option_can_be_written():
         texts.append(_engine(f"prechamber p {{ turbine mlp merge {m} }}{post}"))
     texts.append(_engine("prechamber p detach { turbine mlp }  prechamber q overboard loss=0.1 { turbine linear out=vocab }"))
     texts.append(_engine("prechamber p { turbine mlp }", nozzle="tied bias=true"))
+    texts.append(_engine("prechamber p { turbine mlp }", nozzle="softcap=30"))
     texts.append(_engine("prechamber p { turbine mlp }", startup="  ".join(DOCUMENTED["startup"])))
     for text in texts:
         cyclelang.parse(text)  # raises on E0005 (a keyword took the option's name) or any other error

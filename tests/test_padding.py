@@ -36,6 +36,9 @@ ENGINES = {
     "learned": dict(position="learned", attn=""),
     "rotary": dict(position="none", attn="rotary"),
     "window": dict(position="none", attn="rotary=0.5 window=3"),
+    "alibi": dict(position="none", attn="alibi"),  # the bias is linear in the key's index: a padded row's shift cancels in the softmax
+    "softcap_window": dict(position="none", attn="rotary softcap=3 window=3"),  # the scores computed outside the kernel
+    "yarn": dict(position="none", attn="rotary rotary_scaling=yarn rotary_factor=4 rotary_original=4"),
 }
 LENGTHS = (7, 4, 1)
 

@@ -687,3 +687,30 @@ def test_the_loss_is_scored_in_float32_for_half_precision_logits():
     torch.testing.assert_close(loss, expect)
     loss.backward()
     assert model.feed.tok.weight.grad.dtype == torch.bfloat16
+
+
+def test_deepnorm_init_scales_a_moe_shared_expert_as_its_routed_ones():
+    """DeepNet's beta scales every FFN's weights at init: the routed experts and the shared one (not the router or the gate)."""
+    text = textwrap.dedent("""
+        engine deep_moe {
+          chamber width=64
+          throat causal
+          feed tokens vocab=64 context=16 position=none
+          stage block x 4 {
+            prechamber mix { turbine attention heads=4 rotary  merge deepnorm }
+            norm layernorm
+            prechamber burn { turbine moe experts=4 top=2 hidden=128 act=swiglu shared=128 shared_gate  merge deepnorm }
+            norm layernorm
+          }
+          nozzle head
+        }""")
+    spec = cyclelang.parse(text)
+    beta = spec.engine.body[0].ops[2].merge.beta
+    scaled = build(spec, seed=0)
+    plain = build(cyclelang.parse(text.replace("merge deepnorm }\n    norm layernorm\n  }", "merge plain }\n    norm layernorm\n  }")
+                                  .replace("shared_gate  merge deepnorm", "shared_gate  merge plain")), seed=0)
+    moe, ref = scaled.stages[0].burn.moe, plain.stages[0].burn.moe
+    for name in ("shared.fc.weight", "shared.proj.weight", "experts.0.fc.weight", "experts.0.proj.weight"):
+        ours, theirs = moe.get_parameter(name), ref.get_parameter(name)
+        assert ours.std().item() == pytest.approx(beta * theirs.std().item(), rel=0.1), name
+    assert moe.shared_gate.weight.std().item() == pytest.approx(ref.shared_gate.weight.std().item(), rel=0.1)

@@ -6,7 +6,7 @@
     cyclelang.interop.export(spec, model.state_dict(), "out/")  # config.json + model.safetensors
 
 Families (`families.FAMILIES`, docs/families.md): gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, phi3,
-olmo, olmo2, gemma, granite, phi, starcoder2, gpt_neox, gptj, falcon; mamba2, mamba, jamba and deepseek_v2 (the expander
+olmo, olmo2, gemma, gemma2, granite, phi, starcoder2, gpt_neox, gptj, falcon, bloom; mamba2, mamba, jamba and deepseek_v2 (the expander
 families: an ssm, Mamba-1's mixer, latent attention). Other model types
 are refused by name (`families.NOT_YET` says why for the common ones). The modules:
 `families` (config <-> the spec it implies), `compare` (two engines field by field),

@@ -82,7 +82,22 @@ WORDS: dict[str, tuple[str, str]] = {
     "q_latent": ("query latent width (q_lora_rank)", "turbine attention q_latent="),
     "v_dim": ("value head dimension", "turbine attention v_dim="),
     "shared": ("shared expert width", "turbine moe shared="),
+    "rotary_scaling": ("rotary scaling (rope_type)", "turbine attention rotary_scaling="),
+    "rotary_factor": ("rotary scaling factor", "turbine attention rotary_factor="),
+    "rotary_original": ("rotary scaling's original context (original_max_position_embeddings)", "turbine attention rotary_original="),
+    "rotary_low": ("llama3 rotary low_freq_factor", "turbine attention rotary_low="),
+    "rotary_high": ("llama3 rotary high_freq_factor", "turbine attention rotary_high="),
+    "rotary_beta_fast": ("YaRN beta_fast", "turbine attention rotary_beta_fast="),
+    "rotary_beta_slow": ("YaRN beta_slow", "turbine attention rotary_beta_slow="),
+    "rotary_gain": ("YaRN attention_factor (cos/sin gain)", "turbine attention rotary_attention_factor="),
+    "softcap": ("logit soft-cap", "softcap="),
+    "alibi": ("ALiBi positions", "turbine attention alibi"),
+    "alibi_scaled": ("ALiBi bias scaled with the logits (Falcon)", "turbine attention alibi_scaled"),
 }
+
+# what each rotary scaling reads (the rest of an ir.RotaryScaling is its defaults, never compared)
+_SCALING_FIELDS = {"linear": ("factor",), "dynamic": ("factor", "original"), "llama3": ("factor", "original", "low", "high"),
+                   "yarn": ("factor", "original", "beta_fast", "beta_slow", "gain")}
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,8 @@ class Difference:
         if self.field == "scale":  # one IR field name, three places
             ml, ours = {"feed": ("embedding multiplier", "feed tokens scale="), "head": ("logit scale", "nozzle head scale=")}.get(
                 self.where, ("attention logit scale", "turbine attention scale="))
+        if self.field == "softcap":  # two places
+            ml, ours = ("final-logit soft-cap", "nozzle head softcap=") if self.where == "head" else ("attention logit soft-cap", "turbine attention softcap=")
         return f"{ml} ({ours}): spec {self.show(self.spec)}, checkpoint {self.show(self.checkpoint)}"
 
     def show(self, v) -> str:
@@ -146,6 +163,11 @@ def _node(n) -> dict:
         d[k] = v
     if isinstance(n, ir.Attention) and n.scale is None:
         d["scale"] = n.head_dim ** -0.5  # the default, said out loud: Granite's attention_multiplier may equal it
+    if isinstance(n, ir.Attention):  # the scaling by what it computes: its kind, then what that kind reads
+        sc = d.pop("rotary_scaling", None) and n.rotary_scaling
+        d["rotary_scaling"] = sc.type if sc else "none"
+        for k in _SCALING_FIELDS.get(sc.type if sc else "", ()):
+            d[f"rotary_{k}"] = sc.gain() if k == "gain" else getattr(sc, k)
     return d
 
 
@@ -183,7 +205,8 @@ def normal_form(engine: ir.Engine) -> list[tuple[str, dict, str]]:
                               inst))
         layers.append((inst, items))
     out.append(("layers", {"layers": layers}, "stages"))
-    out.append(("nozzle", {"tied": engine.nozzle.tied, "bias": engine.nozzle.bias, "vocab": engine.nozzle.vocab, "scale": engine.nozzle.scale}, "head"))
+    out.append(("nozzle", {"tied": engine.nozzle.tied, "bias": engine.nozzle.bias, "vocab": engine.nozzle.vocab, "scale": engine.nozzle.scale,
+                           "softcap": engine.nozzle.softcap}, "head"))
     return out
 
 

@@ -15,6 +15,7 @@ a per-layer pattern of sliding windows.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .. import ir
@@ -80,6 +81,16 @@ class Arch:
     parallel: str = "none"  # none | shared: attention and MLP read one norm (Phi) | separate: each its own (GPT-NeoX)
     head_bias: bool = False
     rotary_interleaved: bool = False  # GPT-J's rotate-every-two
+    rotary_scaling: ir.RotaryScaling | None = None  # linear, dynamic NTK, llama3 or YaRN (rope_parameters.rope_type)
+    softcap: float | None = None  # Gemma 2's attn_logit_softcapping
+    logit_softcap: float | None = None  # Gemma 2's final_logit_softcapping
+    alibi: bool = False  # Falcon's alibi (its bias scaled with the logits)
+    alibi_scaled: bool = True  # ... as Falcon's is; BLOOM adds its bias after the scale
+    embed_norm: bool = False  # BLOOM: a LayerNorm right after the token embedding
+    sandwich: bool = False  # Gemma 2: a norm before and after each turbine
+    layer_windows: tuple = ()  # Gemma 2: each layer's sliding window (None: global attention); empty: every layer's is `window`
+    layer_dense: tuple = ()  # Qwen2-MoE: whether each layer is a dense MLP (mlp_only_layers, decoder_sparse_step); empty: every layer routes
+    dense_hidden: int = 0  # ... the dense layers' intermediate_size
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -110,16 +121,102 @@ class _Config:
         return v
 
 
-def _rope(c: _Config) -> float:
-    """rope_theta, refusing rotary scaling (rope_parameters or the older rope_scaling)."""
+_SCALINGS = ("linear", "dynamic", "llama3", "yarn")
+
+
+def _rope_dict(c: _Config) -> tuple[dict, str]:
+    """The rotary parameters (rope_parameters, or the older rope_scaling) and the field they came from."""
     rope = c.config.get("rope_parameters") or {}
+    if rope.get("rope_type") or rope.get("type"):
+        return rope, "rope_parameters"
     old = c.config.get("rope_scaling") or {}
-    kind = rope.get("rope_type") or rope.get("type") or old.get("rope_type") or old.get("type") or "default"
-    if kind != "default":
-        where = "rope_parameters.rope_type" if rope.get("rope_type") or rope.get("type") else "rope_scaling"
-        raise Unsupported(where, f"rotary scaling '{kind}' is not in the language yet; only plain rotary (rope_type=default) imports")
+    if old.get("rope_type") or old.get("type"):
+        return {**rope, **old}, "rope_scaling"
+    return rope, "rope_parameters"
+
+
+def _rope(c: _Config) -> float:
+    """rope_theta, refusing a rotary scaling the language does not have (longrope, ...)."""
+    rope, where = _rope_dict(c)
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    if kind not in ("default", *_SCALINGS):
+        raise Unsupported(f"{where}.rope_type" if where == "rope_parameters" else where,
+                          f"rotary scaling '{kind}' is not in the language; it has {', '.join(_SCALINGS)} (and plain rotary, rope_type=default)")
     theta = rope.get("rope_theta", c.config.get("rope_theta"))
     return float(theta if theta is not None else c.defaults.get("rope_theta", 10000.0))
+
+
+def _rope_scaling(c: _Config, context: int) -> ir.RotaryScaling | None:
+    """The rotary scaling a config's rope parameters say, as transformers' rope_utils reads them."""
+    _rope(c)  # a kind the language does not have is refused first, by its rope_type
+    rope, where = _rope_dict(c)
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    if kind == "default":
+        return None
+    f = f"{where}."
+    # transformers gives a config's own original_max_position_embeddings (Phi-3 keeps it there) priority
+    original = c.config.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings") or context
+    factor = rope.get("factor")
+    if kind == "dynamic":  # transformers' dynamic NTK grows the base past max_position_embeddings
+        original = context
+    if factor is None:
+        if kind != "yarn":
+            raise Unsupported(f + "factor", f"rotary scaling '{kind}' needs its factor")
+        factor = context / original
+    if kind == "yarn" and rope.get("truncate", True) is False:
+        raise Unsupported(f + "truncate", "YaRN without truncating its correction range is not in the language")
+    gain = None
+    if kind == "yarn":
+        def mscale(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+        gain = rope.get("attention_factor")
+        if gain is None and rope.get("mscale") and rope.get("mscale_all_dim"):
+            gain = float(mscale(factor, rope["mscale"]) / mscale(factor, rope["mscale_all_dim"]))
+    return ir.RotaryScaling(type=kind, factor=float(factor), original=None if kind == "linear" else int(original),
+                            low=float(rope.get("low_freq_factor", 1.0)), high=float(rope.get("high_freq_factor", 4.0)),
+                            beta_fast=float(rope.get("beta_fast") or 32.0), beta_slow=float(rope.get("beta_slow") or 1.0),
+                            attention_factor=None if gain is None else float(gain))
+
+
+def _dynamic_context(context: int, scaling: ir.RotaryScaling | None) -> int:
+    """The spec's context: dynamic NTK runs past max_position_embeddings (its original), to factor times it."""
+    return int(context * scaling.factor) if scaling is not None and scaling.type == "dynamic" else context
+
+
+def _rope_config(a: Arch, rope: dict) -> dict:
+    """rope_parameters with the Arch's rotary scaling written in, for export."""
+    sc = a.rotary_scaling
+    if sc is None:
+        return rope
+    rope = {**rope, "rope_type": sc.type, "factor": sc.factor}
+    if sc.type in ("llama3", "yarn"):
+        rope["original_max_position_embeddings"] = sc.original
+    if sc.type == "llama3":
+        rope.update(low_freq_factor=sc.low, high_freq_factor=sc.high)
+    if sc.type == "yarn":
+        rope.update(beta_fast=sc.beta_fast, beta_slow=sc.beta_slow, attention_factor=sc.gain())
+    return rope
+
+
+def _max_positions(a: "Arch") -> int:
+    """max_position_embeddings for export: dynamic NTK's original context, else the spec's context."""
+    return a.rotary_scaling.original if a.rotary_scaling is not None and a.rotary_scaling.type == "dynamic" else a.context
+
+
+def _scaling_text(sc: ir.RotaryScaling | None) -> str:
+    """The attention options that write a rotary scaling."""
+    if sc is None:
+        return ""
+    out = f" rotary_scaling={sc.type} rotary_factor={_num(sc.factor)}"
+    if sc.type != "linear":
+        out += f" rotary_original={sc.original}"
+    if sc.type == "llama3":
+        out += f" rotary_low={_num(sc.low)} rotary_high={_num(sc.high)}"
+    if sc.type == "yarn":
+        out += "".join(f" rotary_{k}={_num(getattr(sc, k))}" for k, d in (("beta_fast", 32.0), ("beta_slow", 1.0)) if getattr(sc, k) != d)
+        if sc.attention_factor is not None:
+            out += f" rotary_attention_factor={_num(sc.attention_factor)}"
+    return out
 
 
 def _gpt2(cfg: dict) -> Arch:
@@ -180,7 +277,35 @@ _DECODER_DEFAULTS = {
 _GATED_ACTS.update({"gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"})
 _HF_GATED["geglu_tanh"] = "gelu_pytorch_tanh"
 _WINDOWED = ("mistral", "mixtral", "phi3")  # one sliding window for every layer
+_DECODER_DEFAULTS["gemma2"] = {**_DECODER_DEFAULTS["gemma"], "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                               "num_attention_heads": 8, "num_key_value_heads": 4, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+                               "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0}
 _LAYER_TYPES = ("qwen2", "qwen3", "qwen2_moe")  # a window only from max_window_layers on: a per-layer pattern
+
+
+def _layer_windows(c: _Config, layers: int) -> tuple[int | None, tuple]:
+    """Qwen2's (Qwen3's, Qwen2-MoE's) windows: use_sliding_window turns sliding_window on, from
+    max_window_layers on unless layer_types says otherwise; as _gemma2_windows returns them."""
+    sw = c.get("sliding_window") if c.get("use_sliding_window") else None
+    types = c.config.get("layer_types") or ["sliding_attention" if sw is not None and i >= int(c.get("max_window_layers", 28)) else "full_attention"
+                                            for i in range(layers)]
+    if len(types) != layers or any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise Unsupported("layer_types", f"layer_types are sliding_attention or full_attention, one per layer ({layers})")
+    if "sliding_attention" in types and sw is None:
+        raise Unsupported("use_sliding_window", "layer_types has sliding layers, but use_sliding_window is off (transformers gives them no window)")
+    per = tuple(sw if t == "sliding_attention" else None for t in types)
+    return (per[0], ()) if len(set(per)) == 1 else (None, per)
+
+
+def _gemma2_windows(c: _Config, layers: int) -> tuple[int | None, tuple]:
+    """Gemma 2's sliding windows: (the window when every layer has it or none does, ()), or
+    (None, each layer's window) for a pattern (transformers' default: local, global, local, ...)."""
+    types = c.config.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    if len(types) != layers or any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise Unsupported("layer_types", f"Gemma 2's layer_types are sliding_attention or full_attention, one per layer ({layers})")
+    w = c.need("sliding_window") if "sliding_attention" in types else None
+    per = tuple(w if t == "sliding_attention" else None for t in types)
+    return (per[0], ()) if len(set(per)) == 1 else (None, per)
 
 
 def _decoder(family: str):
@@ -188,18 +313,18 @@ def _decoder(family: str):
         c = _Config(cfg, _DECODER_DEFAULTS[family])
         width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
         kv = c.get("num_key_value_heads") or heads
-        act_name = c.get("hidden_activation") if family == "gemma" and cfg.get("hidden_activation") else c.get("hidden_act")
+        act_name = c.get("hidden_activation") if family in ("gemma", "gemma2") and cfg.get("hidden_activation") else c.get("hidden_act")
         act = _GATED_ACTS.get(act_name)
         if act is None:
             raise Unsupported("hidden_act", f"a gated MLP with '{act_name}' has no counterpart (the language has swiglu = silu, geglu = gelu, "
                               "geglu_tanh = the tanh GELU)")
         window = c.get("sliding_window") if family in _WINDOWED else None
-        types = c.config.get("layer_types")
-        if family in _LAYER_TYPES and (c.get("use_sliding_window") or (types and any(t != "full_attention" for t in types))):
-            raise Unsupported("use_sliding_window", f"{family}'s sliding window from max_window_layers on is a per-layer pattern the language does not have yet")
+        windows: tuple = ()
+        if family in _LAYER_TYPES:  # a window from max_window_layers on (or as layer_types say): local and global layers
+            window, windows = _layer_windows(c, layers)
         if family == "olmo" and c.get("clip_qkv") is not None:
             raise Unsupported("clip_qkv", "clamping q, k and v to a range is not in the language")
-        if family == "gemma" and c.get("use_bidirectional_attention"):
+        if family in ("gemma", "gemma2") and c.get("use_bidirectional_attention"):
             raise Unsupported("use_bidirectional_attention", "a bidirectional Gemma is an encoder, not a causal LM")
         rope = c.config.get("rope_parameters") or {}
         partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", 1.0))
@@ -208,10 +333,14 @@ def _decoder(family: str):
         hidden = c.need("intermediate_size")
         if family == "mixtral":
             experts, top = c.need("num_local_experts"), c.need("num_experts_per_tok")
+        pattern: dict = {}  # a per-layer pattern of dense and routed layers
         if family == "qwen2_moe":
-            if c.get("decoder_sparse_step") != 1 or c.get("mlp_only_layers"):
-                field = "decoder_sparse_step" if c.get("decoder_sparse_step") != 1 else "mlp_only_layers"
-                raise Unsupported(field, "dense layers among the MoE ones are a per-layer pattern the language does not have yet")
+            step, only = int(c.get("decoder_sparse_step") or 1), set(c.get("mlp_only_layers") or ())
+            dense = tuple(i in only or not (c.need("num_experts") > 0 and (i + 1) % step == 0) for i in range(layers))
+            if all(dense):
+                raise Unsupported("mlp_only_layers" if only else "decoder_sparse_step", "every layer is dense: write the checkpoint as a qwen2 (no experts)")
+            if any(dense):
+                pattern.update(layer_dense=dense, dense_hidden=c.need("intermediate_size"))
             experts, top, hidden = c.need("num_experts"), c.need("num_experts_per_tok"), c.need("moe_intermediate_size")
             shared, normalize = c.need("shared_expert_intermediate_size"), bool(c.get("norm_topk_prob"))
         attention_bias = bool(c.get("attention_bias", False))
@@ -225,7 +354,11 @@ def _decoder(family: str):
                    "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
                    "act": "hidden_act", "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window",
                    "experts": "num_local_experts", "top": "num_experts_per_tok", "tied": "tie_word_embeddings"}
-        extra: dict = {}
+        extra: dict = dict(pattern)
+        if windows:
+            if pattern:
+                raise Unsupported("layer_types", "sliding and global layers together with dense and routed ones: two per-layer patterns at once are not mapped")
+            extra["layer_windows"] = windows
         if norm_olmo:
             extra.update(norm="layernorm", eps=1e-5, norm_affine=False, norm_bias=False)
             sources["eps"] = "OLMo's fixed 1e-5, no weight or bias"
@@ -236,15 +369,23 @@ def _decoder(family: str):
         if family == "gemma":
             extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5)
             sources["embed_scale"] = "Gemma's sqrt(hidden_size)"
+        if family == "gemma2":
+            extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5, sandwich=True, attn_scale=float(c.get("query_pre_attn_scalar")) ** -0.5,
+                         softcap=c.get("attn_logit_softcapping"), logit_softcap=c.get("final_logit_softcapping"))
+            window, extra["layer_windows"] = _gemma2_windows(c, layers)
+            sources.update(embed_scale="Gemma's sqrt(hidden_size)", attn_scale="query_pre_attn_scalar", softcap="attn_logit_softcapping",
+                           logit_softcap="final_logit_softcapping", window="sliding_window, layer_types")
         if family == "granite":
             extra.update(embed_scale=float(c.get("embedding_multiplier")), residual_scale=float(c.get("residual_multiplier")),
                          attn_scale=float(c.get("attention_multiplier")), logit_scale=1.0 / float(c.get("logits_scaling")))
             sources.update(embed_scale="embedding_multiplier", residual_scale="residual_multiplier", attn_scale="attention_multiplier",
                            logit_scale="logits_scaling")
-        return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
+        scaling = _rope_scaling(c, c.need("max_position_embeddings"))
+        return Arch(family, vocab=c.need("vocab_size"), context=_dynamic_context(c.need("max_position_embeddings"), scaling), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=head_dim, hidden=hidden, act=act,
                     **{"norm": "rmsnorm", "eps": float(c.get("rms_norm_eps")), **extra},
                     qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(partial, head_dim), rotary_base=_rope(c),
+                    rotary_scaling=scaling,
                     window=window, experts=experts, top=top, normalize=normalize, shared=shared, shared_gate=bool(shared),
                     tied=bool(c.get("tie_word_embeddings")),
                     padding=c.config.get("pad_token_id"), sources=sources)
@@ -286,15 +427,18 @@ def _plain(family: str):
             defaults["partial_rotary_factor"] = rd / (width // heads)
             cfg = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "partial_rotary_factor")}
         elif family == "falcon":
-            for field, why in (("new_decoder_architecture", "Falcon's new decoder (grouped fused q, k, v; two norms per parallel block) is not mapped yet"),
-                               ("alibi", "ALiBi positions are not in the language yet")):
-                if cfg.get(field):
-                    raise Unsupported(field, why)
+            new = bool(cfg.get("new_decoder_architecture"))  # grouped query attention, always parallel, one or two norms
+            if new and (cfg.get("num_ln_in_parallel_attn") or 2) not in (1, 2):
+                raise Unsupported("num_ln_in_parallel_attn", "Falcon's new decoder has one norm (shared) or two (ln_attn, ln_mlp) per block")
             cfg = {**cfg, **{ours: cfg[theirs] for ours, theirs in _FALCON_NAMES.items() if cfg.get(theirs) is not None}}
             defaults = {**_PLAIN_DEFAULTS["falcon"], **{ours: _PLAIN_DEFAULTS["falcon"].get(theirs) for ours, theirs in _FALCON_NAMES.items()}}
             defaults["intermediate_size"] = 4 * (cfg.get("hidden_size") or defaults["hidden_size"])
             heads = cfg.get("num_attention_heads") or defaults["num_attention_heads"]
-            cfg["num_key_value_heads"] = 1 if cfg.get("multi_query", True) else (cfg.get("num_kv_heads") or heads)
+            if new:
+                cfg["num_key_value_heads"] = cfg.get("num_kv_heads") or heads
+                cfg["parallel_attn"] = "separate" if (cfg.get("num_ln_in_parallel_attn") or 2) == 2 else True
+            else:
+                cfg["num_key_value_heads"] = 1 if cfg.get("multi_query", True) else (cfg.get("num_kv_heads") or heads)
         else:
             defaults = _PLAIN_DEFAULTS[family]
         c = _Config(cfg, defaults)
@@ -313,14 +457,18 @@ def _plain(family: str):
             eps_key = "layer_norm_eps"
         bias = bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else False if family == "gptj" else bool(c.get("attention_bias", True))
         parallel = {"phi": "shared", "gptj": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none",
-                    "falcon": "shared" if c.get("parallel_attn") else "none"}.get(family, "none")
-        return Arch(family, vocab=c.need("vocab_size"), context=c.need("max_position_embeddings"), width=width, layers=layers,
+                    "falcon": "separate" if c.get("parallel_attn") == "separate" else "shared" if c.get("parallel_attn") else "none"}.get(family, "none")
+        alibi = family == "falcon" and bool(c.get("alibi"))  # ALiBi in place of rotary
+        scaling = _rope_scaling(c, c.need("max_position_embeddings")) if family != "gptj" and not alibi else None
+        return Arch(family, vocab=c.need("vocab_size"), context=_dynamic_context(c.need("max_position_embeddings"), scaling), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=width // heads, hidden=c.need("intermediate_size"), act=act, norm="layernorm",
+                    rotary_scaling=scaling,
                     eps=float(c.get(eps_key)), norm_bias=True, qkv_bias=bias, out_bias=bias,
-                    mlp_bias=bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else True, rotary=_rotary(partial, width // heads), rotary_base=_rope(c),
+                    mlp_bias=bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else True, rotary=0.0 if alibi else _rotary(partial, width // heads), rotary_base=_rope(c),
                     window=c.get("sliding_window") if family == "starcoder2" else None, tied=bool(c.get("tie_word_embeddings")),
                     padding=c.config.get("pad_token_id") if family in ("phi", "starcoder2") else None, parallel=parallel,
                     head_bias=family in ("phi", "gptj"), rotary_interleaved=family == "gptj",
+                    alibi=alibi,
                     sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
                              "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
                              "act": "hidden_act", "eps": eps_key, "rotary_base": "rope_theta", "window": "sliding_window",
@@ -723,6 +871,10 @@ def _deepseek_v2(cfg: dict) -> DeepseekV2Family:
     if c.config.get("moe_layer_freq", 1) != 1:
         raise Unsupported("moe_layer_freq", "transformers' DeepseekV2 puts experts in every layer from first_k_dense_replace on: "
                           "a checkpoint with experts in every other layer does not load there either")
+    if (_rope_dict(c)[0].get("rope_type") or _rope_dict(c)[0].get("type") or "default") != "default":
+        _rope(c)  # a kind the language has not at all is refused as such
+        raise Unsupported("rope_parameters.rope_type", "rotary scaling of latent attention's rotary key is not mapped (turbine attention "
+                          "latent= takes no rotary_scaling yet)")
     shared = int(c.get("n_shared_experts") or 0)
     if shared < 1:
         raise Unsupported("n_shared_experts", "transformers' DeepSeekMoE always has its shared expert (0 gives it no width)")
@@ -784,8 +936,25 @@ def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
         ""])
 
 
+def _bloom(cfg: dict) -> Arch:
+    """BLOOM: ALiBi (added after the scale), a LayerNorm after the embedding, biased LayerNorm
+    blocks with a 4x tanh-GELU MLP, per-head fused q, k, v, a tied head."""
+    c = _Config(cfg, {"vocab_size": 250880, "hidden_size": 64, "n_layer": 2, "n_head": 8, "layer_norm_epsilon": 1e-5,
+                      "apply_residual_connection_post_layernorm": False, "tie_word_embeddings": True})
+    if c.get("apply_residual_connection_post_layernorm"):
+        raise Unsupported("apply_residual_connection_post_layernorm", "a residual taken after the norm (the branch's normed input) is not in the language")
+    width, heads = c.need("hidden_size"), c.get("n_head") or c.need("num_attention_heads")
+    return Arch("bloom", vocab=c.need("vocab_size"), context=int(cfg.get("seq_length") or 2048), width=width,
+                layers=c.get("n_layer") or c.need("num_hidden_layers"), heads=heads, kv_heads=heads, head_dim=width // heads, hidden=4 * width,
+                act="gelu_tanh", norm="layernorm", eps=float(c.get("layer_norm_epsilon")), norm_bias=True, qkv_bias=True, out_bias=True,
+                mlp_bias=True, tied=bool(c.get("tie_word_embeddings")), alibi=True, alibi_scaled=False, embed_norm=True,
+                sources={"vocab": "vocab_size", "context": "BLOOM has no context field (ALiBi has no table): the spec's own", "width": "hidden_size",
+                         "layers": "n_layer", "heads": "n_head", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
+
+
 READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}, **{f: _plain(f) for f in _PLAIN_DEFAULTS}, "mamba2": _mamba2,
            "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2}
+READERS["bloom"] = _bloom
 FAMILIES = tuple(READERS)
 
 # The transformers classes a family's weights come from (what export's config names).
@@ -793,11 +962,11 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "qwen2": "Qwen2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo": "OlmoForCausalLM",
              "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
              "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM",
-             "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM"}
+             "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+             "gemma2": "Gemma2ForCausalLM", "bloom": "BloomForCausalLM"}
 
 # Families the language cannot write yet: refused by name, with what they need.
 NOT_YET = {
-    "gemma2": "Gemma 2's attention and final-logit soft-caps, post-branch norms around both turbines and alternating sliding windows are not in the language yet",
     "gemma3": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
     "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
@@ -854,9 +1023,20 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         if a.rotary_base != 10000.0:
             att.append(f"rotary_base={_num(a.rotary_base)}")
             keys.append("rotary_base")
+        if a.rotary_scaling is not None:
+            att.append(_scaling_text(a.rotary_scaling).strip())
+            src["rotary_scaling"] = "rope_parameters"
+            keys.append("rotary_scaling")
+    if a.alibi:
+        att.append("alibi alibi_scaled" if a.alibi_scaled else "alibi")  # Falcon's bias is scaled with the logits, BLOOM's is not
+        keys.append("alibi")
+        src["alibi"] = "alibi"
     if a.window is not None:
         att.append(f"window={a.window}")
         keys.append("window")
+    if a.softcap is not None:
+        att.append(f"softcap={_num(float(a.softcap))}")
+        keys.append("softcap")
     if a.qk_norm != "none":
         att.append("qk_norm" + (" qk_norm_across" if a.qk_norm == "all" else "") + (f" qk_norm_eps={_num(a.qk_eps)}" if a.qk_eps != 1e-6 else ""))
     if a.attn_scale is not None:
@@ -887,7 +1067,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     def branch(name: str, turbine: str, tkeys, pad: str = "") -> list[str]:
         t = f"{pad}    {turbine}{_comment(src, *tkeys)}"
         n = f"{pad}    {norm}{_comment(src, 'eps') if name == 'mix' else ''}"
-        ops = [t] if a.parallel == "shared" else [t, n] if a.post_norms else [n, t]
+        ops = [t] if a.parallel == "shared" else [n, t, f"{pad}    {norm}"] if a.sandwich else [t, n] if a.post_norms else [n, t]
         return [f"{pad}  prechamber {name} {{", *ops, *[pad + m for m in merge], f"{pad}  }}"]
 
     layer = [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", work, wkeys)]
@@ -896,40 +1076,76 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         layer = ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
                  *branch("mix", "turbine attention " + " ".join(att), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
 
-    where = "after" if a.post_norms else "in front"
+    where = "before and after" if a.sandwich else "after" if a.post_norms else "in front"
     block = f"{a.family}_block"
+    blocks = [(f"# one {a.family} layer: attention then the MLP, each with its norm {where} (the layers repeat it)", block, layer)]
+    body = [f"  stage {block} x depth"]
+    if a.layer_windows:  # a per-layer pattern of windows: one template per kind of layer, the layers in order
+        att_global = [x for x in att if not x.startswith("window=")]
+        local = next(w for w in a.layer_windows if w is not None)
+        att_local = att_global[:1] + [f"window={local}"] + att_global[1:]
+        mk = lambda words: [*branch("mix", "turbine attention " + " ".join(words), keys), *branch("burn", work, wkeys)]
+        blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), each turbine with a norm {where}", f"{a.family}_local", mk(att_local)),
+                  (f"# a {a.family} layer with global attention", f"{a.family}_global", mk(att_global))]
+        body = _layer_runs(a.family, ["local" if w is not None else "global" for w in a.layer_windows])
+    if a.layer_dense:  # Qwen2-MoE's dense layers among the MoE ones (mlp_only_layers, decoder_sparse_step)
+        dense = f"turbine mlp hidden={a.dense_hidden} act={a.act} bias={_num(a.mlp_bias)}"
+        mk = lambda w, k: [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", w, k)]
+        blocks = [(f"# a {a.family} layer with routed experts, each turbine with its norm {where}", f"{a.family}_moe", mk(work, wkeys)),
+                  (f"# a dense {a.family} layer (mlp_only_layers, decoder_sparse_step): a gated MLP of intermediate_size", f"{a.family}_dense",
+                   mk(dense, ()))]
+        body = _layer_runs(a.family, ["dense" if d else "moe" for d in a.layer_dense])
     feed = f"feed tokens vocab={a.vocab} context={a.context} position={a.position}"
     if a.embed_scale != 1.0:
-        feed += " scale=sqrt(width)" if a.family == "gemma" else f" scale={_num(a.embed_scale)}"
+        feed += " scale=sqrt(width)" if a.family in ("gemma", "gemma2") else f" scale={_num(a.embed_scale)}"
     if a.padding is not None:
         feed += f" padding={a.padding}"
         src["padding"] = "pad_token_id"
     nozzle = "nozzle head" + (" tied" if a.tied else "") + (f" scale={_num(a.logit_scale)}" if a.logit_scale != 1.0 else "")
+    nozzle += f" softcap={_num(float(a.logit_softcap))}" if a.logit_softcap is not None else ""
     nozzle += " bias=true" if a.head_bias else ""
     lines = [f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
              "# Every value comes from the config field named beside it; the weights load with",
              "# cyclelang.interop.load_transformers(model, checkpoint).",
              "",
-             f"let depth = {a.layers}  # {src.get('layers', 'layers')}",
+             *([] if a.layer_windows or a.layer_dense else [f"let depth = {a.layers}  # {src.get('layers', 'layers')}"]),  # a pattern counts its own layers
              f"let d_model = {a.width}  # {src.get('width', 'width')}",
              "",
-             f"# one {a.family} layer: attention then the MLP, each with its norm {where} (the layers repeat it)",
-             f"stage {block} {{",
-             *layer,
-             "}",
-             "",
+             *[ln for comment, name, ops in blocks for ln in (comment, f"stage {name} {{", *ops, "}", "")],
              f"engine {a.family} {{",
              "  chamber width=d_model",
              "  throat causal",
              f"  {feed}{_comment(src, 'vocab', 'context', 'embed_scale', 'padding')}",
              "",
-             f"  stage {block} x depth",
+             *([f"  {norm}  # word_embeddings_layernorm: BLOOM's norm after the embedding", ""] if a.embed_norm else []),
+             *body,
              "",
              f"  {norm}  # the final norm",
-             f"  {nozzle}{_comment(src, 'tied', 'logit_scale')}",
+             f"  {nozzle}{_comment(src, 'tied', 'logit_scale', 'logit_softcap')}",
              "}",
              ""]
     return "\n".join(lines)
+
+
+def _layer_runs(family: str, kinds: list) -> list[str]:
+    """The engine's stage lines for a per-layer pattern (each layer's kind): a pattern that repeats
+    is one nested stage (`stage layers x 13 { stage local = gemma2_local  stage global = gemma2_global }`),
+    any other one each run of one kind of layer in turn (first-k-dense: `stage layers_0 = ..._dense`, then the rest)."""
+    n = len(kinds)
+    period = next((p for p in range(2, n // 2 + 1) if n % p == 0 and kinds == kinds[:p] * (n // p)), None)
+    if period is not None:
+        one = kinds[:period]
+        names = [k if one.count(k) == 1 else f"{k}_{i}" for i, k in enumerate(one)]
+        return [f"  stage layers x {n // period} {{  # {' '.join(one)}: {n} layers", *[f"    stage {nm} = {family}_{k}" for nm, k in zip(names, one)], "  }"]
+    out, i = [], 0
+    while i < len(kinds):
+        j = i
+        while j < len(kinds) and kinds[j] == kinds[i]:
+            j += 1
+        kind = kinds[i]
+        out.append(f"  stage layers_{i} = {family}_{kind}" + (f" x {j - i}" if j - i > 1 else "") + f"  # layer {i}" + (f" to {j - 1}" if j - i > 1 else ""))
+        i = j
+    return out
 
 
 # --- the config an engine implies (export) ----------------------------------------------------
@@ -942,6 +1158,8 @@ def _branch_shape(b: ir.Prechamber, want) -> tuple[ir.Norm, object, bool]:
         return ops[0], ops[1], False
     if len(ops) == 2 and isinstance(ops[1], ir.Norm) and isinstance(ops[0], want):
         return ops[1], ops[0], True
+    if len(ops) == 3 and isinstance(ops[0], ir.Norm) and isinstance(ops[1], want) and ops[2].model_dump() == ops[0].model_dump():  # Gemma 2's sandwich
+        return ops[0], ops[1], False
     raise Unsupported(f"prechamber {b.name}", "a family's branch is a norm and its turbine, nothing else")
 
 
@@ -953,12 +1171,25 @@ def arch_of(engine: ir.Engine) -> Arch:
     main = [op for op in engine.body if not isinstance(op, ir.Stage)]
     if not stages:
         raise Unsupported("stages", "the engine has no stages: no family is a plain stack")
-    if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm):
-        raise Unsupported("main line", "a family's decoder ends with exactly one norm on the main line, before the head")
+    embed_norm = len(main) == 2 and isinstance(engine.body[0], ir.Norm)  # BLOOM's norm after the embedding
+    if len(main) != 1 + embed_norm or not isinstance(engine.body[-1], ir.Norm):
+        raise Unsupported("main line", "a family's decoder ends with exactly one norm on the main line, before the head "
+                          "(BLOOM's also starts with one, after the embedding)")
+    stages = _run_order(stages)  # one leaf stage per layer, in the order they run (a nested pattern unfolded)
     st = stages[0]
+    windows = [_window(s) for s in stages]
     for other in stages[1:]:
-        if [o.model_dump(exclude={"name"}) for o in other.ops] != [o.model_dump(exclude={"name"}) for o in st.ops]:
-            raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer")
+        if _unwindowed(other) != _unwindowed(st):
+            raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer "
+                              "(Gemma 2's alone in the window of its attention, Qwen2-MoE's in a dense MLP for its experts)")
+    reactors = [_reactor(s) for s in stages]
+    dense = tuple(isinstance(r, ir.Mlp) for r in reactors)
+    if any(dense) and not all(dense):
+        for kind in (ir.Mlp, ir.Moe):
+            same = [r.model_dump(exclude={"name"}) for r in reactors if isinstance(r, kind)]
+            if any(d != same[0] for d in same):
+                raise Unsupported("stages", f"the layers' {kind.__name__.lower()} turbines differ; a family's dense layers share one MLP, its routed ones one MoE")
+        st = next(s for s in stages if isinstance(_reactor(s), ir.Moe))
     parallel = "none"
     if len(st.ops) == 1 and isinstance(st.ops[0], ir.Fullflow) and len(st.ops[0].branches) == 2:
         ff = st.ops[0]
@@ -978,18 +1209,27 @@ def arch_of(engine: ir.Engine) -> Arch:
         n, attn, post = _branch_shape(mix, ir.Attention)
         _, work, _ = _branch_shape(burn, (ir.Mlp, ir.Moe))
     moe = isinstance(work, ir.Moe)
+    sandwich = parallel == "none" and len(mix.ops) == 3
     scale = mix.merge.value if isinstance(mix.merge, ir.ScaleMerge) else 1.0
     qk = "none" if not attn.qk_norm else "all" if attn.qk_norm_across else "head"
     if engine.feed.position == "learned" and n.type == "layernorm":
         family = "gpt2"
+    elif attn.alibi and (embed_norm or not attn.alibi_scaled):
+        family = "bloom"
+    elif attn.alibi:
+        family = "falcon"
     elif parallel == "shared":
         family = "gptj" if attn.rotary_interleaved else "phi" if engine.nozzle.bias else "falcon"
+    elif parallel == "separate" and n.type == "layernorm" and (attn.kv_heads != attn.heads or not work.bias):
+        family = "falcon"  # the new decoder: GPT-NeoX's block with grouped kv heads, or without biases
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
         family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
         family = "qwen2_moe" if work.shared else "mixtral"
     elif n.type == "layernorm" and not n.affine:
         family = "olmo"
+    elif n.offset and (sandwich or attn.softcap is not None or engine.nozzle.softcap is not None or len(set(windows)) > 1):
+        family = "gemma2"
     elif post or qk == "all":
         family = "olmo2"
     elif n.offset:
@@ -1005,7 +1245,7 @@ def arch_of(engine: ir.Engine) -> Arch:
     else:
         family = "llama"
     return Arch(family, vocab=engine.feed.vocab, context=engine.feed.context, width=engine.width,
-                layers=sum(s.repeat for s in stages), heads=attn.heads, kv_heads=attn.kv_heads, head_dim=attn.head_dim,
+                layers=len(stages), heads=attn.heads, kv_heads=attn.kv_heads, head_dim=attn.head_dim,
                 hidden=work.hidden, act=work.act, norm=n.type, eps=n.eps, position=engine.feed.position, norm_bias=n.bias,
                 norm_affine=n.affine, norm_offset=n.offset, post_norms=post, qkv_bias=attn.bias, out_bias=attn.out_bias,
                 mlp_bias=work.bias, qk_norm=qk, qk_eps=attn.qk_norm_eps, attn_scale=attn.scale, embed_scale=engine.feed.scale,
@@ -1013,7 +1253,53 @@ def arch_of(engine: ir.Engine) -> Arch:
                 rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
                 normalize=work.normalize if moe else True, shared=work.shared if moe else 0,
                 shared_gate=work.shared_gate if moe else False, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
-                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved)
+                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved, rotary_scaling=attn.rotary_scaling,
+                softcap=attn.softcap, logit_softcap=engine.nozzle.softcap, alibi=attn.alibi, alibi_scaled=attn.alibi_scaled,
+                embed_norm=embed_norm, sandwich=sandwich,
+                layer_windows=tuple(windows) if len(set(windows)) > 1 else (),
+                layer_dense=dense if any(dense) and not all(dense) else (),
+                dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0)
+
+
+def _run_order(stages: list) -> list:
+    """The leaf stage (a stage of ops) each layer runs, in order: repeats and groups unfolded."""
+    out = []
+    for st in stages:
+        for _ in range(st.repeat):
+            out += _run_order(st.ops) if st.is_group else [st]
+    return out
+
+
+def _reactor(stage: ir.Stage):
+    """A stage's MLP or MoE turbine."""
+    return next((op for op in _ops(stage) if isinstance(op, (ir.Mlp, ir.Moe))), None)
+
+
+def _window(stage: ir.Stage):
+    """The window of a stage's attention (None: global, or no attention)."""
+    for op in _ops(stage):
+        if isinstance(op, ir.Attention):
+            return op.window
+    return None
+
+
+def _ops(node):
+    for op in getattr(node, "ops", None) or getattr(node, "branches", None) or ():
+        yield op
+        yield from _ops(op)
+
+
+def _unwindowed(stage: ir.Stage) -> list:
+    """A stage's layer as data, its attention's window left out (Gemma 2 alternates it)."""
+    def strip(d):
+        if isinstance(d, dict) and d.get("op") in ("mlp", "moe"):
+            return {"op": "reactor"}  # compared apart: dense and routed layers may alternate (Qwen2-MoE)
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if not (k == "window" and d.get("op") == "attention")}
+        if isinstance(d, list):
+            return [strip(x) for x in d]
+        return d
+    return [strip(o.model_dump(exclude={"name"})) for o in stage.ops]
 
 
 def config_of(a: Arch) -> dict:
@@ -1028,6 +1314,12 @@ def config_of(a: Arch) -> dict:
                 "scale_attn_by_inverse_layer_idx": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     if a.family in _PLAIN_DEFAULTS:
         return _plain_config(a)
+    if a.family == "bloom":
+        if a.hidden != 4 * a.width or a.act != "gelu_tanh":
+            raise Unsupported("hidden" if a.hidden != 4 * a.width else "act", "BLOOM's MLP is 4 x width wide with the tanh GELU")
+        return {"model_type": "bloom", "architectures": [CAUSAL_LM["bloom"]], "vocab_size": a.vocab, "hidden_size": a.width, "n_layer": a.layers,
+                "n_head": a.heads, "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "apply_residual_connection_post_layernorm": False,
+                "hidden_dropout": 0.0, "attention_dropout": 0.0, "seq_length": a.context}
     act = _HF_GATED.get(a.act)
     if act is None:
         raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu, geglu or geglu_tanh)")
@@ -1036,8 +1328,9 @@ def config_of(a: Arch) -> dict:
         rope["partial_rotary_factor"] = a.rotary
     cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
            "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
-           "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim, "hidden_act": act, "max_position_embeddings": a.context,
-           "rms_norm_eps": a.eps if a.norm == "rmsnorm" else a.qk_eps, "tie_word_embeddings": a.tied, "rope_parameters": rope,
+           "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim, "hidden_act": act,
+           "max_position_embeddings": _max_positions(a),
+           "rms_norm_eps": a.eps if a.norm == "rmsnorm" else a.qk_eps, "tie_word_embeddings": a.tied, "rope_parameters": _rope_config(a, rope),
            "pad_token_id": a.padding}
     if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma"):
         cfg["attention_bias"] = a.qkv_bias
@@ -1048,11 +1341,30 @@ def config_of(a: Arch) -> dict:
     if a.family == "mixtral":
         cfg.update(num_local_experts=a.experts, num_experts_per_tok=a.top, router_jitter_noise=0.0)
     if a.family == "qwen2_moe":
-        cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, moe_intermediate_size=a.hidden, intermediate_size=a.hidden,
-                   shared_expert_intermediate_size=a.shared, norm_topk_prob=a.normalize, decoder_sparse_step=1, mlp_only_layers=[],
+        cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, moe_intermediate_size=a.hidden,
+                   intermediate_size=a.dense_hidden if a.layer_dense else a.hidden,
+                   shared_expert_intermediate_size=a.shared, norm_topk_prob=a.normalize, decoder_sparse_step=1,
+                   mlp_only_layers=[i for i, d in enumerate(a.layer_dense) if d],
                    qkv_bias=a.qkv_bias)
     if a.family in _LAYER_TYPES:
-        cfg.update(use_sliding_window=False, sliding_window=None)
+        windows = a.layer_windows or (a.window,) * a.layers
+        local = {w for w in windows if w is not None}
+        if len(local) > 1:
+            raise Unsupported("window", f"{a.family} has one sliding_window; the spec's layers have {sorted(local)}")
+        cfg.update(use_sliding_window=bool(local), sliding_window=local.pop() if local else None,
+                   layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows])
+        if cfg["use_sliding_window"]:
+            cfg["max_window_layers"] = next(i for i, w in enumerate(windows) if w is not None)
+    if a.family == "gemma2":
+        windows = a.layer_windows or (a.window,) * a.layers
+        local = {w for w in windows if w is not None}
+        if len(local) > 1:
+            raise Unsupported("window", f"Gemma 2 has one sliding_window; the spec's layers have {sorted(local)}")
+        del cfg["hidden_act"]
+        cfg.update(hidden_activation=act, attention_bias=a.qkv_bias, sliding_window=local.pop() if local else a.context,  # transformers wants one even when no layer slides
+                   layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows],
+                   query_pre_attn_scalar=_whole((a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5) ** -2),
+                   attn_logit_softcapping=a.softcap, final_logit_softcapping=a.logit_softcap)
     if a.family == "granite":
         cfg.update(embedding_multiplier=a.embed_scale, residual_multiplier=a.residual_scale,
                    attention_multiplier=a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5,
@@ -1060,19 +1372,38 @@ def config_of(a: Arch) -> dict:
     return cfg
 
 
+def _falcon_common(a: Arch, act: str) -> dict:
+    return {"model_type": "falcon", "architectures": [CAUSAL_LM["falcon"]], "vocab_size": a.vocab, "hidden_size": a.width,
+            "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "bias": a.qkv_bias, "ffn_hidden_size": a.hidden,
+            "activation": act, "max_position_embeddings": _max_positions(a), "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied,
+            "alibi": a.alibi, "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base}),
+            "hidden_dropout": 0.0, "attention_dropout": 0.0}
+
+
+def _whole(x: float):
+    """x as an int when it is one but for rounding (query_pre_attn_scalar 24 from its scale 24**-0.5)."""
+    return round(x) if abs(x - round(x)) < 1e-9 * max(1.0, abs(x)) else x
+
+
 def _plain_config(a: Arch) -> dict:
     act = _HF_PLAIN.get(a.act)
     if act is None:
         raise Unsupported("act", f"{a.family} has no '{a.act}' activation")
     if a.family == "falcon":
-        if a.kv_heads not in (1, a.heads) or a.head_dim * a.heads != a.width:
-            raise Unsupported("kv_heads", "the old Falcon decoder has multi-query (1) or full key/value heads, and head_dim = width / heads")
+        if a.head_dim * a.heads != a.width:
+            raise Unsupported("head_dim", "Falcon's head_dim is width / heads")
+        new = a.parallel == "separate" or a.kv_heads not in (1, a.heads)  # grouped kv heads or two norms: the new decoder
+        if new and a.parallel == "none":
+            raise Unsupported("kv_heads", "Falcon's sequential (old) decoder has multi-query (1) or full key/value heads")
+        if new:
+            return {**_falcon_common(a, act), "num_kv_heads": a.kv_heads, "new_decoder_architecture": True, "parallel_attn": True,
+                    "num_ln_in_parallel_attn": 2 if a.parallel == "separate" else 1}
         return {"model_type": "falcon", "architectures": [CAUSAL_LM["falcon"]], "vocab_size": a.vocab, "hidden_size": a.width,
                 "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_kv_heads": a.kv_heads,
                 "multi_query": a.kv_heads == 1 and a.heads > 1, "parallel_attn": a.parallel == "shared", "bias": a.qkv_bias,
-                "ffn_hidden_size": a.hidden, "activation": act, "max_position_embeddings": a.context, "layer_norm_epsilon": a.eps,
-                "tie_word_embeddings": a.tied, "new_decoder_architecture": False, "alibi": False,
-                "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}, "hidden_dropout": 0.0, "attention_dropout": 0.0}
+                "ffn_hidden_size": a.hidden, "activation": act, "max_position_embeddings": _max_positions(a), "layer_norm_epsilon": a.eps,
+                "tie_word_embeddings": a.tied, "new_decoder_architecture": False, "alibi": a.alibi,
+                "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base}), "hidden_dropout": 0.0, "attention_dropout": 0.0}
     if a.family == "gptj":
         return {"model_type": "gptj", "architectures": [CAUSAL_LM["gptj"]], "vocab_size": a.vocab, "n_positions": a.context,
                 "n_embd": a.width, "n_layer": a.layers, "n_head": a.heads, "n_inner": a.hidden, "rotary_dim": round(a.rotary * a.head_dim),
@@ -1082,8 +1413,10 @@ def _plain_config(a: Arch) -> dict:
         act = {"gelu_new": "gelu_pytorch_tanh"}.get(act, act)
     cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
            "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
-           "num_key_value_heads": a.kv_heads, "hidden_act": act, "max_position_embeddings": a.context, "tie_word_embeddings": a.tied,
-           "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base, "partial_rotary_factor": a.rotary}}
+           "num_key_value_heads": a.kv_heads, "hidden_act": act,
+           "max_position_embeddings": _max_positions(a),
+           "tie_word_embeddings": a.tied,
+           "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base, "partial_rotary_factor": a.rotary})}
     if a.family == "starcoder2":
         cfg.update(norm_epsilon=a.eps, use_bias=a.qkv_bias, sliding_window=a.window, pad_token_id=a.padding, residual_dropout=0.0,
                    embedding_dropout=0.0)

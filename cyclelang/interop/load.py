@@ -26,7 +26,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import ir
@@ -251,13 +251,14 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe")
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe")
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
     if arch in _EXPANDER_PLANS:
         return _EXPANDER_PLANS[arch](plan, put, layout, final, state, fused)
     for i, st in sorted(layout.items()):
+        moe = family_moe and not (arch == "qwen2_moe" and st.moe is None and st.mlp is not None)  # Qwen2-MoE's dense layers: a gated MLP
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
@@ -280,23 +281,27 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
                 put(f"{reactor}.proj.{p}", h + f"mlp.c_proj.{p}", fn)
             continue
         a, ks = st.attn_node, KEYS.get(arch, _Keys())
+        if arch == "falcon" and _separate_parallel(spec):  # the new decoder's two norms
+            ks = replace(ks, attn_norm="ln_attn", mlp_norm="ln_mlp")
         h = f"{ks.layers}.{i}."
         qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
         for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
-            if st.attn in st.posts:  # OLMo-2: the norms follow the turbines
+            if st.attn in st.posts:  # OLMo-2: the norms follow the turbines; Gemma 2: on both sides
                 put(f"{st.posts[st.attn]}.{p}", h + f"post_attention_layernorm.{p}")
-            else:
+            if st.attn not in st.posts or st.attn in st.valves:
                 put(f"{an}.{p}", h + f"{ks.attn_norm}.{p}")
             if reactor in st.posts:
                 put(f"{st.posts[reactor]}.{p}", h + f"post_feedforward_layernorm.{p}")
-            elif rn != an:  # a parallel block's shared norm (Phi) is the attention's
+            if (reactor not in st.posts or reactor in st.valves) and rn != an:  # a parallel block's shared norm (Phi) is the attention's
                 put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
         put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")  # qk-norms: Qwen3 per head, OLMo-2 across heads
         put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
         gated = is_gated(st.work_node.act)
         for p in ("weight", "bias"):
-            if ks.neox_qkv and a.kv_heads == a.heads:  # Falcon's multi-query rows are [q heads | k | v], as ours
+            if arch == "falcon" and 1 < a.kv_heads < a.heads:  # the new decoder's rows, group by group [q heads | k | v]
+                put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _GroupedQkv(a.kv_heads, a.heads // a.kv_heads, a.head_dim))
+            elif ks.neox_qkv and a.kv_heads == a.heads:  # Falcon's multi-query rows are [q heads | k | v], as ours
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _NeoxQkv(a.heads, a.head_dim))
             elif ks.fused_qkv:
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}")
@@ -346,6 +351,10 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         return plan
     ks = KEYS.get(arch, _Keys())
     put("feed.tok.weight", f"{ks.embed}.weight")
+    if arch == "bloom":  # BLOOM's norm right after the embedding: the first valve on the main line
+        first = [p.path for p in ir.layout.layout(spec).main if isinstance(p, ir.layout.Part) and p.role == "valve"][0]
+        for p in ("weight", "bias"):
+            put(f"{first}.{p}", f"word_embeddings_layernorm.{p}")
     for p in ("weight", "bias"):
         put(f"{final}.{p}", f"{ks.final}.{p}")
         put(f"head.{p}", f"{ks.head}.{p}")
@@ -481,7 +490,8 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
 
 
 def _prefix(arch: str) -> str:
-    return {"mamba2": "backbone.", "mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox."}.get(arch, "model.")
+    return {"mamba2": "backbone.", "mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox.",
+            "bloom": "transformer."}.get(arch, "model.")
 
 
 @dataclass(frozen=True)
@@ -513,9 +523,46 @@ KEYS = {
     "mamba2": _Keys(embed="embeddings", final="norm_f"),
     "mamba": _Keys(embed="embeddings", final="norm_f"),
     "jamba": _Keys(final="final_layernorm"),
+    "gemma2": _Keys(mlp_norm="pre_feedforward_layernorm"),
+    "bloom": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
+                   plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
 }
+
+
+def _separate_parallel(spec) -> bool:
+    """Whether the spec's layers are parallel blocks with a norm in each branch (GPT-NeoX, Falcon's new decoder)."""
+    for op in spec.body if isinstance(spec, ir.Engine) else spec.engine.body:
+        if isinstance(op, ir.Stage):
+            return len(op.ops) == 1 and isinstance(op.ops[0], ir.Fullflow) and op.ops[0].norm is None
+    return False
+
+
+@dataclass(frozen=True)
+class _GroupedQkv:
+    """Falcon's new-decoder fused rows, kv group by group [q_1 .. q_g | k | v], as ours: [all q | all k | all v]."""
+
+    kv_heads: int
+    group: int
+    head_dim: int
+
+    def __call__(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        g = t.reshape(self.kv_heads, self.group + 2, self.head_dim, *rest)
+        return torch.cat([g[:, : self.group].reshape(-1, *rest), g[:, self.group].reshape(-1, *rest), g[:, self.group + 1].reshape(-1, *rest)])
+
+    def inverse(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        n = self.kv_heads * self.group * self.head_dim
+        q = t[:n].reshape(self.kv_heads, self.group, self.head_dim, *rest)
+        k = t[n : n + self.kv_heads * self.head_dim].reshape(self.kv_heads, 1, self.head_dim, *rest)
+        v = t[n + self.kv_heads * self.head_dim :].reshape(self.kv_heads, 1, self.head_dim, *rest)
+        return [torch.cat([q, k, v], 1).reshape(-1, *rest).contiguous()]
 
 
 @dataclass(frozen=True)

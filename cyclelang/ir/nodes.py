@@ -44,7 +44,7 @@ IR_VERSION = 2  # 2: merges keep what was asked (`*_asked`) apart from what was 
 
 __all__ = [
     "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
-    "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention",
+    "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
@@ -157,6 +157,41 @@ Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "ge
 Mask = Literal["causal", "open"]
 
 
+class RotaryScaling(Node):
+    """Rotary positions stretched past the pretraining context, as transformers' rope_utils
+    computes them: `linear` divides every frequency by `factor` (position interpolation);
+    `dynamic` (NTK) raises the base once a sequence passes `original` positions, by how far
+    it passed; `llama3` divides the low frequencies by `factor`, keeps the high ones and
+    blends between (`low`, `high`: low_freq_factor, high_freq_factor); `yarn` blends
+    interpolated and extrapolated frequencies by each one's rotations over `original`
+    positions (`beta_fast`, `beta_slow`) and scales cos and sin by `attention_factor`."""
+
+    type: Literal["linear", "dynamic", "llama3", "yarn"]
+    factor: Positive
+    original: Count | None = None  # the pretraining context (original_max_position_embeddings); linear: None
+    low: Positive = 1.0  # llama3's low_freq_factor
+    high: Positive = 4.0  # llama3's high_freq_factor
+    beta_fast: Positive = 32.0  # yarn
+    beta_slow: Positive = 1.0  # yarn
+    attention_factor: Positive | None = None  # yarn: the cos/sin gain; None: 0.1 ln(factor) + 1
+
+    _checked = checked()
+
+    def check(self) -> None:
+        if (self.type == "linear") != (self.original is None):
+            raise ValueError("linear rotary scaling has no original context; dynamic, llama3 and yarn need one")
+        if self.type == "llama3" and self.high <= self.low:
+            raise ValueError(f"llama3 rotary scaling needs high ({self.high:g}) above low ({self.low:g})")
+
+    def gain(self) -> float:
+        """The factor cos and sin are multiplied by (yarn's mscale; 1 for the others)."""
+        if self.type != "yarn":
+            return 1.0
+        if self.attention_factor is not None:
+            return self.attention_factor
+        return 1.0 if self.factor <= 1 else 0.1 * math.log(self.factor) + 1.0
+
+
 class Attention(Node):
     """The injector: the only operator that mixes positions."""
 
@@ -177,6 +212,10 @@ class Attention(Node):
     qk_norm_across: bool = False  # one qk-norm over all heads' q (and one over k), as OLMo-2; false: per head (Qwen3)
     scale: Positive | None = None  # the attention logits' scale; None: 1 / sqrt(head_dim)
     rotary_interleaved: bool = False  # rotate pairs (0, 1), (2, 3), ... (GPT-J); false: the two halves (GPT-NeoX, Llama)
+    rotary_scaling: RotaryScaling | None = None  # rotary stretched past the pretraining context; None: plain rotary
+    softcap: Positive | None = None  # the logits pass through cap * tanh(s / cap) before the mask (Gemma 2); None: none
+    alibi: bool = False  # ALiBi: each head's scores get -slope * distance (Press et al.; BLOOM, MPT, Falcon)
+    alibi_scaled: bool = False  # the ALiBi bias is multiplied by the logits' scale too (Falcon); false: added after it (BLOOM, MPT)
 
     _checked = checked()
 
@@ -194,6 +233,10 @@ class Attention(Node):
             raise ValueError(f"rotary_dims={self.rotary_dims} must be even and at most head_dim={self.head_dim}")
         if self.window is not None and self.mask != "causal":
             raise ValueError("a sliding window is defined for causal attention only")
+        if self.rotary_scaling is not None and not self.rotary_dims:
+            raise ValueError("rotary scaling needs rotary positions")
+        if self.alibi_scaled and not self.alibi:
+            raise ValueError("alibi_scaled says how ALiBi is scaled, but alibi is off")
 
 
 class Mlp(Node):
@@ -655,6 +698,7 @@ class Nozzle(Node):
     tied: bool  # shares the feed's embedding matrix
     bias: bool
     scale: Finite = 1.0  # the logits are multiplied by this (Granite: 1 / logits_scaling)
+    softcap: Positive | None = None  # the logits pass through cap * tanh(z / cap) (Gemma 2's final_logit_softcapping)
 
 
 class Schedule(Node):

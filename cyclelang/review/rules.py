@@ -343,6 +343,64 @@ def norm_offset_unusual(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     return out
 
 
+# --- W127: a rotary scaling that changes nothing (or squeezes) ---------------------------------------
+
+
+def rotary_scaling_idle(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        a = p.node
+        sc = getattr(a, "rotary_scaling", None)
+        if sc is None:
+            continue
+        if sc.factor <= 1:
+            what = "stretches nothing" if sc.factor == 1 else "squeezes positions: each looks further than it was trained for"
+            out.append(_w("W127", f"rotary_scaling={sc.type} with rotary_factor={sc.factor:g} {what}", a.span,
+                          "a factor above 1 stretches the positions; or drop rotary_scaling=",
+                          ["the factor is how many times the pretraining context the positions stretch over"]))
+        elif sc.original is not None and sc.original >= e.feed.context:
+            what = "never triggers" if sc.type == "dynamic" else "rescales for positions the engine never reaches"
+            out.append(_w("W127", f"rotary_scaling={sc.type} from rotary_original={sc.original} {what}: the context is {e.feed.context}", a.span,
+                          "set rotary_original= to the pretraining context, below the feed's context",
+                          ["the scaling stretches positions past the original context; at or past the feed's context there are none"]))
+    return out
+
+
+# --- W128: a soft-cap low enough to flatten the logits ----------------------------------------------
+
+
+def softcap_too_low(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    caps = [(p.node.softcap, 5.0, "attention logits", p.node.span) for p in parts(e) if isinstance(p.node, ir.Attention) and p.node.softcap is not None]
+    if e.nozzle.softcap is not None:
+        caps.append((e.nozzle.softcap, 2.0, "final logits", e.nozzle.span))
+    for cap, low, what, span in caps:
+        if cap < low:
+            out.append(_w("W128", f"softcap={cap:g} bounds the {what} to +-{cap:g}: the softmax over them cannot be sharp", span,
+                          f"Gemma 2 caps attention logits at 50 and final logits at 30; keep the cap at {low:g} or more",
+                          ["cap * tanh(z / cap) passes values well under the cap unchanged and squashes the rest: "
+                           "a relief valve set below the working pressure vents all the time"]))
+    return out
+
+
+# --- W129: ALiBi with a second position scheme ----------------------------------------------------
+
+
+def alibi_with_other_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        a = p.node
+        if not isinstance(a, ir.Attention) or not a.alibi:
+            continue
+        other = "rotary positions" if a.rotary_dims else f"{e.feed.position} positions on the feed" if e.feed.position != "none" else None
+        if other:
+            out.append(_w("W129", f"ALiBi and {other} both tell this attention where tokens are", a.span,
+                          "keep one: ALiBi alone (BLOOM, Falcon, MPT: no rotary, position=none), or drop alibi",
+                          ["ALiBi's bias is meant to be the only position signal; with a second one the engine learns two that "
+                           "disagree past the training length, which is where ALiBi's extrapolation was the point"]))
+    return out
+
+
 # --- W111: a mixture that routes every token to every expert ----------------------------------
 
 
@@ -434,10 +492,13 @@ RULES: tuple[Rule, ...] = (
     norm_offset_unusual,
     unwise_values,
     needless_nesting,
+    rotary_scaling_idle,
+    softcap_too_low,
+    alibi_with_other_positions,
 )
 
 # The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "N101", "N102", "N103", "N110")
+REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "W129", "N101", "N102", "N103", "N110")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:

@@ -413,6 +413,7 @@ class _Resolver:
         tied = o.get("tied")
         bias = o.get("bias")
         scale = o.get("scale")
+        softcap = o.get("softcap")
         o.finish()
         if w is None or feed is None or scale is None:
             return None
@@ -421,7 +422,7 @@ class _Resolver:
             return None
         if tied and bias:
             pass  # a tied head may still learn its own bias
-        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, scale=scale, span=d.span, let_names=o.lets())
+        return ir.Nozzle(width=w, vocab=feed.vocab, tied=tied, bias=bias, scale=scale, softcap=softcap, span=d.span, let_names=o.lets())
 
     def startup(self, s: ast.Startup | None, scope, width: int | None = None) -> ir.Startup | None:
         warmup, clip, betas, decay = 0, None, (0.9, 0.999), 0.01
@@ -864,7 +865,14 @@ class _Resolver:
         bias = o.get("bias")
         out_bias = o.get("out_bias", bias)
         dropout = o.get("dropout")
-        if None in (heads, w, mask, rotary, base, dropout, qk_eps):
+        softcap = o.get("softcap")
+        alibi = o.get("alibi")
+        alibi_scaled = o.get("alibi_scaled")
+        if alibi_scaled and not alibi:
+            self.out.error("E0211", "alibi_scaled says how ALiBi positions are scaled, but alibi is off", o.span_of("alibi_scaled"), "add alibi")
+            return None
+        scaling = self._rotary_scaling(o, ctx, rotary)
+        if None in (heads, w, mask, rotary, base, dropout, qk_eps) or scaling is False:
             return None
         if interleaved and not rotary:
             self.out.error("E0211", "rotary_interleaved says how rotary positions pair the dims, but rotary is off", o.span_of("rotary_interleaved"), "add rotary")
@@ -891,7 +899,45 @@ class _Resolver:
             return None
         return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
                             rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
-                            qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved, span=d.span)
+                            qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved,
+                            rotary_scaling=scaling, softcap=softcap, alibi=alibi, alibi_scaled=alibi_scaled, span=d.span)
+
+    _SCALING_OPTIONS = {"rotary_factor": ("linear", "dynamic", "llama3", "yarn"), "rotary_original": ("dynamic", "llama3", "yarn"),
+                        "rotary_low": ("llama3",), "rotary_high": ("llama3",), "rotary_beta_fast": ("yarn",),
+                        "rotary_beta_slow": ("yarn",), "rotary_attention_factor": ("yarn",)}
+
+    def _rotary_scaling(self, o: Options, ctx, rotary):
+        """The attention's RotaryScaling, None for plain rotary, False after an error."""
+        before = len(self.out.diagnostics)
+        kind = o.get("rotary_scaling")
+        values = {name: o.get(name) for name in self._SCALING_OPTIONS}
+        if kind is None or len(self.out.diagnostics) > before:  # a kind or a value already refused: nothing more to say
+            return False
+        for name, kinds in self._SCALING_OPTIONS.items():
+            if o.has(name) and kind not in kinds:
+                which = " or ".join(kinds)
+                self.out.error("E0240", f"{name}= belongs to rotary_scaling={which}, but this attention's is {kind}", o.span_of(name),
+                               f"set rotary_scaling={kinds[0]}, or drop {name}=" if kind == "none" else f"drop {name}=")
+                return False
+        if kind == "none":
+            return None
+        if not rotary:
+            self.out.error("E0241", f"rotary_scaling={kind} stretches rotary positions, but rotary is off", o.span_of("rotary_scaling"), "add rotary")
+            return False
+        if values["rotary_factor"] is None:
+            self.out.error("E0242", f"rotary_scaling={kind} needs rotary_factor=", o.span_of("rotary_scaling"),
+                           "how many times the pretraining context the positions stretch over, e.g. rotary_factor=4")
+            return False
+        original = None if kind == "linear" else values["rotary_original"] or ctx.context
+        if original is None and kind != "linear":  # no context to default to: the feed's own error says why
+            return False
+        if kind == "llama3" and values["rotary_high"] <= values["rotary_low"]:
+            self.out.error("E0243", f"llama3 scaling needs rotary_high ({values['rotary_high']:g}) above rotary_low ({values['rotary_low']:g})",
+                           o.span_of("rotary_high"), "transformers' defaults are rotary_low=1 rotary_high=4")
+            return False
+        return ir.RotaryScaling(type=kind, factor=values["rotary_factor"], original=original, low=values["rotary_low"], high=values["rotary_high"],
+                                beta_fast=values["rotary_beta_fast"], beta_slow=values["rotary_beta_slow"],
+                                attention_factor=values["rotary_attention_factor"])
 
     def _head_dim(self, o: Options, w: int, heads: int, head_dim: int | None) -> int | None:
         """head_dim as given, or the width split into the heads (E0207 when they do not divide it)."""

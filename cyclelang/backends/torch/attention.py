@@ -43,18 +43,21 @@ class AttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a, s = o.op, o.args
-        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, scale=str(s['scale']) if 'scale' in s else if_set(o.scale, o.scale is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
+        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, scale=str(s['scale']) if 'scale' in s else if_set(o.scale, o.scale is not None), softcap=if_set(a.softcap, a.softcap is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
         if a.rotary_dims:
-            out += ("rotary_tables", ROTARY_FN[AttentionVariant.of(a, causal).rotary])
+            out += ("scaled_rotary_tables" if a.rotary_scaling is not None else "rotary_tables", ROTARY_FN[AttentionVariant.of(a, causal).rotary])
+        v = AttentionVariant.of(a, causal)
         if a.window is not None:
             out += ("sliding_mask",)
         elif causal:
             out += ("causal_mask",)
         if causal:
             out += ("padded_mask",)
+        if v.alibi != "none":
+            out += ("alibi_slopes",)
         return out
 
     def output_init(self, a, op, std):
@@ -77,6 +80,10 @@ class AttentionEmitter(OpEmitter):
                 extra.append("qk-norm across heads" if v.qk_across else "qk-norm")
             if v.scaled:
                 extra.append("scores scaled by `scale`, not 1/sqrt(head_dim)")
+            if v.softcap:
+                extra.append("scores soft-capped: softcap * tanh(scores / softcap) (Gemma 2)")
+            if v.alibi != "none":
+                extra.append("ALiBi positions (a per-head bias linear in the key's position" + (", scaled with the logits as Falcon does)" if v.alibi == "scaled" else ")"))
             head = f"{kind[0].upper() + kind[1:]} self-attention: the only place positions mix{doc_tag(None, 'injector')}."
             if extra:
                 out.block(f'"""{head}\n\nWith {", ".join(extra)}.\n"""')
@@ -85,7 +92,7 @@ class AttentionEmitter(OpEmitter):
             w()
             optional = [name for name, on in (("window", v.window), ("dropout", v.dropout)) if on]
             ctor = ["width", "heads", "kv_heads", "head_dim", "bias", *(["out_bias"] if v.split_bias else []), *(["qk_eps"] if v.qk_norm else []),
-                    *(["scale"] if v.scaled else [])]
+                    *(["scale"] if v.scaled else []), *(["softcap"] if v.softcap else [])]
             with out.constructor(*ctor, *optional):
                 w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
                 w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
@@ -98,6 +105,10 @@ class AttentionEmitter(OpEmitter):
                     w("self.k_norm = nn.RMSNorm(head_dim, eps=qk_eps)")
                 if v.scaled:
                     w("self.scale = scale")
+                if v.softcap:
+                    w("self.softcap = softcap")
+                if v.alibi != "none":
+                    w('self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # (nh,): ALiBi\'s slope per head')
                 for name in optional:
                     w(f"self.{name} = {name}")
                 if v.dropout:
@@ -124,6 +135,9 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
             w(f"q, k = {fn}(q, *rope), {fn}(k, *rope)")
         if v.causal:
             out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
+        if v.softcap or v.alibi != "none":
+            self.scores(out, v)
+            return
         dp = ", dropout_p=self.dropout if self.training else 0.0" if v.dropout else ""
         if v.gqa:  # each group of query heads reads one kv head, inside the kernel: no copies of k, v
             dp += ", enable_gqa=True"
@@ -146,5 +160,47 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
                 out.nested("elif T == 1:  # one query after the cache may see every key: no mask", f"{sdpa}(q, k, v{dp})  # (B, nh, 1, hd)")
             out.nested("else:  # T new queries after S - T cached positions",
                        f"{sdpa}(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device){dp})")
+        w("y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
+        w("return self.drop(self.proj(y))" if v.dropout else "return self.proj(y)")
+
+    def scores(self, out: Writer, v: AttentionVariant) -> None:
+        """The forward's end when the scores need more than the fused kernel gives: a soft-cap
+        (computed here, as transformers' eager attention does) or an ALiBi bias (a float mask)."""
+        w = out.line
+        scale = "self.scale" if v.scaled else "self.head_dim ** -0.5"
+        w("S = k.size(2)")
+        if v.mask == "open":
+            w("seen = None  # bidirectional: every key")
+        else:
+            win = "self.window" if v.window else "None"
+            near = f"sliding_mask(T, S, self.window, x.device)" if v.window else "causal_mask(T, S, x.device)"
+            w(f"seen = {near} if mask is None else padded_mask(mask, T, {win})  # (T, S) or (B, 1, T, S): True where a query may look"
+              if v.causal else f"seen = {near}  # (T, S)")
+        if v.alibi != "none":
+            w("bias = self.slopes[:, None, None] * torch.arange(S, device=x.device)  # (nh, 1, S): ALiBi, linear in the key's position")
+            if v.alibi == "scaled":
+                w(f"bias = bias * {scale}  # Falcon scales the bias with the logits")
+        if v.softcap:
+            if v.gqa:
+                w("k, v = k.repeat_interleave(self.heads // self.kv_heads, 1), v.repeat_interleave(self.heads // self.kv_heads, 1)  # (B, nh, S, hd)")
+            w(f"s = (q @ k.transpose(-2, -1)) * {scale}  # (B, nh, T, S)")
+            w("s = self.softcap * torch.tanh(s / self.softcap)  # soft-capped: |s| < softcap")
+            if v.alibi != "none":
+                w("s = s + bias")
+            if v.mask != "open":
+                w('s = s.masked_fill(~seen, float("-inf"))')
+            w("a = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)")
+            if v.dropout:
+                w("a = F.dropout(a, self.dropout, self.training)")
+            w("y = a @ v  # (B, nh, T, hd)")
+        else:
+            dp = ", dropout_p=self.dropout if self.training else 0.0" if v.dropout else ""
+            if v.gqa:
+                dp += ", enable_gqa=True"
+            if v.scaled:
+                dp += ", scale=self.scale"
+            if v.mask != "open":
+                w('bias = bias.masked_fill(~seen, float("-inf"))  # (nh, T, S) or (B, nh, T, S)')
+            w(f"y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias{dp})  # (B, nh, T, hd)")
         w("y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
         w("return self.drop(self.proj(y))" if v.dropout else "return self.proj(y)")

@@ -85,7 +85,9 @@ def model_class(out: Writer, p: Plan) -> None:
                     w(f"self.{it.attr} = {x.ctor(it)}" + comment(it.op.span, *x.phrase(it.op, "engine")), it.op.span)
             for k, (dims, base) in enumerate(p.rope_args):
                 pre = "rope" if len(p.ropes) == 1 else f"rope{k}"
-                w(f"cos, sin = rotary_tables(config.context, {dims}, {base})")
+                scaling = rotary_scaling(p.ropes[k][2])
+                w(f"cos, sin = {'scaled_' if scaling else ''}rotary_tables(config.context, {dims}, {base}{', ' + scaling if scaling else ''})"
+                  + (f"  # {p.ropes[k][2].type} rotary scaling" if scaling else ""))
                 w(f'self.register_buffer("{pre}_cos", cos, persistent=False)  # (context, rotary dims)')
                 w(f'self.register_buffer("{pre}_sin", sin, persistent=False)')
             nz = e.nozzle
@@ -215,6 +217,20 @@ def merge_init(out: Writer, p: Plan, sp: StagePlan) -> None:
             out.line(ln)
 
 
+def rotary_scaling(sc) -> str:
+    """The `scaling` dict literal scaled_rotary_tables takes for an ir.RotaryScaling ('' for plain rotary)."""
+    if sc is None:
+        return ""
+    d = {"type": sc.type, "factor": sc.factor}
+    if sc.type != "linear":
+        d["original"] = sc.original
+    if sc.type == "llama3":
+        d.update(low=sc.low, high=sc.high)
+    if sc.type == "yarn":
+        d.update(beta_fast=sc.beta_fast, beta_slow=sc.beta_slow, gain=sc.gain())
+    return "{" + ", ".join(f'"{k}": {v!r}' for k, v in d.items()) + "}"
+
+
 def forward(out: Writer, p: Plan) -> None:
     e, w = p.engine, out.line
     w("def forward(self, idx, targets=None" + (", cache=None, attention_mask=None" if p.causal else "") + "):")
@@ -261,10 +277,21 @@ B, T = idx.size()''')
             w("x = self.feed(idx, past" + (", pos" if p.causal else "") + ")  # (B, T, C)")
         if p.ropes:
             pres = ["rope"] if len(p.ropes) == 1 else [f"rope{k}" for k in range(len(p.ropes))]
-            pairs = [f"(self.{pre}_cos[past : past + T], self.{pre}_sin[past : past + T])" for pre in pres]
+            tables = [f"self.{pre}" for pre in pres]
+            for k, pre in enumerate(pres):
+                dims, base = (str(x).replace("config.", "self.config.") for x in p.rope_args[k])
+                sc = p.ropes[k][2]
+                if sc is not None and sc.type == "dynamic":  # the tables depend on the sequence's length
+                    tables[k] = pre
+                    n = "past + T if pos is None else int(pos.max()) + 1" if p.causal else "past + T"
+                    w(f"n = {n}  # the sequence's length, as transformers' dynamic rope reads it")
+                    w(f"{pre}_cos, {pre}_sin = self.{pre}_cos, self.{pre}_sin")
+                    out.nested(f"if n > {sc.original}:  # dynamic NTK: past the original context the rotary base grows with n",
+                               f"{pre}_cos, {pre}_sin = scaled_rotary_tables(past + T, {dims}, {base}, {rotary_scaling(sc)}, seq_len=n)")
+            pairs = [f"({t}_cos[past : past + T], {t}_sin[past : past + T])" for t in tables]
             w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each: rotary cos and sin")
             if p.causal:
-                padded = [f"(self.{pre}_cos[pos][:, None], self.{pre}_sin[pos][:, None])" for pre in pres]
+                padded = [f"({t}_cos[pos][:, None], {t}_sin[pos][:, None])" for t in tables]
                 w("if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions")
                 w("    rope = [" + ", ".join(padded) + "]")
         has_aux = any(sp.aux for sp in p.stages) or any(it.aux for it in p.main if isinstance(it, OpPlan))
@@ -288,6 +315,8 @@ B, T = idx.size()''')
             w(f"logits = logits * {str(p.logit_scale).replace('config.', 'self.config.')}  # the LM head's logit scale")
         if ir.mup.is_mup(e):
             w("logits = logits * MUP_READOUT  # μP's readout multiplier, 1/m")
+        if nz.softcap is not None:
+            w(f"logits = {num(nz.softcap)} * torch.tanh(logits / {num(nz.softcap)})  # final-logit soft-cap (Gemma 2): |logits| < {num(nz.softcap)}")
         if p.causal:
             w("if cache is not None:")
             with out.indent():

@@ -59,7 +59,10 @@ class MoeEmitter(OpEmitter):
         return lines + ([f"nn.init.normal_({a}.shared.proj.weight, mean=0.0, std={std})"] if op.shared else [])
 
     def deepnorm_init(self, a, op, beta):
-        return [f"for expert in {a}.experts:", f"    expert.fc.weight.mul_({beta})", f"    expert.proj.weight.mul_({beta})"]
+        out = [f"for expert in {a}.experts:", f"    expert.fc.weight.mul_({beta})", f"    expert.proj.weight.mul_({beta})"]
+        if op.shared:  # the shared expert is an FFN too (its gate, like the router, is not)
+            out += [f"{a}.shared.fc.weight.mul_({beta})", f"{a}.shared.proj.weight.mul_({beta})"]
+        return out
 
     def class_text(self, out: Writer, name: str, v: MoeVariant, plan: Plan) -> None:
         w = out.line

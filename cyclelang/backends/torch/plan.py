@@ -24,7 +24,7 @@ from .writer import camel, where
 # Module-level names of the generated file that no class may shadow.
 GLOBALS = frozenset({
     "math", "dataclass", "torch", "nn", "F", "Config", "Feed", "Model", "Cache", "Startup",
-    "learning_rate", "causal_mask", "sliding_mask", "rotary_tables", "apply_rotary",
+    "learning_rate", "causal_mask", "sliding_mask", "rotary_tables", "apply_rotary", "alibi_slopes",
     "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage next_token_loss` is a class NextTokenLoss)
 
@@ -53,12 +53,15 @@ class AttentionVariant:
     split_bias: bool = False  # the output projection's bias differs from q, k, v's (out_bias)
     qk_across: bool = False  # the qk-norms span all heads (OLMo-2), not one head
     scaled: bool = False  # the scores take the constructor's scale: the spec's scale=, or μP's; not the kernel's 1/sqrt(head_dim)
+    softcap: bool = False  # the scores pass through softcap * tanh(s / softcap): computed here, not in the fused kernel
+    alibi: str = "none"  # "none" | "added" (after the scale: BLOOM, MPT) | "scaled" (with the logits: Falcon)
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
         rot = "none" if a.rotary_dims == 0 else "interleaved" if a.rotary_interleaved else ("full" if a.rotary_dims == a.head_dim else "partial")
         return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
-                   a.qk_norm and a.qk_norm_across)
+                   a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
+                   alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added")
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -246,7 +249,7 @@ class Plan:
     stages: list[StagePlan] = field(default_factory=list)  # every stage of ops, nested ones included, in source order
     main: list = field(default_factory=list)  # StagePlan | OpPlan in body order
     groups: list[StagePlan] = field(default_factory=list)  # every stage of stages, outermost first
-    ropes: list[tuple[int, float]] = field(default_factory=list)  # (dims, base) per rotary table
+    ropes: list[tuple] = field(default_factory=list)  # (dims, base, scaling) per rotary table
     turbine_classes: dict[Variant, str] = field(default_factory=dict)  # variant -> class name, in order of first use
     sizes: Sizes | None = None  # the Config's fields and what reads them
     head_width: object = None  # config.Ref of the nozzle's input width
@@ -298,7 +301,7 @@ class Plan:
     def rope_index(self, op, args: dict) -> int | None:
         if not isinstance(op, (ir.Attention, ir.LatentAttention)) or op.rotary_dims == 0:
             return None
-        k = (op.rotary_dims, op.rotary_base)
+        k = (op.rotary_dims, op.rotary_base, getattr(op, "rotary_scaling", None))
         if k not in self.ropes:
             self.ropes.append(k)
             self.rope_args.append((args.get("rotary_dims", repr(op.rotary_dims)), args.get("rotary_base", repr(op.rotary_base))))  # a kind without config sizes keeps literals

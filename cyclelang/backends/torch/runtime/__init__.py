@@ -1,7 +1,7 @@
 """What a generated file runs besides its classes, as real Python modules.
 
     loss        NextTokenLoss: F.cross_entropy's forward, a leaner backward
-    positions   sinusoids, rotary_tables, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
+    positions   sinusoids, rotary_tables, scaled_rotary_tables, alibi_slopes, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
     masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states)
     scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan: the recurrent mixers' scans

@@ -27,6 +27,48 @@ def rotary_tables(length, dims, base):
     return emb.cos(), emb.sin()
 
 
+def scaled_rotary_tables(length, dims, base, scaling, seq_len=None):
+    """rotary_tables stretched past the pretraining context, each kind as transformers'
+    rope_utils computes it: {"type": "linear", "factor"}; {"type": "dynamic", "factor",
+    "original"} (NTK: the base grows once seq_len, the sequence's length, passes original);
+    {"type": "llama3", "factor", "original", "low", "high"}; {"type": "yarn", "factor",
+    "original", "beta_fast", "beta_slow", "gain"} (cos and sin are multiplied by gain)."""
+    kind = scaling["type"]
+    if kind == "dynamic" and seq_len is not None and seq_len > scaling["original"]:
+        n = torch.tensor(seq_len)  # transformers computes the grown base in float32
+        base = base * ((scaling["factor"] * n / scaling["original"]) - (scaling["factor"] - 1)) ** (dims / (dims - 2))
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
+    gain = 1.0
+    if kind == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif kind == "llama3":  # keep the short wavelengths, divide the long ones by factor, blend between
+        factor, original, low, high = scaling["factor"], scaling["original"], scaling["low"], scaling["high"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
+        smooth = (original / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < original / high) * ~(wavelen > original / low)
+        inv_freq = torch.where(medium, smoothed, scaled)
+    elif kind == "yarn":  # interpolate the frequencies that turn few times over the original context, keep the fast ones
+        factor, original = scaling["factor"], scaling["original"]
+
+        def turns_at(rotations):  # the dim at which a frequency turns `rotations` times over the original context
+            return (dims * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+        low = max(math.floor(turns_at(scaling["beta_fast"])), 0)
+        high = min(math.ceil(turns_at(scaling["beta_slow"])), dims - 1)
+        if low == high:
+            high += 0.001  # no empty ramp
+        ramp = ((torch.arange(dims // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+        pos_freqs = base ** (torch.arange(0, dims, 2).float() / dims)
+        keep = 1 - ramp  # 1: extrapolate (the frequency as it is), 0: interpolate (divided by factor)
+        inv_freq = 1.0 / (factor * pos_freqs) * (1 - keep) + 1.0 / pos_freqs * keep
+        gain = scaling["gain"]
+    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)  # (length, dims/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (length, dims)
+    return emb.cos() * gain, emb.sin() * gain
+
+
 def apply_rotary(x, cos, sin):
     """Rotate every dim of each head (the rotate-half layout of GPT-NeoX and Llama)."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -49,3 +91,15 @@ def apply_rotary_interleaved(x, cos, sin):
     rot = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
     return torch.cat((rot, x[..., d:]), dim=-1)
 
+
+
+def alibi_slopes(heads):
+    """ALiBi's slope per head (Press et al.), as BLOOM and Falcon build them: a geometric
+    series from 2^(-8/n) for the nearest power of two n, the odd powers of the next one's
+    base for the heads beyond it."""
+    n = 2 ** math.floor(math.log2(heads))
+    slopes = torch.pow(torch.tensor(2 ** (-(2 ** -(math.log2(n) - 3)))), torch.arange(1, 1 + n, dtype=torch.int32))
+    if n != heads:
+        extra = torch.tensor(2 ** (-(2 ** -(math.log2(2 * n) - 3))))
+        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * min(n, heads - n), 2, dtype=torch.int32))])
+    return slopes  # (heads,)
