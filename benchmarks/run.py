@@ -181,6 +181,7 @@ def bench_train(args, torch, compiled=False):
                 step()
             sides[label] = step
             if compiled:
+                # in-process, after the sides before it: they share inductor's cache (see first-step for the fair figure)
                 print(f"  compile+2 steps {name}/{label}: {time.perf_counter() - t0:.1f}s", flush=True)
         times = time_sides(sides, args.rounds, args.steps, sync=lambda: synchronize(torch, args.device))
         row = {"name": name, "ms": {k: 1000 * median(v) for k, v in times.items()},
@@ -190,6 +191,101 @@ def bench_train(args, torch, compiled=False):
         print(f"  {name}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in row["ms"].items()) + f"; cyclec/reference {row['vs_ref']:.3f}, cyclec/transformers {row['vs_hf']:.3f}", flush=True)
         del ours, readable, ref, hf, sides
         gc.collect()
+    return rows
+
+
+# --- time to the first compiled step -----------------------------------------------------------
+
+SIDES = ("cyclec", "reference", "transformers")
+
+
+def first_step_child(args, torch):
+    """One side, in a process of its own: torch.compile and the first two training steps.
+
+    Run by bench_first_step with TORCHINDUCTOR_CACHE_DIR set (a fresh folder: cold; the
+    folder a cold run just filled: warm). Prints one JSON line: the seconds from
+    torch.compile to the end of the first step (forward, backward, AdamW; the compilation
+    happens inside it, forward and backward graphs alike), the second step's seconds, the
+    graphs dynamo compiled in each step, graph breaks, and where the compilation went
+    (torch._dynamo.utils.compile_times)."""
+    from torch._dynamo.utils import compile_times, compilation_time_metrics, counters
+
+    name, label = args.child.split(":")
+    sides = dict(zip(SIDES, models(name, torch)))
+    model, is_hf = sides.pop(label), label == "transformers"
+    del sides
+    gc.collect()
+    B, T = args.batch, args.seq
+    idx = torch.randint(0, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
+    tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
+    model.to(device=args.device, dtype=getattr(torch, args.dtype)).train()
+    idx, tgt = idx.to(args.device), tgt.to(args.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    counters.clear()
+    compilation_time_metrics.clear()
+    t0 = time.perf_counter()
+    fwd = torch.compile(model, fullgraph=label == "cyclec")  # as in the compiled table
+    graphs, ts = [], []
+    for _ in range(2):
+        opt.zero_grad(set_to_none=True)
+        _loss(fwd, idx, tgt, hf=is_hf).backward()
+        opt.step()
+        synchronize(torch, args.device)
+        ts.append(time.perf_counter())
+        graphs.append(counters["stats"]["unique_graphs"])
+    keys = {"dynamo": "bytecode_tracing", "aot": "create_aot_dispatcher_function", "inductor_fw": "compile_fx.<locals>.fw_compiler_base",
+            "inductor_bw": "compile_fx.<locals>.bw_compiler", "codegen": "GraphLowering.codegen", "cpp_wait": "async_compile.wait"}
+    phases = {k: sum(compilation_time_metrics.get(v, [])) for k, v in keys.items()}
+    cache = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "."))
+    out = {"first_s": ts[0] - t0, "second_s": ts[1] - ts[0], "graphs": graphs[0], "graphs_second": graphs[1] - graphs[0],
+           "breaks": sum(counters["graph_break"].values()), "aot_cache": {k: v for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")},
+           "kernels": len(list(cache.rglob("*.cpp"))) + len(list(cache.rglob("triton_*.py"))) if cache.is_dir() else None, "phases": phases}
+    if args.verbose_child:
+        print(compile_times(repr="str", aggregate=True), file=sys.stderr)
+    print("FIRST-STEP " + json.dumps(out), flush=True)
+
+
+def bench_first_step(args, torch):
+    """Time to the first compiled step, cold and warm, every side in a process of its own.
+
+    A researcher who edits a spec waits for this each time: torch.compile, then the first
+    training step, which is where dynamo traces the model and inductor compiles the forward
+    and backward graphs. Cold: a fresh inductor cache (TORCHINDUCTOR_CACHE_DIR), so every
+    kernel is generated and built; warm: the cache a cold run just filled, as on a second
+    run of the same model (dynamo still traces: its caches are per process). Sides
+    alternate within each round (reversed every other round); ratios are medians over
+    rounds of the per-round ratios."""
+    rows = []
+    for name in args.first_specs.split(","):
+        got = {label: {"cold": [], "warm": []} for label in SIDES}
+        for r in range(args.first_rounds):
+            for label in SIDES if r % 2 == 0 else reversed(SIDES):
+                with tempfile.TemporaryDirectory(prefix="cyclec-inductor-") as cache:
+                    for kind in ("cold", "warm"):
+                        cmd = [sys.executable, __file__, "--child", f"{name}:{label}", "--batch", str(args.batch), "--seq", str(args.seq),
+                               "--threads", str(args.threads), "--device", args.device, "--dtype", args.dtype]
+                        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+                        res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+                        line = [x for x in res.stdout.splitlines() if x.startswith("FIRST-STEP ")]
+                        if res.returncode or not line:
+                            raise RuntimeError(f"{name}/{label} ({kind}) failed:\n{res.stderr[-3000:]}")
+                        got[label][kind].append(json.loads(line[-1][len("FIRST-STEP "):]))
+                        d = got[label][kind][-1]
+                        print(f"  round {r} {name}/{label} {kind}: {d['first_s']:.1f} s to the first step, second step {d['second_s']:.2f} s; "
+                              f"graphs {d['graphs']}+{d['graphs_second']}, breaks {d['breaks']}, kernels {d['kernels']}, {d['aot_cache']}", flush=True)
+        row = {"name": name, "rounds": args.first_rounds, "s": {}, "ratio": {}, "runs": {}}
+        for kind in ("cold", "warm"):
+            row["s"][kind] = {label: median([d["first_s"] for d in got[label][kind]]) for label in SIDES}
+            row["ratio"][kind] = {key: median([a["first_s"] / b["first_s"] for a, b in zip(got["cyclec"][kind], got[other][kind])])
+                                  for key, other in (("vs_ref", "reference"), ("vs_hf", "transformers"))}
+        row["runs"] = {label: {kind: [round(d["first_s"], 2) for d in got[label][kind]] for kind in ("cold", "warm")} for label in SIDES}
+        last = {label: got[label]["cold"][-1] for label in SIDES}  # what a cold compile is made of (the last round's)
+        row["detail"] = {label: {k: last[label][k] for k in ("graphs", "graphs_second", "breaks", "kernels", "phases")}
+                         | {"aot_cache_warm": got[label]["warm"][-1]["aot_cache"]} for label in SIDES}
+        rows.append(row)
+        print(f"  {name}: cold " + ", ".join(f"{k} {v:.1f} s" for k, v in row["s"]["cold"].items())
+              + "; warm " + ", ".join(f"{k} {v:.1f} s" for k, v in row["s"]["warm"].items())
+              + "; cyclec/reference cold {0[cold][vs_ref]:.3f} warm {0[warm][vs_ref]:.3f}, cyclec/transformers cold {0[cold][vs_hf]:.3f} warm {0[warm][vs_hf]:.3f}".format(row["ratio"]), flush=True)
     return rows
 
 
@@ -642,7 +738,9 @@ def render(results) -> str:
         on += f", {m['dtype']}" if not m.get("gpu") and m.get("dtype", "float32") != "float32" else ""
         out += [f"Measured {m['date']} ({names}) on {on}, torch {m['torch']}, "
                 f"transformers {m['transformers']}, Python {m['python']}; batch {m['batch']} x {m['seq']} tokens, "
-                f"{m['rounds']} rounds x {m['steps']} steps per side (medians). Command: `{m['command']}`", ""]
+                f"{m['rounds']} rounds x {m['steps']} steps per side (medians)"
+                + (f"; load average {m['load'][0]:.1f} at the start, {m['load'][1]:.1f} at the end" if m.get("load") else "")
+                + f". Command: `{m['command']}`", ""]
     results = {k: r["data"] for k, r in results.items()}
     for key, title in (("train", "Training step (forward, backward, AdamW), eager"), ("compiled", "Training step, each side torch.compile'd")):
         if key not in results:
@@ -656,6 +754,27 @@ def render(results) -> str:
             out.append(f"| {r['name']} | {ms['cyclec']:.1f} | {rd[0]} | {ms['reference']:.1f} | {ms['transformers']:.1f} | **{r['vs_ref']:.3f}** | **{r['vs_hf']:.3f}** | {rd[1]} | {rd[2]} |")
         notes = [r["note"] for r in results[key] if r["note"]]
         out += [""] + ([f"Note: {'; '.join(notes)}.", ""] if notes else [])
+    if "first-step" in results:
+        n = results["first-step"][0].get("rounds", 0)
+        out += ["### Time to the first compiled step", "",
+                "torch.compile, then the first training step (forward, backward, AdamW), each side in a fresh process; cold: an empty inductor cache, "
+                f"warm: the cache the cold run filled. Medians over {n} round{'s' if n != 1 else ''}; the ratios are medians of the per-round ratios.", "",
+                "| spec | cache | cyclec s | reference s | transformers s | cyclec / reference | cyclec / transformers |", "|---|---|---|---|---|---|---|"]
+        for r in results["first-step"]:
+            for kind in ("cold", "warm"):
+                t, q = r["s"][kind], r["ratio"][kind]
+                out.append(f"| {r['name']} | {kind} | {t['cyclec']:.1f} | {t['reference']:.1f} | {t['transformers']:.1f} | **{q['vs_ref']:.3f}** | **{q['vs_hf']:.3f}** |")
+        out += ["", "Where a cold compile goes (the last round): graphs dynamo compiled in the first step (and in the second), graph breaks, "
+                "C++ kernels inductor built, seconds in dynamo's tracing, AOTAutograd (which includes inductor), inductor's code generation "
+                "and the wait for the C++ builds, and whether the warm run found AOTAutograd's cache (hit) or could not use it (bypass).", "",
+                "| spec | side | graphs | breaks | kernels | dynamo s | AOTAutograd s | codegen s | C++ wait s | warm AOTAutograd cache |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in results["first-step"]:
+            for label, d in r["detail"].items():
+                ph, aot = d["phases"], d["aot_cache_warm"]
+                state = ", ".join(f"{k.removeprefix('autograd_cache_')} {v}" for k, v in sorted(aot.items())) or "-"
+                out.append(f"| {r['name']} | {label} | {d['graphs']} (+{d['graphs_second']}) | {d['breaks']} | {d['kernels']} | {ph['dynamo']:.1f} | "
+                           f"{ph['aot']:.1f} | {ph['codegen']:.1f} | {ph['cpp_wait']:.1f} | {state} |")
+        out.append("")
     if "decode" in results:
         d = results["decode"]
         out += ["### Decoding (greedy, batch 1, Llama-style spec at width 128)", "",
@@ -731,7 +850,7 @@ def render(results) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="sections, comma-separated (default: train,compiled,decode,memory,frontend,lsp,expander; on cuda train,compiled,decode)")
+    ap.add_argument("--only", help="sections, comma-separated (default: train,compiled,first-step,decode,memory,frontend,lsp,expander; on cuda train,compiled,decode)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=7)
@@ -742,12 +861,16 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: fair on a shared 2-core box; OpenMP spinning under contention swamps the figures)")
     ap.add_argument("--specs", default="gpt2,llama,moe", help="training-step and memory specs")
     ap.add_argument("--compile-specs", default="gpt2,llama,moe", help="torch.compile specs")
+    ap.add_argument("--first-specs", default="gpt2,llama,moe", help="time-to-first-compiled-step specs")
+    ap.add_argument("--first-rounds", type=int, default=3, help="rounds of the first-step section (each side cold then warm, in fresh processes)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)  # SPEC:SIDE, run by the first-step section in a fresh process
+    ap.add_argument("--verbose-child", action="store_true", help="with --child: also print compile_times() to stderr")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the models run (cuda: the GPU section of the doc)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the models' dtype, every side alike")
     ap.add_argument("--write", action="store_true", help=f"replace the figures in {DOC.relative_to(ROOT)} (and benchmarks/results.json)")
     args = ap.parse_args(argv)
     gpu = args.device != "cpu"
-    only = (args.only or ("train,compiled,decode" if gpu else "train,compiled,decode,memory,frontend,lsp,expander")).split(",")
+    only = (args.only or ("train,compiled,decode" if gpu else "train,compiled,first-step,decode,memory,frontend,lsp,expander")).split(",")
     if gpu and {"memory", "frontend", "lsp", "expander"} & set(only):
         ap.error("--device cuda times the models (train, compiled, decode); memory and frontend are CPU figures")
     if args.write and not gpu and args.dtype != "float32":
@@ -759,6 +882,8 @@ def main(argv=None):
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.child:
+        return first_step_child(args, torch)
     import platform
 
     meta = {"date": time.strftime("%Y-%m-%d"), "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(), "dtype": args.dtype,
@@ -768,15 +893,18 @@ def main(argv=None):
             "command": ("python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()}
     sections = {"frontend": lambda: bench_frontend(args), "train": lambda: bench_train(args, torch), "decode": lambda: bench_decode(args, torch),
                 "memory": lambda: bench_memory(args, torch), "compiled": lambda: bench_train(args, torch, compiled=True),
+                "first-step": lambda: bench_first_step(args, torch),
                 "lsp": lambda: bench_lsp(args),
                 "train-loop": lambda: bench_train_loop(args, torch),
                 "expander": lambda: bench_expander(args, torch)}
     results = {}
     t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
     for key, fn in sections.items():
         if key in only:
             print(key, flush=True)
             results[key] = {"meta": meta, "data": fn()}
+    meta["load"] = [load0, os.getloadavg()[0]]  # 1-minute load averages: the machine is shared
     store, (start, end) = (GPU_RESULTS, (GPU_START, GPU_END)) if gpu else (RESULTS, (START, END))
     if args.write:  # sections not run this time keep their last figures (with their own command line)
         old = json.loads(store.read_text("utf-8")) if store.is_file() else {}

@@ -258,6 +258,51 @@ def test_compile_fullgraph(name):
     torch._dynamo.reset()
 
 
+class GraphCounter:
+    """A torch.compile backend that records every graph dynamo hands it, as (frame, compile
+    of that frame) ids (a compile > 0 is a recompile), then runs it through AOTAutograd
+    with eager kernels, so a training step traces its backward too (no C++ build)."""
+
+    def __init__(self):
+        self.compiles: list[tuple[int, int]] = []
+        self.aot = torch._dynamo.lookup_backend("aot_eager")
+
+    def __call__(self, gm, example_inputs):
+        cid = torch._guards.CompileContext.current_compile_id()
+        self.compiles.append((cid.frame_id, cid.frame_compile_id))
+        return self.aot(gm, example_inputs)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "moe"])
+def test_compiled_training_is_one_graph_and_one_recompile_for_a_new_batch(name):
+    """Counts, not times: training steps of the compiled spec are one graph (fullgraph: a
+    graph break fails to compile), the same batch again compiles nothing, the first other
+    batch size recompiles once (dynamo then marks the batch dynamic) and later ones never.
+    A change that adds a graph, a break or a recompile per step or per batch fails here.
+    The MoE trains with its capacity (dropping) and balance loss, the experts in their op."""
+    model = small(ROOT / "specs" / f"{name}.cycle").train()
+    twin = small(ROOT / "specs" / f"{name}.cycle").train()  # the same weights (seed 0), eager
+    counter = GraphCounter()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend=counter)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, twin)]
+    seen = []
+    for batch in (2, 2, 3, 5):
+        idx = torch.randint(0, model.config.vocab_size, (batch, T), generator=torch.Generator().manual_seed(batch))
+        tgt = torch.cat((idx[:, 1:], torch.full((batch, 1), -1)), dim=1)
+        losses = []
+        for fn, opt in ((compiled, opts[0]), (twin, opts[1])):
+            opt.zero_grad(set_to_none=True)
+            loss = fn(idx, tgt)[1]
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)  # the compiled step is the eager one
+        seen.append(list(counter.compiles))
+    torch._dynamo.reset()
+    assert seen == [[(0, 0)], [(0, 0)], [(0, 0), (0, 1)], [(0, 0), (0, 1)]], seen
+
+
 # --- the front end stays torch-free -------------------------------------------------------
 
 

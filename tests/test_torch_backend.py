@@ -179,13 +179,13 @@ def test_next_token_loss_is_cross_entropy_with_a_leaner_backward():
     # the generated loss: F.cross_entropy's forward, bit for bit; its own backward (softmax
     # minus one-hot in one buffer) agrees with autograd's, ignored targets (-1) included
     model = small(ROOT / "specs" / "llama.cycle").train()
-    loss_fn = sys.modules[type(model).__module__].NextTokenLoss
+    loss_fn = sys.modules[type(model).__module__].next_token_loss
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(24, 50, generator=g)
     targets = torch.randint(0, 50, (24,), generator=g)
     targets[[3, 7, 20]] = -1
     a, b = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    ours, theirs = loss_fn.apply(a, targets), torch.nn.functional.cross_entropy(b, targets, ignore_index=-1)
+    ours, theirs = loss_fn(a, targets)[0], torch.nn.functional.cross_entropy(b, targets, ignore_index=-1)
     assert torch.equal(ours, theirs)
     (2.0 * ours).backward(), (2.0 * theirs).backward()
     assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-7)

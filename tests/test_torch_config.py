@@ -283,11 +283,11 @@ def test_readable_and_fast_forms_are_the_same_model(path):
 def test_the_readable_form_has_no_performance_machinery_and_the_fast_one_keeps_it_at_the_end():
     spec = cyclelang.load(ROOT / "specs" / "moe.cycle")
     readable, fast = codegen(spec, fast=False), codegen(spec)
-    for piece in ("NextTokenLoss", "custom_op", "compiled_experts", "is_compiling", "plain_experts"):
+    for piece in ("next_token_loss", "custom_op", "compiled_experts", "is_compiling", "plain_experts"):
         assert piece not in readable and piece in fast
     assert "F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)" in readable
     runtime = fast.index("# Runtime: performance pieces")
-    assert fast.index("class Model(") < runtime < fast.index("class NextTokenLoss") < fast.index("experts_swiglu = expert_mlps(")
+    assert fast.index("class Model(") < runtime < fast.index("def next_token_loss_op") < fast.index("experts_swiglu = expert_mlps(")
     assert fast[:runtime].count("torch.library") == 0  # nothing of the op between the blocks
 
 
@@ -341,7 +341,7 @@ def test_cli_build_readable_and_comments(tmp_path):
                            "--comments", "ml", "-o", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
-    assert "NextTokenLoss" not in text and "moe.cycle:" not in text and "F.cross_entropy(" in text
+    assert "next_token_loss" not in text and "moe.cycle:" not in text and "F.cross_entropy(" in text
     bad = subprocess.run([sys.executable, "-m", "cyclelang.cli", "build", str(ROOT / "specs" / "moe.cycle"), "--comments", "rocket"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "rocket" in bad.stderr

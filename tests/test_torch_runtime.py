@@ -61,7 +61,7 @@ def test_runtime_modules_speak_the_generated_files_vocabulary():
 def test_inlined_text_is_the_modules_text():
     """What a generated file holds is each definition exactly as its module has it."""
     src = codegen(cyclelang.load(ROOT / "specs" / "moe.cycle")) + codegen(cyclelang.load(ROOT / "specs" / "mistral.cycle"))
-    for name in ("NextTokenLoss", "rotary_tables", "apply_rotary", "sliding_mask", "Cache", "expert_mlps", "swiglu_grad"):
+    for name in ("next_token_loss_op", "rotary_tables", "apply_rotary", "sliding_mask", "Cache", "expert_mlps", "swiglu_grad"):
         text = runtime.definition(name)
         assert text.startswith(("def ", "class ")) and text in src, name
     assert runtime.definition("sinusoids").endswith("return table  # (length, width)")  # a closing comment stays
@@ -80,19 +80,23 @@ def test_reading_the_runtime_and_lowering_import_no_torch():
     assert out.strip() == "False"
 
 
-# --- NextTokenLoss ---------------------------------------------------------------------------------
+# --- the next-token loss (a custom op) ----------------------------------------------------------
+
+LOSS = loss.next_token_loss_op("test_runtime_next_token_loss")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_next_token_loss_equals_cross_entropy_forward_and_gradient(dtype):
+    assert LOSS is loss.next_token_loss_op("test_runtime_next_token_loss")  # defined once
     g = gen()
     logits = torch.randn(24, 50, generator=g, dtype=dtype)
     targets = torch.randint(0, 50, (24,), generator=g)
     targets[[3, 7, 20]] = -1
     a, b = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    ours = loss.NextTokenLoss.apply(a, targets)
+    ours, logp = LOSS(a, targets)
     theirs = F.cross_entropy(b.float(), targets, ignore_index=-1)
     assert torch.equal(ours, theirs)
+    assert torch.equal(logp, F.log_softmax(logits.float(), dim=-1)) and not logp.requires_grad
     (3.0 * ours).backward()
     (3.0 * theirs).backward()
     assert a.grad.dtype == dtype
@@ -104,11 +108,63 @@ def test_next_token_loss_scores_half_precision_in_float32():
     g = gen(1)
     logits = torch.randn(16, 40, generator=g).to(torch.bfloat16).requires_grad_()
     targets = torch.randint(0, 40, (16,), generator=g)
-    out = loss.NextTokenLoss.apply(logits, targets)
+    out = LOSS(logits, targets)[0]
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, F.cross_entropy(logits.detach().float(), targets))
     out.backward()
     assert logits.grad.dtype == torch.bfloat16
+
+
+def test_an_edited_loss_op_is_a_new_op():
+    """The caches know the op by its name and hold its traced backward, so an edit to the
+    definition (a generated file is the user's to edit) must give the op another name."""
+    from cyclelang.backends.torch.build import load_source
+
+    src = codegen(cyclelang.load(ROOT / "specs" / "gpt2.cycle"))
+    edited = src.replace("return g.mul_(", "return g.mul_(  # edited\n            ", 1)
+    assert edited != src
+    a, b = (load_source(s, "loss_edit").next_token_loss for s in (src, edited))
+    assert str(a) != str(b) and str(a).startswith("cyclelang.next_token_loss_")
+    x, t = torch.randn(4, 5, requires_grad=True), torch.tensor([0, 1, -1, 4])
+    assert torch.equal(a(x, t)[0], b(x, t)[0])
+
+
+def test_next_token_loss_op_passes_opcheck():
+    """The op's schema, fake kernel, autograd registration and AOT dispatch (opcheck). (No
+    gradcheck: the op scores in float32 as F.cross_entropy(logits.float()) does, too coarse
+    for finite differences; the gradient is held to autograd's above.)"""
+    g = gen(2)
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = torch.randn(6, 9, generator=g).to(dtype).requires_grad_()
+        torch.library.opcheck(LOSS, (logits, torch.tensor([1, -1, 8, 0, 4, -1])))
+
+
+def test_next_token_loss_compiles_into_one_graph_that_aotautograds_cache_accepts():
+    """Under torch.compile the loss is one op in the graph (no higher-order op), so
+    AOTAutograd's cache can hold a model that uses it: an autograd.Function would be
+    traced as `autograd_function_apply`, which the cache refuses (a cold joint graph on
+    every compile). Checked on the captured graph, with the cache's own test."""
+    from torch._functorch._aot_autograd.autograd_cache import check_cacheable
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(x, t):
+        return LOSS(x * 2.0, t)[0]
+
+    x = torch.randn(5, 7, requires_grad=True)
+    t = torch.tensor([0, 6, -1, 2, 3])
+    torch._dynamo.reset()
+    out = torch.compile(f, fullgraph=True, backend=backend)(x, t)
+    torch._dynamo.reset()
+    assert len(graphs) == 1 and torch.equal(out, F.cross_entropy(x.detach() * 2.0, t, ignore_index=-1))
+    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+    assert any(x.startswith("cyclelang.test_runtime_next_token_loss_") for x in targets), targets
+    assert not any("autograd_function" in x for x in targets)
+    check_cacheable(graphs[0])  # raises BypassAOTAutogradCache for a graph the cache refuses
 
 
 # --- positions ------------------------------------------------------------------------------------

@@ -221,12 +221,14 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
         out.block("""
 # ====================================================================================
 # Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
-# out). NextTokenLoss is F.cross_entropy(logits.float(), targets, ignore_index=-1) with
-# a leaner backward; the experts' custom op runs MoE experts as one opaque op under
+# out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
+# with a leaner backward; the experts' custom op runs MoE experts as one opaque op under
 # torch.compile. Nothing above needs reading them to follow the model.
 # ====================================================================================""")
         out.blank(2)
-        out.block(definition("NextTokenLoss"))
+        out.block(definition("next_token_loss_op"))
+        out.blank(2)
+        out.line('next_token_loss = next_token_loss_op("next_token_loss")')
         out.blank(2)
         expert_ops(out, self.acts)
 

@@ -323,7 +323,7 @@ B, T = idx.size()''')
                 w("cache.pos += T")
         def loss(x: str) -> str:  # the next-token loss of logits x, scored in float32
             if p.fast:
-                return f"NextTokenLoss.apply({x}.reshape(-1, {x}.size(-1)), targets.reshape(-1))  # F.cross_entropy with a leaner backward (runtime section)"
+                return f"next_token_loss({x}.reshape(-1, {x}.size(-1)), targets.reshape(-1))[0]  # F.cross_entropy with a leaner backward (runtime section)"
             return f"F.cross_entropy({x}.reshape(-1, {x}.size(-1)).float(), targets.reshape(-1), ignore_index=-1)"
 
         if overboard(p):

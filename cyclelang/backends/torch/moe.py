@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from .ops import OpEmitter, call_args, hidden_size
 from .plan import MoeVariant, OpPlan, Plan
-from .runtime import definition
+from .runtime import definition, digest
 from .writer import Writer, doc_tag, num
 
 
@@ -23,9 +21,7 @@ def expert_ops(out: Writer, acts: list[str]) -> None:
         out.block(text)
         out.blank(2)
     for act, grad in zip(acts, grads):
-        # each definition framed by newlines, as the file holds them
-        digest = hashlib.sha256(f"\n{grad}\n\n{op}\n".encode()).hexdigest()[:8]
-        out.line(f'experts_{act} = expert_mlps("experts_{act}_{digest}", {act}_grad)')
+        out.line(f'experts_{act} = expert_mlps("experts_{act}_{digest(grad, op)}", {act}_grad)')
     out.blank(2)
 
 
@@ -117,7 +113,7 @@ weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)""")
         if v.normalize:
             w("weight = weight / weight.sum(dim=-1, keepdim=True)")
         if v.capacity or v.balance:
-            w("onehot = F.one_hot(choice.t().reshape(-1), E)  # (k * N, E): first choices first")
+            w("onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first")
         if v.capacity:
             w("if self.training:  # eval is dropless: every expert may take every token")
             with out.indent():

@@ -208,7 +208,7 @@ class Model(nn.Module):
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = NextTokenLoss.apply(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))  # F.cross_entropy with a leaner backward (runtime section)
+        loss = next_token_loss(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))[0]  # F.cross_entropy with a leaner backward (runtime section)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -390,32 +390,63 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
 
 # ====================================================================================
 # Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
-# out). NextTokenLoss is F.cross_entropy(logits.float(), targets, ignore_index=-1) with
-# a leaner backward; the experts' custom op runs MoE experts as one opaque op under
+# out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
+# with a leaner backward; the experts' custom op runs MoE experts as one opaque op under
 # torch.compile. Nothing above needs reading them to follow the model.
 # ====================================================================================
 
 
-class NextTokenLoss(torch.autograd.Function):
-    """F.cross_entropy(logits.float(), targets, ignore_index=-1): the same forward, a leaner backward.
+def next_token_loss_op(name):
+    """The custom op `cyclelang::{name}`: F.cross_entropy(logits.float(), targets,
+    ignore_index=-1) with the same forward and a leaner backward.
 
+    op(logits (N, vocab), targets (N,), -1: ignored) returns (loss, log-probabilities).
     The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
     buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
     gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
     logits are scored in float32 (a no-op for float32 ones), as autocast would.
+    The backward is plain torch ops, which torch.compile traces into the backward graph.
+    A custom op rather than an autograd.Function: torch.compile traces a Function as a
+    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
+    would redo the whole joint graph. The caches know the op by its name, and the backward
+    below is traced into them, so the name carries a digest of this function's source as
+    it stands (edit it and the name changes). Defined once per process.
     """
+    import hashlib
+    import inspect
 
-    @staticmethod
-    def forward(ctx, logits, targets):  # logits (N, vocab); targets (N,), -1: ignored
+    try:
+        name += "_" + hashlib.sha256(inspect.getsource(next_token_loss_op).encode()).hexdigest()[:8]
+    except (OSError, TypeError):  # no source to read (a frozen build): the name as given
+        pass
+    try:
+        return getattr(torch.ops.cyclelang, name)
+    except AttributeError:
+        pass
+
+    @torch.library.custom_op("cyclelang::" + name, mutates_args=())
+    def run(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
-        ctx.save_for_backward(logp, targets)
-        ctx.dtype = logits.dtype
-        return F.nll_loss(logp, targets, ignore_index=-1)  # the mean over the kept targets
+        return F.nll_loss(logp, targets, ignore_index=-1), logp  # the mean over the kept targets
 
-    @staticmethod
-    def backward(ctx, grad):
+    @run.register_fake
+    def _(logits, targets):
+        return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output[1], inputs[1])
+        ctx.dtype = inputs[0].dtype
+        ctx.mark_non_differentiable(output[1])
+
+    def backward(ctx, grad, _):
         logp, targets = ctx.saved_tensors
         keep = targets >= 0  # (N,)
         g = logp.exp()  # (N, vocab): softmax
         g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
         return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
+
+    run.register_autograd(backward, setup_context=setup_context)
+    return getattr(torch.ops.cyclelang, name)
+
+
+next_token_loss = next_token_loss_op("next_token_loss")

@@ -1,6 +1,6 @@
 """What a generated file runs besides its classes, as real Python modules.
 
-    loss        NextTokenLoss: F.cross_entropy's forward, a leaner backward
+    loss        next_token_loss_op (the loss's custom op): F.cross_entropy's forward, a leaner backward
     positions   sinusoids, rotary_tables, scaled_rotary_tables, alibi_slopes, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
     masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states)
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -67,3 +68,10 @@ def definition(name: str) -> str:
 def reads(name: str, global_name: str) -> bool:
     """Whether a runtime definition uses `global_name` (e.g. `math`), so the file must import it."""
     return global_name in _definitions()[name][1]
+
+
+def digest(*texts: str) -> str:
+    """The name suffix of a custom op defined by these runtime definitions: two builds share
+    an op (and torch.compile's caches, which know an op by its name) only when its code is
+    the same. Each definition is framed by newlines, as the generated file holds them."""
+    return hashlib.sha256("".join(f"\n{t}\n" for t in texts).encode()).hexdigest()[:8]
