@@ -559,17 +559,15 @@ def _mamba2_text(a: Mamba2, source: str) -> str:
         "  }",
         "}",
         "",
-        f"engine {a.family} {{",
-        "  chamber width=d_model",
-        "  throat causal",
-        f"  feed tokens vocab={a.vocab} context={a.context} position=none{_comment(src, 'vocab')}",
-        "",
-        "  stage mamba2_block x depth",
-        "",
-        f"  {norm}  # the final norm",
-        "  nozzle head" + (" tied" if a.tied else "") + _comment(src, "tied"),
-        "}",
-        ""])
+        *_engine_lines(a, src, f"feed tokens vocab={a.vocab} context={a.context} position=none{_comment(src, 'vocab')}",
+                       ["  stage mamba2_block x depth"], norm)])
+
+
+def _engine_lines(a, src: dict, feed: str, body: list[str], norm: str) -> list[str]:
+    """The engine block of an expander family's spec: causal, its feed line, its stages, the final norm
+    and the head (tied where the checkpoint ties it)."""
+    return [f"engine {a.family} {{", "  chamber width=d_model", "  throat causal", f"  {feed}", "", *body, "",
+            f"  {norm}  # the final norm", "  nozzle head" + (" tied" if a.tied else "") + _comment(src, "tied"), "}", ""]
 
 
 # --- Mamba-1, Jamba and DeepSeek-V2: the expander families ------------------------------------
@@ -670,17 +668,8 @@ def _mamba_text(a: MambaFamily, source: str) -> str:
         "  }",
         "}",
         "",
-        f"engine {a.family} {{",
-        "  chamber width=d_model",
-        "  throat causal",
-        f"  feed tokens vocab={a.vocab} context={a.context} position=none{_comment(src, 'vocab')}",
-        "",
-        "  stage mamba_block x depth",
-        "",
-        f"  {norm}  # the final norm",
-        "  nozzle head" + (" tied" if a.tied else "") + _comment(src, "tied"),
-        "}",
-        ""])
+        *_engine_lines(a, src, f"feed tokens vocab={a.vocab} context={a.context} position=none{_comment(src, 'vocab')}",
+                       ["  stage mamba_block x depth"], norm)])
 
 
 @dataclass(frozen=True)
@@ -803,17 +792,7 @@ def _jamba_text(a: JambaFamily, source: str) -> str:
         f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: each a mixer (attention or",
         "# Mamba-1 with its dt/B/C norms), then an MLP or routed experts, each with its RMSNorm in front",
         *templates,
-        f"engine {a.family} {{",
-        "  chamber width=d_model",
-        "  throat causal",
-        f"  {feed}{_comment(src, 'vocab', 'padding')}",
-        "",
-        *body,
-        "",
-        f"  {norm}  # the final norm",
-        "  nozzle head" + (" tied" if a.tied else "") + _comment(src, "tied"),
-        "}",
-        ""])
+        *_engine_lines(a, src, f"{feed}{_comment(src, 'vocab', 'padding')}", body, norm)])
 
 
 @dataclass(frozen=True)
@@ -923,17 +902,7 @@ def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
         f"let d_model = {a.width}  # {src['width']}; {a.layers} layers ({src['layers']})",
         "",
         *stages,
-        f"engine {a.family} {{",
-        "  chamber width=d_model",
-        "  throat causal",
-        f"  {feed}{_comment(src, 'vocab', 'padding')}",
-        "",
-        *body,
-        "",
-        f"  {norm}  # the final norm",
-        "  nozzle head" + (" tied" if a.tied else "") + _comment(src, "tied"),
-        "}",
-        ""])
+        *_engine_lines(a, src, f"{feed}{_comment(src, 'vocab', 'padding')}", body, norm)])
 
 
 def _bloom(cfg: dict) -> Arch:
