@@ -141,6 +141,41 @@ def ratio(times, a, b):
     return median([x / y for x, y in zip(times[a], times[b])])
 
 
+# Dense bf16 tensor-core peaks (TFLOP/s) by device name, from the vendors' data sheets; the
+# first name contained in torch's device name wins (so "H100 PCIe" before "H100").
+# `--peak-tflops` overrides it (any device, the CPU too).
+PEAK_BF16_TFLOPS = (("GH200", 989.4), ("H200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4), ("A100", 312.0),
+                    ("L40S", 362.1), ("L4", 121.0), ("A10G", 70.0), ("A10", 125.0))
+
+
+def peak_flops(args, torch) -> float | None:
+    """The device's peak FLOP/s for the run's dtype, or None where it is not known."""
+    if args.peak_tflops:
+        return args.peak_tflops * 1e12
+    if args.device == "cpu" or args.dtype != "bfloat16":
+        return None
+    name = torch.cuda.get_device_name(args.device)
+    return next((t * 1e12 for key, t in PEAK_BF16_TFLOPS if key in name), None)
+
+
+def step_flops(name: str, batch: int, seq: int) -> int:
+    """A training step's model FLOPs: three times the forward's (forward, and the backward's two
+    products per weight), from the IR's count per token at this context, as `cyclec info` gives it."""
+    import cyclelang
+    from cyclelang.review.report import forward_flops_per_token
+
+    return 3 * forward_flops_per_token(cyclelang.parse(spec_text(name, SHRINK[name])).engine, seq) * batch * seq
+
+
+def throughput(times, name, args, torch) -> dict:
+    """Tokens per second and model FLOPs utilisation of each side (same model FLOPs for every
+    side: they compute the same function)."""
+    f, peak = step_flops(name, args.batch, args.seq), peak_flops(args, torch)
+    med = {k: median(v) for k, v in times.items()}
+    return {"tok_s": {k: args.batch * args.seq / t for k, t in med.items()}, "gflop_step": f / 1e9, "peak_tflops": peak and peak / 1e12,
+            "mfu": {k: f / t / peak for k, t in med.items()} if peak else None}
+
+
 def bench_train(args, torch, compiled=False):
     rows = []
     for name in (args.compile_specs if compiled else args.specs).split(","):
@@ -186,7 +221,8 @@ def bench_train(args, torch, compiled=False):
         times = time_sides(sides, args.rounds, args.steps, sync=lambda: synchronize(torch, args.device))
         row = {"name": name, "ms": {k: 1000 * median(v) for k, v in times.items()},
                "vs_ref": ratio(times, "cyclec", "reference"), "vs_hf": ratio(times, "cyclec", "transformers"),
-               "readable_vs_fast": ratio(times, "readable", "cyclec"), "readable_vs_ref": ratio(times, "readable", "reference"), "note": note}
+               "readable_vs_fast": ratio(times, "readable", "cyclec"), "readable_vs_ref": ratio(times, "readable", "reference"), "note": note,
+               **throughput(times, name, args, torch)}
         rows.append(row)
         print(f"  {name}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in row["ms"].items()) + f"; cyclec/reference {row['vs_ref']:.3f}, cyclec/transformers {row['vs_hf']:.3f}", flush=True)
         del ours, readable, ref, hf, sides
@@ -754,6 +790,20 @@ def render(results) -> str:
             out.append(f"| {r['name']} | {ms['cyclec']:.1f} | {rd[0]} | {ms['reference']:.1f} | {ms['transformers']:.1f} | **{r['vs_ref']:.3f}** | **{r['vs_hf']:.3f}** | {rd[1]} | {rd[2]} |")
         notes = [r["note"] for r in results[key] if r["note"]]
         out += [""] + ([f"Note: {'; '.join(notes)}.", ""] if notes else [])
+        rows = [r for r in results[key] if "tok_s" in r]
+        if rows:
+            peaks = {r["peak_tflops"] for r in rows if r.get("peak_tflops")}
+            out += ["Throughput: tokens per second per side, and model FLOPs utilisation (MFU: the step's model FLOPs, three times the "
+                    "forward's as the IR counts them per token at this context, over the step's time and the device's peak"
+                    + (f", {', '.join(f'{p:g}' for p in sorted(peaks))} TFLOP/s)." if peaks else "; no peak is known for this device, so no MFU)."), "",
+                    "| spec | model GFLOP per step | cyclec tok/s | readable tok/s | reference tok/s | transformers tok/s | cyclec MFU | reference MFU | transformers MFU |",
+                    "|---|---|---|---|---|---|---|---|---|"]
+            for r in rows:
+                tk, mfu = r["tok_s"], r.get("mfu")
+                pct = (lambda k: f"{100 * mfu[k]:.1f}%" if mfu and k in mfu else "-")
+                out.append(f"| {r['name']} | {r['gflop_step']:.1f} | {tk['cyclec']:,.0f} | " + (f"{tk['readable']:,.0f}" if "readable" in tk else "-")
+                           + f" | {tk['reference']:,.0f} | {tk['transformers']:,.0f} | {pct('cyclec')} | {pct('reference')} | {pct('transformers')} |")
+            out.append("")
     if "first-step" in results:
         n = results["first-step"][0].get("rounds", 0)
         out += ["### Time to the first compiled step", "",
@@ -781,6 +831,7 @@ def render(results) -> str:
                 "| figure | value |", "|---|---|",
                 f"| per-token time with the cache, around token 64 | {d['ms_first']:.2f} ms |",
                 f"| per-token time with the cache, tokens 960-1024 | {d['ms_last']:.2f} ms (x{d['flat']:.2f}) |",
+                f"| tokens per second with the cache, around token 64 | {1000 / d['ms_first']:,.0f} |",
                 f"| speed-up of the cache over recomputing, 256 tokens | **x{d['x256']:.1f}** |",
                 f"| speed-up of the cache over recomputing, 1024 tokens | **x{d['x1024']:.1f}** |"]
         if not d.get("same", True):
@@ -867,6 +918,7 @@ def main(argv=None):
     ap.add_argument("--verbose-child", action="store_true", help="with --child: also print compile_times() to stderr")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the models run (cuda: the GPU section of the doc)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the models' dtype, every side alike")
+    ap.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s for the MFU column (default: a data-sheet table of bf16 GPU peaks)")
     ap.add_argument("--write", action="store_true", help=f"replace the figures in {DOC.relative_to(ROOT)} (and benchmarks/results.json)")
     args = ap.parse_args(argv)
     gpu = args.device != "cpu"
