@@ -21,6 +21,7 @@ from .style import FONT, THEMES, esc
 SIZES = {"slide": (960.0, 540.0), "column": (234.0, 662.0), "page": (504.0, 662.0)}
 WRAP = {"slide": 230.0, "column": 130.0, "page": 200.0, None: 230.0}
 MARGIN = 12.0
+TIGHT_MARGIN = 4.0
 MAX_POINTS = 14400.0  # 200 in: past this a figure is no longer a figure (--expand's hard cap)
 
 
@@ -63,9 +64,10 @@ TERSE = {"main": ("stream, width \u221d d", "chamber"), "branch": ("branch", "pr
 
 
 # The legend: (key, {mode: words}); a key appears when the figure uses it.
-def legend_words(key: str, terse: bool = False) -> dict[str, str]:
+def legend_words(key: str, terse: bool = False, one: bool = False) -> dict[str, str]:
+    """`one`: each label mode's entry in one vocabulary (`--labels both` the network words)."""
     def say(ml: str, rocket: str) -> dict[str, str]:
-        return {"ml": ml, "rocket": rocket, "both": f"{ml} \u00b7 {rocket}" if rocket != ml else ml}
+        return {"ml": ml, "rocket": rocket, "both": f"{ml} \u00b7 {rocket}" if rocket != ml and not one else ml}
 
     if terse and key in TERSE:
         return say(*TERSE[key])
@@ -145,6 +147,11 @@ class Figure:
     def tb(self) -> bool:
         return self.rankdir == "TB"
 
+    @property
+    def margin(self) -> float:
+        """Round the figure: the tightest level leaves the page's own margins to the page."""
+        return TIGHT_MARGIN if self.d.tight else MARGIN
+
     def scenes(self, max_along: float | None) -> list[Scene]:
         return [Scene(e, view=self.view, rankdir=self.rankdir, expand=self.expand, wrap_w=WRAP[self.size], max_along=max_along,
                       readings=(self.readings[i] if self.readings else None), scale=self.scale or (1e-3, 10.0), id_prefix=f"e{i}.",
@@ -156,7 +163,7 @@ class Figure:
         if self.size is None:
             return None
         W, H = SIZES[self.size]
-        return W - 2 * MARGIN if self.tb else H - 2 * MARGIN - 60.0
+        return W - 2 * self.margin if self.tb else H - 2 * self.margin - 60.0
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -174,11 +181,11 @@ class Figure:
         title_h = 30.0 + (24.0 if len(self.engines) > 1 else 0.0)
         alongs = []
         for legend_below in (not self.legend_right(), self.legend_right()):
-            lw, lh = self.legend_size(used, W - 2 * MARGIN if legend_below else 260.0)
+            lw, lh = self.legend_size(used, W - 2 * self.margin if legend_below else 260.0)
             if self.tb:
-                alongs.append(H - 2 * MARGIN - title_h - (lh + 10 if legend_below else 0) - 8)
+                alongs.append(H - 2 * self.margin - title_h - (lh + 10 if legend_below else 0) - 8)
             else:
-                alongs.append(W - 2 * MARGIN - (0 if legend_below else lw + 12) - 8)
+                alongs.append(W - 2 * self.margin - (0 if legend_below else lw + 12) - 8)
         # and into more, shorter columns, which leave room for the legend over the last one
         for k in (2, 3, 4):
             caps = [balanced(s.lengths, k) for s in sc]
@@ -237,8 +244,10 @@ class Figure:
             cells = [(k, (i // rows) * cw, (i % rows) * 20.0, {m: [legend_words(k)[m]] for m in MODES}) for i, k in enumerate(keys)]
             return cells, min(width, cols * cw), rows * 20.0 + 20
         pitch, cells, x, y, used_w = self.pitch(), [], 0.0, 0.0, 0.0
+        if self.d.tight:
+            return self.legend_grid(keys, width)
         for k in keys:
-            lines = {m: wrap(legend_words(k, self.d.terse)[m], DETAIL, False, width - 30) for m in MODES}
+            lines = {m: wrap(legend_words(k, self.d.terse, self.d.tight)[m], DETAIL, False, width - 30) for m in MODES}
             ew = 26 + max(text_w(ln, DETAIL) for ls in lines.values() for ln in ls) + 14
             n = max(len(ls) for ls in lines.values())
             if x > 0 and (x + ew - 14 > width or n > 1):
@@ -252,6 +261,35 @@ class Figure:
             if n > 1:
                 x = width  # an entry on two lines has its row to itself
         return cells, min(width, used_w), (y + row_h if cells else 0.0) + 8
+
+    def legend_grid(self, keys: list[str], width: float) -> tuple[list[tuple[str, float, float, dict[str, list[str]]]], float, float]:
+        """The tightest legend: two aligned columns, split where the fewest rows result, in
+        order but for a short entry pulled forward to fill a row's right cell; an entry too wide
+        for its column has a row to itself (on two lines if it must)."""
+        pitch = self.pitch()
+        entries = []
+        for k in keys:
+            lines = {m: wrap(legend_words(k, True, True)[m], DETAIL, False, width - 32) for m in MODES}
+            ew = 32 + max(text_w(ln, DETAIL) for ls in lines.values() for ln in ls)  # swatch, gap, words and their slack
+            entries.append((k, lines, ew, max(len(ls) for ls in lines.values())))
+
+        def grid(split: float):
+            cells, y, used_w, left = [], 0.0, 0.0, list(entries)
+            while left:
+                k, lines, ew, n = left.pop(0)
+                cells.append((k, 0.0, y, lines))
+                used_w = max(used_w, ew)
+                if n == 1 and ew <= split - 4:
+                    right = next((e for e in left if e[3] == 1 and e[2] <= width - split), None)
+                    if right is not None:
+                        left.remove(right)
+                        cells.append((right[0], split, y, right[1]))
+                        used_w = max(used_w, split + right[2])
+                y += n * pitch
+            return cells, min(width, used_w), (y if cells else 0.0) + 8
+
+        splits = sorted({min(max(ew + 4, 0.35 * width), 0.65 * width) for _, _, ew, _ in entries} | {width / 2})
+        return min((grid(x) for x in splits), key=lambda g: (g[2], g[1]))
 
     def pitch(self) -> float:
         """A flowed legend's line pitch: 12 pt words, and swatches a little shorter at the densest level."""
@@ -280,7 +318,7 @@ class Figure:
         # offsets: TB places scenes left to right, LR top to bottom (first on top)
         offs = []
         if self.tb:
-            cur = MARGIN
+            cur = self.margin
             for s, x0, y0, x1, y1 in placed:
                 offs.append((cur - x0, -y0))
                 cur += (x1 - x0) + 36
@@ -289,9 +327,9 @@ class Figure:
             cur = sum(heights) + 36 * (len(placed) - 1)
             for (s, x0, y0, x1, y1), h in zip(placed, heights):
                 cur -= h
-                offs.append((MARGIN - x0, cur - y0))
+                offs.append((self.margin - x0, cur - y0))
                 cur -= 36
-        body_w = max(o[0] + p[3] for o, p in zip(offs, placed)) + MARGIN
+        body_w = max(o[0] + p[3] for o, p in zip(offs, placed)) + self.margin
         body_h = max(o[1] + p[4] for o, p in zip(offs, placed))
         # legend (and colour bar): in the free space over the last column (TB, one engine), to the
         # right, or below; with a size preset the first of these that fits, else to the right (TB)
@@ -307,29 +345,29 @@ class Figure:
             if opt == "right":
                 req = 260.0
                 lw, lh = self.legend_size(used, req)
-                lift = MARGIN  # the body sits a margin up: the legend's top and the title clear it
-                lx, ly = body_w + 12, max(body_h + lift, lh + bar_h + MARGIN) - lh
-                total_w, total_h = lx + lw + MARGIN, ly + lh
+                lift = self.margin  # the body sits a margin up: the legend's top and the title clear it
+                lx, ly = body_w + 12, max(body_h + lift, lh + bar_h + self.margin) - lh
+                total_w, total_h = lx + lw + self.margin, ly + lh
                 bx, by = lx, ly - bar_h
             elif opt == "below":
-                req = max(body_w - 2 * MARGIN, (W if self.size else 240.0) - 2 * MARGIN)
+                req = max(body_w - 2 * self.margin, (W if self.size else 240.0) - 2 * self.margin)
                 lw, lh = self.legend_size(used, req)
-                lift = lh + bar_h + MARGIN + 6
-                lx, ly = MARGIN, MARGIN + bar_h
-                bx, by = MARGIN, MARGIN
-                total_w, total_h = max(body_w, lw + 2 * MARGIN, 240.0 if bar_h else 0), body_h + lift
+                lift = lh + bar_h + self.margin + 6
+                lx, ly = self.margin, self.margin + bar_h
+                bx, by = self.margin, self.margin
+                total_w, total_h = max(body_w, lw + 2 * self.margin, 240.0 if bar_h else 0), body_h + lift
             else:  # over the last column, which is the shortest
                 s0 = scenes[0]
                 cdv, cneg, cpos, clen = s0.columns[-1]
                 (X0, Y0), (X1, Y1) = self.xy(s0, 0, cdv - cneg), self.xy(s0, clen, cdv + cpos)
                 X0, Y1 = X0 + offs[0][0], Y1 + offs[0][1]
-                req = max(W - MARGIN - X0, 120.0)  # as wide as the page leaves it: entries go on two lines
+                req = max(W - self.margin - X0, 120.0)  # as wide as the page leaves it: entries go on two lines
                 lw, lh = self.legend_size(used, req)
-                lift = MARGIN
-                lx, ly = X0, Y1 + 16 + bar_h + MARGIN
-                bx, by = lx, Y1 + 16 + MARGIN
-                total_w, total_h = max(body_w, lx + lw + MARGIN), max(body_h + MARGIN, ly + lh)
-                lift = MARGIN
+                lift = self.margin
+                lx, ly = X0, Y1 + 16 + bar_h + self.margin
+                bx, by = lx, Y1 + 16 + self.margin
+                total_w, total_h = max(body_w, lx + lw + self.margin), max(body_h + self.margin, ly + lh)
+                lift = self.margin
             return lift, lx, ly, lw, lh, bx, by, total_w, total_h, req
 
         def overflow(r) -> float:
@@ -344,7 +382,7 @@ class Figure:
                  "graph": {"ml": "computation graph", "both": "computation graph", "rocket": "computation graph"}}[self.view]
         titles = {m: f"{names}: {w}" + (" \u00b7 annotated: \u2016dL/dx\u2016" if self.scale else "") for m, w in whats.items()}
         tsize = 18 if self.d.captions else 14
-        limit = SIZES[self.size][0] - 2 * MARGIN if self.size else max(total_w, 600.0)
+        limit = SIZES[self.size][0] - 2 * self.margin if self.size else max(total_w, 600.0)
         # a title wider than the preset goes on two lines (or more)
         tlines = {m: ([x] if self.size is None else wrap(x, tsize, True, limit - 6)) for m, x in titles.items()}
         tw = max(text_w(ln, tsize, True) for ls in tlines.values() for ln in ls)
@@ -352,31 +390,32 @@ class Figure:
 
         def stats(s: Scene, named: bool = True) -> str:
             e = s.e
-            return (f"{e.name} \u00b7 " if named else "") + f"{params.human(params.count(e))} params \u00b7 width {e.width} \u00b7 {s.lay.instance_count()} blocks"
+            width = f"d={e.width}" if self.d.tight else f"width {e.width}"  # tightest: the legend's d
+            return (f"{e.name} \u00b7 " if named else "") + f"{params.human(params.count(e))} params \u00b7 {width} \u00b7 {s.lay.instance_count()} blocks"
 
         beside = len(placed) == 1 and tw + 16 + text_w(stats(placed[0][0]), DETAIL, True) <= limit
         # a subtitle wider than the preset goes on two lines (or more), broken at its dots; under
         # one engine's title, without the name the title already gives
-        subs = {s.pre: ([stats(s)] if self.size is None or beside else wrap(stats(s, len(scenes) > 1 or self.level < 2), DETAIL, True, limit - 6))
+        subs = {s.pre: ([stats(s)] if self.size is None or beside else wrap(stats(s, len(scenes) > 1 or self.level < 2), DETAIL, not self.d.tight, limit - 6))
                 for s in scenes}
-        sub_h = 0.0 if beside else 8.0 + max(len(x) for x in subs.values()) * DETAIL * 1.22  # LR: the top engine's numbers over it
-        top = total_h + sub_h + 6
+        sub_h = 0.0 if beside else (5.0 if self.d.tight else 8.0) + max(len(x) for x in subs.values()) * DETAIL * 1.22  # LR: the top engine's numbers over it
+        top = total_h + sub_h + (3 if self.d.tight else 6)
         for (s, x0, y0, x1, y1), (dx, dy) in zip(placed, offs):
             self.emit_scene(s, dx, dy + lift)
-            lines = [Line(x, DETAIL, bold=True) for x in subs[s.pre]]
+            lines = [Line(x, DETAIL, bold=not self.d.tight) for x in subs[s.pre]]  # tightest: plain, to keep it on one line
             sw, sh = lines_size(lines)
             if beside:
-                X, Y = MARGIN + tw + 16 + sw / 2 + 3, top + title_h / 2 - 2
+                X, Y = self.margin + tw + 16 + sw / 2 + 3, top + title_h / 2 - 2
             elif self.tb:
                 X, Y = x0 + dx + sw / 2 + 3, top - sub_h / 2
             else:
                 X, Y = x0 + dx + sw / 2 + 3, y1 + dy + lift + 12 + (len(lines) - 1) * DETAIL * 1.22 / 2
             self.text_node(f"{s.pre}subtitle", lines, X, Y, left=True)
-        self.text_node("title", [Line(x, tsize, bold=True) for x in tlines[self.labels]], MARGIN + tw / 2, top + title_h / 2, left=True, w=tw)
+        self.text_node("title", [Line(x, tsize, bold=True) for x in tlines[self.labels]], self.margin + tw / 2, top + title_h / 2, left=True, w=tw)
         self.legend(used, lx, ly, req)
         if self.scale:
             self.colour_bar(bx, by)
-        self.W, self.H = math.ceil(max(total_w, MARGIN + tw + MARGIN)), math.ceil(top + title_h)  # whole points: the SVG's size is 1:1
+        self.W, self.H = math.ceil(max(total_w, self.margin + tw + self.margin)), math.ceil(top + title_h)  # whole points: the SVG's size is 1:1
         # pin the canvas to hold every node, in whole points (the SVG is then exactly 1:1)
         for _, a in self.nodes:
             X, Y = (float(q) for q in a["pos"].rstrip("!").split(","))

@@ -73,6 +73,7 @@ class Density:
     cells: int = 12
     mask_cell: int = 6
     terse: bool = False  # level 3: the legend's shortest words; tokens and logits on one line; the mask glyph says "causal"
+    tight: bool = False  # level 4: the legend in one vocabulary per label mode, headers on one row, the subtitle shorter
 
 
 _DENSE = dict(title=12, stage_title=13, badge=20, gap=6.0, col_gap=14.0, pad=6.0, box_w=10.0, box_h=6.0, compact=True, captions=False, cells=8,
@@ -82,6 +83,7 @@ DENSITIES = (
     Density(compact=True),
     Density(**_DENSE),
     Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 5.0}, terse=True),
+    Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 4.0, "gap": 4.0, "box_h": 4.0}, terse=True, tight=True),
 )
 
 
@@ -250,6 +252,8 @@ class Scene:
         if room is not None and not self.d.captions:
             self.main_wrap = max(wrap_w, min(room - self.d.box_w - 30, 200.0))
             self.op_wrap = max(wrap_w, min(room - 2 * (6 + self.d.pad) - self.d.col_gap - self.d.box_w - 4, 180.0))
+            if self.d.tight:  # a branch's box as wide as the frame leaves it
+                self.op_wrap = max(wrap_w, min(room - (6 + 2 * self.d.pad) - self.d.col_gap - self.d.box_w - 4, 190.0))
         self.readings_scale = scale
         self.col_len = 0.0
         self.lay = ir.layout.layout(engine)
@@ -313,7 +317,7 @@ class Scene:
         if isinstance(p.node, ir.Norm):  # a norm says what it is in one line: where it sits is drawn
             words = {"ml": [Line(ml_title, self.d.title, bold=True)] + extra, "both": [Line(ml_title, self.d.title, bold=True)] + extra,
                      "rocket": [Line(f"valve \u00b7 {ml_title}" if self.d.captions else ml_title, self.d.title, bold=True)] + extra}
-        glyph, gw, gh = text.glyph(p.node, self.ink, self.d.cells, self.d.mask_cell)
+        glyph, gw, gh = text.glyph(p.node, self.ink, self.d.cells, self.d.mask_cell, self.d.tight)
         key = kind_style(kind.attr)[0]
         one_line = self.d.compact and isinstance(p.node, ir.Norm)  # "valve · LayerNorm" on one line
         b = self.box(kind.attr or "op", key, words, path=p.path, glyph_h=gh, glyph_w=gw, html=glyph,
@@ -342,7 +346,8 @@ class Scene:
         k = ir.kinds.kind_of(merge) if merge is not None else ir.kinds.KINDS[ir.PlainMerge]
         key = f"merge_{k.keyword}"
         self.used.add(key)
-        return Box(self.nid("add"), 0, 0, 22, 22, "circle", key, {m: [] for m in MODES}, path=path, font=16,
+        side = 16 if self.d.tight else 22
+        return Box(self.nid("add"), 0, 0, side, side, "circle", key, {m: [] for m in MODES}, path=path, font=13 if self.d.tight else 16,
                    tooltip=f"{path}: {k.formula}")
 
     def tag(self, base: str, s: str, *, italic: bool = False, muted: bool = True, key: str = "text", size: int = SMALL, bold: bool = False) -> Box:
@@ -588,6 +593,8 @@ class Scene:
             u_hdr = u + self.d.gap / 2
             x = self.d.col_gap
             room = max(pos - self.d.col_gap, self.wrap_w) + 20  # a little wider than the column is fine
+            if self.d.tight and self.room is not None:  # tightest: as wide as the preset leaves the frame
+                room = self.room - neg - 2 * self.d.pad - self.d.col_gap - 8
             one_row = hdr_w + 10 + sub.w <= room
             stacked = not one_row and self.d.compact and badge is not None and max(name.w, sub.w) + 8 + badge.w <= room
             if not stacked:
@@ -764,10 +771,16 @@ class Scene:
                 wire.dotted = True  # unlit at ignition: alpha starts at 0
             b.wires.append(wire)
             note = text.merge_note(br.merge)
+            main_note = text.main_note(br.merge)
+            if main_note and note and self.d.tight and self.tb:  # tightest: DeepNet's α with its β, on the branch side
+                note, main_note = f"{main_note}{text.DOT}{note}", ""
             after = self.d.gap / 2
             if note and self.tb and not self.d.captions:  # densest: beside the return wire's rise, at no cost along
                 t = self.tag("merge_note", note, italic=True)
                 t.u, t.v = max(end_u + self.along(t) / 2 + 1, j.u - self.along(t) / 2 + 4), v + 5 + self.across(t) / 2
+                if self.d.tight and self.room is not None:
+                    self.fit_note(t, v, self.across(j) / 2 + 4)
+                    t.u = max(end_u + self.along(t) / 2 + 1, j.u - self.along(t) / 2 + 4)
                 b.boxes.append(t)
                 after = max(after, t.u + self.along(t) / 2 - j.u - self.along(j) / 2 + 2)
                 b.pos = max(b.pos, t.v + self.across(t) / 2)
@@ -776,7 +789,6 @@ class Scene:
                 t.u, t.v = j.u + self.along(j) / 2 + 2 + self.along(t) / 2, self.across(j) / 2 + 4 + self.across(t) / 2
                 b.boxes.append(t)
                 after = max(after, self.along(t) + 4)
-            main_note = text.main_note(br.merge)
             if main_note:
                 t = self.tag("main_note", main_note, italic=True, muted=False)
                 t.u, t.v = j.u - self.along(j) / 2 - 4 - self.along(t) / 2, -(6 + self.across(t) / 2)
@@ -788,6 +800,24 @@ class Scene:
             b.length = max(b.length, title.u + self.along(title) / 2 + self.d.gap / 2)
         b.neg = max(b.neg, 6)
         return b
+
+    def fit_note(self, t: Box, v: float, v_min: float) -> None:
+        """Tightest: a junction's note within the preset's room across: right of the return
+        wire's rise at `v` if it fits there, else left of it (clear of the junction, whose
+        edge is at `v_min`), else on more lines, right of the rise."""
+        room = self.room - 6 - 3 * self.d.pad - 2  # the frame's pads on both sides, the main line's own side
+        w = self.across(t)
+        if v + 5 + w <= room:
+            return
+        if v_min + 2 + w <= v - 5:
+            t.v = v - 5 - w / 2
+            return
+        ln = t.words["ml"][0]
+        lines = [Line(x, ln.size, ln.bold, ln.italic, ln.muted) for x in wrap(ln.text, ln.size, ln.bold, max(room - v - 11, 40.0))]
+        t.words = {m: lines for m in MODES}
+        tw, th = lines_size(lines)
+        t.w, t.h = round(tw + 6, 1), round(th + 4, 1)
+        t.v = v + 5 + self.across(t) / 2
 
     def fullflow_block(self, fl: FullflowLayout, spath: str, width: int, r: int | None) -> Block:
         """Full flow: x + f1(n(x)) + f2(n(x)). One split; the shared norm (on the branch side:

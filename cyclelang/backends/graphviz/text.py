@@ -129,12 +129,13 @@ def part_words(node, on_branch: bool) -> tuple[str, str, str, str]:
     return title, detail, rocket, r_detail
 
 
-def glyph(node, ink: dict, cells: int = 12, mask_cell: int = 6) -> tuple[str, float, float]:
+def glyph(node, ink: dict, cells: int = 12, mask_cell: int = 6, terse: bool = False) -> tuple[str, float, float]:
     """An HTML row drawn under a part's words: an attention's mask and its query and KV heads
     (GQA and MQA share KV heads), a MoE's router and experts with the top k lit. `ink` is the
     theme's palette (its glyph colours), `cells` the most head or expert cells drawn (the rest
     are "+k"), `mask_cell` the side of one mask cell. Returns (html, width, height) in
-    points; "" when the kind draws none."""
+    points; "" when the kind draws none. `terse`: no words the part's title already says
+    (a MoE's "top k")."""
     if isinstance(node, ir.Attention):
         return _attention_glyph(node, ink, cells, mask_cell)
     if isinstance(node, ir.LatentAttention):  # every head's K and V from one latent: the KV row is the latent
@@ -143,7 +144,7 @@ def glyph(node, ink: dict, cells: int = 12, mask_cell: int = 6) -> tuple[str, fl
         mask_t, side = mask_table(_mask_of(node), ink, mask_cell)
         return f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{mask_t}</td></tr></table>', float(side + 4), float(side + 4)
     if isinstance(node, ir.Moe):
-        return _moe_glyph(node, ink, cells)
+        return _moe_glyph(node, ink, cells, terse)
     return "", 0.0, 0.0
 
 
@@ -202,13 +203,14 @@ def _attention_glyph(op, ink: dict, cells: int, mask_cell: int, kv_words: str = 
     return html, float(w), float(side + 4)  # the mask and the table's spacing
 
 
-def _moe_glyph(op: ir.Moe, ink: dict, cells: int) -> tuple[str, float, float]:
+def _moe_glyph(op: ir.Moe, ink: dict, cells: int, terse: bool = False) -> tuple[str, float, float]:
     shown = min(op.experts, cells)
     row = _cells([ink["expert_on"] if i < op.top else ink["expert_off"] for i in range(shown)], ink["cell_border"], 10)
     more = f'<td>{_font(f"+{op.experts - shown}", ink)}</td>' if op.experts > shown else ""
+    top = "" if terse else f'<td>{_font(f" top {op.top}", ink)}</td>'
     html = (f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{_font(f"router {ARROW}", ink)}</td>{row}{more}'
-            f'<td>{_font(f" top {op.top}", ink)}</td></tr></table>')
-    return html, float(58 + shown * 12 + 44 + (24 if more else 0)), 18.0
+            f'{top}</tr></table>')
+    return html, float(58 + shown * 12 + (0 if terse else 44) + (24 if more else 0)), 18.0
 
 
 def glyph_keys(node) -> list[str]:
