@@ -451,7 +451,7 @@ def test_template_only_file_is_a_diagnostic():
 FITS_COLUMN = {"deepnet", "expander", "gpt2", "gpt2_medium", "highway", "layerscale", "llama", "mamba2", "mistral", "moe", "mqa", "poolformer",
                "post_ln", "pressure_fed", "rezero", "sandwich"}
 DOES_NOT_FIT = {"slide": {"jamba", "striped"}, "column": {p.stem for p in SPECS} - FITS_COLUMN,
-                "page": {"gas_generator", "throat", "deepseek_v2", "jamba", "striped"}}
+                "page": {"gas_generator", "throat", "jamba", "striped"}}
 
 
 def svg_text_sizes(svg: str, preset: tuple[float, float]) -> tuple[float, list[float]]:
@@ -479,6 +479,27 @@ def test_text_size_per_preset(path, size):
     scale, sizes, (w, h) = svg_text_sizes(svg, SIZES[size])
     assert w <= SIZES[size][0] + 1 and h <= SIZES[size][1] + 1
     assert sizes and min(sizes) >= 12.0
+
+
+@needs_dot
+@pytest.mark.parametrize("stems", [("gpt2", "post_ln", "deepnet"), ("gpt2", "llama", "mistral")], ids="+".join)
+def test_a_compare_figure_of_three_variants_fits_a_slide(stems):
+    """Pre-LN against Post-LN against DeepNet on one slide: one legend (an entry for every colour
+    and shape of the three), nothing overlapping, every word at 12 pt or more at 960×540 pt."""
+    from cyclelang.backends.graphviz.figure import SIZES
+
+    specs = [spec(x) for x in stems]
+    dot = to_dot(specs, size="slide")
+    svg = render(dot, "svg").decode("utf-8")
+    scale, sizes, (w, h) = svg_text_sizes(svg, SIZES["slide"])
+    assert w <= SIZES["slide"][0] + 1 and h <= SIZES["slide"][1] + 1 and abs(scale - 1.0) < 1e-3
+    assert sizes and min(sizes) >= 12.0
+    assert sorted(n for n in nodes(dot) if n.endswith("subtitle")) == ["e0.subtitle", "e1.subtitle", "e2.subtitle"]
+    for s in specs:
+        _legend_covers(dot, ROOT / "specs" / f"{s.engine.name}.cycle")
+    assert overlaps(dot) == []
+    r = CliRunner().invoke(main, ["draw", *(str(ROOT / f"specs/{x}.cycle") for x in stems), "--size", "slide", "-o", "-"])
+    assert r.exit_code == 0 and r.output == dot
 
 
 @needs_dot

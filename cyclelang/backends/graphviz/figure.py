@@ -163,7 +163,8 @@ class Figure:
         if self.size is None:
             return None
         W, H = SIZES[self.size]
-        return W - 2 * self.margin if self.tb else H - 2 * self.margin - 60.0
+        n = len(self.engines)  # small multiples share it, side by side (TB) or stacked (LR)
+        return (W - 2 * self.margin - 36.0 * (n - 1)) / n if self.tb else (H - 2 * self.margin - 60.0 - 60.0 * (n - 1)) / n
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -263,9 +264,10 @@ class Figure:
         return cells, min(width, used_w), (y + row_h if cells else 0.0) + 8
 
     def legend_grid(self, keys: list[str], width: float) -> tuple[list[tuple[str, float, float, dict[str, list[str]]]], float, float]:
-        """The tightest legend: two aligned columns, split where the fewest rows result, in
-        order but for a short entry pulled forward to fill a row's right cell; an entry too wide
-        for its column has a row to itself (on two lines if it must)."""
+        """The tightest legend: aligned columns (two, split where the fewest rows result, or as
+        many equal ones as the width holds), in order but for a short entry pulled forward to
+        fill a row's free cell; an entry wider than its cell spans the next cells, one wider
+        than the legend has a row to itself (on two lines)."""
         pitch = self.pitch()
         entries = []
         for k in keys:
@@ -273,23 +275,30 @@ class Figure:
             ew = 32 + max(text_w(ln, DETAIL) for ls in lines.values() for ln in ls)  # swatch, gap, words and their slack
             entries.append((k, lines, ew, max(len(ls) for ls in lines.values())))
 
-        def grid(split: float):
+        def grid(edges: list[float]):
+            """`edges`: each cell's left edge, then the legend's right edge."""
             cells, y, used_w, left = [], 0.0, 0.0, list(entries)
             while left:
-                k, lines, ew, n = left.pop(0)
-                cells.append((k, 0.0, y, lines))
-                used_w = max(used_w, ew)
-                if n == 1 and ew <= split - 4:
-                    right = next((e for e in left if e[3] == 1 and e[2] <= width - split), None)
-                    if right is not None:
-                        left.remove(right)
-                        cells.append((right[0], split, y, right[1]))
-                        used_w = max(used_w, split + right[2])
+                c, n = 0, 1
+                while c < len(edges) - 1 and left:
+                    # the next entry that fits from this cell on (the row's first: any entry)
+                    e = left[0] if c == 0 else next((e for e in left if e[3] == 1 and edges[c] + e[2] <= edges[-1]), None)
+                    if e is None:
+                        break
+                    left.remove(e)
+                    cells.append((e[0], edges[c], y, e[1]))
+                    used_w = max(used_w, edges[c] + e[2])
+                    n = max(n, e[3])
+                    if e[3] > 1:
+                        break  # two lines: the row to itself
+                    c = next((i for i in range(c + 1, len(edges) - 1) if edges[i] >= edges[c] + e[2] + 4), len(edges) - 1)
                 y += n * pitch
-            return cells, min(width, used_w), (y if cells else 0.0) + 8
+            return cells, min(width, used_w), (y if cells else 0.0) + 2
 
-        splits = sorted({min(max(ew + 4, 0.35 * width), 0.65 * width) for _, _, ew, _ in entries} | {width / 2})
-        return min((grid(x) for x in splits), key=lambda g: (g[2], g[1]))
+        widest = max(e[2] for e in entries) if entries else width
+        tries = [[0.0, min(max(ew + 4, 0.35 * width), 0.65 * width), width] for _, _, ew, _ in entries] + [[0.0, width / 2, width]]
+        tries += [[width * i / k for i in range(k)] + [width] for k in range(3, int(width // min(widest + 4, width)) + 1)]
+        return min((grid(x) for x in tries), key=lambda g: (g[2], g[1]))
 
     def pitch(self) -> float:
         """A flowed legend's line pitch: 12 pt words, and swatches a little shorter at the densest level."""
@@ -352,7 +361,7 @@ class Figure:
             elif opt == "below":
                 req = max(body_w - 2 * self.margin, (W if self.size else 240.0) - 2 * self.margin)
                 lw, lh = self.legend_size(used, req)
-                lift = lh + bar_h + self.margin + 6
+                lift = lh + bar_h + self.margin + (4 if self.d.tight else 6)
                 lx, ly = self.margin, self.margin + bar_h
                 bx, by = self.margin, self.margin
                 total_w, total_h = max(body_w, lw + 2 * self.margin, 240.0 if bar_h else 0), body_h + lift
@@ -584,7 +593,7 @@ class Figure:
     def legend(self, used: set[str], x: float, y: float, width: float) -> None:
         """The legend, its bottom left corner at (x, y)."""
         cells, _, h = self.legend_cells(used, width)
-        top = y + h - (20.0 if self.level == 0 else 8.0)  # the grid keeps its old margin below
+        top = y + h - (20.0 if self.level == 0 else 2.0 if self.d.tight else 8.0)  # the grid keeps its old margin below
         pitch = 20.0 if self.level == 0 else self.pitch()
         for k, cx, cy, lines in cells:
             n = len(lines[self.labels])

@@ -83,7 +83,7 @@ DENSITIES = (
     Density(compact=True),
     Density(**_DENSE),
     Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 5.0}, terse=True),
-    Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 4.0, "gap": 4.0, "box_h": 4.0}, terse=True, tight=True),
+    Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 4.0, "gap": 4.0, "box_h": 4.0, "badge": 16}, terse=True, tight=True),
 )
 
 
