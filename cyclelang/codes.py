@@ -220,7 +220,7 @@ and never shrinks it to fit: a shrunk figure is one nobody can read. It first tr
 layouts, both directions and the main line wrapped into more columns; a figure that fits none
 is refused with the size it needs and a way that does fit, found by laying it out (another
 preset, without --rankdir, or folded). Every figure is also capped at 200 in on a side (a
-long --expand).""", "cyclec draw gpt2.cycle --size column   # hint: --size page fits")
+long --expand).""", "cyclec draw full_flow.cycle --size column   # hint: --size page fits")
 _add("E0276", "report fired at another depth or width", """
 `cyclec draw --annotate fire.json` prints each stage instance's measured gradient on the
 instance it belongs to. A report fired with --depth or --width (a scale model) measured

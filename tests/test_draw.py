@@ -220,7 +220,9 @@ def _legend_covers(dot, path):
     assert any(classes(a)[:1] == ["frame"] for a in ns.values()) <= ("stage" in legend)
     # the glyphs drawn inside parts: the mask and the heads of each attention, a MoE's experts
     # (linear and latent attention share attention's attr, kind_attn, and draw no glyph)
-    if any(isinstance(p.node, ir.Attention) for p in ir.layout.layout(cyclelang.load(path)).parts()):
+    # (a group's inner stage summarised as one box of its parts draws no glyph)
+    boxes = {classes(a)[1] for a in ns.values() if len(classes(a)) > 1 and classes(a)[0] == "kind_attn"}
+    if any(isinstance(p.node, ir.Attention) and p.path in boxes for p in ir.layout.layout(cyclelang.load(path)).parts()):
         assert "heads" in legend and any(k.startswith("mask_") for k in legend)
     if any((classes(a) or [""])[0] == "kind_moe" for a in ns.values()):
         assert "experts" in legend
@@ -438,20 +440,20 @@ def test_template_only_file_is_a_diagnostic():
 # preset that fits, tested above). Kept exact, so that a spec that stops fitting fails here, and one
 # that starts fitting must be taken off the list. Measured with `--size` choosing the direction,
 # the density and the columns (`needs W×H pt` in E0275's message):
-# - slide: jamba (960×1889) and striped (975×717) are one group of stages each, a frame that is
-#   never split, taller than a slide: Jamba's eight layers in one frame, striped's four.
+# - slide: every spec. jamba and striped (one group of stages each, a frame that is never split)
+#   fit only at the last level, each stage inside the group one box of its parts.
 # - column (3.25 in × 9.2 in): every engine of one repeated block of one or two branches fits at the
 #   tightest level (a two-column legend in one vocabulary per label mode, 4 pt margins, boxes as wide
 #   as the frame leaves them). Not: full_flow (its branches side by side, 377 pt across),
 #   gas_generator, throat and deepseek_v2 (two or three distinct stages, 880-1003 pt tall), jamba
 #   and striped (one group frame, never split).
-# - page (7 × 9.2 in): gas_generator (623×819), throat (589×670) and deepseek_v2 (579×725) hold
-#   two or three distinct tall stages, more than two 9 in columns of blocks; jamba and striped, as
-#   on the slide, one frame taller than the page.
+# - page (7 × 9.2 in): gas_generator (583×649) and throat (552×653) hold two or three distinct
+#   tall stages, wider than the page in columns of blocks; jamba's group, its layers one box each on
+#   two lines, is three frames deep (604×735). striped fits as blocks of its group.
 FITS_COLUMN = {"deepnet", "expander", "gpt2", "gpt2_medium", "highway", "layerscale", "llama", "mamba2", "mistral", "moe", "mqa", "poolformer",
                "post_ln", "pressure_fed", "rezero", "sandwich"}
-DOES_NOT_FIT = {"slide": {"jamba", "striped"}, "column": {p.stem for p in SPECS} - FITS_COLUMN,
-                "page": {"gas_generator", "throat", "jamba", "striped"}}
+DOES_NOT_FIT = {"slide": set(), "column": {p.stem for p in SPECS} - FITS_COLUMN,
+                "page": {"gas_generator", "throat", "jamba"}}
 
 
 def svg_text_sizes(svg: str, preset: tuple[float, float]) -> tuple[float, list[float]]:
@@ -500,6 +502,43 @@ def test_a_compare_figure_of_three_variants_fits_a_slide(stems):
     assert overlaps(dot) == []
     r = CliRunner().invoke(main, ["draw", *(str(ROOT / f"specs/{x}.cycle") for x in stems), "--size", "slide", "-o", "-"])
     assert r.exit_code == 0 and r.output == dot
+
+
+def test_a_group_of_stages_on_a_slide_draws_each_inner_stage_as_one_box_of_its_parts():
+    """Jamba's two blocks of eight layers on one slide: the group and its groups stay frames, each
+    layer is one box on the main line with its parts in order, in their kinds' colours, every
+    colour in the legend; the words switch with --labels, the layout does not."""
+    from cyclelang.backends.graphviz.style import THEMES
+
+    light = THEMES["light"]
+    dot = to_dot(spec("jamba"), size="slide")
+    ns = nodes(dot)
+    frames = sorted(classes(a)[1] for a in ns.values() if classes(a)[:1] == ["frame"])
+    assert frames == ["stages.0-1", "stages.0-1.stages.0-1", "stages.0-1.stages.4"]  # the group, pairs and last
+    boxes = {n: a for n, a in ns.items() if "summary#" in n}
+    assert sorted(classes(a)[1] for a in boxes.values()) == sorted(
+        ["stages.0-1.stages.0-1.stages.0", "stages.0-1.stages.0-1.stages.1", "stages.0-1.stages.2", "stages.0-1.stages.3",
+         "stages.0-1.stages.4.stages.0", "stages.0-1.stages.4.stages.1"])
+    attention = next(a for a in boxes.values() if classes(a)[1] == "stages.0-1.stages.2")
+    label = attention["label"]
+    # its parts in order: norm, attention, +, norm, MLP, +
+    order = [label.index(x) for x in ("RMSNorm", "Attention · 8 heads", "+", "MLP 512→1024→512 swiglu")]
+    assert order == sorted(order) and label.count(">+<") == 2
+    for kind in ("norm", "attention", "mlp"):
+        assert light[kind] in label
+    legend = {classes(a)[1] for a in ns.values() if classes(a)[:1] == ["legend"]}
+    assert {"kind_ssm", "kind_moe", "kind_mlp", "kind_attn", "kind_norm", "stage", "repeat"} <= legend
+    _legend_covers(dot, ROOT / "specs/jamba.cycle")
+    assert overlaps(dot) == []
+    rocket = to_dot(spec("jamba"), size="slide", labels="rocket")
+    def placed(d):
+        return sorted((n, a.get("pos"), a.get("width"), a.get("height")) for n, a in nodes(d).items())
+
+    assert placed(rocket) == placed(dot)
+    words = " ".join(visible_labels(rocket))
+    assert "injector" in words and "Attention" not in words
+    striped = to_dot(spec("striped"), size="slide")
+    assert "window 128" in striped  # what tells the local layers from the global one
 
 
 @needs_dot

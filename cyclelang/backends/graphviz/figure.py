@@ -464,12 +464,13 @@ class Figure:
         t = self.t
         shape = b.shape
         attrs = {"fixedsize": "true", "width": f"{b.w / 72:.3f}", "height": f"{b.h / 72:.3f}", "margin": "0", "class": f"{b.key} {b.path}".strip()}
-        fill = {"feed": t["feed"], "tokens": t["feed"], "head": t["nozzle"], "vent": t["vent_fill"], "split": t["chamber"], "logits": t["bg"]}.get(b.key)
+        fill = {"feed": t["feed"], "tokens": t["feed"], "head": t["nozzle"], "vent": t["vent_fill"], "split": t["chamber"], "logits": t["bg"],
+                "stage": t["stage_fill"]}.get(b.key)
         if b.key.startswith("kind_"):
             from .style import KIND_FILL
 
             fill = t[KIND_FILL.get(b.key[len("kind_"):], "other")]
-        color = {"vent": t["vent"], "split": t["chamber"]}.get(b.key, t["chamber"])
+        color = {"vent": t["vent"], "split": t["chamber"], "stage": t["stage_border"]}.get(b.key, t["chamber"])
         if b.key.startswith("merge_"):
             fill, color = t["junction"], t["chamber"]
         if shape == "rounded":
@@ -497,6 +498,8 @@ class Figure:
             attrs["label"] = f'<<font point-size="{b.font}" color="{t["chamber"]}"><b>+</b></font>>'
         elif shape == "point":
             attrs["label"] = ""
+        elif b.htmls:
+            attrs["label"] = f"<{b.htmls[self.labels]}>"
         else:
             attrs["label"] = html_label(b.words.get(self.labels, []), t, b.html)
         return attrs

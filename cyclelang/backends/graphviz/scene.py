@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from ... import ir
 from ...ir.layout import BranchLayout, FullflowLayout, Part, StageLayout
 from . import params, text
-from .style import kind_style
+from .style import esc, kind_style
 
 # --- sizes, in points at the figure's physical size --------------------------------------
 
@@ -57,7 +57,13 @@ class Density:
        (the rest as "+k"), and no rocket caption under a part whose colour the legend
        already names in both vocabularies;
     3. also the legend's shortest words, the tokens and the logits each on one line, and an
-       attention's title without "causal" (its mask glyph draws it)."""
+       attention's title without "causal" (its mask glyph draws it);
+    4. `tight` (a column's): the legend in two aligned columns in one vocabulary per label
+       mode, 4 pt margins, the numbers under the title on one line, a branch's boxes as wide
+       as the frame leaves them, smaller junctions and badges, a junction's note kept inside
+       the frame (DeepNet's α beside its β);
+    5. `summary` (the cycle view): a stage inside a group of stages that holds no stage itself
+       drawn as one box on the main line, its parts on one line (`Scene.summary_block`)."""
 
     title: int = TITLE
     stage_title: int = STAGE_TITLE
@@ -74,6 +80,7 @@ class Density:
     mask_cell: int = 6
     terse: bool = False  # level 3: the legend's shortest words; tokens and logits on one line; the mask glyph says "causal"
     tight: bool = False  # level 4: the legend in one vocabulary per label mode, headers on one row, the subtitle shorter
+    summary: bool = False  # level 5: a stage inside a group of stages, holding none itself, on one line of its parts
 
 
 _DENSE = dict(title=12, stage_title=13, badge=20, gap=6.0, col_gap=14.0, pad=6.0, box_w=10.0, box_h=6.0, compact=True, captions=False, cells=8,
@@ -84,6 +91,7 @@ DENSITIES = (
     Density(**_DENSE),
     Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 5.0}, terse=True),
     Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 4.0, "gap": 4.0, "box_h": 4.0, "badge": 16}, terse=True, tight=True),
+    Density(**{**_DENSE, "mask_cell": 4, "col_gap": 12.0, "pad": 4.0, "gap": 4.0, "box_h": 4.0, "badge": 16}, terse=True, tight=True, summary=True),
 )
 
 
@@ -179,6 +187,7 @@ class Box:
     font: int = 0  # for a one-glyph box (the junction's "+")
     flip: bool = False  # a nozzle: the trapezium's narrow end towards the logits
     main: bool = False  # on the main line, though hung to the branch side (the line is not drawn through it)
+    htmls: dict[str, str] = field(default_factory=dict)  # a whole HTML-table label per label mode (a summarised stage)
 
 
 @dataclass
@@ -548,6 +557,8 @@ class Scene:
         frame of its group's instance `within` (its path: that instance's, then its own range)."""
         st = sl.stage
         path = f"{within}.{ir.layout.stage_path(sl.first, st.repeat)}" if within is not None else sl.path if r is None else sl.instance(r)
+        if self.d.summary and self.view == "cycle" and depth > 0 and not any(isinstance(it, StageLayout) for it in sl.items):
+            return self.summary_block(sl, r, path, depth)
         b = Block(width_in=st.width_in, path=path)
         # the header: on the branch side, at the frame's far end (TB) or above the branches (LR)
         name = self.tag("stage", st.name, muted=False, key="stage", size=self.d.stage_title, bold=True)
@@ -642,6 +653,122 @@ class Scene:
         b.length += self.d.gap
         self.fill_main(b, sl, r, path)
         self.vent_outside(b)
+        return b
+
+    def summary_block(self, sl: StageLayout, r: int | None, path: str, depth: int) -> Block:
+        """Level 5: a stage inside a group, holding no stage itself, as one box on the main line
+        (the classic figure's block): its name and ×N, then its parts in order on one line, each
+        a cell in its kind's colour with its title and key numbers, a "+" where a branch returns
+        to the stream (its merge's formula in the tooltip). Every word is still 12 pt; each cell
+        is sized for the widest label mode."""
+        st, ink = sl.stage, self.ink
+        from .style import KIND_FILL
+
+        cells: list[tuple[dict[str, list[str]], str, bool]] = []  # (lines per mode, fill, bold)
+        name = st.name + (f" \u00d7{st.repeat}" if st.repeat > 1 and r is None else f" {r % st.repeat + 1}/{st.repeat}" if st.repeat > 1 else "")
+        cells.append(({m: [name] for m in MODES}, "", True))
+        if st.repeat > 1 and r is None:
+            self.used.add("repeat")
+        tips = []
+
+        def lines(title: str, detail: str) -> list[str]:
+            """The title's " · " pieces that stay within 150 pt, then the rest of them and the
+            detail's within 180 pt on a second line (a chip shows what tells its parts apart)."""
+            segs = [x for x in title.split(text.DOT) if x not in ("causal", "bidirectional")]
+            rest = [x for x in detail.split(text.DOT) if x]
+            out = [segs.pop(0)]
+            while segs and text_w(out[0] + text.DOT + segs[0], DETAIL) <= 150:
+                out[0] += text.DOT + segs.pop(0)
+            more = ""
+            for seg in segs + rest:
+                nxt = f"{more}{text.DOT}{seg}" if more else seg
+                if text_w(nxt, DETAIL) > 180:
+                    break
+                more = nxt
+            return out + ([more] if more else [])
+
+        def chip(p: Part) -> None:
+            ml_t, ml_d, r_t, r_d = text.part_words(p.node, True)
+            ml = lines(ml_t, ml_d)
+            rocket = [r_t.split(": ", 1)[-1] if not isinstance(p.node, ir.Norm) else "valve"] + ([lines(r_d, "")[0]] if r_d else [])
+            key = kind_style(p.kind.attr)[0]
+            self.used.add(key)
+            self.shapes.setdefault(key, "rounded")
+            cells.append(({"ml": ml, "both": ml, "rocket": rocket}, ink[KIND_FILL.get(p.kind.attr, "other")], False))
+            tips.append(f"{p.path}: {ml_t}" + (f" ({ml_d})" if ml_d else ""))
+
+        def plus(merge) -> None:
+            k = ir.kinds.kind_of(merge) if merge is not None else ir.kinds.KINDS[ir.PlainMerge]
+            self.used.add(f"merge_{k.keyword}")
+            cells.append(({m: ["+"] for m in MODES}, "", True))
+            tips.append(f"+ {k.formula}")
+
+        for it in sl.items:
+            if isinstance(it, Part):
+                chip(it)
+            elif isinstance(it, BranchLayout):
+                for p in it.ops:
+                    chip(p)
+                if not it.branch.overboard:
+                    plus(it.branch.merge)
+            elif isinstance(it, FullflowLayout):
+                for p in ([it.norm] if it.norm else []) + [p for br in it.branches for p in br.ops]:
+                    chip(p)
+                returning = [br for br in it.branches if not br.branch.overboard]
+                if returning:
+                    plus(returning[0].branch.merge)
+        widths = [max(text_w(x, DETAIL, bold and i == 0) for m in MODES for i, x in enumerate(w[m])) + 8 for w, _, bold in cells]
+        rows = max(len(w[m]) for w, _, _ in cells for m in MODES)
+        cell_h = rows * DETAIL * LINE + 4
+        # one line of parts, or (where the preset's room across is short) a line per run of
+        # branches, the name beside them all
+        avail = math.inf if self.room is None else self.room - (6 + self.d.pad) - depth * (2 * self.d.pad + 6) - 8
+        lines: list[list[int]] = [[]]
+        run: list[int] = []
+        for i in range(1, len(cells)):
+            run.append(i)
+            if cells[i][0]["ml"] == ["+"] or i == len(cells) - 1:  # a branch ends where it returns
+                width = sum(widths[j] + 3 for j in lines[-1] + run) + widths[0] + 10
+                if lines[-1] and width > avail:
+                    lines.append([])
+                lines[-1] += run
+                run = []
+
+        def td(i: int, m: str) -> str:
+            w, fill, bold = cells[i]
+            words = [f'<font point-size="{DETAIL}" color="{ink["chamber"] if x == "+" else ink["fg"] if k == 0 else ink["muted"]}">'
+                     f'{f"<b>{esc(x)}</b>" if bold and k == 0 else esc(x)}</font>' for k, x in enumerate(w[m])]
+            attrs = f' bgcolor="{fill}" border="1" color="{ink["cell_border"]}"' if fill else ""
+            return f'<td width="{widths[i]:.0f}" height="{cell_h:.0f}" fixedsize="true"{attrs}>{"<br/>".join(words)}</td>'
+
+        htmls = {}
+        for m in MODES:
+            if len(lines) == 1:
+                htmls[m] = f'<table border="0" cellspacing="3" cellpadding="0"><tr>{"".join(td(i, m) for i in range(len(cells)))}</tr></table>'
+                continue
+            rw = [sum(round(widths[i]) for i in ln) + 3 * (len(ln) + 1) for ln in lines]
+            # every line as wide as the widest, so they start at one left edge
+            pad = ['' if max(rw) - x < 4 else f'<td width="{max(rw) - x - 3:.0f}" height="{cell_h:.0f}" fixedsize="true"></td>' for x in rw]
+            rows_html = [f'<table border="0" cellspacing="3" cellpadding="0"><tr>{"".join(td(i, m) for i in ln)}{p}</tr></table>' for ln, p in zip(lines, pad)]
+            first = f'<td rowspan="{len(lines)}"><table border="0" cellspacing="3" cellpadding="0"><tr>{td(0, m)}</tr></table></td>'
+            body = "".join(f'<tr>{first if k == 0 else ""}<td>{x}</td></tr>' for k, x in enumerate(rows_html))
+            htmls[m] = f'<table border="0" cellspacing="0" cellpadding="0">{body}</table>'
+        if len(lines) == 1:
+            w, h = sum(round(cw) for cw in widths) + 3 * (len(cells) + 1) + 4, cell_h + 7
+        else:
+            w = round(widths[0]) + 6 + max(sum(round(widths[i]) for i in ln) + 3 * (len(ln) + 1) for ln in lines) + 4
+            h = len(lines) * (cell_h + 6) + 4
+        b = Block(width_in=st.width_in, width_out=st.width_in, path=path)
+        self.used.add("stage")
+        bx = Box(self.nid("summary"), 0, 0, round(w, 1), round(h, 1), "rounded", "stage", {m: [] for m in MODES}, path=path,
+                 tooltip="; ".join([path] + tips), htmls=htmls)
+        bx.u = self.d.gap + self.along(bx) / 2
+        b.boxes.append(bx)
+        self.main_wire(b, [(0, 0), (self.d.gap, 0)], st.width_in, path, arrow=True, table="chain")
+        b.length = self.d.gap + self.along(bx) + self.d.gap / 2
+        b.neg = b.pos = self.across(bx) / 2
+        self.hang(b, [bx])
+        self.main_wire(b, [(b.length - self.d.gap / 2, 0), (b.length, 0)], st.width_in, path, table="chain")
         return b
 
     def vent_outside(self, b: Block) -> None:
