@@ -723,16 +723,33 @@ class Scene:
         # one line of parts, or (where the preset's room across is short) a line per run of
         # branches, the name beside them all
         avail = math.inf if self.room is None else self.room - (6 + self.d.pad) - depth * (2 * self.d.pad + 6) - 8
-        lines: list[list[int]] = [[]]
-        run: list[int] = []
+        runs: list[list[int]] = [[]]  # a branch's cells, up to its "+"
         for i in range(1, len(cells)):
-            run.append(i)
-            if cells[i][0]["ml"] == ["+"] or i == len(cells) - 1:  # a branch ends where it returns
-                width = sum(widths[j] + 3 for j in lines[-1] + run) + widths[0] + 10
-                if lines[-1] and width > avail:
-                    lines.append([])
-                lines[-1] += run
-                run = []
+            runs[-1].append(i)
+            if cells[i][0]["ml"] == ["+"] and i < len(cells) - 1:
+                runs.append([])
+
+        def wide(ix: list[int]) -> float:
+            return sum(widths[j] + 3 for j in ix) + widths[0] + 10
+
+        pieces = []  # a branch too wide for a line of its own: a line per part (the "+" with the last)
+        for run in runs:
+            if wide(run) <= avail:
+                pieces.append(run)
+                continue
+            for j in run:
+                if cells[j][0]["ml"] == ["+"] and pieces:
+                    pieces[-1].append(j)
+                else:
+                    pieces.append([j])
+        lines: list[list[int]] = [[]]
+        for piece in pieces:
+            if lines[-1] and wide(lines[-1] + piece) > avail:
+                lines.append([])
+            lines[-1] += piece
+
+        if self.tb:  # the lines run up the page, as the main line does (tokens at the bottom)
+            lines.reverse()
 
         def td(i: int, m: str) -> str:
             w, fill, bold = cells[i]
