@@ -272,7 +272,7 @@ class Figure:
         entries = []
         for k in keys:
             lines = {m: wrap(legend_words(k, True, True)[m], DETAIL, False, width - 32) for m in MODES}
-            ew = 32 + max(text_w(ln, DETAIL) for ls in lines.values() for ln in ls)  # swatch, gap, words and their slack
+            ew = 32 + max(self.legend_text_w(ln) for ls in lines.values() for ln in ls)  # swatch, gap, words and their slack
             entries.append((k, lines, ew, max(len(ls) for ls in lines.values())))
 
         def grid(edges: list[float]):
@@ -299,6 +299,11 @@ class Figure:
         tries = [[0.0, min(max(ew + 4, 0.35 * width), 0.65 * width), width] for _, _, ew, _ in entries] + [[0.0, width / 2, width]]
         tries += [[width * i / k for i in range(k)] + [width] for k in range(3, int(width // min(widest + 4, width)) + 1)]
         return min((grid(x) for x in tries), key=lambda g: (g[2], g[1]))
+
+    def legend_text_w(self, s: str) -> float:
+        """A legend entry's words' width: the estimate, and at the tightest level (whose grid
+        leaves no slack between cells) a little more for symbols set wider than estimated."""
+        return text_w(s, DETAIL) * (1.08 if self.d.tight else 1.0)
 
     def pitch(self) -> float:
         """A flowed legend's line pitch: 12 pt words, and swatches a little shorter at the densest level."""
@@ -604,7 +609,7 @@ class Figure:
             if self.level == 0:
                 Y = top - cy - pitch + 10
             self.swatch(k, X + 12, Y)
-            widest = max(text_w(ln, DETAIL) for ls in lines.values() for ln in ls)
+            widest = max(self.legend_text_w(ln) for ls in lines.values() for ln in ls)
             self.text_node(f"legend.{k}.text", [Line(w, DETAIL) for w in lines[self.labels]], X + 26 + widest / 2 + 3, Y,
                            key=f"legend_text {k}", left=True, w=widest, pad=4.0 if self.level == 0 else 0.5)
 
