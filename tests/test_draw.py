@@ -340,6 +340,25 @@ def test_fullflow_returns_at_one_junction():
     assert len(junctions) == len({classes(a)[1] for a in junctions})
 
 
+def test_fullflow_in_a_column_stacks_its_branches_each_read_from_the_shared_norm():
+    """Too wide for a column side by side, full flow's branches run one after another: every one
+    is fed from the shared norm's output (never from the stream it has joined) and returns at a
+    junction of its own, the same sum x + f1(n(x)) + f2(n(x))."""
+    dot = to_dot(spec("full_flow"), size="column")
+    ns = nodes(dot)
+    norm = next(a for a in ns.values() if classes(a)[:2] == ["kind_norm", "stages.0-11.norm"])
+    x0, y0, x1, y1 = rect(norm)
+    starts = {}
+    for a in edges(dot):
+        c = classes(a)
+        if c[0] == "branch" and c[1] in ("stages.0-11.mix", "stages.0-11.burn") and c[1] not in starts:
+            starts[c[1]] = tuple(float(v) for v in [p for p in a["pos"].split() if not p.startswith("e,")][0].split(","))
+    for path, (x, y) in starts.items():  # both start on the norm's far edge (its output)
+        assert x0 - 0.5 <= x <= x1 + 0.5 and abs(y - y1) < 0.6, (path, (x, y), (x0, y0, x1, y1))
+    junctions = [a for a in ns.values() if classes(a) and classes(a)[0].startswith("merge_")]
+    assert len(junctions) == 2 and overlaps(dot) == []
+
+
 def test_graph_view_shapes_only_where_they_change_and_params_on_parts():
     dot = to_dot(spec("gpt2"), view="graph")
     shapes = re.findall(r"B×T×[0-9,]+", dot)
@@ -453,14 +472,14 @@ def test_template_only_file_is_a_diagnostic():
 #   fit only at the last level, each stage inside the group one box of its parts.
 # - column (3.25 in × 9.2 in): every engine of one repeated block of one or two branches fits at the
 #   tightest level (a two-column legend in one vocabulary per label mode, 4 pt margins, boxes as wide
-#   as the frame leaves them). Not: full_flow (its branches side by side, 377 pt across),
-#   gas_generator, throat and deepseek_v2 (two or three distinct stages, 880-1003 pt tall), jamba
-#   and striped (one group frame, never split).
-# - page (7 × 9.2 in): gas_generator (583×649) and throat (552×653) hold two or three distinct
+#   as the frame leaves them; full_flow's branches one after another, each read from the shared
+#   norm). Not: gas_generator, throat and deepseek_v2 (two or three distinct stages, 872-995 pt tall), jamba
+#   (283×1427) and striped (290×671), one group frame each, never split, even as blocks.
+# - page (7 × 9.2 in): gas_generator (583×649) and throat (552×668) hold two or three distinct
 #   tall stages, wider than the page in columns of blocks; jamba's group, its layers one box each on
 #   two lines, is three frames deep (604×735). striped fits as blocks of its group.
-FITS_COLUMN = {"deepnet", "expander", "gpt2", "gpt2_medium", "highway", "layerscale", "llama", "mamba2", "mistral", "moe", "mqa", "poolformer",
-               "post_ln", "pressure_fed", "rezero", "sandwich"}
+FITS_COLUMN = {"deepnet", "expander", "full_flow", "gpt2", "gpt2_medium", "highway", "layerscale", "llama", "mamba2", "mistral", "moe", "mqa",
+               "poolformer", "post_ln", "pressure_fed", "rezero", "sandwich"}
 DOES_NOT_FIT = {"slide": set(), "column": {p.stem for p in SPECS} - FITS_COLUMN,
                 "page": {"gas_generator", "throat", "jamba"}}
 

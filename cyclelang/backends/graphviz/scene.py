@@ -61,7 +61,8 @@ class Density:
     4. `tight` (a column's): the legend in two aligned columns in one vocabulary per label
        mode, 4 pt margins, the numbers under the title on one line, a branch's boxes as wide
        as the frame leaves them, smaller junctions and badges, a junction's note kept inside
-       the frame (DeepNet's α beside its β);
+       the frame (DeepNet's α beside its β), full flow's branches one after another where
+       side by side they are wider than the preset (`Scene.fullflow_stacked`);
     5. `summary` (the cycle view): a stage inside a group of stages that holds no stage itself
        drawn as one box on the main line, its parts on one line (`Scene.summary_block`)."""
 
@@ -982,6 +983,10 @@ class Scene:
             cw = max([self.across(o) for o in ops] + ([self.across(title) + 6] if self.tb else []))
             cols.append((bl, bpath, ops, title, cw))
         norm = self.part_box(fl.norm, True) if fl.norm is not None else None
+        across = sum(c[4] for c in cols) + self.d.col_gap * len(cols)
+        if (self.d.tight and self.tb and self.room is not None and across > self.room - (6 + 3 * self.d.pad) - 8
+                and not any(c[0].branch.overboard for c in cols)):
+            return self.fullflow_stacked(b, split, cols, norm, fl)
         v = self.d.col_gap
         vs = []
         for _, _, ops, title, cw in cols:
@@ -1052,6 +1057,69 @@ class Scene:
             after = max(after, self.along(t) + 4)
         b.length = (j.u + self.along(j) / 2 if j is not None else top) + after
         b.pos = max([x.v + self.across(x) / 2 for x in b.boxes] + [0.0])
+        b.neg = 6
+        return b
+
+    def fullflow_stacked(self, b: Block, split: Box, cols: list, norm: Box | None, fl: FullflowLayout) -> Block:
+        """Tightest, top to bottom, where the branches side by side are wider than the preset:
+        the branches one after another in one column, each read from the shared norm (the later
+        ones by a lane on the far side) and each returning to the stream at a junction of its
+        own as it ends. The same sum: every branch reads n(x), never the stream it joins."""
+        cw = max(c[4] for c in cols)
+        vc = self.d.col_gap - 2 + cw / 2  # a little nearer the stream: the lane needs the room
+        lane = vc + cw / 2 + 5
+        src = (split.u, 0.0)
+        u = split.u + self.d.gap
+        if norm is not None:
+            norm.u, norm.v = u + self.along(norm) / 2, vc
+            b.boxes.append(norm)
+            b.wires.append(Wire(self.nid("bw"), [src, (split.u, vc), (u, vc)], "branch", 0, b.path, arrow=True, table="branches"))
+            self.used.add("branch")
+            u += self.along(norm)
+            src = (u, vc)
+            u += self.d.gap
+        fan = src[0] + self.d.gap / 2
+        j = None
+        for k, (bl, bpath, ops, title, _) in enumerate(cols):
+            cut = bl.branch.detach
+            if k == 0:
+                feed = [src, (src[0], vc), (u, vc)] if norm is None else [src, (u, vc)]
+            else:  # up the far lane, past the branches before it, and in from below
+                u += self.d.gap
+                feed = [src, (fan, src[1]), (fan, lane), (u - self.d.gap / 2, lane), (u - self.d.gap / 2, vc), (u, vc)]
+                if norm is None:
+                    feed = [src, (src[0] + self.d.gap / 2, 0.0), (src[0] + self.d.gap / 2, lane), (u - self.d.gap / 2, lane),
+                            (u - self.d.gap / 2, vc), (u, vc)]
+            title.u, title.v = u + self.along(title) / 2, vc + 6 + self.across(title) / 2
+            b.boxes.append(title)
+            cu = u + self.along(title) + 4
+            feed[-1] = (cu, vc)
+            b.wires.append(Wire(self.nid("bw"), feed, "cut" if cut else "branch", 0, bpath, arrow=True, dashed=cut, table="branches"))
+            self.used.add("cut" if cut else "branch")
+            prev = None
+            for i, o in enumerate(ops):
+                o.u, o.v = cu + self.along(o) / 2, vc
+                b.boxes.append(o)
+                if i > 0:
+                    b.wires.append(Wire(self.nid("bw"), [prev, (cu, vc)], "branch", 0, bpath, arrow=True, table="branches"))
+                prev = (cu + self.along(o), vc)
+                cu = prev[0] + self.d.gap
+            eu = prev[0] if prev is not None else cu
+            j = self.junction(bl.branch.merge, b.path)
+            j.u = eu + self.d.gap + self.along(j) / 2
+            b.boxes.append(j)
+            b.wires.append(Wire(self.nid("bw"), [(eu, vc), (eu + self.d.gap / 2, vc), (j.u, vc), (j.u, self.across(j) / 2)], "branch", 0, bpath,
+                                arrow=True, table="branches"))
+            u = j.u + self.along(j) / 2
+        after = self.d.gap / 2
+        note = text.merge_note(cols[0][0].branch.merge)
+        if note:
+            t = self.tag("merge_note", note, italic=True)
+            t.u, t.v = j.u + self.along(j) / 2 + 2 + self.along(t) / 2, self.across(j) / 2 + 4 + self.across(t) / 2
+            b.boxes.append(t)
+            after = max(after, self.along(t) + 4)
+        b.length = u + after
+        b.pos = max([x.v + self.across(x) / 2 for x in b.boxes] + [lane + 1.5])
         b.neg = 6
         return b
 
