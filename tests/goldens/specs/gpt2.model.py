@@ -488,8 +488,9 @@ def next_token_loss_op(name):
         ctx.save_for_backward(output[1], inputs[1])
         ctx.dtype = inputs[0].dtype
         ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)  # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
 
-    def backward(ctx, grad, _):
+    def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
         logp, targets = ctx.saved_tensors
         keep = targets >= 0  # (N,)
         g = logp.exp()  # (N, vocab): softmax
