@@ -5,7 +5,8 @@ timed in the same rounds, with transformers and the reference alongside.
 
 Each revision's cyclec generates the spec's source (shrunk as in run.py) in a temporary git
 worktree; every model gets the same weights and must give the same loss before timing.
-Ratios are medians over rounds of per-round ratios, as in run.py.
+Ratios are medians over rounds of per-round ratios, as in run.py, of wall time and of this
+process's CPU time (which other processes' load moves less), with the CPU ratio's quartiles.
 """
 
 from __future__ import annotations
@@ -80,11 +81,15 @@ def main(argv=None):
             sides[rev] = stepper(model, False)
     assert max(losses.values()) - min(losses.values()) < 1e-4, losses
     sides["transformers"], sides["reference"] = stepper(hf, True), stepper(ref, False)
-    times = RB.time_sides(sides, args.rounds, args.steps)
+    cpu, faults = {}, {}
+    times = RB.time_sides(sides, args.rounds, args.steps, cpu=cpu, faults=faults)
     first = args.revs[0]
     for rev in args.revs:
+        q = RB.quartiles(cpu, rev, first)
         print(f"{args.spec} {rev}: {1000 * statistics.median(times[rev]):.1f} ms; / {first} {RB.ratio(times, rev, first):.3f}, "
-              f"/ reference {RB.ratio(times, rev, 'reference'):.3f}, / transformers {RB.ratio(times, rev, 'transformers'):.3f}")
+              f"/ reference {RB.ratio(times, rev, 'reference'):.3f}, / transformers {RB.ratio(times, rev, 'transformers'):.3f}; "
+              f"CPU time {1000 * statistics.median(cpu[rev]):.1f} ms, / {first} {RB.ratio(cpu, rev, first):.3f} ({q[0]:.3f}-{q[1]:.3f}), "
+              f"/ transformers {RB.ratio(cpu, rev, 'transformers'):.3f}; {statistics.median(faults[rev]):.0f} page faults per step")
 
 
 if __name__ == "__main__":

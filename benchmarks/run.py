@@ -3,13 +3,15 @@
     python benchmarks/run.py                   # everything (a few minutes on 2 cores)
     python benchmarks/run.py --only train,frontend
     python benchmarks/run.py --only train-loop     # `cyclec train`'s overhead and checkpointing's memory
+    python benchmarks/run.py --only ops            # what a step dispatches: op counts, fresh MiB (load-independent)
     python benchmarks/run.py --write           # also refresh the figures in docs/benchmarks.md
     python benchmarks/run.py --device cuda --dtype bfloat16 --write   # the GPU section of the doc (train, compiled, decode)
 
 Every figure that matters is a ratio measured in the same run, against a side
 timed in the same rounds: sides alternate within each round (so load from other
 processes hits all of them), and the ratio reported is the median over rounds.
-Before timing, each pair is shown to compute the same function (same loss after
+On the CPU the training step is also timed by the process's CPU time, with the
+quartiles of the per-round ratios and the page faults per step beside it. Before timing, each pair is shown to compute the same function (same loss after
 copying weights), so the ratio compares implementations, not architectures.
 """
 
@@ -122,23 +124,49 @@ def check_same(name, ours, ref, hf, torch, idx, tgt):
         assert abs(float(lo) - float(lh)) < 1e-4, f"{name}: compiled {float(lo)} vs transformers {float(lh)}"
 
 
-def time_sides(sides, rounds, steps, sync=lambda: None):
-    """sides: {label: step_fn}. Alternate sides each round; returns {label: [seconds per step]}."""
+def time_sides(sides, rounds, steps, sync=lambda: None, cpu=None, faults=None):
+    """sides: {label: step_fn}. Alternate sides each round; returns {label: [seconds per step]}.
+    cpu, faults: dicts to fill likewise with this process's CPU seconds per step (time that
+    other processes hold the core does not count, so it moves less with the machine's load)
+    and minor page faults per step (first touches of memory the allocator took from the
+    system: fresh large buffers)."""
     out = {k: [] for k in sides}
+    for d in (cpu, faults):
+        if d is not None:
+            d.update({k: [] for k in sides})
     for r in range(rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for k in order:
             sync()
-            t0 = time.perf_counter()
+            f0, c0, t0 = minor_faults(), time.process_time(), time.perf_counter()
             for _ in range(steps):
                 sides[k]()
             sync()
             out[k].append((time.perf_counter() - t0) / steps)
+            if cpu is not None:
+                cpu[k].append((time.process_time() - c0) / steps)
+            if faults is not None:
+                faults[k].append((minor_faults() - f0) / steps)
     return out
+
+
+def minor_faults() -> int:
+    """This process's minor page faults so far (0 where the platform does not count them)."""
+    try:
+        import resource
+    except ImportError:  # not on Unix
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def ratio(times, a, b):
     return median([x / y for x, y in zip(times[a], times[b])])
+
+
+def quartiles(times, a, b) -> list[float]:
+    """The first and third quartiles of the per-round ratios a / b: the spread behind `ratio`."""
+    q = statistics.quantiles([x / y for x, y in zip(times[a], times[b])], n=4, method="inclusive")
+    return [q[0], q[2]]
 
 
 # Dense bf16 tensor-core peaks (TFLOP/s) by device name, from the vendors' data sheets; the
@@ -218,13 +246,25 @@ def bench_train(args, torch, compiled=False):
             if compiled:
                 # in-process, after the sides before it: they share inductor's cache (see first-step for the fair figure)
                 print(f"  compile+2 steps {name}/{label}: {time.perf_counter() - t0:.1f}s", flush=True)
-        times = time_sides(sides, args.rounds, args.steps, sync=lambda: synchronize(torch, args.device))
+        cpu, faults = {}, {}
+        times = time_sides(sides, args.rounds, args.steps, sync=lambda: synchronize(torch, args.device), cpu=cpu, faults=faults)
         row = {"name": name, "ms": {k: 1000 * median(v) for k, v in times.items()},
                "vs_ref": ratio(times, "cyclec", "reference"), "vs_hf": ratio(times, "cyclec", "transformers"),
                "readable_vs_fast": ratio(times, "readable", "cyclec"), "readable_vs_ref": ratio(times, "readable", "reference"), "note": note,
                **throughput(times, name, args, torch)}
+        if args.device == "cpu":  # on a GPU the host's CPU time is not the step's
+            row["spread"] = {"vs_hf": quartiles(times, "cyclec", "transformers"), "vs_ref": quartiles(times, "cyclec", "reference")}
+            row["cpu"] = {"ms": {k: 1000 * median(v) for k, v in cpu.items()},
+                          "vs_hf": ratio(cpu, "cyclec", "transformers"), "vs_hf_q": quartiles(cpu, "cyclec", "transformers"),
+                          "vs_ref": ratio(cpu, "cyclec", "reference"), "vs_ref_q": quartiles(cpu, "cyclec", "reference")}
+            row["faults"] = {k: median(v) for k, v in faults.items()}
         rows.append(row)
         print(f"  {name}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in row["ms"].items()) + f"; cyclec/reference {row['vs_ref']:.3f}, cyclec/transformers {row['vs_hf']:.3f}", flush=True)
+        if "cpu" in row:
+            c, sp = row["cpu"], row["spread"]["vs_hf"]
+            print(f"    per-round cyclec/transformers {sp[0]:.3f}-{sp[1]:.3f} (quartiles); CPU time: " + ", ".join(f"{k} {v:.1f} ms" for k, v in c["ms"].items())
+                  + f"; cyclec/transformers {c['vs_hf']:.3f} ({c['vs_hf_q'][0]:.3f}-{c['vs_hf_q'][1]:.3f}), cyclec/reference {c['vs_ref']:.3f}; page faults per step "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in row["faults"].items()), flush=True)
         del ours, readable, ref, hf, sides
         gc.collect()
     return rows
@@ -559,6 +599,89 @@ def bench_memory(args, torch):
     return rows
 
 
+# --- what a step dispatches: op counts and fresh allocations -------------------------------------
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+def step_ops(model, opt, idx, tgt, is_hf, torch) -> dict:
+    """{phase: {op: [calls, fresh bytes]}} of one training step (after a warm-up step): every
+    aten op the step dispatches, and the bytes of the storages it returns that none of its
+    inputs held (fresh allocations; views and in-place results hold an input's). Counted,
+    not timed, so it does not move with the machine's load."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    def step(mode=None):
+        if mode:
+            mode.phase = "forward"
+        opt.zero_grad(set_to_none=True)
+        loss = _loss(model, idx, tgt, hf=is_hf)
+        if mode:
+            mode.phase = "backward"
+        loss.backward()
+        if mode:
+            mode.phase = "optimizer"
+        opt.step()
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.phase, self.got = None, {p: {} for p in PHASES}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.namespace == "profiler":  # record_function's markers, not work
+                return out
+            held = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            fresh = sum(t.untyped_storage().nbytes() for t in tree_leaves(out)
+                        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in held)
+            name = re.sub(r"^(cyclelang\.\w+?)_[0-9a-f]{8}\.", r"\1.", str(func).removeprefix("aten."))  # the loss op without its source digest
+            row = self.got[self.phase].setdefault(name, [0, 0])
+            row[0] += 1
+            row[1] += fresh
+            return out
+
+    model.train()
+    step()
+    mode = Count()
+    with mode:
+        step(mode)
+    return mode.got
+
+
+def bench_ops(args, torch):
+    """Per spec and side: aten ops dispatched and bytes freshly allocated in each phase of a
+    training step, and the ops where cyclec and transformers differ most."""
+    rows = []
+    for name in args.specs.split(","):
+        ours, ref, hf = models(name, torch)
+        B, T = args.batch, args.seq
+        idx = torch.randint(0, ours.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
+        tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
+        got = {label: step_ops(m, torch.optim.AdamW(m.parameters(), lr=1e-4), idx, tgt, label == "transformers", torch)
+               for label, m in (("cyclec", ours), ("reference", ref), ("transformers", hf))}
+        total = {label: {ph: [sum(v[0] for v in ops.values()), sum(v[1] for v in ops.values())] for ph, ops in g.items()} for label, g in got.items()}
+        a, b = got["cyclec"], got["transformers"]
+        diff = []
+        for ph in PHASES:
+            for op in set(a[ph]) | set(b[ph]):
+                x, y = a[ph].get(op, [0, 0]), b[ph].get(op, [0, 0])
+                if x != y:
+                    diff.append({"phase": ph, "op": op, "cyclec": x, "transformers": y})
+        # the largest differences in bytes first, then in calls
+        diff.sort(key=lambda d: (-abs(d["cyclec"][1] - d["transformers"][1]), -abs(d["cyclec"][0] - d["transformers"][0]), d["op"]))
+        rows.append({"name": name, "total": total, "diff": diff[:10]})
+        for label, t in total.items():
+            print(f"  {name}/{label}: " + "; ".join(f"{ph} {n} ops, {by / 2**20:.1f} MiB fresh" for ph, (n, by) in t.items()), flush=True)
+        for d in diff[:25]:
+            print(f"    {d['phase']:9s} {d['op']:55s} cyclec {d['cyclec'][0]:4d} x {d['cyclec'][1] / 2**20:7.2f} MiB   "
+                  f"transformers {d['transformers'][0]:4d} x {d['transformers'][1] / 2**20:7.2f} MiB", flush=True)
+        del ours, ref, hf
+        gc.collect()
+    return rows
+
+
 # --- the training loop ------------------------------------------------------------------------
 
 
@@ -790,6 +913,21 @@ def render(results) -> str:
             out.append(f"| {r['name']} | {ms['cyclec']:.1f} | {rd[0]} | {ms['reference']:.1f} | {ms['transformers']:.1f} | **{r['vs_ref']:.3f}** | **{r['vs_hf']:.3f}** | {rd[1]} | {rd[2]} |")
         notes = [r["note"] for r in results[key] if r["note"]]
         out += [""] + ([f"Note: {'; '.join(notes)}.", ""] if notes else [])
+        rows = [r for r in results[key] if "cpu" in r]
+        if rows:
+            out += ["Spread and CPU time: the per-round ratios' quartiles behind the medians above; the same rounds timed by this process's "
+                    "CPU time (what other processes take from the core does not count); minor page faults per step (fresh memory the allocator "
+                    "took from the system and touched), medians over rounds.", "",
+                    "| spec | cyclec / transformers, wall, p25-p75 | cyclec / transformers, CPU | cyclec / reference, CPU | "
+                    "CPU ms: cyclec / readable / reference / transformers | page faults per step: cyclec / readable / reference / transformers |",
+                    "|---|---|---|---|---|---|"]
+            for r in rows:
+                c, sp, f = r["cpu"], r["spread"]["vs_hf"], r["faults"]
+                sides = [k for k in ("cyclec", "readable", "reference", "transformers") if k in c["ms"]]
+                out.append(f"| {r['name']} | {sp[0]:.3f}-{sp[1]:.3f} | **{c['vs_hf']:.3f}** ({c['vs_hf_q'][0]:.3f}-{c['vs_hf_q'][1]:.3f}) | "
+                           f"{c['vs_ref']:.3f} ({c['vs_ref_q'][0]:.3f}-{c['vs_ref_q'][1]:.3f}) | " + " / ".join(f"{c['ms'][k]:.1f}" for k in sides)
+                           + " | " + " / ".join(f"{f[k]:,.0f}" for k in sides) + " |")
+            out.append("")
         rows = [r for r in results[key] if "tok_s" in r]
         if rows:
             peaks = {r["peak_tflops"] for r in rows if r.get("peak_tflops")}
@@ -858,6 +996,24 @@ def render(results) -> str:
         for r in results["memory"]:
             out.append(f"| {r['name']} | {r['cyclec'] / 2**20:.1f} | {r['reference'] / 2**20:.1f} | **{r['ratio']:.3f}** | {r['act_ratio']:.3f} |")
         out.append("")
+    if "ops" in results:
+        out += ["### What a training step dispatches", "",
+                "One eager step (forward, backward, AdamW) after a warm-up step: aten ops dispatched and MiB of fresh tensor storage "
+                "(outputs that hold none of their inputs' storage) per phase. Counted, not timed: the same at any load.", "",
+                "| spec | side | forward ops | forward MiB | backward ops | backward MiB | AdamW ops | AdamW MiB | step ops | step MiB |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in results["ops"]:
+            for label, t in r["total"].items():
+                cells = [f"{t[ph][0]} | {t[ph][1] / 2**20:.1f}" for ph in PHASES]
+                out.append(f"| {r['name']} | {label} | " + " | ".join(cells)
+                           + f" | {sum(t[ph][0] for ph in PHASES)} | {sum(t[ph][1] for ph in PHASES) / 2**20:.1f} |")
+        out += ["", "Where cyclec and transformers differ most (calls x fresh MiB in one step):", "",
+                "| spec | phase | op | cyclec | transformers |", "|---|---|---|---|---|"]
+        for r in results["ops"]:
+            for d in r["diff"][:6]:
+                out.append(f"| {r['name']} | {d['phase']} | `{d['op']}` | {d['cyclec'][0]} x {d['cyclec'][1] / 2**20:.2f} | "
+                           f"{d['transformers'][0]} x {d['transformers'][1] / 2**20:.2f} |")
+        out.append("")
     if "train-loop" in results:
         t = results["train-loop"]
         out += ["### The training loop (`cyclec train`) against its bare step", "",
@@ -901,7 +1057,7 @@ def render(results) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="sections, comma-separated (default: train,compiled,first-step,decode,memory,frontend,lsp,expander; on cuda train,compiled,decode)")
+    ap.add_argument("--only", help="sections, comma-separated (default: train,compiled,first-step,decode,memory,ops,frontend,lsp,expander; on cuda train,compiled,decode)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=7)
@@ -922,8 +1078,8 @@ def main(argv=None):
     ap.add_argument("--write", action="store_true", help=f"replace the figures in {DOC.relative_to(ROOT)} (and benchmarks/results.json)")
     args = ap.parse_args(argv)
     gpu = args.device != "cpu"
-    only = (args.only or ("train,compiled,decode" if gpu else "train,compiled,first-step,decode,memory,frontend,lsp,expander")).split(",")
-    if gpu and {"memory", "frontend", "lsp", "expander"} & set(only):
+    only = (args.only or ("train,compiled,decode" if gpu else "train,compiled,first-step,decode,memory,ops,frontend,lsp,expander")).split(",")
+    if gpu and {"memory", "ops", "frontend", "lsp", "expander"} & set(only):
         ap.error("--device cuda times the models (train, compiled, decode); memory and frontend are CPU figures")
     if args.write and not gpu and args.dtype != "float32":
         ap.error("--write records float32 on the CPU, or a --device cuda run; bfloat16 on the CPU is for trying the path")
@@ -944,7 +1100,7 @@ def main(argv=None):
             "batch": args.batch, "seq": args.seq, "rounds": args.rounds, "steps": args.steps,
             "command": ("python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()}
     sections = {"frontend": lambda: bench_frontend(args), "train": lambda: bench_train(args, torch), "decode": lambda: bench_decode(args, torch),
-                "memory": lambda: bench_memory(args, torch), "compiled": lambda: bench_train(args, torch, compiled=True),
+                "memory": lambda: bench_memory(args, torch), "ops": lambda: bench_ops(args, torch), "compiled": lambda: bench_train(args, torch, compiled=True),
                 "first-step": lambda: bench_first_step(args, torch),
                 "lsp": lambda: bench_lsp(args),
                 "train-loop": lambda: bench_train_loop(args, torch),

@@ -68,3 +68,84 @@ def test_throughput_and_its_table(bench):
     # a row recorded before these columns existed renders without them
     old = {k: v for k, v in row.items() if k not in t}
     assert "Throughput" not in bench.render({"train": {"meta": meta, "data": [old]}})
+
+
+def test_time_sides_counts_cpu_time_and_page_faults_per_step(bench):
+    import time
+
+    import mmap
+
+    def busy():  # CPU work
+        t = time.process_time()
+        while time.process_time() - t < 0.004:
+            pass
+
+    def sleepy():  # wall time, no CPU: a stand-in for the core being held by another process
+        time.sleep(0.02)
+
+    def fresh():  # touches fresh pages (an anonymous map is new memory every time; malloc may reuse)
+        with mmap.mmap(-1, 4 << 20) as m:
+            for i in range(0, len(m), mmap.PAGESIZE):
+                m[i] = 1
+
+    cpu, faults = {}, {}
+    times = bench.time_sides({"busy": busy, "sleepy": sleepy, "fresh": fresh}, 4, 2, cpu=cpu, faults=faults)
+    assert all(len(v) == 4 for d in (times, cpu, faults) for v in d.values())
+    assert bench.median(times["sleepy"]) > 0.015 and bench.median(cpu["sleepy"]) < 0.005
+    assert bench.median(cpu["busy"]) >= 0.004
+    if bench.minor_faults():  # a platform that counts them
+        assert bench.median(faults["fresh"]) > bench.median(faults["busy"])
+    lo, hi = bench.quartiles({"a": [1.0, 2.0, 3.0, 4.0], "b": [1.0, 1.0, 1.0, 1.0]}, "a", "b")
+    assert lo <= bench.ratio({"a": [1.0, 2.0, 3.0, 4.0], "b": [1.0] * 4}, "a", "b") <= hi and lo < hi
+
+
+def test_the_spread_table_renders_cpu_time_and_page_faults(bench):
+    meta = {"date": "d", "cpu": "x", "threads": 1, "dtype": "float32", "gpu": None, "torch": "t", "transformers": "h", "python": "p",
+            "batch": 2, "seq": 64, "rounds": 3, "steps": 1, "command": "c"}
+    row = {"name": "llama", "ms": {"cyclec": 1.0, "reference": 2.0, "transformers": 4.0}, "vs_ref": 0.5, "vs_hf": 0.25, "note": "",
+           "readable_vs_fast": 1.0, "readable_vs_ref": 1.0,
+           "spread": {"vs_hf": [0.2, 0.3], "vs_ref": [0.4, 0.6]},
+           "cpu": {"ms": {"cyclec": 0.9, "reference": 1.8, "transformers": 3.0}, "vs_hf": 0.3, "vs_hf_q": [0.29, 0.31], "vs_ref": 0.5, "vs_ref_q": [0.45, 0.55]},
+           "faults": {"cyclec": 0.0, "reference": 10.0, "transformers": 4096.0}}
+    text = bench.render({"train": {"meta": meta, "data": [row]}})
+    line = next(ln for ln in text.splitlines() if ln.startswith("| llama |") and "0.200-0.300" in ln)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:] == ["0.200-0.300", "**0.300** (0.290-0.310)", "0.500 (0.450-0.550)", "0.9 / 1.8 / 3.0", "0 / 10 / 4,096"]
+    old = {k: v for k, v in row.items() if k not in ("spread", "cpu", "faults")}
+    assert "Spread and CPU time" not in bench.render({"train": {"meta": meta, "data": [old]}})
+
+
+def test_step_ops_counts_each_phases_ops_and_fresh_bytes(bench):
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = torch.nn.Embedding(11, 6), torch.nn.Linear(6, 11, bias=False)
+
+        def forward(self, idx, tgt):
+            h = self.emb(idx)  # (2, 5, 6): one fresh (2, 5, 6) float tensor
+            h = h.view(-1, 6)  # a view: no fresh storage
+            logits = self.head(h)
+            return logits, torch.nn.functional.cross_entropy(logits, tgt.view(-1))
+
+    torch.manual_seed(0)
+    m = Tiny()
+    idx = torch.randint(0, 11, (2, 5))
+    got = bench.step_ops(m, torch.optim.AdamW(m.parameters(), lr=1e-3), idx, idx, False, torch)
+    assert set(got) == set(bench.PHASES)
+    fwd, bwd, opt = (got[p] for p in bench.PHASES)
+    assert fwd["embedding.default"] == [1, 2 * 5 * 6 * 4]
+    assert fwd["view.default"][1] == 0  # views allocate nothing
+    assert "embedding_dense_backward.default" in bwd and "embedding.default" not in bwd
+    assert opt and "lerp_.Scalar" in opt and opt["lerp_.Scalar"][1] == 0  # AdamW's in-place updates allocate nothing
+    assert not any(op.startswith("_record_function") for ops in got.values() for op in ops)  # profiler markers are not work
+
+    meta = {"date": "d", "cpu": "x", "threads": 1, "dtype": "float32", "gpu": None, "torch": "t", "transformers": "h", "python": "p",
+            "batch": 2, "seq": 5, "rounds": 3, "steps": 1, "command": "c"}
+    total = {ph: [sum(v[0] for v in ops.values()), sum(v[1] for v in ops.values())] for ph, ops in got.items()}
+    row = {"name": "tiny", "total": {"cyclec": total}, "diff": [{"phase": "backward", "op": "zeros.default", "cyclec": [1, 2**20], "transformers": [0, 0]}]}
+    text = bench.render({"ops": {"meta": meta, "data": [row]}})
+    assert "| tiny | backward | `zeros.default` | 1 x 1.00 | 0 x 0.00 |" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("| tiny | cyclec |"))
+    assert line.split("|")[-3].strip() == str(sum(n for n, _ in total.values()))
