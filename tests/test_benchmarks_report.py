@@ -135,17 +135,24 @@ def test_step_ops_counts_each_phases_ops_and_fresh_bytes(bench):
     got = bench.step_ops(m, torch.optim.AdamW(m.parameters(), lr=1e-3), idx, idx, False, torch)
     assert set(got) == set(bench.PHASES)
     fwd, bwd, opt = (got[p] for p in bench.PHASES)
-    assert fwd["embedding.default"] == [1, 2 * 5 * 6 * 4]
-    assert fwd["view.default"][1] == 0  # views allocate nothing
-    assert "embedding_dense_backward.default" in bwd and "embedding.default" not in bwd
-    assert opt and "lerp_.Scalar" in opt and opt["lerp_.Scalar"][1] == 0  # AdamW's in-place updates allocate nothing
+    assert fwd["embedding"] == [1, 2 * 5 * 6 * 4]
+    assert fwd["view"][1] == 0  # views allocate nothing
+    assert "embedding_dense_backward" in bwd and "embedding" not in bwd
+    assert opt and "lerp_" in opt and opt["lerp_"][1] == 0  # AdamW's in-place updates allocate nothing
     assert not any(op.startswith("_record_function") for ops in got.values() for op in ops)  # profiler markers are not work
 
     meta = {"date": "d", "cpu": "x", "threads": 1, "dtype": "float32", "gpu": None, "torch": "t", "transformers": "h", "python": "p",
             "batch": 2, "seq": 5, "rounds": 3, "steps": 1, "command": "c"}
     total = {ph: [sum(v[0] for v in ops.values()), sum(v[1] for v in ops.values())] for ph, ops in got.items()}
-    row = {"name": "tiny", "total": {"cyclec": total}, "diff": [{"phase": "backward", "op": "zeros.default", "cyclec": [1, 2**20], "transformers": [0, 0]}]}
+    row = {"name": "tiny", "total": {"cyclec": total}, "diff": [{"phase": "backward", "op": "zeros", "cyclec": [1, 2**20], "transformers": [0, 0]}]}
     text = bench.render({"ops": {"meta": meta, "data": [row]}})
-    assert "| tiny | backward | `zeros.default` | 1 x 1.00 | 0 x 0.00 |" in text
+    assert "| tiny | backward | `zeros` | 1 x 1.00 | 0 x 0.00 | - | - |" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("| tiny | cyclec |"))
-    assert line.split("|")[-3].strip() == str(sum(n for n, _ in total.values()))
+    assert line.split("|")[-4].strip() == str(sum(n for n, _ in total.values()))
+
+    # the profiled self CPU time lands in the phase each op ran in
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    ms = bench.step_self_ms({"tiny": lambda mark: bench.training_step(m, opt, idx, idx, False, mark)}, 3, torch)["tiny"]
+    assert "embedding" in ms["forward"] and "embedding" not in ms["backward"]
+    assert "embedding_dense_backward" in ms["backward"] and "lerp_" in ms["optimizer"] and "lerp_" not in ms["backward"]
+    assert all(v >= 0 for ph in ms.values() for v in ph.values()) and sum(ms["backward"].values()) > 0
