@@ -43,6 +43,8 @@ def _line_html(ln: Line, t: dict) -> str | None:
     if ln.italic:
         s = f"<i>{s}</i>"
     col = t["muted"] if ln.muted else t["fg"]
+    if ln.tail:
+        s += f'<font point-size="{DETAIL}" color="{t["muted"]}">{esc(ln.tail)}</font>'
     return f'<font point-size="{ln.size}" color="{col}">{s}</font>'
 
 

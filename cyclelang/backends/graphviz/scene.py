@@ -27,7 +27,7 @@ between them. A nested stage (a stage among a stage's ops) is a frame inside the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ... import ir
 from ...ir.layout import BranchLayout, FullflowLayout, Part, StageLayout
@@ -125,6 +125,7 @@ class Line:
     bold: bool = False
     italic: bool = False
     muted: bool = False
+    tail: str = ""  # muted words after these, at 12 pt in the regular weight (the graph view's parameter count, dense)
 
 
 def wrap(s: str, size: int, bold: bool, width: float) -> list[str]:
@@ -152,14 +153,19 @@ def wrap(s: str, size: int, bold: bool, width: float) -> list[str]:
 def wrapped(lines: list[Line], width: float) -> list[Line]:
     out = []
     for ln in lines:
-        out += [Line(t, ln.size, ln.bold, ln.italic, ln.muted) for t in wrap(ln.text, ln.size, ln.bold, width)]
+        parts = wrap(ln.text, ln.size, ln.bold, width)
+        out += [Line(t, ln.size, ln.bold, ln.italic, ln.muted, ln.tail if i == len(parts) - 1 else "") for i, t in enumerate(parts)]
     return out
+
+
+def line_w(ln: Line) -> float:
+    return text_w(ln.text, ln.size, ln.bold) + (text_w(ln.tail, DETAIL) if ln.tail else 0.0)
 
 
 def lines_size(lines: list[Line]) -> tuple[float, float]:
     if not lines:
         return 0.0, 0.0
-    return max(text_w(x.text, x.size, x.bold) for x in lines), sum(x.size * LINE for x in lines)
+    return max(line_w(x) for x in lines), sum(x.size * LINE for x in lines)
 
 
 # --- primitives --------------------------------------------------------------------------
@@ -310,24 +316,23 @@ class Scene:
         self.shapes.setdefault(key, shape)
         return Box(self.nid(base), 0.0, 0.0, round(w, 1), round(h, 1), shape, key, words, path=path, **kw)
 
-    def part_box(self, p: Part, on_branch: bool) -> Box:
+    def part_box(self, p: Part, on_branch: bool, grow: bool = True) -> Box:
+        """A part's box. `grow`: top-to-bottom, a dense graph view may widen a norm to set its
+        parameter count on its one line (the count costs nothing along the line)."""
         kind = p.kind
         ml_title, ml_detail, rocket_title, rocket_detail = text.part_words(p.node, on_branch)
         if self.d.terse and isinstance(p.node, (ir.Attention, ir.LatentAttention, ir.LinearAttention)):  # the mask glyph below draws it
             ml_title = ml_title.rsplit(text.DOT, 1)[0]
-        extra = []
-        if self.view == "graph" and p.params:
-            extra = [Line(f"{params.human(p.params)} params", SMALL, muted=True)]
-        words = {
-            "ml": [Line(ml_title, self.d.title, bold=True)] + ([Line(ml_detail)] if ml_detail else []) + extra,
-            "both": [Line(ml_title, self.d.title, bold=True)] + ([Line(ml_detail)] if ml_detail else []) + extra
-            + self.cap(rocket_title),
-            "rocket": [Line(rocket_title, self.d.title, bold=True)] + ([Line(rocket_detail)] if rocket_detail else []) + extra,
-        }
-        if isinstance(p.node, ir.Norm):  # a norm says what it is in one line: where it sits is drawn
-            words = {"ml": [Line(ml_title, self.d.title, bold=True)] + extra, "both": [Line(ml_title, self.d.title, bold=True)] + extra,
-                     "rocket": [Line(f"valve \u00b7 {ml_title}" if self.d.captions else ml_title, self.d.title, bold=True)] + extra}
         glyph, gw, gh = text.glyph(p.node, self.ink, self.d.cells, self.d.mask_cell, self.d.tight)
+        width = max(self.op_wrap if on_branch else self.main_wrap, gw)
+        title = [Line(ml_title, self.d.title, bold=True)]
+        words = {"ml": title + ([Line(ml_detail)] if ml_detail else []), "both": title + ([Line(ml_detail)] if ml_detail else []),
+                 "rocket": [Line(rocket_title, self.d.title, bold=True)] + ([Line(rocket_detail)] if rocket_detail else [])}
+        caps = {"ml": [], "both": self.cap(rocket_title), "rocket": []}
+        if isinstance(p.node, ir.Norm):  # a norm says what it is in one line: where it sits is drawn
+            words = {"ml": title, "both": title, "rocket": [Line(f"valve \u00b7 {ml_title}" if self.d.captions else ml_title, self.d.title, bold=True)]}
+            caps = None
+        words = self.counted(words, p.params, width, caps, least=gw, grow=grow and self.tb and isinstance(p.node, ir.Norm))
         key = kind_style(kind.attr)[0]
         one_line = self.d.compact and isinstance(p.node, ir.Norm)  # "valve · LayerNorm" on one line
         b = self.box(kind.attr or "op", key, words, path=p.path, glyph_h=gh, glyph_w=gw, html=glyph,
@@ -336,6 +341,27 @@ class Scene:
         for k in text.glyph_keys(p.node):
             self.used.add(k)
         return b
+
+    def counted(self, words: dict[str, list[Line]], n: int, width: float, caps: dict[str, list[Line]] | None = None, least: float = 0.0,
+                grow: bool = False) -> dict[str, list[Line]]:
+        """A part's words in each label mode with, in the graph view, its parameter count under
+        them, then its caption (`caps`). A dense figure (no captions) sets the count after the words
+        of the last line with room for it (one line less along the line) where the box, `least` wide
+        at the least (its glyph), is no wider for it in any mode, or, with `grow` (a norm, whose one
+        word leaves its box narrow; top-to-bottom, the embedding), where that line fits `width`."""
+        caps = caps or {m: [] for m in MODES}
+        words = {m: wrapped(words[m], width) for m in MODES}
+        if self.view == "graph" and n:
+            count = f"{params.human(n)} params"
+            widest = max([least] + [line_w(x) for m in MODES for x in words[m] + caps[m]])
+            for m, lines in words.items():
+                fits = [i for i, x in enumerate(lines) if x.text and not x.tail and line_w(replace(x, tail=text.DOT + count)) <= (width if grow else widest)]
+                if not self.d.captions and fits:  # after the last line that has room for it
+                    i = fits[-1]
+                    words[m] = lines[:i] + [replace(lines[i], tail=text.DOT + count)] + lines[i + 1:]
+                else:
+                    words[m] = lines + [Line(count, SMALL, muted=True)]
+        return {m: words[m] + caps[m] for m in MODES}
 
     def branch_titles(self, br) -> dict[str, str]:
         """A branch's name in each label mode; the densest level drops "prechamber", which the
@@ -393,11 +419,7 @@ class Scene:
         else:
             tok = self.box("tokens", "tokens", {"ml": [Line("tokens", self.d.title, True)], "both": [Line("tokens", self.d.title, True), *self.cap("tanks")],
                                               "rocket": [Line("tanks", self.d.title, True)]}, shape="cylinder", path="feed", min_w=70)
-        ml_t, ml_d, r_t, r_d = text.part_words(f, False)
-        extra = [Line(f"{params.human(self.lay.feed.params)} params", SMALL, muted=True)] if self.view == "graph" else []
-        emb = self.box("embed", "feed", {"ml": [Line(ml_t, self.d.title, True), Line(ml_d)] + extra,
-                                         "both": [Line(ml_t, self.d.title, True), Line(ml_d)] + extra + self.cap(r_t),
-                                         "rocket": [Line(r_t, self.d.title, True), Line(r_d)] + extra}, path="feed", wrap_w=self.main_wrap)
+        emb = self.box("embed", "feed", self.end_words(f, self.lay.feed.params, grow=self.tb), path="feed", wrap_w=self.main_wrap)
         u = 0.0
         tok.u = self.along(tok) / 2
         u = self.along(tok) + self.d.gap
@@ -413,15 +435,21 @@ class Scene:
             self.main_wire(b, [(u, 0), (b.length, 0)], f.width, "feed")
         return b
 
+    def end_words(self, node, n: int, grow: bool = False) -> dict[str, list[Line]]:
+        """The embedding's or the head's words in each label mode: its title, its detail if it
+        has one, its parameter count (graph view) and the rocket caption."""
+        ml_t, ml_d, r_t, r_d = text.part_words(node, False)
+
+        def lines(title: str, detail: str) -> list[Line]:
+            return [Line(title, self.d.title, True)] + ([Line(detail)] if detail else [])
+
+        return self.counted({"ml": lines(ml_t, ml_d), "both": lines(ml_t, ml_d), "rocket": lines(r_t, r_d)}, n, self.main_wrap,
+                            {"ml": [], "both": self.cap(r_t), "rocket": []}, grow=grow)
+
     def nozzle_block(self) -> Block:
         z = self.e.nozzle
         b = Block(width_in=z.width, width_out=z.vocab, path="head")
-        ml_t, ml_d, r_t, r_d = text.part_words(z, False)
-        extra = [Line(f"{params.human(self.lay.nozzle.params)} params", SMALL, muted=True)] if self.view == "graph" and self.lay.nozzle.params else []
-        head = self.box("head", "head", {"ml": [Line(ml_t, self.d.title, True), Line(ml_d)] + extra,
-                                         "both": [Line(ml_t, self.d.title, True), Line(ml_d)] + extra + self.cap(r_t),
-                                         "rocket": [Line(r_t, self.d.title, True), Line(r_d)] + extra}, shape="trapezium", path="head", flip=True,
-                        wrap_w=self.main_wrap)
+        head = self.box("head", "head", self.end_words(z, self.lay.nozzle.params), shape="trapezium", path="head", flip=True, wrap_w=self.main_wrap)
         th = text.throat(self.e.throat)
         if self.d.terse:
             logits = self.tagw("logits", {"ml": [Line(f"logits{text.DOT}{th.ml}", self.d.title, True)],
@@ -450,10 +478,13 @@ class Scene:
         beside = self.room is None or self.across(head) + self.d.gap + self.across(logits) <= self.room / 2
         if self.d.compact and beside:  # dense: the logits beside the head, the link over the head's far end
             self.hang(b, [head])
-            turn = head_end + self.d.gap
-            logits.u = head_end - self.along(logits) / 2  # tops level: the link comes down into it
+            # tops level, the link coming down into it; never lower than the head's foot, where
+            # the block before it may reach across
+            logits.u = max(head_end - self.along(logits) / 2, head.u - self.along(head) / 2 + self.along(logits) / 2)
+            turn = logits.u + self.along(logits) / 2 + self.d.gap
             logits.v = head.v + self.across(head) / 2 + self.d.gap + self.across(logits) / 2
             logits.main = True
+            self.hang(b, [])  # the extents again, with the logits where they now are
             self.main_wire(b, [(head_end, 0), (turn, 0), (turn, logits.v), (logits.u + self.along(logits) / 2, logits.v)], 0, "head",
                            arrow=True, kind="link")
             b.length = max(b.length, turn + 2)
@@ -463,6 +494,7 @@ class Scene:
         logits.u = u + self.along(logits) / 2
         self.hang(b, [head])
         logits.v = head.v  # over the head's middle, and the link with it
+        self.hang(b, [])
         self.main_wire(b, [(head_end, head.v), (u, head.v)], 0, "head", arrow=True, kind="link")
         u += self.along(logits)
         b.length = u
@@ -861,7 +893,15 @@ class Scene:
         v = (col_v if col_v is not None else self.d.col_gap + col_w / 2)
         # the branch's name beside the wire that runs to its first op, never across it: TB, right
         # of that wire and just past the split; LR, above the column's ops
-        beside = self.tb and self.d.compact and ops and self.across(title) + self.across(ops[0]) / 2 + 10 <= col_w / 2
+        def room_beside(first: Box) -> bool:
+            return self.across(title) + self.across(first) / 2 + 10 <= col_w / 2
+
+        beside = self.tb and self.d.compact and ops and room_beside(ops[0])
+        if self.tb and self.d.compact and self.view == "graph" and not self.d.captions and ops and not beside:
+            # a narrower first op, its count under its words, may leave the name room
+            narrow = self.part_box(bl.ops[0], True, grow=False)
+            if narrow.w < ops[0].w and room_beside(narrow):
+                ops[0], beside = narrow, True
         if beside:  # dense: right of the first op, in the column's free width, at no cost along
             u = split.u + self.d.gap
             title.u, title.v = u + self.along(ops[0]) / 2, v + self.across(ops[0]) / 2 + 6 + self.across(title) / 2
