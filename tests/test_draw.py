@@ -24,6 +24,19 @@ HAS_DOT = shutil.which("neato") is not None
 needs_dot = pytest.mark.skipif(not HAS_DOT and os.environ.get("CI") != "true", reason="the Graphviz 'neato' program is not installed (CI installs it)")
 GOLDENS = ROOT / "tests" / "goldens" / "specs"
 
+# The sweeps over every spec (each laid out at every preset, most of them again for a hint when
+# one does not fit) run in full with the slow tests; the fast tier sweeps these, which between
+# them draw a MoE's router and experts, an overboard branch and a detached read (gas_generator),
+# Post-LN's norms on the main line and GPT-2's two branches (the nested stages' sweep is
+# test_nested_stages_are_frames_inside_a_frame_with_their_badges, compare mode's
+# test_nothing_overlaps_in_a_compare_figure).
+FAST_SWEEP = {"gpt2", "moe", "gas_generator", "post_ln"}
+
+
+def swept(paths, fast=FAST_SWEEP):
+    """`paths` for a parametrized sweep: those in `fast` in the fast tier, the rest slow."""
+    return [p if p.stem in fast else pytest.param(p, marks=pytest.mark.slow) for p in paths]
+
 
 def spec(stem: str) -> ir.Spec:
     return cyclelang.load(ROOT / "specs" / f"{stem}.cycle")
@@ -111,7 +124,7 @@ def classes(a) -> list[str]:
 
 
 @pytest.mark.parametrize("rankdir", ["TB", "LR"])
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST_SWEEP | {"striped"}), ids=spec_id)  # striped: a group of stages
 def test_no_stage_is_drawn_in_two_pieces(path, rankdir):
     """Each stage is one frame holding every one of its parts, however the figure wraps."""
     s = cyclelang.load(path)
@@ -196,7 +209,7 @@ def test_ml_labels_use_no_rocket_words(path, view):
 
 
 @pytest.mark.parametrize("view", ["cycle", "graph"])
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS), ids=spec_id)
 def test_a_legend_entry_for_every_colour_and_shape(path, view):
     for size in (None, "column", "page"):  # the natural figure and the densest a preset gets
         try:
@@ -271,17 +284,28 @@ def overlaps(dot: str) -> list[tuple[str, str, str]]:
     return found
 
 
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS), ids=spec_id)
 def test_nothing_overlaps_and_no_wire_runs_through_text(path):
     """Every spec, both views, natural and at every preset it fits (top-to-bottom), and left to right."""
-    s = cyclelang.load(path)
+    assert _sweep_overlaps(cyclelang.load(path)) >= 4  # natural TB and LR in both views at least
+
+
+def test_nothing_overlaps_in_a_compare_figure():
+    """Small multiples, natural and on the slide they are drawn for."""
+    assert _sweep_overlaps([spec("gpt2"), spec("post_ln"), spec("deepnet")], (("TB", None), ("LR", None), (None, "slide"))) >= 4
+
+
+def _sweep_overlaps(s, ways=(("TB", None), ("LR", None), (None, "slide"), (None, "column"), (None, "page"))) -> int:
+    drawn = 0
     for view in ("cycle", "graph"):
-        for rankdir, size in (("TB", None), ("LR", None), (None, "slide"), (None, "column"), (None, "page")):
+        for rankdir, size in ways:
             try:
                 dot = to_dot(s, view=view, rankdir=rankdir, size=size)
             except cyclelang.CycleError:
                 continue
             assert overlaps(dot) == [], (view, rankdir, size)
+            drawn += 1
+    return drawn
 
 
 def test_the_overlap_check_sees_a_clash():
@@ -510,7 +534,7 @@ def svg_text_sizes(svg: str, preset: tuple[float, float]) -> tuple[float, list[f
 @needs_dot
 @pytest.mark.parametrize("view", ["cycle", "graph"])
 @pytest.mark.parametrize("size", ["slide", "column", "page"])
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST_SWEEP | FITS_COLUMN), ids=spec_id)
 def test_text_size_per_preset(path, size, view):
     from cyclelang.backends.graphviz.figure import SIZES
 

@@ -141,6 +141,7 @@ class Figure:
 
     def attempt(self, rankdir: str, level: int) -> None:
         self.rankdir, self.level, self.d = rankdir, level, DENSITIES[level]
+        self.built: list[Scene] | None = None
         self.nodes: list[tuple[str, dict]] = []
         self.edges: list[tuple[str, str, dict]] = []
         self.layout()
@@ -155,10 +156,14 @@ class Figure:
         return TIGHT_MARGIN if self.d.tight else MARGIN
 
     def scenes(self, max_along: float | None) -> list[Scene]:
-        return [Scene(e, view=self.view, rankdir=self.rankdir, expand=self.expand, wrap_w=WRAP[self.size], max_along=max_along,
-                      readings=(self.readings[i] if self.readings else None), scale=self.scale or (1e-3, 10.0), id_prefix=f"e{i}.",
-                      density=self.level, ink=self.t, room=self.room())
-                for i, e in enumerate(self.engines)]
+        """Each engine's scene at this attempt's direction and density, wrapped at `max_along`
+        (built once per attempt, then only packed again)."""
+        if self.built is None:
+            self.built = [Scene(e, view=self.view, rankdir=self.rankdir, expand=self.expand, wrap_w=WRAP[self.size], max_along=None,
+                                readings=(self.readings[i] if self.readings else None), scale=self.scale or (1e-3, 10.0), id_prefix=f"e{i}.",
+                                density=self.level, ink=self.t, room=self.room())
+                          for i, e in enumerate(self.engines)]
+        return [s if max_along is None else s.repacked(max_along) for s in self.built]
 
     def room(self) -> float | None:
         """The preset's room across the main line, if it has one."""

@@ -26,6 +26,8 @@ between them. A nested stage (a stage among a stage's ops) is a frame inside the
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -100,6 +102,7 @@ _NARROW = set("iljtf.,:;'|!()[] \u00b7")
 _WIDE = set("mwMW\u2192\u2016\u22ef")
 
 
+@functools.lru_cache(maxsize=65536)  # a size preset lays a figure out many times over: the same words each time
 def text_w(s: str, size: float, bold: bool = False) -> float:
     """About how wide Helvetica sets `s` (from its glyph widths, a little generous; a
     deterministic estimate, so the layout never depends on the machine's fonts)."""
@@ -406,9 +409,21 @@ class Scene:
             else:
                 blocks.append(self.series_block(it, True))
         blocks.append(self.nozzle_block())
+        self.blocks, self.built_n = blocks, self.n
         self.pack(blocks)
         if self.readings is not None:
             self.apply_readings()
+
+    def repacked(self, max_along: float | None) -> "Scene":
+        """The same scene, its main line wrapped at `max_along`: the blocks are packed again, not
+        built again (a size preset tries several wraps of one layout)."""
+        s = copy.copy(self)
+        s.max_along, s.n = max_along, self.built_n
+        s.boxes, s.wires, s.frames, s.col_len = [], [], [], 0.0
+        s.pack(self.blocks)
+        if s.readings is not None:
+            s.apply_readings()
+        return s
 
     def feed_block(self) -> Block:
         f = self.e.feed
