@@ -486,6 +486,23 @@ def test_size_chooses_the_density_and_the_direction():
     assert balanced([74.0, 360.0, 27.0, 64.0], 2) == pytest.approx(434.0) and balanced([5.0], 2) is None
 
 
+def test_a_repacked_scene_is_the_scene_built_at_that_wrap():
+    """A size preset builds a scene once per density and direction, then packs it again for
+    each wrap it tries: the same boxes, wires, frames and ids as a scene built at that wrap."""
+    from cyclelang.backends.graphviz.scene import Scene
+
+    kw = dict(view="graph", rankdir="TB", expand=False, wrap_w=230.0, density=2, room=936.0)
+    e = spec("throat").engine
+    built = Scene(e, max_along=None, **kw)
+    for cap in (350.0, 500.0):
+        fresh, again = Scene(e, max_along=cap, **kw), built.repacked(cap)
+        assert len(fresh.columns) > 1 and again.columns == fresh.columns
+        assert [(b.id, b.u, b.v, b.w, b.h) for b in again.boxes] == [(b.id, b.u, b.v, b.w, b.h) for b in fresh.boxes]
+        assert [(w.id, w.pts) for w in again.wires] == [(w.id, w.pts) for w in fresh.wires]
+        assert [(f.id, f.u0, f.v0, f.u1, f.v1) for f in again.frames] == [(f.id, f.u0, f.v0, f.u1, f.v1) for f in fresh.frames]
+    assert len(built.columns) == 1  # the scene it was packed from is as it was
+
+
 def test_template_only_file_is_a_diagnostic():
     with pytest.raises(cyclelang.CycleError) as e:
         cyclelang.draw("stage s { prechamber p { turbine mlp } }\n")

@@ -904,19 +904,23 @@ class Scene:
             g = self.readings["branches"][bpath]
             names = {m: f"{w} \u00b7 grad {text.num(g)}" for m, w in names.items()}
         title = self.tagw("branch", {m: [Line(w, DETAIL, bold=True, muted=True)] for m, w in names.items()}, key="branch_title")
-        col_w = max([self.across(o) for o in ops] + ([self.across(title)] if self.tb else []))
-        v = (col_v if col_v is not None else self.d.col_gap + col_w / 2)
+
+        def width(boxes: list[Box]) -> float:
+            return max([self.across(o) for o in boxes] + ([self.across(title)] if self.tb else []))
+
+        def room_beside(boxes: list[Box]) -> bool:
+            return self.across(title) + self.across(boxes[0]) / 2 + 10 <= width(boxes) / 2
+
         # the branch's name beside the wire that runs to its first op, never across it: TB, right
         # of that wire and just past the split; LR, above the column's ops
-        def room_beside(first: Box) -> bool:
-            return self.across(title) + self.across(first) / 2 + 10 <= col_w / 2
-
-        beside = self.tb and self.d.compact and ops and room_beside(ops[0])
+        beside = self.tb and self.d.compact and ops and room_beside(ops)
         if self.tb and self.d.compact and self.view == "graph" and not self.d.captions and ops and not beside:
             # a narrower first op, its count under its words, may leave the name room
-            narrow = self.part_box(bl.ops[0], True, grow=False)
-            if narrow.w < ops[0].w and room_beside(narrow):
-                ops[0], beside = narrow, True
+            narrow = [self.part_box(bl.ops[0], True, grow=False)] + ops[1:]
+            if narrow[0].w < ops[0].w and room_beside(narrow):
+                ops, beside = narrow, True
+        col_w = width(ops)
+        v = (col_v if col_v is not None else self.d.col_gap + col_w / 2)
         if beside:  # dense: right of the first op, in the column's free width, at no cost along
             u = split.u + self.d.gap
             title.u, title.v = u + self.along(ops[0]) / 2, v + self.across(ops[0]) / 2 + 6 + self.across(title) / 2
