@@ -469,6 +469,16 @@ def test_cli_size_preset_and_its_refusal(tmp_path):
     assert r.exit_code == 0 and out.exists()
 
 
+def test_a_graph_view_that_does_not_fit_is_told_the_cycle_view_does(tmp_path):
+    """The preset is the page's own: the graph view that misses it is pointed first at the same
+    figure without its counts and shapes, at that preset, and that hint works."""
+    out = tmp_path / "g.svg"
+    r = CliRunner().invoke(main, ["draw", str(ROOT / "specs/pressure_fed.cycle"), "--view", "graph", "--size", "column", "-o", str(out)])
+    assert r.exit_code == 1 and "E0275" in r.output and "help: the cycle view (--view cycle) fits --size column" in r.output and not out.exists()
+    r = CliRunner().invoke(main, ["draw", str(ROOT / "specs/pressure_fed.cycle"), "--view", "cycle", "--size", "column", "-o", str(out)])
+    assert r.exit_code == 0 and out.exists()
+
+
 def test_size_chooses_the_density_and_the_direction():
     """A preset takes the least dense layout that fits it, top-to-bottom first; an asked
     direction is kept; a tall figure wraps into balanced columns between stages."""

@@ -126,21 +126,23 @@ def _fit_hint(engines, rankdir, size, miss, kw) -> str:
 
     if miss.cap:
         return "draw it folded (without --expand)" if kw["expand"] else "split the engine into fewer distinct stages (stage templates with x N)"
-    tries = []
+    tries = []  # (rankdir, size, what to say, what else changes)
     if rankdir is not None:
-        tries.append((None, size, f"without --rankdir {rankdir} it fits --size {size}"))
+        tries.append((None, size, f"without --rankdir {rankdir} it fits --size {size}", {}))
+    if kw["view"] == "graph":  # the preset is the page's own: the same figure without the counts and shapes first
+        tries.append((rankdir, size, f"the cycle view (--view cycle) fits --size {size}", {"view": "cycle"}))
     from .figure import SIZES as AREAS
 
     def area(p):
         return AREAS[p][0] * AREAS[p][1]
 
     nearest = sorted((p for p in SIZES if p != size), key=lambda p: abs(area(p) - area(size)))  # the closest preset first
-    tries += [(rankdir, other, f"--size {other} fits") for other in nearest]
+    tries += [(rankdir, other, f"--size {other} fits", {}) for other in nearest]
     if kw["expand"]:
-        tries.append((rankdir, size, f"folded (without --expand) it fits --size {size}"))
-    for rd, sz, say in tries:
+        tries.append((rankdir, size, f"folded (without --expand) it fits --size {size}", {"expand": False}))
+    for rd, sz, say, other in tries:
         try:
-            Figure(engines, rankdir=rd, size=sz, **{**kw, "expand": kw["expand"] and "without --expand" not in say})
+            Figure(engines, rankdir=rd, size=sz, **{**kw, **other})
         except Fit:
             continue
         return say
