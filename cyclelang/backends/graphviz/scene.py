@@ -65,8 +65,9 @@ class Density:
        as the frame leaves them, smaller junctions and badges, a junction's note kept inside
        the frame (DeepNet's α beside its β), full flow's branches one after another where
        side by side they are wider than the preset (`Scene.fullflow_stacked`);
-    5. `summary` (the cycle view): a stage inside a group of stages that holds no stage itself
-       drawn as one box on the main line, its parts on one line (`Scene.summary_block`)."""
+    5. `summary`: a stage inside a group of stages that holds no stage itself drawn as one
+       box on the main line, its parts on one line (`Scene.summary_block`; the graph view
+       adds each part's parameter count under its words, the stage's under its name)."""
 
     title: int = TITLE
     stage_title: int = STAGE_TITLE
@@ -605,7 +606,7 @@ class Scene:
         frame of its group's instance `within` (its path: that instance's, then its own range)."""
         st = sl.stage
         path = f"{within}.{ir.layout.stage_path(sl.first, st.repeat)}" if within is not None else sl.path if r is None else sl.instance(r)
-        if self.d.summary and self.view == "cycle" and depth > 0 and not any(isinstance(it, StageLayout) for it in sl.items):
+        if self.d.summary and depth > 0 and not any(isinstance(it, StageLayout) for it in sl.items):
             return self.summary_block(sl, r, path, depth)
         b = Block(width_in=st.width_in, path=path)
         # the header: on the branch side, at the frame's far end (TB) or above the branches (LR)
@@ -714,14 +715,16 @@ class Scene:
 
         cells: list[tuple[dict[str, list[str]], str, bool]] = []  # (lines per mode, fill, bold)
         name = st.name + (f" \u00d7{st.repeat}" if st.repeat > 1 and r is None else f" {r % st.repeat + 1}/{st.repeat}" if st.repeat > 1 else "")
-        cells.append(({m: [name] for m in MODES}, "", True))
+        graph = self.view == "graph"  # each part's parameter count under its words, the stage's under its name
+        count = [f"{params.human(sum(p.params for p in self.stage_parts(sl)))} params"] if graph else []
+        cells.append(({m: [name] + count for m in MODES}, "", True))
         if st.repeat > 1 and r is None:
             self.used.add("repeat")
         tips = []
 
         def lines(title: str, detail: str) -> list[str]:
             """The title's " · " pieces that stay within 150 pt, then the rest of them and the
-            detail's within 180 pt on a second line (a chip shows what tells its parts apart)."""
+            detail's within 190 pt on a second line (a chip shows what tells its parts apart)."""
             segs = [x for x in title.split(text.DOT) if x not in ("causal", "bidirectional")]
             rest = [x for x in detail.split(text.DOT) if x]
             out = [segs.pop(0)]
@@ -730,7 +733,7 @@ class Scene:
             more = ""
             for seg in segs + rest:
                 nxt = f"{more}{text.DOT}{seg}" if more else seg
-                if text_w(nxt, DETAIL) > 180:
+                if text_w(nxt, DETAIL) > 190:
                     break
                 more = nxt
             return out + ([more] if more else [])
@@ -742,7 +745,8 @@ class Scene:
             key = kind_style(p.kind.attr)[0]
             self.used.add(key)
             self.shapes.setdefault(key, "rounded")
-            cells.append(({"ml": ml, "both": ml, "rocket": rocket}, ink[KIND_FILL.get(p.kind.attr, "other")], False))
+            count = [f"{params.human(p.params)} params"] if graph and p.params else []
+            cells.append(({"ml": ml + count, "both": ml + count, "rocket": rocket + count}, ink[KIND_FILL.get(p.kind.attr, "other")], False))
             tips.append(f"{p.path}: {ml_t}" + (f" ({ml_d})" if ml_d else ""))
 
         def plus(merge) -> None:
