@@ -571,7 +571,7 @@ def svg_text_sizes(svg: str, preset: tuple[float, float]) -> tuple[float, list[f
 @needs_dot
 @pytest.mark.parametrize("view", ["cycle", "graph"])
 @pytest.mark.parametrize("size", ["slide", "column", "page"])
-@pytest.mark.parametrize("path", swept(SPECS, FAST_SWEEP | FITS_COLUMN), ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST_SWEEP | {"mamba2", "striped"}), ids=spec_id)
 def test_text_size_per_preset(path, size, view):
     from cyclelang.backends.graphviz.figure import SIZES
 
