@@ -254,9 +254,9 @@ def overlaps(dot: str) -> list[tuple[str, str, str]]:
     """What a reader would see as a clash: two pieces of text or shapes on top of each other, or a
     wire run through one (a wire may end on a box's edge; a split dot and a junction sit on the
     wires they join; a frame holds what is in it). Boxes are shrunk by 1.5 pt, the estimate's slack."""
-    placed = {}
+    placed, key_of = {}, {}
     for nid, a in nodes(dot).items():
-        key = (classes(a) or [""])[0]
+        key = key_of[nid] = (classes(a) or [""])[0]
         if nid.startswith("canvas") or a.get("style") == "invis" or key in ("frame", "arrowhead") or "width" not in a:
             continue
         x0, y0, x1, y1 = rect(a)
@@ -281,7 +281,28 @@ def overlaps(dot: str) -> list[tuple[str, str, str]]:
                         (abs(ay - by) < 0.2 and y0 < ay < y1 and min(ax, bx) < x1 and max(ax, bx) > x0):
                     found.append(("wire", a.get("class", ""), nid))
                     break
+                own_label = any(k in nid for k in ("shape#", "main_note#", "merge_note#"))  # a wire's own words sit by it
+                if key_of[nid] in ("head", "logits", "text") and not own_label and \
+                        hugs((ax, ay), (bx, by), float(a.get("penwidth", 1)) / 2, (x0 - 1.5, y0 - 1.5, x1 + 1.5, y1 + 1.5)):
+                    found.append(("hug", a.get("class", ""), nid))
+                    break
     return found
+
+
+def hugs(p, q, half: float, r, near: float = 4.0, run: float = 12.0) -> bool:
+    """A wire that runs along a box's outline or a line of text, less than `near` pt from it
+    (its pen's edge to the box) for more than `run` pt, as the logits' link once ran along the
+    LM head's top and under the subtitle: it reads as touching it."""
+    (ax, ay), (bx, by), (x0, y0, x1, y1) = p, q, r
+    if abs(ay - by) < 0.2:  # across
+        gap = max(y0 - ay, ay - y1) - half
+        shared = min(max(ax, bx), x1) - max(min(ax, bx), x0)
+    elif abs(ax - bx) < 0.2:  # along
+        gap = max(x0 - ax, ax - x1) - half
+        shared = min(max(ay, by), y1) - max(min(ay, by), y0)
+    else:
+        return False
+    return 0 <= gap < near and shared > run
 
 
 @pytest.mark.parametrize("path", swept(SPECS), ids=spec_id)
@@ -312,6 +333,42 @@ def test_the_overlap_check_sees_a_clash():
     dot = to_dot(spec("gpt2"))
     moved = re.sub(r'("e0\.norm#31" \[.*?pos=")[0-9.]+,[0-9.]+', lambda m: m.group(1) + nodes(dot)["e0.head#33"]["pos"].rstrip("!"), dot)
     assert any(k == "overlap" and "e0.norm#31" in (a, b) for k, a, b in overlaps(moved))
+
+
+def test_the_overlap_check_sees_a_wire_run_along_a_box_or_a_line_of_text():
+    """The logits' link as it once was at the dense levels (jamba, --size slide): out of the LM
+    head's corner, along its top 4 pt over it and under the subtitle, then down into the logits."""
+    dot = "\n".join([
+        '\t"e0.head#48" [class="head head" height="0.462" pos="93.3,489.8!" shape="trapezium" width="2.260"]',
+        '\t"e0.logits#49" [class="logits" height="0.258" pos="251.4,497.2!" shape="plaintext" width="2.019"]',
+        '\t"e0.subtitle" [class="text" height="0.259" pos="309.1,522.5!" shape="plaintext" width="3.481"]',
+        '\t"e0.line#51.a" -> "e0.line#51.b" [class="link head" penwidth="1.50" pos="e,251.4,506.5 22.0,506.5 22.0,507.8 22.0,509.2 '
+        '22.0,510.5 98.5,510.5 174.9,510.5 251.4,510.5 251.4,510.0 251.4,509.4 251.4,508.9"]'])
+    found = {(k, b) for k, _, b in overlaps(dot)}
+    assert {("hug", "e0.head#48"), ("hug", "e0.subtitle")} <= found
+    assert hugs((0, 10), (100, 10), 0.75, (20, 12, 60, 30)) and not hugs((0, 10), (100, 10), 0.75, (20, 16, 60, 30))
+    assert not hugs((0, 10), (30, 10), 0.75, (20, 12, 60, 30))  # along it for 10 pt only: a wire passing by
+
+
+@pytest.mark.parametrize("stem,size,rankdir", [("gpt2", None, "TB"), ("gpt2", None, "LR"), ("gpt2", "column", None), ("gpt2", "page", None),
+                                               ("jamba", "slide", None), ("striped", "slide", None), ("moe", "page", None)])
+def test_the_logits_link_runs_straight_out_of_the_head_into_its_label(stem, size, rankdir):
+    """At every density: one straight segment from the middle of the LM head's far end (its top,
+    top-to-bottom) to the logits' near edge, the logits over the head's middle."""
+    dot = to_dot(spec(stem), size=size, rankdir=rankdir)
+    ns = nodes(dot)
+    head = rect(next(a for a in ns.values() if classes(a)[:1] == ["head"]))
+    logits = rect(next(a for a in ns.values() if classes(a)[:1] == ["logits"]))
+    (link,) = [a for a in edges(dot) if classes(a)[:2] == ["link", "head"]]
+    ps = link["pos"].split()
+    pts = [tuple(map(float, p.split(","))) for p in ps if not p.startswith("e,")] + [tuple(map(float, ps[0][2:].split(",")))]
+    (x0, y0), (x1, y1) = pts[0], pts[-1]
+    if rankdir == "LR":
+        assert all(abs(y - y0) < 0.2 for _, y in pts) and abs(y0 - (head[1] + head[3]) / 2) < 1
+        assert abs(x0 - head[2]) < 1 and abs(x1 - logits[0]) < 1
+    else:
+        assert all(abs(x - x0) < 0.2 for x, _ in pts) and abs(x0 - (head[0] + head[2]) / 2) < 1
+        assert abs(y0 - head[3]) < 1 and abs(y1 - logits[1]) < 1
 
 
 def test_the_main_line_is_as_wide_as_the_chamber_and_a_throat_pinches():

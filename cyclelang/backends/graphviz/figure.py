@@ -331,8 +331,8 @@ class Figure:
                 pts += [(X - b.w / 2, Y - b.h / 2), (X + b.w / 2, Y + b.h / 2)]
             for f in s.frames:
                 pts += [self.xy(s, f.u0, f.v0), self.xy(s, f.u1, f.v1)]
-            for w in s.wires:
-                pts += [self.xy(s, u, v) for u, v in w.pts]
+            for w in s.wires:  # a wire's pen over it is part of the page box: a thick main line clears the title
+                pts += [(X, Y + self.pen(s, w) / 2) for X, Y in (self.xy(s, u, v) for u, v in w.pts)]
             x0, y0 = min(p[0] for p in pts), min(p[1] for p in pts)
             x1, y1 = max(p[0] for p in pts), max(p[1] for p in pts)
             placed.append((s, x0, y0, x1, y1))
@@ -420,7 +420,7 @@ class Figure:
         subs = {s.pre: ([stats(s)] if self.size is None or beside else wrap(stats(s, len(scenes) > 1 or self.level < 2), DETAIL, not self.d.tight, limit - 6))
                 for s in scenes}
         sub_h = 0.0 if beside else (5.0 if self.d.tight else 8.0) + max(len(x) for x in subs.values()) * DETAIL * 1.22  # LR: the top engine's numbers over it
-        top = total_h + sub_h + (3 if self.d.tight else 6)
+        top = total_h + sub_h + (5 if self.d.tight else 6)  # the subtitle clears a thick wire over the body
         for (s, x0, y0, x1, y1), (dx, dy) in zip(placed, offs):
             self.emit_scene(s, dx, dy + lift)
             lines = [Line(x, DETAIL, bold=not self.d.tight) for x in subs[s.pre]]  # tightest: plain, to keep it on one line
@@ -534,6 +534,11 @@ class Figure:
         if self.scale:
             self.values(s, dx, dy)
 
+    @staticmethod
+    def pen(s: Scene, w: Wire) -> float:
+        """A wire's pen width: the main line's in proportion to the chamber's width."""
+        return {"main": max(1.5, 8.0 * w.width / max(1, s.max_width)), "link": 1.5, "branch": 2.0, "cut": 2.0, "vent": 2.0, "spark": 1.5}[w.kind]
+
     def wire(self, s: Scene, w: Wire, dx: float, dy: float) -> None:
         t = self.t
         pts = [self.xy(s, u, v) for u, v in w.pts]
@@ -543,7 +548,7 @@ class Figure:
             return
         attrs = {"class": f"{w.kind} {w.path}".strip(), "arrowhead": "none"}
         color = {"main": t["chamber"], "branch": t["branch"], "cut": t["cut"], "vent": t["vent"], "spark": t["spark"], "link": t["chamber"]}[w.kind]
-        width = {"main": max(1.5, 8.0 * w.width / max(1, s.max_width)), "link": 1.5, "branch": 2.0, "cut": 2.0, "vent": 2.0, "spark": 1.5}[w.kind]
+        width = self.pen(s, w)
         if w.value is not None:
             color = ZERO if w.value == 0 else colour(log_pos(w.value, self.scale))
             what = "\u2016dL/dx\u2016" if w.table == "chain" else "gradient norm"

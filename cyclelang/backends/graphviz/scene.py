@@ -54,7 +54,7 @@ class Density:
 
     1. `compact`: a branch's name beside its first op when the column has room, a stage's
        parameter count under its name, boxes on the main line hung to the branch side (so
-       nothing sticks out on the far side), the logits beside the head, norms on one line;
+       nothing sticks out on the far side), the logits over the head (its link straight out of the head's top), norms on one line;
     2. also every title at 12 pt, tighter gaps and padding, at most 8 head or expert cells
        (the rest as "+k"), and no rocket caption under a part whose colour the legend
        already names in both vocabularies;
@@ -489,23 +489,6 @@ class Scene:
             self.shape_tag(b, u + 2, z.vocab)
             u = b.length
         b.boxes += [head, logits]
-        # beside the head when both take at most half the room across (a figure wrapped into
-        # columns has less than its whole width for each)
-        beside = self.room is None or self.across(head) + self.d.gap + self.across(logits) <= self.room / 2
-        if self.d.compact and beside:  # dense: the logits beside the head, the link over the head's far end
-            self.hang(b, [head])
-            # tops level, the link coming down into it; never lower than the head's foot, where
-            # the block before it may reach across
-            logits.u = max(head_end - self.along(logits) / 2, head.u - self.along(head) / 2 + self.along(logits) / 2)
-            turn = logits.u + self.along(logits) / 2 + self.d.gap
-            logits.v = head.v + self.across(head) / 2 + self.d.gap + self.across(logits) / 2
-            logits.main = True
-            self.hang(b, [])  # the extents again, with the logits where they now are
-            self.main_wire(b, [(head_end, 0), (turn, 0), (turn, logits.v), (logits.u + self.along(logits) / 2, logits.v)], 0, "head",
-                           arrow=True, kind="link")
-            b.length = max(b.length, turn + 2)
-            b.pos = max(b.pos, logits.v + self.across(logits) / 2)
-            return b
         u += self.d.gap
         logits.u = u + self.along(logits) / 2
         self.hang(b, [head])
