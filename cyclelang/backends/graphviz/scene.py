@@ -589,7 +589,7 @@ class Scene:
         frame of its group's instance `within` (its path: that instance's, then its own range)."""
         st = sl.stage
         path = f"{within}.{ir.layout.stage_path(sl.first, st.repeat)}" if within is not None else sl.path if r is None else sl.instance(r)
-        if self.d.summary and depth > 0 and not any(isinstance(it, StageLayout) for it in sl.items):
+        if self.d.summary and self.summarised(sl, depth):
             return self.summary_block(sl, r, path, depth)
         b = Block(width_in=st.width_in, path=path)
         # the header: on the branch side, at the frame's far end (TB) or above the branches (LR)
@@ -686,6 +686,21 @@ class Scene:
         self.fill_main(b, sl, r, path)
         self.vent_outside(b)
         return b
+
+    def summarised(self, sl: StageLayout, depth: int) -> bool:
+        """At the last level a stage that holds no stage is one box of its parts: inside a group,
+        always; on the main line (the cycle view), unless the box would hide what the stage is
+        about (a detached read or an overboard branch, drawn as a cut and a dump nozzle, or a main
+        line that narrows inside it, as a throat's does)."""
+        if any(isinstance(it, StageLayout) for it in sl.items):
+            return False
+        if depth > 0:
+            return True
+        if self.view != "cycle":
+            return False
+        branches = [it for it in sl.items if isinstance(it, BranchLayout)] + [br for it in sl.items if isinstance(it, FullflowLayout) for br in it.branches]
+        return not any(br.branch.detach or br.branch.overboard for br in branches) and \
+            all(it.width == sl.stage.width_in for it in sl.items if isinstance(it, Part))
 
     def summary_block(self, sl: StageLayout, r: int | None, path: str, depth: int) -> Block:
         """Level 5: a stage inside a group, holding no stage itself, as one box on the main line
@@ -793,6 +808,8 @@ class Scene:
             attrs = f' bgcolor="{fill}" border="1" color="{ink["cell_border"]}"' if fill else ""
             return f'<td width="{widths[i]:.0f}" height="{cell_h:.0f}" fixedsize="true"{attrs}>{"<br/>".join(words)}</td>'
 
+        line_w = [sum(round(widths[i]) for i in ln) + 3 * (len(ln) + 1) for ln in lines]
+        over = len(lines) > 1 and round(widths[0]) + 6 + max(line_w) + 4 > avail
         htmls = {}
         for m in MODES:
             if len(lines) == 1:
@@ -802,13 +819,20 @@ class Scene:
             # every line as wide as the widest, so they start at one left edge
             pad = ['' if max(rw) - x < 4 else f'<td width="{max(rw) - x - 3:.0f}" height="{cell_h:.0f}" fixedsize="true"></td>' for x in rw]
             rows_html = [f'<table border="0" cellspacing="3" cellpadding="0"><tr>{"".join(td(i, m) for i in ln)}{p}</tr></table>' for ln, p in zip(lines, pad)]
-            first = f'<td rowspan="{len(lines)}"><table border="0" cellspacing="3" cellpadding="0"><tr>{td(0, m)}</tr></table></td>'
-            body = "".join(f'<tr>{first if k == 0 else ""}<td>{x}</td></tr>' for k, x in enumerate(rows_html))
+            first = f'<table border="0" cellspacing="3" cellpadding="0"><tr>{td(0, m)}</tr></table>'
+            if over:  # the name on a line of its own over its parts' lines, where beside them it is too wide
+                body = f'<tr><td align="left">{first}</td></tr>' + "".join(f'<tr><td>{x}</td></tr>' for x in rows_html)
+            else:
+                body = "".join(f'<tr>{f"<td rowspan={chr(34)}{len(lines)}{chr(34)}>{first}</td>" if k == 0 else ""}<td>{x}</td></tr>'
+                               for k, x in enumerate(rows_html))
             htmls[m] = f'<table border="0" cellspacing="0" cellpadding="0">{body}</table>'
         if len(lines) == 1:
             w, h = sum(round(cw) for cw in widths) + 3 * (len(cells) + 1) + 4, cell_h + 7
+        elif over:
+            w = max(round(widths[0]) + 6, max(line_w)) + 4
+            h = (len(lines) + 1) * (cell_h + 6) + 4
         else:
-            w = round(widths[0]) + 6 + max(sum(round(widths[i]) for i in ln) + 3 * (len(ln) + 1) for ln in lines) + 4
+            w = round(widths[0]) + 6 + max(line_w) + 4
             h = len(lines) * (cell_h + 6) + 4
         b = Block(width_in=st.width_in, width_out=st.width_in, path=path)
         self.used.add("stage")
@@ -883,6 +907,9 @@ class Scene:
         b = Block(width_in=width, width_out=width, path=bpath)
         split = self.point("split", bpath)
         split.u = self.d.gap / 2
+        cut = self.tag("cut", "0 \u00b7 no gradient" if self.readings is not None else "no gradient", key="cut_label", italic=True) if br.detach else None
+        if self.tb and cut is not None:  # the "no gradient" under the cut stays inside the stage's frame
+            split.u = max(split.u, cut.h + 2)
         b.boxes.append(split)
         ops = [self.part_box(p, True) for p in bl.ops]
         names = self.branch_titles(br)
@@ -930,7 +957,6 @@ class Scene:
             b.wires.append(wire)
             self.used.add(wire.kind)
             if first and br.detach:
-                cut = self.tag("cut", "0 \u00b7 no gradient" if self.readings is not None else "no gradient", key="cut_label", italic=True)
                 if self.tb:  # under the cut, halfway out to the column
                     cut.u, cut.v = prev[0] - cut.h / 2 - 1, v / 2 + 4
                 else:  # beside the cut, halfway up, under the first op
