@@ -622,9 +622,9 @@ def test_template_only_file_is_a_diagnostic():
 # - column (3.25 in × 9.2 in): every engine of one repeated block of one or two branches fits at the
 #   tightest level (a two-column legend in one vocabulary per label mode, 4 pt margins, boxes as wide
 #   as the frame leaves them; full_flow's branches one after another, each read from the shared
-#   norm). Not: gas_generator, throat and deepseek_v2 (two or three distinct stages; as blocks, the
-#   name over their lines, 223×700, 207×838, and gas_generator's tap frame 341×874), jamba
-#   (473×1494) and striped (229×767), one group frame each, never split, even as blocks.
+#   norm). Not: gas_generator, throat and deepseek_v2 (two or three distinct stages; as blocks, a
+#   line per part, deepseek_v2 286×606 and throat 275×744 are too wide, and gas_generator's tap frame
+#   341×893 too tall), jamba (283×1429) and striped (290×673), one group frame each, never split.
 # - page (7 × 9.2 in): gas_generator and throat fit at the last level, their repeated stages as
 #   blocks (the tap and the squeeze keep their frames: the cut, the dump nozzle, the pinch);
 #   jamba's group, its layers one box each on two lines, is three frames deep (604×737).

@@ -65,9 +65,11 @@ class Density:
        as the frame leaves them, smaller junctions and badges, a junction's note kept inside
        the frame (DeepNet's α beside its β), full flow's branches one after another where
        side by side they are wider than the preset (`Scene.fullflow_stacked`);
-    5. `summary`: a stage inside a group of stages that holds no stage itself drawn as one
-       box on the main line, its parts on one line (`Scene.summary_block`; the graph view
-       adds each part's parameter count under its words, the stage's under its name)."""
+    5. `summary`: a stage that holds no stage itself drawn as one box on the main line, its
+       parts on one line (`Scene.summary_block`; the graph view adds each part's parameter
+       count under its words, the stage's under its name): inside a group of stages always, on
+       the main line in the cycle view unless it holds a detached read, an overboard branch or
+       a narrowing main line (`Scene.summarised`)."""
 
     title: int = TITLE
     stage_title: int = STAGE_TITLE
@@ -84,7 +86,7 @@ class Density:
     mask_cell: int = 6
     terse: bool = False  # level 3: the legend's shortest words; tokens and logits on one line; the mask glyph says "causal"
     tight: bool = False  # level 4: the legend in one vocabulary per label mode, headers on one row, the subtitle shorter
-    summary: bool = False  # level 5: a stage inside a group of stages, holding none itself, on one line of its parts
+    summary: bool = False  # level 5: a stage holding no stage, on one line of its parts (see `Scene.summarised`)
 
 
 _DENSE = dict(title=12, stage_title=13, badge=20, gap=6.0, col_gap=14.0, pad=6.0, box_w=10.0, box_h=6.0, compact=True, captions=False, cells=8,
@@ -703,7 +705,7 @@ class Scene:
             all(it.width == sl.stage.width_in for it in sl.items if isinstance(it, Part))
 
     def summary_block(self, sl: StageLayout, r: int | None, path: str, depth: int) -> Block:
-        """Level 5: a stage inside a group, holding no stage itself, as one box on the main line
+        """Level 5: a stage holding no stage itself (`summarised`) as one box on the main line
         (the classic figure's block): its name and ×N, then its parts in order on one line, each
         a cell in its kind's colour with its title and key numbers, a "+" where a branch returns
         to the stream (its merge's formula in the tooltip). Every word is still 12 pt; each cell
@@ -808,8 +810,6 @@ class Scene:
             attrs = f' bgcolor="{fill}" border="1" color="{ink["cell_border"]}"' if fill else ""
             return f'<td width="{widths[i]:.0f}" height="{cell_h:.0f}" fixedsize="true"{attrs}>{"<br/>".join(words)}</td>'
 
-        line_w = [sum(round(widths[i]) for i in ln) + 3 * (len(ln) + 1) for ln in lines]
-        over = len(lines) > 1 and round(widths[0]) + 6 + max(line_w) + 4 > avail
         htmls = {}
         for m in MODES:
             if len(lines) == 1:
@@ -819,20 +819,13 @@ class Scene:
             # every line as wide as the widest, so they start at one left edge
             pad = ['' if max(rw) - x < 4 else f'<td width="{max(rw) - x - 3:.0f}" height="{cell_h:.0f}" fixedsize="true"></td>' for x in rw]
             rows_html = [f'<table border="0" cellspacing="3" cellpadding="0"><tr>{"".join(td(i, m) for i in ln)}{p}</tr></table>' for ln, p in zip(lines, pad)]
-            first = f'<table border="0" cellspacing="3" cellpadding="0"><tr>{td(0, m)}</tr></table>'
-            if over:  # the name on a line of its own over its parts' lines, where beside them it is too wide
-                body = f'<tr><td align="left">{first}</td></tr>' + "".join(f'<tr><td>{x}</td></tr>' for x in rows_html)
-            else:
-                body = "".join(f'<tr>{f"<td rowspan={chr(34)}{len(lines)}{chr(34)}>{first}</td>" if k == 0 else ""}<td>{x}</td></tr>'
-                               for k, x in enumerate(rows_html))
+            first = f'<td rowspan="{len(lines)}"><table border="0" cellspacing="3" cellpadding="0"><tr>{td(0, m)}</tr></table></td>'
+            body = "".join(f'<tr>{first if k == 0 else ""}<td>{x}</td></tr>' for k, x in enumerate(rows_html))
             htmls[m] = f'<table border="0" cellspacing="0" cellpadding="0">{body}</table>'
         if len(lines) == 1:
             w, h = sum(round(cw) for cw in widths) + 3 * (len(cells) + 1) + 4, cell_h + 7
-        elif over:
-            w = max(round(widths[0]) + 6, max(line_w)) + 4
-            h = (len(lines) + 1) * (cell_h + 6) + 4
         else:
-            w = round(widths[0]) + 6 + max(line_w) + 4
+            w = round(widths[0]) + 6 + max(sum(round(widths[i]) for i in ln) + 3 * (len(ln) + 1) for ln in lines) + 4
             h = len(lines) * (cell_h + 6) + 4
         b = Block(width_in=st.width_in, width_out=st.width_in, path=path)
         self.used.add("stage")
