@@ -624,10 +624,10 @@ def test_template_only_file_is_a_diagnostic():
 #   as the frame leaves them; full_flow's branches one after another, each read from the shared
 #   norm). Not: gas_generator, throat and deepseek_v2 (two or three distinct stages; as blocks, a
 #   line per part, deepseek_v2 286×606 and throat 275×744 are too wide, and gas_generator's tap frame
-#   341×893 too tall), jamba (283×1429) and striped (290×673), one group frame each, never split.
+#   341×893 too tall), jamba (470×1258) and striped (290×673), one group frame each, never split.
 # - page (7 × 9.2 in): gas_generator and throat fit at the last level, their repeated stages as
 #   blocks (the tap and the squeeze keep their frames: the cut, the dump nozzle, the pinch);
-#   jamba's group, its layers one box each on two lines, is three frames deep (604×737).
+#   jamba's group, its layers one box each on two lines, is three frames deep (541×737).
 #   striped fits as blocks of its group.
 FITS_COLUMN = {"deepnet", "expander", "full_flow", "gpt2", "gpt2_medium", "highway", "layerscale", "llama", "mamba2", "mistral", "moe", "mqa",
                "poolformer", "post_ln", "pressure_fed", "rezero", "sandwich"}
