@@ -103,8 +103,8 @@ from .merges import merge_emitter
 from .model import learning_rate, model_class, uses_math
 from .moe import expert_ops
 from .plan import Plan, make_plan
-from .runtime import definition, reads
-from .stages import classes, inline
+from .runtime import definition, digest, reads
+from .stages import classes, inline, regional
 from .config import literal
 from .writer import COMMENT_MODES, COMMENTS, Writer, doc_tag, num, where
 
@@ -222,14 +222,21 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
 # ====================================================================================
 # Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
 # out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; the experts' custom op runs MoE experts as one opaque op under
-# torch.compile. Nothing above needs reading them to follow the model.
+# with a leaner backward; compiled_stage compiles a repeated stage once for all its
+# instances under torch.compile; the experts' custom op runs MoE experts as one opaque op
+# under torch.compile. Nothing above needs reading them to follow the model.
 # ====================================================================================""")
         out.blank(2)
         out.block(definition("next_token_loss_op"))
         out.blank(2)
         out.line('next_token_loss = next_token_loss_op("next_token_loss")')
         out.blank(2)
+        if regional(self.p):
+            for name in ("stage_input_op", "stage_region"):
+                out.block(definition(name))
+                out.blank(2)
+            out.line(f'compiled_stage = stage_region(stage_input_op("stage_input_{digest(definition("stage_input_op"))}"))')
+            out.blank(2)
         expert_ops(out, self.acts)
 
     def header(self) -> None:

@@ -236,11 +236,20 @@ def module_list(plans: list[StagePlan]) -> str:
     return "nn.ModuleList(" + " + ".join(parts) + ")  # one entry per stage instance"
 
 
-def stage_call(out: Writer, p: Plan, sp: StagePlan) -> None:
+def regional(p: Plan) -> bool:
+    """Whether the model's forward runs its repeated stages through `compiled_stage` under
+    torch.compile (the fast form, runtime/regions.py): some top-level stage repeats."""
+    return p.fast and any(isinstance(it, StagePlan) and it.n is not None for it in p.main)
+
+
+def stage_call(out: Writer, p: Plan, sp: StagePlan, region: bool = False) -> None:
     """The forward's lines that run one stage's instances on x (a loop where it repeats); a
-    stage that returns auxiliary losses has them filed in `aux` under each instance's path."""
+    stage that returns auxiliary losses has them filed in `aux` under each instance's path.
+    region: the model's forward, where a repeated stage runs through `compiled_stage` when
+    `regions` is true (torch.compile, training)."""
     st, w = sp.stage, out.line
     args = ", ".join(stage_params(sp))
+    call = f"compiled_stage(stage, {args}) if regions else stage({args})" if region and sp.n is not None else f"stage({args})"
     start = str(sp.start).replace("config.", "self.config.")
     tag = comment(st.span, f"block {st.name}", "stage")
     if sp.n is not None:
@@ -249,12 +258,12 @@ def stage_call(out: Writer, p: Plan, sp: StagePlan) -> None:
             loop = f"enumerate({where})" if start == "0" else f"enumerate({where}, start={start})"
             w(f"for i, stage in {loop}:" + tag, st.span)
             with out.indent():
-                w(f"x, losses = stage({args})")
+                w(f"x, losses = {call}")
                 w('aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})')
         else:
             w(f"for stage in {where}:" + tag, st.span)
             with out.indent():
-                w(f"x = stage({args})")
+                w(f"x = {call}")
     elif sp.aux:
         w(f"x, losses = self.stages[{start}]({args})" + tag, st.span)
         index = start if start.isdigit() else "{" + start + "}"

@@ -7,6 +7,7 @@
     scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan: the recurrent mixers' scans
     experts     {act}_grad for every activation, expert_mlps (the MoE custom op)
     norms       OffsetRMSNorm: RMSNorm with a (offset + w) gain (Gemma)
+    regions     stage_input_op, stage_region: a repeated stage compiled once under torch.compile
     parallel    parallelize: FSDP2, tensor parallelism by the file's TP_PLAN, activation
                 checkpointing, per-stage compile
 
@@ -30,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 # Where each definition the generated file may inline lives.
-MODULES = ("loss", "positions", "masks", "cache", "experts", "norms", "parallel", "scan")
+MODULES = ("loss", "positions", "masks", "cache", "experts", "norms", "parallel", "scan", "regions")
 
 
 @functools.lru_cache(maxsize=None)
