@@ -296,12 +296,13 @@ B, T = idx.size()''')
                 w("    rope = [" + ", ".join(padded) + "]")
         has_aux = any(sp.aux for sp in p.stages) or any(it.aux for it in p.main if isinstance(it, OpPlan))
         w("aux = {}" + ("  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads" if has_aux else ""))
-        if regional(p):
+        region = regional(p)
+        if region:
             w("# under torch.compile, in training: each repeated stage is compiled once for all its instances (runtime section)")
             w("regions = torch.compiler.is_compiling()" + (" and cache is None" if p.causal else ""))
         for it in p.main:
             if isinstance(it, StagePlan):
-                stage_call(out, p, it, region=True)
+                stage_call(out, p, it, region=region)
             else:
                 x = emitter(it.op)
                 if it.aux:
