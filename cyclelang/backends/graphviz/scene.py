@@ -691,15 +691,14 @@ class Scene:
 
     def summarised(self, sl: StageLayout, depth: int) -> bool:
         """At the last level a stage that holds no stage is one box of its parts: inside a group,
-        always; on the main line (the cycle view), unless the box would hide what the stage is
-        about (a detached read or an overboard branch, drawn as a cut and a dump nozzle, or a main
-        line that narrows inside it, as a throat's does)."""
+        always; on the main line (either view; the graph view's box keeps each part's parameter
+        count), unless the box would hide what the stage is about (a detached read or an overboard
+        branch, drawn as a cut and a dump nozzle, or a main line that narrows inside it, as a
+        throat's does)."""
         if any(isinstance(it, StageLayout) for it in sl.items):
             return False
         if depth > 0:
             return True
-        if self.view != "cycle":
-            return False
         branches = [it for it in sl.items if isinstance(it, BranchLayout)] + [br for it in sl.items if isinstance(it, FullflowLayout) for br in it.branches]
         return not any(br.branch.detach or br.branch.overboard for br in branches) and \
             all(it.width == sl.stage.width_in for it in sl.items if isinstance(it, Part))
@@ -781,24 +780,32 @@ class Scene:
             if cells[i][0]["ml"] == ["+"] and i < len(cells) - 1:
                 runs.append([])
 
-        def wide(ix: list[int]) -> float:
-            return sum(widths[j] + 3 for j in ix) + widths[0] + 10
+        def wide(ix: list[int], beside: bool = True) -> float:
+            return sum(widths[j] + 3 for j in ix) + (widths[0] + 10 if beside else 7)
 
-        pieces = []  # a branch too wide for a line of its own: a line per part (the "+" with the last)
-        for run in runs:
-            if wide(run) <= avail:
-                pieces.append(run)
-                continue
-            for j in run:
-                if cells[j][0]["ml"] == ["+"] and pieces:
-                    pieces[-1].append(j)
-                else:
-                    pieces.append([j])
-        lines: list[list[int]] = [[]]
-        for piece in pieces:
-            if lines[-1] and wide(lines[-1] + piece) > avail:
-                lines.append([])
-            lines[-1] += piece
+        def broken(beside: bool) -> list[list[int]]:
+            pieces = []  # a branch too wide for a line of its own: a line per part (the "+" with the last)
+            for run in runs:
+                if wide(run, beside) <= avail:
+                    pieces.append(run)
+                    continue
+                for j in run:
+                    if cells[j][0]["ml"] == ["+"] and pieces:
+                        pieces[-1].append(j)
+                    else:
+                        pieces.append([j])
+            out: list[list[int]] = [[]]
+            for piece in pieces:
+                if out[-1] and wide(out[-1] + piece, beside) > avail:
+                    out.append([])
+                out[-1] += piece
+            return out
+
+        lines = broken(True)
+        # the graph view's cells (with their counts) too wide beside the name: the name above them
+        above = graph and max(wide(ln) for ln in lines) > avail
+        if above:
+            lines = broken(False)
 
         if self.tb:  # the lines run up the page, as the main line does (tokens at the bottom)
             lines.reverse()
@@ -811,18 +818,26 @@ class Scene:
             return f'<td width="{widths[i]:.0f}" height="{cell_h:.0f}" fixedsize="true"{attrs}>{"<br/>".join(words)}</td>'
 
         htmls = {}
+        rw = [sum(round(widths[i]) for i in ln) + 3 * (len(ln) + 1) for ln in lines]
+        head_w = round(widths[0]) + 6  # the name's cell in its own table
         for m in MODES:
-            if len(lines) == 1:
+            if len(lines) == 1 and not above:
                 htmls[m] = f'<table border="0" cellspacing="3" cellpadding="0"><tr>{"".join(td(i, m) for i in range(len(cells)))}</tr></table>'
                 continue
-            rw = [sum(round(widths[i]) for i in ln) + 3 * (len(ln) + 1) for ln in lines]
-            # every line as wide as the widest, so they start at one left edge
-            pad = ['' if max(rw) - x < 4 else f'<td width="{max(rw) - x - 3:.0f}" height="{cell_h:.0f}" fixedsize="true"></td>' for x in rw]
+            # every line as wide as the widest (and the name above them), so they start at one left edge
+            full = max(rw + ([head_w] if above else []))
+            pad = ['' if full - x < 4 else f'<td width="{full - x - 3:.0f}" height="{cell_h:.0f}" fixedsize="true"></td>' for x in rw]
             rows_html = [f'<table border="0" cellspacing="3" cellpadding="0"><tr>{"".join(td(i, m) for i in ln)}{p}</tr></table>' for ln, p in zip(lines, pad)]
-            first = f'<td rowspan="{len(lines)}"><table border="0" cellspacing="3" cellpadding="0"><tr>{td(0, m)}</tr></table></td>'
-            body = "".join(f'<tr>{first if k == 0 else ""}<td>{x}</td></tr>' for k, x in enumerate(rows_html))
+            first = f'<table border="0" cellspacing="3" cellpadding="0"><tr>{td(0, m)}</tr></table>'
+            if above:
+                body = f'<tr><td align="left">{first}</td></tr>' + "".join(f'<tr><td align="left">{x}</td></tr>' for x in rows_html)
+            else:
+                side = f'<td rowspan="{len(lines)}">{first}</td>'
+                body = "".join(f'<tr>{side if k == 0 else ""}<td>{x}</td></tr>' for k, x in enumerate(rows_html))
             htmls[m] = f'<table border="0" cellspacing="0" cellpadding="0">{body}</table>'
-        if len(lines) == 1:
+        if above:
+            w, h = max(rw + [head_w]) + 4, (len(lines) + 1) * (cell_h + 6) + 4
+        elif len(lines) == 1:
             w, h = sum(round(cw) for cw in widths) + 3 * (len(cells) + 1) + 4, cell_h + 7
         else:
             w = round(widths[0]) + 6 + max(sum(round(widths[i]) for i in ln) + 3 * (len(ln) + 1) for ln in lines) + 4
