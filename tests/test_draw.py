@@ -465,6 +465,26 @@ def test_fullflow_in_a_column_stacks_its_branches_each_read_from_the_shared_norm
     assert len(junctions) == 2 and overlaps(dot) == []
 
 
+@pytest.mark.parametrize("view", ["cycle", "graph"])
+def test_a_fullflow_stage_is_never_one_box_of_cells(view):
+    """At the last level a stage may be one box of its parts in a line; full flow's parallel
+    branches would then read as one after the other, so its stage keeps its frame and its two
+    branches."""
+    from cyclelang.backends.graphviz.figure import Figure
+    from cyclelang.backends.graphviz.scene import DENSITIES
+
+    fig = Figure([spec("full_flow").engine], view=view, size="page")
+    fig.attempt("TB", len(DENSITIES) - 1)
+    ns = nodes(fig.dot())
+    assert not [n for n in ns if "summary#" in n]
+    assert any(classes(a)[:2] == ["frame", "stages.0-11"] for a in ns.values())
+    assert {c[1] for a in edges(fig.dot()) if (c := classes(a)) and c[0] == "branch"} >= {"stages.0-11.mix", "stages.0-11.burn"}
+    # a plain two-branch stage is one box there: the test sees the difference
+    fig = Figure([spec("gpt2").engine], view=view, size="page")
+    fig.attempt("TB", len(DENSITIES) - 1)
+    assert [n for n in nodes(fig.dot()) if "summary#" in n]
+
+
 def test_graph_view_shapes_only_where_they_change_and_params_on_parts():
     dot = to_dot(spec("gpt2"), view="graph")
     shapes = re.findall(r"B×T×[0-9,]+", dot)
@@ -637,12 +657,13 @@ DOES_NOT_FIT = {"slide": set(), "column": {p.stem for p in SPECS} - FITS_COLUMN,
 # its words where the box has room, a norm's on its one line; at the last level a stage that holds
 # no stage, in a group or on the main line, is one box of its parts with a count under each, its
 # name above them where beside them is too wide), the tensor shape where the width changes and the
-# logits' shape. Slide: all but jamba (1044×515: its summarised layers with their counts). Page:
+# logits' shape; a full-flow stage keeps its frame at every level (a line of cells would read its
+# parallel branches as one after the other). Slide: all but jamba (1044×515: its summarised layers with their counts). Page:
 # all but gas_generator (565×584: its detached read and overboard branch keep their frame) and
-# jamba (580×935). Column: 15 of the 22; not deepseek_v2 (222×915), gas_generator (351×955),
+# jamba (580×935). Column: 14 of the 22; not deepseek_v2 (222×915), full_flow (234×673), gas_generator (351×955),
 # gpt2_medium (237×635), jamba (623×1877), sandwich (215×672), striped (235×965) and
 # throat (207×1096: its narrowing stages keep their frames).
-GRAPH_FITS_COLUMN = {"deepnet", "expander", "full_flow", "gpt2", "highway", "layerscale", "llama", "mamba2", "mistral", "moe", "mqa",
+GRAPH_FITS_COLUMN = {"deepnet", "expander", "gpt2", "highway", "layerscale", "llama", "mamba2", "mistral", "moe", "mqa",
                      "poolformer", "post_ln", "pressure_fed", "rezero"}
 GRAPH_DOES_NOT_FIT = {"slide": {"jamba"}, "column": {p.stem for p in SPECS} - GRAPH_FITS_COLUMN,
                       "page": {"gas_generator", "jamba"}}

@@ -694,12 +694,13 @@ class Scene:
         always; on the main line (either view; the graph view's box keeps each part's parameter
         count), unless the box would hide what the stage is about (a detached read or an overboard
         branch, drawn as a cut and a dump nozzle, or a main line that narrows inside it, as a
-        throat's does)."""
-        if any(isinstance(it, StageLayout) for it in sl.items):
+        throat's does). A full-flow stage is never one box: a line of cells would read its
+        parallel branches as running one after the other."""
+        if any(isinstance(it, (StageLayout, FullflowLayout)) for it in sl.items):
             return False
         if depth > 0:
             return True
-        branches = [it for it in sl.items if isinstance(it, BranchLayout)] + [br for it in sl.items if isinstance(it, FullflowLayout) for br in it.branches]
+        branches = [it for it in sl.items if isinstance(it, BranchLayout)]
         return not any(br.branch.detach or br.branch.overboard for br in branches) and \
             all(it.width == sl.stage.width_in for it in sl.items if isinstance(it, Part))
 
