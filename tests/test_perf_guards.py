@@ -273,6 +273,7 @@ class GraphCounter:
         return self.aot(gm, example_inputs)
 
 
+@pytest.mark.slow  # two inductor compiles per spec (about 20 s on 2 cores): the full run keeps the guard
 @pytest.mark.parametrize("name", ["gpt2", "moe"])
 def test_compiled_training_is_one_graph_and_one_recompile_for_a_new_batch(name):
     """Counts, not times: training steps of the compiled spec are one graph (fullgraph: a

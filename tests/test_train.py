@@ -250,6 +250,7 @@ def test_fp16_trains_with_a_grad_scaler_that_is_checkpointed(tmp_path, corpus_fi
     assert json.loads((checkpoint.latest(tmp_path / "f") / "state.json").read_text("utf-8"))["scaler"] is None
 
 
+@pytest.mark.slow  # a full training run in a subprocess (about 10 s)
 def test_sigint_checkpoints_and_resume_repeats_the_uninterrupted_run(tmp_path, corpus_file):
     spec = tiny(tmp_path)
     args = ["train", spec, "--data", corpus_file, "--steps", "40", "--seq", "16", "--micro-batch", "2", "--eval-every", "10",
@@ -456,6 +457,7 @@ def test_unshard_rows_inverts_the_tp_regrouping():
     assert torch.equal(unshard_rows(regrouped, blocks, degree), w)
 
 
+@pytest.mark.slow  # a full training run in a subprocess (about 10 s)
 def test_fire_accepts_a_run_folder_as_weights(tmp_path, corpus_file):
     spec = tiny(tmp_path)
     run(cyclelang.load(spec), fast(data=[str(corpus_file)], steps=3), tmp_path / "run", spec_text="")
