@@ -103,6 +103,12 @@ def spec_id(path: Path) -> str:
     return path.stem
 
 
+def swept(paths, fast):
+    """`paths` for a parametrized sweep: those whose stem is in `fast` in the fast tier
+    (`-m "not slow"`), the rest marked slow, so the full run still sweeps them all."""
+    return [p if p.stem in fast else pytest.param(p, marks=pytest.mark.slow) for p in paths]
+
+
 def require(module: str, install: str):
     """Import an optional test dependency: skip without it locally, fail in CI (CI=true),
     where `.ci/run` installs it and a missing one is a broken machine, not a reason to skip."""

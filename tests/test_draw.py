@@ -19,6 +19,7 @@ from cyclelang.backends.graphviz.style import esc
 from cyclelang.cli import main
 
 from .conftest import ROOT, SPECS, spec_id
+from .conftest import swept as _swept
 
 HAS_DOT = shutil.which("neato") is not None
 needs_dot = pytest.mark.skipif(not HAS_DOT and os.environ.get("CI") != "true", reason="the Graphviz 'neato' program is not installed (CI installs it)")
@@ -34,8 +35,7 @@ FAST_SWEEP = {"gpt2", "moe", "gas_generator", "post_ln"}
 
 
 def swept(paths, fast=FAST_SWEEP):
-    """`paths` for a parametrized sweep: those in `fast` in the fast tier, the rest slow."""
-    return [p if p.stem in fast else pytest.param(p, marks=pytest.mark.slow) for p in paths]
+    return _swept(paths, fast)
 
 
 def spec(stem: str) -> ir.Spec:

@@ -186,6 +186,7 @@ def run_one(text: str) -> None:
         assert kv.status != "fail", f"{kv.detail}\n{text}"
 
 
+@pytest.mark.slow  # builds, runs and decodes every generated spec
 @settings(max_examples=EXAMPLES * SCALE, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 @given(text=specs())
@@ -194,6 +195,7 @@ def test_every_spec_that_passes_check_builds_runs_and_decodes(text):
     run_one(text)
 
 
+@pytest.mark.slow  # reads the campaign's tally: runs with it
 def test_the_campaign_exercised_the_back_end():
     """The loop above asserted on something: most drawn specs got past the front end and ran."""
     if Tally.tried == 0:

@@ -17,12 +17,15 @@ from cyclelang import ir
 from cyclelang.review import analyze
 from cyclelang.review.report import forward_flops_per_token
 
-from .conftest import ROOT, SPECS, spec_id, need
+from .conftest import ROOT, SPECS, spec_id, need, swept
 
 torch = need("torch")
 build = cyclelang.build
 
 CASES = sorted((ROOT / "tests" / "review_cases").glob("*.cycle"))
+# Every library spec in the full run; the fast tier checks these (two branches, experts, a
+# detached read and an overboard branch, Post-LN's main-line norms, nested stages) and every case
+FAST = {"gpt2", "moe", "gas_generator", "post_ln", "striped"}
 T = 32  # tokens per sequence: short, so every spec runs on two CPU cores
 
 
@@ -39,14 +42,14 @@ def _tokens(spec, t=T):
     return torch.randint(0, spec.engine.feed.vocab, (1, t), generator=g)
 
 
-@pytest.mark.parametrize("path", SPECS + CASES, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES, ids=spec_id)
 def test_parameter_count_matches_the_module(path):
     spec = cyclelang.load(path)
     model = _model(path)
     assert sum(p.numel() for p in model.parameters()) == analyze(spec)["params"]["total"]
 
 
-@pytest.mark.parametrize("path", SPECS + CASES, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES, ids=spec_id)
 def test_reachability_matches_autograd(path):
     """The total count of parameters without a gradient, as the report states it."""
     spec = cyclelang.load(path)
@@ -75,7 +78,7 @@ def group_of(name: str, lay) -> str:
     return group
 
 
-@pytest.mark.parametrize("path", SPECS + CASES, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES, ids=spec_id)
 def test_parameter_count_group_by_group(path):
     """Each group's count in the report equals the module's parameters under that group's names."""
     spec = cyclelang.load(path)
@@ -109,7 +112,7 @@ def _reached(loss, groups: list[str], params: list) -> set[str]:
     return {g for g, gr in zip(groups, grads) if gr is not None and bool(gr.ne(0).any())}
 
 
-@pytest.mark.parametrize("path", SPECS + CASES, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES, ids=spec_id)
 def test_reachability_group_by_group(path):
     """For the nozzle's loss, for each overboard head's loss, and for the total (MoE
     balance losses included, in training mode), the set of groups with a non-zero

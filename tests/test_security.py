@@ -481,6 +481,7 @@ def test_generated_source_and_weights_are_identical(tmp_path):
     assert w_a[8 + n_a:] == w_b[8 + n_b:]  # the same tensor bytes
 
 
+@pytest.mark.slow  # builds and saves a model twice in fresh processes
 def test_weights_file_is_byte_identical(tmp_path):
     need("torch")
     need("safetensors")
