@@ -741,7 +741,7 @@ class Scene:
         def chip(p: Part) -> None:
             ml_t, ml_d, r_t, r_d = text.part_words(p.node, True)
             ml = lines(ml_t, ml_d)
-            rocket = [r_t.split(": ", 1)[-1] if not isinstance(p.node, ir.Norm) else "valve"] + ([lines(r_d, "")[0]] if r_d else [])
+            rocket = [r_t.split(": ", 1)[-1] if not isinstance(p.node, ir.Norm) else p.kind.rocket] + ([lines(r_d, "")[0]] if r_d else [])
             key = kind_style(p.kind.attr)[0]
             self.used.add(key)
             self.shapes.setdefault(key, "rounded")
