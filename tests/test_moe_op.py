@@ -1,10 +1,12 @@
-"""The MoE experts' custom op, the path torch.compile takes (`expert_mlps` in runtime/experts.py).
+"""The MoE's custom ops, the path torch.compile takes (`routed_experts` around `expert_mlps`,
+runtime/experts.py).
 
 Eager mode splits the routed tokens by expert with a host sync; under torch.compile the
-routing is traced with fixed shapes and the experts run in a custom op with a hand-written
-backward. These tests compile the module (fullgraph, the eager backend) and hold that path
-to eager mode: the same outputs and the same gradients for every activation, with and
-without biases, with capacity drops and with an expert that gets no token.
+trace sees the router's probabilities go into one custom op (routing, experts and their
+sum, with a hand-written backward) and each token's output come out. These tests compile
+the module (fullgraph, the eager backend) and hold that path to eager mode: the same
+outputs and the same gradients for every activation, with and without biases, with
+capacity drops and with an expert that gets no token, for every routing variant.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from cyclelang.backends.torch.codegen import codegen  # noqa: E402
 ACTS = sorted(typing.get_args(ir.Activation))
 
 
-def moe_spec(act: str, bias: bool, capacity: float = 1.0) -> str:
+def moe_spec(act: str, bias: bool, capacity: float = 1.0, options: str = "capacity={capacity} balance=0.01") -> str:
+    options = options.format(capacity=capacity)
     return f"""engine tiny {{
   chamber width=24
   throat causal
@@ -33,7 +36,7 @@ def moe_spec(act: str, bias: bool, capacity: float = 1.0) -> str:
   stage block x 1 {{
     prechamber burn {{
       norm rmsnorm
-      turbine moe experts=4 top=2 capacity={capacity} balance=0.01 hidden=12 act={act} bias={str(bias).lower()}
+      turbine moe experts=4 top=2 {options} hidden=12 act={act} bias={str(bias).lower()}
     }}
   }}
   norm rmsnorm
@@ -42,14 +45,14 @@ def moe_spec(act: str, bias: bool, capacity: float = 1.0) -> str:
 """
 
 
-def op_name(act: str) -> str:
-    """The name the generated source registers its `act` experts' op under."""
+def op_name(act: str, op: str = "experts") -> str:
+    """The name the generated source registers its `act` experts' op (or routed op) under."""
     src = codegen(cyclelang.parse(moe_spec(act, False)))
-    return next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith(f"experts_{act} = expert_mlps("))
+    return next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith(f"{op}_{act} = "))
 
 
-def moe_module(act, bias, capacity=1.0):
-    model = build(cyclelang.parse(moe_spec(act, bias, capacity)), seed=0).double()
+def moe_module(act, bias, capacity=1.0, options="capacity={capacity} balance=0.01"):
+    model = build(cyclelang.parse(moe_spec(act, bias, capacity, options)), seed=0).double()
     return model, model.stages[0].burn.moe
 
 
@@ -71,10 +74,22 @@ def run_both(moe, x):
     params = [x] + list(moe.parameters())
     outs = []
     for fn in (moe, compiled(moe)):
-        y, balance = fn(x)  # the output and its load-balancing loss
+        y = fn(x)
+        y, balance = y if isinstance(y, tuple) else (y, 0.0)  # the output and its load-balancing loss
         g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=y.dtype)
         outs.append((y, torch.autograd.grad((y * g).sum() + 10 * balance, params, allow_unused=True)))
     return outs
+
+
+def assert_same(moe, got):
+    (ya, ga), (yb, gb) = got
+    torch.testing.assert_close(ya, yb, rtol=1e-12, atol=1e-12)
+    names = ["x"] + [n for n, _ in moe.named_parameters()]
+    for name, a, b in zip(names, ga, gb, strict=True):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}")
+    return dict(zip(names, gb))
 
 
 @pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
@@ -84,13 +99,29 @@ def test_op_path_equals_the_eager_gather(act, bias, training):
     model, moe = moe_module(act, bias)
     moe.train(training)
     x = torch.randn(2, 16, 24, dtype=torch.float64, requires_grad=True)
-    (ya, ga), (yb, gb) = run_both(moe, x)
-    torch.testing.assert_close(ya, yb, rtol=1e-12, atol=1e-12)
-    names = ["x"] + [n for n, _ in moe.named_parameters()]
-    for name, a, b in zip(names, ga, gb):
-        assert (a is None) == (b is None), name
-        if a is not None:
-            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}")
+    assert_same(moe, run_both(moe, x))
+
+
+VARIANTS = {
+    "unnormalised": "normalize=false capacity=1.0 balance=0.01",  # DeepSeek-V2, Switch: the top-k weights as they come
+    "shared": "capacity=1.0 balance=0.01 shared=10",  # a shared expert beside the routed ones
+    "shared-gated": "normalize=false shared=10 shared_gate",  # Qwen2-MoE; no capacity, no balance loss
+    "dropless": "",  # no capacity, no balance loss: the op's limit is -1 in training too
+}
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("options", list(VARIANTS.values()), ids=list(VARIANTS))
+def test_every_routing_variant_takes_the_op_path_exactly(options, training):
+    """The router's gradient comes from the op's hand-written backward through top-k (and
+    the renormalisation when on): held to autograd's through the eager gather."""
+    model, moe = moe_module("swiglu", False, options=options)
+    moe.train(training)
+    with torch.no_grad():  # routing weights far from uniform, so a wrong renormalisation gradient shows
+        moe.router.weight.mul_(20.0)
+    x = torch.randn(2, 16, 24, dtype=torch.float64, requires_grad=True)
+    grads = assert_same(moe, run_both(moe, x))
+    assert grads["router.weight"].abs().max() > 1e-3  # the router learns through the op
 
 
 def test_capacity_drops_and_an_idle_expert_take_the_same_path():
@@ -106,14 +137,9 @@ def test_capacity_drops_and_an_idle_expert_take_the_same_path():
     x.requires_grad_(True)
     flat = torch.topk(moe.router(x.view(-1, 24)), 2).indices
     assert set(flat.flatten().tolist()) == {0, 1}
-    (ya, ga), (yb, gb) = run_both(moe, x)
-    torch.testing.assert_close(ya, yb, rtol=1e-12, atol=1e-12)
-    idle = [n for n, p in moe.named_parameters() if n.startswith(("experts.2.", "experts.3."))]
-    grads = dict(zip(["x"] + [n for n, _ in moe.named_parameters()], gb))
+    grads = assert_same(moe, run_both(moe, x))
+    idle = [n for n in grads if n.startswith(("experts.2.", "experts.3."))]
     assert idle and all(grads[n] is not None and not grads[n].any() for n in idle)  # zeros, not missing
-    for a, b in zip(ga, gb):
-        if a is not None:
-            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_the_op_passes_torch_library_opcheck():
@@ -127,6 +153,26 @@ def test_the_op_passes_torch_library_opcheck():
     y = op(xs, counts, weights, True)[0]
     assert not y[:2].any()  # dropped rows read zeros
     assert torch.autograd.gradcheck(lambda xs, *ws: op(xs, counts, list(ws), True)[0], (xs, *weights))
+
+
+@pytest.mark.parametrize("normalize", [True, False], ids=["normalised", "unnormalised"])
+@pytest.mark.parametrize("limit", [-1, 2], ids=["dropless", "capacity"])
+def test_the_routed_op_passes_torch_library_opcheck_and_gradcheck(normalize, limit):
+    """The routed op on its own: schema, fake kernel, autograd and AOT dispatch checked by
+    torch, and its hand-written backward (x, the router's probabilities, every expert
+    weight) against finite differences; with limit 2, 4 experts take at most 8 of the 10
+    assignments, so some are dropped."""
+    model, moe = moe_module("gelu", True)
+    op = type(moe).forward.__globals__["routed_gelu"]
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 24, dtype=torch.float64, generator=gen, requires_grad=True)
+    probs = torch.softmax(3 * torch.randn(5, 4, dtype=torch.float64, generator=gen), dim=-1).requires_grad_(True)
+    weights = [p.detach().clone().requires_grad_(True) for ex in moe.experts for p in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias)]
+    torch.library.opcheck(op, (x, probs, weights, True, 2, limit, normalize))
+    y, routed, *_, counts, _, _ = op(x, probs, weights, True, 2, limit, normalize)
+    assert routed.sum().item() == pytest.approx(1.0) and counts.sum().item() == 10
+    assert (counts[0].item() > 0) == (limit >= 0)  # the capacity drops some assignments, dropless none
+    assert torch.autograd.gradcheck(lambda x, probs, *ws: op(x, probs, list(ws), True, 2, limit, normalize)[0], (x, probs, *weights))
 
 
 def test_the_op_is_defined_once_per_process_and_named_by_its_code():
@@ -200,9 +246,9 @@ def test_the_ops_are_marked_unsafe_for_cuda_graphs():
     """Both ops sync with the host (counts.tolist()), which a CUDA graph cannot capture;
     the tag makes inductor's cudagraphs (mode="reduce-overhead") leave them out."""
     model, moe = moe_module("relu", False)
-    name = op_name("relu")
-    for op in (getattr(torch.ops.cyclelang, name), getattr(torch.ops.cyclelang, name + "_backward")):
-        assert torch.Tag.cudagraph_unsafe in op.default.tags
+    for name in (op_name("relu"), op_name("relu", "routed")):
+        for op in (getattr(torch.ops.cyclelang, name), getattr(torch.ops.cyclelang, name + "_backward")):
+            assert torch.Tag.cudagraph_unsafe in op.default.tags
 
 
 def test_frozen_experts_get_no_weight_gradients_and_the_same_input_gradient():

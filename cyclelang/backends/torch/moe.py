@@ -9,19 +9,22 @@ from .writer import Writer, doc_tag, num
 
 
 def expert_ops(out: Writer, acts: list[str]) -> None:
-    """For torch.compile: one custom op per MoE activation (runtime/experts.py).
+    """For torch.compile: per MoE activation, the experts' custom op and the routed op
+    around it (runtime/experts.py).
 
-    The op's name carries a digest of its source, so two builds in one process share an
+    An op's name carries a digest of its source, so two builds in one process share an
     op only when its code is the same."""
     if not acts:
         return
     grads = [definition(f"{act}_grad") for act in acts]
-    op = definition("expert_mlps")
-    for text in grads + [op]:
+    op, routed = definition("expert_mlps"), definition("routed_experts")
+    for text in grads + [op, routed]:
         out.block(text)
         out.blank(2)
     for act, grad in zip(acts, grads):
-        out.line(f'experts_{act} = expert_mlps("experts_{act}_{digest(grad, op)}", {act}_grad)')
+        experts = f"experts_{act}_{digest(grad, op)}"
+        out.line(f'experts_{act} = expert_mlps("{experts}", {act}_grad)')
+        out.line(f'routed_{act} = routed_experts("routed_{act}_{digest(grad, op, routed)}", "{experts}")')
     out.blank(2)
 
 
@@ -108,12 +111,41 @@ balance * experts * sum_e(fraction routed to e * mean router probability of e)."
 B, T, C = x.size()
 x = x.reshape(B * T, C)  # (N, C): every token of the batch
 E = len(self.experts)
-probs = F.softmax(self.router(x), dim=-1)  # (N, E)
-weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)""")
+probs = F.softmax(self.router(x), dim=-1)  # (N, E)""")
+        if fast:
+            w("if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing")
+            with out.indent():
+                if v.balance:
+                    w("y, routed = self.compiled_experts(x, probs)  # (N, C), (E,): routing and experts in a custom op (runtime section)")
+                else:
+                    w("y = self.compiled_experts(x, probs)[0]  # (N, C): routing and experts in a custom op (runtime section)")
+            w("else:")
+            with out.indent():
+                self.gather(out, v)
+        else:
+            self.gather(out, v)
+        if v.balance:
+            w("balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
+        if v.shared:
+            w("shared = self.shared(x)  # (N, C): the shared expert, for every token")
+            if v.shared_gate:
+                w("shared = torch.sigmoid(self.shared_gate(x)) * shared")
+            w("y = (y + shared).view(B, T, C)")
+        else:
+            w("y = y.view(B, T, C)")
+        w("return y, balance_loss" if v.balance else "return y")
+
+    def gather(self, out: Writer, v: MoeVariant) -> None:
+        """Eager routing: each expert runs on exactly its tokens (one host sync for the
+        counts); y (N, C) is every token's experts' weighted outputs added up."""
+        w = out.line
+        w("weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)")
         if v.normalize:
             w("weight = weight / weight.sum(dim=-1, keepdim=True)")
         if v.capacity or v.balance:
             w("onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first")
+        if v.balance:
+            w("routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert")
         if v.capacity:
             w("if self.training:  # eval is dropless: every expert may take every token")
             with out.indent():
@@ -121,54 +153,35 @@ weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)""")
                 w("rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue")
                 w("keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)")
                 w("choice = torch.where(keep, choice, -1)  # dropped: no expert takes it")
-        if v.balance:
-            w("routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert")
-            w("balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
         out.block("""
 flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
-order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first""")
-        if fast:
-            out.block("""
-if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
-    token = order // self.top  # (N * k,) each one's token
-    y = self.compiled_experts(x[token], flat)  # (N * k, C); the dropped rows are zeros (runtime section)
-else:
-    counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
-    order = order[counts[0] :]  # (A,) the assignments the experts take
-    token = order // self.top  # (A,) each one's token
-    y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)""")
-        else:
-            out.block("""
+order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
 counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
 order = order[counts[0] :]  # (A,) the assignments the experts take
 token = order // self.top  # (A,) each one's token
-y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)""")
-        w("y = y * weight.reshape(-1)[order, None]  # each assignment, weighted")
-        if v.shared:
-            w("out = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)")
-            w("shared = self.shared(x)  # (N, C): the shared expert, for every token")
-            if v.shared_gate:
-                w("shared = torch.sigmoid(self.shared_gate(x)) * shared")
-            w("y = (out + shared).view(B, T, C)")
-        else:
-            w("y = y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)")
-        w("return y, balance_loss" if v.balance else "return y")
+y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
+y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
+y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)""")
 
     def compiled(self, out: Writer, v: MoeVariant, expert: str) -> None:
+        limit = "min(math.ceil(self.capacity * N * self.top / E), N) if self.training else -1" if v.capacity else "-1"
+        drops = "\n    In training it drops the assignments past an expert's capacity." if v.capacity else ""
         out.block(f'''
-def compiled_experts(self, xs, flat):
-    """The experts under torch.compile: xs (N * k, C) are the assignments sorted by expert,
-    the dropped ones first. They run in the custom op experts_{v.act}, opaque to the trace,
-    which reads the exact counts (one host sync) and so computes no padding; the
-    gradients come from its hand-written backward."""
-    E = len(self.experts)
-    counts = flat.new_zeros(E + 1).index_add_(0, flat + 1, torch.ones_like(flat))  # (E + 1,) [dropped, then per expert]
+def compiled_experts(self, x, probs):
+    """The routing and the experts under torch.compile, in the custom op routed_{v.act},
+    opaque to the trace: it picks each token's top experts, sorts the assignments by
+    expert, runs them through the experts' op (which reads the exact counts, one host
+    sync, and so computes no padding) and adds each token's weighted outputs up; the
+    gradients come from its hand-written backward.{drops}
+    Returns (y (N, C), the fraction of assignments per expert (E,))."""
+    N, E = probs.shape
+    limit = {limit}  # the most assignments an expert takes; -1: no limit
     bias = self.experts[0].fc.bias is not None
     weights = [w for ex in self.experts for w in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias) if w is not None]
-    if torch.is_autocast_enabled(xs.device.type) and xs.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
-        dtype = torch.get_autocast_dtype(xs.device.type)
-        xs, weights = xs.to(dtype), [w.to(dtype) for w in weights]
-    return experts_{v.act}(xs, counts, weights, bias)[0]
+    if torch.is_autocast_enabled(x.device.type) and x.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
+        dtype = torch.get_autocast_dtype(x.device.type)
+        x, weights = x.to(dtype), [w.to(dtype) for w in weights]
+    return routed_{v.act}(x, probs, weights, bias, self.top, limit, {v.normalize})[:2]
 
 def plain_experts(self):
     """Whether every expert is still this file's {expert} of two plain nn.Linear, whose weights the

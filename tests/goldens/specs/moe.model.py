@@ -172,43 +172,46 @@ class Moe(nn.Module):
         x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
         probs = F.softmax(self.router(x), dim=-1)  # (N, E)
-        weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
-        weight = weight / weight.sum(dim=-1, keepdim=True)
-        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first
-        if self.training:  # eval is dropless: every expert may take every token
-            limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)
-            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue
-            keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
-            choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
-        routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
-        balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
-        flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
-        order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
         if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
-            token = order // self.top  # (N * k,) each one's token
-            y = self.compiled_experts(x[token], flat)  # (N * k, C); the dropped rows are zeros (runtime section)
+            y, routed = self.compiled_experts(x, probs)  # (N, C), (E,): routing and experts in a custom op (runtime section)
         else:
+            weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
+            weight = weight / weight.sum(dim=-1, keepdim=True)
+            onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first
+            routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
+            if self.training:  # eval is dropless: every expert may take every token
+                limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)
+                rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue
+                keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
+                choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
+            flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
+            order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
             counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
             order = order[counts[0] :]  # (A,) the assignments the experts take
             token = order // self.top  # (A,) each one's token
             y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
-        y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
-        y = y.new_zeros(B * T, C).index_add_(0, token, y).view(B, T, C)  # a token's experts add in expert order; y's dtype (autocast)
+            y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
+            y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)
+        balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
+        y = y.view(B, T, C)
         return y, balance_loss
 
-    def compiled_experts(self, xs, flat):
-        """The experts under torch.compile: xs (N * k, C) are the assignments sorted by expert,
-        the dropped ones first. They run in the custom op experts_swiglu, opaque to the trace,
-        which reads the exact counts (one host sync) and so computes no padding; the
-        gradients come from its hand-written backward."""
-        E = len(self.experts)
-        counts = flat.new_zeros(E + 1).index_add_(0, flat + 1, torch.ones_like(flat))  # (E + 1,) [dropped, then per expert]
+    def compiled_experts(self, x, probs):
+        """The routing and the experts under torch.compile, in the custom op routed_swiglu,
+        opaque to the trace: it picks each token's top experts, sorts the assignments by
+        expert, runs them through the experts' op (which reads the exact counts, one host
+        sync, and so computes no padding) and adds each token's weighted outputs up; the
+        gradients come from its hand-written backward.
+        In training it drops the assignments past an expert's capacity.
+        Returns (y (N, C), the fraction of assignments per expert (E,))."""
+        N, E = probs.shape
+        limit = min(math.ceil(self.capacity * N * self.top / E), N) if self.training else -1  # the most assignments an expert takes; -1: no limit
         bias = self.experts[0].fc.bias is not None
         weights = [w for ex in self.experts for w in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias) if w is not None]
-        if torch.is_autocast_enabled(xs.device.type) and xs.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
-            dtype = torch.get_autocast_dtype(xs.device.type)
-            xs, weights = xs.to(dtype), [w.to(dtype) for w in weights]
-        return experts_swiglu(xs, counts, weights, bias)[0]
+        if torch.is_autocast_enabled(x.device.type) and x.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, weights = x.to(dtype), [w.to(dtype) for w in weights]
+        return routed_swiglu(x, probs, weights, bias, self.top, limit, True)[:2]
 
     def plain_experts(self):
         """Whether every expert is still this file's Mlp of two plain nn.Linear, whose weights the
@@ -751,4 +754,102 @@ def expert_mlps(name, act_grad):
     return getattr(torch.ops.cyclelang, name)
 
 
+def routed_experts(name, experts_name):
+    """The custom op `cyclelang::{name}`: a MoE layer's routing, experts and combination in one.
+
+    torch.compile's trace sees only the router's probabilities go in and each token's
+    output come out, so it generates no kernels for the routing (top-k, capacity ranks,
+    the sort by expert, the gathers and scatters, forward and backward); inside, eager
+    kernels run it and the experts' op `cyclelang::{experts_name}` (expert_mlps) does the
+    rest. x: (N, C) tokens; probs: (N, E) router probabilities; weights, bias: as for the
+    experts' op; top: experts per token; limit: the most assignments an expert takes
+    (training with a capacity), -1 for none; normalize: the chosen weights renormalised
+    to sum to 1. Returns y (N, C), each token's weighted expert outputs summed in expert
+    order, and the fraction of assignments routed to each expert (E,) (before capacity,
+    for the balance loss), then what the hand-written backward reads. The gradient of
+    probs flows through the chosen weights only, as autograd's through top-k would.
+    Defined once per process.
+    """
+    try:
+        return getattr(torch.ops.cyclelang, name)
+    except AttributeError:
+        pass
+    experts = getattr(torch.ops.cyclelang, experts_name)
+    experts_backward = getattr(torch.ops.cyclelang, experts_name + "_backward")
+    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()  # the experts' host sync
+
+    def routing(probs, top, limit, normalize):
+        """(weight, choice): each token's top experts and their weights, (N, k) each; then
+        (order, counts, routed): the assignments sorted by expert (dropped ones first), the
+        count of dropped assignments and of each expert's, and the fraction per expert."""
+        N, E = probs.shape
+        weight, choice = torch.topk(probs, top, dim=-1)
+        if normalize:
+            weight = weight / weight.sum(dim=-1, keepdim=True)
+        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=probs.device)  # (k * N, E), first choices first
+        routed = onehot.float().mean(dim=0)
+        kept = choice
+        if limit >= 0:  # GShard: a place in its expert's queue, first choices before second ones
+            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)
+            kept = torch.where((rank <= limit).view(top, N).t(), choice, -1)
+        flat = kept.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        return weight, choice, order, torch.bincount(flat + 1, minlength=E + 1), routed
+
+    @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
+    def run(
+        x: torch.Tensor, probs: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        weight, choice, order, counts, routed = routing(probs, top, limit, normalize)
+        token = order // top
+        e, h = experts(x[token], counts, weights, bias)  # (N * k, C), dropped rows zero
+        ew = e * weight.reshape(-1)[order, None]  # in the wider dtype under autocast, as the gather path's
+        y = ew.new_zeros(x.shape).index_add_(0, token, ew)
+        return y, routed, e, h, order, counts, choice, weight
+
+    @run.register_fake
+    def _(x, probs, weights, bias, top, limit, normalize):
+        (N, E), n = probs.shape, probs.size(0) * top
+        index = probs.new_empty((n,), dtype=torch.int64)
+        return (x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, probs.dtype)), probs.new_empty(E, dtype=torch.float32), x.new_empty(n, x.size(1)),
+                x.new_empty(n, weights[0].size(0)), index, index.new_empty(E + 1), index.new_empty(N, top), probs.new_empty(N, top))
+
+    @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
+    def run_backward(
+        grad: torch.Tensor, x: torch.Tensor, probs: torch.Tensor, saved: list[torch.Tensor], weights: list[torch.Tensor],
+        bias: bool, top: int, normalize: bool, weight_grads: bool
+    ) -> list[torch.Tensor]:
+        e, h, order, counts, choice, weight = saved
+        token = order // top
+        g = grad[token]  # (N * k, C): each assignment's share of its token's gradient
+        g_weight = torch.empty_like(weight)
+        g_weight.view(-1)[order] = (g * e).sum(dim=-1).to(weight.dtype)
+        if normalize:  # w = p / sum(p) over the chosen: dp = (dw - sum(dw * w)) / sum(p)
+            g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / probs.gather(-1, choice).sum(dim=-1, keepdim=True)
+        g_probs = torch.zeros_like(probs).scatter_(-1, choice, g_weight)  # a token's choices are distinct
+        g_e = (g * weight.reshape(-1)[order, None]).to(e.dtype)
+        gx_a, *gw = experts_backward(g_e, x[token], h, counts, weights, bias, weight_grads)
+        return [torch.zeros_like(x).index_add_(0, token, gx_a), g_probs] + gw
+
+    @run_backward.register_fake
+    def _(grad, x, probs, saved, weights, bias, top, normalize, weight_grads):
+        return [torch.empty_like(x), torch.empty_like(probs)] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
+
+    def setup_context(ctx, inputs, output):
+        x, probs, weights, ctx.bias, ctx.top, _, ctx.normalize = inputs
+        ctx.weight_grads = any(w.requires_grad for w in weights)
+        ctx.save_for_backward(x, probs, *output[2:], *weights)
+        ctx.mark_non_differentiable(*output[1:])
+
+    def backward(ctx, grad, *_):
+        x, probs, *rest = ctx.saved_tensors
+        saved, weights = rest[:6], rest[6:]
+        gx, g_probs, *gw = run_backward(grad.contiguous(), x, probs, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.weight_grads)
+        return gx, g_probs, gw if ctx.weight_grads else [None] * len(weights), None, None, None, None
+
+    run.register_autograd(backward, setup_context=setup_context)
+    return getattr(torch.ops.cyclelang, name)
+
+
 experts_swiglu = expert_mlps("experts_swiglu_ab5b3017", swiglu_grad)
+routed_swiglu = routed_experts("routed_swiglu_2d4516a0", "experts_swiglu_ab5b3017")
