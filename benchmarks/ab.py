@@ -2,6 +2,7 @@
 timed in the same rounds, with transformers and the reference alongside.
 
     python benchmarks/ab.py llama HEAD~1 HEAD [--rounds 11]
+    python benchmarks/ab.py moe HEAD~1 HEAD --compile     # each side torch.compile'd (revisions fullgraph)
 
 Each revision's cyclec generates the spec's source (shrunk as in run.py) in a temporary git
 worktree; every model gets the same weights and must give the same loss before timing.
@@ -42,6 +43,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--compile", action="store_true", help="torch.compile every side (the revisions with fullgraph=True), as run.py's compiled table")
     args = ap.parse_args(argv)
     import torch
 
@@ -53,13 +55,14 @@ def main(argv=None):
     idx = torch.randint(0, ours.config.vocab_size, (4, 128), generator=g)
     tgt = torch.cat((idx[:, 1:], torch.full((4, 1), -1)), dim=1)
 
-    def stepper(model, is_hf):
+    def stepper(model, is_hf, fullgraph=False):
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        fwd = torch.compile(model, fullgraph=fullgraph) if args.compile else model
 
         def step():
             opt.zero_grad(set_to_none=True)
-            RB._loss(model, idx, tgt, hf=is_hf).backward()
+            RB._loss(fwd, idx, tgt, hf=is_hf).backward()
             opt.step()
 
         step(), step()
@@ -78,7 +81,7 @@ def main(argv=None):
             model.load_state_dict(ours.state_dict())
             with torch.no_grad():
                 losses[rev] = float(RB._loss(model.train(), idx, tgt))
-            sides[rev] = stepper(model, False)
+            sides[rev] = stepper(model, False, fullgraph=True)
     assert max(losses.values()) - min(losses.values()) < 1e-4, losses
     sides["transformers"], sides["reference"] = stepper(hf, True), stepper(ref, False)
     cpu, faults = {}, {}
