@@ -5,7 +5,7 @@
     masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states)
     scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan: the recurrent mixers' scans
-    experts     {act}_grad for every activation, expert_mlps (the MoE custom op)
+    experts     {act}_grad for every activation, expert_mlps and routed_experts (the MoE custom ops)
     norms       OffsetRMSNorm: RMSNorm with a (offset + w) gain (Gemma)
     regions     stage_input_op, stage_region: a repeated stage compiled once under torch.compile
     parallel    parallelize: FSDP2, tensor parallelism by the file's TP_PLAN, activation
