@@ -109,6 +109,12 @@ def swept(paths, fast):
     return [p if p.stem in fast else pytest.param(p, marks=pytest.mark.slow) for p in paths]
 
 
+def swept_except(paths, slow):
+    """`paths` for a parametrized sweep with those whose stem is in `slow` marked slow: the fast
+    tier sweeps the rest, the full run all of them."""
+    return swept(paths, {p.stem for p in paths} - set(slow))
+
+
 def require(module: str, install: str):
     """Import an optional test dependency: skip without it locally, fail in CI (CI=true),
     where `.ci/run` installs it and a missing one is a broken machine, not a reason to skip."""

@@ -115,6 +115,7 @@ def test_the_spread_table_renders_cpu_time_and_page_faults(bench):
     assert "Spread and CPU time" not in bench.render({"train": {"meta": meta, "data": [old]}})
 
 
+@pytest.mark.slow
 def test_step_ops_counts_each_phases_ops_and_fresh_bytes(bench):
     import torch
 

@@ -77,6 +77,7 @@ def test_sp_logits_grow_with_width_and_mup_stays_flat(tmp_path):
     assert coord_check(sp, file="sp.cycle", **kw) == a
 
 
+@pytest.mark.slow  # fires through the CLI, plots, and starts a process
 def test_cli_json_is_torch_free_and_the_plot_is_written(tmp_path):
     _, path = load(tmp_path, gpt(), "sp.cycle")
     out, png = tmp_path / "cc.json", tmp_path / "cc.png"
@@ -98,6 +99,7 @@ def test_cli_json_is_torch_free_and_the_plot_is_written(tmp_path):
     assert bad.exit_code == 2 and "--width does not apply" in bad.output
 
 
+@pytest.mark.slow
 def test_lr_sweep_compares_both_parametrisations(tmp_path):
     sp, path = load(tmp_path, gpt(), "sp.cycle")
     s = lr_sweep(sp, file="sp.cycle", widths=[32, 64], lrs=[1e-3, 1e-2, 10.0], steps=6, seq=8, batch=4)

@@ -31,7 +31,8 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "cyclelang.cli", "diff", *args], capture_output=True, text=True, cwd=ROOT, env=env)
 
 
-@pytest.mark.parametrize("name", PAIRS)
+# two cyclec processes a pair (about a second): one pair in the fast tier, the others in the full run
+@pytest.mark.parametrize("name", [n if n == "llama_vs_mqa" else pytest.param(n, marks=pytest.mark.slow) for n in PAIRS])
 def test_golden(name, golden):
     a, b = PAIRS[name]
     r = _cli(a, b)
@@ -123,6 +124,7 @@ def test_draw_highlights_b(tmp_path):
     assert "against A: green added, orange changed, purple moved" in dot
 
 
+@pytest.mark.slow  # two cyclec processes
 def test_bad_spec_is_exit_2(tmp_path):
     bad = tmp_path / "bad.cycle"
     bad.write_text("engine e {", "utf-8")

@@ -160,6 +160,7 @@ def _node_engine():
     return node
 
 
+@pytest.mark.slow  # node tokenises every spec in a subprocess
 def test_vscode_textmate_tokenises_every_library_spec(tmp_path):
     node = _node_engine()
     files = []

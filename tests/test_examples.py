@@ -34,6 +34,7 @@ def result(out: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S+)", line))
 
 
+@pytest.mark.slow  # a training run in a subprocess
 def test_train_markov_loss_falls():
     need("torch")
     r = result(run(EXAMPLES / "train_markov.py", "--steps", "60"))
@@ -43,6 +44,7 @@ def test_train_markov_loss_falls():
     assert float(r["rate"]) < float(r["one_token"]) < first  # the two floors, in order
 
 
+@pytest.mark.slow  # loads two transformers models in a subprocess
 def test_load_transformers_outputs_match(tmp_path):
     need("transformers")
     out = run(EXAMPLES / "load_transformers.py")
@@ -50,6 +52,7 @@ def test_load_transformers_outputs_match(tmp_path):
     assert float(result(out)["max_logit_diff"]) < 1e-4
 
 
+@pytest.mark.slow  # saves and loads a transformers checkpoint
 def test_load_transformers_from_a_checkpoint_folder(tmp_path):
     """The folder path of the example: a saved transformers checkpoint and a spec file for it."""
     torch = need("torch")
@@ -68,6 +71,7 @@ def test_load_transformers_from_a_checkpoint_folder(tmp_path):
         torch.set_num_threads(threads)  # the example pins one thread; leave the test process as it was
 
 
+@pytest.mark.slow
 def test_draw_variants(tmp_path):
     out = run(EXAMPLES / "draw_variants.py", "--out", tmp_path)
     names = ["pre_ln", "post_ln", "sandwich", "rezero", "layerscale", "deepnorm", "parallel"]

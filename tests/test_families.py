@@ -219,7 +219,9 @@ def ids(seed=0):
     return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+# these two take over half a second each: the full run (mamba and jamba stay in the fast tier)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in {"mamba2", "jamba_padded_tied"} else n
+                                  for n in sorted(FAMILIES)])
 def test_family_round_trip(tmp_path, name):
     ref = hf(FAMILIES[name]())
     ours, ckpt, spec_file = imported(tmp_path, ref)
@@ -546,6 +548,7 @@ def test_cli_export_refuses_weights_of_another_spec(tmp_path):
     assert res.exit_code == 1 and "error[E0405]" in res.output and "feed.tok.weight" in res.output and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # imports every family's default config in a fresh process (about 5 s)
 def test_family_library_is_the_import_of_each_default_config():
     """specs/families/ is what `cyclec import` writes for transformers' default config of each family."""
     import importlib.util

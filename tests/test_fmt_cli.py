@@ -123,7 +123,9 @@ FRONT_END_COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("argv", FRONT_END_COMMANDS, ids=lambda a: a[0])
+# a process each: check and fmt in the fast tier, the others in the full run
+@pytest.mark.parametrize("argv", [a if a[0] in ("check", "fmt") else pytest.param(a, marks=pytest.mark.slow) for a in FRONT_END_COMMANDS],
+                         ids=lambda a: a[0])
 def test_front_end_commands_never_import_torch(argv):
     probe = (
         "import sys, runpy\n"

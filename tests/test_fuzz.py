@@ -318,8 +318,11 @@ def nested(draw) -> str:
 
 
 # --- the properties -------------------------------------------------------------------------------
+#
+# The campaigns that take over half a second are marked slow: the fast tier keeps the cheap ones.
 
 
+@pytest.mark.slow
 @fuzz_settings(60)
 @given(text=valid_specs())
 def test_generated_specs_check_clean(text, workdir):
@@ -327,24 +330,28 @@ def test_generated_specs_check_clean(text, workdir):
     assert r.exit_code == 0, f"a valid spec was refused:\n{text}\n{r.stderr}"
 
 
+@pytest.mark.slow
 @fuzz_settings(150)
 @given(text=token_mutants())
 def test_token_mutations_end_in_diagnostics(text, workdir):
     check_text(text, workdir)
 
 
+@pytest.mark.slow
 @fuzz_settings(60)
 @given(text=number_mutants())
 def test_huge_and_odd_numbers(text, workdir):
     check_text(text, workdir, fmt=False)
 
 
+@pytest.mark.slow
 @fuzz_settings(50)
 @given(text=lookalike_mutants())
 def test_unicode_lookalikes(text, workdir):
     check_text(text, workdir)
 
 
+@pytest.mark.slow
 @fuzz_settings(40)
 @given(data=byte_mutants())
 def test_non_utf8_bytes(data, workdir):
@@ -367,6 +374,7 @@ def test_random_unicode_text(text, workdir):
     check_text(text, workdir)
 
 
+@pytest.mark.slow
 @fuzz_settings(15)
 @given(text=long_lines())
 def test_very_long_lines(text, workdir):
@@ -386,6 +394,7 @@ def _ir(text: str):
     return cyclelang.parse(text).model_dump()
 
 
+@pytest.mark.slow
 @fuzz_settings(60)
 @given(text=valid_specs())
 def test_fmt_preserves_meaning_and_every_comment(text):
@@ -398,6 +407,7 @@ def test_fmt_preserves_meaning_and_every_comment(text):
     assert format_text(out) == out, "fmt is not stable"
 
 
+@pytest.mark.slow
 @fuzz_settings(60)
 @given(text=token_mutants())
 def test_fmt_on_mutants_keeps_meaning_when_it_parses(text):
@@ -426,6 +436,7 @@ def _graphviz():
     return gv
 
 
+@pytest.mark.slow
 @fuzz_settings(25)
 @given(text=valid_specs(), view=st.sampled_from(["cycle", "graph"]), expand=st.booleans())
 def test_draw_on_generated_specs(text, view, expand):
@@ -460,7 +471,9 @@ SUBPROCESS_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SUBPROCESS_CASES))
+# one valid and one refused in the fast tier; the hostile ones (up to two seconds each) in the full run
+@pytest.mark.parametrize("name", [n if n in {"valid", "binary"} else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(SUBPROCESS_CASES)])
 def test_real_process_ends_cleanly(name, tmp_path):
     path = tmp_path / f"{name}.cycle"
     path.write_bytes(SUBPROCESS_CASES[name])

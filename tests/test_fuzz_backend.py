@@ -206,6 +206,7 @@ def test_the_campaign_exercised_the_back_end():
           f"{Tally.warned_degenerate} numerically degenerate in the causal or cache check (each with a warning)")
 
 
+@pytest.mark.slow  # builds, runs and decodes each generated nested spec
 @settings(max_examples=EXAMPLES // 5 * SCALE, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 @given(text=nested_specs())

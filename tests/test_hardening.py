@@ -84,6 +84,7 @@ def _private_null(tmp_path: Path) -> Path:
     return node
 
 
+@pytest.mark.slow  # two cyclec processes
 def test_d1_output_character_device_and_stdout_link_survive(tmp_path, spec):
     null = _private_null(tmp_path)
     before = os.stat(null)
@@ -203,6 +204,7 @@ def test_d6_fifo_as_spec_does_not_block(tmp_path, command):
     assert r.returncode == 1 and "E0112" in r.stderr and "FIFO" in r.stderr
 
 
+@pytest.mark.slow  # fire imports torch in its process
 def test_d6_fire_data_and_draw_annotate_refuse_devices(spec):
     need("torch")
     spec.write_text(ENGINE.replace("vocab=16", "vocab=256"))
@@ -244,6 +246,7 @@ def test_d9_missing_output_directory_exits_3(tmp_path):
     assert "the directory does not exist" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow  # a process on /dev/full, another on a closed stdout
 def test_d9_full_and_closed_stdout_exit_3():
     with open("/dev/full", "w") as full:
         r = subprocess.run([*CLI, "ir", str(GPT2)], stdout=full, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -276,10 +279,12 @@ def test_d9_symlink_loop_in_an_include_is_e0105(tmp_path):
 @pytest.mark.parametrize("argv", [
     ["build", "{s}", "--seed", "18446744073709551616"],
     ["fire", "{s}", "--seed", "-1"],
-    ["fire", "{s}", "--batch", "100000000"],
-    ["fire", "{s}", "--batch", "0"],
-    ["fire", "{s}", "--train", "-3"],
-    ["fire", "{s}", "--width", "0"],
+    *(pytest.param(argv, marks=pytest.mark.slow) for argv in (  # a process each: these in the full run
+        ["fire", "{s}", "--batch", "100000000"],
+        ["fire", "{s}", "--batch", "0"],
+        ["fire", "{s}", "--train", "-3"],
+        ["fire", "{s}", "--width", "0"],
+    )),
 ])
 def test_d9_bad_flag_values_are_usage_errors(spec, argv):
     import resource
@@ -303,7 +308,7 @@ def test_d9_cp1252_stdout_gets_utf8_dot():
 @pytest.mark.parametrize("module,argv,hint", [
     ("torch", ["build", "{s}"], "pip install torch"),
     ("torch", ["fire", "{s}"], "pip install torch"),
-    ("matplotlib", ["fire", "{s}", "--plot", "{d}/x.png"], "cyclelang[stand]"),
+    pytest.param("matplotlib", ["fire", "{s}", "--plot", "{d}/x.png"], "cyclelang[stand]", marks=pytest.mark.slow),  # a fire: about 2 s
 ])
 def test_d9_missing_optional_package_is_a_usage_error(spec, module, argv, hint):
     code = f"import sys; sys.modules[{module!r}] = None; from cyclelang.cli import main; main(sys.argv[1:], prog_name='cyclec')"
@@ -376,7 +381,7 @@ def test_d10_build_weights_failure_leaves_both_old_files(tmp_path, spec, monkeyp
     assert listing(tmp_path) == ["m.py", "s.cycle", "w.safetensors"]
 
 
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("signame", [pytest.param("SIGTERM", marks=pytest.mark.slow), "SIGHUP"])  # SIGHUP's in the fast tier
 def test_d10_signal_mid_write_leaves_old_file_and_no_temporary(tmp_path, spec, signame):
     out = tmp_path / "x.json"
     out.write_text("old")
@@ -837,6 +842,7 @@ def _fuzz_corpus():
     return with_allows()
 
 
+@pytest.mark.slow  # a fuzz campaign (about 5 s)
 def test_d14_fmt_is_idempotent_and_diagnostics_preserving_on_the_fuzz_corpus():
     from hypothesis import HealthCheck, given, settings
 

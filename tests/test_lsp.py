@@ -19,7 +19,7 @@ from cyclelang.semantics.options import options_for
 from cyclelang.semantics.resolve import parse
 from cyclelang.syntax.fmt import format_text
 
-from .conftest import ROOT, SPECS, require
+from .conftest import ROOT, SPECS, require, swept_except
 from .lsp_client import Client
 
 
@@ -290,6 +290,7 @@ def test_bad_input_keeps_the_server_serving(client):
     assert client.proc.poll() is None
 
 
+@pytest.mark.slow  # starts a second server
 def test_closed_connection_ends_quietly():
     require("pygls", "pip install 'cyclelang[lsp]'")
     c = Client()
@@ -304,6 +305,7 @@ def test_closed_connection_ends_quietly():
     assert b"Traceback" not in b"".join(c.stderr)
 
 
+@pytest.mark.slow  # a fresh process; test_hardening keeps the usage error fast
 def test_without_pygls_it_is_a_usage_error(tmp_path):
     import os
     import subprocess
@@ -316,6 +318,7 @@ def test_without_pygls_it_is_a_usage_error(tmp_path):
     assert r.returncode == 2 and "pip install" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow  # every library spec at many places; the corpus below keeps the questions fast
 def test_every_question_at_every_place_answers(tmp_path):
     """In-process, over each library spec cut short at many places (text being typed): hover,
     completion, definition, symbols, formatting and quick fixes answer, never raise."""
@@ -340,9 +343,12 @@ def test_every_question_at_every_place_answers(tmp_path):
 
 
 BROKEN = sorted((ROOT / "tests" / "bad").glob("*.cycle")) + sorted((ROOT / "tests" / "hostile").glob("*.cycle"))
+# the hostile files that take over half a second to question: the full run sweeps them too
+HEAVY = {"many_unknown_options", "regression_long_line_many_diagnostics", "thousands_of_stages_one_error", "two_thousand_duplicate_lets",
+         "unary_chain"}
 
 
-@pytest.mark.parametrize("path", BROKEN, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", swept_except(BROKEN, HEAVY), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_broken_and_hostile_specs(path):
     """The diagnostics corpus and the hostile corpus: diagnostics as check gives them, and no
     question at any sampled place raises."""

@@ -206,6 +206,7 @@ engine bad {{
     assert len(err.value.diagnostics) == 1  # refused once, not again as an unknown option
 
 
+@pytest.mark.slow  # fires jamba at the stand
 def test_a_mamba1_mixer_is_a_mixer_to_the_reviewer_the_diagram_the_report_and_the_stand():
     spec = _spec()
     assert "W109" not in {d.code for d in review(spec)}

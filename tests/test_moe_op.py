@@ -94,7 +94,8 @@ def assert_same(moe, got):
 
 @pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
 @pytest.mark.parametrize("act", ACTS)
-@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+# eval in the full run (test_every_routing_variant_takes_the_op_path_exactly keeps it fast)
+@pytest.mark.parametrize("training", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["train", "eval"])
 def test_op_path_equals_the_eager_gather(act, bias, training):
     model, moe = moe_module(act, bias)
     moe.train(training)
@@ -142,6 +143,7 @@ def test_capacity_drops_and_an_idle_expert_take_the_same_path():
     assert idle and all(grads[n] is not None and not grads[n].any() for n in idle)  # zeros, not missing
 
 
+@pytest.mark.slow  # opcheck and gradcheck take seconds; the fast tier holds the op path to eager above
 def test_the_op_passes_torch_library_opcheck():
     """Schema, fake (meta) kernel, autograd registration and AOT dispatch, checked by torch."""
     model, moe = moe_module("gelu", True)
@@ -155,6 +157,7 @@ def test_the_op_passes_torch_library_opcheck():
     assert torch.autograd.gradcheck(lambda xs, *ws: op(xs, counts, list(ws), True)[0], (xs, *weights))
 
 
+@pytest.mark.slow  # about 3 s a case; the fast tier holds the routed op to eager above
 @pytest.mark.parametrize("normalize", [True, False], ids=["normalised", "unnormalised"])
 @pytest.mark.parametrize("limit", [-1, 2], ids=["dropless", "capacity"])
 def test_the_routed_op_passes_torch_library_opcheck_and_gradcheck(normalize, limit):
@@ -220,6 +223,7 @@ class Doubled(torch.nn.Linear):
         return 2 * super().forward(x)
 
 
+@pytest.mark.slow  # three compiles
 def test_a_replaced_expert_layer_takes_the_gather_under_compile():
     """The op reads plain Linear weights; a replaced layer must still be run, at the price of
     a graph break (so fullgraph refuses, and the default compile matches eager)."""

@@ -276,6 +276,7 @@ def test_a_changed_config_is_the_changed_spec_bit_for_bit():
         full.Config(n_local=0)
 
 
+@pytest.mark.slow  # a fresh interpreter that imports torch
 def test_the_file_runs_in_a_fresh_interpreter_and_equals_build(tmp_path):
     spec = cyclelang.parse(hybrid(True))
     f = tmp_path / "nest_model.py"
@@ -309,6 +310,7 @@ def test_the_file_runs_in_a_fresh_interpreter_and_equals_build(tmp_path):
     assert torch.equal(got["gen"], ref.generate(idx[:, :3], 6, temperature=0))
 
 
+@pytest.mark.slow  # aot_eager over the whole model (about 5 s)
 def test_torch_compile_fullgraph_captures_a_nested_model_and_its_backward():
     spec = cyclelang.parse(nested(2, 2))
     model = perturbed(build(spec, seed=0)).train()
@@ -415,6 +417,7 @@ def _patterns():
     return tree()
 
 
+@pytest.mark.slow  # a hypothesis campaign; the fixed patterns above stay fast
 def test_random_nested_patterns_equal_their_flattening_bit_for_bit():
     from hypothesis import given, settings
 

@@ -42,6 +42,7 @@ def test_templates_only():
     assert spec._repr_svg_() is None and "no engine" in spec._repr_html_()
 
 
+@pytest.mark.slow  # imports IPython
 def test_ipython_formats_a_spec():
     formatters = require("IPython.core.formatters", "pip install ipython")
     data, _ = formatters.DisplayFormatter().format(cyclelang.load(ROOT / "specs" / "gpt2.cycle"))

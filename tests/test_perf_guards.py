@@ -247,7 +247,7 @@ def test_closed_form_gpt2_small():
 # --- graph capture ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "moe"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", pytest.param("moe", marks=pytest.mark.slow)])  # test_moe_op compiles a MoE fast
 def test_compile_fullgraph(name):
     model = small(ROOT / "specs" / f"{name}.cycle")
     idx = torch.randint(0, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
@@ -315,7 +315,7 @@ class GraphKeeper:
         return gm.forward
 
 
-@pytest.mark.parametrize("name", ["gpt2", "moe"])
+@pytest.mark.parametrize("name", ["gpt2", pytest.param("moe", marks=pytest.mark.slow)])  # moe's: about a second
 def test_a_repeated_stage_is_one_region_for_all_its_instances(name):
     """Under torch.compile the model's forward calls each stage instance through one nested
     compile region (`compiled_stage`, runtime/regions.py), so inductor compiles one block and
@@ -405,7 +405,9 @@ def test_inductor_training_step_equals_eager_within_its_kernel_budget(name):
 # --- the front end stays torch-free -------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["check"], ["draw", "-o", "{tmp}/x.dot"], ["draw", "--view", "graph", "-o", "{tmp}/y.dot"], ["fmt", "--check"]])
+# a process each; test_draw_does_not_import_torch keeps a draw in the fast tier
+@pytest.mark.parametrize("args", [["check"], pytest.param(["draw", "-o", "{tmp}/x.dot"], marks=pytest.mark.slow),
+                                  pytest.param(["draw", "--view", "graph", "-o", "{tmp}/y.dot"], marks=pytest.mark.slow), ["fmt", "--check"]])
 def test_front_end_leaves_torch_unimported(args, tmp_path):
     argv = [a.format(tmp=tmp_path) for a in args] + [str(ROOT / "specs" / "gpt2.cycle")]
     code = (

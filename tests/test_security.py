@@ -202,6 +202,12 @@ engine {engine} {{
 """
 
 
+def positions(fast):
+    """The positions for a payload sweep: those in `fast` in the fast tier (`-m "not slow"`),
+    the others (about a second each) in the full run."""
+    return [p if p in fast else pytest.param(p, marks=pytest.mark.slow) for p in sorted(POSITIONS)]
+
+
 def _accepts(text: str):
     try:
         return cyclelang.parse(text)
@@ -226,7 +232,7 @@ def _check_python(source: str, payload: str) -> None:
             assert node.func.id not in {"exec", "eval", "__import__", "compile", "open"}, pyast.unparse(node)
 
 
-@pytest.mark.parametrize("position", sorted(POSITIONS))
+@pytest.mark.parametrize("position", positions({"template"}))
 def test_python_payloads_in_names_cannot_inject_code(position):
     need("torch")
     broken, generated = [], 0
@@ -280,7 +286,7 @@ def _graphviz():
     return gv
 
 
-@pytest.mark.parametrize("position", sorted(POSITIONS))
+@pytest.mark.parametrize("position", positions({"branch"}))  # in both views
 @pytest.mark.parametrize("view", ["cycle", "graph"])
 def test_dot_payloads_in_names_cannot_add_attributes(position, view):
     gv = _graphviz()
@@ -446,7 +452,10 @@ def _run(argv: list[str], cwd: Path, seed: str) -> bytes:
     return p.stdout
 
 
-@pytest.mark.parametrize("argv", [["ir"], ["draw", "-o", "-"], ["draw", "--view", "graph", "--expand", "-o", "-"]], ids=" ".join)
+# each case runs the command in two fresh processes (about a second); the fast tier keeps ir, the draws are in the full run
+@pytest.mark.parametrize("argv", [["ir"], pytest.param(["draw", "-o", "-"], marks=pytest.mark.slow),
+                                  pytest.param(["draw", "--view", "graph", "--expand", "-o", "-"], marks=pytest.mark.slow)],
+                         ids=" ".join)
 def test_outputs_are_byte_identical_across_hash_seeds_and_directories(tmp_path, argv):
     if argv[0] == "draw":
         _graphviz()
@@ -469,6 +478,7 @@ def _two_builds(tmp_path) -> list[tuple[bytes, bytes]]:
     return outs
 
 
+@pytest.mark.slow  # builds and saves a model twice in fresh processes
 def test_generated_source_and_weights_are_identical(tmp_path):
     need("torch")
     need("safetensors")

@@ -230,6 +230,7 @@ def test_in_the_browser(server, golden, tmp_path):
     assert errors == []
 
 
+@pytest.mark.slow  # starts the server in a subprocess
 def test_the_command(tmp_path):
     import re
     import socket

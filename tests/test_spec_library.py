@@ -191,6 +191,7 @@ def test_deepseek_v2_matches_transformers():
     assert difference(cyclelang.load(ROOT / "specs" / "deepseek_v2.cycle").engine, implied_engine(config.to_dict())) is None  # what interop loads it as
 
 
+@pytest.mark.slow  # builds jamba at full size
 def test_jamba_matches_transformers():
     """Two Jamba blocks: attention at layer 4 of each 8, Mamba-1 elsewhere, experts at every odd layer."""
     transformers = need("transformers")

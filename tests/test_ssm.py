@@ -217,6 +217,7 @@ engine hyb {
     assert any("ssm mixers keep a fixed state of" in n and "only attention's cache grows" in n for n in note.notes)
 
 
+@pytest.mark.slow  # builds GPT-2 at full size
 def test_interop_refuses_a_checkpoint_that_differs():
     """Loading is checked by construction: the config implies an engine, compared field by field with the spec's."""
     from cyclelang.interop import InteropError, convert_state_dict, load_transformers

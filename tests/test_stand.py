@@ -161,6 +161,7 @@ def test_checks_fail_loudly():
 # --- training ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # two training runs
 def test_training_is_deterministic_learns_and_reports_the_floor():
     kw = dict(width=32, depth=1, seq=16, batch=4, seed=1, train=40)
     a = cyclelang.fire(SPEC("gpt2"), **kw).runs[0].training
@@ -182,6 +183,7 @@ def test_spike_detection():
     assert find_spikes([2.0] * 25 + [float("nan")])[0].size == math.inf
 
 
+@pytest.mark.slow  # a training run through the CLI
 def test_ctrl_c_stops_cleanly_and_writes(tmp_path, monkeypatch):
     from cyclelang.cli import fire as fire_cli
 
@@ -233,6 +235,7 @@ def _figures(report: StandReport) -> dict:
     return out
 
 
+@pytest.mark.slow  # fires two specs
 def test_xiong_figures_golden(golden):
     """docs/test_stand.md: `cyclec fire examples/xiong/post_ln.cycle examples/xiong/pre_ln.cycle --batch 8`.
 
@@ -252,6 +255,7 @@ def test_xiong_figures_golden(golden):
             assert got == pytest.approx(want, rel=2e-3), f"{name} {key}: {got} != {want}"
 
 
+@pytest.mark.slow
 def test_depth24_example_smoke(tmp_path, monkeypatch):
     sys.path.insert(0, str(ROOT / "examples"))
     try:

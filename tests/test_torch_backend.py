@@ -21,7 +21,7 @@ import cyclelang
 from cyclelang.backends.torch.codegen import codegen
 from cyclelang.ir.layout import NN_MODULE_ATTRS
 
-from .conftest import ROOT, SPECS, shrink as shrink_text, spec_id, need
+from .conftest import ROOT, SPECS, shrink as shrink_text, spec_id, need, swept_except
 
 torch = need("torch")
 from cyclelang.backends.torch.build import build  # noqa: E402
@@ -71,6 +71,7 @@ def test_generated_source_imports_math_only_when_it_uses_it(path):
     compile(src, "model.py", "exec")
 
 
+@pytest.mark.slow  # two fresh processes
 def test_codegen_is_deterministic_across_hash_seeds():
     prog = "import cyclelang, hashlib, glob\nfor p in sorted(glob.glob('specs/*.cycle')): print(hashlib.sha256(cyclelang.codegen(p).encode()).hexdigest())"
     outs = set()
@@ -93,6 +94,7 @@ def test_source_has_no_absolute_paths_and_names_the_spec_line():
     assert "import torch" in src and not re.search(r"^import (?!math|torch)|^from (?!dataclasses|torch)", src, re.M)
 
 
+@pytest.mark.slow  # a fresh process that imports torch
 def test_reserved_names_cover_nn_module():
     # nn.Module as torch ships it: in this process other libraries (transformers) may
     # already have patched methods onto it, and generated code must not depend on that
@@ -191,7 +193,7 @@ def test_next_token_loss_is_cross_entropy_with_a_leaner_backward():
     assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-7)
     assert torch.equal(a.grad[[3, 7, 20]], torch.zeros(3, 50))
 
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", swept_except(SPECS, {"jamba"}), ids=spec_id)  # jamba's: the full run
 def test_written_source_matches_build_bit_for_bit(path, tmp_path):
     text = shrink(path)
     model = build(cyclelang.parse(text), seed=1).eval()
@@ -257,7 +259,7 @@ def test_open_throat_sees_the_future(path):
         model.generate(idx, 2)
 
 
-@pytest.mark.parametrize("path", CAUSAL, ids=spec_id)
+@pytest.mark.parametrize("path", swept_except(CAUSAL, {"jamba"}), ids=spec_id)  # jamba: about 2 s, the full run
 def test_kv_cache_greedy_equals_no_cache(path):
     model = small(path).eval()
     idx = tokens(model, B=2, T=5, seed=3)
@@ -469,6 +471,7 @@ def test_moe_balance_capacity_and_dropless_eval():
         assert not torch.allclose(y_train, y_eval)
 
 
+@pytest.mark.slow  # aot_eager over the whole model; test_moe_op compiles the MoE layer fast
 def test_moe_compiles_as_one_graph():
     model = small(ROOT / "specs" / "moe.cycle").train()
     idx = tokens(model, B=2, T=16, seed=1)

@@ -161,6 +161,7 @@ def test_pretokenized_arrays_are_checked_against_the_vocab(tmp_path):
         data.load([str(tmp_path / "t.npy")], 299)
 
 
+@pytest.mark.slow  # each case is a cyclec process that imports torch (2 to 3 s); the fast tier checks the data in process
 @pytest.mark.parametrize("content, code, words", [(b"", "E0502", "is empty"), (b"text\0\1\2", "E0503", "NUL byte"),
                                                   (b"caf\xe9 au lait", "E0503", "not UTF-8")])
 def test_an_empty_or_binary_data_file_is_a_clear_error(tmp_path, content, code, words):
@@ -209,6 +210,7 @@ def test_the_lr_follows_the_spec_and_its_overrides(tmp_path, corpus_file):
     assert [x["lr"] for x in r.metrics if "lr" in x] == pytest.approx([ns["learning_rate"](k) for k in range(6)])
 
 
+@pytest.mark.slow
 def test_accumulation_averages_the_micro_steps_gradients(tmp_path, corpus_file):
     """Step 1's gradient norm is that of the mean loss over its micro-steps, computed here by autograd."""
     spec = tiny(tmp_path)
@@ -277,6 +279,7 @@ def test_sigint_checkpoints_and_resume_repeats_the_uninterrupted_run(tmp_path, c
     assert all(torch.equal(a, b) for a, b in zip(checkpoint_weights(part).values(), checkpoint_weights(tmp_path / "whole").values()))
 
 
+@pytest.mark.slow  # a run, then two cyclec processes
 def test_a_run_folder_from_another_spec_or_a_used_out_is_refused(tmp_path, corpus_file):
     spec = tiny(tmp_path)
     run(cyclelang.load(spec), fast(data=[str(corpus_file)], steps=3), tmp_path / "run", spec_text="")
@@ -313,6 +316,7 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one(tmp_path, corpu
     assert r.step == 6
 
 
+@pytest.mark.slow  # a run, then a cyclec process
 def test_resuming_with_other_data_is_refused_and_the_checkpoint_kept(tmp_path, corpus_file):
     spec = tiny(tmp_path)
     run(cyclelang.load(spec), fast(data=[str(corpus_file)], steps=3), tmp_path / "run", spec_text="")
@@ -361,6 +365,7 @@ def test_the_watch_sees_spikes_and_flameouts():
         w.step(11, 2.0, float("inf"))
 
 
+@pytest.mark.slow  # a run, then a cyclec process that imports matplotlib
 def test_plot_draws_a_run_folder(tmp_path, corpus_file):
     run(cyclelang.load(tiny(tmp_path)), fast(data=[str(corpus_file)], steps=3), tmp_path / "run", spec_text="")
     cyclec("train", "--plot", tmp_path / "run", "-o", tmp_path / "c.png", check=0)
@@ -409,6 +414,7 @@ def test_the_plan_lists_the_split_parts_by_their_layout_paths():
     assert '"stages.0-3.burn.moe": "hidden",' in moe
 
 
+@pytest.mark.slow  # each mode is a fresh process that imports torch (about 3 s)
 @pytest.mark.parametrize("mode", ["stage", "selective"])
 def test_activation_checkpointing_keeps_the_gradients(tmp_path, mode):
     """A standalone generated file (no cyclelang on the path) checkpoints each stage; the
@@ -473,6 +479,7 @@ def test_fire_accepts_a_run_folder_as_weights(tmp_path, corpus_file):
     assert "--weights fires one spec at its full size" in p.stderr
 
 
+@pytest.mark.slow  # a run, a cyclec export and transformers
 def test_export_accepts_a_run_folder_as_weights(tmp_path, corpus_file):
     """`cyclec export SPEC --weights RUN_DIR` writes the run's newest weights as a transformers
     checkpoint (a GPT-2 here), which loads into the same function as the trained model."""
