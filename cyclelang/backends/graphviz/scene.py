@@ -495,7 +495,7 @@ class Scene:
         logits.u = u + self.along(logits) / 2
         self.hang(b, [head])
         logits.v = head.v  # over the head's middle, and the link with it
-        self.hang(b, [])
+        self.hang(b, [])  # the block's extents, the logits now in place
         self.main_wire(b, [(head_end, head.v), (u, head.v)], 0, "head", arrow=True, kind="link")
         u += self.along(logits)
         b.length = u

@@ -436,8 +436,8 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
 # Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
 # out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
 # with a leaner backward; compiled_stage compiles a repeated stage once for all its
-# instances under torch.compile; the experts' custom op runs MoE experts as one opaque op
-# under torch.compile. Nothing above needs reading them to follow the model.
+# instances under torch.compile; the MoE's custom ops run its routing and experts as one
+# opaque op under torch.compile. Nothing above needs reading them to follow the model.
 # ====================================================================================
 
 
