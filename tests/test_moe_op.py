@@ -2,8 +2,9 @@
 runtime/experts.py).
 
 Eager mode splits the routed tokens by expert with a host sync; under torch.compile the
-trace sees the router's probabilities go into one custom op (routing, experts and their
-sum, with a hand-written backward) and each token's output come out. These tests compile
+trace sees the router's logits go into one custom op (softmax, routing, experts, their
+sum and the balance loss, with a hand-written backward) and each token's output and the
+balance loss come out. These tests compile
 the module (fullgraph, the eager backend) and hold that path to eager mode: the same
 outputs and the same gradients for every activation, with and without biases, with
 capacity drops and with an expert that gets no token, for every routing variant.
@@ -162,20 +163,28 @@ def test_the_op_passes_torch_library_opcheck():
 @pytest.mark.parametrize("limit", [-1, 2], ids=["dropless", "capacity"])
 def test_the_routed_op_passes_torch_library_opcheck_and_gradcheck(normalize, limit):
     """The routed op on its own: schema, fake kernel, autograd and AOT dispatch checked by
-    torch, and its hand-written backward (x, the router's probabilities, every expert
-    weight) against finite differences; with limit 2, 4 experts take at most 8 of the 10
-    assignments, so some are dropped."""
+    torch, and its hand-written backward (x, the router's logits, every expert weight;
+    through the output and the balance loss together) against finite differences; with
+    limit 2, 4 experts take at most 8 of the 10 assignments, so some are dropped."""
     model, moe = moe_module("gelu", True)
     op = type(moe).forward.__globals__["routed_gelu"]
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(5, 24, dtype=torch.float64, generator=gen, requires_grad=True)
-    probs = torch.softmax(3 * torch.randn(5, 4, dtype=torch.float64, generator=gen), dim=-1).requires_grad_(True)
+    logits = (3 * torch.randn(5, 4, dtype=torch.float64, generator=gen)).requires_grad_(True)
     weights = [p.detach().clone().requires_grad_(True) for ex in moe.experts for p in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias)]
-    torch.library.opcheck(op, (x, probs, weights, True, 2, limit, normalize))
-    y, routed, *_, counts, _, _ = op(x, probs, weights, True, 2, limit, normalize)
+    torch.library.opcheck(op, (x, logits, weights, True, 2, limit, normalize, 0.5))
+    y, loss, probs, routed, *_, counts, _, _ = op(x, logits, weights, True, 2, limit, normalize, 0.5)
     assert routed.sum().item() == pytest.approx(1.0) and counts.sum().item() == 10
     assert (counts[0].item() > 0) == (limit >= 0)  # the capacity drops some assignments, dropless none
-    assert torch.autograd.gradcheck(lambda x, probs, *ws: op(x, probs, list(ws), True, 2, limit, normalize)[0], (x, probs, *weights))
+    torch.testing.assert_close(probs, torch.softmax(logits, dim=-1))
+    torch.testing.assert_close(loss, 0.5 * 4 * torch.sum(routed * probs.mean(dim=0)))
+    g = torch.randn(5, 24, dtype=torch.float64, generator=gen)
+
+    def both(x, logits, *ws):  # the output's gradient and the balance loss's, both through the logits
+        y, loss = op(x, logits, list(ws), True, 2, limit, normalize, 0.5)[:2]
+        return (y * g).sum() + 3 * loss
+
+    assert torch.autograd.gradcheck(both, (x, logits, *weights))
 
 
 def test_the_op_is_defined_once_per_process_and_named_by_its_code():

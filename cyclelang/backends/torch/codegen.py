@@ -68,18 +68,18 @@ Semantics the generated code fixes (documented where they are chosen)
 -----------------------------------------------------------------------
 - Rotary positions use the rotate-half layout (GPT-NeoX, Llama) on the first
   rotary_dims of each head; tables are computed once per (dims, base).
-- MoE routes with softmax then top-k (weights renormalised over the chosen
-  experts when top > 1). Capacity is a training-time restrictor orifice:
+- MoE routes with softmax (in float32 at least, as Mixtral does) then top-k
+  (weights renormalised over the chosen experts when top > 1). Capacity is a training-time restrictor orifice:
   assignments beyond ceil(capacity * tokens * top / experts) per expert are
   dropped, first choices before second choices (GShard). In eval mode routing
   is dropless, so the causal throat holds and the KV cache is exact. The
   balance loss is the Switch Transformer's: balance * experts * sum_e f_e * P_e.
   Eager mode gathers each expert's tokens exactly (one host sync for the counts).
-  Under torch.compile the routing, the experts and their weighted sum run in one
-  custom op (`routed_experts` around the experts' `expert_mlps`, runtime/experts.py)
-  that reads the counts itself and has a hand-written backward: the model is one
-  graph (fullgraph=True), inductor generates no kernels for the routing, and no
-  expert computes padding.
+  Under torch.compile the router's softmax, the routing, the experts, their
+  weighted sum and the balance loss run in one custom op (`routed_experts` around
+  the experts' `expert_mlps`, runtime/experts.py) that reads the counts itself and
+  has a hand-written backward: the model is one graph (fullgraph=True), inductor
+  generates no kernels for the routing, and no expert computes padding.
 - The next-token loss is scored in float32 whatever the logits' dtype (as autocast
   and transformers do); its gradient returns in the logits' dtype.
 - The KV cache reserves the whole context per attention once and is written in
@@ -223,15 +223,21 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
 # ====================================================================================
 # Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
 # out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; compiled_stage compiles a repeated stage once for all its
-# instances under torch.compile; the MoE's custom ops run its routing and experts as one
-# opaque op under torch.compile. Nothing above needs reading them to follow the model.
+# with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
+# custom op under torch.compile; compiled_stage compiles a repeated stage once for all
+# its instances under torch.compile; the MoE's custom ops run its routing and experts as
+# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
 # ====================================================================================""")
         out.blank(2)
         out.block(definition("next_token_loss_op"))
         out.blank(2)
         out.line('next_token_loss = next_token_loss_op("next_token_loss")')
         out.blank(2)
+        if not self.e.nozzle.tied:
+            out.block(definition("table_lookup"))
+            out.blank(2)
+            out.line(f'lookup = table_lookup("lookup_{digest(definition("table_lookup"))}")')
+            out.blank(2)
         if regional(self.p):
             for name in ("stage_input_op", "stage_region"):
                 out.block(definition(name))
@@ -319,18 +325,22 @@ from torch.nn import functional as F""")
             w()
             w("def forward(self, idx):" if f.position == "none" else "def forward(self, idx, past, pos=None):")
             with out.indent():
-                tok = "self.tok(idx)" if f.scale == 1.0 else "self.tok(idx) * self.scale"
+                # the op saves inductor two C++ kernels; a tied head's gradient would cost it one back (the two gradients' sum)
+                opaque = self.p.fast and not self.e.nozzle.tied
+                call = (lambda table, i: f"lookup(self.{table}, {i})") if opaque else (lambda table, i: f"self.{table}({i})")  # lookup: runtime section
+                tok = call("tok", "idx") if f.scale == 1.0 else f"{call('tok', 'idx')} * self.scale"
+                shape = "# (B, T, C): the token lookup, a custom op under torch.compile (runtime section)" if opaque else "# (B, T, C)"
                 if f.position == "none":
-                    w(f"x = {tok}  # (B, T, C)")
+                    w(f"x = {tok}  {shape}")
                 else:
                     w("T = idx.size(1)")
                     if f.position == "learned":
                         w("if pos is None:  # else (B, T): each row's own positions (a padded batch)")
                         with out.indent():
                             w("pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)  # (T,)")
-                        w(f"x = {tok} + self.pos(pos)  # (B, T, C)")
+                        w(f"x = {tok} + self.pos(pos)  {shape}")
                     else:
-                        w(f"x = {tok} + (self.pos[past : past + T] if pos is None else self.pos[pos])  # (B, T, C)")
+                        w(f"x = {tok} + (self.pos[past : past + T] if pos is None else self.pos[pos])  {shape}")
                 if f.dropout > 0:
                     w("x = self.drop(x)")
                 w("return x")

@@ -111,21 +111,19 @@ balance * experts * sum_e(fraction routed to e * mean router probability of e)."
 B, T, C = x.size()
 x = x.reshape(B * T, C)  # (N, C): every token of the batch
 E = len(self.experts)
-probs = F.softmax(self.router(x), dim=-1)  # (N, E)""")
+logits = self.router(x)  # (N, E)""")
         if fast:
             w("if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing")
             with out.indent():
                 if v.balance:
-                    w("y, routed = self.compiled_experts(x, probs)  # (N, C), (E,): routing and experts in a custom op (runtime section)")
+                    w("y, balance_loss = self.compiled_experts(x, logits)  # (N, C), (): routing, experts and balance loss in a custom op (runtime section)")
                 else:
-                    w("y = self.compiled_experts(x, probs)[0]  # (N, C): routing and experts in a custom op (runtime section)")
+                    w("y = self.compiled_experts(x, logits)[0]  # (N, C): routing and experts in a custom op (runtime section)")
             w("else:")
             with out.indent():
                 self.gather(out, v)
         else:
             self.gather(out, v)
-        if v.balance:
-            w("balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
         if v.shared:
             w("shared = self.shared(x)  # (N, C): the shared expert, for every token")
             if v.shared_gate:
@@ -139,6 +137,7 @@ probs = F.softmax(self.router(x), dim=-1)  # (N, E)""")
         """Eager routing: each expert runs on exactly its tokens (one host sync for the
         counts); y (N, C) is every token's experts' weighted outputs added up."""
         w = out.line
+        w("probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))  # (N, E), in float32 at least (as Mixtral routes)")
         w("weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)")
         if v.normalize:
             w("weight = weight / weight.sum(dim=-1, keepdim=True)")
@@ -162,26 +161,28 @@ token = order // self.top  # (A,) each one's token
 y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
 y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
 y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)""")
+        if v.balance:
+            w("balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))")
 
     def compiled(self, out: Writer, v: MoeVariant, expert: str) -> None:
         limit = "min(math.ceil(self.capacity * N * self.top / E), N) if self.training else -1" if v.capacity else "-1"
         drops = "\n    In training it drops the assignments past an expert's capacity." if v.capacity else ""
         out.block(f'''
-def compiled_experts(self, x, probs):
+def compiled_experts(self, x, logits):
     """The routing and the experts under torch.compile, in the custom op routed_{v.act},
-    opaque to the trace: it picks each token's top experts, sorts the assignments by
-    expert, runs them through the experts' op (which reads the exact counts, one host
-    sync, and so computes no padding) and adds each token's weighted outputs up; the
-    gradients come from its hand-written backward.{drops}
-    Returns (y (N, C), the fraction of assignments per expert (E,))."""
-    N, E = probs.shape
+    opaque to the trace: from the router's logits it picks each token's top experts,
+    sorts the assignments by expert, runs them through the experts' op (which reads the
+    exact counts, one host sync, and so computes no padding) and adds each token's
+    weighted outputs up; the gradients come from its hand-written backward.{drops}
+    Returns (y (N, C), the load-balancing loss ())."""
+    N, E = logits.shape
     limit = {limit}  # the most assignments an expert takes; -1: no limit
     bias = self.experts[0].fc.bias is not None
     weights = [w for ex in self.experts for w in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias) if w is not None]
     if torch.is_autocast_enabled(x.device.type) and x.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
         dtype = torch.get_autocast_dtype(x.device.type)
         x, weights = x.to(dtype), [w.to(dtype) for w in weights]
-    return routed_{v.act}(x, probs, weights, bias, self.top, limit, {v.normalize})[:2]
+    return routed_{v.act}(x, logits, weights, bias, self.top, limit, {v.normalize}, {"self.balance" if v.balance else "0.0"})[:2]
 
 def plain_experts(self):
     """Whether every expert is still this file's {expert} of two plain nn.Linear, whose weights the

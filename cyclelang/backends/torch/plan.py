@@ -25,7 +25,7 @@ from .writer import camel, where
 GLOBALS = frozenset({
     "math", "dataclass", "torch", "nn", "F", "Config", "Feed", "Model", "Cache", "Startup",
     "learning_rate", "causal_mask", "sliding_mask", "rotary_tables", "apply_rotary", "alibi_slopes",
-    "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional", "next_token_loss",
+    "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional", "next_token_loss", "lookup",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage cache` is a class Cache)
 
 INPUTS = ("rope", "cache", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)

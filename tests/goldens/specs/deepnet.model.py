@@ -85,7 +85,7 @@ class Feed(nn.Module):
         T = idx.size(1)
         if pos is None:  # else (B, T): each row's own positions (a padded batch)
             pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)  # (T,)
-        x = self.tok(idx) + self.pos(pos)  # (B, T, C)
+        x = lookup(self.tok, idx) + self.pos(pos)  # (B, T, C): the token lookup, a custom op under torch.compile (runtime section)
         return x
 
 
@@ -457,9 +457,10 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
 # ====================================================================================
 # Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
 # out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; compiled_stage compiles a repeated stage once for all its
-# instances under torch.compile; the MoE's custom ops run its routing and experts as one
-# opaque op under torch.compile. Nothing above needs reading them to follow the model.
+# with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
+# custom op under torch.compile; compiled_stage compiles a repeated stage once for all
+# its instances under torch.compile; the MoE's custom ops run its routing and experts as
+# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
 # ====================================================================================
 
 
@@ -472,12 +473,14 @@ def next_token_loss_op(name):
     buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
     gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
     logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is plain torch ops, which torch.compile traces into the backward graph.
-    A custom op rather than an autograd.Function: torch.compile traces a Function as a
-    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
-    would redo the whole joint graph. The caches know the op by its name, and the backward
-    below is traced into them, so the name carries a digest of this function's source as
-    it stands (edit it and the name changes). Defined once per process.
+    The backward is a custom op of its own (`{name}_backward`), opaque to torch.compile
+    like the forward: eager kernels make the same two passes over the (N, vocab) buffer
+    that inductor's fused code would, and a cold compile builds no C++ kernel for the
+    loss (each is about a second). A custom op rather than an autograd.Function:
+    torch.compile traces a Function as a higher-order op that AOTAutograd's cache
+    refuses, so every later compile of the model would redo the whole joint graph. The
+    caches know the ops by their names, so the name carries a digest of this function's
+    source as it stands (edit it and the name changes). Defined once per process.
     """
     import hashlib
     import inspect
@@ -500,6 +503,17 @@ def next_token_loss_op(name):
     def _(logits, targets):
         return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
 
+    @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=())
+    def run_backward(grad: torch.Tensor, logp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        keep = targets >= 0  # (N,)
+        g = logp.exp()  # (N, vocab): softmax
+        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
+        return g.mul_((keep * (grad / keep.sum()))[:, None])
+
+    @run_backward.register_fake
+    def _(grad, logp, targets):
+        return torch.empty_like(logp)
+
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(output[1], inputs[1])
         ctx.dtype = inputs[0].dtype
@@ -508,16 +522,70 @@ def next_token_loss_op(name):
 
     def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
         logp, targets = ctx.saved_tensors
-        keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
+        return run_backward(grad, logp, targets).to(ctx.dtype), None
 
     run.register_autograd(backward, setup_context=setup_context)
     return getattr(torch.ops.cyclelang, name)
 
 
 next_token_loss = next_token_loss_op("next_token_loss")
+
+
+def table_lookup(name):
+    """`lookup(table, idx)`: table(idx) for the Feed's nn.Embedding tables; under
+    torch.compile, for a plain table, the custom op `cyclelang::{name}` instead.
+
+    The op runs F.embedding and its backward (aten's embedding_dense_backward, a custom
+    op of its own) as eager kernels, opaque to the trace: a gather and a scatter-add, the
+    same work inductor's code would do, but a cold compile builds no C++ kernel for them
+    (each is about a second). Eager mode, and a table that is not a plain nn.Embedding
+    (a subclass, a replaced or hooked layer, max_norm, sparse or frequency-scaled
+    gradients), call the table itself. Defined once per process.
+    """
+    try:
+        op = getattr(torch.ops.cyclelang, name)
+    except AttributeError:
+
+        @torch.library.custom_op("cyclelang::" + name, mutates_args=())
+        def run(idx: torch.Tensor, weight: torch.Tensor, padding: int) -> torch.Tensor:
+            return F.embedding(idx, weight, padding_idx=None if padding < 0 else padding)
+
+        @run.register_fake
+        def _(idx, weight, padding):
+            return weight.new_empty((*idx.shape, weight.size(1)))
+
+        @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=())
+        def run_backward(grad: torch.Tensor, idx: torch.Tensor, rows: int, padding: int) -> torch.Tensor:
+            return torch.ops.aten.embedding_dense_backward(grad, idx, rows, padding, False)  # the padding row: zero
+
+        @run_backward.register_fake
+        def _(grad, idx, rows, padding):
+            return grad.new_empty((rows, grad.size(-1)))
+
+        def setup_context(ctx, inputs, output):
+            idx, weight, ctx.padding = inputs
+            ctx.rows = weight.size(0)
+            ctx.save_for_backward(idx)
+
+        def backward(ctx, grad):
+            if not ctx.needs_input_grad[1]:  # a frozen table
+                return None, None, None
+            (idx,) = ctx.saved_tensors
+            return None, run_backward(grad.contiguous(), idx, ctx.rows, ctx.padding), None
+
+        run.register_autograd(backward, setup_context=setup_context)
+        op = getattr(torch.ops.cyclelang, name)
+
+    def lookup(table, idx):
+        plain = type(table) is torch.nn.Embedding and table.max_norm is None and not table.sparse and not table.scale_grad_by_freq
+        if torch.compiler.is_compiling() and plain and not (table._forward_hooks or table._forward_pre_hooks):
+            return op(idx, table.weight, -1 if table.padding_idx is None else table.padding_idx)
+        return table(idx)
+
+    return lookup
+
+
+lookup = table_lookup("lookup_9be06dbe")
 
 
 def stage_input_op(name):

@@ -219,10 +219,11 @@ class Moe(nn.Module):
         B, T, C = x.size()
         x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
-        probs = F.softmax(self.router(x), dim=-1)  # (N, E)
+        logits = self.router(x)  # (N, E)
         if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
-            y, routed = self.compiled_experts(x, probs)  # (N, C), (E,): routing and experts in a custom op (runtime section)
+            y, balance_loss = self.compiled_experts(x, logits)  # (N, C), (): routing, experts and balance loss in a custom op (runtime section)
         else:
+            probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))  # (N, E), in float32 at least (as Mixtral routes)
             weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
             weight = weight / weight.sum(dim=-1, keepdim=True)
             onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first
@@ -240,26 +241,26 @@ class Moe(nn.Module):
             y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
             y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
             y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)
-        balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
+            balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
         y = y.view(B, T, C)
         return y, balance_loss
 
-    def compiled_experts(self, x, probs):
+    def compiled_experts(self, x, logits):
         """The routing and the experts under torch.compile, in the custom op routed_swiglu,
-        opaque to the trace: it picks each token's top experts, sorts the assignments by
-        expert, runs them through the experts' op (which reads the exact counts, one host
-        sync, and so computes no padding) and adds each token's weighted outputs up; the
-        gradients come from its hand-written backward.
+        opaque to the trace: from the router's logits it picks each token's top experts,
+        sorts the assignments by expert, runs them through the experts' op (which reads the
+        exact counts, one host sync, and so computes no padding) and adds each token's
+        weighted outputs up; the gradients come from its hand-written backward.
         In training it drops the assignments past an expert's capacity.
-        Returns (y (N, C), the fraction of assignments per expert (E,))."""
-        N, E = probs.shape
+        Returns (y (N, C), the load-balancing loss ())."""
+        N, E = logits.shape
         limit = min(math.ceil(self.capacity * N * self.top / E), N) if self.training else -1  # the most assignments an expert takes; -1: no limit
         bias = self.experts[0].fc.bias is not None
         weights = [w for ex in self.experts for w in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias) if w is not None]
         if torch.is_autocast_enabled(x.device.type) and x.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
             dtype = torch.get_autocast_dtype(x.device.type)
             x, weights = x.to(dtype), [w.to(dtype) for w in weights]
-        return routed_swiglu(x, probs, weights, bias, self.top, limit, True)[:2]
+        return routed_swiglu(x, logits, weights, bias, self.top, limit, True, self.balance)[:2]
 
     def plain_experts(self):
         """Whether every expert is still this file's Mlp of two plain nn.Linear, whose weights the
@@ -649,9 +650,10 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
 # ====================================================================================
 # Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
 # out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; compiled_stage compiles a repeated stage once for all its
-# instances under torch.compile; the MoE's custom ops run its routing and experts as one
-# opaque op under torch.compile. Nothing above needs reading them to follow the model.
+# with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
+# custom op under torch.compile; compiled_stage compiles a repeated stage once for all
+# its instances under torch.compile; the MoE's custom ops run its routing and experts as
+# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
 # ====================================================================================
 
 
@@ -664,12 +666,14 @@ def next_token_loss_op(name):
     buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
     gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
     logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is plain torch ops, which torch.compile traces into the backward graph.
-    A custom op rather than an autograd.Function: torch.compile traces a Function as a
-    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
-    would redo the whole joint graph. The caches know the op by its name, and the backward
-    below is traced into them, so the name carries a digest of this function's source as
-    it stands (edit it and the name changes). Defined once per process.
+    The backward is a custom op of its own (`{name}_backward`), opaque to torch.compile
+    like the forward: eager kernels make the same two passes over the (N, vocab) buffer
+    that inductor's fused code would, and a cold compile builds no C++ kernel for the
+    loss (each is about a second). A custom op rather than an autograd.Function:
+    torch.compile traces a Function as a higher-order op that AOTAutograd's cache
+    refuses, so every later compile of the model would redo the whole joint graph. The
+    caches know the ops by their names, so the name carries a digest of this function's
+    source as it stands (edit it and the name changes). Defined once per process.
     """
     import hashlib
     import inspect
@@ -692,6 +696,17 @@ def next_token_loss_op(name):
     def _(logits, targets):
         return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
 
+    @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=())
+    def run_backward(grad: torch.Tensor, logp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        keep = targets >= 0  # (N,)
+        g = logp.exp()  # (N, vocab): softmax
+        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
+        return g.mul_((keep * (grad / keep.sum()))[:, None])
+
+    @run_backward.register_fake
+    def _(grad, logp, targets):
+        return torch.empty_like(logp)
+
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(output[1], inputs[1])
         ctx.dtype = inputs[0].dtype
@@ -700,10 +715,7 @@ def next_token_loss_op(name):
 
     def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
         logp, targets = ctx.saved_tensors
-        keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
+        return run_backward(grad, logp, targets).to(ctx.dtype), None
 
     run.register_autograd(backward, setup_context=setup_context)
     return getattr(torch.ops.cyclelang, name)
@@ -862,18 +874,22 @@ def expert_mlps(name, act_grad):
 def routed_experts(name, experts_name):
     """The custom op `cyclelang::{name}`: a MoE layer's routing, experts and combination in one.
 
-    torch.compile's trace sees only the router's probabilities go in and each token's
-    output come out, so it generates no kernels for the routing (top-k, capacity ranks,
-    the sort by expert, the gathers and scatters, forward and backward); inside, eager
-    kernels run it and the experts' op `cyclelang::{experts_name}` (expert_mlps) does the
-    rest. x: (N, C) tokens; probs: (N, E) router probabilities; weights, bias: as for the
-    experts' op; top: experts per token; limit: the most assignments an expert takes
-    (training with a capacity), -1 for none; normalize: the chosen weights renormalised
-    to sum to 1. Returns y (N, C), each token's weighted expert outputs summed in expert
-    order, and the fraction of assignments routed to each expert (E,) (before capacity,
-    for the balance loss), then what the hand-written backward reads. The gradient of
-    probs flows through the chosen weights only, as autograd's through top-k would.
-    Defined once per process.
+    torch.compile's trace sees only the router's logits go in and each token's output
+    and the balance loss come out, so it generates no kernels for the routing (the
+    softmax, top-k, capacity ranks, the sort by expert, the gathers and scatters, the
+    balance loss, forward and backward: each C++ kernel is about a second of a cold
+    compile); inside, eager kernels run it and the experts' op
+    `cyclelang::{experts_name}` (expert_mlps) does the rest. x: (N, C) tokens; logits:
+    (N, E) router logits; weights, bias: as for the experts' op; top: experts per token;
+    limit: the most assignments an expert takes (training with a capacity), -1 for none;
+    normalize: the chosen weights renormalised to sum to 1; balance: the weight of the
+    load-balancing loss. The probabilities are softmax(logits) in float32 at least, as the
+    eager path computes them. Returns y (N, C), each token's weighted expert outputs
+    summed in expert order, and the balance loss (Switch Transformer's: balance * E *
+    sum_e(fraction of assignments routed to e, before capacity, * mean probability of e)),
+    then what the hand-written backward reads. The logits' gradient flows through the
+    chosen weights and the mean probabilities, as autograd's through softmax and top-k
+    would. Defined once per process.
     """
     try:
         return getattr(torch.ops.cyclelang, name)
@@ -903,28 +919,32 @@ def routed_experts(name, experts_name):
 
     @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
     def run(
-        x: torch.Tensor, probs: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        x: torch.Tensor, logits: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool, balance: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
         weight, choice, order, counts, routed = routing(probs, top, limit, normalize)
+        loss = balance * probs.size(1) * torch.sum(routed * probs.mean(dim=0))
         token = order // top
         e, h = experts(x[token], counts, weights, bias)  # (N * k, C), dropped rows zero
         ew = e * weight.reshape(-1)[order, None]  # in the wider dtype under autocast, as the gather path's
         y = ew.new_zeros(x.shape).index_add_(0, token, ew)
-        return y, routed, e, h, order, counts, choice, weight
+        return y, loss, probs, routed, e, h, order, counts, choice, weight
 
     @run.register_fake
-    def _(x, probs, weights, bias, top, limit, normalize):
-        (N, E), n = probs.shape, probs.size(0) * top
-        index = probs.new_empty((n,), dtype=torch.int64)
-        return (x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, probs.dtype)), probs.new_empty(E, dtype=torch.float32), x.new_empty(n, x.size(1)),
-                x.new_empty(n, weights[0].size(0)), index, index.new_empty(E + 1), index.new_empty(N, top), probs.new_empty(N, top))
+    def _(x, logits, weights, bias, top, limit, normalize, balance):
+        (N, E), n = logits.shape, logits.size(0) * top
+        p = torch.promote_types(logits.dtype, torch.float32)
+        index = logits.new_empty((n,), dtype=torch.int64)
+        return (x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, p)), logits.new_empty((), dtype=p), logits.new_empty(N, E, dtype=p),
+                logits.new_empty(E, dtype=torch.float32), x.new_empty(n, x.size(1)), x.new_empty(n, weights[0].size(0)), index, index.new_empty(E + 1),
+                index.new_empty(N, top), logits.new_empty(N, top, dtype=p))
 
     @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
     def run_backward(
-        grad: torch.Tensor, x: torch.Tensor, probs: torch.Tensor, saved: list[torch.Tensor], weights: list[torch.Tensor],
-        bias: bool, top: int, normalize: bool, weight_grads: bool
+        grad: torch.Tensor, g_loss: torch.Tensor, x: torch.Tensor, saved: list[torch.Tensor], weights: list[torch.Tensor],
+        bias: bool, top: int, normalize: bool, balance: float, weight_grads: bool
     ) -> list[torch.Tensor]:
-        e, h, order, counts, choice, weight = saved
+        probs, routed, e, h, order, counts, choice, weight = saved
         token = order // top
         g = grad[token]  # (N * k, C): each assignment's share of its token's gradient
         g_weight = torch.empty_like(weight)
@@ -932,29 +952,34 @@ def routed_experts(name, experts_name):
         if normalize:  # w = p / sum(p) over the chosen: dp = (dw - sum(dw * w)) / sum(p)
             g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / probs.gather(-1, choice).sum(dim=-1, keepdim=True)
         g_probs = torch.zeros_like(probs).scatter_(-1, choice, g_weight)  # a token's choices are distinct
+        if balance:  # the loss reads probs through their mean over tokens (rounded as autograd rounds it)
+            g_probs += (g_loss * (balance * probs.size(1))) * routed.to(probs.dtype) / probs.size(0)
+        g_logits = torch._softmax_backward_data(g_probs, probs, -1, probs.dtype)  # autograd's kernel for the softmax
         g_e = (g * weight.reshape(-1)[order, None]).to(e.dtype)
         gx_a, *gw = experts_backward(g_e, x[token], h, counts, weights, bias, weight_grads)
-        return [torch.zeros_like(x).index_add_(0, token, gx_a), g_probs] + gw
+        return [torch.zeros_like(x).index_add_(0, token, gx_a), g_logits] + gw
 
     @run_backward.register_fake
-    def _(grad, x, probs, saved, weights, bias, top, normalize, weight_grads):
-        return [torch.empty_like(x), torch.empty_like(probs)] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
+    def _(grad, g_loss, x, saved, weights, bias, top, normalize, balance, weight_grads):
+        return [torch.empty_like(x), torch.empty_like(saved[0])] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
 
     def setup_context(ctx, inputs, output):
-        x, probs, weights, ctx.bias, ctx.top, _, ctx.normalize = inputs
+        x, logits, weights, ctx.bias, ctx.top, _, ctx.normalize, ctx.balance = inputs
+        ctx.logits_dtype = logits.dtype
         ctx.weight_grads = any(w.requires_grad for w in weights)
-        ctx.save_for_backward(x, probs, *output[2:], *weights)
-        ctx.mark_non_differentiable(*output[1:])
+        ctx.save_for_backward(x, *output[2:], *weights)
+        ctx.mark_non_differentiable(*output[2:])
 
-    def backward(ctx, grad, *_):
-        x, probs, *rest = ctx.saved_tensors
-        saved, weights = rest[:6], rest[6:]
-        gx, g_probs, *gw = run_backward(grad.contiguous(), x, probs, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.weight_grads)
-        return gx, g_probs, gw if ctx.weight_grads else [None] * len(weights), None, None, None, None
+    def backward(ctx, grad, g_loss, *_):
+        x, *rest = ctx.saved_tensors
+        saved, weights = rest[:8], rest[8:]
+        g_loss = torch.zeros((), dtype=saved[0].dtype, device=x.device) if g_loss is None else g_loss
+        gx, g_logits, *gw = run_backward(grad.contiguous(), g_loss, x, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.balance, ctx.weight_grads)
+        return gx, g_logits.to(ctx.logits_dtype), gw if ctx.weight_grads else [None] * len(weights), None, None, None, None, None
 
     run.register_autograd(backward, setup_context=setup_context)
     return getattr(torch.ops.cyclelang, name)
 
 
 experts_swiglu = expert_mlps("experts_swiglu_ab5b3017", swiglu_grad)
-routed_swiglu = routed_experts("routed_swiglu_2d4516a0", "experts_swiglu_ab5b3017")
+routed_swiglu = routed_experts("routed_swiglu_7cbdd4e7", "experts_swiglu_ab5b3017")

@@ -1,6 +1,7 @@
 """What a generated file runs besides its classes, as real Python modules.
 
     loss        next_token_loss_op (the loss's custom op): F.cross_entropy's forward, a leaner backward
+    embedding   table_lookup: the Feed's embedding lookups, a custom op under torch.compile
     positions   sinusoids, rotary_tables, scaled_rotary_tables, alibi_slopes, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
     masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states)
@@ -31,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 # Where each definition the generated file may inline lives.
-MODULES = ("loss", "positions", "masks", "cache", "experts", "norms", "parallel", "scan", "regions")
+MODULES = ("loss", "embedding", "positions", "masks", "cache", "experts", "norms", "parallel", "scan", "regions")
 
 
 @functools.lru_cache(maxsize=None)

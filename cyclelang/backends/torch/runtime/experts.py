@@ -174,18 +174,22 @@ def expert_mlps(name, act_grad):
 def routed_experts(name, experts_name):
     """The custom op `cyclelang::{name}`: a MoE layer's routing, experts and combination in one.
 
-    torch.compile's trace sees only the router's probabilities go in and each token's
-    output come out, so it generates no kernels for the routing (top-k, capacity ranks,
-    the sort by expert, the gathers and scatters, forward and backward); inside, eager
-    kernels run it and the experts' op `cyclelang::{experts_name}` (expert_mlps) does the
-    rest. x: (N, C) tokens; probs: (N, E) router probabilities; weights, bias: as for the
-    experts' op; top: experts per token; limit: the most assignments an expert takes
-    (training with a capacity), -1 for none; normalize: the chosen weights renormalised
-    to sum to 1. Returns y (N, C), each token's weighted expert outputs summed in expert
-    order, and the fraction of assignments routed to each expert (E,) (before capacity,
-    for the balance loss), then what the hand-written backward reads. The gradient of
-    probs flows through the chosen weights only, as autograd's through top-k would.
-    Defined once per process.
+    torch.compile's trace sees only the router's logits go in and each token's output
+    and the balance loss come out, so it generates no kernels for the routing (the
+    softmax, top-k, capacity ranks, the sort by expert, the gathers and scatters, the
+    balance loss, forward and backward: each C++ kernel is about a second of a cold
+    compile); inside, eager kernels run it and the experts' op
+    `cyclelang::{experts_name}` (expert_mlps) does the rest. x: (N, C) tokens; logits:
+    (N, E) router logits; weights, bias: as for the experts' op; top: experts per token;
+    limit: the most assignments an expert takes (training with a capacity), -1 for none;
+    normalize: the chosen weights renormalised to sum to 1; balance: the weight of the
+    load-balancing loss. The probabilities are softmax(logits) in float32 at least, as the
+    eager path computes them. Returns y (N, C), each token's weighted expert outputs
+    summed in expert order, and the balance loss (Switch Transformer's: balance * E *
+    sum_e(fraction of assignments routed to e, before capacity, * mean probability of e)),
+    then what the hand-written backward reads. The logits' gradient flows through the
+    chosen weights and the mean probabilities, as autograd's through softmax and top-k
+    would. Defined once per process.
     """
     try:
         return getattr(torch.ops.cyclelang, name)
@@ -215,28 +219,32 @@ def routed_experts(name, experts_name):
 
     @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
     def run(
-        x: torch.Tensor, probs: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        x: torch.Tensor, logits: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool, balance: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
         weight, choice, order, counts, routed = routing(probs, top, limit, normalize)
+        loss = balance * probs.size(1) * torch.sum(routed * probs.mean(dim=0))
         token = order // top
         e, h = experts(x[token], counts, weights, bias)  # (N * k, C), dropped rows zero
         ew = e * weight.reshape(-1)[order, None]  # in the wider dtype under autocast, as the gather path's
         y = ew.new_zeros(x.shape).index_add_(0, token, ew)
-        return y, routed, e, h, order, counts, choice, weight
+        return y, loss, probs, routed, e, h, order, counts, choice, weight
 
     @run.register_fake
-    def _(x, probs, weights, bias, top, limit, normalize):
-        (N, E), n = probs.shape, probs.size(0) * top
-        index = probs.new_empty((n,), dtype=torch.int64)
-        return (x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, probs.dtype)), probs.new_empty(E, dtype=torch.float32), x.new_empty(n, x.size(1)),
-                x.new_empty(n, weights[0].size(0)), index, index.new_empty(E + 1), index.new_empty(N, top), probs.new_empty(N, top))
+    def _(x, logits, weights, bias, top, limit, normalize, balance):
+        (N, E), n = logits.shape, logits.size(0) * top
+        p = torch.promote_types(logits.dtype, torch.float32)
+        index = logits.new_empty((n,), dtype=torch.int64)
+        return (x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, p)), logits.new_empty((), dtype=p), logits.new_empty(N, E, dtype=p),
+                logits.new_empty(E, dtype=torch.float32), x.new_empty(n, x.size(1)), x.new_empty(n, weights[0].size(0)), index, index.new_empty(E + 1),
+                index.new_empty(N, top), logits.new_empty(N, top, dtype=p))
 
     @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
     def run_backward(
-        grad: torch.Tensor, x: torch.Tensor, probs: torch.Tensor, saved: list[torch.Tensor], weights: list[torch.Tensor],
-        bias: bool, top: int, normalize: bool, weight_grads: bool
+        grad: torch.Tensor, g_loss: torch.Tensor, x: torch.Tensor, saved: list[torch.Tensor], weights: list[torch.Tensor],
+        bias: bool, top: int, normalize: bool, balance: float, weight_grads: bool
     ) -> list[torch.Tensor]:
-        e, h, order, counts, choice, weight = saved
+        probs, routed, e, h, order, counts, choice, weight = saved
         token = order // top
         g = grad[token]  # (N * k, C): each assignment's share of its token's gradient
         g_weight = torch.empty_like(weight)
@@ -244,25 +252,30 @@ def routed_experts(name, experts_name):
         if normalize:  # w = p / sum(p) over the chosen: dp = (dw - sum(dw * w)) / sum(p)
             g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / probs.gather(-1, choice).sum(dim=-1, keepdim=True)
         g_probs = torch.zeros_like(probs).scatter_(-1, choice, g_weight)  # a token's choices are distinct
+        if balance:  # the loss reads probs through their mean over tokens (rounded as autograd rounds it)
+            g_probs += (g_loss * (balance * probs.size(1))) * routed.to(probs.dtype) / probs.size(0)
+        g_logits = torch._softmax_backward_data(g_probs, probs, -1, probs.dtype)  # autograd's kernel for the softmax
         g_e = (g * weight.reshape(-1)[order, None]).to(e.dtype)
         gx_a, *gw = experts_backward(g_e, x[token], h, counts, weights, bias, weight_grads)
-        return [torch.zeros_like(x).index_add_(0, token, gx_a), g_probs] + gw
+        return [torch.zeros_like(x).index_add_(0, token, gx_a), g_logits] + gw
 
     @run_backward.register_fake
-    def _(grad, x, probs, saved, weights, bias, top, normalize, weight_grads):
-        return [torch.empty_like(x), torch.empty_like(probs)] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
+    def _(grad, g_loss, x, saved, weights, bias, top, normalize, balance, weight_grads):
+        return [torch.empty_like(x), torch.empty_like(saved[0])] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
 
     def setup_context(ctx, inputs, output):
-        x, probs, weights, ctx.bias, ctx.top, _, ctx.normalize = inputs
+        x, logits, weights, ctx.bias, ctx.top, _, ctx.normalize, ctx.balance = inputs
+        ctx.logits_dtype = logits.dtype
         ctx.weight_grads = any(w.requires_grad for w in weights)
-        ctx.save_for_backward(x, probs, *output[2:], *weights)
-        ctx.mark_non_differentiable(*output[1:])
+        ctx.save_for_backward(x, *output[2:], *weights)
+        ctx.mark_non_differentiable(*output[2:])
 
-    def backward(ctx, grad, *_):
-        x, probs, *rest = ctx.saved_tensors
-        saved, weights = rest[:6], rest[6:]
-        gx, g_probs, *gw = run_backward(grad.contiguous(), x, probs, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.weight_grads)
-        return gx, g_probs, gw if ctx.weight_grads else [None] * len(weights), None, None, None, None
+    def backward(ctx, grad, g_loss, *_):
+        x, *rest = ctx.saved_tensors
+        saved, weights = rest[:8], rest[8:]
+        g_loss = torch.zeros((), dtype=saved[0].dtype, device=x.device) if g_loss is None else g_loss
+        gx, g_logits, *gw = run_backward(grad.contiguous(), g_loss, x, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.balance, ctx.weight_grads)
+        return gx, g_logits.to(ctx.logits_dtype), gw if ctx.weight_grads else [None] * len(weights), None, None, None, None, None
 
     run.register_autograd(backward, setup_context=setup_context)
     return getattr(torch.ops.cyclelang, name)
