@@ -119,19 +119,28 @@ def test_next_token_loss_scores_half_precision_in_float32():
 def test_next_token_loss_backward_allocates_one_vocab_sized_tensor():
     """The backward's only (N, vocab) allocation is the gradient itself: no zero-filled
     gradient for the log-probabilities (which take none; autograd materialises one unless
-    told not to) and no one-hot. The backward is a custom op of its own, so the profiler
-    (which sees the ops inside it) counts the allocations, by bytes, not by time."""
-    from torch.profiler import ProfilerActivity, profile
+    told not to) and no one-hot. Counted on the dispatched ops, so it holds at any load."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Fresh(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.made = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            seen = {a.untyped_storage().data_ptr() for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+            for o in torch.utils._pytree.tree_leaves(out):
+                if isinstance(o, torch.Tensor) and o.numel() >= 24 * 50 and o.untyped_storage().data_ptr() not in seen:
+                    self.made.append(str(func))
+            return out
 
     logits = torch.randn(24, 50, generator=gen(3), requires_grad=True)
     targets = torch.randint(0, 50, (24,), generator=gen(4))
     out = LOSS(logits, targets)[0]
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with Fresh() as mode:
         out.backward()
-    names = {e.name for e in prof.events()}
-    assert any(n.startswith("cyclelang::test_runtime_next_token_loss_") and n.endswith("_backward") for n in names), names
-    big = [e.name for e in prof.events() if e.self_cpu_memory_usage >= 24 * 50 * 4]
-    assert big == ["aten::exp"], big
+    assert mode.made == ["aten.exp.default"], mode.made
     assert torch.allclose(logits.grad.sum(-1), torch.zeros(24), atol=1e-6)  # softmax minus one-hot, per row
 
 

@@ -475,14 +475,12 @@ def next_token_loss_op(name):
     buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
     gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
     logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is a custom op of its own (`{name}_backward`), opaque to torch.compile
-    like the forward: eager kernels make the same two passes over the (N, vocab) buffer
-    that inductor's fused code would, and a cold compile builds no C++ kernel for the
-    loss (each is about a second). A custom op rather than an autograd.Function:
-    torch.compile traces a Function as a higher-order op that AOTAutograd's cache
-    refuses, so every later compile of the model would redo the whole joint graph. The
-    caches know the ops by their names, so the name carries a digest of this function's
-    source as it stands (edit it and the name changes). Defined once per process.
+    The backward is plain torch ops, which torch.compile traces into the backward graph.
+    A custom op rather than an autograd.Function: torch.compile traces a Function as a
+    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
+    would redo the whole joint graph. The caches know the op by its name, and the backward
+    below is traced into them, so the name carries a digest of this function's source as
+    it stands (edit it and the name changes). Defined once per process.
     """
     import hashlib
     import inspect
@@ -505,17 +503,6 @@ def next_token_loss_op(name):
     def _(logits, targets):
         return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
 
-    @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=())
-    def run_backward(grad: torch.Tensor, logp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None])
-
-    @run_backward.register_fake
-    def _(grad, logp, targets):
-        return torch.empty_like(logp)
-
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(output[1], inputs[1])
         ctx.dtype = inputs[0].dtype
@@ -524,7 +511,10 @@ def next_token_loss_op(name):
 
     def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
         logp, targets = ctx.saved_tensors
-        return run_backward(grad, logp, targets).to(ctx.dtype), None
+        keep = targets >= 0  # (N,)
+        g = logp.exp()  # (N, vocab): softmax
+        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
+        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
 
     run.register_autograd(backward, setup_context=setup_context)
     return getattr(torch.ops.cyclelang, name)
