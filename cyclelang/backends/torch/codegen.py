@@ -214,6 +214,12 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
     "stage", "selective"), per-stage compile. See apply_parallel_plan."""
     return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)''')
 
+    def token_op(self) -> bool:
+        """Whether the Feed's token lookup is the runtime's `lookup` (a custom op under
+        torch.compile): in the fast form, with an untied head. The op saves inductor two C++
+        kernels; a tied head's gradient (the sum of the two) would cost one back."""
+        return self.p.fast and not self.e.nozzle.tied
+
     def fast_runtime(self) -> None:
         """The performance pieces of `--fast`, after everything a reader needs: the model reads
         them only when it runs (the loss, and the MoE's experts under torch.compile)."""
@@ -233,7 +239,7 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
         out.blank(2)
         out.line('next_token_loss = next_token_loss_op("next_token_loss")')
         out.blank(2)
-        if not self.e.nozzle.tied:
+        if self.token_op():
             out.block(definition("table_lookup"))
             out.blank(2)
             out.line(f'lookup = table_lookup("lookup_{digest(definition("table_lookup"))}")')
@@ -325,10 +331,9 @@ from torch.nn import functional as F""")
             w()
             w("def forward(self, idx):" if f.position == "none" else "def forward(self, idx, past, pos=None):")
             with out.indent():
-                # the op saves inductor two C++ kernels; a tied head's gradient would cost it one back (the two gradients' sum)
-                opaque = self.p.fast and not self.e.nozzle.tied
-                call = (lambda table, i: f"lookup(self.{table}, {i})") if opaque else (lambda table, i: f"self.{table}({i})")  # lookup: runtime section
-                tok = call("tok", "idx") if f.scale == 1.0 else f"{call('tok', 'idx')} * self.scale"
+                opaque = self.token_op()
+                tok = "lookup(self.tok, idx)" if opaque else "self.tok(idx)"
+                tok = tok if f.scale == 1.0 else f"{tok} * self.scale"
                 shape = "# (B, T, C): the token lookup, a custom op under torch.compile (runtime section)" if opaque else "# (B, T, C)"
                 if f.position == "none":
                     w(f"x = {tok}  {shape}")
