@@ -315,35 +315,22 @@ class GraphKeeper:
         return gm.forward
 
 
-@pytest.mark.parametrize("name", ["gpt2", pytest.param("moe", marks=pytest.mark.slow)])  # moe's: about a second
-def test_a_repeated_stage_is_one_region_for_all_its_instances(name):
-    """Under torch.compile the model's forward calls each stage instance through one nested
-    compile region (`compiled_stage`, runtime/regions.py), so inductor compiles one block and
-    reuses it: one subgraph, called once per instance, each call starting with the
-    stage_input copy that keeps the region's saved input its own. In eager mode nothing
-    goes through the region."""
-    model = small(ROOT / "specs" / f"{name}.cycle").train()
+def test_the_compiled_graph_has_no_nested_compile_region():
+    """The stages are traced inline, not through `torch.compiler.nested_compile_region`: with
+    torch 2.13's inductor a region's backward may reuse the buffer of a saved input that is
+    really a parameter, and so overwrite the weight (found on the nested hybrid in
+    tests/test_nested.py: an ssm's A_log changed by 2.7 in one compiled backward). Inductor
+    still compiles each distinct loop once: identical kernels of repeated blocks share a build."""
+    model = small(ROOT / "specs" / "gpt2.cycle").train()
     keeper = GraphKeeper()
     idx = torch.randint(0, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
     torch._dynamo.reset()
     torch.compile(model, fullgraph=True, backend=keeper)(idx, idx)
     torch._dynamo.reset()
     (gm,) = keeper.graphs
-    calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.higher_order.invoke_subgraph]
-    assert len(calls) == len(model.stages) >= 2
-    assert len({n.args[0].target for n in calls}) == 1  # one subgraph for every instance
-    body = getattr(gm, calls[0].args[0].target)
-    first = next(n for n in body.graph.nodes if n.op == "call_function")
-    assert str(first.target).startswith("cyclelang.stage_input_"), first.target
-    module = sys.modules[type(model).__module__]
-    called = []
-    real = module.compiled_stage
-    module.compiled_stage = lambda *a: called.append(a) or real(*a)
-    try:
-        model(idx, idx)
-    finally:
-        module.compiled_stage = real
-    assert not called
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert torch.ops.higher_order.invoke_subgraph not in targets
+    assert any(t is torch._C._nn.scaled_dot_product_attention or "scaled_dot_product_attention" in str(t) for t in targets)  # the blocks are in it
 
 
 def _perturbed(name):
@@ -356,22 +343,21 @@ def _perturbed(name):
 
 
 # distinct C++ kernels inductor generates for one training step at the shrunk config (2 blocks),
-# measured with the stage regions, the MoE's routed op (router softmax and balance loss inside)
-# and the token lookup's op (untied heads); the MoE built 26 without regions, 20 with its
-# routing traced into the graph and 19 with the router's softmax outside the op; llama 15 with
-# the lookup traced. An upper bound: a change that makes inductor generate more distinct code
-# (and so compile longer; each C++ kernel is about a second of a cold compile) fails here.
-KERNELS = {"gpt2": 15, "llama": 14, "moe": 16}
+# measured with the MoE's routed op (router softmax and balance loss inside) and the token
+# lookup's op (untied heads), the stages traced inline; with the stages as nested compile
+# regions (dropped: they let inductor overwrite a weight) they were gpt2 15, llama 14, moe 16.
+# An upper bound: a change that makes inductor generate more distinct code (and so compile
+# longer; each C++ kernel is about a second of a cold compile) fails here.
+KERNELS = {"gpt2": 15, "llama": 19, "moe": 18}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_inductor_training_step_equals_eager_within_its_kernel_budget(name):
     """The step torch.compile's default backend (inductor) builds: loss and every gradient
-    equal eager's within 1e-6 on perturbed weights, and no more distinct C++ kernels than
-    KERNELS. Without the stage_input copy the regions' gradients are wrong here (inductor
-    reuses the buffer of a region's saved input; up to 0.1 at gpt2, 2.0 at llama, 0.9 at the
-    MoE), so this also guards that fix. Inductor's caches are off, so every kernel is generated."""
+    equal eager's within 1e-6 on perturbed weights, every parameter and buffer as it was
+    (a backward that reuses a saved weight's buffer would overwrite it), and no more distinct
+    C++ kernels than KERNELS. Inductor's caches are off, so every kernel is generated."""
     from unittest import mock
 
     import torch._inductor.async_compile as async_compile
@@ -394,10 +380,12 @@ def test_inductor_training_step_equals_eager_within_its_kernel_budget(name):
         sources.add(source_code)
         return build(self, argtypes, source_code)
 
+    state = {k: v.clone() for k, v in model.state_dict().items()}
     torch._dynamo.reset()
     with mock.patch.object(async_compile.AsyncCompile, "cpp_pybinding", record), torch._inductor.config.patch(force_disable_caches=True):
         loss, grads = step(torch.compile(model, fullgraph=True))
     torch._dynamo.reset()
+    assert [k for k, v in model.state_dict().items() if not torch.equal(v, state[k])] == []
     torch.testing.assert_close(loss, eager_loss, rtol=0, atol=1e-6)
     for k in eager:
         torch.testing.assert_close(grads[k], eager[k], rtol=0, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}")

@@ -24,7 +24,7 @@ from .conftest import ROOT, need
 torch = need("torch")
 F = torch.nn.functional
 
-from cyclelang.backends.torch.runtime import cache, embedding, experts, loss, masks, positions, regions  # noqa: E402
+from cyclelang.backends.torch.runtime import cache, embedding, experts, loss, masks, positions  # noqa: E402
 
 ACTS = ["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu"]
 
@@ -61,8 +61,7 @@ def test_runtime_modules_speak_the_generated_files_vocabulary():
 def test_inlined_text_is_the_modules_text():
     """What a generated file holds is each definition exactly as its module has it."""
     src = codegen(cyclelang.load(ROOT / "specs" / "moe.cycle")) + codegen(cyclelang.load(ROOT / "specs" / "mistral.cycle"))
-    for name in ("next_token_loss_op", "table_lookup", "rotary_tables", "apply_rotary", "sliding_mask", "Cache", "expert_mlps", "swiglu_grad",
-                 "stage_input_op", "stage_region"):
+    for name in ("next_token_loss_op", "table_lookup", "rotary_tables", "apply_rotary", "sliding_mask", "Cache", "expert_mlps", "swiglu_grad"):
         text = runtime.definition(name)
         assert text.startswith(("def ", "class ")) and text in src, name
     assert runtime.definition("sinusoids").endswith("return table  # (length, width)")  # a closing comment stays
@@ -270,39 +269,6 @@ def test_the_lookup_op_passes_opcheck():
     for padding in (-1, 2):
         weight = table.weight.detach().clone().requires_grad_(True)
         torch.library.opcheck(op, (torch.tensor([[1, 2, 8], [2, 2, 0]]), weight, padding))
-
-
-# --- regional compilation of the stages ------------------------------------------------------
-
-STAGE_INPUT = regions.stage_input_op("test_runtime_stage_input")
-
-
-def test_stage_input_is_a_copy_whose_gradient_is_the_incoming_one():
-    """The copy a compiled region starts with (runtime/regions.py): equal values in a buffer
-    of its own, the gradient passed through unchanged; schema, fake kernel and autograd
-    registration by opcheck."""
-    assert STAGE_INPUT is regions.stage_input_op("test_runtime_stage_input")  # defined once
-    x = torch.randn(3, 4, 5, generator=gen(3), requires_grad=True)
-    y = STAGE_INPUT(x)
-    assert torch.equal(y, x) and y.data_ptr() != x.data_ptr()
-    g = torch.randn(3, 4, 5, generator=gen(4))
-    y.backward(g)
-    assert torch.equal(x.grad, g)
-    torch.library.opcheck(STAGE_INPUT, (torch.randn(2, 6, requires_grad=True),))
-
-
-def test_stage_region_calls_the_stage_on_the_copy():
-    """Outside torch.compile the region is the plain call, on the copy."""
-    seen = []
-
-    def stage(x, *args):
-        seen.append((x, args))
-        return x * 2
-
-    x = torch.randn(2, 3)
-    out = regions.stage_region(STAGE_INPUT)(stage, x, "rope", None)
-    (arg, rest), = seen
-    assert torch.equal(out, 2 * x) and torch.equal(arg, x) and arg.data_ptr() != x.data_ptr() and rest == ("rope", None)
 
 
 # --- positions ------------------------------------------------------------------------------------

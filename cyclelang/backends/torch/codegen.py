@@ -105,7 +105,7 @@ from .model import learning_rate, model_class, uses_math
 from .moe import expert_ops
 from .plan import Plan, make_plan
 from .runtime import definition, digest, reads
-from .stages import classes, inline, regional
+from .stages import classes, inline
 from .config import literal
 from .writer import COMMENT_MODES, COMMENTS, Writer, doc_tag, num, where
 
@@ -230,8 +230,7 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
 # Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
 # out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
 # with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
-# custom op under torch.compile; compiled_stage compiles a repeated stage once for all
-# its instances under torch.compile; the MoE's custom ops run its routing and experts as
+# custom op under torch.compile; the MoE's custom ops run its routing and experts as
 # one opaque op under torch.compile. Nothing above needs reading them to follow the model.
 # ====================================================================================""")
         out.blank(2)
@@ -243,12 +242,6 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
             out.block(definition("table_lookup"))
             out.blank(2)
             out.line(f'lookup = table_lookup("lookup_{digest(definition("table_lookup"))}")')
-            out.blank(2)
-        if regional(self.p):
-            for name in ("stage_input_op", "stage_region"):
-                out.block(definition(name))
-                out.blank(2)
-            out.line(f'compiled_stage = stage_region(stage_input_op("stage_input_{digest(definition("stage_input_op"))}"))')
             out.blank(2)
         expert_ops(out, self.acts)
 

@@ -9,7 +9,7 @@ from .merges import merge_emitter
 from .plan import MoeVariant, OpPlan, Plan, StagePlan
 from contextlib import ExitStack
 
-from .stages import instances, module_list, regional, stage_call, stage_params
+from .stages import instances, module_list, stage_call, stage_params
 from .writer import Writer, comment, doc_tag, num
 
 
@@ -296,13 +296,9 @@ B, T = idx.size()''')
                 w("    rope = [" + ", ".join(padded) + "]")
         has_aux = any(sp.aux for sp in p.stages) or any(it.aux for it in p.main if isinstance(it, OpPlan))
         w("aux = {}" + ("  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads" if has_aux else ""))
-        region = regional(p)
-        if region:
-            w("# under torch.compile, in training: each repeated stage is compiled once for all its instances (runtime section)")
-            w("regions = torch.compiler.is_compiling()" + (" and cache is None" if p.causal else ""))
         for it in p.main:
             if isinstance(it, StagePlan):
-                stage_call(out, p, it, region=region)
+                stage_call(out, p, it)
             else:
                 x = emitter(it.op)
                 if it.aux:

@@ -236,20 +236,12 @@ def module_list(plans: list[StagePlan]) -> str:
     return "nn.ModuleList(" + " + ".join(parts) + ")  # one entry per stage instance"
 
 
-def regional(p: Plan) -> bool:
-    """Whether the model's forward runs its repeated stages through `compiled_stage` under
-    torch.compile (the fast form, runtime/regions.py): some top-level stage repeats."""
-    return p.fast and any(isinstance(it, StagePlan) and it.n is not None for it in p.main)
-
-
-def stage_call(out: Writer, p: Plan, sp: StagePlan, region: bool = False) -> None:
+def stage_call(out: Writer, p: Plan, sp: StagePlan) -> None:
     """The forward's lines that run one stage's instances on x (a loop where it repeats); a
-    stage that returns auxiliary losses has them filed in `aux` under each instance's path.
-    region: the model's forward, where a repeated stage runs through `compiled_stage` when
-    `regions` is true (torch.compile, training)."""
+    stage that returns auxiliary losses has them filed in `aux` under each instance's path."""
     st, w = sp.stage, out.line
     args = ", ".join(stage_params(sp))
-    call = f"compiled_stage(stage, {args}) if regions else stage({args})" if region and sp.n is not None else f"stage({args})"
+    call = f"stage({args})"
     start = str(sp.start).replace("config.", "self.config.")
     tag = comment(st.span, f"block {st.name}", "stage")
     if sp.n is not None:

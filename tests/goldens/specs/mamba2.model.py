@@ -281,10 +281,8 @@ class Model(nn.Module):
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
         aux = {}
-        # under torch.compile, in training: each repeated stage is compiled once for all its instances (runtime section)
-        regions = torch.compiler.is_compiling() and cache is None
         for stage in self.stages:  # block block · mamba2.cycle:16 · stage
-            x = compiled_stage(stage, x, cache) if regions else stage(x, cache)
+            x = stage(x, cache)
         x = self.norm(x)  # final norm · mamba2.cycle:24 · valve on the main line
         logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
         if cache is not None:
@@ -474,8 +472,7 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
 # Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
 # out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
 # with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
-# custom op under torch.compile; compiled_stage compiles a repeated stage once for all
-# its instances under torch.compile; the MoE's custom ops run its routing and experts as
+# custom op under torch.compile; the MoE's custom ops run its routing and experts as
 # one opaque op under torch.compile. Nothing above needs reading them to follow the model.
 # ====================================================================================
 
@@ -535,52 +532,3 @@ def next_token_loss_op(name):
 
 
 next_token_loss = next_token_loss_op("next_token_loss")
-
-
-def stage_input_op(name):
-    """The custom op `cyclelang::{name}`: a copy of x; its gradient is the incoming one.
-
-    A compiled region's first step. In torch 2.13, when a region saves its own input for
-    the backward pass (a pre-norm saves x), inductor returns that input as one of the
-    region's outputs without telling the enclosing graph that the output is the input's
-    buffer; the enclosing graph then counts the input as dead after the call and reuses
-    its buffer (for the final norm's output, say), so the backward reads overwritten
-    activations and the gradients are wrong (the forward is right). The copy is opaque to
-    the partitioner, which cannot recompute it and so saves the copy, a buffer of the
-    region's own. It costs one copy of the residual stream per stage in the forward pass
-    and nothing in the backward. Defined once per process.
-    """
-    try:
-        return getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-        pass
-
-    @torch.library.custom_op("cyclelang::" + name, mutates_args=())
-    def run(x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
-
-    @run.register_fake
-    def _(x):
-        return torch.empty_like(x)
-
-    def backward(ctx, grad):
-        return grad
-
-    run.register_autograd(backward)
-    return getattr(torch.ops.cyclelang, name)
-
-
-def stage_region(stage_input):
-    """`compiled_stage(stage, x, *args)`: stage(x, *args) as a nested compile region whose
-    first step is the copy `stage_input` (an op of stage_input_op). The stage module is an
-    argument, so its parameters are the region's inputs and every instance of the stage
-    shares the one compiled region; torch compiles another for an instance whose structure
-    differs (one entry each, up to 1024). Outside torch.compile it is the plain call."""
-
-    def one_stage(stage, x, *args):
-        return stage(stage_input(x), *args)
-
-    return torch.compiler.nested_compile_region(one_stage, max_reuse_entries=1024)
-
-
-compiled_stage = stage_region(stage_input_op("stage_input_aad97bf6"))

@@ -8,7 +8,6 @@
     scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan: the recurrent mixers' scans
     experts     {act}_grad for every activation, expert_mlps and routed_experts (the MoE custom ops)
     norms       OffsetRMSNorm: RMSNorm with a (offset + w) gain (Gemma)
-    regions     stage_input_op, stage_region: a repeated stage compiled once under torch.compile
     parallel    parallelize: FSDP2, tensor parallelism by the file's TP_PLAN, activation
                 checkpointing, per-stage compile
 
@@ -32,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 # Where each definition the generated file may inline lives.
-MODULES = ("loss", "embedding", "positions", "masks", "cache", "experts", "norms", "parallel", "scan", "regions")
+MODULES = ("loss", "embedding", "positions", "masks", "cache", "experts", "norms", "parallel", "scan")
 
 
 @functools.lru_cache(maxsize=None)
