@@ -310,6 +310,14 @@ def test_the_file_runs_in_a_fresh_interpreter_and_equals_build(tmp_path):
     assert torch.equal(got["gen"], ref.generate(idx[:, :3], 6, temperature=0))
 
 
+def one_step(fn, model, idx):
+    """The logits, loss and every gradient of one training step through fn (model or its compiled form)."""
+    model.zero_grad(set_to_none=True)
+    logits, loss = fn(idx, idx)
+    loss.backward()
+    return logits.detach(), loss.detach(), [p.grad for p in model.parameters()]
+
+
 @pytest.mark.slow  # aot_eager over the whole model (about 5 s)
 def test_torch_compile_fullgraph_captures_a_nested_model_and_its_backward():
     spec = cyclelang.parse(nested(2, 2))
@@ -318,13 +326,7 @@ def test_torch_compile_fullgraph_captures_a_nested_model_and_its_backward():
     torch._dynamo.reset()
     # aot_eager: dynamo's capture of the whole model (the group loop included) and AOTAutograd's joint graph, no C++ build
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    grads = []
-    for fn in (compiled, model):
-        model.zero_grad(set_to_none=True)
-        logits, loss = fn(idx, idx)
-        loss.backward()
-        grads.append((logits.detach(), loss.detach(), [p.grad for p in model.parameters()]))
-    (la, ea, ga), (lb, eb, gb) = grads
+    (la, ea, ga), (lb, eb, gb) = (one_step(fn, model, idx) for fn in (compiled, model))
     torch.testing.assert_close(la, lb)
     torch.testing.assert_close(ea, eb)
     for a, b in zip(ga, gb):
@@ -347,10 +349,7 @@ def test_torch_compile_fullgraph_inductor_nested_hybrid():
     state = {k: v.clone() for k, v in model.state_dict().items()}
     got = []
     for fn in (compiled, model):
-        model.zero_grad(set_to_none=True)
-        logits, loss = fn(idx, idx)
-        loss.backward()
-        got.append((logits.detach(), loss.detach(), [p.grad for p in model.parameters()]))
+        got.append(one_step(fn, model, idx))
         assert [k for k, v in model.state_dict().items() if not torch.equal(v, state[k])] == []
     (la, ea, ga), (lb, eb, gb) = got
     torch.testing.assert_close(la, lb, rtol=1e-4, atol=1e-5)
