@@ -333,6 +333,52 @@ def test_the_compiled_graph_has_no_nested_compile_region():
     assert any(t is torch._C._nn.scaled_dot_product_attention or "scaled_dot_product_attention" in str(t) for t in targets)  # the blocks are in it
 
 
+@pytest.mark.slow
+@pytest.mark.xfail(raises=AssertionError, strict=True,
+                   reason="torch's inductor lowers a region's backward with the enclosing backward's donated-buffer indices "
+                          "(pytorch/pytorch#193960, not in torch 2.13.0 or 2.14.1); when this passes, the stage regions can return")
+def test_inductor_compiles_a_reused_nested_region_exactly():
+    """Why the stages are inline, kept as a check on torch itself. Three pre-norm residual
+    blocks through one `nested_compile_region`, compiled with inductor: the gradients must
+    equal eager's and the weights stay. In torch 2.13 the region's backward subgraph takes the
+    outer backward's donated-buffer indices by position, so inductor reuses buffers that
+    are still live (0.074 off here; on the nested hybrid it overwrote an ssm's A_log);
+    clearing them for the subgraph, as the upstream fix does, makes this exact (2e-8) and the
+    nested hybrid's inductor test pass with the regions (checked by hand on 72715a6). A
+    strict xfail: the day a torch release fixes it, this fails, and the stage regions
+    (16 distinct C++ kernels for the MoE at the tests' config against 18) can come back."""
+
+    @torch.compiler.nested_compile_region
+    def block(x, w, v):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        return x + torch.tanh(h @ v)
+
+    g = torch.Generator().manual_seed(0)
+    ws = [torch.nn.Parameter(1 + 0.1 * torch.randn(16, generator=g)) for _ in range(3)]
+    vs = [torch.nn.Parameter(torch.randn(16, 16, generator=g) / 4) for _ in range(3)]
+    x = torch.randn(4, 8, 16, generator=g)
+
+    def loss(x):
+        for w, v in zip(ws, vs):
+            x = block(x, w, v)
+        return x.pow(2).mean()
+
+    def grads(fn):
+        for p in ws + vs:
+            p.grad = None
+        fn(x).backward()
+        return [p.grad.clone() for p in ws + vs]
+
+    before = [p.detach().clone() for p in ws + vs]
+    eager = grads(loss)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compiled = grads(torch.compile(loss, fullgraph=True))
+    torch._dynamo.reset()
+    assert all(torch.equal(p.detach(), b) for p, b in zip(ws + vs, before))
+    assert max((a - b).abs().max().item() for a, b in zip(compiled, eager)) < 1e-6
+
+
 def _perturbed(name):
     model = small(ROOT / "specs" / f"{name}.cycle").train()
     g = torch.Generator().manual_seed(1)
