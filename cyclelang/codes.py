@@ -306,16 +306,21 @@ _add("E0513", "distributed launch needed", "--tp N splits the model over N proce
 # --- transformers interop (cyclelang.interop, `cyclec import` / `cyclec export`), appended -------
 _add("E0401", "config field the language cannot express", """
 `cyclec import` turns a transformers checkpoint's config.json into the spec it
-implies, field by field, by its `model_type`. A field whose value the language cannot
-write (a llama3 or YaRN rotary scaling, GPT-2's attention scaled by 1/(layer + 1), a
-per-layer pattern of sliding windows, an activation with no counterpart) is refused by
-name rather than approximated: a spec that drops it would build an engine that
-computes something else. The same check refuses to load such a checkpoint.""", '"rope_parameters": {"rope_type": "llama3", ...}')
+implies, key by key, by its `model_type`, and reads it closed-world: each family
+declares the keys it maps and the keys that change nothing (ids, dtype, dropout, ...).
+A key whose value the language cannot write (an activation with no counterpart,
+GPT-2's attention scaled by 1/(layer + 1), clamped q/k/v) is refused by name, and so
+is any other key that holds something other than transformers' default for that
+class: the importer cannot tell whether it changes the function, and a spec that
+dropped it would build an engine that computes something else. `null` is a value,
+not an absent key. The same check refuses to load such a checkpoint.""", '"scale_attn_by_inverse_layer_idx": true')
 _add("E0402", "unknown or unsupported model type", """
-Interop reads a checkpoint by its config's `model_type` only, never by guessing from
-the weights' key names (a Gemma checkpoint has Llama's key names but computes
-(1 + w) norms). The supported families are listed in docs/families.md; the common
-ones not yet supported are refused with what they need.""", '"model_type": "gemma"')
+Interop reads a checkpoint by its config's `model_type` only (as transformers'
+AutoConfig reads it: `mistral` with `layer_types` is Ministral), never by guessing
+from the weights' key names (a Gemma checkpoint has Llama's key names but computes
+(1 + w) norms). A decoder family that is not claimed is refused with the nearest
+claimed family and what the language lacks for it, or with "only an importer is
+missing" where the language can already say the whole model.""", '"model_type": "qwen3_next"')
 _add("E0403", "unreadable checkpoint config", """
 The source given to `cyclec import` is not a checkpoint folder with a config.json, a
 config.json file, or the file is not one JSON object.""", "cyclec import weights.bin")

@@ -30,7 +30,12 @@ def explain(code, list_all):
         norm = code[:1].upper() + code[1:].upper().replace("O", "0").replace("I", "1").replace("L", "1")
         hint = f"did you mean '{norm}'?" if norm in CODES else did_you_mean(code.upper(), CODES)
         raise click.UsageError(f"no diagnostic code '{code}'" + (f"; {hint}" if hint else "; codes look like E0101, W102, N101"))
-    click.echo(explanation(c), nl=False)
+    text = explanation(c)
+    if c.code in ("E0401", "E0402"):  # what the importer reads today, from its own tables
+        from ..interop.families import explain_tables
+
+        text += explain_tables(c.code)
+    click.echo(text, nl=False)
 
 
 @click.command()

@@ -5,12 +5,14 @@
     cyclelang.interop.load_transformers(model, "ckpt/")       # refused unless the IRs agree
     cyclelang.interop.export(spec, model.state_dict(), "out/")  # config.json + model.safetensors
 
-Families (`families.FAMILIES`, docs/families.md): gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, phi3,
-olmo, olmo2, gemma, gemma2, granite, phi, starcoder2, gpt_neox, gptj, falcon, bloom; mamba2, mamba, jamba and deepseek_v2 (the expander
-families: an ssm, Mamba-1's mixer, latent attention). Other model types
-are refused by name (`families.NOT_YET` says why for the common ones). The modules:
-`families` (config <-> the spec it implies), `compare` (two engines field by field),
-`load` (reading safetensors, mapping weights by the IR's layout).
+Families (`families.FAMILIES`, docs/families.md): gpt2, llama (and internlm3, iquestcoder, seed_oss), mistral,
+ministral, ministral3, mixtral, qwen2, qwen2_moe, qwen3, phi3, olmo, olmo2, gemma, gemma2, granite, phi, starcoder2,
+gpt_neox, gptj, falcon, bloom; mamba2, mamba, jamba and deepseek_v2 (the expander families: an ssm, Mamba-1's
+mixer, latent attention). Every config.json is read closed-world (`closed`): a key the family's reader does not
+map, and that is not known to change nothing, is refused by name. Other model types are refused with the
+nearest claimed family and what the language lacks (`unclaimed`). The modules: `closed` (config.json as
+transformers reads it, against `hf_fields`, the classes' fields), `families` (config <-> the spec it implies),
+`compare` (two engines field by field), `load` (reading safetensors, mapping weights by the IR's layout).
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from pathlib import Path
 
 from .. import ir
 from .compare import Difference, difference
-from .families import FAMILIES, NOT_YET, Unsupported, arch_of, config_of, expander_config, read_config, spec_text
+from .families import FAMILIES, Unsupported, arch_of, config_of, expander_config, read_config, spec_text
 from .load import _embed_and_head
 from .load import InteropError, check_config, convert_state_dict, export_state_dict, implied_engine, load_transformers, read_safetensors
 
-__all__ = ["InteropError", "Unsupported", "Difference", "FAMILIES", "NOT_YET", "load_transformers", "convert_state_dict",
+__all__ = ["InteropError", "Unsupported", "Difference", "FAMILIES", "load_transformers", "convert_state_dict",
            "read_safetensors", "import_config", "read_config_file", "export", "export_config", "check_config", "implied_engine",
            "difference"]
 
@@ -87,7 +89,10 @@ def export_config(spec) -> dict:
         except (Unsupported, InteropError):
             pass
     config = config_of(arch)
-    d = difference(engine, implied_engine(config))
+    try:
+        d = difference(engine, implied_engine(config))
+    except InteropError as e:  # the config written does not read back: no family computes the spec
+        raise Unsupported(e.key, f"{arch.family} cannot say what the spec does: {str(e).split(': ', 1)[1]}") from None
     if d is not None:
         raise Unsupported(d.field, f"{arch.family} cannot say what the spec does at {d.where}: {d.text()}")
     return config

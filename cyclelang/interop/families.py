@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from ..ir.kinds import is_gated
+from .closed import CLASSES, INERT, Config, Keys, Unsupported, fields_of, remap
+from .hf_fields import TRANSFORMERS_VERSION
 
 # transformers activations -> the language's. A gated MLP (Llama's gate/up/down)
 # takes the gated form of its activation.
@@ -28,14 +30,6 @@ _PLAIN_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "ge
 _GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
 _HF_PLAIN = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 _HF_GATED = {"swiglu": "silu", "geglu": "gelu"}
-
-
-class Unsupported(ValueError):
-    """A config field (or a spec construct, on export) the other side cannot express."""
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}")
 
 
 @dataclass(frozen=True)
@@ -102,82 +96,6 @@ def _rotary(partial, head_dim: int) -> float:
     return float(partial)
 
 
-class _Config:
-    """A config dict read field by field, with the family's defaults."""
-
-    def __init__(self, config: dict, defaults: dict):
-        self.config, self.defaults = config, defaults
-
-    def get(self, name: str, default=None):
-        v = self.config.get(name)
-        if v is None:
-            v = self.defaults.get(name, default)
-        return v
-
-    def need(self, name: str):
-        v = self.get(name)
-        if v is None:
-            raise Unsupported(name, "missing from the config (and the family has no default)")
-        return v
-
-
-_SCALINGS = ("linear", "dynamic", "llama3", "yarn")
-
-
-def _rope_dict(c: _Config) -> tuple[dict, str]:
-    """The rotary parameters (rope_parameters, or the older rope_scaling) and the field they came from."""
-    rope = c.config.get("rope_parameters") or {}
-    if rope.get("rope_type") or rope.get("type"):
-        return rope, "rope_parameters"
-    old = c.config.get("rope_scaling") or {}
-    if old.get("rope_type") or old.get("type"):
-        return {**rope, **old}, "rope_scaling"
-    return rope, "rope_parameters"
-
-
-def _rope(c: _Config) -> float:
-    """rope_theta, refusing a rotary scaling the language does not have (longrope, ...)."""
-    rope, where = _rope_dict(c)
-    kind = rope.get("rope_type") or rope.get("type") or "default"
-    if kind not in ("default", *_SCALINGS):
-        raise Unsupported(f"{where}.rope_type" if where == "rope_parameters" else where,
-                          f"rotary scaling '{kind}' is not in the language; it has {', '.join(_SCALINGS)} (and plain rotary, rope_type=default)")
-    theta = rope.get("rope_theta", c.config.get("rope_theta"))
-    return float(theta if theta is not None else c.defaults.get("rope_theta", 10000.0))
-
-
-def _rope_scaling(c: _Config, context: int) -> ir.RotaryScaling | None:
-    """The rotary scaling a config's rope parameters say, as transformers' rope_utils reads them."""
-    _rope(c)  # a kind the language does not have is refused first, by its rope_type
-    rope, where = _rope_dict(c)
-    kind = rope.get("rope_type") or rope.get("type") or "default"
-    if kind == "default":
-        return None
-    f = f"{where}."
-    # transformers gives a config's own original_max_position_embeddings (Phi-3 keeps it there) priority
-    original = c.config.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings") or context
-    factor = rope.get("factor")
-    if kind == "dynamic":  # transformers' dynamic NTK grows the base past max_position_embeddings
-        original = context
-    if factor is None:
-        if kind != "yarn":
-            raise Unsupported(f + "factor", f"rotary scaling '{kind}' needs its factor")
-        factor = context / original
-    if kind == "yarn" and rope.get("truncate", True) is False:
-        raise Unsupported(f + "truncate", "YaRN without truncating its correction range is not in the language")
-    gain = None
-    if kind == "yarn":
-        def mscale(scale, m=1.0):
-            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-        gain = rope.get("attention_factor")
-        if gain is None and rope.get("mscale") and rope.get("mscale_all_dim"):
-            gain = float(mscale(factor, rope["mscale"]) / mscale(factor, rope["mscale_all_dim"]))
-    return ir.RotaryScaling(type=kind, factor=float(factor), original=None if kind == "linear" else int(original),
-                            low=float(rope.get("low_freq_factor", 1.0)), high=float(rope.get("high_freq_factor", 4.0)),
-                            beta_fast=float(rope.get("beta_fast") or 32.0), beta_slow=float(rope.get("beta_slow") or 1.0),
-                            attention_factor=None if gain is None else float(gain))
-
-
 def _dynamic_context(context: int, scaling: ir.RotaryScaling | None) -> int:
     """The spec's context: dynamic NTK runs past max_position_embeddings (its original), to factor times it."""
     return int(context * scaling.factor) if scaling is not None and scaling.type == "dynamic" else context
@@ -219,265 +137,6 @@ def _scaling_text(sc: ir.RotaryScaling | None) -> str:
     return out
 
 
-def _gpt2(cfg: dict) -> Arch:
-    c = _Config(cfg, {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "activation_function": "gelu_new",
-                      "layer_norm_epsilon": 1e-5, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-                      "add_cross_attention": False, "tie_word_embeddings": True})
-    if not c.get("scale_attn_weights"):
-        raise Unsupported("scale_attn_weights", "attention without the 1/sqrt(head_dim) scale is not in the language")
-    if c.get("scale_attn_by_inverse_layer_idx"):
-        raise Unsupported("scale_attn_by_inverse_layer_idx", "a per-layer attention scale 1/(layer + 1) is not in the language")
-    if c.get("add_cross_attention"):
-        raise Unsupported("add_cross_attention", "cross-attention to an encoder is not in the language")
-    width, heads = c.need("n_embd"), c.need("n_head")
-    act_name = c.get("activation_function")
-    act = _PLAIN_ACTS.get(act_name)
-    if act is None:
-        raise Unsupported("activation_function", f"'{act_name}' has no counterpart among the language's activations")
-    return Arch("gpt2", vocab=c.need("vocab_size"), context=c.need("n_positions"), width=width, layers=c.need("n_layer"),
-                heads=heads, kv_heads=heads, head_dim=width // heads, hidden=c.get("n_inner") or 4 * width, act=act,
-                norm="layernorm", eps=float(c.get("layer_norm_epsilon")), position="learned", norm_bias=True, qkv_bias=True,
-                out_bias=True, mlp_bias=True, tied=bool(c.get("tie_word_embeddings")),
-                sources={"vocab": "vocab_size", "context": "n_positions", "width": "n_embd", "layers": "n_layer", "heads": "n_head",
-                         "hidden": "n_inner", "act": "activation_function", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
-
-
-# The Llama-shaped families: rotary, gated MLP (or routed experts), Pre-LN (OLMo-2: post-branch
-# norms). Their defaults are transformers 5's, for a config.json that leaves a field out.
-_COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 10000.0}
-_DECODER_DEFAULTS = {
-    "llama": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "max_position_embeddings": 2048},
-    "mistral": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072},
-    "mixtral": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
-                "rope_theta": 1000000.0, "num_local_experts": 8, "num_experts_per_tok": 2},
-    "qwen2": {**_COMMON, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "max_position_embeddings": 32768},
-    "qwen3": {**_COMMON, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "head_dim": 128, "max_position_embeddings": 32768},
-    "phi3": {**_COMMON, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5},
-    "olmo": {**_COMMON, "vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-             "num_attention_heads": 32, "max_position_embeddings": 2048},
-    "olmo2": {**_COMMON, "vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5},
-    "gemma": {**_COMMON, "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
-              "num_attention_heads": 16, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
-              "tie_word_embeddings": True},
-    "qwen2_moe": {**_COMMON, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
-                  "num_attention_heads": 16, "max_position_embeddings": 32768, "num_experts": 60, "num_experts_per_tok": 4,
-                  "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "norm_topk_prob": False, "decoder_sparse_step": 1,
-                  "qkv_bias": True},
-    "granite": {**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-                "num_attention_heads": 32, "max_position_embeddings": 2048, "embedding_multiplier": 1.0, "logits_scaling": 1.0,
-                "residual_multiplier": 1.0, "attention_multiplier": 1.0},
-}
-_GATED_ACTS.update({"gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"})
-_HF_GATED["geglu_tanh"] = "gelu_pytorch_tanh"
-_WINDOWED = ("mistral", "mixtral", "phi3")  # one sliding window for every layer
-_DECODER_DEFAULTS["gemma2"] = {**_DECODER_DEFAULTS["gemma"], "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-                               "num_attention_heads": 8, "num_key_value_heads": 4, "query_pre_attn_scalar": 256, "sliding_window": 4096,
-                               "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0}
-_LAYER_TYPES = ("qwen2", "qwen3", "qwen2_moe")  # a window only from max_window_layers on: a per-layer pattern
-
-
-def _layer_windows(c: _Config, layers: int) -> tuple[int | None, tuple]:
-    """Qwen2's (Qwen3's, Qwen2-MoE's) windows: use_sliding_window turns sliding_window on, from
-    max_window_layers on unless layer_types says otherwise; as _gemma2_windows returns them."""
-    sw = c.get("sliding_window") if c.get("use_sliding_window") else None
-    types = c.config.get("layer_types") or ["sliding_attention" if sw is not None and i >= int(c.get("max_window_layers", 28)) else "full_attention"
-                                            for i in range(layers)]
-    if len(types) != layers or any(t not in ("sliding_attention", "full_attention") for t in types):
-        raise Unsupported("layer_types", f"layer_types are sliding_attention or full_attention, one per layer ({layers})")
-    if "sliding_attention" in types and sw is None:
-        raise Unsupported("use_sliding_window", "layer_types has sliding layers, but use_sliding_window is off (transformers gives them no window)")
-    per = tuple(sw if t == "sliding_attention" else None for t in types)
-    return (per[0], ()) if len(set(per)) == 1 else (None, per)
-
-
-def _gemma2_windows(c: _Config, layers: int) -> tuple[int | None, tuple]:
-    """Gemma 2's sliding windows: (the window when every layer has it or none does, ()), or
-    (None, each layer's window) for a pattern (transformers' default: local, global, local, ...)."""
-    types = c.config.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
-    if len(types) != layers or any(t not in ("sliding_attention", "full_attention") for t in types):
-        raise Unsupported("layer_types", f"Gemma 2's layer_types are sliding_attention or full_attention, one per layer ({layers})")
-    w = c.need("sliding_window") if "sliding_attention" in types else None
-    per = tuple(w if t == "sliding_attention" else None for t in types)
-    return (per[0], ()) if len(set(per)) == 1 else (None, per)
-
-
-def _decoder(family: str):
-    def read(cfg: dict) -> Arch:
-        c = _Config(cfg, _DECODER_DEFAULTS[family])
-        width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
-        kv = c.get("num_key_value_heads") or heads
-        act_name = c.get("hidden_activation") if family in ("gemma", "gemma2") and cfg.get("hidden_activation") else c.get("hidden_act")
-        act = _GATED_ACTS.get(act_name)
-        if act is None:
-            raise Unsupported("hidden_act", f"a gated MLP with '{act_name}' has no counterpart (the language has swiglu = silu, geglu = gelu, "
-                              "geglu_tanh = the tanh GELU)")
-        window = c.get("sliding_window") if family in _WINDOWED else None
-        windows: tuple = ()
-        if family in _LAYER_TYPES:  # a window from max_window_layers on (or as layer_types say): local and global layers
-            window, windows = _layer_windows(c, layers)
-        if family == "olmo" and c.get("clip_qkv") is not None:
-            raise Unsupported("clip_qkv", "clamping q, k and v to a range is not in the language")
-        if family in ("gemma", "gemma2") and c.get("use_bidirectional_attention"):
-            raise Unsupported("use_bidirectional_attention", "a bidirectional Gemma is an encoder, not a causal LM")
-        rope = c.config.get("rope_parameters") or {}
-        partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", 1.0))
-        experts = top = shared = 0
-        normalize = True
-        hidden = c.need("intermediate_size")
-        if family == "mixtral":
-            experts, top = c.need("num_local_experts"), c.need("num_experts_per_tok")
-        pattern: dict = {}  # a per-layer pattern of dense and routed layers
-        if family == "qwen2_moe":
-            step, only = int(c.get("decoder_sparse_step") or 1), set(c.get("mlp_only_layers") or ())
-            dense = tuple(i in only or not (c.need("num_experts") > 0 and (i + 1) % step == 0) for i in range(layers))
-            if all(dense):
-                raise Unsupported("mlp_only_layers" if only else "decoder_sparse_step", "every layer is dense: write the checkpoint as a qwen2 (no experts)")
-            if any(dense):
-                pattern.update(layer_dense=dense, dense_hidden=c.need("intermediate_size"))
-            experts, top, hidden = c.need("num_experts"), c.need("num_experts_per_tok"), c.need("moe_intermediate_size")
-            shared, normalize = c.need("shared_expert_intermediate_size"), bool(c.get("norm_topk_prob"))
-        attention_bias = bool(c.get("attention_bias", False))
-        qkv_bias = True if family == "qwen2" else bool(c.get("qkv_bias")) if family == "qwen2_moe" else \
-            attention_bias if family not in ("mistral", "mixtral", "phi3") else False
-        out_bias = False if family in ("qwen2", "qwen2_moe", "mistral", "mixtral", "phi3") else attention_bias
-        mlp_bias = bool(c.get("mlp_bias", False)) if family in ("llama", "granite") else False
-        head_dim = c.get("head_dim") or width // heads
-        norm_olmo = family == "olmo"
-        sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
-                   "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
-                   "act": "hidden_act", "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window",
-                   "experts": "num_local_experts", "top": "num_experts_per_tok", "tied": "tie_word_embeddings"}
-        extra: dict = dict(pattern)
-        if windows:
-            if pattern:
-                raise Unsupported("layer_types", "sliding and global layers together with dense and routed ones: two per-layer patterns at once are not mapped")
-            extra["layer_windows"] = windows
-        if norm_olmo:
-            extra.update(norm="layernorm", eps=1e-5, norm_affine=False, norm_bias=False)
-            sources["eps"] = "OLMo's fixed 1e-5, no weight or bias"
-        if family == "olmo2":
-            extra.update(post_norms=True, qk_norm="all", qk_eps=float(c.get("rms_norm_eps")))
-        if family == "qwen3":
-            extra.update(qk_norm="head", qk_eps=float(c.get("rms_norm_eps")))
-        if family == "gemma":
-            extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5)
-            sources["embed_scale"] = "Gemma's sqrt(hidden_size)"
-        if family == "gemma2":
-            extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5, sandwich=True, attn_scale=float(c.get("query_pre_attn_scalar")) ** -0.5,
-                         softcap=c.get("attn_logit_softcapping"), logit_softcap=c.get("final_logit_softcapping"))
-            window, extra["layer_windows"] = _gemma2_windows(c, layers)
-            sources.update(embed_scale="Gemma's sqrt(hidden_size)", attn_scale="query_pre_attn_scalar", softcap="attn_logit_softcapping",
-                           logit_softcap="final_logit_softcapping", window="sliding_window, layer_types")
-        if family == "granite":
-            extra.update(embed_scale=float(c.get("embedding_multiplier")), residual_scale=float(c.get("residual_multiplier")),
-                         attn_scale=float(c.get("attention_multiplier")), logit_scale=1.0 / float(c.get("logits_scaling")))
-            sources.update(embed_scale="embedding_multiplier", residual_scale="residual_multiplier", attn_scale="attention_multiplier",
-                           logit_scale="logits_scaling")
-        scaling = _rope_scaling(c, c.need("max_position_embeddings"))
-        return Arch(family, vocab=c.need("vocab_size"), context=_dynamic_context(c.need("max_position_embeddings"), scaling), width=width, layers=layers,
-                    heads=heads, kv_heads=kv, head_dim=head_dim, hidden=hidden, act=act,
-                    **{"norm": "rmsnorm", "eps": float(c.get("rms_norm_eps")), **extra},
-                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(partial, head_dim), rotary_base=_rope(c),
-                    rotary_scaling=scaling,
-                    window=window, experts=experts, top=top, normalize=normalize, shared=shared, shared_gate=bool(shared),
-                    tied=bool(c.get("tie_word_embeddings")),
-                    padding=c.config.get("pad_token_id"), sources=sources)
-    return read
-
-
-# Layernorm decoders with an ungated MLP, biases, partial rotary, parallel blocks.
-_PLAIN_DEFAULTS = {
-    "phi": {"vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24, "num_attention_heads": 32,
-            "hidden_act": "gelu_new", "max_position_embeddings": 2048, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
-            "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "qk_layernorm": False},
-    "starcoder2": {"vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30, "num_attention_heads": 24,
-                   "num_key_value_heads": 2, "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 4096, "norm_epsilon": 1e-5,
-                   "use_bias": True, "tie_word_embeddings": True, "rope_theta": 10000.0},
-    "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44, "num_attention_heads": 64,
-                 "hidden_act": "gelu", "max_position_embeddings": 2048, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
-                 "use_parallel_residual": True, "rope_theta": 10000.0, "partial_rotary_factor": 0.25, "attention_bias": True},
-    "gptj": {"vocab_size": 50400, "n_positions": 2048, "n_embd": 4096, "n_layer": 28, "n_head": 16, "rotary_dim": 64,
-             "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False},
-}
-_PLAIN_DEFAULTS["falcon"] = {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71, "activation": "gelu",
-                             "max_position_embeddings": 2048, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "rope_theta": 10000.0,
-                             "bias": False, "multi_query": True, "parallel_attn": True, "new_decoder_architecture": False, "alibi": False}
-_FALCON_NAMES = {"hidden_act": "activation", "layer_norm_eps": "layer_norm_epsilon", "use_bias": "bias", "intermediate_size": "ffn_hidden_size"}
-# GPT-J writes its fields as GPT-2 does
-_GPTJ_NAMES = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer", "hidden_act": "activation_function",
-               "max_position_embeddings": "n_positions", "layer_norm_eps": "layer_norm_epsilon"}
-
-
-def _plain(family: str):
-    def read(cfg: dict) -> Arch:
-        if family == "gptj":
-            cfg = {**cfg, **{ours: cfg[theirs] for ours, theirs in _GPTJ_NAMES.items() if theirs in cfg}}
-            defaults = {**_PLAIN_DEFAULTS["gptj"], **{ours: _PLAIN_DEFAULTS["gptj"][theirs] for ours, theirs in _GPTJ_NAMES.items()}}
-            width = cfg.get("hidden_size") or defaults["hidden_size"]
-            defaults["intermediate_size"] = cfg.get("n_inner") or 4 * width
-            heads = cfg.get("num_attention_heads") or defaults["num_attention_heads"]
-            rd = cfg.get("rotary_dim") or width // heads
-            defaults["partial_rotary_factor"] = rd / (width // heads)
-            cfg = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "partial_rotary_factor")}
-        elif family == "falcon":
-            new = bool(cfg.get("new_decoder_architecture"))  # grouped query attention, always parallel, one or two norms
-            if new and (cfg.get("num_ln_in_parallel_attn") or 2) not in (1, 2):
-                raise Unsupported("num_ln_in_parallel_attn", "Falcon's new decoder has one norm (shared) or two (ln_attn, ln_mlp) per block")
-            cfg = {**cfg, **{ours: cfg[theirs] for ours, theirs in _FALCON_NAMES.items() if cfg.get(theirs) is not None}}
-            defaults = {**_PLAIN_DEFAULTS["falcon"], **{ours: _PLAIN_DEFAULTS["falcon"].get(theirs) for ours, theirs in _FALCON_NAMES.items()}}
-            defaults["intermediate_size"] = 4 * (cfg.get("hidden_size") or defaults["hidden_size"])
-            heads = cfg.get("num_attention_heads") or defaults["num_attention_heads"]
-            if new:
-                cfg["num_key_value_heads"] = cfg.get("num_kv_heads") or heads
-                cfg["parallel_attn"] = "separate" if (cfg.get("num_ln_in_parallel_attn") or 2) == 2 else True
-            else:
-                cfg["num_key_value_heads"] = 1 if cfg.get("multi_query", True) else (cfg.get("num_kv_heads") or heads)
-        else:
-            defaults = _PLAIN_DEFAULTS[family]
-        c = _Config(cfg, defaults)
-        width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
-        kv = c.get("num_key_value_heads") or heads
-        act_name = c.get("hidden_act")
-        act = _PLAIN_ACTS.get(act_name)
-        if act is None:
-            raise Unsupported("hidden_act", f"'{act_name}' has no counterpart among the language's activations")
-        if family == "phi" and c.get("qk_layernorm"):
-            raise Unsupported("qk_layernorm", "Phi's qk layernorm (with bias) is not in the language; qk_norm is an RMSNorm")
-        rope = c.config.get("rope_parameters") or {}
-        partial = rope.get("partial_rotary_factor", c.config.get("partial_rotary_factor", c.config.get("rotary_pct", c.defaults.get("partial_rotary_factor", 1.0))))
-        eps_key = "norm_epsilon" if family == "starcoder2" else "layer_norm_eps"
-        if family == "falcon":
-            eps_key = "layer_norm_eps"
-        bias = bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else False if family == "gptj" else bool(c.get("attention_bias", True))
-        parallel = {"phi": "shared", "gptj": "shared", "gpt_neox": "separate" if c.get("use_parallel_residual") else "none",
-                    "falcon": "separate" if c.get("parallel_attn") == "separate" else "shared" if c.get("parallel_attn") else "none"}.get(family, "none")
-        alibi = family == "falcon" and bool(c.get("alibi"))  # ALiBi in place of rotary
-        scaling = _rope_scaling(c, c.need("max_position_embeddings")) if family != "gptj" and not alibi else None
-        return Arch(family, vocab=c.need("vocab_size"), context=_dynamic_context(c.need("max_position_embeddings"), scaling), width=width, layers=layers,
-                    heads=heads, kv_heads=kv, head_dim=width // heads, hidden=c.need("intermediate_size"), act=act, norm="layernorm",
-                    rotary_scaling=scaling,
-                    eps=float(c.get(eps_key)), norm_bias=True, qkv_bias=bias, out_bias=bias,
-                    mlp_bias=bool(c.get("use_bias")) if family in ("starcoder2", "falcon") else True, rotary=0.0 if alibi else _rotary(partial, width // heads), rotary_base=_rope(c),
-                    window=c.get("sliding_window") if family == "starcoder2" else None, tied=bool(c.get("tie_word_embeddings")),
-                    padding=c.config.get("pad_token_id") if family in ("phi", "starcoder2") else None, parallel=parallel,
-                    head_bias=family in ("phi", "gptj"), rotary_interleaved=family == "gptj",
-                    alibi=alibi,
-                    sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
-                             "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
-                             "act": "hidden_act", "eps": eps_key, "rotary_base": "rope_theta", "window": "sliding_window",
-                             "tied": "tie_word_embeddings"} if family != "gptj" else
-                    {"vocab": "vocab_size", "context": "n_positions", "width": "n_embd", "layers": "n_layer", "heads": "n_head",
-                     "hidden": "n_inner", "act": "activation_function", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
-    return read
-
-
 # --- Mamba-2: a stack of ssm mixers, each with an RMSNorm in front ---------------------------
 
 
@@ -506,32 +165,6 @@ class Mamba2:
     dt_hi: float | None  # None: no upper limit
     tied: bool
     sources: dict = field(default_factory=dict, compare=False)
-
-
-_MAMBA2_DEFAULTS = {"hidden_act": "silu", "layer_norm_epsilon": 1e-5, "expand": 2, "conv_kernel": 4, "chunk_size": 256, "n_groups": 8,
-                    "state_size": 128, "use_bias": False, "use_conv_bias": True, "tie_word_embeddings": True, "time_step_min": 0.001,
-                    "time_step_max": 0.1, "rms_norm": True, "max_position_embeddings": 2048}
-
-
-def _mamba2(cfg: dict) -> Mamba2:
-    c = _Config(cfg, _MAMBA2_DEFAULTS)
-    width, heads, head_dim = c.need("hidden_size"), c.need("num_heads"), c.need("head_dim")
-    if c.get("hidden_act") not in ("silu", "swish"):
-        raise Unsupported("hidden_act", f"the ssm's conv and gate use silu; '{c.get('hidden_act')}' has no counterpart")
-    if not c.get("rms_norm"):
-        raise Unsupported("rms_norm", "Mamba-2 without its gated RMSNorm is not in the language")
-    if heads * head_dim != int(float(c.get("expand")) * width):
-        raise Unsupported("head_dim", f"num_heads x head_dim = {heads * head_dim}, but expand x hidden_size = {int(float(c.get('expand')) * width)}: "
-                          "transformers' mixer assumes they agree")
-    lo, hi = c.config.get("time_step_limit") or (0.0, float("inf"))
-    hi = None if float(hi) == float("inf") else float(hi)
-    src = {"layers": "num_hidden_layers", "width": "hidden_size", "vocab": "vocab_size", "heads": "num_heads", "state": "state_size",
-           "groups": "n_groups", "conv": "conv_kernel", "chunk": "chunk_size", "eps": "layer_norm_epsilon", "dt": "time_step_limit",
-           "tied": "tie_word_embeddings"}
-    return Mamba2("mamba2", c.need("vocab_size"), int(c.get("max_position_embeddings")), width, c.need("num_hidden_layers"), heads, head_dim,
-                  c.get("state_size"), c.get("n_groups"), c.get("conv_kernel"), c.get("chunk_size"), bool(c.get("use_bias")),
-                  bool(c.get("use_conv_bias")), float(c.get("layer_norm_epsilon")), float(c.get("time_step_min")),
-                  float(c.get("time_step_max")), float(lo), hi, bool(c.get("tie_word_embeddings")), src)
 
 
 def _mamba2_text(a: Mamba2, source: str) -> str:
@@ -599,21 +232,6 @@ class Mamba1Mixer:
         return t
 
 
-def _mamba1_mixer(c: "_Config", width: int, keys: dict, norms: bool = False, eps: float = 1e-6) -> Mamba1Mixer:
-    """keys: the mixer's config field names (state, expand, conv, dt_rank, bias, conv_bias)."""
-    act = c.get("hidden_act")
-    if act not in ("silu", "swish"):
-        raise Unsupported("hidden_act", f"the Mamba-1 mixer's conv and gate use silu; '{act}' has no counterpart")
-    expand = c.get(keys["expand"])
-    inner = int(expand * width)
-    if inner != expand * width:
-        raise Unsupported(keys["expand"], f"{expand} x hidden_size {width} is not a whole width")
-    rank = c.get(keys["dt_rank"])
-    rank = -(-width // 16) if rank in (None, "auto") else int(rank)
-    return Mamba1Mixer(inner, int(c.get(keys["state"])), rank, int(c.get(keys["conv"])), bool(c.get(keys["bias"])),
-                       bool(c.get(keys["conv_bias"])), norms, float(eps), float(c.get("time_step_min", 0.001)), float(c.get("time_step_max", 0.1)))
-
-
 @dataclass(frozen=True)
 class MambaFamily:
     """A Mamba-1 checkpoint (MambaForCausalLM): each layer one `turbine ssm version=1` with an RMSNorm in front."""
@@ -627,23 +245,6 @@ class MambaFamily:
     eps: float
     tied: bool
     sources: dict = field(default_factory=dict, compare=False)
-
-
-_MAMBA_DEFAULTS = {"vocab_size": 50280, "hidden_size": 768, "state_size": 16, "num_hidden_layers": 32, "layer_norm_epsilon": 1e-5, "expand": 2,
-                   "conv_kernel": 4, "use_bias": False, "use_conv_bias": True, "hidden_act": "silu", "time_step_rank": "auto",
-                   "tie_word_embeddings": True, "time_step_min": 0.001, "time_step_max": 0.1}
-
-
-def _mamba(cfg: dict) -> MambaFamily:
-    c = _Config(cfg, _MAMBA_DEFAULTS)
-    width = c.need("hidden_size")
-    mixer = _mamba1_mixer(c, width, {"state": "state_size", "expand": "expand", "conv": "conv_kernel", "dt_rank": "time_step_rank",
-                                     "bias": "use_bias", "conv_bias": "use_conv_bias"})
-    src = {"layers": "num_hidden_layers", "width": "hidden_size", "vocab": "vocab_size", "mixer": "state_size, expand, time_step_rank, conv_kernel",
-           "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"}
-    # MambaForCausalLM has no position table and no context limit; 2048 is the feed's (a decoding cache's) length
-    return MambaFamily("mamba", c.need("vocab_size"), int(c.get("max_position_embeddings", 2048)), width, c.need("num_hidden_layers"), mixer,
-                       float(c.get("layer_norm_epsilon")), bool(c.get("tie_word_embeddings")), src)
 
 
 def _header(family: str, source: str) -> list[str]:
@@ -693,33 +294,6 @@ class JambaFamily:
     tied: bool
     padding: int | None
     sources: dict = field(default_factory=dict, compare=False)
-
-
-_JAMBA_DEFAULTS = {"vocab_size": 65536, "tie_word_embeddings": False, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                   "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
-                   "num_experts_per_tok": 2, "num_experts": 16, "expert_layer_period": 2, "expert_layer_offset": 1, "attn_layer_period": 8,
-                   "attn_layer_offset": 4, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": "auto",
-                   "mamba_conv_bias": True, "mamba_proj_bias": False}
-
-
-def _jamba(cfg: dict) -> JambaFamily:
-    c = _Config(cfg, _JAMBA_DEFAULTS)
-    width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
-    if width % heads:
-        raise Unsupported("num_attention_heads", f"{heads} heads do not divide hidden_size {width}")
-    eps = float(c.get("rms_norm_eps"))
-    mixer = _mamba1_mixer(c, width, {"state": "mamba_d_state", "expand": "mamba_expand", "conv": "mamba_d_conv", "dt_rank": "mamba_dt_rank",
-                                     "bias": "mamba_proj_bias", "conv_bias": "mamba_conv_bias"}, norms=True, eps=eps)
-    ap, ao, ep, eo = (int(c.get(k)) for k in ("attn_layer_period", "attn_layer_offset", "expert_layer_period", "expert_layer_offset"))
-    experts = int(c.get("num_experts"))
-    pattern = tuple(("attention" if i % ap == ao else "mamba", "moe" if i % ep == eo and experts > 1 else "mlp") for i in range(layers))
-    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
-           "kv_heads": "num_key_value_heads", "hidden": "intermediate_size", "experts": "num_experts, num_experts_per_tok",
-           "eps": "rms_norm_eps", "mixer": "mamba_d_state, mamba_expand, mamba_dt_rank, mamba_d_conv", "tied": "tie_word_embeddings",
-           "pattern": "attn_layer_period/offset, expert_layer_period/offset", "padding": "pad_token_id"}
-    return JambaFamily("jamba", c.need("vocab_size"), int(c.get("max_position_embeddings")), width, pattern, heads,
-                       int(c.get("num_key_value_heads") or heads), c.need("intermediate_size"), experts, int(c.get("num_experts_per_tok")),
-                       mixer, eps, bool(c.get("tie_word_embeddings")), c.config.get("pad_token_id"), src)
 
 
 def _runs(pattern) -> list[tuple[object, int, int]]:
@@ -826,57 +400,6 @@ class DeepseekV2Family:
     sources: dict = field(default_factory=dict, compare=False)
 
 
-_DEEPSEEK_V2_DEFAULTS = {"vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
-                         "hidden_act": "silu", "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-                         "attention_bias": False, "mlp_bias": False, "first_k_dense_replace": 0, "kv_lora_rank": 512, "n_routed_experts": 64,
-                         "n_shared_experts": 2, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "routed_scaling_factor": 1.0,
-                         "topk_method": "greedy", "norm_topk_prob": False, "v_head_dim": 128, "moe_intermediate_size": 1407, "rope_theta": 10000.0}
-
-
-def _deepseek_v2(cfg: dict) -> DeepseekV2Family:
-    c = _Config(cfg, _DEEPSEEK_V2_DEFAULTS)
-    if c.get("hidden_act") not in ("silu", "swish"):
-        raise Unsupported("hidden_act", f"DeepSeek-V2's MLPs are silu-gated (swiglu); '{c.get('hidden_act')}' is not mapped")
-    if c.get("mlp_bias"):
-        raise Unsupported("mlp_bias", "transformers' DeepseekV2 biases the dense and shared MLPs but never the routed experts; "
-                          "the language's moe bias= covers all of them")
-    if float(c.get("routed_scaling_factor")) != 1.0:
-        raise Unsupported("routed_scaling_factor", f"routed experts' weights multiplied by {c.get('routed_scaling_factor')} are not in the language")
-    if c.get("topk_method") != "greedy":
-        raise Unsupported("topk_method", f"'{c.get('topk_method')}' (routing within the top groups) is not in the language; only greedy top-k")
-    if c.get("norm_topk_prob"):
-        raise Unsupported("norm_topk_prob", "transformers' DeepseekV2 router never renormalises the top-k weights, whatever this says: "
-                          "which one the checkpoint was trained with is not known")
-    if c.config.get("moe_layer_freq", 1) != 1:
-        raise Unsupported("moe_layer_freq", "transformers' DeepseekV2 puts experts in every layer from first_k_dense_replace on: "
-                          "a checkpoint with experts in every other layer does not load there either")
-    if (_rope_dict(c)[0].get("rope_type") or _rope_dict(c)[0].get("type") or "default") != "default":
-        _rope(c)  # a kind the language has not at all is refused as such
-        raise Unsupported("rope_parameters.rope_type", "rotary scaling of latent attention's rotary key is not mapped (turbine attention "
-                          "latent= takes no rotary_scaling yet)")
-    shared = int(c.get("n_shared_experts") or 0)
-    if shared < 1:
-        raise Unsupported("n_shared_experts", "transformers' DeepSeekMoE always has its shared expert (0 gives it no width)")
-    width, heads, layers = c.need("hidden_size"), c.need("num_attention_heads"), c.need("num_hidden_layers")
-    kv = c.get("num_key_value_heads") or heads
-    if kv != heads:
-        raise Unsupported("num_key_value_heads", f"latent attention expands every head's key and value from the latent; {kv} key/value "
-                          f"heads for {heads} query heads would make transformers' DeepseekV2 repeat them past the heads it has")
-    dense = min(int(c.get("first_k_dense_replace") or 0), layers)
-    moe_hidden = int(c.get("moe_intermediate_size"))
-    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "dense": "first_k_dense_replace",
-           "attn": "num_attention_heads, kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim",
-           "hidden": "intermediate_size", "moe": "n_routed_experts, num_experts_per_tok, moe_intermediate_size x n_shared_experts",
-           "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "rotary_base": "rope_theta", "padding": "pad_token_id"}
-    q = c.config["q_lora_rank"] if "q_lora_rank" in c.config else 1536  # None: a full-rank query projection
-    return DeepseekV2Family("deepseek_v2", c.need("vocab_size"), int(c.get("max_position_embeddings")), width, layers, dense, heads,
-                            int(c.get("qk_nope_head_dim")), int(c.get("qk_rope_head_dim")), int(c.get("v_head_dim")), int(c.get("kv_lora_rank")),
-                            None if q is None else int(q), _rope(c), int(c.get("intermediate_size")), moe_hidden,
-                            int(c.get("n_routed_experts")), int(c.need("num_experts_per_tok")) if layers > dense else 1, moe_hidden * shared,
-                            float(c.get("rms_norm_eps")), bool(c.get("attention_bias")), bool(c.get("tie_word_embeddings")),
-                            c.config.get("pad_token_id"), src)
-
-
 def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
     src = a.sources
     norm = "norm rmsnorm" + (f" eps={_num(a.eps)}" if a.eps != 1e-6 else "")
@@ -905,26 +428,615 @@ def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
         *_engine_lines(a, src, f"{feed}{_comment(src, 'vocab', 'padding')}", body, norm)])
 
 
-def _bloom(cfg: dict) -> Arch:
+_SCALINGS = ("linear", "dynamic", "llama3", "yarn")
+
+
+def _rope_kind(c: Config) -> tuple[dict, str, str]:
+    """(rope parameters, where they came from, rope_type), refusing a rotary scaling the language does not have (longrope, ...)."""
+    rope, where = c.rope()
+    kind = rope.get("rope_type")
+    if kind not in ("default", *_SCALINGS):
+        raise Unsupported(f"{where}.rope_type", f"rotary scaling {kind!r} is not in the language; it has {', '.join(_SCALINGS)} "
+                          "(and plain rotary, rope_type=default)")
+    beta = rope.get("llama_4_scaling_beta")
+    if beta:
+        raise Unsupported(f"{where}.llama_4_scaling_beta", "queries scaled by 1 + beta log(1 + floor(position / original context)) "
+                          "(Llama 4's attention temperature) are not in the language")
+    return rope, where, kind
+
+
+def _rope(c: Config) -> float:
+    """rope_theta, as transformers standardises it (rope_parameters, rope_scaling, the legacy keys, the class's default)."""
+    return float(_rope_kind(c)[0]["rope_theta"])
+
+
+def _partial(c: Config) -> float:
+    return _rope_kind(c)[0].get("partial_rotary_factor", 1.0)
+
+
+def _rope_scaling(c: Config, context: int) -> ir.RotaryScaling | None:
+    """The rotary scaling a config's rope parameters say, as transformers' rope_utils reads them."""
+    rope, where, kind = _rope_kind(c)
+    if kind == "default":
+        return None
+    f = f"{where}."
+    # transformers gives a config's own original_max_position_embeddings (Phi-3 keeps it there) priority
+    original = (c["original_max_position_embeddings"] if "original_max_position_embeddings" in c.keys.maps else None) \
+        or rope.get("original_max_position_embeddings") or context
+    factor = rope.get("factor")
+    if kind == "dynamic":  # transformers' dynamic NTK grows the base past max_position_embeddings
+        original = context
+    if factor is None:
+        if kind != "yarn":
+            raise Unsupported(f + "factor", f"rotary scaling '{kind}' needs its factor")
+        factor = context / original
+    if not isinstance(original, int) or isinstance(original, bool) or original < 1:
+        raise Unsupported(f + "original_max_position_embeddings", f"{original!r} is not a context length")
+    if kind == "yarn" and rope.get("truncate", True) is False:
+        raise Unsupported(f + "truncate", "YaRN without truncating its correction range is not in the language")
+    gain = None
+    if kind == "yarn":
+        def mscale(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+        gain = rope.get("attention_factor")
+        if gain is None and rope.get("mscale") and rope.get("mscale_all_dim"):
+            gain = float(mscale(factor, rope["mscale"]) / mscale(factor, rope["mscale_all_dim"]))
+    return ir.RotaryScaling(type=kind, factor=float(factor), original=None if kind == "linear" else int(original),
+                            low=float(rope.get("low_freq_factor", 1.0)), high=float(rope.get("high_freq_factor", 4.0)),
+                            beta_fast=float(rope.get("beta_fast") or 32.0), beta_slow=float(rope.get("beta_slow") or 1.0),
+                            attention_factor=None if gain is None else float(gain))
+# --- the readers: one per family, each reading only the keys its Keys declare (closed.py) ------------
+
+_GPT2_HEADS = "GPT2DoubleHeadsModel's multiple-choice head; the causal LM has none"
+KEYS: dict[str, Keys] = {
+    "gpt2": Keys(frozenset({"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function", "layer_norm_epsilon",
+                            "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "tie_word_embeddings"}),
+                 {"summary_type": _GPT2_HEADS, "summary_use_proj": _GPT2_HEADS, "summary_activation": _GPT2_HEADS,
+                  "summary_proj_to_labels": _GPT2_HEADS, "summary_first_dropout": _GPT2_HEADS,
+                  "pad_token_id": "GPT-2's embedding has no padding row: the forward does not read it",
+                  "reorder_and_upcast_attn": "computes the attention scores in float32 for half-precision training: the same function"}),
+}
+
+
+def _gpt2(c: Config) -> Arch:
+    if not c["scale_attn_weights"]:
+        raise Unsupported("scale_attn_weights", "attention without the 1/sqrt(head_dim) scale is not in the language")
+    if c["scale_attn_by_inverse_layer_idx"]:
+        raise Unsupported("scale_attn_by_inverse_layer_idx", "a per-layer attention scale 1/(layer + 1) is not in the language")
+    width, heads = c["n_embd"], c["n_head"]
+    _divides(width, heads, "n_head", "n_embd")
+    act_name = c["activation_function"]
+    act = _PLAIN_ACTS.get(act_name)
+    if act is None:
+        raise Unsupported("activation_function", f"{act_name!r} has no counterpart among the language's activations")
+    return Arch("gpt2", vocab=c["vocab_size"], context=c["n_positions"], width=width, layers=c["n_layer"],
+                heads=heads, kv_heads=heads, head_dim=width // heads, hidden=c["n_inner"] or 4 * width, act=act,
+                norm="layernorm", eps=_eps(c, "layer_norm_epsilon"), position="learned", norm_bias=True, qkv_bias=True,
+                out_bias=True, mlp_bias=True, tied=c["tie_word_embeddings"],
+                sources={"vocab": "vocab_size", "context": "n_positions", "width": "n_embd", "layers": "n_layer", "heads": "n_head",
+                         "hidden": "n_inner", "act": "activation_function", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
+
+
+def _divides(n: int, heads: int, key: str, of: str) -> None:
+    if n % heads:
+        raise Unsupported(key, f"{heads} heads do not divide {of} {n}")
+
+
+def _eps(c: Config, key: str) -> float:
+    v = float(c[key])
+    if not v > 0:
+        raise Unsupported(key, f"{v!r}: a norm's eps is a positive number")
+    return v
+
+
+def _kv(c: Config, heads: int, key: str = "num_key_value_heads") -> int:
+    """Key/value heads: null is all the query heads (every class's __post_init__ says so)."""
+    kv = c[key]
+    kv = heads if kv is None else kv
+    if heads % kv:
+        raise Unsupported(key, f"{kv} key/value heads do not divide {heads} query heads")
+    return kv
+
+
+# The Llama-shaped families: rotary, gated MLP (or routed experts), Pre-LN (OLMo-2: post-branch norms).
+_LLAMA = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                    "hidden_act", "max_position_embeddings", "rms_norm_eps", "pad_token_id", "tie_word_embeddings", "rope_parameters"})
+_TP = {"pretraining_tp": "how the matmuls were split at pretraining; transformers' forward no longer reads it"}
+_WINDOW_KEYS = frozenset({"layer_types", "max_window_layers", "use_sliding_window", "sliding_window"})
+_MOE_KEYS = frozenset({"decoder_sparse_step", "mlp_only_layers", "moe_intermediate_size", "norm_topk_prob", "num_experts", "num_experts_per_tok",
+                       "qkv_bias", "shared_expert_intermediate_size"})
+_DECODERS = {
+    "llama": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}, _TP),
+    "internlm3": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
+    "iquestcoder": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
+    "seed_oss": Keys(_LLAMA | {"head_dim", "attention_bias", "attention_out_bias", "mlp_bias"}, _TP),
+    "mistral": Keys(_LLAMA | {"head_dim", "sliding_window"}),
+    "ministral": Keys(_LLAMA | {"head_dim", "sliding_window", "layer_types"}),
+    "ministral3": Keys(_LLAMA | {"head_dim", "sliding_window"}),
+    "mixtral": Keys(_LLAMA | {"head_dim", "sliding_window", "num_local_experts", "num_experts_per_tok", "router_jitter_noise"}),
+    "qwen2": Keys(_LLAMA | _WINDOW_KEYS),
+    "qwen3": Keys(_LLAMA | _WINDOW_KEYS | {"head_dim", "attention_bias"}),
+    "qwen2_moe": Keys(_LLAMA | _WINDOW_KEYS | _MOE_KEYS),
+    "phi3": Keys(_LLAMA | {"original_max_position_embeddings", "sliding_window"}),
+    "olmo": Keys(_LLAMA - {"rms_norm_eps"} | {"attention_bias", "clip_qkv"}),
+    "olmo2": Keys(_LLAMA | {"attention_bias"}),
+    "gemma": Keys(_LLAMA | {"head_dim", "attention_bias", "use_bidirectional_attention"},
+                  {"hidden_activation": "Gemma's forward reads hidden_act; the hidden_activation some of its configs also write is ignored"}),
+    "gemma2": Keys(_LLAMA - {"hidden_act"} | {"head_dim", "attention_bias", "use_bidirectional_attention", "hidden_activation",
+                                               "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "layer_types",
+                                               "sliding_window"}),
+    "granite": Keys(_LLAMA | {"attention_bias", "mlp_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"}),
+}
+KEYS.update(_DECODERS)
+_GATED_ACTS.update({"gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"})
+_HF_GATED["geglu_tanh"] = "gelu_pytorch_tanh"
+_WINDOWED = ("mistral", "ministral3", "mixtral", "phi3")  # one sliding window for every layer
+_LAYER_TYPES = ("qwen2", "qwen3", "qwen2_moe")  # use_sliding_window, from max_window_layers on: a per-layer pattern
+_LLAMA_LIKE = ("llama", "internlm3", "iquestcoder", "seed_oss")  # LlamaForCausalLM's function (Seed-OSS: its output bias apart)
+
+
+def _types(c: Config, layers: int, default) -> list:
+    """layer_types (or the class's default pattern), each sliding_attention or full_attention."""
+    types = c["layer_types"]
+    types = default() if types is None else types
+    if not isinstance(types, list) or len(types) != layers or any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise Unsupported("layer_types", f"layer_types are sliding_attention or full_attention, one per layer ({layers})")
+    return types
+
+
+def _sliding(c: Config) -> int | None:
+    """sliding_window where the family uses it: a number of positions, or null for none."""
+    w = c["sliding_window"]
+    if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 2 ** 40):
+        raise Unsupported("sliding_window", f"{w!r}: a window is a whole number of positions from 1 (null: none)")
+    return w
+
+
+def _windows(types: list, window) -> tuple[int | None, tuple]:
+    """(the window when every layer has the same, ()), or (None, each layer's window)."""
+    per = tuple(window if t == "sliding_attention" else None for t in types)
+    return (per[0], ()) if len(set(per)) == 1 else (None, per)
+
+
+def _layer_windows(c: Config, family: str, layers: int) -> tuple[int | None, tuple]:
+    """The windows of the families that say them per layer, as each class's __post_init__ fills layer_types in:
+    Qwen2 and Qwen3 from max_window_layers on, Qwen2-MoE every other layer below it, Ministral every layer."""
+    if family == "ministral":
+        sw = _sliding(c)
+        types = _types(c, layers, lambda: ["sliding_attention" if sw is not None else "full_attention"] * layers)
+        if "sliding_attention" in types and sw is None:
+            raise Unsupported("sliding_window", "layer_types has sliding layers, but sliding_window is null")
+        return _windows(types, sw)
+    on = c["use_sliding_window"]
+    sw = _sliding(c) if on else None
+    mwl = c["max_window_layers"]
+    if family == "qwen2_moe":
+        default = lambda: ["sliding_attention" if (i + 1) % 2 and i < mwl and on else "full_attention" for i in range(layers)]  # noqa: E731
+    else:
+        default = lambda: ["sliding_attention" if sw is not None and i >= mwl else "full_attention" for i in range(layers)]  # noqa: E731
+    types = _types(c, layers, default)
+    if "sliding_attention" in types and sw is None:
+        raise Unsupported("use_sliding_window", "layer_types has sliding layers, but use_sliding_window is off (transformers gives them no window)")
+    return _windows(types, sw)
+
+
+def _decoder(family: str):
+    def read(c: Config) -> Arch:
+        width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+        kv = _kv(c, heads)
+        act_name = c["hidden_activation"] if family == "gemma2" else c["hidden_act"]
+        if family == "gemma" and act_name == "gelu":  # GemmaConfig.__post_init__: Gemma's "gelu" is the tanh GELU
+            act_name = "gelu_pytorch_tanh"
+        act = _GATED_ACTS.get(act_name)
+        if act is None:
+            raise Unsupported("hidden_activation" if family == "gemma2" else "hidden_act",
+                              f"a gated MLP with {act_name!r} has no counterpart (the language has swiglu = silu, geglu = gelu, "
+                              "geglu_tanh = the tanh GELU)")
+        window = _sliding(c) if family in _WINDOWED else None
+        windows: tuple = ()
+        if family in _LAYER_TYPES or family == "ministral":  # local and global layers
+            window, windows = _layer_windows(c, family, layers)
+        if family == "olmo" and c["clip_qkv"] is not None:
+            raise Unsupported("clip_qkv", "clamping q, k and v to a range is not in the language")
+        if family in ("gemma", "gemma2") and c["use_bidirectional_attention"]:
+            raise Unsupported("use_bidirectional_attention", "a bidirectional Gemma is an encoder, not a causal LM")
+        if family == "internlm3" and bool(c["attention_bias"]) != bool(c["mlp_bias"]):
+            raise Unsupported("mlp_bias", "transformers refuses an InternLM3 whose attention_bias and mlp_bias differ")
+        if family == "mixtral" and c["router_jitter_noise"]:
+            raise Unsupported("router_jitter_noise", "multiplicative noise on the router's input while training is not in the language")
+        experts = top = shared = 0
+        normalize = True
+        hidden = c["intermediate_size"]
+        if family == "mixtral":
+            experts, top = c["num_local_experts"], c["num_experts_per_tok"]
+        pattern: dict = {}  # a per-layer pattern of dense and routed layers
+        if family == "qwen2_moe":
+            step, only = c["decoder_sparse_step"], c["mlp_only_layers"]
+            only = set(only or ())
+            dense = tuple(i in only or not (c["num_experts"] > 0 and (i + 1) % step == 0) for i in range(layers))
+            if all(dense):
+                raise Unsupported("mlp_only_layers" if only else "decoder_sparse_step", "every layer is dense: write the checkpoint as a qwen2 (no experts)")
+            if any(dense):
+                pattern.update(layer_dense=dense, dense_hidden=c["intermediate_size"])
+            experts, top, hidden = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
+            shared, normalize = c["shared_expert_intermediate_size"], bool(c["norm_topk_prob"])
+        if experts and not 1 <= top <= experts:
+            raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+        attention_bias = bool(c["attention_bias"]) if "attention_bias" in c.keys.maps else False
+        qkv_bias = True if family == "qwen2" else bool(c["qkv_bias"]) if family == "qwen2_moe" else attention_bias
+        out_bias = bool(c["attention_out_bias"]) if family == "seed_oss" else False if family in ("qwen2", "qwen2_moe") else attention_bias
+        mlp_bias = bool(c["mlp_bias"]) if "mlp_bias" in c.keys.maps else False
+        head_dim = (c["head_dim"] if "head_dim" in c.keys.maps else None) or width // heads
+        if "head_dim" not in c.keys.maps or not c["head_dim"]:
+            _divides(width, heads, "num_attention_heads", "hidden_size")
+        sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+                   "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
+                   "act": "hidden_act", "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window",
+                   "experts": "num_local_experts", "top": "num_experts_per_tok", "tied": "tie_word_embeddings"}
+        extra: dict = dict(pattern)
+        if windows:
+            if pattern:
+                raise Unsupported("layer_types", "sliding and global layers together with dense and routed ones: two per-layer patterns at once are not mapped")
+            extra["layer_windows"] = windows
+        if family == "olmo":
+            extra.update(norm="layernorm", eps=1e-5, norm_affine=False, norm_bias=False)
+            sources["eps"] = "OLMo's fixed 1e-5, no weight or bias"
+        else:
+            extra.update(norm="rmsnorm", eps=_eps(c, "rms_norm_eps"))
+        if family == "olmo2":
+            extra.update(post_norms=True, qk_norm="all", qk_eps=_eps(c, "rms_norm_eps"))
+        if family == "qwen3":
+            extra.update(qk_norm="head", qk_eps=_eps(c, "rms_norm_eps"))
+        if family == "gemma":
+            extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5)
+            sources["embed_scale"] = "Gemma's sqrt(hidden_size)"
+        if family == "gemma2":
+            sw = _sliding(c)
+            types = _types(c, layers, lambda: ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)])
+            if sw is None:  # Gemma2Model builds the sliding mask whatever layer_types say
+                raise Unsupported("sliding_window", "null: transformers' Gemma 2 cannot build its sliding-window mask without one "
+                                  "(a model with only global layers still names a window)")
+            window, extra["layer_windows"] = _windows(types, sw)
+            if not extra["layer_windows"]:
+                del extra["layer_windows"]
+            scalar = c["query_pre_attn_scalar"]
+            if not isinstance(scalar, (int, float)) or isinstance(scalar, bool) or not scalar > 0:
+                raise Unsupported("query_pre_attn_scalar", f"{scalar!r} is not a positive number")
+            extra.update(norm_offset=1.0, embed_scale=float(width) ** 0.5, sandwich=True, attn_scale=float(scalar) ** -0.5,
+                         softcap=_cap(c, "attn_logit_softcapping"), logit_softcap=_cap(c, "final_logit_softcapping"))
+            sources.update(embed_scale="Gemma's sqrt(hidden_size)", attn_scale="query_pre_attn_scalar", softcap="attn_logit_softcapping",
+                           logit_softcap="final_logit_softcapping", window="sliding_window, layer_types", act="hidden_activation")
+        if family == "granite":
+            for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+                if not c[k]:
+                    raise Unsupported(k, f"{c[k]!r}: Granite's multipliers are non-zero numbers")
+            extra.update(embed_scale=float(c["embedding_multiplier"]), residual_scale=float(c["residual_multiplier"]),
+                         attn_scale=float(c["attention_multiplier"]), logit_scale=1.0 / float(c["logits_scaling"]))
+            sources.update(embed_scale="embedding_multiplier", residual_scale="residual_multiplier", attn_scale="attention_multiplier",
+                           logit_scale="logits_scaling")
+        context = c["max_position_embeddings"]
+        scaling = _rope_scaling(c, context)
+        return Arch(family, vocab=c["vocab_size"], context=_dynamic_context(context, scaling), width=width, layers=layers,
+                    heads=heads, kv_heads=kv, head_dim=head_dim, hidden=hidden, act=act, **extra,
+                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(_partial(c), head_dim), rotary_base=_rope(c),
+                    rotary_scaling=scaling,
+                    window=window, experts=experts, top=top, normalize=normalize, shared=shared, shared_gate=bool(shared),
+                    tied=bool(c["tie_word_embeddings"]), padding=_padding(c), sources=sources)
+    return read
+
+
+def _cap(c: Config, key: str) -> float | None:
+    """A soft-cap: null (or 0) is none, as in transformers' `if softcap is not None`."""
+    v = c[key]
+    if v is not None and not v > 0:
+        raise Unsupported(key, f"{v!r}: a soft-cap is a positive number (null: none)")
+    return None if v is None else float(v)
+
+
+def _padding(c: Config, key: str = "pad_token_id") -> int | None:
+    """The embedding's padding row (pad_token_id), within the vocabulary as nn.Embedding needs it."""
+    pad = c[key]
+    if pad is not None and not 0 <= pad < c["vocab_size"]:
+        raise Unsupported(key, f"{pad} is not a token of the vocabulary (0 to {c['vocab_size'] - 1})")
+    return pad
+
+
+# Layernorm decoders with an ungated MLP, biases, partial rotary, parallel blocks.
+_PLAIN_KEYS = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "hidden_act",
+                         "max_position_embeddings", "tie_word_embeddings", "rope_parameters"})
+_PLAIN = {
+    "phi": Keys(_PLAIN_KEYS | {"num_key_value_heads", "layer_norm_eps", "qk_layernorm", "pad_token_id"}),
+    "starcoder2": Keys(_PLAIN_KEYS | {"num_key_value_heads", "norm_epsilon", "use_bias", "sliding_window", "pad_token_id"}),
+    "gpt_neox": Keys(_PLAIN_KEYS | {"layer_norm_eps", "use_parallel_residual", "attention_bias"},
+                     {"is_decoder": "marks the model for use as an encoder-decoder's decoder; GPT-NeoX's causal LM does not read it",
+                      "pad_token_id": "GPT-NeoX's embedding has no padding row: the forward does not read it"},
+                     {"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"}),
+    "gptj": Keys(frozenset({"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "rotary_dim", "activation_function",
+                            "layer_norm_epsilon", "tie_word_embeddings"}),
+                 {"pad_token_id": "GPT-J's embedding has no padding row: the forward does not read it"}),
+    "falcon": Keys(frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_kv_heads", "multi_query",
+                              "new_decoder_architecture", "num_ln_in_parallel_attn", "parallel_attn", "bias", "ffn_hidden_size", "activation",
+                              "max_position_embeddings", "layer_norm_epsilon", "tie_word_embeddings", "alibi", "rope_parameters"}),
+                   {"pad_token_id": "Falcon's embedding has no padding row: the forward does not read it"}),
+}
+KEYS.update(_PLAIN)
+
+
+def _plain(family: str):
+    def read(c: Config) -> Arch:
+        pad = None
+        if family == "gptj":
+            width, heads, layers, context = c["n_embd"], c["n_head"], c["n_layer"], c["n_positions"]
+            _divides(width, heads, "n_head", "n_embd")
+            rd = c["rotary_dim"] or width // heads
+            if rd > width // heads:
+                raise Unsupported("rotary_dim", f"{rd} rotated dims exceed head_dim {width // heads}")
+            partial, kv, hidden, act_key, eps_key = rd / (width // heads), heads, c["n_inner"] or 4 * width, "activation_function", "layer_norm_epsilon"
+        elif family == "falcon":
+            width, heads, layers, context = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["max_position_embeddings"]
+            _divides(width, heads, "num_attention_heads", "hidden_size")
+            new = bool(c["new_decoder_architecture"])  # grouped query attention, always parallel, one or two norms
+            n_ln = c["num_ln_in_parallel_attn"]
+            n_ln = 2 if n_ln is None else n_ln
+            if new and n_ln not in (1, 2):
+                raise Unsupported("num_ln_in_parallel_attn", "Falcon's new decoder has one norm (shared) or two (ln_attn, ln_mlp) per block")
+            if new:
+                kv = _kv(c, heads, "num_kv_heads")
+            else:
+                kv = 1 if c["multi_query"] else _kv(c, heads, "num_kv_heads")
+            parallel = ("separate" if n_ln == 2 else "shared") if new else ("shared" if c["parallel_attn"] else "none")
+            partial, hidden, act_key, eps_key = _partial(c), c["ffn_hidden_size"] or 4 * width, "activation", "layer_norm_epsilon"
+        else:
+            width, heads, layers, context = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["max_position_embeddings"]
+            _divides(width, heads, "num_attention_heads", "hidden_size")
+            kv = _kv(c, heads) if "num_key_value_heads" in c.keys.maps else heads
+            partial, hidden, act_key = _partial(c), c["intermediate_size"], "hidden_act"
+            eps_key = {"starcoder2": "norm_epsilon"}.get(family, "layer_norm_eps")
+            pad = _padding(c) if "pad_token_id" in c.keys.maps else None
+        act_name = c[act_key]
+        act = _PLAIN_ACTS.get(act_name)
+        if act is None:
+            raise Unsupported(act_key, f"{act_name!r} has no counterpart among the language's activations")
+        if family == "phi" and c["qk_layernorm"]:
+            raise Unsupported("qk_layernorm", "Phi's qk layernorm (with bias) is not in the language; qk_norm is an RMSNorm")
+        bias = bool(c["use_bias"]) if family == "starcoder2" else bool(c["bias"]) if family == "falcon" else False if family == "gptj" \
+            else bool(c["attention_bias"]) if family == "gpt_neox" else True
+        if family in ("phi", "gptj"):
+            parallel = "shared"
+        elif family == "gpt_neox":
+            parallel = "separate" if c["use_parallel_residual"] else "none"
+        elif family != "falcon":
+            parallel = "none"
+        alibi = family == "falcon" and bool(c["alibi"])  # ALiBi in place of rotary
+        scaling = _rope_scaling(c, context) if family != "gptj" and not alibi else None
+        return Arch(family, vocab=c["vocab_size"], context=_dynamic_context(context, scaling), width=width, layers=layers,
+                    heads=heads, kv_heads=kv, head_dim=width // heads, hidden=hidden, act=act, norm="layernorm",
+                    rotary_scaling=scaling, eps=_eps(c, eps_key), norm_bias=True, qkv_bias=bias, out_bias=bias,
+                    mlp_bias=bias if family in ("starcoder2", "falcon") else True, rotary=0.0 if alibi else _rotary(partial, width // heads),
+                    rotary_base=_rope(c) if family != "gptj" else 10000.0,
+                    window=_sliding(c) if family == "starcoder2" else None, tied=bool(c["tie_word_embeddings"]),
+                    padding=pad, parallel=parallel, head_bias=family in ("phi", "gptj"), rotary_interleaved=family == "gptj", alibi=alibi,
+                    sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+                             "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size",
+                             "act": act_key, "eps": eps_key, "rotary_base": "rope_theta", "window": "sliding_window",
+                             "tied": "tie_word_embeddings",
+                             **({"kv_heads": "num_kv_heads, multi_query", "hidden": "ffn_hidden_size"} if family == "falcon" else {})}
+                    if family != "gptj" else
+                    {"vocab": "vocab_size", "context": "n_positions", "width": "n_embd", "layers": "n_layer", "heads": "n_head",
+                     "hidden": "n_inner", "act": "activation_function", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
+    return read
+
+
+_SSM_INIT = "the initialisation of dt's bias and of the output projections; an import loads every weight"
+_SSM_PATH = "which implementation (CUDA kernels, mambapy, an associative scan) computes the mixer: the same function"
+_FP32 = "keeps the residual in float32 under half precision: the same function in float32"
+KEYS["mamba2"] = Keys(frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "head_dim", "state_size", "expand", "conv_kernel",
+                                 "n_groups", "use_bias", "use_conv_bias", "hidden_act", "layer_norm_epsilon", "chunk_size", "time_step_min",
+                                 "time_step_max", "time_step_limit", "tie_word_embeddings", "max_position_embeddings",
+                                 "rescale_prenorm_residual"}),
+                      {"time_step_floor": _SSM_INIT, "time_step_rank": "Mamba-2's step size is one per head: the forward does not read a rank", "residual_in_fp32": _FP32,
+                       "pad_token_id": "Mamba-2's embedding has no padding row: the forward does not read it",
+                       "rms_norm": "transformers 5's Mamba-2 always gates its RMSNorm; the older key is not read"})
+
+
+def _rescaled(c: Config) -> None:
+    if c["rescale_prenorm_residual"]:
+        raise Unsupported("rescale_prenorm_residual", "transformers divides the loaded out_proj weights by sqrt(num_hidden_layers) when "
+                          "this is set (its init runs on loaded weights): what the checkpoint computes depends on the transformers release")
+
+
+def _mamba2(c: Config) -> Mamba2:
+    _rescaled(c)
+    width, heads, head_dim = c["hidden_size"], c["num_heads"], c["head_dim"]
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"the ssm's conv and gate use silu; {c['hidden_act']!r} has no counterpart")
+    if heads * head_dim != int(c["expand"] * width):
+        raise Unsupported("head_dim", f"num_heads x head_dim = {heads * head_dim}, but expand x hidden_size = {int(c['expand'] * width)}: "
+                          "transformers' mixer assumes they agree")
+    if heads % c["n_groups"]:
+        raise Unsupported("n_groups", f"{c['n_groups']} groups do not divide {heads} heads")
+    limit = c["time_step_limit"]
+    if not isinstance(limit, list) or len(limit) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in limit) \
+            or not 0 <= limit[0] < limit[1]:
+        raise Unsupported("time_step_limit", f"{limit!r} is not a range [low, high] of step sizes (high may be Infinity)")
+    lo, hi = float(limit[0]), float(limit[1])
+    src = {"layers": "num_hidden_layers", "width": "hidden_size", "vocab": "vocab_size", "heads": "num_heads", "state": "state_size",
+           "groups": "n_groups", "conv": "conv_kernel", "chunk": "chunk_size", "eps": "layer_norm_epsilon", "dt": "time_step_limit",
+           "tied": "tie_word_embeddings"}
+    # Mamba2ForCausalLM has no position table and no context limit: max_position_embeddings, where a config writes
+    # one, or 2048 is only the feed's (a decoding cache's) length
+    return Mamba2("mamba2", c["vocab_size"], c["max_position_embeddings"] or 2048, width, c["num_hidden_layers"], heads, head_dim,
+                  c["state_size"], c["n_groups"], c["conv_kernel"], c["chunk_size"], bool(c["use_bias"]),
+                  bool(c["use_conv_bias"]), _eps(c, "layer_norm_epsilon"), float(c["time_step_min"]),
+                  float(c["time_step_max"]), lo, None if math.isinf(hi) else hi, bool(c["tie_word_embeddings"]), src)
+
+
+def _mamba1_mixer(c: Config, width: int, keys: dict, norms: bool = False, eps: float = 1e-6) -> Mamba1Mixer:
+    """keys: the mixer's config field names (state, expand, conv, dt_rank, bias, conv_bias)."""
+    act = c["hidden_act"]
+    if act not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"the Mamba-1 mixer's conv and gate use silu; {act!r} has no counterpart")
+    expand = c[keys["expand"]]
+    inner = int(expand * width)
+    if inner != expand * width or inner < 1:
+        raise Unsupported(keys["expand"], f"{expand} x hidden_size {width} is not a whole width")
+    rank = c[keys["dt_rank"]]
+    if rank == "auto":
+        rank = -(-width // 16)
+    elif not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise Unsupported(keys["dt_rank"], f"{rank!r}: dt's rank is a whole number or \"auto\"")
+    dt = (float(c["time_step_min"]), float(c["time_step_max"])) if "time_step_min" in c.keys.maps else (0.001, 0.1)
+    return Mamba1Mixer(inner, c[keys["state"]], rank, c[keys["conv"]], bool(c[keys["bias"]]), bool(c[keys["conv_bias"]]), norms, float(eps), *dt)
+
+
+KEYS["mamba"] = Keys(frozenset({"vocab_size", "hidden_size", "state_size", "num_hidden_layers", "layer_norm_epsilon", "expand", "conv_kernel",
+                                "use_bias", "use_conv_bias", "hidden_act", "time_step_rank", "tie_word_embeddings", "time_step_min",
+                                "time_step_max", "intermediate_size", "max_position_embeddings", "rescale_prenorm_residual"}),
+                     {"time_step_floor": _SSM_INIT, "time_step_scale": _SSM_INIT, "time_step_init_scheme": _SSM_INIT,
+                      "residual_in_fp32": _FP32, "use_mambapy": _SSM_PATH,
+                      "use_associative_scan": _SSM_PATH, "pad_token_id": "Mamba's embedding has no padding row: the forward does not read it"})
+
+
+def _mamba(c: Config) -> MambaFamily:
+    _rescaled(c)
+    width = c["hidden_size"]
+    mixer = _mamba1_mixer(c, width, {"state": "state_size", "expand": "expand", "conv": "conv_kernel", "dt_rank": "time_step_rank",
+                                     "bias": "use_bias", "conv_bias": "use_conv_bias"})
+    if c.given("intermediate_size") and c["intermediate_size"] != mixer.inner:  # transformers sets it after deriving it: the file's wins
+        raise Unsupported("intermediate_size", f"{c['intermediate_size']}, not expand x hidden_size = {mixer.inner}: the mixer's width "
+                          "and its expand disagree")
+    src = {"layers": "num_hidden_layers", "width": "hidden_size", "vocab": "vocab_size", "mixer": "state_size, expand, time_step_rank, conv_kernel",
+           "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"}
+    # MambaForCausalLM has no position table and no context limit; 2048 is the feed's (a decoding cache's) length
+    return MambaFamily("mamba", c["vocab_size"], c["max_position_embeddings"] or 2048, width, c["num_hidden_layers"], mixer,
+                       _eps(c, "layer_norm_epsilon"), bool(c["tie_word_embeddings"]), src)
+
+
+KEYS["jamba"] = Keys(frozenset({"vocab_size", "tie_word_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "num_key_value_heads", "hidden_act", "rms_norm_eps", "max_position_embeddings",
+                                "num_experts_per_tok", "num_experts", "expert_layer_period", "expert_layer_offset", "attn_layer_period",
+                                "attn_layer_offset", "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_dt_rank", "mamba_conv_bias",
+                                "mamba_proj_bias", "pad_token_id"}),
+                     {"use_mamba_kernels": _SSM_PATH, "use_mambapy": _SSM_PATH, "use_associative_scan": _SSM_PATH})
+
+
+def _jamba(c: Config) -> JambaFamily:
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    _divides(width, heads, "num_attention_heads", "hidden_size")
+    eps = _eps(c, "rms_norm_eps")
+    mixer = _mamba1_mixer(c, width, {"state": "mamba_d_state", "expand": "mamba_expand", "conv": "mamba_d_conv", "dt_rank": "mamba_dt_rank",
+                                     "bias": "mamba_proj_bias", "conv_bias": "mamba_conv_bias"}, norms=True, eps=eps)
+    ap, ao, ep, eo = (c[k] for k in ("attn_layer_period", "attn_layer_offset", "expert_layer_period", "expert_layer_offset"))
+    for k, v in (("attn_layer_offset", ao), ("expert_layer_offset", eo)):
+        if not isinstance(v, int) or v < 0:
+            raise Unsupported(k, f"{v!r}: an offset is a whole number from 0")
+    experts = c["num_experts"]
+    pattern = tuple(("attention" if i % ap == ao else "mamba", "moe" if i % ep == eo and experts > 1 else "mlp") for i in range(layers))
+    top = c["num_experts_per_tok"]
+    if any(r == "moe" for _, r in pattern) and top > experts:
+        raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+           "kv_heads": "num_key_value_heads", "hidden": "intermediate_size", "experts": "num_experts, num_experts_per_tok",
+           "eps": "rms_norm_eps", "mixer": "mamba_d_state, mamba_expand, mamba_dt_rank, mamba_d_conv", "tied": "tie_word_embeddings",
+           "pattern": "attn_layer_period/offset, expert_layer_period/offset", "padding": "pad_token_id"}
+    return JambaFamily("jamba", c["vocab_size"], c["max_position_embeddings"], width, pattern, heads, _kv(c, heads), c["intermediate_size"],
+                       experts, top, mixer, eps, bool(c["tie_word_embeddings"]), _padding(c), src)
+
+
+KEYS["deepseek_v2"] = Keys(frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                      "num_key_value_heads", "hidden_act", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
+                                      "attention_bias", "mlp_bias", "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "n_routed_experts",
+                                      "n_shared_experts", "qk_nope_head_dim", "qk_rope_head_dim", "routed_scaling_factor", "topk_method",
+                                      "norm_topk_prob", "v_head_dim", "moe_intermediate_size", "rope_parameters", "num_experts_per_tok",
+                                      "pad_token_id", "head_dim", "qk_head_dim", "n_group", "topk_group", "moe_layer_freq"}), _TP)
+
+
+def _deepseek_v2(c: Config) -> DeepseekV2Family:
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"DeepSeek-V2's MLPs are silu-gated (swiglu); {c['hidden_act']!r} is not mapped")
+    if c["mlp_bias"]:
+        raise Unsupported("mlp_bias", "transformers' DeepseekV2 biases the dense and shared MLPs but never the routed experts; "
+                          "the language's moe bias= covers all of them")
+    if float(c["routed_scaling_factor"]) != 1.0:
+        raise Unsupported("routed_scaling_factor", f"routed experts' weights multiplied by {c['routed_scaling_factor']} are not in the language")
+    if c["topk_method"] != "greedy":
+        raise Unsupported("topk_method", f"{c['topk_method']!r} (routing within the top groups) is not in the language; only greedy top-k")
+    if c["norm_topk_prob"]:
+        raise Unsupported("norm_topk_prob", "transformers' DeepseekV2 router never renormalises the top-k weights, whatever this says: "
+                          "which one the checkpoint was trained with is not known")
+    if c.given("moe_layer_freq") and c["moe_layer_freq"] != 1:
+        raise Unsupported("moe_layer_freq", "transformers' DeepseekV2 puts experts in every layer from first_k_dense_replace on: "
+                          "a checkpoint with experts in every other layer does not load there either")
+    for k in ("n_group", "topk_group"):  # read by the group-limited router only, which topk_method=greedy is not
+        if c[k] is not None and not (isinstance(c[k], int) and c[k] >= 1):
+            raise Unsupported(k, f"{c[k]!r} is not a number of groups")
+    if _rope_kind(c)[2] != "default":
+        raise Unsupported("rope_parameters.rope_type", "rotary scaling of latent attention's rotary key is not mapped (turbine attention "
+                          "latent= takes no rotary_scaling yet)")
+    shared = c["n_shared_experts"] or 0
+    if shared < 1:
+        raise Unsupported("n_shared_experts", "transformers' DeepSeekMoE always has its shared expert (0 gives it no width)")
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    kv = c["num_key_value_heads"]
+    kv = heads if kv is None else kv
+    if kv != heads:
+        raise Unsupported("num_key_value_heads", f"latent attention expands every head's key and value from the latent; {kv} key/value "
+                          f"heads for {heads} query heads would make transformers' DeepseekV2 repeat them past the heads it has")
+    nope, rope_dims = c["qk_nope_head_dim"], c["qk_rope_head_dim"]
+    if c.given("qk_head_dim") and c["qk_head_dim"] != nope + rope_dims:  # derived in __post_init__, then the file's overrides it
+        raise Unsupported("qk_head_dim", f"{c['qk_head_dim']}, not qk_nope_head_dim + qk_rope_head_dim = {nope + rope_dims}")
+    if c.given("head_dim") and c["head_dim"] not in (None, rope_dims):  # __post_init__ sets it to qk_rope_head_dim
+        raise Unsupported("head_dim", f"{c['head_dim']}, not qk_rope_head_dim = {rope_dims} (DeepseekV2's rotary reads head_dim)")
+    dense = min(c["first_k_dense_replace"] or 0, layers)
+    moe_hidden = c["moe_intermediate_size"]
+    experts = c["n_routed_experts"]
+    top = c["num_experts_per_tok"] if layers > dense else 1
+    if layers > dense and (top is None or not 1 <= top <= experts):
+        raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "dense": "first_k_dense_replace",
+           "attn": "num_attention_heads, kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim",
+           "hidden": "intermediate_size", "moe": "n_routed_experts, num_experts_per_tok, moe_intermediate_size x n_shared_experts",
+           "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "rotary_base": "rope_theta", "padding": "pad_token_id"}
+    q = c["q_lora_rank"]  # null: a full-rank query projection
+    return DeepseekV2Family("deepseek_v2", c["vocab_size"], c["max_position_embeddings"], width, layers, dense, heads,
+                            nope, rope_dims, c["v_head_dim"], c["kv_lora_rank"], q, _rope(c), c["intermediate_size"], moe_hidden,
+                            experts, top, moe_hidden * shared, _eps(c, "rms_norm_eps"), bool(c["attention_bias"]),
+                            bool(c["tie_word_embeddings"]), _padding(c), src)
+
+
+KEYS["bloom"] = Keys(frozenset({"vocab_size", "hidden_size", "n_layer", "n_head", "layer_norm_epsilon", "apply_residual_connection_post_layernorm",
+                                "tie_word_embeddings", "seq_length"}),
+                     {"pretraining_tp": "with slow_but_exact, slices a matmul and sums the pieces: the same function, rounded otherwise",
+                      "slow_but_exact": "slices a matmul and sums the pieces: the same function, rounded otherwise",
+                      "pad_token_id": "BLOOM's embedding has no padding row: the forward does not read it",
+                      "n_inner": "BLOOM's MLP is 4 x hidden_size whatever this says: transformers does not read it",
+                      "unk_token_id": "the tokenizer's unknown token; the forward does not read it",
+                      **{k: "a Megatron-DeepSpeed training switch (fused kernels, fp32 softmax); transformers' Bloom does not read it"
+                         for k in ("masked_softmax_fusion", "bias_dropout_fusion", "skip_bias_add", "skip_bias_add_qkv",
+                                   "attention_softmax_in_fp32", "offset_alibi")}})
+
+
+def _bloom(c: Config) -> Arch:
     """BLOOM: ALiBi (added after the scale), a LayerNorm after the embedding, biased LayerNorm
     blocks with a 4x tanh-GELU MLP, per-head fused q, k, v, a tied head."""
-    c = _Config(cfg, {"vocab_size": 250880, "hidden_size": 64, "n_layer": 2, "n_head": 8, "layer_norm_epsilon": 1e-5,
-                      "apply_residual_connection_post_layernorm": False, "tie_word_embeddings": True})
-    if c.get("apply_residual_connection_post_layernorm"):
+    if c["apply_residual_connection_post_layernorm"]:
         raise Unsupported("apply_residual_connection_post_layernorm", "a residual taken after the norm (the branch's normed input) is not in the language")
-    width, heads = c.need("hidden_size"), c.get("n_head") or c.need("num_attention_heads")
-    return Arch("bloom", vocab=c.need("vocab_size"), context=int(cfg.get("seq_length") or 2048), width=width,
-                layers=c.get("n_layer") or c.need("num_hidden_layers"), heads=heads, kv_heads=heads, head_dim=width // heads, hidden=4 * width,
-                act="gelu_tanh", norm="layernorm", eps=float(c.get("layer_norm_epsilon")), norm_bias=True, qkv_bias=True, out_bias=True,
-                mlp_bias=True, tied=bool(c.get("tie_word_embeddings")), alibi=True, alibi_scaled=False, embed_norm=True,
+    width, heads = c["hidden_size"], c["n_head"]
+    _divides(width, heads, "n_head", "hidden_size")
+    return Arch("bloom", vocab=c["vocab_size"], context=c["seq_length"] or 2048, width=width,
+                layers=c["n_layer"], heads=heads, kv_heads=heads, head_dim=width // heads, hidden=4 * width,
+                act="gelu_tanh", norm="layernorm", eps=_eps(c, "layer_norm_epsilon"), norm_bias=True, qkv_bias=True, out_bias=True,
+                mlp_bias=True, tied=bool(c["tie_word_embeddings"]), alibi=True, alibi_scaled=False, embed_norm=True,
                 sources={"vocab": "vocab_size", "context": "BLOOM has no context field (ALiBi has no table): the spec's own", "width": "hidden_size",
                          "layers": "n_layer", "heads": "n_head", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
 
 
-READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODER_DEFAULTS}, **{f: _plain(f) for f in _PLAIN_DEFAULTS}, "mamba2": _mamba2,
-           "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2}
-READERS["bloom"] = _bloom
+_DECODER_FAMILIES = tuple(_DECODERS)
+_PLAIN_FAMILIES = tuple(_PLAIN)
+READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f) for f in _PLAIN}, "mamba2": _mamba2,
+           "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom}
 FAMILIES = tuple(READERS)
+assert set(READERS) == set(KEYS) == set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
 # The transformers classes a family's weights come from (what export's config names).
 CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
@@ -932,25 +1044,64 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "olmo2": "Olmo2ForCausalLM", "gemma": "GemmaForCausalLM", "granite": "GraniteForCausalLM", "phi": "PhiForCausalLM",
              "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM",
              "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
-             "gemma2": "Gemma2ForCausalLM", "bloom": "BloomForCausalLM"}
+             "gemma2": "Gemma2ForCausalLM", "bloom": "BloomForCausalLM", "ministral": "MinistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
+             "seed_oss": "SeedOssForCausalLM", "internlm3": "LlamaForCausalLM", "iquestcoder": "LlamaForCausalLM"}
 
-# Families the language cannot write yet: refused by name, with what they need.
-NOT_YET = {
-    "gemma3": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
-    "gemma3_text": "Gemma 3's local/global layer pattern with two rotary bases is not in the language yet",
-    "qwen3_moe": "Qwen3-MoE's routed experts with per-head qk-norm are not mapped yet",
-    "granitemoe": "Granite-MoE's experts are not mapped yet",
-}
+
+def refusal(model_type: str) -> str:
+    """Why an unclaimed model_type does not import: the nearest claimed family and what the language lacks."""
+    from .unclaimed import UNCLAIMED
+
+    near = UNCLAIMED.get(model_type)
+    if near is None:
+        return (f"unknown model type {model_type!r}: not a decoder-only family of transformers {TRANSFORMERS_VERSION} that the importer "
+                "knows, so it cannot tell what the checkpoint computes")
+    family, lacks = near
+    if lacks is None:
+        return (f"{model_type!r} is not imported yet, though the language can say the whole model (nearest claimed family: {family}): "
+                "only an importer is missing")
+    return f"{model_type!r} is not imported: the language lacks {lacks} (nearest claimed family: {family})"
+
+
 def read_config(config: dict) -> Arch:
-    """The Arch a config implies, by its model_type; Unsupported names the first field that cannot be read."""
+    """The Arch a config implies, by its model_type, read closed-world (closed.py); Unsupported names the first
+    key that cannot be read, or that the importer cannot tell changes nothing."""
     mt = config.get("model_type")
     if mt is None:
         raise Unsupported("model_type", "the config does not say its model_type, and interop never guesses it from key names")
-    if mt in NOT_YET:
-        raise Unsupported("model_type", f"'{mt}' is refused: {NOT_YET[mt]}")
-    if mt not in READERS:
-        raise Unsupported("model_type", f"unknown model type '{mt}'; supported: {', '.join(FAMILIES)}")
-    return READERS[mt](config)
+    if not isinstance(mt, str):
+        raise Unsupported("model_type", f"{mt!r} is not a family's name")
+    family = remap(config)
+    if family not in READERS:
+        raise Unsupported("model_type", refusal(mt))
+    c = Config(config, family, KEYS[family])
+    try:
+        return READERS[family](c)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as e:
+        if isinstance(e, Unsupported):
+            raise
+        raise Unsupported("config.json", f"a value the {family} reader cannot use ({type(e).__name__}: {e})") from None
+
+
+def explain_tables(code: str) -> str:
+    """The part of `cyclec explain E0401/E0402` that the importer's tables write."""
+    import textwrap
+
+    def para(title: str, items) -> str:
+        return "\n" + textwrap.fill(f"{title}: {', '.join(items)}.", 84, break_on_hyphens=False, break_long_words=False) + "\n"
+
+    if code == "E0401":
+        gated = sorted({k for k, v in _GATED_ACTS.items() if v})
+        plain = sorted({k for k, v in _PLAIN_ACTS.items() if v})
+        return (para("Rotary scalings read (rope_type)", ("default", *_SCALINGS)) + para("Activations read for a gated MLP", gated)
+                + para("Activations read for a plain MLP", plain)
+                + para("Keys every family reads as changing nothing", sorted(k for k, why in INERT.items() if "generation setting" not in why)))
+    from .unclaimed import UNCLAIMED
+
+    only = sorted(mt for mt, (_, lacks) in UNCLAIMED.items() if lacks is None)
+    return (para(f"Claimed families ({len(FAMILIES)}, transformers {TRANSFORMERS_VERSION})", FAMILIES)
+            + para(f"Not claimed, though the language says them whole ({len(only)}; only an importer is missing)", only)
+            + f"\n{len(UNCLAIMED) - len(only)} other decoder families are refused with what the language lacks for each.\n")
 
 
 # --- the spec an Arch implies -----------------------------------------------------------------
@@ -1281,7 +1432,7 @@ def config_of(a: Arch) -> dict:
                 "n_embd": a.width, "n_layer": a.layers, "n_head": a.heads, "n_inner": a.hidden, "activation_function": act,
                 "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "scale_attn_weights": True,
                 "scale_attn_by_inverse_layer_idx": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-    if a.family in _PLAIN_DEFAULTS:
+    if a.family in _PLAIN:
         return _plain_config(a)
     if a.family == "bloom":
         if a.hidden != 4 * a.width or a.act != "gelu_tanh":
@@ -1297,16 +1448,34 @@ def config_of(a: Arch) -> dict:
         rope["partial_rotary_factor"] = a.rotary
     cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
            "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
-           "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim, "hidden_act": act,
+           "num_key_value_heads": a.kv_heads, "hidden_act": act,
            "max_position_embeddings": _max_positions(a),
-           "rms_norm_eps": a.eps if a.norm == "rmsnorm" else a.qk_eps, "tie_word_embeddings": a.tied, "rope_parameters": _rope_config(a, rope),
+           "tie_word_embeddings": a.tied, "rope_parameters": _rope_config(a, rope),
            "pad_token_id": a.padding}
-    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma"):
+    if "rms_norm_eps" in fields_of(a.family):
+        cfg["rms_norm_eps"] = a.eps if a.norm == "rmsnorm" else a.qk_eps
+    if "head_dim" in fields_of(a.family):
+        cfg["head_dim"] = a.head_dim
+    elif a.head_dim * a.heads != a.width:
+        raise Unsupported("head_dim", f"{a.family}'s head_dim is hidden_size / num_attention_heads")
+    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder"):
         cfg["attention_bias"] = a.qkv_bias
-    if a.family in ("llama", "granite"):
+    if a.family in ("llama", "granite", "internlm3", "iquestcoder"):
         cfg["mlp_bias"] = a.mlp_bias
     if a.family in _WINDOWED:
         cfg["sliding_window"] = a.window
+    if a.family == "ministral3":  # its rotary reads Llama 4's query scaling: none (beta 0) at the rope's original context
+        cfg["rope_parameters"] = {**cfg["rope_parameters"], "llama_4_scaling_beta": 0.0}
+        cfg["rope_parameters"].setdefault("original_max_position_embeddings", _max_positions(a))
+    if a.family == "ministral":
+        windows = a.layer_windows or (a.window,) * a.layers
+        local = {w for w in windows if w is not None}
+        if len(local) > 1:
+            raise Unsupported("window", f"Ministral has one sliding_window; the spec's layers have {sorted(local)}")
+        cfg.update(sliding_window=local.pop() if local else None,
+                   layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows])
+    if a.family == "seed_oss":
+        cfg.update(attention_bias=a.qkv_bias, attention_out_bias=a.out_bias, mlp_bias=a.mlp_bias, residual_dropout=0.0, attention_dropout=0.0)
     if a.family == "mixtral":
         cfg.update(num_local_experts=a.experts, num_experts_per_tok=a.top, router_jitter_noise=0.0)
     if a.family == "qwen2_moe":
@@ -1382,10 +1551,14 @@ def _plain_config(a: Arch) -> dict:
         act = {"gelu_new": "gelu_pytorch_tanh"}.get(act, act)
     cfg = {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "hidden_size": a.width,
            "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
-           "num_key_value_heads": a.kv_heads, "hidden_act": act,
+           "hidden_act": act,
            "max_position_embeddings": _max_positions(a),
            "tie_word_embeddings": a.tied,
            "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base, "partial_rotary_factor": a.rotary})}
+    if a.family in ("phi", "starcoder2"):
+        cfg["num_key_value_heads"] = a.kv_heads
+    elif a.kv_heads != a.heads:
+        raise Unsupported("kv_heads", f"{a.family} has as many key/value heads as query heads")
     if a.family == "starcoder2":
         cfg.update(norm_epsilon=a.eps, use_bias=a.qkv_bias, sliding_window=a.window, pad_token_id=a.padding, residual_dropout=0.0,
                    embedding_dropout=0.0)
