@@ -183,6 +183,21 @@ def test_null_and_absent_are_told_apart():
     assert read_config({**llama, "num_key_value_heads": None}).kv_heads == 16  # LlamaConfig: null is every query head
 
 
+def test_what_a_class_does_to_a_value_before_its_model_sees_it():
+    gemma = {"model_type": "gemma", "vocab_size": V, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "hidden_act": "gelu"}
+    assert read_config(gemma).act == "geglu_tanh"  # GemmaConfig.__post_init__: Gemma's "gelu" is the tanh GELU
+    assert read_config({**gemma, "model_type": "gemma2", "hidden_activation": "gelu", "sliding_window": 8}).act == "geglu"  # Gemma 2's is not
+    assert read_config(_mistral(pad_token_id=-1)).padding == V - 1  # nn.Embedding counts a negative padding_idx from the end
+    neox = {"model_type": "gpt_neox", "vocab_size": V, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "max_position_embeddings": 40}
+    assert read_config(neox).rotary == 0.25  # GPTNeoXConfig's rotary_pct default
+    assert read_config({**neox, "rotary_pct": 0.5, "rotary_emb_base": 500.0}).rotary_base == 500.0  # its legacy names
+    assert read_config({**neox, "rotary_pct": 0.5}).rotary == 0.5
+    bloom = {"model_type": "bloom", "vocab_size": V, "n_embed": 48, "n_layer": 1, "n_head": 4}
+    assert read_config(bloom).width == 48  # BloomConfig's n_embed
+
+
 @pytest.mark.parametrize("key, value, words", [
     ("num_hidden_layers", "2", "is not a whole number"),
     ("rms_norm_eps", None, "null is not a value of this key"),

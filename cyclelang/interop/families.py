@@ -494,7 +494,8 @@ KEYS: dict[str, Keys] = {
                  {"summary_type": _GPT2_HEADS, "summary_use_proj": _GPT2_HEADS, "summary_activation": _GPT2_HEADS,
                   "summary_proj_to_labels": _GPT2_HEADS, "summary_first_dropout": _GPT2_HEADS,
                   "pad_token_id": "GPT-2's embedding has no padding row: the forward does not read it",
-                  "reorder_and_upcast_attn": "computes the attention scores in float32 for half-precision training: the same function"}),
+                  "reorder_and_upcast_attn": "computes the attention scores in float32 for half-precision training: the same function",
+                  "n_ctx": "an older copy of the context length; transformers 5's GPT-2 reads n_positions"}),
 }
 
 
@@ -564,7 +565,8 @@ _DECODERS = {
                   {"hidden_activation": "Gemma's forward reads hidden_act; the hidden_activation some of its configs also write is ignored"}),
     "gemma2": Keys(_LLAMA - {"hidden_act"} | {"head_dim", "attention_bias", "use_bidirectional_attention", "hidden_activation",
                                                "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "layer_types",
-                                               "sliding_window"}),
+                                               "sliding_window"},
+                   {"hidden_act": "Gemma 2's forward reads hidden_activation; the hidden_act its released configs also write is ignored"}),
     "granite": Keys(_LLAMA | {"attention_bias", "mlp_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"}),
 }
 KEYS.update(_DECODERS)
@@ -735,10 +737,10 @@ def _cap(c: Config, key: str) -> float | None:
 
 def _padding(c: Config, key: str = "pad_token_id") -> int | None:
     """The embedding's padding row (pad_token_id), within the vocabulary as nn.Embedding needs it."""
-    pad = c[key]
-    if pad is not None and not 0 <= pad < c["vocab_size"]:
-        raise Unsupported(key, f"{pad} is not a token of the vocabulary (0 to {c['vocab_size'] - 1})")
-    return pad
+    pad, vocab = c[key], c["vocab_size"]
+    if pad is not None and not -vocab <= pad < vocab:
+        raise Unsupported(key, f"{pad} is not a token of the vocabulary (0 to {vocab - 1})")
+    return pad if pad is None or pad >= 0 else vocab + pad  # nn.Embedding counts a negative padding_idx from the end
 
 
 # Layernorm decoders with an ungated MLP, biases, partial rotary, parallel blocks.
