@@ -316,3 +316,15 @@ def test_explain_says_what_the_language_can_say_today(code):
 
         assert all(s in text for s in _SCALINGS)  # the rotary scalings the language has are named as read, not refused
         assert "YaRN rotary scaling" not in text and "per-layer pattern of sliding windows" not in text
+
+
+def test_a_config_nested_past_reading_is_a_diagnostic(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "rope_parameters": ' + "[" * 100000 + "]" * 100000 + "}")
+    res = CliRunner().invoke(main, ["import", str(tmp_path)])
+    assert res.exit_code == 1 and "E0403" in res.output and "nests deeper" in res.output
+    deep: dict = {}
+    cur = deep
+    for _ in range(5000):
+        cur["a"] = cur = {}
+    with pytest.raises(Unsupported, match="nests deeper"):
+        read_config({"model_type": "llama", "rope_parameters": deep})

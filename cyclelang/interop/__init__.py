@@ -48,6 +48,8 @@ def read_config_file(source) -> tuple[dict, str]:
         config = json.loads(path.read_text("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InteropError(str(path), f"not a JSON config: {e}") from None
+    except RecursionError:
+        raise InteropError(str(path), "not a config: its JSON nests deeper than Python can read") from None
     if not isinstance(config, dict):
         raise InteropError(str(path), "a config.json holds one JSON object")
     return config, str(path)

@@ -1076,9 +1076,10 @@ def read_config(config: dict) -> Arch:
     family = remap(config)
     if family not in READERS:
         raise Unsupported("model_type", refusal(mt))
-    c = Config(config, family, KEYS[family])
     try:
-        return READERS[family](c)
+        return READERS[family](Config(config, family, KEYS[family]))
+    except RecursionError:
+        raise Unsupported("config.json", "nests deeper than any config transformers writes") from None
     except (TypeError, ValueError, ZeroDivisionError, OverflowError) as e:
         if isinstance(e, Unsupported):
             raise
