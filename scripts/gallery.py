@@ -90,6 +90,10 @@ FAMILY_NOTES: dict[str, str] = {
     "qwen2_moe": "Qwen2-MoE: routed experts (top-4 of 60, not renormalised) beside a shared expert behind a sigmoid gate.",
     "qwen3": "Qwen3: the Llama block with a qk-norm per head.",
     "starcoder2": "StarCoder2: biased LayerNorm blocks, an ungated tanh-GELU MLP, grouped-query attention in a sliding window.",
+    "internlm3": "InternLM3: the Llama block as transformers builds it for this model_type (LlamaForCausalLM), one bias switch for all.",
+    "iquestcoder": "IQuest-Coder: the Llama block under another name (transformers builds LlamaForCausalLM for it).",
+    "ministral": "Ministral: the Mistral block, its sliding window on the layers layer_types marks as sliding.",
+    "seed_oss": "Seed-OSS: the Llama block with q, k and v biases and the output projection's own switch.",
 }
 
 # Each spec's concept: (the engine reading, the network reading), in the project's words.
