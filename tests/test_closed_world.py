@@ -318,6 +318,15 @@ def test_explain_says_what_the_language_can_say_today(code):
         assert "YaRN rotary scaling" not in text and "per-layer pattern of sliding windows" not in text
 
 
+@pytest.mark.parametrize("config", [{"model_type": "mamba", "max_position_embeddings": "2048 scale=3"},
+                                    {"model_type": "mamba2", "max_position_embeddings": "2048 scale=3"},
+                                    {"model_type": "bloom", "seq_length": "2048 scale=3"}])
+def test_a_key_outside_the_class_is_type_checked_too(config):
+    """Keys a family maps that its class does not declare (a context length) are sizes: never text for the spec."""
+    with pytest.raises(Unsupported, match="a size is a whole number"):
+        read_config(config)
+
+
 def test_a_config_nested_past_reading_is_a_diagnostic(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama", "rope_parameters": ' + "[" * 100000 + "]" * 100000 + "}")
     res = CliRunner().invoke(main, ["import", str(tmp_path)])

@@ -244,8 +244,8 @@ class Config:
             raise Unsupported(key, f"{_show(value)} is not {_describe(types)}, which transformers' {CLASSES[self.family]} takes here")
         if isinstance(value, float) and not math.isfinite(value) and key not in ("time_step_limit",):
             raise Unsupported(key, f"{_show(value)} is not a finite number")
-        if key in SIZES and value is not None and not isinstance(value, str):
-            if isinstance(value, float) or isinstance(value, bool) or not 1 <= value <= MAX_SIZE:
+        if key in SIZES and value is not None and not (isinstance(value, str) and "str" in types):  # "auto": a dt rank's
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIZE:
                 raise Unsupported(key, f"{_show(value)}: a size is a whole number from 1 to {MAX_SIZE}")
         if isinstance(value, list):
             for v in value:
