@@ -5,15 +5,18 @@ opens without blocking (a FIFO with no writer does not hang), refuses anything t
 is not a regular file (a FIFO, a device such as /dev/zero, a socket) and anything
 above the caller's size limit, before a byte is read.
 
-Writing: every file cyclelang writes goes through `atomic_write` (one file) or
+Writing: every file cyclelang writes goes through `atomic_write` (one file),
 `atomic_write_all` (several, one transaction: `build -o X --weights W` commits both
-or neither). The bytes go to a temporary file in the target's directory, are flushed
-to disk, and only then renamed over the target. An error, Ctrl-C or a caught signal
-(SIGTERM, SIGHUP: see `signals_raise`) at any point leaves the old files as they
-were and no stray temporary behind. A target that exists and is not a regular file
-(a character device such as /dev/null, a FIFO, /dev/stdout through its symlink) is
-never renamed over: it is written directly. A symlink to a regular file is followed,
-so the file it points to is replaced and the link survives.
+or neither) or `write_folder` (the files of one folder, one transaction: `export`
+writes config.json and model.safetensors together). The bytes go to a temporary
+file in the target's directory, are flushed to disk, and only then renamed over the
+target. An error, Ctrl-C or a caught signal (SIGTERM, SIGHUP: see `signals_raise`)
+at any point leaves the old files as they were and no stray temporary behind. A
+target that exists and is not a regular file (a character device such as /dev/null,
+a FIFO, /dev/stdout through its symlink) is never renamed over: it is written
+directly. A symlink to a regular file is followed, so the file it points to is
+replaced and the link survives (`write_folder` excepted: a folder's entries are its
+own, and a symlink among them is replaced, never what it points to).
 """
 
 from __future__ import annotations
@@ -208,6 +211,132 @@ def atomic_write_all(items) -> None:
         if backup is not None:
             with contextlib.suppress(OSError):
                 _unlink(backup)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write_new(path: str, payload: bytes) -> None:
+    """A new file (never an existing one) holding `payload`, flushed to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    with os.fdopen(fd, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sync_dir(path: str) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _aside(folder: str, name: str) -> str:
+    """A fresh hidden name in `folder` for keeping `name`'s old entry until the end."""
+    import secrets
+
+    return os.path.join(folder, f".{name}.{secrets.token_hex(6)}.old")
+
+
+def write_folder(folder: str | os.PathLike, files, remove=()) -> None:
+    """Write each (name, data) of `files` into `folder` and remove each name of `remove`, all or nothing.
+
+    A folder that does not exist is made whole beside its place (a temporary folder in its
+    parent, the files written and flushed, then renamed into place), so it appears complete
+    or not at all; parents it had to make are removed again on failure. Into an existing
+    folder every payload is staged first (a hidden temporary beside its target); then each
+    old entry is kept (a hard link, or moved aside where links are not allowed), the new files
+    renamed over their names and the removed names unlinked. If any step fails, or a signal
+    arrives, the old entries are put back and the temporaries removed: the folder is as it
+    was. Names are entries of the folder itself: a symlink among them is replaced or removed,
+    never followed (the file it points to is left alone)."""
+    import shutil
+
+    folder = os.path.normpath(os.path.abspath(os.fspath(folder)))
+    items = [(name, data.encode("utf-8") if isinstance(data, str) else data) for name, data in files]
+    for name in [n for n, _ in items] + list(remove):
+        if not name or os.path.basename(name) != name or name in (".", ".."):
+            raise ValueError(f"{name!r} is not a file name")
+    if not os.path.lexists(folder):
+        parent = os.path.dirname(folder)
+        made = []
+        probe = parent
+        while not os.path.lexists(probe):
+            made.append(probe)
+            probe = os.path.dirname(probe)
+        tmp = None
+        try:
+            os.makedirs(parent, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(folder)}.", suffix=".tmp", dir=parent)
+            for name, payload in items:
+                _write_new(os.path.join(tmp, name), payload)
+            os.chmod(tmp, 0o777 & ~_umask())
+            _sync_dir(tmp)
+            os.rename(tmp, folder)
+            tmp = None
+        except BaseException:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            for d in made:  # innermost first
+                with contextlib.suppress(OSError):
+                    os.rmdir(d)
+            raise
+        _sync_dir(parent)
+        return
+    staged: list[tuple[str, str]] = []  # (target, temporary)
+    kept: list[tuple[str, str | None]] = []  # (target, its old entry's other name, or None where there was none)
+    try:
+        for name, payload in items:
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            staged.append((os.path.join(folder, name), tmp))
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())
+        for target, tmp in staged:
+            backup = None
+            if os.path.lexists(target):
+                backup = _aside(folder, os.path.basename(target))
+                kept.append((target, backup))
+                try:
+                    os.link(target, backup, follow_symlinks=False)
+                except OSError:
+                    os.replace(target, backup)  # no hard links here: moved aside, put back on failure
+            else:
+                kept.append((target, None))
+            os.replace(tmp, target)
+        for name in remove:
+            target = os.path.join(folder, name)
+            if os.path.lexists(target):
+                backup = _aside(folder, name)
+                kept.append((target, backup))
+                os.replace(target, backup)
+    except BaseException:
+        for target, backup in reversed(kept):
+            with contextlib.suppress(OSError):
+                if backup is None:
+                    _unlink(target)
+                elif os.path.lexists(backup):
+                    if os.path.lexists(target) and os.path.samestat(os.lstat(backup), os.lstat(target)):
+                        _unlink(backup)  # never replaced (rename between two links of one file does nothing)
+                    else:
+                        os.replace(backup, target)
+        for _, tmp in staged:
+            with contextlib.suppress(OSError):
+                _unlink(tmp)
+        raise
+    for _, backup in kept:
+        if backup is not None:
+            with contextlib.suppress(OSError):
+                _unlink(backup)
+    _sync_dir(folder)
 
 
 class Terminated(BaseException):

@@ -66,7 +66,9 @@ def os_problem(e: OSError, path: str | None = None) -> SystemRefused:
 
 
 def refuse_output_over_input(output: str | None, inputs, what: str = "-o") -> None:
-    """A usage error when an output path names one of the input files (it would overwrite the spec)."""
+    """A usage error when an output path names one of the input files (it would overwrite the spec):
+    by its path, through a symlink (the output's or a folder's on its way), or as a hard link to
+    the same inode (`io.same_file`). Every command that writes a file calls it before it reads."""
     from ..io import same_file
 
     if output is None or output == "-":

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..diagnostics import CycleError
-from . import EXIT_FINDINGS, EXIT_USAGE, include_path_option, load_spec, report, write_output
+from . import EXIT_FINDINGS, EXIT_USAGE, include_path_option, load_spec, refuse_output_over_input, report, write_output
 
 
 @click.command()
@@ -27,6 +27,7 @@ def diff(a, b, as_json, draw_to, include_path):
     """
     from ..review.diff import diff as compare, marks, render_text
 
+    refuse_output_over_input(draw_to, [a, b], "--draw")  # before anything is read: B through a link is still B
     specs = []
     for path in (a, b):
         try:

@@ -18,52 +18,218 @@ transformers reads it, against `hf_fields`, the classes' fields), `families` (co
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 
 from .. import ir
 from .compare import Difference, difference
 from .families import FAMILIES, Unsupported, arch_of, config_of, expander_config, read_config, spec_text
 from .load import _embed_and_head
-from .load import InteropError, check_config, convert_state_dict, export_state_dict, implied_engine, load_transformers, read_safetensors
+from .load import MAX_INDEX_BYTES, InteropError, check_config, convert_state_dict, export_state_dict, implied_engine, load_transformers
+from .load import read_json, read_safetensors
 
 __all__ = ["InteropError", "Unsupported", "Difference", "FAMILIES", "load_transformers", "convert_state_dict",
            "read_safetensors", "import_config", "read_config_file", "export", "export_config", "check_config", "implied_engine",
-           "difference"]
+           "difference", "OutputRefused", "export_plan", "check_sizes", "MAX_CONFIG_BYTES"]
+
+
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KiB; past this it is not one (the index of the largest checkpoints: ~1 MiB)
+
+
+def read_config_text(source) -> tuple[dict, str, str | None]:
+    """(config dict, display name, the file's text or None) from a checkpoint folder, a config.json,
+    a dict or a transformers config.
+
+    A file is read through `io.read_input`: a FIFO, a device (/dev/zero), a socket or a directory is
+    refused before a byte is read, and so is a file above MAX_CONFIG_BYTES (InteropError)."""
+    if isinstance(source, Mapping):
+        return dict(source), "config.json", None
+    if hasattr(source, "to_dict"):
+        return source.to_dict(), "config.json", None
+    path = Path(source)
+    if path.is_dir():
+        path = path / "config.json"
+    if not os.path.lexists(path):
+        raise InteropError(str(path), "no config.json here (a transformers checkpoint folder holds one)")
+    config, text = read_json(path, MAX_CONFIG_BYTES)
+    if not isinstance(config, dict):
+        raise InteropError(str(path), "a config.json holds one JSON object")
+    return config, str(path), text
 
 
 def read_config_file(source) -> tuple[dict, str]:
     """(config dict, display name) from a checkpoint folder, a config.json, a dict or a transformers config."""
-    if isinstance(source, Mapping):
-        return dict(source), "config.json"
-    if hasattr(source, "to_dict"):
-        return source.to_dict(), "config.json"
-    path = Path(source)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise InteropError(str(path), "no config.json here (a transformers checkpoint folder holds one)")
+    config, name, _ = read_config_text(source)
+    return config, name
+
+
+# The config keys that count a checkpoint's layers: checked before a reader runs, since some list each layer's type.
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+# An Arch field -> (the language's limit, what it is). Fields not named here are not sizes.
+def _size_limits() -> dict:
+    from ..limits import MAX_LAYERS
+    from ..semantics.options import MAX_CONTEXT, MAX_EXPERTS, MAX_VOCAB, MAX_WIDTH
+
+    width, hidden, context = (MAX_WIDTH, "a width"), (MAX_WIDTH * 64, "a hidden width"), (MAX_CONTEXT, "a context length")
+    return {"vocab": (MAX_VOCAB, "a vocabulary"), "padding": (MAX_VOCAB, "a token id"), "context": context, "window": context,
+            "conv": context, "chunk": context, "layer_windows": context,
+            "width": width, "heads": width, "kv_heads": width, "head_dim": width, "state": width, "groups": width, "latent": width,
+            "q_latent": width, "rotary_dims": width, "v_dim": width, "dt_rank": width,
+            "hidden": hidden, "dense_hidden": hidden, "moe_hidden": hidden, "shared": hidden, "inner": hidden,
+            "experts": (MAX_EXPERTS, "an expert count"), "top": (MAX_EXPERTS, "an expert count"),
+            "layers": (MAX_LAYERS, "a layer count"), "dense": (MAX_LAYERS, "a layer count"), "pattern": (MAX_LAYERS, "a layer count")}
+
+
+# Where a field's value comes from when the reader's sources do not say (or say a group of keys).
+_FIELD_KEYS = {"context": "max_position_embeddings", "vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers",
+               "window": "sliding_window", "padding": "pad_token_id"}
+
+
+# Readers that name a group of keys for several fields (DeepSeek-V2's attention, its experts; Jamba's routing).
+_GROUPS = {"heads": ("attn",), "head_dim": ("attn",), "latent": ("attn",), "q_latent": ("attn",), "rotary_dims": ("attn",),
+           "v_dim": ("attn",), "moe_hidden": ("moe",), "experts": ("moe",), "top": ("experts", "moe"), "shared": ("moe",)}
+
+
+def _key_of(arch, field: str, value, config: Mapping | None) -> str:
+    """The config key a field of `arch` came from: the reader's source, narrowed to the one key of a
+    group ("num_kv_heads, multi_query") that holds the value."""
+    sources = getattr(arch, "sources", None) or {}
+    src = sources.get(field) or next((sources[g] for g in _GROUPS.get(field, ()) if g in sources), None)
+    if src is None:
+        key = _FIELD_KEYS.get(field, field)
+        return key if config is None or key in config else field
+    if config is not None and value is not None:
+        for n in (n.strip() for n in re.split(r",|/| x ", src)):
+            if n in config and config[n] == value and not isinstance(config[n], bool):
+                return n
+        holding = [k for k, v in config.items() if v == value and type(v) is type(value)]
+        if len(holding) == 1:  # the source names no key ("BLOOM has no context field"), but one key holds the value
+            return holding[0]
+    return src
+
+
+def check_sizes(arch, config: Mapping | None = None) -> None:
+    """Refuse (Unsupported, E0401, naming the config key) a size of `arch` (what `families.read_config`
+    returns) above the language's limits (`cyclelang.limits`, the options' maxima): the spec it would
+    write is one `cyclec check` refuses. `config`: the raw config, to name the key of a group."""
+    limits = _size_limits()
+
+    def check(obj, group: str | None) -> None:
+        for f in fields(obj):
+            if f.name == "sources":
+                continue
+            value = getattr(obj, f.name)
+            if is_dataclass(value):
+                check(value, f.name)
+                continue
+            if f.name not in limits:
+                continue
+            limit, what = limits[f.name]
+            values = [len(value)] if f.name == "pattern" else list(value) if isinstance(value, (tuple, list)) else [value]
+            for v in values:
+                if v is None:  # no window, no query latent, no padding token
+                    continue
+                if isinstance(v, bool) or not isinstance(v, int):  # a string would be written into the spec's text as it is
+                    key = _key_of(arch, f.name if group is None else group, v, config)
+                    raise Unsupported(key, f"{v!r} is not a whole number, which {what} is")
+                if v > limit:
+                    key = _key_of(arch, f.name if group is None else group, v if f.name != "pattern" else None, config)
+                    raise Unsupported(key, f"{v:,} is above the language's limit of {limit:,} for {what}: no spec can say this model")
+
+    check(arch, None)
+
+
+def _check_layer_keys(config: Mapping) -> None:
+    """Refuse a layer count above the language's limit before a reader lists each layer (1e8 layers cost GBs)."""
+    from ..limits import MAX_LAYERS
+
+    for key in _LAYER_KEYS:
+        v = config.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_LAYERS:
+            raise Unsupported(key, f"{v:,} layers is above the language's limit of {MAX_LAYERS:,} stage instances: no spec can say this model")
+
+
+def read_arch(config: Mapping):
+    """`families.read_config` within the language's size limits (Unsupported names the key)."""
+    _check_layer_keys(config)
+    arch = read_config(config)
+    check_sizes(arch, config)
+    return arch
+
+
+def _blame(text: str, d, arch, config: Mapping) -> str:
+    """The config key behind a diagnostic on the spec text an Arch wrote: the key holding the value
+    the message quotes (preferring those commented on the diagnostic's line), else the layers' key
+    for a repeat count, else config.json."""
+    if d.code in ("E0216", "E0237"):  # a repeat or the engine's layer count
+        return _key_of(arch, "layers", getattr(arch, "layers", None), config)
+    line = ""
+    if d.span is not None:
+        lines = text.splitlines()
+        line = lines[d.span.line - 1] if 0 < d.span.line <= len(lines) else ""
+    commented = re.findall(r"[A-Za-z_]\w*", line.split("#", 1)[1]) if "#" in line else []
+    quoted = re.findall(r"'([^']*)'", d.message)
+    numbers = []
+    for m in re.finditer(r"(?:found|=)\s*(-?(?:\d+\.?\d*(?:e[+-]?\d+)?|inf|nan))", d.message):
+        try:
+            numbers.append(float(m.group(1)))
+        except ValueError:
+            pass
+
+    def close(v, n: float) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        return math.isclose(float(v), n, rel_tol=1e-5) or (math.isnan(n) and math.isnan(float(v)))
+
+    wanted = [lambda v, n=n: close(v, n) for n in numbers] + [lambda v, q=q: isinstance(v, str) and v == q for q in quoted]
+    for holds in wanted:  # the first value the message quotes, then the next
+        for keys in ([k for k in commented if k in config], list(config)):
+            found = [k for k in keys if k != "model_type" and holds(config[k])]
+            if found:
+                return found[0]
+    return "config.json"
+
+
+def _resolves(text: str, arch, config: Mapping) -> None:
+    """Refuse (Unsupported) a spec text that does not resolve: what `cyclec import` writes, `cyclec check`
+    accepts, whatever a reader let through. The key named is the one holding the value refused."""
+    from ..diagnostics import CycleError
+    from ..semantics.resolve import parse
+
     try:
-        config = json.loads(path.read_text("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InteropError(str(path), f"not a JSON config: {e}") from None
-    except RecursionError:
-        raise InteropError(str(path), "not a config: its JSON nests deeper than Python can read") from None
-    if not isinstance(config, dict):
-        raise InteropError(str(path), "a config.json holds one JSON object")
-    return config, str(path)
+        parse(text, None)
+    except CycleError as e:
+        d = next((d for d in e.diagnostics if d.severity == "error"), e.diagnostics[0] if e.diagnostics else None)
+        if d is None:
+            raise Unsupported("config.json", f"the spec it implies is refused: {e}") from None
+        raise Unsupported(_blame(text, d, arch, config), f"the spec it implies is refused: {d.message}") from None
 
 
-def import_config(source) -> str:
+def import_config(source, *, name: str | None = None) -> str:
     """The spec a transformers checkpoint implies, as formatted, commented .cycle text.
 
-    source: a checkpoint folder, its config.json, a config dict or a transformers config.
-    Raises Unsupported naming the first config field the language cannot express."""
+    source: a checkpoint folder, its config.json, a config dict or a transformers config;
+    name: the file named in the spec's header (default: the config's file name).
+    Raises Unsupported naming the first config field the language cannot express (a size
+    above the language's limits included: the spec written always passes `cyclec check`),
+    InteropError for a config that cannot be read."""
+    from ..diagnostics import CycleError
     from ..syntax.fmt import format_text
 
-    config, name = read_config_file(source)
-    return format_text(spec_text(read_config(config), Path(name).name))
+    config, path, _ = read_config_text(source)
+    arch = read_arch(config)
+    try:
+        text = format_text(spec_text(arch, name or Path(path).name))
+    except CycleError as e:
+        raise Unsupported("config.json", f"the spec it implies does not parse: {e}") from None
+    _resolves(text, arch, config)
+    return text
 
 
 def export_config(spec) -> dict:
@@ -104,45 +270,118 @@ def head_key(family: str) -> str:
     return _embed_and_head(family)[1]
 
 
-def _fits(weights: dict, spec) -> None:
-    """InteropError naming the first key or shape of `weights` the spec's module does not have."""
+def _target(spec) -> dict:
+    """The spec's module's state dict on the meta device: names, shapes and dtypes, nothing allocated."""
     import torch
 
     from ..backends.torch.build import build
 
     with torch.device("meta"):
-        target = build(spec if isinstance(spec, ir.Spec) else ir.Spec(engine=spec)).state_dict()
+        return build(spec if isinstance(spec, ir.Spec) else ir.Spec(engine=spec)).state_dict()
+
+
+def _fits(weights: dict, spec, target: dict | None = None) -> None:
+    """InteropError naming the first key, shape or dtype of `weights` the spec's module does not have."""
+    target = _target(spec) if target is None else target
     for key, want in target.items():
         if key not in weights:
             raise InteropError(key, "the spec's module has it; the weights lack it")
-        if tuple(weights[key].shape) != tuple(want.shape):
-            raise InteropError(key, f"shape {tuple(want.shape)} in the spec's module, {tuple(weights[key].shape)} in the weights")
+        got = weights[key]
+        if tuple(got.shape) != tuple(want.shape):
+            raise InteropError(key, f"shape {tuple(want.shape)} in the spec's module, {tuple(got.shape)} in the weights")
+        if got.dtype.is_complex or got.dtype.is_floating_point != want.dtype.is_floating_point:
+            raise InteropError(key, f"dtype {got.dtype} in the weights, {want.dtype} in the spec's module")
     for key in weights:
         if key not in target:
             raise InteropError(key, "in the weights, but the spec's module has no such part")
 
 
-def export(spec, weights, out_dir) -> dict:
+class OutputRefused(ValueError):
+    """An export that would write over something it did not create: one of its inputs, or a folder
+    that holds other files (without force). The command line's usage error (exit 2)."""
+
+
+# The two files an export writes, and the names of other weight files a folder may hold (another
+# checkpoint's shards and index, pickles, TF/Flax weights): with force, those are removed, since
+# transformers would read them instead of (or beside) the new model.safetensors.
+CHECKPOINT_FILES = ("config.json", "model.safetensors")
+_WEIGHT_FILE = re.compile(r"(model|pytorch_model|tf_model|flax_model)(-\d+-of-\d+)?\.(safetensors|bin|h5|msgpack|ckpt)(\.index(\.json)?)?")
+
+
+def _listing(names: list[str], most: int = 4) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def export_plan(out_dir, force: bool = False) -> list[str]:
+    """The entries of `out_dir` an export would remove (stale weight files, sorted); refuses
+    (OutputRefused) a folder that holds anything unless `force`, a path that is not a folder, and
+    a folder whose config.json or model.safetensors is itself a folder."""
+    out = os.fspath(out_dir)
+    if not os.path.lexists(out):
+        return []
+    if not os.path.isdir(out):
+        raise OutputRefused(f"-o {out} exists and is not a folder")
+    entries = sorted(os.listdir(out))
+    if entries and not force:
+        raise OutputRefused(f"-o {out} is not empty (it holds {_listing(entries)}): pass --force to write the checkpoint into it, "
+                            "replacing config.json and model.safetensors and removing other weight files")
+    named = set()
+    index = os.path.join(out, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        try:
+            weight_map = read_json(index, MAX_INDEX_BYTES)[0].get("weight_map")
+            named = {v for v in weight_map.values() if isinstance(v, str) and v.endswith(".safetensors")} if isinstance(weight_map, dict) else set()
+        except (InteropError, AttributeError):
+            pass
+    stale = []
+    for e in entries:
+        p = os.path.join(out, e)
+        if e in CHECKPOINT_FILES:
+            if os.path.isdir(p) and not os.path.islink(p):
+                raise OutputRefused(f"{p} is a folder: the export would write a file there")
+        elif (_WEIGHT_FILE.fullmatch(e) or e in named) and (os.path.islink(p) or not os.path.isdir(p)):
+            stale.append(e)
+    return stale
+
+
+def _same_as_input(out_dir, names, inputs) -> None:
+    from ..io import same_file
+
+    for name in names:
+        target = os.path.join(os.fspath(out_dir), name)
+        for path in inputs:
+            if path is not None and same_file(target, path):
+                verb = "overwrite" if name in CHECKPOINT_FILES else "remove"
+                raise OutputRefused(f"-o {out_dir}: {target} is the input file {path}: refusing to {verb} it")
+
+
+def export(spec, weights, out_dir, *, force: bool = False) -> dict:
     """Write out_dir/config.json and out_dir/model.safetensors, which
     `transformers.AutoModelForCausalLM.from_pretrained(out_dir)` loads into the spec's function.
 
     weights: the compiled module's state dict, or a .safetensors file of it (`cyclec build
-    --weights`). Returns the config written."""
+    --weights`). Returns the config written. All or nothing: a new folder appears whole (made
+    beside its place and renamed into it); into an existing one both files are staged, then
+    renamed over their names, and put back as they were if anything fails. A folder that holds
+    anything is refused (OutputRefused) unless `force`, which also removes the weight files
+    that would contradict the new ones (`export_plan` names them); so is an output that is the
+    weights file itself."""
     from safetensors.torch import save
 
-    from ..io import atomic_write
+    from ..io import write_folder
 
     engine = spec.engine if isinstance(spec, ir.Spec) else spec
     config = export_config(engine)
-    if isinstance(weights, (str, Path)):
-        weights, _ = read_safetensors(weights)
-    _fits(dict(weights), spec)
+    stale = export_plan(out_dir, force)
+    target = _target(spec)
+    if isinstance(weights, (str, os.PathLike)):
+        _same_as_input(out_dir, [*CHECKPOINT_FILES, *stale], [weights])
+        limit = 2 * sum(t.numel() * t.element_size() for t in target.values()) + (100 << 20)  # the module's bytes, a header, slack
+        weights, _ = read_safetensors(weights, limit=limit)
+    _fits(dict(weights), spec, target)
     state = export_state_dict(dict(weights), spec, config["model_type"])
     if config.get("tie_word_embeddings"):
         state.pop(head_key(config["model_type"]))  # save_pretrained leaves a tied head out of the file
     payload = save({k: v.contiguous() for k, v in sorted(state.items())}, metadata={"format": "pt"})
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    atomic_write(out / "model.safetensors", payload)
+    write_folder(out_dir, [("config.json", json.dumps(config, indent=2, sort_keys=True) + "\n"), ("model.safetensors", payload)], remove=stale)
     return config

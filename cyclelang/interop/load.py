@@ -51,32 +51,122 @@ class InteropError(ValueError):
 # --- reading -----------------------------------------------------------------------------
 
 
-def read_safetensors(path) -> tuple[dict, dict | None]:
+MAX_INDEX_BYTES = 64 << 20  # a sharded checkpoint's index: ~1 MiB for the largest models
+
+
+def read_json(path, limit: int) -> tuple[object, str]:
+    """(the JSON value, its text) of a file of at most `limit` bytes, read through `io.read_input`
+    (a FIFO, a device, a socket or a directory is refused before a byte is read); InteropError
+    for anything that is not one JSON text in UTF-8."""
+    from ..io import InputRefused, read_input
+
+    try:
+        data = read_input(path, limit)
+    except InputRefused as e:
+        raise InteropError(str(path), f"cannot read it: {e}") from None
+    except OSError as e:
+        raise InteropError(str(path), f"cannot read it: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InteropError(str(path), f"not a JSON config: it is not UTF-8 text ({e})") from None
+    try:
+        return json.loads(text), text
+    except RecursionError:
+        raise InteropError(str(path), "not a config: its JSON nests deeper than Python can read") from None
+    except ValueError as e:  # JSONDecodeError, and an integer of more digits than Python converts
+        raise InteropError(str(path), f"not a JSON config: {e}") from None
+
+
+def _load_file(path, limit: int | None) -> dict:
+    """The tensors of one safetensors file, checked as `cyclec fire --weights` and `build(weights=)`
+    check theirs (`backends.torch.build.load_weights`): a regular file within `limit` bytes, opened
+    by safetensors only then, and any error reading it an InteropError naming the file."""
+    import sys
+
+    from safetensors import SafetensorError, safe_open
+
+    from ..io import InputRefused, check_regular
+
+    path = str(path)
+    try:
+        check_regular(path, sys.maxsize if limit is None else limit)  # a FIFO would block, a device read forever
+    except InputRefused as e:
+        raise InteropError(path, f"cannot read it as weights: {e}") from None
+    except OSError as e:
+        raise InteropError(path, f"cannot read it: {e.strerror or e}") from None
+    try:
+        with safe_open(path, framework="pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError, RuntimeError, MemoryError, ValueError, TypeError, OverflowError) as e:
+        raise InteropError(path, f"cannot read it as safetensors: {e}") from None
+    except BaseException as e:  # pyo3's PanicException derives from BaseException: a reader bug on a hostile header
+        if type(e).__name__ != "PanicException":
+            raise
+        raise InteropError(path, f"cannot read it as safetensors: {e}") from None
+
+
+def _load_sharded(folder: Path, index: Path, limit: int | None) -> dict:
+    """The tensors of a sharded checkpoint: every shard its index names, each a file beside it."""
+    data, _ = read_json(index, MAX_INDEX_BYTES)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise InteropError(str(index), "not a safetensors index: it holds a weight_map from each tensor's name to its shard's file name")
+    root = folder.resolve()
+    state: dict = {}
+    held: dict[str, set] = {}
+    left = limit
+    for shard in sorted(set(weight_map.values())):
+        where = root / shard
+        bad = not shard or "\0" in shard or os.path.isabs(shard) or "/" in shard or "\\" in shard or shard in (".", "..")
+        if not bad:
+            try:
+                bad = where.resolve().parent != root
+            except (OSError, RuntimeError, ValueError):
+                bad = True
+        if bad or not os.path.lexists(where):
+            raise InteropError(str(index), f"shard {shard!r} is not a file in the checkpoint's folder: an index names its shards beside it")
+        part = _load_file(where, left)
+        if left is not None:
+            left -= os.path.getsize(where)
+        for key in part:
+            if key in state:
+                raise InteropError(str(index), f"{key} is in two shards ({held_by(held, key)} and {shard}): which one is the checkpoint's?")
+        held[shard] = set(part)
+        state.update(part)
+    for key, shard in weight_map.items():
+        if key not in held[shard]:
+            raise InteropError(str(index), f"the index places {key} in {shard}, which lacks it")
+    return state
+
+
+def held_by(held: dict, key: str) -> str:
+    return next(s for s, keys in held.items() if key in keys)
+
+
+def read_safetensors(path, limit: int | None = None) -> tuple[dict, dict | None]:
     """(state dict, config dict or None) from a .safetensors file or a checkpoint folder.
 
     A folder holds `model.safetensors` or a sharded `model.safetensors.index.json`, and
-    optionally `config.json`. Pickled formats are refused."""
-    from safetensors.torch import load_file
+    optionally `config.json`. Pickled formats are refused. Every file is read as
+    `read_json` and `_load_file` read: never a FIFO or a device, never more than `limit`
+    bytes of weights (None: no limit); whatever is wrong with one is an InteropError."""
+    from . import MAX_CONFIG_BYTES
 
     path = Path(path)
     config = None
     if path.is_dir():
-        if (path / "config.json").is_file():
-            config = json.loads((path / "config.json").read_text("utf-8"))
+        cfg = path / "config.json"
+        if os.path.lexists(cfg):
+            config, _ = read_json(cfg, MAX_CONFIG_BYTES)
+            if not isinstance(config, dict):
+                raise InteropError(str(cfg), "a config.json holds one JSON object")
         index = path / "model.safetensors.index.json"
         single = path / "model.safetensors"
-        if single.is_file():
-            return load_file(str(single)), config
-        if index.is_file():
-            shards = sorted(set(json.loads(index.read_text("utf-8"))["weight_map"].values()))
-            folder = path.resolve()
-            state: dict = {}
-            for shard in shards:
-                where = (folder / str(shard)).resolve()
-                if not isinstance(shard, str) or os.path.isabs(shard) or where.parent != folder or not where.is_file():
-                    raise InteropError(str(index), f"shard {shard!r} is not a file in the checkpoint's folder: an index names its shards beside it")
-                state.update(load_file(str(where)))
-            return state, config
+        if os.path.lexists(single):
+            return _load_file(single, limit), config
+        if os.path.lexists(index):
+            return _load_sharded(path, index, limit), config
         found = sorted(p.name for p in path.iterdir() if p.suffix in _PICKLES)
         hint = f" (found {', '.join(found)}: pickled, refused)" if found else ""
         raise InteropError(str(path), f"no model.safetensors or model.safetensors.index.json here{hint}")
@@ -84,13 +174,13 @@ def read_safetensors(path) -> tuple[dict, dict | None]:
         raise InteropError(str(path), "pickled checkpoints can run code when loaded; convert it to safetensors first")
     if path.suffix != ".safetensors":
         raise InteropError(str(path), "expected a .safetensors file or a checkpoint folder")
-    return load_file(str(path)), config
+    return _load_file(path, limit), config
 
 
-def _source(source) -> tuple[dict, dict | None]:
-    """(state dict, config as a dict or None) from a model, a mapping, or a path."""
-    if isinstance(source, (str, Path)):
-        return read_safetensors(source)
+def _source(source, limit: int | None = None) -> tuple[dict, dict | None]:
+    """(state dict, config as a dict or None) from a model, a mapping, or a path (read within `limit` bytes)."""
+    if isinstance(source, (str, os.PathLike)):
+        return read_safetensors(source, limit)
     if isinstance(source, Mapping):
         return dict(source), None
     if hasattr(source, "state_dict"):
@@ -610,10 +700,16 @@ def convert_state_dict(state: Mapping, target: Mapping, config: dict, *, spec) -
         missing = [s for s in srcs if s not in src]
         if missing:
             raise InteropError(key, f"the checkpoint lacks {missing[0]}")
-        value = fn(*[src[s] for s in srcs])
+        try:
+            value = fn(*[src[s] for s in srcs])
+        except (RuntimeError, IndexError, ValueError, TypeError) as e:  # a fused or transposed tensor of another shape
+            shapes = ", ".join(str(tuple(getattr(src[s], "shape", ()))) for s in srcs)
+            raise InteropError(key, f"shape {tuple(want.shape)} in the module; {' + '.join(srcs)} of shape {shapes} do not make it ({e})") from None
         used.update(srcs)
         if tuple(value.shape) != tuple(want.shape):
             raise InteropError(key, f"shape {tuple(want.shape)} in the module, {tuple(value.shape)} from {' + '.join(srcs)}")
+        if value.dtype.is_complex or value.dtype.is_floating_point != want.dtype.is_floating_point:
+            raise InteropError(key, f"dtype {want.dtype} in the module, {value.dtype} from {' + '.join(srcs)}")
         out[key] = value
     embed, head_key = _embed_and_head(arch)
     if tied and head_key in src:
@@ -668,7 +764,7 @@ def _same_tensor(a, b) -> bool:
     """Equal values (shape-only on the meta device, where there are none)."""
     import torch
 
-    if a.shape != b.shape:
+    if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.device.type == "meta" or b.device.type == "meta":
         return True
@@ -682,13 +778,21 @@ def _ignorable(key: str) -> bool:
 
 def implied_engine(config: dict) -> ir.Engine:
     """The IR a checkpoint's config implies (by its model_type); InteropError names a field it cannot express."""
+    from ..diagnostics import CycleError
     from ..semantics.resolve import parse
+    from . import read_arch
 
+    if not isinstance(config, Mapping):
+        raise InteropError("config", f"a config is one JSON object, not {type(config).__name__}")
     try:
-        arch = families.read_config(config)
+        arch = read_arch(config)  # within the language's size limits
     except families.Unsupported as e:
         raise InteropError(e.field, str(e).split(": ", 1)[1]) from None
-    return parse(families.spec_text(arch), "<config.json>").engine
+    try:
+        return parse(families.spec_text(arch), "<config.json>").engine
+    except CycleError as e:
+        d = e.diagnostics[0] if e.diagnostics else None
+        raise InteropError("config.json", f"the spec it implies is refused: {d.message if d is not None else e}") from None
 
 
 def check_config(spec, config: dict) -> str:
@@ -718,15 +822,20 @@ def load_transformers(model, source, *, config: dict | None = None, spec=None):
     spec = spec if spec is not None else getattr(model, "spec", None)
     if spec is None:
         raise InteropError(type(model).__name__, "the model does not say which spec it was built from; pass spec= (its IR)")
-    state, found = _source(source)
+    target = model.state_dict()
+    limit = 2 * sum(t.numel() * t.element_size() for t in target.values()) + (100 << 20)  # the module's bytes, a header, slack
+    state, found = _source(source, limit)
     config = _config_dict(config if config is not None else found)
     if config is None:
         raise InteropError("config", "the checkpoint comes without its config (config.json): pass config=, "
                            "since its keys alone do not say what it computes")
     check_config(spec, config)
-    converted = convert_state_dict(state, model.state_dict(), config, spec=spec)
-    with torch.no_grad():
-        model.load_state_dict(converted, strict=True)
+    converted = convert_state_dict(state, target, config, spec=spec)
+    try:
+        with torch.no_grad():
+            model.load_state_dict(converted, strict=True)
+    except RuntimeError as e:
+        raise InteropError(type(model).__name__, f"the converted weights do not load: {e}") from None
     return model
 
 
