@@ -233,3 +233,49 @@ def test_build_source_runs_the_text_it_is_given():
     assert inspect.getsource(sys.modules[type(a).__module__]) == source
     for (k, v), (_, w) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(v, w), k
+
+
+# --- dynamic NTK rotary over 2 dims (issue "Hardening, round three", defect 3) -------------------
+
+DYNAMIC_2 = """engine e {
+  chamber width=16
+  throat causal
+  feed tokens vocab=32 context=16 position=none
+  stage s x 2 {
+    prechamber mix { norm layernorm  turbine attention heads=8 rotary SCALING }
+    prechamber burn { norm layernorm  turbine mlp }
+  }
+  norm layernorm
+  nozzle head
+}
+"""
+
+
+def test_dynamic_ntk_over_two_rotated_dims_runs_and_keeps_the_plain_tables():
+    """It passed check and `cyclec fire` ended in ZeroDivisionError (dims / (dims - 2)). Over 2 dims
+    the one pair turns at base**0 = 1 whatever the base: the tables are the plain ones."""
+    torch = need("torch")
+    from cyclelang.backends.torch.runtime.positions import rotary_tables, scaled_rotary_tables
+
+    dyn = cyclelang.parse(DYNAMIC_2.replace("SCALING", "rotary_scaling=dynamic rotary_factor=2 rotary_original=4"))
+    plain = cyclelang.parse(DYNAMIC_2.replace("SCALING", ""))
+    assert dyn.engine.body[0].ops[0].ops[1].rotary_dims == 2
+    idx = torch.randint(0, 32, (2, 12), generator=torch.Generator().manual_seed(0))  # 12 positions: past the original 4
+    a, b = cyclelang.build(dyn, seed=0), cyclelang.build(plain, seed=0)
+    logits, loss = a(idx, idx)
+    loss.backward()
+    assert torch.isfinite(logits).all() and torch.isfinite(loss)
+    assert torch.equal(logits, b(idx))
+    cos, sin = scaled_rotary_tables(12, 2, 10000.0, {"type": "dynamic", "factor": 2.0, "original": 4}, seq_len=12)
+    assert all(torch.equal(x, y) for x, y in zip((cos, sin), rotary_tables(12, 2, 10000.0)))
+    # over 4 dims the base still grows, as transformers' _compute_dynamic_ntk_parameters computes it
+    grown = 10000.0 * (2.0 * 12 / 4 - 1) ** (4 / 2)
+    assert torch.allclose(scaled_rotary_tables(12, 4, 10000.0, {"type": "dynamic", "factor": 2.0, "original": 4}, seq_len=12)[0],
+                          rotary_tables(12, 4, grown)[0])
+
+
+def test_dynamic_ntk_over_two_rotated_dims_is_reviewed():
+    from cyclelang.review import review
+
+    spec = cyclelang.parse(DYNAMIC_2.replace("SCALING", "rotary_scaling=dynamic rotary_factor=2 rotary_original=4"))
+    assert [d.code for d in review(spec) if "2 rotated dims" in d.message] == ["W127"]

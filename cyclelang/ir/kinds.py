@@ -84,11 +84,15 @@ class Kind:
     state: Callable[[object, int], int] = _zero  # values decoding keeps per sequence of n tokens
     out_width: Callable[[object, int], int] = _out_width
     mixes_positions: bool = False  # lets positions interact (the injector's job)
+    # ends in a learned output projection: the weights a cooled merge re-initialises at init
+    # sigma and DeepNorm's beta scales (`output_projection(ops)`); a pool and a norm have none
+    out_proj: bool = False
     masked: bool = False  # reads other positions, so the causal throat must mask it
     state_kind: str | None = None  # "kv" (grows with n), "window" (bounded), "recurrent" (fixed), None (nothing kept)
     # merges only: how the junction combines the chamber x and the branch's f(x)
     formula: str = ""  # for legends: "x + s·f(x)"
     cooled: bool = False  # starts the branch small (a rich, cool preburner)
+    inits_output: bool = False  # its init rule acts on the branch's output projection (cooling's sigma, DeepNorm's beta)
     fields: tuple[str, ...] = field(default_factory=tuple)  # parameter names the part owns under its path
     mup: str | None = None  # μP rule for its matrices when its role's (ir.mup.ROLE_RULE) does not fit
     mup_sub: tuple[tuple[str, str], ...] = ()  # (module under the part, μP rule) where a piece differs
@@ -270,45 +274,45 @@ OPS: tuple[Kind, ...] = (
     Kind(ir.Norm, "layernorm|rmsnorm", "norm", "valve", "valve", "norm", "valve",
          params=_norm_params, activations=lambda x, n=0: (x.width, 0), ml_phrase='norm'),
     Kind(ir.Attention, "attention", "attn", "mixer", "injector", "attention", "injector: mixes positions",
-         params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
+         out_proj=True, params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
          mixes_positions=True, masked=True, state_kind="kv", tp="heads", ml_phrase='attention: the only place positions mix'),
     Kind(ir.LatentAttention, "attention", "attn", "mixer", "latent injector", "latent attention",
          "latent injector: mixes positions through a compressed KV latent",
-         params=_mla_params, flops=_mla_flops, state=_mla_state,
+         out_proj=True, params=_mla_params, flops=_mla_flops, state=_mla_state,
          activations=lambda x, n=0: (x.width + x.latent + (x.q_latent or 0) + x.heads * (2 * (x.head_dim + x.rotary_dims) + 2 * x.v_dim), x.heads),
          mixes_positions=True, masked=True, state_kind="kv", ml_phrase='latent attention: positions mix through a compressed key/value latent'),
     Kind(ir.Mlp, "mlp", "mlp", "reactor", "combustor", "MLP", "combustion: reacts at each position",
-         params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
+         out_proj=True, params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
          flops=lambda x, n, w=0: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
          activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0), tp="hidden", ml_phrase='MLP: applied at each position on its own'),
     Kind(ir.Moe, "moe", "moe", "reactor", "liquid-liquid injector", "MoE", "liquid-liquid injection: routed experts",
-         params=_moe_params, flops=_moe_flops, mup_sub=(("router", "output"),),  # width -> experts: a fixed fan-out
+         out_proj=True, params=_moe_params, flops=_moe_flops, mup_sub=(("router", "output"),),  # width -> experts: a fixed fan-out
          activations=lambda x, n=0: (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2), 0), tp="hidden", ml_phrase='mixture of experts: each token goes to its top experts'),
     Kind(ir.Pool, "pool", "pool", "mixer", "passive mixer", "pool", "injector: pooling mixer",
          params=lambda x, w: 0, state=_pool_state, mixes_positions=True, masked=True, state_kind="window", ml_phrase='pooling: the mean over nearby positions'),
     Kind(ir.Conv, "conv", "conv", "mixer", "swirl injector", "conv", "swirl injector: mixes a few neighbouring positions",
-         params=lambda x, w: x.width * x.size + (x.width if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.size, 0),
+         out_proj=True, params=lambda x, w: x.width * x.size + (x.width if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.size, 0),
          activations=lambda x, n=0: (x.width, 0), state=lambda x, n: x.width * min(n, x.size - 1) if x.causal else 0,
          mixes_positions=True, masked=True, state_kind="window",
          mup="vector", ml_phrase='depthwise convolution: mixes a few neighbouring positions'),  # depthwise filters: the fan-in is the kernel size, which no width changes
     Kind(ir.Ssm, "ssm", "ssm", "mixer", "regenerative jacket", "SSM", "regenerative jacket: a selective state carries the flow along",
-         params=_ssm_params, flops=_ssm_flops, state=_ssm_state,
+         out_proj=True, params=_ssm_params, flops=_ssm_flops, state=_ssm_state,
          activations=lambda x, n=0: (x.width + 2 * (x.inner + x.conv_dim + x.heads) + 2 * x.inner + x.heads * x.state, 0),
          mixes_positions=True, masked=True, state_kind="recurrent",
          mup_sub=(("conv1d", "vector"),), ml_phrase='selective state-space mixer: a fixed-size state carries the past'),  # depthwise filters, as conv's: the fan-in is the kernel size
     Kind(ir.Mamba1, "ssm", "ssm", "mixer", "regenerative jacket", "SSM (Mamba-1)",
          "regenerative jacket: a selective state per channel carries the flow along",
-         params=_mamba1_params, flops=_mamba1_flops, state=_mamba1_state,
+         out_proj=True, params=_mamba1_params, flops=_mamba1_flops, state=_mamba1_state,
          activations=lambda x, n=0: (x.width + 4 * x.inner + 2 * (x.dt_rank + 2 * x.state) + x.inner * x.state, 0),
          mixes_positions=True, masked=True, state_kind="recurrent",
          mup_sub=(("conv1d", "vector"),), ml_phrase='selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past'),
     Kind(ir.LinearAttention, "linear_attention", "attn", "mixer", "expander injector", "linear attention",
          "expander injector: mixes positions through a fixed-size state",
-         params=_la_params, flops=_la_flops, state=_la_state,
+         out_proj=True, params=_la_params, flops=_la_flops, state=_la_state,
          activations=lambda x, n=0: (x.width + 5 * x.heads * x.head_dim, 0),
          mixes_positions=True, masked=True, state_kind="recurrent", ml_phrase='linear attention: positions mix through a fixed-size state'),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
-         params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
+         out_proj=True, params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
          activations=lambda x, n=0: (x.width, 0), ml_phrase='a linear projection'),
 )
 
@@ -318,13 +322,13 @@ MERGES: tuple[Kind, ...] = (
     Kind(ir.ScaleMerge, "scale", "", "merge", "throttled return", "scaled residual", "the exhaust returns, throttled",
          params=_zero, formula="x + s\u00b7f(x)", ml_phrase='scaled residual add'),
     Kind(ir.CoolingMerge, "cooling", "", "merge", "cooling", "scaled init", "closed cycle, cooled: output projection starts small",
-         params=_zero, formula="x + f(x), f's output init \u03c3", cooled=True, ml_phrase="residual add; the output projection starts small (GPT-2's scaled init)"),
+         inits_output=True, params=_zero, formula="x + f(x), f's output init \u03c3", cooled=True, ml_phrase="residual add; the output projection starts small (GPT-2's scaled init)"),
     Kind(ir.RezeroMerge, "rezero", "scale", "merge", "rezero", "ReZero", "starts closed (ReZero)",
          params=lambda m, w: 1, formula="x + \u03b1\u00b7f(x), \u03b1 learned", cooled=True, fields=("scale",), ml_phrase='residual add through a learned scalar that starts at zero (ReZero)'),
     Kind(ir.LayerscaleMerge, "layerscale", "scale", "merge", "layerscale", "LayerScale", "lean start, per channel (LayerScale)",
          params=lambda m, w: w, formula="x + \u03b3\u2299f(x), \u03b3 per channel", cooled=True, fields=("scale",), ml_phrase='residual add through a learned per-channel gain (LayerScale)'),
     Kind(ir.DeepnormMerge, "deepnorm", "", "merge", "deepnorm", "DeepNorm", "DeepNorm: the main line is scaled by alpha",
-         params=_zero, formula="\u03b1\u00b7x + f(x), f's init gain \u03b2", cooled=True, ml_phrase='DeepNorm: the residual stream is scaled by alpha'),
+         inits_output=True, params=_zero, formula="\u03b1\u00b7x + f(x), f's init gain \u03b2", cooled=True, ml_phrase='DeepNorm: the residual stream is scaled by alpha'),
     Kind(ir.GateMerge, "gate", "gate", "merge", "gate", "highway gate", "a gated return (highway)",
          params=_gate_params, flops=lambda m, n, w: (2 * w * w, 0), formula="x + g\u00b7(f(x) \u2212 x), g = \u03c3(Wx + b)",
          cooled=True, fields=("gate",), ml_phrase='highway gate: a learned mix of the stream and the branch'),
@@ -362,6 +366,12 @@ def params(node, width: int = 0) -> int:
 
 def mixes_positions(node) -> bool:
     return kind_of(node).mixes_positions
+
+
+def output_projection(ops):
+    """The op whose output projection a cooled merge re-initialises: the branch's last op
+    whose kind has one (`Kind.out_proj`), or None where none has (a pool, a norm)."""
+    return next((op for op in reversed(ops) if kind_of(op).out_proj), None)
 
 
 # --- what a merge multiplies ------------------------------------------------------------------

@@ -12,11 +12,14 @@ and returns the diagnostics sorted by position.
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 from typing import Callable
 
 from .. import ir
 from ..diagnostics import Diagnostic
+from ..ir.kinds import Gain, gain, kind_of, output_projection
 from .report import DTYPE_BYTES, _bytes, _state_bytes, decode_state_bytes, recurrent_kinds
 from .walk import Part, groups, is_dead, merges_into_main_line, parts, stages
 
@@ -98,6 +101,34 @@ def dead_branch(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
         out.append(Diagnostic("E0301", "error", f"prechamber '{b.name}' goes overboard and {why}: a dead branch", b.span,
                               "give it a weight, 'overboard loss=0.1', to make it an auxiliary head, or delete it",
                               (f"its {n:,} parameters never receive a gradient, and its work is thrown away every step",)))
+    return out
+
+
+# --- E0302: a merge whose init rule has nothing to act on ----------------------------------------
+
+
+def merge_init_without_output(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    """A merge whose whole effect is its init rule on the branch's output projection (cooling's
+    sigma; DeepNorm with alpha=1), on a branch whose kinds have none (`Kind.out_proj`): a plain
+    add that says it is cooled. DeepNorm's alpha still scales the main line, so it builds."""
+    out, seen = [], set()
+    for s in stages(e):
+        for b in ir.stage_branches(s):
+            m = b.merge
+            if m is None or not kind_of(m).inits_output or output_projection(b.ops) is not None or gain(m) != Gain():
+                continue
+            key = (m.span.file, m.span.line, m.span.column) if m.span is not None else id(b)
+            if key in seen:
+                continue
+            seen.add(key)
+            word = kind_of(m).keyword
+            ops = ", ".join(dict.fromkeys(kind_of(op).ml for op in b.ops))
+            lacking = " and ".join(dict.fromkeys(k.ml + "s" for k in ir.kinds.OPS if not k.out_proj))
+            out.append(Diagnostic("E0302", "error", f"'merge {word}' sets the init of the branch's output projection, but prechamber "
+                                  f"'{b.name}' ({ops}) has none: the merge would be a plain residual add", m.span,
+                                  "end the branch with a turbine that has one ('turbine linear', 'turbine mlp'), or write 'merge plain' "
+                                  "(or 'merge rezero' / 'merge scale=0.1' to start the branch small)",
+                                  (f"{lacking} have no output projection: there is no weight for the init rule to start small",)))
     return out
 
 
@@ -358,6 +389,11 @@ def rotary_scaling_idle(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
             out.append(_w("W127", f"rotary_scaling={sc.type} with rotary_factor={sc.factor:g} {what}", a.span,
                           "a factor above 1 stretches the positions; or drop rotary_scaling=",
                           ["the factor is how many times the pretraining context the positions stretch over"]))
+        elif sc.type == "dynamic" and a.rotary_dims == 2:
+            out.append(_w("W127", "rotary_scaling=dynamic over 2 rotated dims changes nothing: their one pair turns at base**0 = 1, whatever the base", a.span,
+                          "rotate at least 4 dims (more heads' dims, or a larger rotary= fraction), or use rotary_scaling=linear",
+                          ["dynamic NTK stretches positions by raising the base by (factor n / original - factor + 1) ** (dims / (dims - 2)); "
+                           "over 2 dims the exponent is unbounded and the only frequency does not depend on the base"]))
         elif sc.original is not None and sc.original >= e.feed.context:
             what = "never triggers" if sc.type == "dynamic" else "rescales for positions the engine never reaches"
             out.append(_w("W127", f"rotary_scaling={sc.type} from rotary_original={sc.original} {what}: the context is {e.feed.context}", a.span,
@@ -457,6 +493,159 @@ def unwise_values(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     return out
 
 
+# --- W130, W131: the engine at initialisation, followed from the feed to the logits ----------------
+#
+# The model is built in float32, so a value the spec writes is the float32 it rounds to: a gain
+# of 1e-50 is 0 there, and a scale of 1e39 is inf. The walk follows what the main line carries
+# at initialisation, in four states: it depends on the tokens (DEP), it does not (CONST), it
+# is exactly 0 (ZERO, a CONST), or it is NaN. Only what holds whatever the random weights are
+# is decided: a zero gain, a layernorm over one channel (x - mean(x) is 0: it outputs its bias),
+# a norm whose epsilon is 0 in float32 reading a zero vector (0 / sqrt(0)), an infinite logit
+# scale. Magnitudes that overflow only through the product of many layers' random weights are
+# not decided here (W112 warns on the values that make them likely).
+
+DEP, CONST, ZERO, NAN = "depends", "constant", "zero", "nan"
+
+
+def f32(v: float) -> float:
+    """The float32 the built model holds for v: 0 below half the smallest subnormal, inf above its max."""
+    try:
+        return struct.unpack("f", struct.pack("f", v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
+def _join(*states: str) -> str:
+    """A sum's state: NaN wins, then a term that depends, then all zero."""
+    if NAN in states:
+        return NAN
+    if DEP in states:
+        return DEP
+    return ZERO if all(s == ZERO for s in states) else CONST
+
+
+class _Flow:
+    """The main line's state through the engine; the first place it stops depending on the
+    tokens (`cut`) and the first NaN (`nan`), each (span, reason)."""
+
+    def __init__(self, e: ir.Engine):
+        self.e = e
+        self.cut: tuple | None = None
+        self.nan: tuple | None = None
+
+    def _at(self, before: str, after: str, span, cut: str, nan: str) -> str:
+        if after == NAN and before != NAN and self.nan is None:
+            self.nan = (span, nan)
+        if before == DEP and after != DEP and after != NAN and self.cut is None:
+            self.cut = (span, cut)
+        return after
+
+    def op(self, op, s: str) -> str:
+        """One operator applied to a flow in state s (on the main line or in a branch)."""
+        if s == NAN:
+            return NAN
+        if isinstance(op, ir.Norm):
+            eps0 = f32(op.eps) == 0
+            single = op.type == "layernorm" and op.width == 1
+            if single or s == ZERO:
+                why = "a layernorm over 1 channel: x - mean(x) is 0" if single else "it reads a zero vector"
+                after = NAN if eps0 else ZERO
+                return self._at(s, after, op.span, f"{why}, so it outputs its bias whatever the input",
+                                f"{why} and its eps={op.eps:g} is 0 in float32: 0 / sqrt(0 + 0) is NaN")
+            return s
+        if isinstance(op, ir.Pool):
+            return s  # the mean of zeros minus zero: a pool keeps every state
+        return CONST if s == ZERO else s  # a turbine of a zero vector: its biases (zero at init, a conv's not)
+
+    def _branch_zero(self, b: ir.Prechamber) -> str | None:
+        """Why the branch's contribution is exactly 0 at init, whatever it computes; None if it is not."""
+        m = b.merge
+        if isinstance(m, ir.ScaleMerge) and f32(m.value) == 0:
+            return f"'merge scale={m.value:g}'"
+        if isinstance(m, (ir.RezeroMerge, ir.LayerscaleMerge)) and f32(m.init) == 0:
+            return f"'merge {ir.kinds.kind_of(m).keyword}' starting at {m.init:g}"
+        if isinstance(m, ir.CoolingMerge) and f32(m.std) == 0 and output_projection(b.ops) is b.ops[-1]:
+            return f"'merge cooling' with std {m.std:g} (0 in float32)"
+        if isinstance(m, ir.DeepnormMerge) and f32(m.beta) == 0 and output_projection(b.ops) is b.ops[-1]:
+            return f"'merge deepnorm' with beta={m.beta:g} (0 in float32)"
+        return None
+
+    def junction(self, branches: list, x: str, inp: str, alpha: float | None, span) -> str:
+        """x = alpha * x + the branches' contributions (each reading `inp`)."""
+        terms, zeros = [], []
+        for b in branches:
+            t = inp
+            for op in b.ops:
+                t = self.op(op, t)
+            why = self._branch_zero(b)
+            if why is not None and t != NAN:
+                zeros.append(f"prechamber '{b.name}' by {why}")
+                t = ZERO
+            terms.append(t)
+        main = x
+        if alpha is not None and f32(alpha) == 0 and x != NAN:
+            main = ZERO
+        after = _join(main, *terms)
+        cut = "the main line is multiplied by DeepNorm's alpha=" + f"{alpha:g} (0 in float32)" if main != x else "the main line stops here"
+        if zeros:
+            cut += ("; the branches start at zero: " if len(zeros) > 1 else "; the branch starts at zero: ") + ", ".join(zeros)
+        return self._at(x, after, span, cut, "a branch is NaN at init")
+
+    def stage(self, st: ir.Stage, x: str) -> str:
+        if st.is_group:
+            for sub in st.ops:
+                x = self.stage(sub, x)
+            return x
+        alpha = next((b.merge.alpha for b in ir.stage_branches(st) if isinstance(b.merge, ir.DeepnormMerge)), None)  # the stage's one self.alpha
+        for op in st.ops:
+            if isinstance(op, ir.Prechamber):
+                if not op.overboard:
+                    x = self.junction([op], x, x, alpha if isinstance(op.merge, ir.DeepnormMerge) else None, op.merge.span or op.span)
+            elif isinstance(op, ir.Fullflow):
+                inp = self.op(op.norm, x) if op.norm is not None else x
+                merged = [b for b in op.branches if not b.overboard]
+                if merged:
+                    deep = any(isinstance(b.merge, ir.DeepnormMerge) for b in merged)
+                    x = self.junction(merged, x, inp, alpha if deep else None, op.span)
+            else:
+                x = self.op(op, x)
+        return x
+
+    def run(self) -> str:
+        e = self.e
+        f = e.feed
+        x = DEP
+        if f32(f.scale) == 0:
+            x = self._at(x, ZERO if f.position == "none" else CONST, f.span,
+                         f"feed scale={f.scale:g} is 0 in float32: every token embeds to zero", "")
+        for op in e.body:
+            x = self.stage(op, x) if isinstance(op, ir.Stage) else self.op(op, x)
+        z = e.nozzle
+        if math.isinf(f32(z.scale)) and x != NAN:
+            return self._at(x, NAN, z.span, "", f"nozzle scale={z.scale:g} is inf in float32: the logits are inf or NaN")
+        if f32(z.scale) == 0:
+            return self._at(x, ZERO, z.span, f"nozzle scale={z.scale:g} is 0 in float32: every logit is 0", "")
+        return x
+
+
+def init_flow(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    flow = _Flow(e)
+    end = flow.run()
+    out = []
+    if end == NAN and flow.nan is not None:
+        span, why = flow.nan
+        out.append(_w("W131", f"the engine is NaN at initialisation: {why}", span or e.span,
+                      "keep eps at 1e-12 or more, a layernorm over more than one channel, and every scale within float32 (1e-38 to 3e38)",
+                      ["the model runs in float32: the value written here rounds to 0 or inf there, and every logit and gradient after it is NaN"]))
+    elif end != DEP and flow.cut is not None:
+        span, why = flow.cut
+        out.append(_w("W130", f"the logits do not depend on the input at initialisation: {why}", span or e.span,
+                      "keep a path from the feed to the nozzle that starts open: a main line no gain multiplies away, or a branch that starts above zero",
+                      ["every token then gets the same prediction, and no gradient reaches the feed through the main line: what comes before "
+                       "this point cannot learn from the first steps (or ever, for a layernorm over one channel)"]))
+    return out
+
+
 # --- N110: a nested stage that adds nothing -----------------------------------------------------
 
 
@@ -477,6 +666,7 @@ RULES: tuple[Rule, ...] = (
     post_ln_without_warmup,
     deep_without_cooling,
     dead_branch,
+    merge_init_without_output,
     detached_branch,
     moe_injection,
     narrowest_width,
@@ -492,13 +682,14 @@ RULES: tuple[Rule, ...] = (
     norm_offset_unusual,
     unwise_values,
     needless_nesting,
+    init_flow,
     rotary_scaling_idle,
     softcap_too_low,
     alibi_with_other_positions,
 )
 
 # The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "W129", "N101", "N102", "N103", "N110")
+REVIEW_CODES = ("E0301", "E0302", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "W129", "W130", "W131", "N101", "N102", "N103", "N110")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:

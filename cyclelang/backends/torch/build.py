@@ -182,16 +182,21 @@ def summary_text(spec: ir.Spec, model) -> str:
     lines.append(f"  chamber: (B, T<={e.feed.context}, {e.width}), throat {e.throat}, vocab {e.feed.vocab}")
     lay = ir.layout.layout(engine_spec(spec))
     per_stage: dict[str, int] = {}  # folded stage path -> parameters of all its instances (a group's: its stages')
+    stages = lay.all_stages()
+    paths = {sl.path for sl in stages}
+    owners: dict[str, list[str]] = {}  # a part's stage path -> it and the groups it is nested in (a lookup, not a scan)
     seen = set()
     for name, prm in model.named_parameters():
         part = lay.part_of(name)
         if id(prm) in seen or part is None or not part.spath:
             continue
         seen.add(id(prm))
-        for sl in lay.all_stages():
-            if part.spath == sl.path or part.spath.startswith(sl.path + "."):
-                per_stage[sl.path] = per_stage.get(sl.path, 0) + prm.numel()
-    for sl in lay.all_stages():
+        if part.spath not in owners:
+            pieces = part.spath.split(".")
+            owners[part.spath] = [q for q in (".".join(pieces[:k]) for k in range(1, len(pieces) + 1)) if q in paths]
+        for path in owners[part.spath]:
+            per_stage[path] = per_stage.get(path, 0) + prm.numel()
+    for sl in stages:
         n, op = per_stage.get(sl.path, 0), sl.stage
         each = f" ({n // sl.count:,} each)" if sl.count > 1 else ""
         lines.append(f"  {'  ' * (sl.depth - 1)}stage {op.name} x{sl.count}: {n:,}{each}")

@@ -8,7 +8,7 @@ parameters is its kind's first field (`scale`, `gate`), as in the layout's paths
 from __future__ import annotations
 
 from ... import ir
-from ...ir.kinds import gain, kind_of
+from ...ir.kinds import gain, kind_of, output_projection
 from .emitters import emitter, lookup
 from typing import Callable
 
@@ -98,11 +98,14 @@ class CoolingEmitter(MergeEmitter):
                               lambda: f"{base.own} / math.sqrt({merges()})")}
 
     def init(self, m, b, pre):
-        for o in reversed(b.ops):  # the branch's last op with an output projection
-            lines = emitter(o.op).output_init(f"{pre}.{o.attr}", o.op, str(b.margs["std"]))
-            if lines is not None:
-                return ["# scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)", *lines]
-        return []
+        last = output_projection([o.op for o in b.ops])  # the kinds table says which kinds have one
+        if last is None:  # the reviewer refuses it (E0302): a cooling with nothing to cool is a plain add
+            return []
+        o = next(o for o in b.ops if o.op is last)
+        lines = emitter(o.op).output_init(f"{pre}.{o.attr}", o.op, str(b.margs["std"]))
+        if lines is None:
+            raise NotImplementedError(f"{type(o.op).__name__} has an output projection (ir.kinds) but its emitter writes no output_init")
+        return ["# scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)", *lines]
 
 
 class DeepnormEmitter(MergeEmitter):
@@ -121,10 +124,12 @@ class DeepnormEmitter(MergeEmitter):
         return "self.alpha"
 
     def init(self, m, b, pre):
-        out = ["# deepnorm: v, the output projection and the reactor start with gain beta = (8N)^-1/4 (DeepNet)"]
+        out = []
         for o in b.ops:
             out += emitter(o.op).deepnorm_init(f"{pre}.{o.attr}", o.op, str(b.margs["beta"]))
-        return out
+        if not out:  # a branch without weights (a pool): beta has nothing to scale; alpha still scales the main line
+            return []
+        return ["# deepnorm: v, the output projection and the reactor start with gain beta = (8N)^-1/4 (DeepNet)", *out]
 
 
 MERGE_EMITTERS: dict[type, MergeEmitter] = {

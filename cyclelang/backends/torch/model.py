@@ -200,7 +200,7 @@ def merge_init(out: Writer, p: Plan, sp: StagePlan) -> None:
     for b in sp.branches():
         if b.br.merge is not None:
             lines += merge_emitter(b.br.merge).init(b.br.merge, b, f"stage.{b.attr}")
-    if not lines:
+    if all(ln.lstrip().startswith("#") for ln in lines):  # nothing to run: no loop whose body would be a comment
         return
     container = "self.stages"
     with ExitStack() as loops:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Iterator, Union
 
@@ -323,6 +324,34 @@ def attention_scale(e: ir.Engine, a) -> float | None:
     return a.scale if mup is None else a.scale * mup * math.sqrt(a.head_dim)
 
 
+class Offsets:
+    """The running index of the stages of one container (model.stages, or a group's `stages`):
+    the sum of the counts of the stages so far, each run of single instances kept as one integer
+    (`config.n_a + 3`, not `config.n_a + 1 + 1 + 1`). A chain of `1 + 1 + ...` made the source
+    quadratic in the number of stages and sent the compiler into a RecursionError; a stage's
+    index is now as long as the number of repeated stages before it, and a spec of stages used
+    once indexes each by a plain integer."""
+
+    def __init__(self):
+        self.terms: list = []  # Refs of repeated stages' counts and ints, runs of ints merged
+
+    def start(self) -> Expr:
+        """The index of the next stage's first instance (written once the fields are named)."""
+        terms = self.terms
+        const = terms[-1] if terms and isinstance(terms[-1], int) else 0
+        k = len(terms) - (1 if const else 0)  # terms[:k] never change: only a trailing int grows, and it is `const`
+        return Expr(lambda: " + ".join([*map(str, terms[:k]), *([str(const)] if const else [])]) or "0")
+
+    def add(self, n) -> None:
+        """Count one stage: n its count's Ref, or None for a stage of one instance."""
+        if n is not None:
+            self.terms.append(n)
+        elif self.terms and isinstance(self.terms[-1], int):
+            self.terms[-1] += 1
+        else:
+            self.terms.append(1)
+
+
 def make_plan(spec: ir.Spec) -> Plan:
     e = spec.engine
     assert e is not None
@@ -336,22 +365,21 @@ def make_plan(spec: ir.Spec) -> Plan:
     scope: tuple[str, ...] = ()
     every = lay.all_stages()  # groups before the stages nested in them
     repeated = [sl for sl in every if sl.stage.repeat > 1]
-    names = [sl.stage.name for sl in every]
+    names = Counter(sl.stage.name for sl in every)
     plans: dict[int, StagePlan] = {}
-    counts: dict[int, list] = {}  # per container (a group's id, or 0 for the model): its stages' counts so far
+    counts: dict[int, Offsets] = {}  # per container (a group's id, or 0 for the model): its stages' counts so far
     for sl in every:  # each stage's depth is a field: its let's name, else n_layer where one stage (of ops) repeats, else n_{stage}
         parent = plans[id(sl.parent)] if sl.parent is not None else None
-        key = sl.stage.name if names.count(sl.stage.name) == 1 or parent is None else f"{parent.key}_{sl.stage.name}"
-        held = counts.setdefault(id(sl.parent) if sl.parent is not None else 0, [])
-        start = Expr(lambda before=tuple(held): " + ".join(map(str, before)) or "0")  # written once the fields are named
+        key = sl.stage.name if names[sl.stage.name] == 1 or parent is None else f"{parent.key}_{sl.stage.name}"
+        held = counts.setdefault(id(sl.parent) if sl.parent is not None else 0, Offsets())
+        start = held.start()
         if sl.stage.repeat > 1:
             name = "n_layer" if len(repeated) == 1 and not sl.children else f"n_{key}"  # a group's count is not a layer count
             within = f" in each {parent.stage.name}" if parent is not None else ""
             n = sizes.named(name, sl.stage.repeat, f"instances of stage {sl.stage.name}{within}", let=sl.stage.let_of("repeat"))
-            held.append(n)
         else:
             n = None
-            held.append("1")
+        held.add(n)
         sp = StagePlan(sl.stage, "", sl.first, [], sl.path, n, start, parent=parent, layout=sl, key=key)
         plans[id(sl)] = sp
         if parent is not None:

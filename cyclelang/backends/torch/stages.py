@@ -232,7 +232,18 @@ def instances(p: Plan, sp: StagePlan, cfg: str = "config", container: str = "sel
 
 def module_list(plans: list[StagePlan]) -> str:
     """`nn.ModuleList(...)` of these stages' instances, in order."""
-    parts = [f"[{sp.cls}(config) for _ in range({sp.n})]" if sp.n is not None else f"[{sp.cls}(config)]" for sp in plans]
+    parts: list[str] = []
+    singles: list[str] = []  # a run of stages of one instance each: one list display, not a chain of `+`
+    for sp in plans:
+        if sp.n is None:
+            singles.append(f"{sp.cls}(config)")
+            continue
+        if singles:
+            parts.append("[" + ", ".join(singles) + "]")
+            singles = []
+        parts.append(f"[{sp.cls}(config) for _ in range({sp.n})]")
+    if singles:
+        parts.append("[" + ", ".join(singles) + "]")
     return "nn.ModuleList(" + " + ".join(parts) + ")  # one entry per stage instance"
 
 

@@ -404,7 +404,7 @@ class Pairs(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.stages = nn.ModuleList([Dense(config)] + [Routed(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Dense(config), Routed(config)])  # one entry per stage instance
 
     def forward(self, x, cache):
         """Returns x and its stages' auxiliary losses and outputs, by path."""
@@ -506,7 +506,7 @@ class Last(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.stages = nn.ModuleList([Dense_(config)] + [Routed__(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Dense_(config), Routed__(config)])  # one entry per stage instance
 
     def forward(self, x, cache):
         """Returns x and its stages' auxiliary losses and outputs, by path."""
@@ -523,7 +523,7 @@ class JambaBlock(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config  # the stages' counts
-        self.stages = nn.ModuleList([Pairs(config) for _ in range(config.n_pairs)] + [Attention_(config)] + [Routed_(config)] + [Last(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Pairs(config) for _ in range(config.n_pairs)] + [Attention_(config), Routed_(config), Last(config)])  # one entry per stage instance
 
     def forward(self, x, cache, mask=None):
         """Returns x and its stages' auxiliary losses and outputs, by path."""
@@ -534,8 +534,8 @@ class JambaBlock(nn.Module):
         x = self.stages[self.config.n_pairs](x, cache, mask)  # block attention · jamba.cycle:74 · stage
         x, losses = self.stages[self.config.n_pairs + 1](x, cache)  # block routed · jamba.cycle:75 · stage
         aux.update({f"stages.{self.config.n_pairs + 1}.{name}": loss for name, loss in losses.items()})
-        x, losses = self.stages[self.config.n_pairs + 1 + 1](x, cache)  # block last · jamba.cycle:76 · stage
-        aux.update({f"stages.{self.config.n_pairs + 1 + 1}.{name}": loss for name, loss in losses.items()})
+        x, losses = self.stages[self.config.n_pairs + 2](x, cache)  # block last · jamba.cycle:76 · stage
+        aux.update({f"stages.{self.config.n_pairs + 2}.{name}": loss for name, loss in losses.items()})
         return x, aux
 
 
@@ -597,14 +597,14 @@ class Model(nn.Module):
             for expert in stage.burn.moe.experts:
                 nn.init.normal_(expert.proj.weight, mean=0.0, std=config.cooling_std)
         for group in self.stages:  # block jamba_block · jamba.cycle:72 · stage
-            group2 = group.stages[config.n_pairs + 1 + 1]  # block last · jamba.cycle:76 · stage
+            group2 = group.stages[config.n_pairs + 2]  # block last · jamba.cycle:76 · stage
             stage = group2.stages[0]  # block dense · jamba.cycle:62 · stage
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
         for group in self.stages:  # block jamba_block · jamba.cycle:72 · stage
-            group2 = group.stages[config.n_pairs + 1 + 1]  # block last · jamba.cycle:76 · stage
+            group2 = group.stages[config.n_pairs + 2]  # block last · jamba.cycle:76 · stage
             stage = group2.stages[1]  # block routed · jamba.cycle:63 · stage
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.ssm.out_proj.weight, mean=0.0, std=config.cooling_std)

@@ -34,7 +34,9 @@ def scaled_rotary_tables(length, dims, base, scaling, seq_len=None):
     {"type": "llama3", "factor", "original", "low", "high"}; {"type": "yarn", "factor",
     "original", "beta_fast", "beta_slow", "gain"} (cos and sin are multiplied by gain)."""
     kind = scaling["type"]
-    if kind == "dynamic" and seq_len is not None and seq_len > scaling["original"]:
+    if kind == "dynamic" and seq_len is not None and seq_len > scaling["original"] and dims > 2:
+        # over 2 dims the one pair turns at base**0 = 1 whatever the base: NTK's exponent
+        # dims / (dims - 2) is unbounded there, and the limit is the plain tables
         n = torch.tensor(seq_len)  # transformers computes the grown base in float32
         base = base * ((scaling["factor"] * n / scaling["original"]) - (scaling["factor"] - 1)) ** (dims / (dims - 2))
     inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
