@@ -103,6 +103,16 @@ never receive a gradient and its work is thrown away on every step. In engine
 terms it is a turbine whose exhaust is dumped without driving anything. Give the
 branch a weight (`overboard loss=0.1`) to make it an auxiliary head, or delete it.
 This is an error, and `# allow:` does not silence it.""", "prechamber probe overboard { norm layernorm  turbine linear out=vocab }")
+_add("E0302", "merge init rule with nothing to act on", """
+`merge cooling` does one thing: it starts the branch's output projection (attention's
+and an MLP's last matrix, a linear turbine's weight) at std / sqrt(merges). A branch
+whose turbines have no output projection (a pool, with only norms beside it) has no
+weight to start small, so the merge would be a plain residual add that the diagrams and
+the reviewer count as cooled. End the branch with a turbine that has one, write
+`merge plain`, or start the branch small another way (`merge rezero`, `merge scale=`).
+`merge deepnorm` on such a branch is accepted: its alpha still scales the main line,
+and beta has nothing to scale. This is an error, and `# allow:` does not silence it.""",
+     "prechamber mix { norm layernorm  turbine pool  merge cooling }")
 _add("W101", "deep Post-LN without warmup", """
 A norm at stage level sits in series on the main line (Post-LN, as in the original
 Transformer): every valve in series adds a pressure drop that the backward pass must
@@ -409,7 +419,10 @@ A rotary scaling stretches positions past the pretraining context. With
 `rotary_factor` of 1 or less it stretches nothing (or squeezes the positions, so the
 engine sees each position as further than it was trained for); a dynamic, llama3 or
 yarn scaling whose `rotary_original=` is at or past the feed's context never reaches
-the positions it rescales for (dynamic: never triggers at all). In engine terms a
+the positions it rescales for (dynamic: never triggers at all). Dynamic (NTK) scaling
+over 2 rotated dims changes nothing either: it raises the base, and the one pair of 2
+dims turns at base**0 = 1 whatever the base (transformers' exponent dims / (dims - 2)
+divides by zero there; the built model keeps the plain tables). In engine terms a
 re-orificed injector that delivers the design flow: extra parts for nothing.""",
      "feed tokens vocab=256 context=64 ... turbine attention heads=4 rotary rotary_scaling=dynamic rotary_factor=2")
 _add("W128", "soft-cap so low it flattens the logits", """
@@ -426,6 +439,26 @@ rotary, `feed tokens position=none`). With rotary on the same attention, or lear
 sinusoidal positions on the feed, the engine gets two position signals that agree
 within the training length and disagree past it, which is where ALiBi's extrapolation
 is the reason to use it. Two injectors timing one chamber.""", "turbine attention heads=4 rotary alibi")
+_add("W130", "logits independent of the input at initialisation", """
+Followed from the feed to the nozzle, the engine at initialisation stops carrying the
+tokens somewhere: every path passes a gain that is 0 in float32 (the model's dtype: a
+`scale=1e-50` is 0 there) or a layernorm over one channel (x - mean(x) is 0, so it
+outputs its bias whatever it reads). Typical: a junction whose main line DeepNorm's
+alpha multiplies away while every branch into it starts at zero (rezero's 0, a zero
+scale, a beta of 0), a feed or nozzle scale that rounds to 0, a chamber of width 1
+under a layernorm. Every token then gets the same logits, and the gradient reaches
+nothing before the cut through the main line. In engine terms: the feed lines are
+closed, and the nozzle exhausts whatever the igniter left in the chamber.""",
+     "chamber width=1 ... norm layernorm  nozzle head")
+_add("W131", "NaN or inf at initialisation", """
+A value the spec writes rounds, in float32, to something that makes the first forward
+pass NaN, whatever the random weights are: a logit scale above float32's largest value
+(3.4e38) is inf, and inf times the logits is inf or NaN; a norm whose eps is 0 in
+float32 (below about 1e-45) divides 0 by sqrt(0) when it reads a zero vector, which a
+layernorm over one channel always does (x - mean(x) is 0), as does a norm reading a
+main line whose embeddings were scaled to 0. Only what holds for any weights is
+decided here; overflow through the product of many layers' random weights is not.""",
+     "stage s { turbine linear out=1  norm layernorm eps=1e-50 } ...")
 
 
 def explanation(c: Code) -> str:
