@@ -271,9 +271,11 @@ A data file given by name is empty, or the --data paths hold no tokens at all (a
 whose files are all empty or binary). In a folder, empty and binary files are skipped
 and listed; a file named on the command line must hold text.""")
 _add("E0503", "not text, or not a token array", """
-A text data file holds a NUL byte or bytes that are not UTF-8 in its first 64 KiB: it
-is binary, not text. Give UTF-8 text, or give tokens as a .npy array (1-D, integer) or
-a raw .bin file (uint16 as nanoGPT writes it, or --bin-dtype).""")
+A text data file holds a NUL byte in its first 64 KiB (it is binary, not text), or bytes
+that are not UTF-8 anywhere: the message names the byte offset. Nothing is left behind
+(the tokens are written to a temporary folder and renamed into place when complete).
+Give UTF-8 text, or give tokens as a .npy array (1-D, integer) or a raw .bin file
+(uint16 as nanoGPT writes it, or --bin-dtype).""")
 _add("E0504", "tokenizer unreadable", "`--tokenizer` names neither a `tokenizers` JSON file nor a folder saved by a transformers tokenizer, or the package it needs is missing.")
 _add("E0505", "tokens outside the feed's vocab", """
 The tokenizer has more tokens than the spec's feed takes (`feed tokens vocab=`), or a
@@ -332,8 +334,10 @@ from the weights' key names (a Gemma checkpoint has Llama's key names but comput
 claimed family and what the language lacks for it, or with "only an importer is
 missing" where the language can already say the whole model.""", '"model_type": "qwen3_next"')
 _add("E0403", "unreadable checkpoint config", """
-The source given to `cyclec import` is not a checkpoint folder with a config.json, a
-config.json file, or the file is not one JSON object.""", "cyclec import weights.bin")
+The source given to `cyclec import` is not a checkpoint folder with a config.json or a
+config.json file; or the file is not a regular file (a FIFO or a device is refused before
+a byte is read), is larger than a config can be (16 MiB), is not UTF-8, is not JSON, nests
+deeper than Python reads, or is not one JSON object.""", "cyclec import weights.bin")
 _add("E0404", "the spec corresponds to no transformers family", """
 `cyclec export` writes a transformers config and weights only for a spec that one
 family computes exactly: it writes the config and checks, field by field, that

@@ -130,8 +130,8 @@ def test_a_tokenizers_json_encodes_into_a_mapped_token_file(tmp_path, corpus_fil
     tok, path = _tokenizer(tmp_path, 300)
     n = tok.get_vocab_size()
     c = data.load([str(corpus_file)], n, tokenizer=str(path), cache=tmp_path / "tokens", holdout=0.1)
-    files = list((tmp_path / "tokens").iterdir())
-    assert len(files) == 1 and isinstance(c.segments[0], np.memmap)
+    files = sorted((tmp_path / "tokens").iterdir())
+    assert [f.suffix for f in files] == [".uint16", ".sha256"] and isinstance(c.segments[0], np.memmap)  # the ids and their digest
     text = corpus_file.read_text("utf-8")
     assert c.total == len(tok.encode(text).ids)  # whole-line blocks: the same ids as encoding the file at once
     assert c.bytes_per_token == pytest.approx(len(text.encode("utf-8")) / c.total)
@@ -509,4 +509,6 @@ def test_compile_trains_the_same_model(tmp_path, corpus_file):
     cyclec("train", spec, *common, "--out", tmp_path / "eager", check=0)
     cyclec("train", spec, *common, "--compile", "--out", tmp_path / "compiled", check=0, timeout=900)
     a, b = checkpoint_weights(tmp_path / "eager"), checkpoint_weights(tmp_path / "compiled")
-    assert a.keys() == b.keys() and max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+    # rounding-level: inductor's fused kernels sum in another order (1.1e-5 on one machine after 3 Adam steps);
+    # a wrong compile moves a parameter by about the learning rate
+    assert a.keys() == b.keys() and max(float((a[k] - b[k]).abs().max()) for k in a) < 5e-5

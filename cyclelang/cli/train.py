@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from . import EXIT_INTERRUPTED, EXIT_USAGE, include_path_option, load_spec, write_output
+from . import EXIT_INTERRUPTED, EXIT_USAGE, UsageProblem, include_path_option, load_spec, write_output
 
 SPEC_HELP = "The spec's startup block (warmup, schedule, clip, betas, decay), unless overridden here."
 
@@ -60,17 +60,26 @@ def train(ctx, spec, data, out, resume, plot_dir, output, include_path, progress
     gives the held-out loss and bits per byte. The run folder holds spec.cycle,
     model.py (the generated source), metrics.jsonl, curves.png and checkpoints
     (safetensors weights + optimizer, scheduler, data order and RNG state).
-    Ctrl-C writes a checkpoint and stops (exit 130); --resume RUN_DIR continues
+    Ctrl-C writes a checkpoint and stops (exit 130; SIGTERM 143); --resume RUN_DIR continues
     exactly where it stopped. Distributed: torchrun --nproc-per-node N -m cyclelang
     train ... [--fsdp] [--tp N] [--checkpointing stage].
     """
-    from ..training.loop import Settings, load_settings, run
+    from ..training.loop import TRAIN_EXTRA, MissingPackages, Settings, load_settings, require, run, show_progress_bar
     from ..training.plot import plot, read_metrics
 
+    def warn(line: str) -> None:
+        click.echo(f"cyclec train: {line}", err=True)
+
     if plot_dir is not None:
-        records = read_metrics(plot_dir) if (Path(plot_dir) / "metrics.jsonl").exists() else None
+        try:
+            import matplotlib  # noqa: F401  (checked before anything is read or written)
+        except ImportError:
+            raise UsageProblem(f"--plot needs the optional package 'matplotlib', which is not installed: {TRAIN_EXTRA}") from None
+        path = Path(plot_dir) / "metrics.jsonl"
+        records = read_metrics(plot_dir, warn=warn) if path.is_file() else None
         if not records:
-            raise click.UsageError(f"{plot_dir} holds no metrics.jsonl to plot")
+            raise click.UsageError(f"{plot_dir} holds no metrics.jsonl to plot" if not path.is_file() else
+                                   f"{path} holds no metrics records to plot")
         target = output or os.path.join(plot_dir, "curves.png")
         write_output(target, plot(records, title=Path(plot_dir).name))
         click.echo(f"cyclec: wrote {target}", err=True)
@@ -93,12 +102,17 @@ def train(ctx, spec, data, out, resume, plot_dir, output, include_path, progress
         settings = Settings(data=list(data), compile=compile_, **{k: (tuple(v) if k == "betas" and v else v) for k, v in options.items()
                                                                    if k in names})
         run_dir = out
+    try:  # every optional package the run will need, before anything is created or trained
+        require(settings, show_progress_bar(progress, os.environ.get("RANK", "0") == "0"))
+    except MissingPackages as e:
+        raise UsageProblem(str(e)) from None
     s = load_spec(spec, include_path)
     text = Path(spec).read_text("utf-8")
     try:
-        result = run(s, settings, run_dir, spec_text=text, resume=resume is not None, show_progress=progress)
-    except ImportError as e:
-        click.echo(f"cyclec train: this needs the {e.name} package: pip install {e.name}", err=True)
-        ctx.exit(EXIT_USAGE)
+        result = run(s, settings, run_dir, spec_text=text, resume=resume is not None, show_progress=progress, spec_path=spec)
+    except MissingPackages as e:
+        raise UsageProblem(str(e)) from None
+    except ImportError as e:  # a package imported past the check (a broken install): still a usage error
+        raise UsageProblem(f"this run needs the package '{e.name}', which failed to import: {TRAIN_EXTRA}") from None
     if result.interrupted:
-        ctx.exit(EXIT_INTERRUPTED)
+        ctx.exit(128 + result.signal if result.signal else EXIT_INTERRUPTED)

@@ -4,7 +4,8 @@
                     split; stateless seeded batches
     loop.py         the run: startup overrides, accumulation, dtype, compile, eval,
                     metrics, Ctrl-C, resume; `run(spec, settings, run_dir, spec_text=...)`
-    checkpoint.py   atomic checkpoints (safetensors + JSON; DCP when distributed)
+    checkpoint.py   atomic checkpoints (safetensors + JSON; DCP when distributed), each
+                    with a sha256 manifest; LATEST and the checkpoints verified on reading
     distributed.py  torchrun's process group, the ("dp", "tp") mesh, DCP
     flameout.py     the per-step flameout and spike check
     plot.py         the run's curves as a PNG

@@ -25,6 +25,9 @@ import codecs
 import hashlib
 import math
 import os
+import re
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,35 +112,94 @@ def _files(path: str) -> list[tuple[Path, bool]]:
     raise data_error("E0501", f"--data {path} does not exist", None, "give text files, folders of them, or .bin/.npy token arrays")
 
 
-def _tokenize(path: Path, tok: Tokenizer, cache: Path) -> Path:
-    """Encode one text file into a token file under `cache` (once: the name holds both hashes)."""
+_SPACE = re.compile(rb"[ \t\r\f\v]+(?=[^ \t\r\f\v\n])")
+
+
+def _cut(buf: bytes) -> int:
+    """Where to end a piece of `buf` (a full block without a newline), in (0, len(buf)): before
+    the last blank that leads a word in its second half (where byte-level pre-tokenizers cut:
+    ' word' is one pre-token), else between two characters (never inside one: a UTF-8
+    continuation byte is 0b10xxxxxx)."""
+    last = None
+    for last in _SPACE.finditer(buf, len(buf) // 2):
+        pass
+    if last is not None and last.end() - 1 > 0:
+        return last.end() - 1  # the run of blanks but its last one, which leads the next word
+    for p in range(len(buf) - 1, max(0, len(buf) - 5), -1):
+        if buf[p] & 0xC0 != 0x80:
+            return p
+    return len(buf) - 1  # not UTF-8 here: the decoder names the byte
+
+
+def text_pieces(f, size: int = TEXT_BLOCK):
+    """(byte offset, piece) of a binary file, each piece at most 2 x `size` bytes: whole lines
+    where a line fits, else cut before a word, else between characters. Memory stays bounded
+    whatever the file's line lengths (a 64 MB file without a newline is 64 pieces of 1 MiB)."""
+    if size < 8:
+        raise ValueError("a piece is at least 8 bytes")
+    rest, offset = b"", 0
+    while True:
+        chunk = f.read(size)
+        block = rest + chunk
+        if not chunk:
+            if block:
+                yield offset, block
+            return
+        cut = block.rfind(b"\n") + 1  # whole lines only, so no token straddles two pieces
+        if not cut and len(block) >= size:
+            cut = _cut(block)
+        if cut:
+            yield offset, block[:cut]
+            offset += cut
+        rest = block[cut:]
+
+
+def _digest_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(TEXT_BLOCK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _cached(out: Path) -> bool:
+    """A token file of an earlier run that is still what was written (its sha256 beside it)."""
+    try:
+        return out.is_file() and (out.parent / (out.name + ".sha256")).read_text("ascii").strip() == _digest_file(out)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _tokenize(path: Path, tok: Tokenizer, cache: Path, staging, text_block: int = TEXT_BLOCK) -> tuple[Path, Path]:
+    """Encode one text file into a token file under `cache` (once: the name holds both hashes).
+    A new file is written into `staging()` (a temporary folder the caller renames into place);
+    returns (its final path, where it is now). The encoding reads `text_block` bytes at a time."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(TEXT_BLOCK):
             h.update(chunk)
     dtype = np.uint16 if tok.vocab <= 1 << 16 else np.uint32
-    out = cache / f"{h.hexdigest()[:16]}-{tok.digest}.{np.dtype(dtype).name}"
-    if out.exists():
-        return out
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    with open(path, "rb") as f, open(tmp, "wb") as g:
-        rest = b""
-        while True:
-            chunk = f.read(TEXT_BLOCK)
-            block = rest + chunk
-            if chunk:
-                cut = block.rfind(b"\n") + 1  # whole lines only, so no token straddles two blocks
-                block, rest = (block[:cut], block[cut:]) if cut else (b"", block)
-            if block:
-                ids = tok.encode([block.decode("utf-8")])[0]
-                np.asarray(ids, dtype=dtype).tofile(g)
-            if not chunk:
-                break
+    final = cache / f"{h.hexdigest()[:16]}-{tok.digest}.{np.dtype(dtype).name}"
+    if _cached(final):
+        return final, final
+    out = staging() / final.name
+    digest = hashlib.sha256()
+    with open(path, "rb") as f, open(out, "wb") as g:
+        for offset, piece in text_pieces(f, text_block):
+            try:
+                text = piece.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise data_error("E0503", f"the data file {path} is not UTF-8 text: byte {offset + e.start} "
+                                 f"(0x{piece[e.start]:02x}) {'starts no character' if e.reason == 'invalid start byte' else 'breaks a character'}",
+                                 path, "convert it to UTF-8 (iconv -f LATIN1 -t UTF-8, say), or train on its bytes without --tokenizer") from None
+            ids = np.asarray(tok.encode([text])[0], dtype=dtype)
+            b = ids.tobytes()
+            digest.update(b)
+            g.write(b)
         g.flush()
         os.fsync(g.fileno())
-    os.replace(tmp, out)
-    return out
+    (out.parent / (out.name + ".sha256")).write_text(digest.hexdigest() + "\n", "ascii")
+    return final, out
 
 
 @dataclass
@@ -194,8 +256,49 @@ class Corpus:
 
 
 def load(paths, vocab: int, *, tokenizer: str | None = None, cache: Path | None = None, holdout: float = 0.1,
-         bin_dtype: str = "uint16") -> Corpus:
-    """The corpus of `paths` for a feed of `vocab` tokens (see the module's docstring)."""
+         bin_dtype: str = "uint16", text_block: int = TEXT_BLOCK) -> Corpus:
+    """The corpus of `paths` for a feed of `vocab` tokens (see the module's docstring). With a
+    tokenizer, new token files are written into a temporary folder beside `cache` and moved
+    into it only when every file is encoded: a failure (bad UTF-8, a full disk, Ctrl-C)
+    leaves `cache` as it was (and no `cache` or parent folder that this call made)."""
+    made: list[Path] = []  # folders this call created, removed again if it fails
+    staged: list[Path] = []
+
+    def staging() -> Path:
+        if not staged:
+            missing = [p for p in [cache.parent, *cache.parent.parents] if not p.exists()]
+            for p in reversed(missing):
+                p.mkdir()
+                made.append(p)
+            staged.append(Path(tempfile.mkdtemp(prefix=f".{cache.name}.", suffix=".tmp", dir=cache.parent)))
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(staged[0], 0o777 & ~umask)  # a folder like any other once renamed (mkdtemp makes it private)
+        return staged[0]
+
+    try:
+        corpus, mapped = _load(paths, vocab, tokenizer, cache, holdout, bin_dtype, text_block, staging)
+        if staged:
+            if not cache.exists():
+                os.replace(staged[0], cache)
+            else:
+                for f in staged[0].iterdir():
+                    os.replace(f, cache / f.name)
+        made.clear()
+    finally:
+        if staged and staged[0].exists():
+            shutil.rmtree(staged[0], ignore_errors=True)
+        for p in reversed(made):  # the deepest first
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+    for i, path in mapped:
+        corpus.segments[i] = np.memmap(path, dtype=np.uint16 if path.suffix == ".uint16" else np.uint32, mode="r")
+    return corpus
+
+
+def _load(paths, vocab, tokenizer, cache, holdout, bin_dtype, text_block, staging) -> tuple[Corpus, list[tuple[int, Path]]]:
     if not 0.0 <= holdout < 1.0:
         raise data_error("E0507", f"--holdout must be in [0, 1), not {holdout}")
     tok = load_tokenizer(tokenizer) if tokenizer else byte_level()
@@ -203,6 +306,7 @@ def load(paths, vocab: int, *, tokenizer: str | None = None, cache: Path | None 
         raise data_error("E0505", f"the tokenizer {tok.name} has {tok.vocab} tokens, more than the feed's vocab of {vocab}",
                          tokenizer, f"use a tokenizer of at most {vocab} tokens, or give the spec `feed tokens vocab={tok.vocab}`")
     segments, sources, text_bytes, text_tokens, skipped = [], [], 0, 0, []
+    mapped: list[tuple[int, Path]] = []  # (segment, token file) mapped once the token folder is in place
     pretokenized = False
     for given in paths:
         for f, explicit in _files(given):
@@ -230,7 +334,12 @@ def load(paths, vocab: int, *, tokenizer: str | None = None, cache: Path | None 
                     else:
                         if cache is None:
                             raise ValueError("a tokenizer needs a cache folder for the token files")
-                        arr = np.memmap(_tokenize(f, tok, cache), dtype=np.uint16 if tok.vocab <= 1 << 16 else np.uint32, mode="r")
+                        out, where = _tokenize(f, tok, cache, staging, text_block)
+                        dt = np.uint16 if tok.vocab <= 1 << 16 else np.uint32
+                        # a stand-in of the right length (no memory) until the token folder is in place
+                        arr = np.broadcast_to(np.zeros(1, dt), (where.stat().st_size // np.dtype(dt).itemsize,))
+                        if len(arr):
+                            mapped.append((len(segments), out))
                     text_bytes += size
                     text_tokens += len(arr)
             except OSError as e:
@@ -242,7 +351,7 @@ def load(paths, vocab: int, *, tokenizer: str | None = None, cache: Path | None 
         more = f" (skipped: {', '.join(skipped[:5])})" if skipped else ""
         raise data_error("E0502", f"no tokens in --data {' '.join(map(str, paths))}{more}", None, "give text files or token arrays")
     bpt = text_bytes / text_tokens if text_tokens and not pretokenized else None
-    return Corpus(segments, holdout, bpt, sources, tok.name, skipped)
+    return Corpus(segments, holdout, bpt, sources, tok.name, skipped), mapped
 
 
 def _token_array(f: Path, bin_dtype: str, vocab: int) -> np.ndarray:

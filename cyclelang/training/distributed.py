@@ -75,6 +75,12 @@ class Distributed:
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return bool(t[0])
 
+    def broadcast_object(self, obj):
+        """Rank 0's `obj` (picklable, small: a checkpoint's name and state.json) on every rank."""
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
     def gather_rng(self, state: torch.Tensor) -> list[torch.Tensor]:
         out = [None] * self.world
         torch.distributed.all_gather_object(out, state)

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -37,11 +39,62 @@ from .. import ir
 from ..diagnostics import CycleError, Diagnostic
 from ..io import atomic_write
 from . import checkpoint
-from .data import Corpus, data_error, load as load_corpus
+from .data import Corpus, load as load_corpus
 from .flameout import Flameout, Watch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SCHEDULES = ("constant", "cosine", "linear")
+BIN_DTYPES = ("uint8", "uint16", "uint32", "int32", "int64")
+TRAIN_EXTRA = "pip install 'cyclelang[train]'"
+
+
+class MissingPackages(Exception):
+    """Optional packages the run needs that are not installed (a usage error: exit 2)."""
+
+    def __init__(self, missing: dict[str, str]):
+        self.missing = missing
+        what = ", ".join(f"'{name}' ({why})" for name, why in missing.items())
+        install = TRAIN_EXTRA + (" transformers" if "transformers" in missing else "")
+        s, are = ("s", "are") if len(missing) > 1 else ("", "is")
+        super().__init__(f"this run needs the optional package{s} {what}, which {are} not installed: {install} "
+                         "(nothing was created or trained)")
+
+
+def show_progress_bar(show_progress: bool | None, rank0: bool = True) -> bool:
+    """Whether the run draws a progress bar: asked for, or by default when stderr is a terminal."""
+    if not rank0:
+        return False
+    if show_progress is not None:
+        return bool(show_progress)
+    return bool(getattr(sys.stderr, "isatty", None) and sys.stderr.isatty())
+
+
+def needed_packages(s: "Settings", progress: bool) -> dict[str, str]:
+    """The optional packages a run with these settings imports, each with what it is for."""
+    need = {"numpy": "token arrays", "safetensors": "checkpoints", "matplotlib": "curves.png"}
+    if progress:
+        need["tqdm"] = "the progress bar; --no-progress runs without it"
+    if s.tokenizer:
+        if Path(s.tokenizer).is_dir():
+            need["transformers"] = "--tokenizer FOLDER"
+        else:
+            need["tokenizers"] = "--tokenizer FILE"
+    return need
+
+
+def require(s: "Settings", progress: bool) -> None:
+    """Import every optional package the run will need, before anything is created or trained;
+    raise `MissingPackages` naming the ones that are not there and the install that fixes it."""
+    missing = {}
+    for name, why in needed_packages(s, progress).items():
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:
+            missing[name] = why
+        except ImportError as e:  # installed, but broken
+            missing[name] = f"{why}; it is installed but fails to import: {str(e).splitlines()[0] if str(e) else e}"
+    if missing:
+        raise MissingPackages(missing)
 
 
 @dataclass
@@ -85,6 +138,7 @@ class Result:
     val_loss: float | None
     val_bpb: float | None
     interrupted: bool = False
+    signal: int | None = None  # the signal that stopped the run (SIGINT, SIGTERM)
 
 
 def _bad(code: str, message: str, help: str | None = None, span=None) -> CycleError:
@@ -119,8 +173,12 @@ def _check_settings(s: Settings, e: ir.Engine, dp: int) -> tuple[int, int]:
                         ("--eval-every", s.eval_every, 0), ("--ckpt-every", s.ckpt_every, 0)):
         if v < lo:
             raise _bad("E0507", f"{name} must be at least {lo}, not {v}")
-    if s.dtype not in DTYPES:
-        raise _bad("E0507", f"--dtype must be one of {', '.join(DTYPES)}, not {s.dtype}")
+    if s.seed < 0:
+        raise _bad("E0507", f"--seed must be at least 0, not {s.seed}")
+    for flag, value, allowed in (("--dtype", s.dtype, tuple(DTYPES)), ("--bin-dtype", s.bin_dtype, BIN_DTYPES),
+                                 ("--schedule", s.schedule, (None, *SCHEDULES))):
+        if value not in allowed:
+            raise _bad("E0507", f"{flag} must be one of {', '.join(a for a in allowed if a)}, not {value}")
     per = s.micro_batch * seq * dp
     total = s.batch_tokens if s.batch_tokens is not None else per
     if total % per:
@@ -162,12 +220,25 @@ class Metrics:
         self.path, self.write, self.records = path, write, []
         self.f = None
 
-    def resume(self, step: int) -> None:
-        """Keep the records up to `step` (a run killed after its checkpoint logged a few more)."""
-        if self.path.exists():
-            self.records = [r for r in map(json.loads, self.path.read_text("utf-8").splitlines()) if r["step"] <= step]
+    def resume(self, step: int, say=None) -> None:
+        """Keep the records up to `step` (a run killed after its checkpoint logged a few more). Lines
+        that are not records (a partial last line, damage) are skipped and `say` is told."""
+        from .plot import parse_metrics
+
+        say = say or (lambda line: None)
+        raw = b""
+        try:
+            if os.path.lexists(self.path) and not os.path.isfile(self.path) or os.path.islink(self.path):
+                say(f"{self.path} is not a file: it is written anew")
+            else:
+                raw = self.path.read_bytes()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            say(f"{self.path} cannot be read ({e.strerror or e}): it is written anew")
+        self.records = [r for r in parse_metrics(raw, str(self.path), say) if r["step"] <= step]
         if self.write:
-            atomic_write(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records))
+            checkpoint.replace_file(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records).encode("utf-8"))
 
     def add(self, record: dict) -> None:
         record = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
@@ -184,11 +255,29 @@ class Metrics:
             self.f = None
 
 
-class Stop:
-    """SIGINT / SIGTERM set a flag; the run checkpoints and stops after the current step."""
+def _emit(line: str) -> None:
+    """One line on stderr from anywhere, a signal handler included (a write the handler
+    interrupted makes the buffered stream refuse a second one: then straight to fd 2)."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (RuntimeError, ValueError, AttributeError, OSError):
+        try:
+            os.write(2, (line + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
 
-    def __init__(self):
+
+class Stop:
+    """SIGINT / SIGTERM: the first is acknowledged at once (a line on stderr) and sets a flag; the
+    run finishes the step it is in, writes a checkpoint and stops. A second stops at once
+    (KeyboardInterrupt; the last checkpoint stays)."""
+
+    def __init__(self, say=_emit, last=lambda: None):
         self.flag = False
+        self.signum: int | None = None
+        self.current = 0  # the step running, or just finished and not yet checked
+        self.say, self.last = say, last
         self.old = {}
 
     def __enter__(self):
@@ -202,7 +291,15 @@ class Stop:
     def _set(self, signum, frame):
         if self.flag:  # a second Ctrl-C: stop now (the last checkpoint stays)
             raise KeyboardInterrupt
-        self.flag = True
+        self.flag, self.signum = True, signum
+        what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        last = self.last()
+        kept = f"the last checkpoint, {last}, stays" if last else "there is no checkpoint yet"
+        try:
+            self.say(f"cyclec train: {what}: stopping after step {self.current} (the one running), then writing a checkpoint; "
+                     f"{what} again stops at once ({kept})")
+        except Exception:  # never let the acknowledgement break the run
+            _emit(f"cyclec train: {what}: stopping after step {self.current}")
 
     def __exit__(self, *exc):
         for sig, old in self.old.items():
@@ -210,9 +307,11 @@ class Stop:
 
 
 def _progress(total: int, initial: int, show: bool):
+    if not show:
+        return None  # no bar: tqdm is not needed
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, disable=not show, file=sys.stderr, unit="step", dynamic_ncols=True, leave=True)
+    return tqdm(total=total, initial=initial, file=sys.stderr, unit="step", dynamic_ncols=True, leave=True)
 
 
 def _log(line: str, bar) -> None:
@@ -235,22 +334,46 @@ def engine_record(spec: ir.Spec) -> dict:
     return strip(json.loads(spec.engine.model_dump_json()))
 
 
+def _read_json(path: Path, what: str, run_dir: Path):
+    """A JSON file of a run folder, or E0509 saying it is missing or damaged."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        if what == "settings":
+            raise _bad("E0509", f"--resume {run_dir}: not a run folder (no {path.name})",
+                       "give the --out folder of an earlier `cyclec train`") from None
+        raise _bad("E0509", f"--resume {run_dir}: its {path.name} is missing", _START_AGAIN.format(run_dir=run_dir)) from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e).splitlines()[0]
+        raise _bad("E0509", f"--resume {run_dir}: its {path.name} is damaged ({why})", _START_AGAIN.format(run_dir=run_dir)) from None
+
+
+_START_AGAIN = "the run cannot continue from this folder: train into a new --out, or remove it (rm -r {run_dir}) and start again"
+
+
 def check_run_dir(run_dir: Path, engine: dict, resume: bool) -> None:
     """Refuse a new run's folder that holds files, or a resumed one from another spec."""
     if resume:
         if not (run_dir / "run.json").exists():
             raise _bad("E0509", f"--resume {run_dir}: not a run folder (no run.json)", "give the --out folder of an earlier `cyclec train`")
-        saved = json.loads((run_dir / "engine.json").read_text("utf-8")) if (run_dir / "engine.json").exists() else None
+        saved = _read_json(run_dir / "engine.json", "engine", run_dir)
+        if not isinstance(saved, dict):
+            raise _bad("E0509", f"--resume {run_dir}: its engine.json is damaged (not an object)", _START_AGAIN.format(run_dir=run_dir))
         if saved != engine:
-            name = saved.get("name", "?") if isinstance(saved, dict) else "?"
+            name = saved.get("name", "?") if isinstance(saved.get("name"), str) else "?"
             raise _bad("E0508", f"--resume {run_dir}: the run folder was trained from another spec (engine {name}); "
                        "its engine.json differs from this spec's engine",
                        "resume with the spec that started the run (its text is RUN_DIR/spec.cycle), or train into a new --out")
-        if checkpoint.latest(run_dir) is None:
-            raise _bad("E0509", f"--resume {run_dir}: the run folder holds no complete checkpoint", "start the run again")
         return
     if run_dir.exists() and any(run_dir.iterdir()):
-        raise _bad("E0509", f"--out {run_dir} already holds files", "resume it with --resume, or train into a new folder")
+        if (run_dir / "run.json").exists():
+            has = checkpoint.folders(run_dir)
+            help = (f"continue it with --resume {run_dir}, remove it (rm -r {run_dir}) to start over, or train into a new folder" if has else
+                    f"it holds no checkpoint to resume (the run stopped before its first): remove it (rm -r {run_dir}) and start "
+                    "again, or train into a new folder")
+        else:
+            help = "train into a new (or empty) folder"
+        raise _bad("E0509", f"--out {run_dir} already holds files", help)
 
 
 def write_run_dir(run_dir: Path, spec_text: str, source: str, engine: dict, settings: Settings) -> None:
@@ -262,19 +385,115 @@ def write_run_dir(run_dir: Path, spec_text: str, source: str, engine: dict, sett
     atomic_write(run_dir / "run.json", json.dumps(dataclasses.asdict(settings), indent=1, sort_keys=True) + "\n")
 
 
+def _fits(value, kind: str) -> bool:
+    """Whether a run.json value has the type of a Settings field (its annotation, a string)."""
+    optional = kind.endswith(" | None")
+    base = kind.removesuffix(" | None")
+    if value is None:
+        return optional
+    if base == "bool":
+        return isinstance(value, bool)
+    if base == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if base == "str":
+        return isinstance(value, str)
+    if base == "list[str]":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if base == "tuple[float, float]":
+        return isinstance(value, list) and len(value) == 2 and all(_fits(v, "float") for v in value)
+    return False
+
+
 def load_settings(run_dir) -> Settings:
-    raw = json.loads((Path(run_dir) / "run.json").read_text("utf-8"))
+    """A run folder's run.json as Settings; E0509 when it is missing, not JSON, or holds a key
+    or a value of a type Settings does not have (damage, or another program's file)."""
+    run_dir = Path(run_dir)
+    raw = _read_json(run_dir / "run.json", "settings", run_dir)
+    if not isinstance(raw, dict):
+        raise _bad("E0509", f"--resume {run_dir}: its run.json is damaged (not an object)", _START_AGAIN.format(run_dir=run_dir))
+    fields = {f.name: f.type for f in dataclasses.fields(Settings)}
+    wrong = [k for k in raw if k not in fields] + [k for k, v in raw.items() if k in fields and not _fits(v, fields[k])]
+    if wrong:
+        shown = ", ".join(f"{k[:40]!r}" for k in wrong[:5])
+        raise _bad("E0509", f"--resume {run_dir}: its run.json is damaged (unknown key or wrong type: {shown})",
+                   _START_AGAIN.format(run_dir=run_dir))
     if raw.get("betas") is not None:
         raw["betas"] = tuple(raw["betas"])
-    return Settings(**{k: v for k, v in raw.items() if k in {f.name for f in dataclasses.fields(Settings)}})
+    return Settings(**raw)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
+def _no_checkpoint(run_dir: Path, notes: list[str]) -> CycleError:
+    if not notes and not checkpoint.folders(run_dir):
+        return _bad("E0509", f"--resume {run_dir}: the run folder holds no checkpoint (the run stopped before its first)",
+                    _START_AGAIN.format(run_dir=run_dir))
+    return _bad("E0509", f"--resume {run_dir}: no intact checkpoint to resume from ({'; '.join(notes)})",
+                _START_AGAIN.format(run_dir=run_dir))
+
+
+def _pick(run_dir: Path, dist, notes: list[str]):
+    """The intact checkpoints to resume from, best first. Distributed: rank 0 verifies and
+    every rank takes its choice (one reading of the files, the same answer everywhere)."""
+    if dist is None:
+        return checkpoint.intact(run_dir, notes)
+    found = (None, None)
+    if dist.rank == 0:
+        ck, state = next(checkpoint.intact(run_dir, notes), (None, None))
+        found = (ck.name if ck is not None else None, state)
+    name, state, given = dist.broadcast_object((*found, list(notes)))
+    notes[:] = given
+    return iter([(run_dir / "checkpoints" / name, state)] if name is not None else [])
 
 
 def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: bool = False, show_progress: bool | None = None,
-        on_step=None, clock: dict | None = None) -> Result:
+        on_step=None, clock: dict | None = None, spec_path: str | None = None) -> Result:
     """Train `spec` into `run_dir` (see the module's docstring). `on_step(step)` is called after
     every step (tests use it to interrupt a run at a known point). `clock`, a dict, collects
     seconds: "data" (reading batches), "books" (watch, metrics, progress) and "steps" (whole
-    steps, evaluations and checkpoints aside): the benchmark's measure of the loop's overhead."""
+    steps, evaluations and checkpoints aside): the benchmark's measure of the loop's overhead.
+    `spec_path`: the spec's file, named in the header (default: where the IR says it came from).
+
+    Before anything is created: the optional packages the run needs are imported (a missing
+    one raises `MissingPackages`), the settings, the spec and the run folder are checked, and
+    on --resume the checkpoint to continue from is verified. A new run that stops before its
+    first checkpoint (an error, a second Ctrl-C) removes what it created: there is nothing
+    to resume, and a folder left behind would only block the rerun."""
+    run_dir = Path(run_dir)
+    rank0_env = os.environ.get("RANK", "0") == "0"
+    require(settings, show_progress_bar(show_progress, rank0_env))
+    existed = run_dir.exists()
+    made = {"folder": False}  # set once the (checked: new or empty) run folder is written
+    try:
+        return _run(spec, settings, run_dir, spec_text=spec_text, resume=resume, show_progress=show_progress, on_step=on_step,
+                    clock=clock, spec_path=spec_path, made=made)
+    except BaseException:
+        if made["folder"] and not resume and rank0_env:
+            _remove_unstarted(run_dir, existed)
+        raise
+
+
+def _remove_unstarted(run_dir: Path, existed: bool) -> None:
+    """A new run that wrote no checkpoint leaves nothing behind (the folder, if it made it)."""
+    try:
+        if not os.path.lexists(run_dir) or checkpoint.folders(run_dir):
+            return
+        if not existed:
+            checkpoint.remove(run_dir)
+        else:
+            for p in run_dir.iterdir():
+                checkpoint.remove(p)
+        _emit(f"cyclec train: no checkpoint was written: removed what the run had created in {run_dir}")
+    except OSError:
+        pass
+
+
+def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, resume: bool, show_progress: bool | None,
+         on_step, clock: dict | None, spec_path: str | None, made: dict) -> Result:
     clock = clock if clock is not None else {}
     for key in ("data", "books", "steps"):
         clock.setdefault(key, 0.0)
@@ -283,7 +502,6 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
     from .distributed import Distributed
 
     s = settings
-    run_dir = Path(run_dir)
     spec = with_startup(engine_spec(spec), s)
     e = spec.engine
     if s.tp < 1:
@@ -292,21 +510,28 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
         raise _bad("E0507", f"--checkpointing must be none, stage or selective, not {s.checkpointing}")
     dist = Distributed.from_env(tp=s.tp)
     rank0 = dist is None or dist.rank == 0
+    say = (lambda line: _emit(f"cyclec train: {line}")) if rank0 else (lambda line: None)
     dp, dp_rank = (dist.dp, dist.dp_rank) if dist is not None else (1, 0)
+    notes: list[str] = []
+    picks, ck, state = None, None, None
     if dist is not None and dist.tp > 1 and dp > 1 and not s.fsdp:
         raise _bad("E0507", f"--tp {dist.tp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
     if s.tp > 1 and dist is None:
         raise _bad("E0513", f"--tp {s.tp} needs {s.tp} processes or more", f"launch with torchrun --nproc-per-node {s.tp} -m cyclelang train ...")
-    if resume and (ck := checkpoint.latest(run_dir)) is not None:
-        rows = json.loads((ck / "state.json").read_text("utf-8")).get("rows", s.micro_batch * dp)
-        if rows % dp:
-            raise _bad("E0509", f"--resume {run_dir}: {rows} sequences per micro-step do not split over {dp} data-parallel ranks",
-                       "resume on a number of processes that divides them")
-        s = dataclasses.replace(s, micro_batch=rows // dp)  # the same global batch at another world size
-    seq, accum = _check_settings(s, e, dp)
     source = codegen(spec)
     engine = engine_record(spec)
     check_run_dir(run_dir, engine, resume)  # every rank, before rank 0 writes anything
+    if resume:
+        picks = _pick(run_dir, dist, notes)
+        ck, state = next(picks, (None, None))
+        for line in notes:
+            say(line)
+        if ck is None:
+            raise _no_checkpoint(run_dir, notes)
+        s = dataclasses.replace(s, micro_batch=_rows(state, dp, run_dir) // dp)  # the same global batch at another world size
+    seq, accum = _check_settings(s, e, dp)
+    if rank0 and not resume:
+        made["folder"] = True  # checked new or empty: from here on, what is in the folder is this run's
     if dist is not None:
         dist.barrier()
 
@@ -327,6 +552,7 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
 
     device = dist.device if dist is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = build_source(spec, source, seed=s.seed).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
     module = load_source(source, e.name)
     if dist is not None and (s.fsdp or dist.tp > 1):
         try:
@@ -352,21 +578,35 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
     watch = Watch()
     metrics = Metrics(run_dir / "metrics.jsonl", rank0)
     start, tokens_seen, elapsed = 0, 0, 0.0
+    rows = s.micro_batch * dp
     torch.manual_seed(s.seed + 1 + (dist.rank if dist is not None else 0))  # dropout; checkpointed from here on
     if resume:
-        ck = checkpoint.latest(run_dir)
-        state = checkpoint.load(ck, model, optimizer, scheduler, scaler, dist)
+        while True:
+            try:
+                state = checkpoint.load(ck, model, optimizer, scheduler, scaler, dist)
+                break
+            except checkpoint.Damaged as why:
+                notes.append(f"checkpoint {ck.name} is damaged: {why}")
+                say(notes[-1])
+                ck, state = next(picks, (None, None)) if dist is None else (None, None)
+                if ck is None:
+                    raise _no_checkpoint(run_dir, notes) from None
+                if state["rows"] != rows:
+                    raise _bad("E0509", f"--resume {run_dir}: {ck.name} was saved with {state['rows']} sequences per micro-step, "
+                               f"not {rows}", _START_AGAIN.format(run_dir=run_dir)) from None
+        if notes:
+            say(f"resuming from {ck.name}")
         if state["data"]["fingerprint"] != corpus.fingerprint():
             raise _bad("E0509", f"--resume {run_dir}: the data differ from the run's ({state['data']['fingerprint']['tokens']} tokens then, "
                        f"{corpus.fingerprint()['tokens']} now)", "resume with the same --data and --tokenizer")
         if state.get("tp", 1) != (dist.tp if dist is not None else 1):
             raise _bad("E0509", f"--resume {run_dir}: saved with --tp {state.get('tp', 1)}; a checkpoint's regrouped q/k/v rows "
                        "reload only at the same TP degree", f"resume with --tp {state.get('tp', 1)} (the data-parallel size may change)")
-        start, tokens_seen, elapsed = state["step"], state["tokens"], state["elapsed"]
+        start, tokens_seen, elapsed = state["step"], state["tokens"], float(state["elapsed"])
         watch.load(state["watch"])
-        metrics.resume(start)
-    rows = s.micro_batch * dp
+        metrics.resume(start, say)
     part = slice(dp_rank * s.micro_batch, (dp_rank + 1) * s.micro_batch)
+    last_saved = ck.name if resume else None
 
     def to_device(a: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         t = torch.from_numpy(a).to(device)
@@ -388,26 +628,32 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
         return value, bpb
 
     def save(step: int) -> None:
+        nonlocal last_saved
         meta = {"tokens": tokens_seen, "elapsed": elapsed, "watch": watch.state(), "tp": dist.tp if dist is not None else 1,
                 "world": dist.world if dist is not None else 1, "rows": rows,
                 "data": {"seed": s.seed, "step": step, "fingerprint": corpus.fingerprint()}}
         try:
             checkpoint.save(run_dir, step, model, optimizer, scheduler, scaler, meta, dist)
         except OSError as err:
-            last = checkpoint.latest(run_dir)
-            kept = f"the last good checkpoint ({last.name}) is intact" if last is not None else "no earlier checkpoint exists"
+            kept = f"the last good checkpoint ({last_saved}) is intact" if last_saved is not None else "no earlier checkpoint exists"
             raise _bad("E0510", f"cannot write the checkpoint of step {step} in {run_dir}: {err.strerror or err}; {kept}",
-                       f"free space and resume with --resume {run_dir}" if last is not None else "free space and start again") from None
+                       f"free space and resume with --resume {run_dir}" if last_saved is not None else "free space and start again") from None
+        last_saved = checkpoint.name(step)
 
-    show = rank0 and (sys.stderr.isatty() if show_progress is None else show_progress)
+    show = show_progress_bar(show_progress, rank0)
+    if rank0:
+        _header(say, e, spec_path or (e.span.file if e.span is not None else None), n_params, corpus, s, seq, accum, dp, dist, device,
+                run_dir, start if resume else None)
     bar = _progress(s.steps, start, show) if rank0 else None
     val = (None, None)
-    interrupted = False
+    interrupted, signum = False, None
     step = start
+    value = None
     model.train()
     try:
-        with Stop() as stop:
+        with Stop(say=lambda line: _log(line, bar), last=lambda: last_saved) as stop:
             while step < s.steps:
+                stop.current = step + 1
                 t0 = time.perf_counter()
                 lr = scheduler.get_last_lr()[0]
                 optimizer.zero_grad(set_to_none=True)
@@ -431,8 +677,8 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
                     spike = watch.step(step + 1, value, gn if scaler is None else None)
                 except Flameout as f:
                     metrics.add({"step": step + 1, "loss": value, "lr": lr, "grad_norm": gn, "flameout": f.what})
-                    last = checkpoint.latest(run_dir)
-                    raise _bad("E0511", f"{f}; training stopped", (f"the last good checkpoint ({last.name}) is intact; " if last else "")
+                    raise _bad("E0511", f"{f}; training stopped", (f"the last good checkpoint ({last_saved}) is intact; " if last_saved else
+                                                                   "no checkpoint was written, so the run folder is removed; ")
                                + "lower --lr, lengthen --warmup or set --clip") from None
                 if clip is not None and math.isfinite(gn):
                     clip_(params, clip, norm)
@@ -473,9 +719,7 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
                 if stopping or step == s.steps or (s.ckpt_every and step % s.ckpt_every == 0):
                     save(step)
                 if stopping and step < s.steps:
-                    interrupted = True
-                    if rank0:
-                        _log(f"interrupted at step {step}: checkpoint written; continue with --resume {run_dir}", bar)
+                    interrupted, signum = True, stop.signum or signal.SIGINT
                     break
     finally:
         metrics.close()
@@ -484,9 +728,48 @@ def run(spec: ir.Spec, settings: Settings, run_dir, *, spec_text: str, resume: b
     if rank0 and metrics.records:
         from .plot import plot
 
-        atomic_write(run_dir / "curves.png", plot(metrics.records, title=e.name))
+        checkpoint.replace_file(run_dir / "curves.png", plot(metrics.records, title=e.name))
+    if rank0:
+        loss = f"train loss {value:.4f}" if value is not None else "no step taken"
+        if interrupted:
+            what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            say(f"stopped at step {step}/{s.steps} ({what}): {loss}; checkpoint {last_saved} in {run_dir}; "
+                f"continue with --resume {run_dir}")
+        else:
+            held = ""
+            if val[0] is not None:
+                held = f", held-out {val[0]:.4f}" + (f" ({val[1]:.3f} bits/byte)" if val[1] is not None else "")
+            say(f"done: step {step}/{s.steps}, {loss}{held}; run folder {run_dir} (checkpoint {last_saved}, metrics.jsonl, curves.png)")
     if dist is not None:
         dist.barrier()
     if dist is not None:
         dist.barrier()  # every rank done (rank 0's last writes included) before any leaves the group
-    return Result(run_dir, step, metrics.records, val[0], val[1], interrupted)
+    return Result(run_dir, step, metrics.records, val[0], val[1], interrupted, signum)
+
+
+def _rows(state: dict, dp: int, run_dir: Path) -> int:
+    rows = state["rows"]
+    if rows % dp:
+        raise _bad("E0509", f"--resume {run_dir}: {rows} sequences per micro-step do not split over {dp} data-parallel ranks",
+                   "resume on a number of processes that divides them")
+    return rows
+
+
+def _header(say, e, spec_path, n_params, corpus: Corpus, s: Settings, seq, accum, dp, dist, device, run_dir, resumed_at) -> None:
+    """What is about to run, on stderr: the spec, its size, the data, the batch, the devices, the folder."""
+    where = f" from {spec_path}" if spec_path and spec_path != "<string>" else ""
+    into = f"resuming {run_dir} at step {resumed_at}" if resumed_at is not None else f"into {run_dir}"
+    say(f"{e.name}{where}, {n_params:,} parameters, {into}")
+    files = len(corpus.sources)
+    kind = "bytes" if corpus.tokenizer == "bytes" else corpus.tokenizer
+    skipped = f"; skipped {len(corpus.skipped)} empty or binary" if corpus.skipped else ""
+    _emit(f"  data: {_count(files, 'file')}, {corpus.total:,} tokens ({kind}): {corpus.split:,} for training, "
+          f"{corpus.total - corpus.split:,} held out{skipped}")
+    per = accum * s.micro_batch * dp * seq
+    _emit(f"  steps {(resumed_at or 0) + 1} to {s.steps}, {per:,} tokens each ({s.micro_batch * dp} sequences of {seq}, "
+          f"{_count(accum, 'micro-step')}): {per * max(0, s.steps - (resumed_at or 0)):,} tokens")
+    procs = f"{dist.world} processes" + (f", FSDP" if s.fsdp else "") + (f", tensor parallel {dist.tp}" if dist.tp > 1 else "") + (
+        ", DDP" if not s.fsdp and dist.tp == 1 else "") if dist is not None else "1 process"
+    name = f"{torch.cuda.get_device_name(device)} ({device})" if device.type == "cuda" else str(device)
+    extra = (", compiled" if s.compile else "") + (f", activation checkpointing {s.checkpointing}" if s.checkpointing != "none" else "")
+    _emit(f"  device: {name}, {procs}, {s.dtype}{extra}")

@@ -7,9 +7,35 @@ import json
 from pathlib import Path
 
 
-def read_metrics(run_dir) -> list[dict]:
+def parse_metrics(raw: bytes, where: str = "metrics.jsonl", warn=None) -> list[dict]:
+    """The records of metrics.jsonl's bytes. A line that is not a JSON object with a whole
+    `step` (a run killed mid-write leaves a partial last line; a damaged file, garbage) is
+    skipped, and `warn(message)` is told which lines were."""
+    records, bad = [], []
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            record = None
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+            records.append(record)
+        else:
+            bad.append(number)
+    if bad and warn is not None:
+        last = " (the last one partial: the run stopped while writing it)" if bad[-1] == len(lines) and raw.strip() else ""
+        shown = ", ".join(map(str, bad[:10])) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+        warn(f"{where}: skipped {len(bad)} line{'s' if len(bad) > 1 else ''} that {'are' if len(bad) > 1 else 'is'} not a "
+             f"metrics record (line {shown}){last}")
+    return records
+
+
+def read_metrics(run_dir, warn=None) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    return parse_metrics(path.read_bytes(), str(path), warn)
 
 
 def plot(records: list[dict], title: str = "") -> bytes:
@@ -18,8 +44,11 @@ def plot(records: list[dict], title: str = "") -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    train = [r for r in records if "loss" in r and r["loss"] is not None]
-    val = [r for r in records if r.get("val_loss") is not None]
+    def num(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    train = [r for r in records if num(r.get("loss")) and num(r.get("lr")) and num(r.get("grad_norm"))]
+    val = [r for r in records if num(r.get("val_loss"))]
     fig, axes = plt.subplots(3, 1, figsize=(7, 8), sharex=True, constrained_layout=True)
     ax = axes[0]
     ax.plot([r["step"] for r in train], [r["loss"] for r in train], lw=0.8, label="train loss")
