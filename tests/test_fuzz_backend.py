@@ -195,6 +195,15 @@ def test_every_spec_that_passes_check_builds_runs_and_decodes(text):
     run_one(text)
 
 
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(text=specs())
+def test_a_fast_sample_of_specs_builds_runs_and_decodes(text):
+    """The campaign's check on a dozen specs (another fixed draw) in the fast tier: the full campaign is slow."""
+    torch.set_num_threads(1)
+    run_one(text)
+
+
 @pytest.mark.slow  # reads the campaign's tally: runs with it
 def test_the_campaign_exercised_the_back_end():
     """The loop above asserted on something: most drawn specs got past the front end and ran."""
