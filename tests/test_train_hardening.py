@@ -449,3 +449,16 @@ def test_d6_invalid_utf8_past_the_sniff_is_a_diagnostic_with_its_offset_and_leav
     code, err = cli(*small_run_args(spec, bad, "--out", tmp_path / "run", "--tokenizer", path))
     assert code == 0, err
     assert [p.suffix for p in (tmp_path / "run" / "tokens").iterdir() if not p.name.endswith(".sha256")] == [".uint16"]
+
+
+def test_skipped_binary_data_files_are_listed(tmp_path, corpus_file):
+    """docs/training.md: a folder's empty or binary files are skipped and listed (the header said only how many)."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    shutil.copy(corpus_file, folder / "a.txt")
+    (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00binary")
+    (folder / "empty.txt").write_text("")
+    code, err = cli(*small_run_args(tiny(tmp_path), folder, "--out", tmp_path / "run"))
+    assert code == 0, err
+    line = next(ln for ln in err.splitlines() if ln.strip().startswith("skipped:"))
+    assert "logo.png (not text)" in line and "empty.txt (empty)" in line, err

@@ -765,6 +765,9 @@ def _header(say, e, spec_path, n_params, corpus: Corpus, s: Settings, seq, accum
     skipped = f"; skipped {len(corpus.skipped)} empty or binary" if corpus.skipped else ""
     _emit(f"  data: {_count(files, 'file')}, {corpus.total:,} tokens ({kind}): {corpus.split:,} for training, "
           f"{corpus.total - corpus.split:,} held out{skipped}")
+    if corpus.skipped:  # listed, so a file left out by mistake is seen (the first eight)
+        more = f", and {len(corpus.skipped) - 8} more" if len(corpus.skipped) > 8 else ""
+        _emit(f"  skipped: {', '.join(corpus.skipped[:8])}{more}")
     per = accum * s.micro_batch * dp * seq
     _emit(f"  steps {(resumed_at or 0) + 1} to {s.steps}, {per:,} tokens each ({s.micro_batch * dp} sequences of {seq}, "
           f"{_count(accum, 'micro-step')}): {per * max(0, s.steps - (resumed_at or 0)):,} tokens")
