@@ -14,7 +14,7 @@ them, sorted by position. `render` turns them into compiler-style text:
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Literal
 
 from .ir import Span
@@ -149,6 +149,52 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
         if word.lower() in lowered:
             match = [lowered[word.lower()]]
     return f"did you mean '{match[0]}'?" if match else None
+
+
+MAX_USES_NAMED = 6  # a template's uses named in one note; the rest are counted
+
+
+def _where(span: Span) -> str:
+    return f"{span.file}:{span.line}"
+
+
+def _use(chain: tuple[tuple[str, Span], ...]) -> str:
+    """One use of a template: where the stage made from it is written and, when that is inside
+    another template, where that one is used, and so on out (outermost last)."""
+    *outer, (_, direct) = chain
+    return _where(direct) + "".join(f" (in `{name}`, used at {_where(span)})" for name, span in reversed(outer))
+
+
+def _and(items: list[str]) -> str:
+    if len(items) > MAX_USES_NAMED:
+        items = items[:MAX_USES_NAMED] + [f"{len(items) - MAX_USES_NAMED} more"]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def fold_template_uses(diagnostics: list[Diagnostic], uses: dict[int, tuple[str, tuple[tuple[str, Span], ...]]]) -> list[Diagnostic]:
+    """A problem in a template's text is met once per use of the template: report it once, at the
+    template's line, with a note naming the uses that met it. `uses` maps a diagnostic's index to
+    (its template, the chain of uses it was met through: (template, where it is used), outermost
+    first). A problem that differs by use (a value that one use's argument breaks) stays its own
+    diagnostic and names its own uses; every other diagnostic is kept as it is, in order."""
+    out: list[Diagnostic] = []
+    groups: dict[tuple, tuple[int, list[str]]] = {}
+    for i, d in enumerate(diagnostics):
+        got = uses.get(i)
+        if got is None:
+            out.append(d)
+            continue
+        template, chain = got
+        key = (d, template)
+        if key not in groups:
+            groups[key] = (len(out), [])
+            out.append(d)
+        where = _use(chain)
+        if where not in groups[key][1]:
+            groups[key][1].append(where)
+    for (d, template), (i, wheres) in groups.items():
+        out[i] = replace(d, notes=(*d.notes, f"in template `{template}`, used at {_and(wheres)}"))
+    return out
 
 
 @dataclass

@@ -1130,3 +1130,113 @@ def test_nested_stages_annotate_by_layout_path():
     assert overlaps(expanded) == []
 
 
+
+
+# --- hardening, round three: where an artefact goes, annotate at every density, KV colours ---------
+
+
+@needs_dot
+def test_draw_without_o_writes_svg_to_stdout_when_not_a_terminal(tmp_path, monkeypatch):
+    """A compiler's artefact goes to stdout or -o (the README): piped or redirected, no file appears."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["draw", str(ROOT / "specs" / "gpt2.cycle")])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.lstrip().startswith("<?xml") and "<svg" in r.stdout
+    assert r.stderr == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_dot
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
+def test_draw_without_o_at_a_terminal_writes_spec_svg_and_says_so(tmp_path):
+    """At a terminal an SVG on the screen helps no one: it is written to SPEC.svg, and stderr says so."""
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    try:
+        p = subprocess.run([sys.executable, "-m", "cyclelang", "draw", str(ROOT / "specs" / "gpt2.cycle")], stdout=follower,
+                           stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env, timeout=120)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "gpt2.svg").read_text("utf-8").lstrip().startswith("<?xml")
+    assert "wrote gpt2.svg" in p.stderr and "-o" in p.stderr
+
+
+def test_draw_help_says_where_the_diagram_goes():
+    r = CliRunner().invoke(main, ["draw", "--help"])
+    said = " ".join(r.output.split())
+    assert "stdout when it is not a terminal" in said and "says so on stderr" in said, said
+
+
+def _readings_for(s: ir.Spec) -> dict[str, dict[str, float]]:
+    """A reading for every stage (folded and per instance) and every branch, each a distinct number."""
+    out: dict[str, dict[str, float]] = {"chain": {}, "exit": {}, "branches": {}}
+    n = 0
+    for sl in ir.layout.layout(s).stages:
+        for path in [sl.path, *sl.instances()]:
+            n += 1
+            out["chain"][path] = 0.5 + 0.011 * n
+            out["exit"][path] = 0.4 + 0.011 * n
+            for b in sl.branches():
+                n += 1
+                out["branches"][f"{path}.{b.attr}"] = 1.5 + 0.011 * n
+    return out
+
+
+def _printed_numbers(dot: str) -> set[str]:
+    """Every reading the figure prints: the values at the frames, each branch's 'grad X', each
+    sparkline's 'first → last'."""
+    words = " ".join(label_text(a) for a in nodes(dot).values())
+    return set(re.findall(r"grad ([0-9.e+-]+)", words)) | set(re.findall(r"([0-9.e+-]+ → [0-9.e+-]+)", words)) | \
+        {label_text(a) for a in nodes(dot).values() if classes(a)[:1] == ["value"]}
+
+
+@pytest.mark.parametrize("stem", ["striped", "jamba"])
+def test_annotate_with_a_size_preset_keeps_the_numbers(stem):
+    """At the densest level (a stage drawn as one box of its parts, which --size slide reaches for
+    these) the readings are still printed: the gradient entering each stage, each branch's
+    gradient norm, each folded stage's first and last reading."""
+    from cyclelang.backends.graphviz.figure import Figure
+
+    s = spec(stem)
+    rd = _readings_for(s)
+    assert Figure([s.engine], size="slide", readings=[rd]).level == 5  # the summary level, where they were dropped
+    natural = _printed_numbers(to_dot(s, annotate=rd))
+    slide = to_dot(s, annotate=rd, size="slide")
+    assert natural and _printed_numbers(slide) == natural
+    assert overlaps(slide) == []
+
+
+def _cell_colours(dot: str, legend: bool) -> set[str]:
+    """The fills of the glyphs' little cells (bordered table cells), in the parts or in the legend."""
+    out = set()
+    for a in nodes(dot).values():
+        if (classes(a)[:1] == ["legend"]) != legend:
+            continue
+        out |= set(re.findall(r'bgcolor="(#[0-9a-f]{6})" border="1"', a.get("label", "")))
+    return out
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_kv_head_cells_have_their_own_colour_and_legend_entry(theme):
+    from cyclelang.backends.graphviz.style import THEMES
+
+    t = THEMES[theme]
+    assert len({t["q"], t["kv"], t["expert_on"]}) == 3  # Q heads, KV heads and lit experts: three colours
+    dot = to_dot(spec("moe"), theme=theme)  # GQA attention and a MoE in one figure
+    legend = {classes(a)[1]: a for a in nodes(dot).values() if classes(a)[:1] == ["legend"]}
+    assert "kv_heads" in legend and "heads" in legend and "experts" in legend
+    assert _cell_colours(dot, legend=False) - {t["expert_off"]} == {t["q"], t["kv"], t["expert_on"]}
+    swatch = {k: set(re.findall(r'bgcolor="(#[0-9a-f]{6})"', legend[k]["label"])) for k in ("heads", "kv_heads", "experts")}
+    assert swatch == {"heads": {t["q"]}, "kv_heads": {t["kv"]}, "experts": {t["expert_on"]}}
+    words = {label_text(a) for a in nodes(dot).values() if classes(a)[:1] == ["legend_text"] and classes(a)[1] == "kv_heads"}
+    assert any("KV heads" in w for w in words), words
+
+
+def test_a_latent_attention_draws_no_kv_cells_and_needs_no_kv_legend_entry():
+    dot = to_dot(spec("deepseek_v2"))
+    legend = {classes(a)[1] for a in nodes(dot).values() if classes(a)[:1] == ["legend"]}
+    assert "heads" in legend and "kv_heads" not in legend

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 
 import click
 
@@ -133,14 +134,17 @@ def draw(specs, output, view, expand, labels, rankdir, size, theme, annotate, in
     side as small multiples with one legend (and one annotate scale).
 
     The format follows OUT's extension: .svg, .png, .pdf or .dot; `-o -` writes
-    DOT to stdout. Without -o, writes the first SPEC's name with .svg in the current
-    directory. Only .dot works without the Graphviz `neato` program.
+    DOT to stdout. Without -o, the SVG goes to stdout when it is not a terminal
+    (`cyclec draw gpt2.cycle > gpt2.svg`); at a terminal it is written to SPEC.svg
+    (the first SPEC's name, in the current directory) and a line says so on stderr.
+    Only .dot works without the Graphviz `neato` program.
     """
     from ..backends.graphviz import GraphvizMissing, render, to_dot
 
-    if output is None:
-        output = os.path.splitext(os.path.basename(specs[0]))[0] + ".svg"
-    fmt = output_format(output)
+    told = None  # the file chosen for an SVG that has no -o, to say so once it is written
+    if output is None and _stdout_is_terminal():
+        output = told = os.path.splitext(os.path.basename(specs[0]))[0] + ".svg"
+    fmt = output_format(output) if output is not None else "svg"
     refuse_output_over_input(output, [*specs, annotate])
     loaded = [load_spec(p, include_path) for p in specs]
     readings = None
@@ -159,3 +163,12 @@ def draw(specs, output, view, expand, labels, rankdir, size, theme, annotate, in
     except GraphvizMissing as e:
         raise GraphvizNotInstalled(str(e)) from None
     write_output(output, dot if fmt == "dot" else data)
+    if told is not None:
+        click.echo(f"cyclec: wrote {told} (stdout is a terminal; -o FILE writes elsewhere, and a pipe or '> FILE' gets the SVG)", err=True)
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return bool(sys.stdout.isatty())
+    except (AttributeError, ValueError):  # closed, or no stream at all
+        return False

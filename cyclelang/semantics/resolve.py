@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import ir
-from ..diagnostics import Collector, CycleError, did_you_mean
+from ..diagnostics import Collector, CycleError, did_you_mean, fold_template_uses
 from ..syntax import ast
 from ..syntax.parser import KEYWORD_HOMES, MAX_SOURCE_BYTES, parse_module
 from .options import ACTIVATIONS, MAX_CONTEXT, MAX_EXPERTS, MAX_VOCAB, MAX_WIDTH, Options  # noqa: F401 (limits re-exported)
@@ -85,11 +85,13 @@ def parse(text: str, filename: str | None = None, include_path: tuple[str, ...] 
 def _resolve_module(module: ast.Module | None, loader: "_Loader") -> ir.Spec:
     out = loader.out
     spec = None
+    uses: dict = {}
     if module is not None:
         r = _Resolver(loader)
         spec = r.module(module)
+        uses = r.template_uses
     if out.has_errors or spec is None:
-        errors = [d for d in out.diagnostics if d.severity == "error"]
+        errors = [d for d in fold_template_uses(out.diagnostics, uses) if d.severity == "error"]
         stray = [d.span for d in errors if d.code == "E0006" and d.span is not None]
         # a block's missing part (E0206) that a misspelled statement inside it explains is a consequence: not shown
         errors = [d for d in errors if not (d.code == "E0206" and d.span is not None and any(_contains(d.span, s) for s in stray))]
@@ -231,6 +233,10 @@ class _Resolver:
         self.templates: dict[str, ast.Template] = {}
         self.engines: list[ast.Engine] = []
         self.template_stack: list[str] = []  # the templates being expanded, outermost first
+        self.uses: list[tuple[str, ir.Span]] = []  # (template, the stage statement using it) being expanded, outermost first
+        # a diagnostic's index -> (the template whose text it points into, the uses it was met through):
+        # a template's problem is met once per use and reported once (`diagnostics.fold_template_uses`)
+        self.template_uses: dict[int, tuple[str, tuple[tuple[str, ir.Span], ...]]] = {}
         self.engine_scope: Scope = self.globals  # what a template's body reads besides its parameters
 
     # top level ----------------------------------------------------------
@@ -524,6 +530,24 @@ class _Resolver:
 
     # stages ---------------------------------------------------------------
     def stage(self, s: ast.Stage, scope, ctx: "_EngineCtx", w: int | None, names: dict, depth: int = 1) -> ir.Stage | None:
+        """A stage (`_stage`); one made from a template records, for each problem found in the
+        template's own text while expanding it, which use met it."""
+        t = self.templates.get((s.template or s.name).name) if s.body is None else None
+        if t is None:
+            return self._stage(s, scope, ctx, w, names, depth)
+        mark = len(self.out.diagnostics)
+        self.uses.append((t.name.name, s.span))
+        try:
+            return self._stage(s, scope, ctx, w, names, depth)
+        finally:
+            chain = tuple(self.uses)
+            self.uses.pop()
+            for i in range(mark, len(self.out.diagnostics)):
+                d = self.out.diagnostics[i]
+                if i not in self.template_uses and d.span is not None and _contains(t.span, d.span):
+                    self.template_uses[i] = (t.name.name, chain)
+
+    def _stage(self, s: ast.Stage, scope, ctx: "_EngineCtx", w: int | None, names: dict, depth: int = 1) -> ir.Stage | None:
         """A stage on the main line (depth 1) or nested in one. `scope` is where the stage is
         written: its repeat and arguments read it, and so does an inline body; a template's body
         reads its own parameters, then the engine's names, never the scope it is used in."""

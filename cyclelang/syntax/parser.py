@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass, replace
 
 from lark import Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -182,6 +183,112 @@ def _unclosed_brace(text: str) -> int | None:
     return stack[-1] if stack else None
 
 
+# What each block's body holds (the top of a file: None), for "is a '}' missing?": a statement
+# that a block left open around it would take suggests the innermost one was not closed; one that
+# no open block takes is just in the wrong place.
+BLOCK_HOLDS: dict[str | None, frozenset[str]] = {
+    None: frozenset({"let", "include", "stage", "engine"}),
+    "engine": frozenset({"chamber", "throat", "feed", "stage", "norm", "turbine", "nozzle", "startup", "let"}),
+    "stage": frozenset({"prechamber", "fullflow", "norm", "turbine", "stage"}),
+    "prechamber": frozenset({"norm", "turbine", "merge"}),
+    "fullflow": frozenset({"norm", "prechamber"}),
+    "startup": frozenset({"warmup", "schedule", "clip", "betas", "decay", "init", "param"}),
+}
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A block's '{': where it is, the keyword that opened it and its name (None: unnamed);
+    `close`: the offset of the '}' that closes it, None while it is open."""
+
+    offset: int
+    keyword: str | None
+    name: str | None
+    template: bool = False  # a stage at the top of a file
+    close: int | None = None
+
+    def describe(self) -> str:
+        if self.keyword is None:
+            return "a block"
+        word = "stage template" if self.template else self.keyword
+        return f"{word} '{self.name}'" if self.name else f"the {word}"
+
+
+def _blocks(text: str) -> tuple[list[_Block], list[_Block]]:
+    """(the blocks still open at the end of `text`, outermost first; the blocks closed in it), each
+    named by the statement that opened it. Braces pair by count: `text` is a prefix the parser
+    accepted, so this is the parser's own view of what is open."""
+    opened: list[_Block] = []
+    closed: list[_Block] = []
+    pending: list = []  # (keyword, name) of the block statement being read
+    try:
+        tokens = list(parser().lex(text))
+    except LarkError:  # pragma: no cover - the text was parsed up to here
+        tokens = []
+        for i, ch in _brackets(text):
+            if ch == "{":
+                opened.append(_Block(i, None, None))
+            elif ch == "}" and opened:
+                closed.append(replace(opened.pop(), close=i))
+        return opened, closed
+    for tok in tokens:
+        word = _keyword_of(tok.type) if tok.type != "NAME" else None
+        if word is not None and word in BLOCK_HOLDS:
+            pending = [word, None]
+        elif tok.type == "NAME" and pending and pending[1] is None and pending[0] != "startup":
+            pending[1] = str(tok.value)
+        elif tok.value == "{":
+            kw, name = pending if pending else (None, None)
+            opened.append(_Block(tok.start_pos, kw, name, template=kw == "stage" and not opened))
+            pending = []
+        elif tok.value == "}":
+            if opened:
+                closed.append(replace(opened.pop(), close=tok.start_pos))
+            pending = []
+    return opened, closed
+
+
+def _indent(text: str, offset: int) -> tuple[int, bool]:
+    """(the indentation of the line holding `offset`, whether only blanks come before it there)."""
+    start = text.rfind("\n", 0, offset) + 1
+    head = text[start:offset]
+    line = text[start:]
+    return len(line) - len(line.lstrip(" \t")), not head.strip(" \t")
+
+
+def _misplaced_close(text: str, closed: list[_Block], inside: int) -> _Block | None:
+    """A block (opened after offset `inside`) closed by a '}' that starts a line indented less
+    than the line of its '{': the '}' most likely belongs to an outer block, and this block's own
+    '}' is the one missing. The first such '}' in the text; None when the indentation agrees."""
+    suspects = []
+    for b in closed:
+        if b.offset <= inside or b.close is None:
+            continue
+        close_indent, first = _indent(text, b.close)
+        if first and close_indent < _indent(text, b.offset)[0]:
+            suspects.append(b)
+    return min(suspects, key=lambda b: b.close) if suspects else None
+
+
+def _open_block_note(text: str, file: str, upto: int, word: str | None = None) -> tuple[_Block, str] | None:
+    """The block most likely left open before offset `upto`, and a help line that says so, with
+    the line and column of its '{'. With `word` (the statement keyword found there), only when a
+    block around the innermost one would take that statement: else no brace is missing."""
+    opened, closed = _blocks(text[:upto])
+    if not opened:
+        return None
+    if word is not None:
+        outer = [None] + [b.keyword for b in opened[:-1]]
+        if not any(word in BLOCK_HOLDS.get(k, frozenset()) for k in outer):
+            return None
+    moved = _misplaced_close(text, closed, opened[-1].offset)
+    block = moved or opened[-1]
+    help = f"is the '}}' closing {block.describe()} (its '{{' at {_span_at(file, text, block.offset)}) missing?"
+    if moved is not None and moved.close is not None:
+        help = f"the '}}' on line {text.count(chr(10), 0, moved.close) + 1} is indented like an outer block's: " + help
+    return block, help
+
+
 # --- lark exceptions to diagnostics -----------------------------------------------
 
 
@@ -235,9 +342,11 @@ def _translate(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
         return Diagnostic("E0002", "error", f"unexpected character '{shown}'{code}", span, "names are ASCII letters, digits and '_'; comments start with '#'" if ord(ch or " ") > 127 else None)
 
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
-        brace = _unclosed_brace(text)
-        if brace is not None:
-            return Diagnostic("E0003", "error", "this '{' is never closed", _span_at(file, text, brace), "add the matching '}'")
+        found = _open_block_note(text, file, len(text))
+        if found is not None:
+            block, help = found
+            return Diagnostic("E0003", "error", f"this '{{' of {block.describe()} is never closed", _span_at(file, text, block.offset),
+                              "add the matching '}'" if help.startswith("is the") else help)
         end = len(text.rstrip()) or 0
         expected = sorted(_describe(t) for t in getattr(e, "expected", ()) if t != "$END")
         return Diagnostic("E0008", "error", "unexpected end of file", _span_at(file, text, max(end - 1, 0)), f"expected {_one_of(expected)}" if expected else None)
@@ -273,12 +382,12 @@ def _translate(e: UnexpectedInput, text: str, file: str) -> Diagnostic:
 
     word = _keyword_of(tok.type)
     if word and word in KEYWORD_HOMES:
-        help = f"'{word}' belongs {KEYWORD_HOMES[word]}"
-        open_brace = _unclosed_brace(text[: tok.start_pos])
-        if open_brace is not None and word in ("nozzle", "startup", "stage", "engine", "chamber", "feed", "throat", "let", "include"):
-            line = text.count("\n", 0, open_brace) + 1
-            help += f"; is the '}}' closing the block opened on line {line} missing?"
-        return Diagnostic("E0005", "error", f"'{word}' cannot appear here", span, help)
+        home = f"'{word}' belongs {KEYWORD_HOMES[word]}"
+        opened, _ = _blocks(text[: tok.start_pos])
+        where = f"inside {opened[-1].describe()}" if opened else "at the top of a file"
+        found = _open_block_note(text, file, tok.start_pos, word)
+        help = f"{found[1]} ({home})" if found is not None else home
+        return Diagnostic("E0005", "error", f"'{word}' cannot appear {where}", span, help)
     if tok.type == "LBRACE":
         return Diagnostic("E0005", "error", "unexpected '{'", span, f"expected {_one_of(sorted(_describe(t) for t in expected))}")
     shown = f"'{value}'" if value else tok.type

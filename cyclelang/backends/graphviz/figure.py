@@ -62,7 +62,7 @@ def html_label(lines: list[Line], t: dict, glyph: str = "", align: str = "") -> 
 # The densest level's shorter legend words, where the usual ones run long.
 TERSE = {"main": ("stream, width \u221d d", "chamber"), "branch": ("branch", "prechamber"), "cut": ("detached", "cut"), "split": ("reads x", "tap"),
          "vent": ("side output", "overboard"), "repeat": ("\u00d7N: N times", "\u00d7N: N times"), "elided": ("left out", "left out"),
-         "heads": ("Q, KV heads", "elements"), "experts": ("experts, top k", "elements"), "merge_cooling": ("x + f(x), init \u03c3", "cooling")}
+         "heads": ("Q heads", "elements"), "kv_heads": ("KV heads", "elements"), "experts": ("experts, top k", "elements"), "merge_cooling": ("x + f(x), init \u03c3", "cooling")}
 
 
 # The legend: (key, {mode: words}); a key appears when the figure uses it.
@@ -86,7 +86,8 @@ def legend_words(key: str, terse: bool = False, one: bool = False) -> dict[str, 
         "tokens": say("tokens", "tanks"),
         "feed": say("embedding", "pumps"),
         "head": say("LM head", "nozzle"),
-        "heads": say("Q heads, shared KV heads", "elements"),
+        "heads": say("Q heads", "elements"),
+        "kv_heads": say("KV heads, shared by Q heads", "elements"),
         "experts": say("experts, top k lit", "elements"),
         "spark": say("\u2016dL/dx\u2016 by depth", "pressure"),
         "mask_causal": say("causal mask", "choked throat"),
@@ -234,7 +235,7 @@ class Figure:
     def legend_entries(self, used: set[str]) -> list[str]:
         keys = [k for k in LEGEND_ORDER if k in used]
         keys += sorted(k for k in used if k.startswith("kind_"))
-        keys += sorted(k for k in used if k.startswith("mask_") or k in ("heads", "experts"))
+        keys += sorted(k for k in used if k.startswith("mask_") or k in ("heads", "kv_heads", "experts"))
         keys += sorted(k for k in used if k.startswith("merge_"))
         keys += [k for k in ("spark",) if k in used]
         return keys
@@ -519,6 +520,8 @@ class Figure:
     def emit_scene(self, s: Scene, dx: float, dy: float) -> None:
         t = self.t
         for f in sorted(s.frames, key=lambda f: f.depth):
+            if f.key == "summary":  # a stage drawn as one box: its box is drawn, the frame only places its readings
+                continue
             (X0, Y0), (X1, Y1) = self.xy(s, f.u0, f.v0), self.xy(s, f.u1, f.v1)
             X0, X1 = sorted((X0, X1))
             Y0, Y1 = sorted((Y0, Y1))
@@ -656,8 +659,8 @@ class Figure:
             op = SimpleNamespace(mask="causal" if key.startswith("mask_causal") else "open", window=2 if key.endswith("_window") else None)
             table, side = mask_table(op, t, 2)
             attrs = {"shape": "plaintext", "width": "0.25", "height": "0.25", "label": f"<{table}>"}
-        elif key in ("heads", "experts"):
-            ink = {"heads": t["q"], "experts": t["expert_on"]}[key]
+        elif key in ("heads", "kv_heads", "experts"):
+            ink = {"heads": t["q"], "kv_heads": t["kv"], "experts": t["expert_on"]}[key]
             attrs = {"shape": "plaintext", "label": f'<<table border="0" cellspacing="1" cellpadding="0"><tr><td width="7" height="7" fixedsize="true" bgcolor="{ink}" border="1" color="{t["cell_border"]}"></td></tr></table>>',
                      "width": "0.2", "height": "0.2"}
         else:

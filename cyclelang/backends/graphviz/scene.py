@@ -226,7 +226,7 @@ class Frame:
     v0: float
     u1: float
     v1: float
-    key: str  # stage | stage_instance | elided
+    key: str  # stage | stage_instance | elided | summary (not drawn: where a stage drawn as one box sits, for its readings)
     path: str = ""
     depth: int = 0
 
@@ -714,10 +714,17 @@ class Scene:
         from .style import KIND_FILL
 
         cells: list[tuple[dict[str, list[str]], str, bool]] = []  # (lines per mode, fill, bold)
+        pluses: set[int] = set()  # the cells that are a "+"
         name = st.name + (f" \u00d7{st.repeat}" if st.repeat > 1 and r is None else f" {r % st.repeat + 1}/{st.repeat}" if st.repeat > 1 else "")
         graph = self.view == "graph"  # each part's parameter count under its words, the stage's under its name
         count = [f"{params.human(sum(p.params for p in self.stage_parts(sl)))} params"] if graph else []
-        cells.append(({m: [name] + count for m in MODES}, "", True))
+        # annotated: the readings a frame would print stay printed (the gradient entering the stage is
+        # printed at the box's edge, see figure.Figure.values): a folded stage's first and last reading
+        # (its sparkline's numbers) under its name, each branch's gradient norm under its "+"
+        spark = self.sparkline(sl) if (r is None and sl.count > 1 and path == sl.path and self.readings is not None) else None
+        first_last = [f"{text.num(spark[0][0])} \u2192 {text.num(spark[0][-1])}"] if spark else []
+        cells.append(({m: [name] + count + first_last for m in MODES}, "", True))
+        grads = self.readings.get("branches", {}) if self.readings is not None else {}
         if st.repeat > 1 and r is None:
             self.used.add("repeat")
         tips = []
@@ -749,26 +756,32 @@ class Scene:
             cells.append(({"ml": ml + count, "both": ml + count, "rocket": rocket + count}, ink[KIND_FILL.get(p.kind.attr, "other")], False))
             tips.append(f"{p.path}: {ml_t}" + (f" ({ml_d})" if ml_d else ""))
 
-        def plus(merge) -> None:
+        def plus(merge, grad: list[str]) -> None:
             k = ir.kinds.kind_of(merge) if merge is not None else ir.kinds.KINDS[ir.PlainMerge]
             self.used.add(f"merge_{k.keyword}")
-            cells.append(({m: ["+"] for m in MODES}, "", True))
+            pluses.add(len(cells))
+            cells.append(({m: ["+"] + grad for m in MODES}, "", True))
             tips.append(f"+ {k.formula}")
 
         for it in sl.items:
             if isinstance(it, Part):
                 chip(it)
             elif isinstance(it, BranchLayout):
+                bpath = f"{path}.{it.attr}"
+                grad = [f"grad {text.num(grads[bpath])}"] if bpath in grads else []
                 for p in it.ops:
                     chip(p)
                 if not it.branch.overboard:
-                    plus(it.branch.merge)
+                    plus(it.branch.merge, grad)
+                elif grad:  # no "+": the branch's last part carries it
+                    lines_of, fill, bold = cells[-1]
+                    cells[-1] = ({m: ls + grad for m, ls in lines_of.items()}, fill, bold)
             elif isinstance(it, FullflowLayout):
                 for p in ([it.norm] if it.norm else []) + [p for br in it.branches for p in br.ops]:
                     chip(p)
                 returning = [br for br in it.branches if not br.branch.overboard]
                 if returning:
-                    plus(returning[0].branch.merge)
+                    plus(returning[0].branch.merge, [])
         widths = [max(text_w(x, DETAIL, bold and i == 0) for m in MODES for i, x in enumerate(w[m])) + 8 for w, _, bold in cells]
         rows = max(len(w[m]) for w, _, _ in cells for m in MODES)
         cell_h = rows * DETAIL * LINE + 4
@@ -778,7 +791,7 @@ class Scene:
         runs: list[list[int]] = [[]]  # a branch's cells, up to its "+"
         for i in range(1, len(cells)):
             runs[-1].append(i)
-            if cells[i][0]["ml"] == ["+"] and i < len(cells) - 1:
+            if i in pluses and i < len(cells) - 1:
                 runs.append([])
 
         def wide(ix: list[int], beside: bool = True) -> float:
@@ -791,7 +804,7 @@ class Scene:
                     pieces.append(run)
                     continue
                 for j in run:
-                    if cells[j][0]["ml"] == ["+"] and pieces:
+                    if j in pluses and pieces:
                         pieces[-1].append(j)
                     else:
                         pieces.append([j])
@@ -813,7 +826,7 @@ class Scene:
 
         def td(i: int, m: str) -> str:
             w, fill, bold = cells[i]
-            words = [f'<font point-size="{DETAIL}" color="{ink["chamber"] if x == "+" else ink["fg"] if k == 0 else ink["muted"]}">'
+            words = [f'<font point-size="{DETAIL}" color="{ink["chamber"] if x == "+" and k == 0 else ink["fg"] if k == 0 else ink["muted"]}">'
                      f'{f"<b>{esc(x)}</b>" if bold and k == 0 else esc(x)}</font>' for k, x in enumerate(w[m])]
             attrs = f' bgcolor="{fill}" border="1" color="{ink["cell_border"]}"' if fill else ""
             return f'<td width="{widths[i]:.0f}" height="{cell_h:.0f}" fixedsize="true"{attrs}>{"<br/>".join(words)}</td>'
@@ -853,6 +866,9 @@ class Scene:
         b.length = self.d.gap + self.along(bx) + self.d.gap / 2
         b.neg = b.pos = self.across(bx) / 2
         self.hang(b, [bx])
+        if self.readings is not None:  # where the readings of a frame go: its edges (not drawn)
+            b.frames.append(Frame(self.nid("summary_at"), bx.u - self.along(bx) / 2, bx.v - self.across(bx) / 2,
+                                  bx.u + self.along(bx) / 2, bx.v + self.across(bx) / 2, "summary", path, depth))
         self.main_wire(b, [(b.length - self.d.gap / 2, 0), (b.length, 0)], st.width_in, path, table="chain")
         return b
 

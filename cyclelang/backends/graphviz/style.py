@@ -103,10 +103,12 @@ for _t, _extra in (("light", {"norm": "#fff4c2", "other": "#eee6f7", "head": "#d
     THEMES[_t].update(_extra)
 
 # The glyphs' ink (text.glyph): query and KV head cells, the mask's attended and masked cells
-# and its grid, lit and idle experts.
-for _t, _extra in (("light", {"q": "#3b6fb6", "kv": "#c2571a", "mask_on": "#1f2933", "mask_off": "#ffffff", "mask_grid": "#9aa5b1",
+# and its grid, lit and idle experts. Every cell colour has a legend entry of its own (heads,
+# kv_heads, experts): KV heads are teal, never the lit experts' orange, lighter than the query
+# heads' blue so that the two rows also differ in greyscale.
+for _t, _extra in (("light", {"q": "#3b6fb6", "kv": "#2a9d8f", "mask_on": "#1f2933", "mask_off": "#ffffff", "mask_grid": "#9aa5b1",
                               "cell_border": "#5b6876", "expert_on": "#c2571a", "expert_off": "#ffffff"}),
-                   ("dark", {"q": "#6ea8fe", "kv": "#ff9f5a", "mask_on": "#e6edf3", "mask_off": "#1b2530", "mask_grid": "#5b6876",
+                   ("dark", {"q": "#6ea8fe", "kv": "#4fd1b5", "mask_on": "#e6edf3", "mask_off": "#1b2530", "mask_grid": "#5b6876",
                              "cell_border": "#a3b1bf", "expert_on": "#ff9f5a", "expert_off": "#1b2530"})):
     THEMES[_t].update(_extra)
 

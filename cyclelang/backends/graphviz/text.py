@@ -218,7 +218,7 @@ def glyph_keys(node) -> list[str]:
     if isinstance(node, (ir.Attention, ir.LatentAttention, ir.LinearAttention)):
         m = _mask_of(node)
         return ["mask_" + ("causal" if m.mask == "causal" else "none") + ("_window" if m.window is not None else "")] + \
-            ([] if isinstance(node, ir.LinearAttention) else ["heads"])
+            ([] if isinstance(node, ir.LinearAttention) else ["heads"] if isinstance(node, ir.LatentAttention) else ["heads", "kv_heads"])
     if isinstance(node, ir.Moe):
         return ["experts"]
     return []
