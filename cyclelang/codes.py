@@ -209,6 +209,13 @@ _add("E0237", "too many stage instances", """
 An engine runs at most 100,000 stage instances in all. Nested repeats multiply
 (`stage a x 100 { stage b x 1000 { ... } }` runs b 100,000 times), so the limit
 counts the instances a built model would hold, not the lines of the spec.""", "stage a x 1000 { stage b x 1000 { prechamber p { turbine mlp } } }")
+_add("E0238", "too many repeated stages", """
+An engine holds at most 256 stages that repeat (`stage s x N`), groups included: each
+gets a count of its own in the generated Config, and the generated model indexes a stage
+by the sum of the counts before it, so its source grows with their square (1,000 such
+stages wrote 21 MB of Python). Stages used once have no such limit (only E0237's), and
+no published architecture comes near it: repeat a group of stages instead.""",
+     "stage s1 x 2 { ... }  stage s2 x 2 { ... }  ...  stage s257 x 2 { ... }")
 _add("E0280", "option of the other ssm version", "`turbine ssm` is Mamba-2's mixer (heads, groups, a clamp on the step) by default and Mamba-1's with version=1 (one state per channel, a low-rank step dt_rank=, Jamba's dt/B/C norms). An option of one version given to the other is refused rather than ignored.", "turbine ssm version=1 heads=8")
 _add("E0219", "model too large to build", """
 `cyclec build` estimates the parameter count from the IR before it allocates

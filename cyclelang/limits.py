@@ -27,6 +27,7 @@ from .diagnostics import CycleError, Diagnostic
 
 MAX_STAGE_DEPTH = ir.MAX_STAGE_DEPTH  # E0235
 MAX_LAYERS = ir.MAX_LAYERS  # E0237
+MAX_REPEATED_STAGES = ir.MAX_REPEATED_STAGES  # E0238
 MAX_PARAMETERS = 2_000_000_000  # 8 GB of fp32 weights before a single activation
 
 

@@ -67,3 +67,19 @@ def test_codegen_scale_three_thousand_distinct_stages_build():
     assert len(model.stages) == 3000
     text = summary_text(spec, model)  # what `cyclec build` prints: a lookup per parameter, not a scan of every stage
     assert "stage s2999 x1: 72" in text
+
+
+def test_codegen_scale_repeated_stages_are_capped_with_a_diagnostic():
+    """Stages that repeat (`x N`) each index by the sum of the counts before them: a quadratic the source cannot
+    escape without giving up readable indices, so their number is capped (E0238) instead of exhausting memory or
+    the compiler's recursion (1,000 of them wrote 21 MB; about 3,000 ended in a RecursionError, exit 123)."""
+    from cyclelang import ir
+    from cyclelang.diagnostics import CycleError
+
+    limit = ir.MAX_REPEATED_STAGES
+    cyclelang.parse(_spec(limit, repeat=lambda k: "x 2"))  # at the limit: accepted
+    with pytest.raises(CycleError) as e:
+        cyclelang.parse(_spec(limit + 1, repeat=lambda k: "x 2"))
+    (d,) = e.value.diagnostics
+    assert d.code == "E0238" and f"s{limit}" in d.message and d.span.line == 4 + limit + 1
+    cyclelang.parse(_spec(2 * limit))  # stages used once are not counted

@@ -48,11 +48,14 @@ __all__ = [
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
-    "MAX_STAGE_DEPTH", "MAX_LAYERS", "leaf_stages",
+    "MAX_STAGE_DEPTH", "MAX_LAYERS", "MAX_REPEATED_STAGES", "leaf_stages", "repeated_stages",
 ]
 
 MAX_STAGE_DEPTH = 4  # stages nest at most 4 deep: engine > stage > stage > stage > stage
 MAX_LAYERS = 100_000  # stage instances in all, nested repeats multiplied out (a built model's layer count)
+# stages with a repeat count of their own (a Config field each): the generated source indexes a stage by the sum of
+# the counts before it, so its size grows with their square; 256 is far past any published architecture
+MAX_REPEATED_STAGES = 256
 
 # Every name in the IR is a Python identifier in ASCII, as the grammar's NAME is:
 # nothing a name holds can close a string, start a line or reach a path.
@@ -640,6 +643,11 @@ class Stage(Node):
 Stage.model_rebuild()
 
 
+def repeated_stages(body) -> int:
+    """How many stages (groups included, at any depth) repeat: each has a count of its own."""
+    return sum((op.repeat > 1) + (repeated_stages(op.ops) if op.is_group else 0) for op in body if isinstance(op, Stage))
+
+
 def leaf_stages(body) -> list[tuple[Stage, int]]:
     """Every stage that holds ops (not stages) in source order, with the number of times it
     runs in all: its repeat times the repeats of the stages around it."""
@@ -826,6 +834,8 @@ class Engine(Node):
         layers = sum(n for _, n in leaves)
         if layers > MAX_LAYERS:
             raise ValueError(f"{layers} stage instances in all, above the limit of {MAX_LAYERS}")
+        if repeated_stages(self.body) > MAX_REPEATED_STAGES:
+            raise ValueError(f"{repeated_stages(self.body)} stages repeat with counts of their own, above the limit of {MAX_REPEATED_STAGES}")
         w = _chain(self.body, self.width, "the main line")
         if self.nozzle.width != w:
             raise ValueError(f"the nozzle reads width {self.nozzle.width}, the main line ends at {w}")

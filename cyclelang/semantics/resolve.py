@@ -360,7 +360,7 @@ class _Resolver:
         stage_names: dict[str, ast.Ident] = {}
         w = width
         self.engine_scope = full
-        layers = 0
+        layers = repeated = 0
         for item in body_items:
             if isinstance(item, ast.Stage):
                 st = self.stage(item, full, ctx, w, stage_names)
@@ -369,6 +369,14 @@ class _Resolver:
                     if layers > ir.MAX_LAYERS:
                         self.out.error("E0237", f"the engine runs {layers:,} stage instances by stage '{st.name}', above the limit of {ir.MAX_LAYERS:,}",
                                        item.span, "nested repeats multiply: stage a x 100 { stage b x 1000 {...} } is 100,000 instances")
+                        st = None
+                        w = None
+                        continue
+                    repeated += ir.repeated_stages([st])
+                    if repeated > ir.MAX_REPEATED_STAGES:
+                        self.out.error("E0238", f"the engine has {repeated:,} stages that repeat with counts of their own by stage "
+                                       f"'{st.name}', above the limit of {ir.MAX_REPEATED_STAGES:,}", item.span,
+                                       "stages that repeat alike are one stage: a template used once with `x N`, or a nested stage")
                         st = None
                         w = None
                         continue
