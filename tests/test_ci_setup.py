@@ -35,7 +35,8 @@ def _installed_by_repo() -> set[str]:
 
 
 def _imported_by_tests() -> dict[str, str]:
-    """top-level module -> a test file that imports it (imports, need("x"), require("x"), importorskip("x"))."""
+    """top-level module -> a test file that imports it (import statements, and the names given to need, require
+    and pytest's import-or-skip)."""
     own = {p.stem for p in (ROOT / "tests").glob("*.py")} | {"cyclelang", "tests", "conftest"}
     out: dict[str, str] = {}
     for path in sorted((ROOT / "tests").glob("*.py")):

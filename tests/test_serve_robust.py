@@ -22,6 +22,8 @@ import pytest
 from cyclelang.serve import app
 from cyclelang.serve.app import Handler, make_server
 
+from .conftest import need
+
 TINY = "engine tiny {\n  chamber width=64\n  feed tokens vocab=256 context=32\n  turbine mlp\n  nozzle head\n}\n"
 
 
@@ -288,7 +290,7 @@ def test_stalled_clients_at_the_descriptor_limit_do_not_wedge_the_server(tmp_pat
     import subprocess
     import sys
 
-    pytest.importorskip("resource")  # POSIX only
+    need("resource")  # POSIX only
     code = ("import resource, sys\n"
             "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
             "from cyclelang.serve.app import make_server\n"

@@ -151,7 +151,7 @@ def read_safetensors(path, limit: int | None = None) -> tuple[dict, dict | None]
     optionally `config.json`. Pickled formats are refused. Every file is read as
     `read_json` and `_load_file` read: never a FIFO or a device, never more than `limit`
     bytes of weights (None: no limit); whatever is wrong with one is an InteropError."""
-    from . import MAX_CONFIG_BYTES
+    from .sizes import MAX_CONFIG_BYTES
 
     path = Path(path)
     config = None
@@ -780,7 +780,7 @@ def implied_engine(config: dict) -> ir.Engine:
     """The IR a checkpoint's config implies (by its model_type); InteropError names a field it cannot express."""
     from ..diagnostics import CycleError
     from ..semantics.resolve import parse
-    from . import read_arch
+    from .sizes import read_arch
 
     if not isinstance(config, Mapping):
         raise InteropError("config", f"a config is one JSON object, not {type(config).__name__}")
