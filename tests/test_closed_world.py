@@ -196,6 +196,9 @@ def test_what_a_class_does_to_a_value_before_its_model_sees_it():
     assert read_config({**neox, "rotary_pct": 0.5}).rotary == 0.5
     bloom = {"model_type": "bloom", "vocab_size": V, "n_embed": 48, "n_layer": 1, "n_head": 4}
     assert read_config(bloom).width == 48  # BloomConfig's n_embed
+    # remote code runs only with trust_remote_code=True: without it AutoConfig reads this model_type's own class
+    remote = {"AutoConfig": "configuration_x.XConfig", "AutoModelForCausalLM": "modeling_x.XForCausalLM"}
+    assert read_config(_mistral(auto_map=remote)) == read_config(_mistral())
 
 
 @pytest.mark.parametrize("key, value, words", [

@@ -97,6 +97,8 @@ INERT: dict[str, str] = {
     "output_router_logits": "whether forward also returns the router's logits (and adds their balance loss to the training loss)",
     "router_aux_loss_coef": "the balance loss's weight in transformers' training loss; the logits do not read it",
     "cache_implementation": "which cache class generation uses: the same logits",
+    "auto_map": "the checkpoint's own code, run only with trust_remote_code=True; without it transformers loads its own class "
+                "for this model_type, which is what is read here",
     **{k: _GENERATION for k in (
         "assistant_confidence_threshold", "assistant_lookbehind", "bad_words_ids", "begin_suppress_tokens", "diversity_penalty",
         "do_sample", "early_stopping", "encoder_no_repeat_ngram_size", "encoder_repetition_penalty", "epsilon_cutoff", "eta_cutoff",
@@ -111,7 +113,6 @@ FIXED = {
     "is_encoder_decoder": (False, "an encoder-decoder is not a causal LM the language can say"),
     "add_cross_attention": (False, "cross-attention to an encoder is not in the language"),
     "per_layer_config": (None, "per-layer overrides of the config (transformers' heterogeneous layers) are not mapped"),
-    "auto_map": (None, "the checkpoint ships its own modeling code (run with trust_remote_code): what it computes is that code's"),
 }
 
 # Sizes: a whole number of at least 1 (a zero or negative size has no model).
