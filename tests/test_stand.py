@@ -280,6 +280,11 @@ def test_draw_annotate_golden(golden, tmp_path):
     spec = cyclelang.load(SPEC("gas_generator"))
     readings = pressure_readings(spec, StandReport.model_validate_json(report.read_text("utf-8")).runs[0])
     assert readings["chain"]["stages.0-3"] > 0 and "stages.4.probe" in readings["branches"]  # folded and instance paths
+    # by path only: a firing that lacks this spec's instances gives them no readings (matching by name gave every
+    # stage of one name the same ones)
+    firing = StandReport.model_validate_json(report.read_text("utf-8")).runs[0]
+    part = pressure_readings(spec, firing.model_copy(update={"stages": firing.stages[:2] + firing.stages[4:]}))
+    assert "stages.0-3" not in part["chain"] and part["chain"]["stages.4"] == readings["chain"]["stages.4"]
     dot = to_dot(spec, annotate=readings)
     # pin the annotated wires and the printed numbers (which wire got which value and colour), not the rest of the diagram
     edges = [line.strip() for line in dot.splitlines() if "value=" in line or 'class="value ' in line or "colourbar" in line]
@@ -321,7 +326,10 @@ def test_draw_annotate_golden(golden, tmp_path):
     same = to_dot([spec, spec], annotate=[readings, readings])
     assert colour_of(same, "e0.", "stages.0-3") == colour_of(same, "e1.", "stages.0-3")
     # a report fired at another depth or width is refused with the reason, never half-applied
-    r = invoke(["draw", SPEC("gas_generator"), "--annotate", str(report), "-o", str(tmp_path / "x.dot")])
+    shrunk = json.loads(report.read_text("utf-8"))
+    shrunk["runs"][0]["settings"].update(width=32, depth=3)
+    (tmp_path / "shrunk.json").write_text(json.dumps(shrunk), "utf-8")
+    r = invoke(["draw", SPEC("gas_generator"), "--annotate", str(tmp_path / "shrunk.json"), "-o", str(tmp_path / "x.dot")])
     assert r.exit_code == 1 and "E0276" in r.output and "depth 3" in r.output and "width 32" in r.output
     assert not (tmp_path / "x.dot").exists()
     r = invoke(["draw", SPEC("gpt2"), "--annotate", str(report), "-o", str(tmp_path / "x.dot")])

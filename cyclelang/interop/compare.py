@@ -171,10 +171,6 @@ def _node(n) -> dict:
     return d
 
 
-def _op(op, path: str) -> tuple[dict, str]:
-    return _node(op), path
-
-
 def _branch(b: ir.Prechamber, bl, ops_paths: list[str]) -> dict:
     return {"op": "branch", "detach": b.detach, "overboard": b.overboard, "loss": b.loss,
             "ops": [(_node(o), p) for o, p in zip(b.ops, ops_paths)], "merge": _merge(b.merge)}

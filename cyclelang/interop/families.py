@@ -296,17 +296,6 @@ class JambaFamily:
     sources: dict = field(default_factory=dict, compare=False)
 
 
-def _runs(pattern) -> list[tuple[object, int, int]]:
-    """(item, first index, count) of each run of equal consecutive items."""
-    out: list[list] = []
-    for i, x in enumerate(pattern):
-        if out and out[-1][0] == x:
-            out[-1][2] += 1
-        else:
-            out.append([x, i, 1])
-    return [tuple(r) for r in out]
-
-
 def _fold(pattern, first: int, pad: str) -> list[str]:
     """Stage lines for consecutive layers pattern[0:], numbered from `first`: a run of one
     layer kind is one stage `x N`; a run of two kinds in turn (MLP, experts) a nested stage."""

@@ -53,11 +53,6 @@ def forward_flops_per_token(e: ir.Engine, n: int) -> int:
     return sum(sum(part_flops(p, n)) * p.repeat for p in parts(e))
 
 
-def attention_flops_per_token(e: ir.Engine, n: int) -> int:
-    """The part of `forward_flops_per_token` spent on attention scores and weighted sums."""
-    return sum(part_flops(p, n)[1] * p.repeat for p in parts(e))
-
-
 # --- gradient reachability ------------------------------------------------------------------
 
 

@@ -42,11 +42,6 @@ def groups(engine: ir.Engine) -> list[ir.Stage]:
     return out
 
 
-def attentions(engine: ir.Engine) -> list[tuple[ir.Attention, int]]:
-    """Every attention with how many times it runs per forward pass."""
-    return [(p.node, p.repeat) for p in parts(engine) if isinstance(p.node, ir.Attention)]
-
-
 def merges_into_main_line(engine: ir.Engine) -> int:
     return ir.passes.merge_totals(engine.body).merges
 

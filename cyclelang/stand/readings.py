@@ -8,9 +8,9 @@ Torch-free. The diagram asks for readings by path and never sees a stand report:
 
 Every stage and branch has two keys: its folded path (`stages.0-11`, its instances'
 readings averaged geometrically) and each instance's (`stages.3`, that instance's).
-Stages are matched by name, in order, so a report fired at another --depth (a scale
-model of the same spec) still applies: the r-th instance of stage `block` reads the
-r-th reading of `block`.
+Stages are matched by path only: a report fired at another --depth is refused before
+this is asked (E0276), and matching by name gave every stage of one name (jamba's three
+`routed` stages) the same readings.
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ def _gmean(values: list[float]) -> float | None:
 
 def pressure_readings(spec: ir.Spec, firing: Firing) -> dict[str, dict[str, float]]:
     by_path = {s.path: s for s in firing.stages}
-    by_stage: dict[str, list] = {}
-    for s in firing.stages:
-        by_stage.setdefault(s.stage, []).append(s)
     out: dict[str, dict[str, float]] = {"chain": {}, "exit": {}, "branches": {}}
 
     def put(table: str, path: str, values: list[float]) -> None:
@@ -42,8 +39,8 @@ def pressure_readings(spec: ir.Spec, firing: Firing) -> dict[str, dict[str, floa
 
     for sl in ir.layout.layout(spec).stages:
         got = [by_path.get(path) for path in sl.instances()]
-        if not all(r is not None and r.stage == sl.stage.name for r in got):  # fired at another depth (a scale model): by name, in order
-            got = by_stage.get(sl.stage.name, [])
+        if not all(r is not None and r.stage == sl.stage.name for r in got):  # not this spec's firing: no reading
+            continue
         groups = [(sl.path, got)] + [(sl.instance(r), got[r : r + 1]) for r in range(sl.count)]
         for path, rs in groups:
             put("chain", path, [r.grad_in for r in rs])
