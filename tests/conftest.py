@@ -127,3 +127,12 @@ def require(module: str, install: str):
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"{module} is missing in CI: {install}")
         pytest.skip(f"{module} is not installed ({install})")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The run's peak resident memory, so its growth is seen when it happens (printed before pytest's closing line)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    terminalreporter.write_sep("-", f"peak resident memory: {own:,.0f} MiB in the test process, {kids:,.0f} MiB in its largest subprocess")
