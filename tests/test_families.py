@@ -177,6 +177,12 @@ FAMILIES.update({  # rotary scaling, each at T = 12 past its original context of
                                                                  num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=40, num_experts=3,
                                                                  num_experts_per_tok=1, moe_intermediate_size=24, shared_expert_intermediate_size=16,
                                                                  decoder_sparse_step=2, norm_topk_prob=True),
+    # Qwen2-MoE's own default window pattern (every other layer below max_window_layers), not Qwen2's
+    "qwen2_moe_sliding": lambda: transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40,
+                                                             num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                                                             shared_expert_intermediate_size=40, use_sliding_window=True, sliding_window=3,
+                                                             max_window_layers=4),
     # Qwen2's sliding window from max_window_layers on, and Qwen3's from layer_types: global then local layers
     "qwen2_window_from_layer": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
                                                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40,
