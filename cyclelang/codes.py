@@ -113,6 +113,13 @@ the reviewer count as cooled. End the branch with a turbine that has one, write
 `merge deepnorm` on such a branch is accepted: its alpha still scales the main line,
 and beta has nothing to scale. This is an error, and `# allow:` does not silence it.""",
      "prechamber mix { norm layernorm  turbine pool  merge cooling }")
+_add("E0303", "DeepNorm merges of one stage with different alphas", """
+DeepNet (`merge deepnorm`) scales the residual stream by alpha at each merge, x_next =
+alpha * x + f(x), with one alpha for every merge of a block: the built stage holds one.
+Two branches of one stage that ask for different alphas (`alpha=` on one, another or the
+default (2N)^(1/4) on the other) would silently compute with the first one's, so the spec
+is refused. Give the stage's DeepNorm merges one alpha, or put the branches in stages of
+their own.""", "stage s { prechamber a { turbine mlp  merge deepnorm alpha=1.5 }  prechamber b { turbine mlp  merge deepnorm alpha=3 } }")
 _add("W101", "deep Post-LN without warmup", """
 A norm at stage level sits in series on the main line (Post-LN, as in the original
 Transformer): every valve in series adds a pressure drop that the backward pass must

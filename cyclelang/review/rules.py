@@ -132,6 +132,35 @@ def merge_init_without_output(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnosti
     return out
 
 
+# --- E0303: DeepNorm branches of one stage with different alphas --------------------------------
+
+
+def deepnorm_alphas_differ(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    """DeepNet scales the residual stream by one alpha at every merge of a block; the built stage holds
+    one `alpha`. Branches of one stage that ask for different ones would silently take the first's."""
+    out, seen = [], set()
+    for s in stages(e):
+        first = None
+        for b in ir.stage_branches(s):
+            m = b.merge
+            if not isinstance(m, ir.DeepnormMerge):
+                continue
+            if first is None:
+                first = (b, m)
+                continue
+            if m.alpha == first[1].alpha:
+                continue
+            key = (m.span.file, m.span.line, m.span.column) if m.span is not None else id(b)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Diagnostic("E0303", "error", f"prechamber '{b.name}' merges with DeepNorm alpha {m.alpha:g}, but prechamber "
+                                  f"'{first[0].name}' of the same stage '{s.name}' with alpha {first[1].alpha:g}", m.span,
+                                  "give the stage's DeepNorm merges one alpha (or leave it out: (2N)^(1/4)), or put the branches in stages "
+                                  "of their own", ("DeepNet scales the residual stream by one alpha at every merge of a block",)))
+    return out
+
+
 # --- N101: detached branch --------------------------------------------------------------------
 
 
@@ -667,6 +696,7 @@ RULES: tuple[Rule, ...] = (
     deep_without_cooling,
     dead_branch,
     merge_init_without_output,
+    deepnorm_alphas_differ,
     detached_branch,
     moe_injection,
     narrowest_width,
@@ -689,7 +719,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 # The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "E0302", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "W129", "W130", "W131", "N101", "N102", "N103", "N110")
+REVIEW_CODES = ("E0301", "E0302", "E0303", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "W129", "W130", "W131", "N101", "N102", "N103", "N110")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:
