@@ -297,6 +297,21 @@ def test_an_unclaimed_family_names_the_nearest_claimed_one_and_what_is_lacking()
             read_config({"model_type": only})
 
 
+def test_every_causal_lm_of_transformers_is_claimed_unclaimed_or_left_out():
+    """A transformers release's new family shows up here by name: it is neither read, nor refused with what the
+    language lacks (interop/unclaimed.py), nor left out as no decoder-only text model."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from cyclelang.interop.unclaimed import LEFT_OUT, UNCLAIMED
+
+    tables = set(FAMILIES) | set(UNCLAIMED) | LEFT_OUT
+    assert not set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) - tables, sorted(set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) - tables)
+    assert not (set(UNCLAIMED) | LEFT_OUT) - set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)  # no entry for a family transformers lacks
+    assert not LEFT_OUT & set(UNCLAIMED) and not LEFT_OUT & set(FAMILIES)
+    with pytest.raises(Unsupported, match="not a decoder-only text model"):
+        read_config({"model_type": "bert"})
+
+
 def test_cli_lists_the_supported_families_once(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "made_up_lm"}))
     res = CliRunner().invoke(main, ["import", str(tmp_path)])

@@ -1041,8 +1041,11 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
 
 def refusal(model_type: str) -> str:
     """Why an unclaimed model_type does not import: the nearest claimed family and what the language lacks."""
-    from .unclaimed import UNCLAIMED
+    from .unclaimed import LEFT_OUT, UNCLAIMED
 
+    if model_type in LEFT_OUT:
+        return (f"{model_type!r} is not a decoder-only text model (an encoder, an encoder-decoder, or a speech, music or "
+                "image-to-text generator): the importer reads causal decoders")
     near = UNCLAIMED.get(model_type)
     if near is None:
         return (f"unknown model type {model_type!r}: not a decoder-only family of transformers {TRANSFORMERS_VERSION} that the importer "
