@@ -115,10 +115,16 @@ ALIASES = {
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "n_embed": "hidden_size"},  # n_embed: __post_init__'s BC
     "falcon": {"n_embed": "hidden_size"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+    "qwen3_moe": {"num_local_experts": "num_experts"},
+    "olmoe": {"num_local_experts": "num_experts"},
+    "flex_olmo": {"num_local_experts": "num_experts"},
 }
+# Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
+# num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.
+ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"})}
 
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).
-DEFAULT_THETA = {"mixtral": 1000000.0}
+DEFAULT_THETA = {"mixtral": 1000000.0, "flex_olmo": 500000.0}
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"
@@ -261,11 +267,15 @@ class Config:
         self.family, self.keys = family, keys
         self.fields = fields_of(family)
         aliases = ALIASES.get(family, {})
+        wins = ALIAS_WINS.get(family, frozenset())
         cfg: dict = {}
-        for k, v in decode(raw).items():
+        decoded = decode(raw)
+        for k, v in decoded.items():
             name = aliases.get(k, k)
-            if name in cfg and k != name:
+            if name in cfg and k != name and k not in wins:
                 continue  # the canonical name wins over its alias, as transformers' later setattr does
+            if k == name and any(a in decoded and aliases[a] == name for a in wins):
+                continue  # ... unless the class stores the field under the alias (ALIAS_WINS)
             cfg[name] = v
         self.raw = cfg
         self._check()

@@ -1022,10 +1022,162 @@ def _bloom(c: Config) -> Arch:
                          "layers": "n_layer", "heads": "n_head", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
 
 
+# --- Llama-shaped decoders with routed experts (issue 33): Qwen3-MoE, OLMoE, FlexOlmo, GraniteMoE(-Shared), Aria's text model ---
+# Every one routes by softmax then top-k; GraniteMoE and Aria take the top-k logits first and softmax those, which is the
+# same function as renormalising the top-k of the softmax (normalize=true). What distinguishes each:
+#   qwen3_moe: qk RMSNorm per head, norm_topk_prob, dense layers (mlp_only_layers, decoder_sparse_step), one window for all layers
+#   olmoe: qk RMSNorm across the heads, norm_topk_prob; flex_olmo: OLMo-2's norms after each turbine and its qk-norm across heads
+#   granitemoe: Granite's four multipliers; granitemoeshared: ... and an ungated shared expert beside the routed ones
+#   aria_text: a shared expert moe_num_shared_experts x intermediate_size wide; routed experts always silu-gated
+_ROUTER = "the router's top-k renormalised softmax (a softmax over the top-k logits): the same function"
+_ROUTED = {
+    "qwen3_moe": Keys(_LLAMA | {"head_dim", "attention_bias", "use_sliding_window", "sliding_window", "decoder_sparse_step", "mlp_only_layers",
+                                "moe_intermediate_size", "num_experts", "num_experts_per_tok", "norm_topk_prob"}),
+    "olmoe": Keys(_LLAMA | {"attention_bias", "clip_qkv", "num_experts", "num_experts_per_tok", "norm_topk_prob"}),
+    "flex_olmo": Keys(_LLAMA | {"attention_bias", "num_experts", "num_experts_per_tok", "norm_topk_prob"}),
+    "granitemoe": Keys(_LLAMA | {"attention_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling",
+                                 "num_local_experts", "num_experts_per_tok"}),
+    "granitemoeshared": Keys(_LLAMA | {"attention_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling",
+                                       "num_local_experts", "num_experts_per_tok", "shared_intermediate_size"}),
+    "aria_text": Keys(_LLAMA | {"attention_bias", "mlp_bias", "head_dim", "moe_num_experts", "moe_topk", "moe_num_shared_experts"}, _TP),
+}
+KEYS.update(_ROUTED)
+
+
+def _count(c: Config, key: str, least: int = 1) -> int:
+    """A whole number of at least `least` (null and floats refused: transformers' layers take it as a size)."""
+    v = c[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        raise Unsupported(key, f"{v!r} is not a whole number from {least}")
+    return v
+
+
+def _routed(family: str):
+    def read(c: Config) -> Arch:
+        width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+        kv = _kv(c, heads)
+        act_name = c["hidden_act"]
+        act = _GATED_ACTS.get(act_name)
+        if act is None:
+            raise Unsupported("hidden_act", f"a gated MLP with {act_name!r} has no counterpart (the language has swiglu = silu, geglu = gelu, "
+                              "geglu_tanh = the tanh GELU)")
+        sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+                   "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "moe_intermediate_size", "act": "hidden_act",
+                   "eps": "rms_norm_eps", "rotary_base": "rope_theta", "window": "sliding_window", "experts": "num_experts",
+                   "top": "num_experts_per_tok", "tied": "tie_word_embeddings"}
+        extra: dict = {}
+        head_dim = width // heads
+        bias = bool(c["attention_bias"])
+        shared, normalize, window = 0, True, None
+        if family == "qwen3_moe":
+            if c.given("head_dim"):  # not a field of Qwen3MoeConfig, but its attention reads it where config.json writes it
+                head_dim = c["head_dim"]
+                if head_dim is None:
+                    raise Unsupported("head_dim", "null: Qwen3-MoE's attention reads head_dim wherever config.json writes it, and cannot use null")
+            else:
+                _divides(width, heads, "num_attention_heads", "hidden_size")
+            if c["use_sliding_window"]:  # every layer's window (Qwen3MoeConfig has no max_window_layers or layer_types)
+                window = _sliding(c)
+            step, only = _count(c, "decoder_sparse_step"), c["mlp_only_layers"]
+            if only is not None and (not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only)):
+                raise Unsupported("mlp_only_layers", f"{only!r} is not a list of layer numbers")
+            dense = tuple(i in set(only or ()) or (i + 1) % step != 0 for i in range(layers))
+            if all(dense):
+                raise Unsupported("mlp_only_layers" if only else "decoder_sparse_step", "every layer is dense: write the checkpoint as a qwen3 (no experts)")
+            if any(dense):
+                extra.update(layer_dense=dense, dense_hidden=c["intermediate_size"])
+                sources["dense_hidden"] = "intermediate_size"
+            experts, top, hidden = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
+            normalize = bool(c["norm_topk_prob"])
+            extra.update(qk_norm="head", qk_eps=_eps(c, "rms_norm_eps"))
+        elif family in ("olmoe", "flex_olmo"):
+            _divides(width, heads, "num_attention_heads", "hidden_size")
+            if family == "olmoe" and c["clip_qkv"] is not None:
+                raise Unsupported("clip_qkv", "clamping q, k and v to a range is not in the language")
+            experts, top, hidden = c["num_experts"], c["num_experts_per_tok"], c["intermediate_size"]
+            normalize = bool(c["norm_topk_prob"])
+            extra.update(qk_norm="all", qk_eps=_eps(c, "rms_norm_eps"), post_norms=family == "flex_olmo")
+            sources["hidden"] = "intermediate_size"
+        elif family in ("granitemoe", "granitemoeshared"):
+            _divides(width, heads, "num_attention_heads", "hidden_size")
+            experts, top, hidden = _count(c, "num_local_experts"), _count(c, "num_experts_per_tok"), c["intermediate_size"]
+            for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+                if isinstance(c[k], bool) or not isinstance(c[k], (int, float)) or not c[k]:
+                    raise Unsupported(k, f"{c[k]!r}: Granite's multipliers are non-zero numbers")
+            extra.update(embed_scale=float(c["embedding_multiplier"]), residual_scale=float(c["residual_multiplier"]),
+                         attn_scale=float(c["attention_multiplier"]), logit_scale=1.0 / float(c["logits_scaling"]))
+            sources.update(hidden="intermediate_size", experts="num_local_experts", embed_scale="embedding_multiplier",
+                           residual_scale="residual_multiplier", attn_scale="attention_multiplier", logit_scale="logits_scaling")
+            if family == "granitemoeshared":
+                shared = _count(c, "shared_intermediate_size", 0)  # 0: no shared expert
+        else:  # aria_text
+            _divides(width, heads, "num_attention_heads", "hidden_size")  # AriaTextConfig.validate_architecture refuses the rest
+            head_dim = c["head_dim"] or head_dim
+            if act_name not in ("silu", "swish"):
+                raise Unsupported("hidden_act", f"Aria's routed experts are silu-gated whatever hidden_act says, its shared expert follows "
+                                  f"{act_name!r}: one moe turbine has one activation")
+            if c["mlp_bias"]:
+                raise Unsupported("mlp_bias", "Aria biases its shared expert but never the routed ones; the language's moe bias= covers all of them")
+            experts, top, hidden = _count(c, "moe_num_experts"), _count(c, "moe_topk"), c["intermediate_size"]
+            shared = hidden * _count(c, "moe_num_shared_experts")
+            sources.update(hidden="intermediate_size", experts="moe_num_experts", top="moe_topk")
+        if not 1 <= top <= experts:
+            raise Unsupported(sources["top"], f"top-{top} of {experts} experts")
+        context = c["max_position_embeddings"]
+        scaling = _rope_scaling(c, context)
+        return Arch(family, vocab=c["vocab_size"], context=_dynamic_context(context, scaling), width=width, layers=layers, heads=heads,
+                    kv_heads=kv, head_dim=head_dim, hidden=hidden, act=act, norm="rmsnorm", eps=_eps(c, "rms_norm_eps"), qkv_bias=bias,
+                    out_bias=bias, rotary=_rotary(_partial(c), head_dim), rotary_base=_rope(c), rotary_scaling=scaling, window=window,
+                    experts=experts, top=top, normalize=normalize, shared=shared, tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
+                    sources=sources, **extra)
+    return read
+
+
+def _routed_config(a: Arch, cfg: dict) -> dict:
+    """The config fields of the routed-expert families (config_of's generic part is `cfg`)."""
+    if a.experts == 0:
+        raise Unsupported("turbine mlp", f"{a.family} routes its MLPs through experts; the spec's layers are all dense")
+    if a.shared_gate:
+        raise Unsupported("shared_gate", f"{a.family}'s shared expert is not gated (Qwen2-MoE's is)")
+    if a.shared and a.family not in ("granitemoeshared", "aria_text"):
+        raise Unsupported("shared", f"{a.family} has no shared expert")
+    if a.layer_dense and a.family != "qwen3_moe":
+        raise Unsupported("stages", f"{a.family} routes every layer; only qwen3_moe has dense layers among its routed ones")
+    if not a.normalize and a.family in ("granitemoe", "granitemoeshared", "aria_text"):
+        raise Unsupported("normalize", f"{a.family}'s router always renormalises its top-k weights (a softmax over the top-k logits)")
+    if a.mlp_bias:
+        raise Unsupported("bias", f"{a.family}'s experts have no biases")
+    if a.qkv_bias != a.out_bias:
+        raise Unsupported("out_bias", f"{a.family}'s attention_bias covers q, k, v and the output alike")
+    want_qk = {"qwen3_moe": "head", "olmoe": "all", "flex_olmo": "all"}.get(a.family, "none")
+    if a.qk_norm != want_qk or (a.qk_norm != "none" and a.qk_eps != a.eps):
+        raise Unsupported("qk_norm", f"{a.family}'s qk-norm is {want_qk}" + (", with the norms' eps" if want_qk != "none" else ""))
+    cfg = dict(cfg, attention_bias=a.qkv_bias)
+    cfg.pop("head_dim", None)
+    if a.family == "qwen3_moe":
+        cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, moe_intermediate_size=a.hidden, head_dim=a.head_dim,
+                   intermediate_size=a.dense_hidden if a.layer_dense else a.hidden, norm_topk_prob=a.normalize, decoder_sparse_step=1,
+                   mlp_only_layers=[i for i, d in enumerate(a.layer_dense) if d], use_sliding_window=a.window is not None,
+                   sliding_window=a.window)
+    elif a.family in ("olmoe", "flex_olmo"):
+        cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, norm_topk_prob=a.normalize)
+    elif a.family in ("granitemoe", "granitemoeshared"):
+        cfg.update(num_local_experts=a.experts, num_experts_per_tok=a.top, embedding_multiplier=a.embed_scale,
+                   residual_multiplier=a.residual_scale, attention_multiplier=a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5,
+                   logits_scaling=1.0 / a.logit_scale)
+        if a.family == "granitemoeshared":
+            cfg["shared_intermediate_size"] = a.shared
+    else:  # aria_text
+        if not a.shared or a.shared % a.hidden:
+            raise Unsupported("shared", f"Aria's shared expert is a whole multiple (moe_num_shared_experts) of the experts' width {a.hidden}")
+        cfg.update(moe_num_experts=a.experts, moe_topk=a.top, moe_num_shared_experts=a.shared // a.hidden, head_dim=a.head_dim, mlp_bias=False)
+    return cfg
+
+
 _DECODER_FAMILIES = tuple(_DECODERS)
 _PLAIN_FAMILIES = tuple(_PLAIN)
 READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f) for f in _PLAIN}, "mamba2": _mamba2,
-           "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom}
+           "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom, **{f: _routed(f) for f in _ROUTED}}
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1036,7 +1188,13 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM",
              "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
              "gemma2": "Gemma2ForCausalLM", "bloom": "BloomForCausalLM", "ministral": "MinistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
-             "seed_oss": "SeedOssForCausalLM", "internlm3": "LlamaForCausalLM", "iquestcoder": "LlamaForCausalLM"}
+             "seed_oss": "SeedOssForCausalLM", "internlm3": "LlamaForCausalLM", "iquestcoder": "LlamaForCausalLM",
+             "qwen3_moe": "Qwen3MoeForCausalLM",
+             "olmoe": "OlmoeForCausalLM",
+             "flex_olmo": "FlexOlmoForCausalLM",
+             "granitemoe": "GraniteMoeForCausalLM",
+             "granitemoeshared": "GraniteMoeSharedForCausalLM",
+             "aria_text": "AriaTextForCausalLM"}
 
 
 def refusal(model_type: str) -> str:
@@ -1451,7 +1609,7 @@ def config_of(a: Arch) -> dict:
         cfg["rms_norm_eps"] = a.eps if a.norm == "rmsnorm" else a.qk_eps
     if "head_dim" in fields_of(a.family):
         cfg["head_dim"] = a.head_dim
-    elif a.head_dim * a.heads != a.width:
+    elif a.head_dim * a.heads != a.width and a.family != "qwen3_moe":  # Qwen3-MoE's attention reads a head_dim its class lacks
         raise Unsupported("head_dim", f"{a.family}'s head_dim is hidden_size / num_attention_heads")
     if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder"):
         cfg["attention_bias"] = a.qkv_bias
@@ -1502,6 +1660,8 @@ def config_of(a: Arch) -> dict:
         cfg.update(embedding_multiplier=a.embed_scale, residual_multiplier=a.residual_scale,
                    attention_multiplier=a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5,
                    logits_scaling=1.0 / a.logit_scale)
+    if a.family in _ROUTED:
+        cfg = _routed_config(a, cfg)
     return cfg
 
 

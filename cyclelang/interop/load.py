@@ -341,14 +341,14 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe")
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe") or arch in ROUTED
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
     if arch in _EXPANDER_PLANS:
         return _EXPANDER_PLANS[arch](plan, put, layout, final, state, fused)
     for i, st in sorted(layout.items()):
-        moe = family_moe and not (arch == "qwen2_moe" and st.moe is None and st.mlp is not None)  # Qwen2-MoE's dense layers: a gated MLP
+        moe = family_moe and not (arch in ("qwen2_moe", "qwen3_moe") and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
@@ -411,6 +411,9 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
             put(f"{reactor}.proj.{p}", h + f"{ks.gated[2]}.{p}")
         if not moe:
             continue
+        if arch in ROUTED:
+            _put_routed(put, arch, reactor, h, st.work_node, state, fused)
+            continue
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
         qwen = arch == "qwen2_moe"  # its released files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
         put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused or qwen else "block_sparse_moe.gate.weight"))
@@ -449,6 +452,52 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         put(f"{final}.{p}", f"{ks.final}.{p}")
         put(f"head.{p}", f"{ks.head}.{p}")
     return plan
+
+
+@dataclass(frozen=True)
+class _IndexT(_Index):
+    """One expert's slice of a fused tensor stored (in, out), transposed (Aria's experts)."""
+
+    def __call__(self, t):
+        return t[self.x].t()
+
+    def inverse(self, t):
+        return [t.t()]
+
+
+# The routed-expert families' names inside `layers.{i}.`: (the block, its router, the fused experts in memory,
+# the experts as saved: "split" per expert gate/up/down_proj, or the fused tensors' saved names).
+ROUTED = {
+    "qwen3_moe": ("mlp.", "gate.weight", "split"),
+    "olmoe": ("mlp.", "gate.weight", "split"),
+    "flex_olmo": ("mlp.", "gate.weight", "split"),
+    "granitemoe": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
+    "granitemoeshared": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
+    "aria_text": ("mlp.", "router.weight", ("experts.fc1.weight", "experts.fc2.weight", "router.weight")),
+}
+
+
+def _put_routed(put, arch: str, reactor: str, h: str, node, state, fused) -> None:
+    """A routed-expert family's moe turbine: its router, experts and shared expert, from transformers 5's fused expert
+    tensors (a model's own state dict; export writes these) or the names save_pretrained writes."""
+    block, router, saved = ROUTED[arch]
+    b = h + block
+    if saved == "split":
+        put(f"{reactor}.router.weight", b + router)
+        _put_experts(put, reactor, b, node, state, fused)
+    else:
+        mem = (b + "experts.gate_up_proj" in state) if fused is None else fused
+        gate_up, down, rkey = (b + "experts.gate_up_proj", b + "experts.down_proj", b + router) if mem else tuple(b + k for k in saved)
+        index = _IndexT if arch == "aria_text" else _Index  # Aria stores each expert (in, out)
+        put(f"{reactor}.router.weight", rkey)
+        for x in range(node.experts):
+            put(f"{reactor}.experts.{x}.fc.weight", gate_up, index(x, node.experts))
+            put(f"{reactor}.experts.{x}.proj.weight", down, index(x, node.experts))
+    if node.shared and arch == "granitemoeshared":  # one fused [gate | up] matrix, as ours
+        put(f"{reactor}.shared.fc.weight", h + "shared_mlp.input_linear.weight")
+        put(f"{reactor}.shared.proj.weight", h + "shared_mlp.output_linear.weight")
+    elif node.shared:
+        _put_gated(put, f"{reactor}.shared", b + "shared_experts.", node.shared)
 
 
 MAMBA2_MIXER = ("in_proj.weight", "in_proj.bias", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "out_proj.weight", "out_proj.bias")
@@ -738,7 +787,7 @@ def export_state_dict(model_state: Mapping, spec, family: str) -> dict:
             raise InteropError(key, f"the module has it; transformers' {family} has no place for it")
         srcs, fn = plan.entries[key]
         if isinstance(fn, _Index):
-            stacks.setdefault(srcs[0], [None] * fn.count)[fn.x] = value
+            stacks.setdefault(srcs[0], [None] * fn.count)[fn.x] = fn.inverse(value)[0]
             continue
         for s, t in zip(srcs, fn.inverse(value.detach())):
             out[s] = t
