@@ -115,10 +115,12 @@ ALIASES = {
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "n_embed": "hidden_size"},  # n_embed: __post_init__'s BC
     "falcon": {"n_embed": "hidden_size"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+    "exaone": {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps", "activation_function": "hidden_act"},
 }
 
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).
 DEFAULT_THETA = {"mixtral": 1000000.0}
+DEFAULT_THETA.update({"olmo3": 500000.0, "smollm3": 2000000.0, "ernie4_5": 500000.0, "helium": 100000.0, "cwm": 1000000.0, "exaone": 500000.0})
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"
