@@ -186,3 +186,38 @@ def test_cwm_without_rope_parameters_reads_its_own_llama3_rope():
     text = import_config(config)
     assert "rotary_scaling=llama3 rotary_factor=16" in text and "rotary_base=1000000" in text
     assert transformers.CwmConfig(**{k: v for k, v in config.items() if k != "model_type"}).rope_parameters["rope_type"] == "llama3"
+
+
+def test_olmo3_legacy_rope_keys_read_as_olmo3config_places_them():
+    """Released OLMo 3 configs write rope_theta and a YaRN rope_scaling: transformers gives both to the full-attention
+    layers alone (the sliding ones keep the class's 500000); the import of the file is the import of what the class makes."""
+    legacy = {k: v for k, v in _dict("olmo3").items() if k != "rope_parameters"}
+    legacy.update(rope_theta=1234.0, max_position_embeddings=32,
+                  rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8, "attention_factor": 1.2})
+    made = transformers.Olmo3Config(**{k: v for k, v in legacy.items() if k != "model_type"})
+    assert made.rope_parameters["sliding_attention"]["rope_theta"] == 500000.0
+    text = import_config(legacy)
+    assert text == import_config(made.to_dict())
+    assert "rotary_base=1234 rotary_scaling=yarn" in text and "rotary_base=500000 window=5" in text
+
+
+def test_olmo3_yarn_on_full_layers_round_trips(tmp_path):
+    config = CONFIGS["olmo3"]()
+    config.rope_parameters = {"full_attention": {"rope_type": "yarn", "rope_theta": 1234.0, "factor": 4.0, "original_max_position_embeddings": 8,
+                                                 "attention_factor": 1.2},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 500000.0}}
+    round_trip(tmp_path, config)
+
+
+def test_interleaved_rotary_takes_a_scaling(tmp_path):
+    config = CONFIGS["ernie4_5"]()
+    config.rope_parameters = {"rope_type": "llama3", "rope_theta": 5000.0, "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8}
+    round_trip(tmp_path, config)
+
+
+def test_exaone3_reads_its_attribute_map_names():
+    plain = _dict("exaone")
+    aliased = {k: v for k, v in plain.items() if k not in ("num_hidden_layers", "rms_norm_eps", "hidden_act")}
+    aliased.update(num_layers=plain["num_hidden_layers"], layer_norm_epsilon=plain["rms_norm_eps"], activation_function=plain["hidden_act"])
+    assert import_config(aliased) == import_config(plain)

@@ -1092,7 +1092,12 @@ def _olmo3_ropes(c: Config) -> dict:
     out["sliding_attention"].setdefault("rope_theta", 500000.0)
     if c.raw.get("partial_rotary_factor") is not None:
         raise Unsupported("partial_rotary_factor", "OLMo 3's rotary turns every dim of a head")
-    return {t: _sub_rope(c, r, f"rope_parameters.{t}") for t, r in out.items()}
+    ropes = {t: _sub_rope(c, r, f"rope_parameters.{t}") for t, r in out.items()}
+    for t, (_, sc) in ropes.items():
+        if sc is not None and sc.type == "dynamic" and ropes["full_attention"] != ropes["sliding_attention"]:
+            raise Unsupported(f"rope_parameters.{t}.rope_type", "dynamic NTK on one layer type alone is not mapped (the feed's context "
+                              "follows one dynamic rope)")
+    return ropes
 
 
 def _window_types(c: Config, layers: int, default) -> tuple[list, int | None]:
@@ -1222,7 +1227,8 @@ def _dense_h2(family: str):
                          attn_scale=None if am is None else float(am), logit_scale=float(c["logits_scaling"]), sandwich=bool(c["use_post_norm"]))
             sources.update(embed_scale="embedding_multiplier", residual_scale="residual_multiplier", attn_scale="attention_multiplier",
                            logit_scale="logits_scaling")
-        return Arch(family, vocab=c["vocab_size"], context=_dynamic_context(context, scaling), width=width, layers=layers, heads=heads,
+        roped = next((p[3] for p in per if p[1]), None)  # the rope of the first layer with one (a NoPE layer has none)
+        return Arch(family, vocab=c["vocab_size"], context=_dynamic_context(context, roped), width=width, layers=layers, heads=heads,
                     kv_heads=kv, head_dim=head_dim, hidden=c["intermediate_size"], act=act, norm="rmsnorm", eps=eps, qkv_bias=qkv_bias,
                     out_bias=out_bias, mlp_bias=mlp_bias, rotary=rotary, rotary_base=base, rotary_scaling=scaling, window=window,
                     tied=bool(c["tie_word_embeddings"]), padding=_padding(c), sources=sources, **extra)
