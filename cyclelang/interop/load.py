@@ -22,7 +22,6 @@ that need it, never at import time of `cyclelang`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -196,9 +195,33 @@ def _strip_prefix(state: dict, arch: str) -> dict:
     prefix = _prefix(arch)
     aliases = _ALIASES.get(arch, {})
     state = {aliases.get(k, k): v for k, v in state.items()}
+    if arch in _RENAMES:
+        state = _renamed(state, _RENAMES[arch])
     if not any(k.startswith(prefix) for k in state):
         return dict(state)
     return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
+
+
+# The names a family's released files use, which transformers renames on loading (and back on saving):
+# EXAONE 3's GPT-2-like names for a Llama.
+_RENAMES = {"exaone": ((r"^transformer\.wte\.", "model.embed_tokens."), (r"^transformer\.h\.", "model.layers."),
+                       (r"^transformer\.ln_f\.", "model.norm."), (r"\.attn\.attention\.", ".self_attn."),
+                       (r"\.self_attn\.out_proj\.", ".self_attn.o_proj."), (r"\.ln_1\.", ".input_layernorm."),
+                       (r"\.ln_2\.", ".post_attention_layernorm."), (r"\.mlp\.c_fc_0\.", ".mlp.gate_proj."),
+                       (r"\.mlp\.c_fc_1\.", ".mlp.up_proj."), (r"\.mlp\.c_proj\.", ".mlp.down_proj."))}
+
+
+def _renamed(state: dict, renames) -> dict:
+    """The state dict under transformers' names; two keys that land on one name are refused (which one is the checkpoint's?)."""
+    out: dict = {}
+    for k, v in state.items():
+        new = k
+        for pat, to in renames:
+            new = re.sub(pat, to, new)
+        if new in out:
+            raise InteropError(k, f"the checkpoint also holds {new} under another name: which one is its weight?")
+        out[new] = v
+    return out
 
 
 # Older names of a key that transformers still yields somewhere (GPT-NeoX's named_parameters: embed_out).
@@ -378,11 +401,11 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
         for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
             if st.attn in st.posts:  # OLMo-2: the norms follow the turbines; Gemma 2: on both sides
-                put(f"{st.posts[st.attn]}.{p}", h + f"post_attention_layernorm.{p}")
+                put(f"{st.posts[st.attn]}.{p}", h + f"{ks.attn_post}.{p}")
             if st.attn not in st.posts or st.attn in st.valves:
                 put(f"{an}.{p}", h + f"{ks.attn_norm}.{p}")
             if reactor in st.posts:
-                put(f"{st.posts[reactor]}.{p}", h + f"post_feedforward_layernorm.{p}")
+                put(f"{st.posts[reactor]}.{p}", h + f"{ks.mlp_post}.{p}")
             if (reactor not in st.posts or reactor in st.valves) and rn != an:  # a parallel block's shared norm (Phi) is the attention's
                 put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
         put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")  # qk-norms: Qwen3 per head, OLMo-2 across heads
@@ -650,6 +673,8 @@ class _Keys:
     final: str = "norm"
     head: str = "lm_head"
     layers: str = "layers"
+    attn_post: str = "post_attention_layernorm"  # the norm after attention (OLMo-2, Gemma 2's sandwich)
+    mlp_post: str = "post_feedforward_layernorm"  # the norm after the MLP
 
 
 KEYS = {
@@ -665,6 +690,8 @@ KEYS = {
     "gemma2": _Keys(mlp_norm="pre_feedforward_layernorm"),
     "bloom": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
                    plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
+    "vaultgemma": _Keys(mlp_norm="pre_feedforward_layernorm"),
+    "hyperclovax": _Keys(attn_post="post_norm1", mlp_post="post_norm2"),  # Peri-LN: a norm before and after each sublayer
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
 }
