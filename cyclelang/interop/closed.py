@@ -115,10 +115,12 @@ ALIASES = {
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "n_embed": "hidden_size"},  # n_embed: __post_init__'s BC
     "falcon": {"n_embed": "hidden_size"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+    "codegen": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
+    "mpt": {"num_attention_heads": "n_heads", "hidden_size": "d_model", "num_hidden_layers": "n_layers"},
 }
 
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).
-DEFAULT_THETA = {"mixtral": 1000000.0}
+DEFAULT_THETA = {"mixtral": 1000000.0, "cohere": 500000.0}
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"
@@ -368,7 +370,7 @@ class Config:
 
 
 # The partial rotary factor a class fills in when config.json gives none (Phi's 0.5, GPT-NeoX's rotary_pct 0.25).
-PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25}
+PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "stablelm": 0.25}
 
 
 def _show(v) -> str:

@@ -85,6 +85,7 @@ class Arch:
     layer_windows: tuple = ()  # Gemma 2: each layer's sliding window (None: global attention); empty: every layer's is `window`
     layer_dense: tuple = ()  # Qwen2-MoE: whether each layer is a dense MLP (mlp_only_layers, decoder_sparse_step); empty: every layer routes
     dense_hidden: int = 0  # ... the dense layers' intermediate_size
+    global_rotary: bool = True  # false: the global layers of a per-layer pattern have no rotary (Cohere 2)
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -1022,10 +1023,14 @@ def _bloom(c: Config) -> Arch:
                          "layers": "n_layer", "heads": "n_head", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
 
 
+from . import families_parallel as _parallel  # noqa: E402  (Cohere, Cohere 2, GLM, GLM-4, StableLM, CodeGen, MPT: it reads the helpers above)
+
+KEYS.update(_parallel.KEYS)
 _DECODER_FAMILIES = tuple(_DECODERS)
 _PLAIN_FAMILIES = tuple(_PLAIN)
 READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f) for f in _PLAIN}, "mamba2": _mamba2,
-           "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom}
+           "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom,
+           **_parallel.READERS}
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1036,7 +1041,8 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "starcoder2": "Starcoder2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM", "falcon": "FalconForCausalLM",
              "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
              "gemma2": "Gemma2ForCausalLM", "bloom": "BloomForCausalLM", "ministral": "MinistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
-             "seed_oss": "SeedOssForCausalLM", "internlm3": "LlamaForCausalLM", "iquestcoder": "LlamaForCausalLM"}
+             "seed_oss": "SeedOssForCausalLM", "internlm3": "LlamaForCausalLM", "iquestcoder": "LlamaForCausalLM",
+             **_parallel.CAUSAL_LM}
 
 
 def refusal(model_type: str) -> str:
@@ -1185,11 +1191,14 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         ops = [t] if a.parallel == "shared" else [n, t, f"{pad}    {norm}"] if a.sandwich else [t, n] if a.post_norms else [n, t]
         return [f"{pad}  prechamber {name} {{", *ops, *[pad + m for m in merge], f"{pad}  }}"]
 
+    def parallel(words) -> list[str]:  # a parallel block of attention (these words) and the MLP
+        shared = [f"    {norm}  # one norm for both branches ({src.get('eps')})"] if a.parallel == "shared" else []
+        return ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
+                *branch("mix", "turbine attention " + " ".join(words), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
+
     layer = [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", work, wkeys)]
     if a.parallel != "none":
-        shared = [f"    {norm}  # one norm for both branches ({src.get('eps')})"] if a.parallel == "shared" else []
-        layer = ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
-                 *branch("mix", "turbine attention " + " ".join(att), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
+        layer = parallel(att)
 
     where = "before and after" if a.sandwich else "after" if a.post_norms else "in front"
     block = f"{a.family}_block"
@@ -1199,9 +1208,13 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         att_global = [x for x in att if not x.startswith("window=")]
         local = next(w for w in a.layer_windows if w is not None)
         att_local = att_global[:1] + [f"window={local}"] + att_global[1:]
-        mk = lambda words: [*branch("mix", "turbine attention " + " ".join(words), keys), *branch("burn", work, wkeys)]
+        if not a.global_rotary:  # Cohere 2: its global layers have no positions but the causal mask
+            att_global = [x for x in att_global if not x.startswith("rotary")]
+        mk = lambda words: parallel(words) if a.parallel != "none" else [*branch("mix", "turbine attention " + " ".join(words), keys),  # noqa: E731
+                                                                          *branch("burn", work, wkeys)]
         blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), each turbine with a norm {where}", f"{a.family}_local", mk(att_local)),
-                  (f"# a {a.family} layer with global attention", f"{a.family}_global", mk(att_global))]
+                  (f"# a {a.family} layer with global attention" + ("" if a.global_rotary else ", without rotary"), f"{a.family}_global",
+                   mk(att_global))]
         body = _layer_runs(a.family, ["local" if w is not None else "global" for w in a.layer_windows])
     if a.layer_dense:  # Qwen2-MoE's dense layers among the MoE ones (mlp_only_layers, decoder_sparse_step)
         dense = f"turbine mlp hidden={a.dense_hidden} act={a.act} bias={_num(a.mlp_bias)}"
@@ -1293,6 +1306,8 @@ def arch_of(engine: ir.Engine) -> Arch:
     stages = _run_order(stages)  # one leaf stage per layer, in the order they run (a nested pattern unfolded)
     st = stages[0]
     windows = [_window(s) for s in stages]
+    if len(set(windows)) > 1:  # a local layer's attention: Cohere 2's global layers have no rotary to read
+        st = next(s for s, w in zip(stages, windows) if w is not None)
     for other in stages[1:]:
         if _unwindowed(other) != _unwindowed(st):
             raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer "
@@ -1404,13 +1419,16 @@ def _ops(node):
         yield from _ops(op)
 
 
+_PER_LAYER = ("window", "rotary_dims", "rotary_base", "rotary_interleaved", "rotary_scaling")
+
+
 def _unwindowed(stage: ir.Stage) -> list:
     """A stage's layer as data, its attention's window left out (Gemma 2 alternates it)."""
     def strip(d):
         if isinstance(d, dict) and d.get("op") in ("mlp", "moe"):
             return {"op": "reactor"}  # compared apart: dense and routed layers may alternate (Qwen2-MoE)
-        if isinstance(d, dict):
-            return {k: strip(v) for k, v in d.items() if not (k == "window" and d.get("op") == "attention")}
+        if isinstance(d, dict):  # the window, and the rotary Cohere 2's global layers lack (export checks the rest)
+            return {k: strip(v) for k, v in d.items() if not (k in _PER_LAYER and d.get("op") == "attention")}
         if isinstance(d, list):
             return [strip(x) for x in d]
         return d
@@ -1429,6 +1447,8 @@ def config_of(a: Arch) -> dict:
                 "scale_attn_by_inverse_layer_idx": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     if a.family in _PLAIN:
         return _plain_config(a)
+    if a.family in _parallel.READERS:
+        return _parallel.config_of(a)
     if a.family == "bloom":
         if a.hidden != 4 * a.width or a.act != "gelu_tanh":
             raise Unsupported("hidden" if a.hidden != 4 * a.width else "act", "BLOOM's MLP is 4 x width wide with the tanh GELU")

@@ -378,11 +378,11 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
         for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
             if st.attn in st.posts:  # OLMo-2: the norms follow the turbines; Gemma 2: on both sides
-                put(f"{st.posts[st.attn]}.{p}", h + f"post_attention_layernorm.{p}")
+                put(f"{st.posts[st.attn]}.{p}", h + f"{ks.post_attn}.{p}")
             if st.attn not in st.posts or st.attn in st.valves:
                 put(f"{an}.{p}", h + f"{ks.attn_norm}.{p}")
             if reactor in st.posts:
-                put(f"{st.posts[reactor]}.{p}", h + f"post_feedforward_layernorm.{p}")
+                put(f"{st.posts[reactor]}.{p}", h + f"{ks.post_mlp}.{p}")
             if (reactor not in st.posts or reactor in st.valves) and rn != an:  # a parallel block's shared norm (Phi) is the attention's
                 put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
         put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")  # qk-norms: Qwen3 per head, OLMo-2 across heads
@@ -393,6 +393,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _GroupedQkv(a.kv_heads, a.heads // a.kv_heads, a.head_dim))
             elif ks.neox_qkv and a.kv_heads == a.heads:  # Falcon's multi-query rows are [q heads | k | v], as ours
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _NeoxQkv(a.heads, a.head_dim))
+            elif ks.mp_qkv:
+                put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _GroupedRows(ks.mp_qkv))
             elif ks.fused_qkv:
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}")
             else:
@@ -448,6 +450,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
     for p in ("weight", "bias"):
         put(f"{final}.{p}", f"{ks.final}.{p}")
         put(f"head.{p}", f"{ks.head}.{p}")
+    put("head_bias", f"{ks.head}.bias")  # a tied head's own bias (CodeGen's, GPT-J's): the weight is the embedding
     return plan
 
 
@@ -581,7 +584,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
 
 def _prefix(arch: str) -> str:
     return {"mamba2": "backbone.", "mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox.",
-            "bloom": "transformer."}.get(arch, "model.")
+            "bloom": "transformer.", "codegen": "transformer.", "mpt": "transformer."}.get(arch, "model.")
 
 
 @dataclass(frozen=True)
@@ -596,6 +599,9 @@ class _Keys:
     o: str = "self_attn.o_proj"
     gated: tuple = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
     fused_gate_up: str | None = None  # "mlp.gate_up_proj" (Phi-3)
+    mp_qkv: int = 0  # the fused matrix's rows come in this many groups, each [q | v | k] (CodeGen's mp_num)
+    post_attn: str = "post_attention_layernorm"  # the norm after the attention (OLMo-2, Gemma 2's sandwich)
+    post_mlp: str = "post_feedforward_layernorm"  # the norm after the MLP
     plain: tuple = ("mlp.c_fc", "mlp.c_proj")  # an ungated MLP's (in, out)
     embed: str = "embed_tokens"
     final: str = "norm"
@@ -618,6 +624,13 @@ KEYS = {
                    plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
+    "glm": _Keys(fused_gate_up="mlp.gate_up_proj"),
+    "glm4": _Keys(mlp_norm="post_attention_layernorm", fused_gate_up="mlp.gate_up_proj", post_attn="post_self_attn_layernorm",
+                  post_mlp="post_mlp_layernorm"),
+    "codegen": _Keys(attn_norm="ln_1", fused_qkv="attn.qkv_proj", mp_qkv=4, o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"),
+                     embed="wte", final="ln_f", layers="h"),
+    "mpt": _Keys(attn_norm="norm_1", mlp_norm="norm_2", fused_qkv="attn.Wqkv", o="attn.out_proj", plain=("ffn.up_proj", "ffn.down_proj"),
+                 embed="wte", final="norm_f", layers="blocks"),
 }
 
 
@@ -653,6 +666,28 @@ class _GroupedQkv:
         k = t[n : n + self.kv_heads * self.head_dim].reshape(self.kv_heads, 1, self.head_dim, *rest)
         v = t[n + self.kv_heads * self.head_dim :].reshape(self.kv_heads, 1, self.head_dim, *rest)
         return [torch.cat([q, k, v], 1).reshape(-1, *rest).contiguous()]
+
+
+@dataclass(frozen=True)
+class _GroupedRows:
+    """CodeGen's fused rows: `groups` groups, each [q_g | v_g | k_g] (a group is width / groups rows of each), as ours:
+    [all q | all k | all v], each the groups' parts in order."""
+
+    groups: int
+
+    def __call__(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        g = t.reshape(self.groups, 3, -1, *rest)  # (groups, [q, v, k], local rows, ...)
+        return torch.cat([g[:, 0].reshape(-1, *rest), g[:, 2].reshape(-1, *rest), g[:, 1].reshape(-1, *rest)])
+
+    def inverse(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        q, k, v = (x.reshape(self.groups, 1, -1, *rest) for x in t.chunk(3))
+        return [torch.cat([q, v, k], 1).reshape(-1, *rest).contiguous()]
 
 
 @dataclass(frozen=True)
