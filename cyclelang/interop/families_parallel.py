@@ -34,6 +34,14 @@ _MPT_IGNORED = "transformers' Mpt does not read it"
 KEYS: dict[str, Keys] = {
     "cohere": Keys(_COHERE | {"use_qk_norm"}),
     "cohere2": Keys(_COHERE | {"sliding_window", "layer_types", "head_dim", "sliding_window_pattern"}),
+    "cohere2_moe": Keys(_COHERE | {"rope_theta", "rope_scaling", "sliding_window", "layer_types",
+                                                          "head_dim", "sliding_window_pattern", "num_experts", "num_experts_per_tok",
+                                                          "num_shared_experts", "shared_expert_combination_strategy", "expert_selection_fn",
+                                                          "mlp_layer_types", "rms_norm_eps"},
+                        {"norm_topk_prob": "read by the sigmoid router only (expert_selection_fn), which is refused; softmax over the top-k "
+                                           "logits sums to 1 either way",
+                         "prefix_dense_sliding_window_pattern": "read for the dense layers only (mlp_layer_types), which are refused",
+                         "prefix_dense_intermediate_size": "read for the dense layers only (mlp_layer_types), which are refused"}),
     "glm": Keys(_GLM),
     "glm4": Keys(_GLM),
     "stablelm": Keys(frozenset({"vocab_size", "intermediate_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -54,7 +62,7 @@ KEYS: dict[str, Keys] = {
                  "pad_token_id": "MPT's embedding has no padding row: the forward does not read it"}),
 }
 
-CAUSAL_LM = {"cohere": "CohereForCausalLM", "cohere2": "Cohere2ForCausalLM", "glm": "GlmForCausalLM", "glm4": "Glm4ForCausalLM",
+CAUSAL_LM = {"cohere": "CohereForCausalLM", "cohere2": "Cohere2ForCausalLM", "cohere2_moe": "Cohere2MoeForCausalLM", "glm": "GlmForCausalLM", "glm4": "Glm4ForCausalLM",
              "stablelm": "StableLmForCausalLM", "codegen": "CodeGenForCausalLM", "mpt": "MptForCausalLM"}
 
 
@@ -80,14 +88,46 @@ _SOURCES = {"vocab": "vocab_size", "context": "max_position_embeddings", "width"
             "rotary_base": "rope_theta", "window": "sliding_window", "tied": "tie_word_embeddings"}
 
 
+def _cohere_moe(c: Config) -> dict:
+    """Cohere 2 MoE's routed experts (every layer: dense layers are refused), as Arch fields."""
+    layers = c["num_hidden_layers"]
+    kinds = c["mlp_layer_types"]
+    kinds = ["sparse"] * layers if kinds is None else kinds
+    if not isinstance(kinds, list) or len(kinds) != layers or any(k not in ("dense", "sparse") for k in kinds):
+        raise Unsupported("mlp_layer_types", f"dense or sparse, one per layer ({layers})")
+    if "dense" in kinds:
+        raise Unsupported("mlp_layer_types", "dense layers among the routed ones (with their own rotary rule, force_rope) beside Cohere 2's "
+                          "sliding and global layers: two per-layer patterns at once are not mapped")
+    if c["expert_selection_fn"] != "softmax":
+        raise Unsupported("expert_selection_fn", f"{_show(c['expert_selection_fn'])}: sigmoid router scores are not in the language "
+                          "(softmax over the top-k logits is: the renormalised top-k)")
+    shared = c["num_shared_experts"]
+    if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+        raise Unsupported("num_shared_experts", f"{_show(shared)} is not a count of shared experts")
+    if shared and c["shared_expert_combination_strategy"] != "sum":
+        raise Unsupported("shared_expert_combination_strategy", f"{_show(c['shared_expert_combination_strategy'])}: the routed and shared "
+                          "experts' outputs averaged is not in the language (summed is: shared=)")
+    experts, top = c["num_experts"], c["num_experts_per_tok"]
+    if not 1 <= top <= experts:
+        raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+    if c.given("rope_parameters") and c["rope_parameters"] and c["rope_parameters"].get("rope_theta", c["rope_theta"]) != c["rope_theta"]:
+        raise Unsupported("rope_parameters", "its rope_theta and the class's rope_theta field differ: which one transformers reads is not "
+                          "certain")
+    return {"experts": experts, "top": top, "normalize": True, "shared": c["intermediate_size"] * shared}
+
+
 def _cohere(family: str):
     def read(c: Config) -> Arch:
         if family == "cohere" and c["use_qk_norm"]:
             raise Unsupported("use_qk_norm", "Cohere's qk-norm is a LayerNorm (mean removed, no bias) over each head; the language's "
                               "qk_norm is an RMSNorm")
         width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
-        _divides(width, heads, "num_attention_heads", "hidden_size")
-        head_dim = width // heads
+        moe = _cohere_moe(c) if family == "cohere2_moe" else {}
+        if family == "cohere2_moe":
+            head_dim = c["head_dim"]  # a field of its own: the attention reads it
+        else:
+            _divides(width, heads, "num_attention_heads", "hidden_size")
+            head_dim = width // heads
         if family == "cohere2" and c.given("head_dim") and c["head_dim"] != head_dim:  # __post_init__ sets it to hidden / heads
             raise Unsupported("head_dim", f"{_show(c['head_dim'])}, not hidden_size / num_attention_heads = {head_dim} (Cohere 2's "
                               "attention reads that)")
@@ -101,7 +141,13 @@ def _cohere(family: str):
         bias = bool(c["attention_bias"])
         window, windows, rotary = None, (), 1.0
         src = dict(_SOURCES, eps="layer_norm_eps", logit_scale="logit_scale")
-        if family == "cohere2":
+        if moe:
+            src.update(experts="num_experts", top="num_experts_per_tok")
+        norm, eps = "layernorm", _eps(c, "layer_norm_eps")
+        if family == "cohere2_moe" and c["rms_norm_eps"] is not None:  # RMSNorms in place of the LayerNorms
+            norm, eps = "rmsnorm", _eps(c, "rms_norm_eps")
+            src["eps"] = "rms_norm_eps"
+        if family in ("cohere2", "cohere2_moe"):
             sw = _sliding(c)
             if sw is None:
                 raise Unsupported("sliding_window", "null: transformers' Cohere 2 builds its sliding-window mask from it (and gives its "
@@ -116,8 +162,8 @@ def _cohere(family: str):
                 rotary = 0.0
             src["window"] = "sliding_window, layer_types"
         return Arch(family, vocab=c["vocab_size"], context=c["max_position_embeddings"], width=width, layers=layers, heads=heads,
-                    kv_heads=_kv(c, heads), head_dim=head_dim, hidden=c["intermediate_size"], act=_gated(c), norm="layernorm",
-                    eps=_eps(c, "layer_norm_eps"), norm_bias=False, qkv_bias=bias, out_bias=bias, mlp_bias=False,
+                    kv_heads=_kv(c, heads), head_dim=head_dim, hidden=c["intermediate_size"], act=_gated(c), norm=norm,
+                    eps=eps, norm_bias=False, **moe, qkv_bias=bias, out_bias=bias, mlp_bias=False,
                     logit_scale=float(scale), rotary=rotary, rotary_base=float(rope["rope_theta"]), rotary_interleaved=True,
                     window=window, layer_windows=windows, global_rotary=False, tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
                     parallel="shared", sources=src)
@@ -253,7 +299,7 @@ def _mpt(c: Config) -> Arch:
                          "hidden": "MPT's 4 x d_model"})
 
 
-READERS = {"cohere": _cohere("cohere"), "cohere2": _cohere("cohere2"), "glm": _glm("glm"), "glm4": _glm("glm4"), "stablelm": _stablelm,
+READERS = {"cohere": _cohere("cohere"), "cohere2": _cohere("cohere2"), "cohere2_moe": _cohere("cohere2_moe"), "glm": _glm("glm"), "glm4": _glm("glm4"), "stablelm": _stablelm,
            "codegen": _codegen, "mpt": _mpt}
 
 
@@ -284,7 +330,7 @@ def config_of(a: Arch) -> dict:
     if a.family in ("glm", "glm4"):
         return {**cfg, "head_dim": a.head_dim, "rms_norm_eps": a.eps, "attention_bias": a.qkv_bias,
                 "rope_parameters": {**rope, "partial_rotary_factor": a.rotary}}
-    if a.head_dim * a.heads != a.width:
+    if a.head_dim * a.heads != a.width and a.family != "cohere2_moe":  # Cohere 2 MoE's head_dim is a field of its own
         raise Unsupported("head_dim", f"{a.family}'s head_dim is hidden_size / num_attention_heads")
     if a.family == "stablelm":
         return {**cfg, "layer_norm_eps": a.eps, "use_qkv_bias": a.qkv_bias, "use_parallel_residual": a.parallel == "shared",
@@ -292,9 +338,17 @@ def config_of(a: Arch) -> dict:
     cfg.update(layer_norm_eps=a.eps, attention_bias=a.qkv_bias, logit_scale=a.logit_scale)
     if a.family == "cohere":
         return {**cfg, "use_qk_norm": False}
-    windows = a.layer_windows or (a.window,) * a.layers  # cohere2
+    windows = a.layer_windows or (a.window,) * a.layers  # cohere2, cohere2_moe
     local = {w for w in windows if w is not None}
     if len(local) > 1:
         raise Unsupported("window", f"Cohere 2 has one sliding_window; the spec's layers have {sorted(local)}")
-    return {**cfg, "sliding_window": local.pop() if local else a.context,  # transformers builds the sliding mask even when no layer slides
-            "layer_types": ["sliding_attention" if w is not None else "full_attention" for w in windows]}
+    cfg.update(sliding_window=local.pop() if local else a.context,  # transformers builds the sliding mask even when no layer slides
+               layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows])
+    if a.family == "cohere2":
+        return cfg
+    if a.shared % a.hidden:
+        raise Unsupported("shared", f"Cohere 2 MoE's shared experts are a whole number of intermediate_size {a.hidden} wide, not {a.shared}")
+    rope = cfg.pop("rope_parameters")
+    return {**cfg, "head_dim": a.head_dim, "rope_theta": rope["rope_theta"], "num_experts": a.experts, "num_experts_per_tok": a.top,
+            "num_shared_experts": a.shared // a.hidden, "shared_expert_combination_strategy": "sum", "expert_selection_fn": "softmax",
+            "mlp_layer_types": ["sparse"] * a.layers, "rms_norm_eps": a.eps if a.norm == "rmsnorm" else None}

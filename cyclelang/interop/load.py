@@ -341,7 +341,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe")
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe")
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
@@ -414,10 +414,10 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         if not moe:
             continue
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
-        qwen = arch == "qwen2_moe"  # its released files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
+        qwen = arch in ("qwen2_moe", "cohere2_moe")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
         put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused or qwen else "block_sparse_moe.gate.weight"))
         if st.work_node.shared:  # Qwen2-MoE's shared expert and its gate
-            s = h + "mlp.shared_expert."
+            s = h + ("mlp.shared_experts." if arch == "cohere2_moe" else "mlp.shared_expert.")  # Cohere 2 MoE's: ungated
             put(f"{reactor}.shared.fc.weight", [s + "gate_proj.weight", s + "up_proj.weight"], _Cat((st.work_node.shared, st.work_node.shared)))
             put(f"{reactor}.shared.proj.weight", s + "down_proj.weight")
             put(f"{reactor}.shared_gate.weight", h + "mlp.shared_expert_gate.weight")
