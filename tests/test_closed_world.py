@@ -28,6 +28,9 @@ from cyclelang.interop.closed import CLASSES, FIXED, INERT  # noqa: E402
 from cyclelang.interop.families import FAMILIES, KEYS, read_config  # noqa: E402
 
 from .test_families import FAMILIES as CONFIGS  # noqa: E402
+from .test_families_parallel import FAMILIES as _PARALLEL_CONFIGS  # noqa: E402
+
+CONFIGS = {**CONFIGS, **_PARALLEL_CONFIGS}  # each group's families (tests/test_families_<group>.py) are claimed families too
 
 # each group's configs (tests/test_families_<group>.py: CONFIGS, or FAMILIES) join test_families.py's for the property below
 _GROUPS = [importlib.import_module(f"{__package__}.{path.stem}") for path in sorted(ROOT.glob("tests/test_families_*.py"))]

@@ -119,6 +119,8 @@ ALIASES = {
     "olmoe": {"num_local_experts": "num_experts"},
     "flex_olmo": {"num_local_experts": "num_experts"},
     "exaone": {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps", "activation_function": "hidden_act"},
+    "codegen": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
+    "mpt": {"num_attention_heads": "n_heads", "hidden_size": "d_model", "num_hidden_layers": "n_layers"},
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
 # num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.
@@ -127,6 +129,7 @@ ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"})}
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).
 DEFAULT_THETA = {"mixtral": 1000000.0, "flex_olmo": 500000.0}
 DEFAULT_THETA.update({"olmo3": 500000.0, "smollm3": 2000000.0, "ernie4_5": 500000.0, "helium": 100000.0, "cwm": 1000000.0, "exaone": 500000.0})
+DEFAULT_THETA["cohere"] = 500000.0
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"
@@ -380,7 +383,7 @@ class Config:
 
 
 # The partial rotary factor a class fills in when config.json gives none (Phi's 0.5, GPT-NeoX's rotary_pct 0.25).
-PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25}
+PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "stablelm": 0.25}
 
 
 def _show(v) -> str:

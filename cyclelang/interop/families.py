@@ -86,6 +86,7 @@ class Arch:
     layer_dense: tuple = ()  # Qwen2-MoE: whether each layer is a dense MLP (mlp_only_layers, decoder_sparse_step); empty: every layer routes
     dense_hidden: int = 0  # ... the dense layers' intermediate_size
     layer_attn: tuple = ()  # SmolLM3, EXAONE 4, OLMo 3: each layer's (window, rotary, rotary_base, rotary_scaling) where rotary differs by layer
+    global_rotary: bool = True  # false: the global layers of a per-layer pattern have no rotary (Cohere 2)
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -1511,6 +1512,11 @@ READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f)
            "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom}
 READERS.update({f: _dense_h2(f) for f in _DENSE_H2})
 READERS.update({f: _routed(f) for f in _ROUTED})
+
+from . import families_parallel as _parallel  # noqa: E402  (Cohere, Cohere 2, GLM, GLM-4, StableLM, CodeGen, MPT: it reads the helpers above)
+
+KEYS.update(_parallel.KEYS)
+READERS.update(_parallel.READERS)
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1529,6 +1535,7 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "granitemoeshared": "GraniteMoeSharedForCausalLM",
              "aria_text": "AriaTextForCausalLM"}
 CAUSAL_LM.update(CAUSAL_LM_H2)
+CAUSAL_LM.update(_parallel.CAUSAL_LM)
 
 
 def refusal(model_type: str) -> str:
@@ -1677,11 +1684,14 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         ops = [t] if a.parallel == "shared" else [n, t, f"{pad}    {norm}"] if a.sandwich else [t, n] if a.post_norms else [n, t]
         return [f"{pad}  prechamber {name} {{", *ops, *[pad + m for m in merge], f"{pad}  }}"]
 
+    def parallel(words) -> list[str]:  # a parallel block of attention (these words) and the MLP
+        shared = [f"    {norm}  # one norm for both branches ({src.get('eps')})"] if a.parallel == "shared" else []
+        return ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
+                *branch("mix", "turbine attention " + " ".join(words), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
+
     layer = [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", work, wkeys)]
     if a.parallel != "none":
-        shared = [f"    {norm}  # one norm for both branches ({src.get('eps')})"] if a.parallel == "shared" else []
-        layer = ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
-                 *branch("mix", "turbine attention " + " ".join(att), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
+        layer = parallel(att)
 
     where = "before and after" if a.sandwich else "after" if a.post_norms else "in front"
     block = f"{a.family}_block"
@@ -1691,9 +1701,13 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         att_global = [x for x in att if not x.startswith("window=")]
         local = next(w for w in a.layer_windows if w is not None)
         att_local = att_global[:1] + [f"window={local}"] + att_global[1:]
-        mk = lambda words: [*branch("mix", "turbine attention " + " ".join(words), keys), *branch("burn", work, wkeys)]
+        if not a.global_rotary:  # Cohere 2: its global layers have no positions but the causal mask
+            att_global = [x for x in att_global if not x.startswith("rotary")]
+        mk = lambda words: parallel(words) if a.parallel != "none" else [*branch("mix", "turbine attention " + " ".join(words), keys),  # noqa: E731
+                                                                          *branch("burn", work, wkeys)]
         blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), each turbine with a norm {where}", f"{a.family}_local", mk(att_local)),
-                  (f"# a {a.family} layer with global attention", f"{a.family}_global", mk(att_global))]
+                  (f"# a {a.family} layer with global attention" + ("" if a.global_rotary else ", without rotary"), f"{a.family}_global",
+                   mk(att_global))]
         body = _layer_runs(a.family, ["local" if w is not None else "global" for w in a.layer_windows])
     if a.layer_attn:  # rotary differs by layer (NoPE layers, a rope per layer type): one template per kind of attention
         blocks, kinds = _attn_templates(a, att, keys, branch, work, wkeys, where)
@@ -1788,6 +1802,8 @@ def arch_of(engine: ir.Engine) -> Arch:
     stages = _run_order(stages)  # one leaf stage per layer, in the order they run (a nested pattern unfolded)
     st = stages[0]
     windows = [_window(s) for s in stages]
+    if len(set(windows)) > 1:  # a local layer's attention: Cohere 2's global layers have no rotary to read
+        st = next(s for s, w in zip(stages, windows) if w is not None)
     for other in stages[1:]:
         if _unwindowed(other) != _unwindowed(st):
             raise Unsupported(f"stage {other.name}", "its layers differ from the first stage's; a family repeats one layer "
@@ -1899,12 +1915,15 @@ def _ops(node):
         yield from _ops(op)
 
 
+_PER_LAYER = ("window", "rotary_dims", "rotary_base", "rotary_interleaved", "rotary_scaling")
+
+
 def _unwindowed(stage: ir.Stage) -> list:
     """A stage's layer as data, its attention's window left out (Gemma 2 alternates it)."""
     def strip(d):
         if isinstance(d, dict) and d.get("op") in ("mlp", "moe"):
             return {"op": "reactor"}  # compared apart: dense and routed layers may alternate (Qwen2-MoE)
-        if isinstance(d, dict):
+        if isinstance(d, dict):  # the window, and the rotary Cohere 2's global layers lack (export checks the rest)
             return {k: strip(v) for k, v in d.items() if not (k in _PER_LAYER and d.get("op") == "attention")}
         if isinstance(d, list):
             return [strip(x) for x in d]
@@ -1926,6 +1945,8 @@ def config_of(a: Arch) -> dict:
         return _plain_config(a)
     if a.family in _DENSE_H2:
         return _dense_h2_config(a)
+    if a.family in _parallel.READERS:
+        return _parallel.config_of(a)
     if a.family == "bloom":
         if a.hidden != 4 * a.width or a.act != "gelu_tanh":
             raise Unsupported("hidden" if a.hidden != 4 * a.width else "act", "BLOOM's MLP is 4 x width wide with the tanh GELU")

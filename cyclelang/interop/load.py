@@ -364,7 +364,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe") or arch in ROUTED
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe") or arch in ROUTED
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
@@ -416,6 +416,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _GroupedQkv(a.kv_heads, a.heads // a.kv_heads, a.head_dim))
             elif ks.neox_qkv and a.kv_heads == a.heads:  # Falcon's multi-query rows are [q heads | k | v], as ours
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _NeoxQkv(a.heads, a.head_dim))
+            elif ks.mp_qkv:
+                put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}", _GroupedRows(ks.mp_qkv))
             elif ks.fused_qkv:
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}")
             else:
@@ -438,10 +440,10 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
             _put_routed(put, arch, reactor, h, st.work_node, state, fused)
             continue
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
-        qwen = arch == "qwen2_moe"  # its released files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
+        qwen = arch in ("qwen2_moe", "cohere2_moe")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
         put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused or qwen else "block_sparse_moe.gate.weight"))
         if st.work_node.shared:  # Qwen2-MoE's shared expert and its gate
-            s = h + "mlp.shared_expert."
+            s = h + ("mlp.shared_experts." if arch == "cohere2_moe" else "mlp.shared_expert.")  # Cohere 2 MoE's: ungated
             put(f"{reactor}.shared.fc.weight", [s + "gate_proj.weight", s + "up_proj.weight"], _Cat((st.work_node.shared, st.work_node.shared)))
             put(f"{reactor}.shared.proj.weight", s + "down_proj.weight")
             put(f"{reactor}.shared_gate.weight", h + "mlp.shared_expert_gate.weight")
@@ -474,6 +476,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
     for p in ("weight", "bias"):
         put(f"{final}.{p}", f"{ks.final}.{p}")
         put(f"head.{p}", f"{ks.head}.{p}")
+    put("head_bias", f"{ks.head}.bias")  # a tied head's own bias (CodeGen's, GPT-J's): the weight is the embedding
     return plan
 
 
@@ -653,7 +656,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
 
 def _prefix(arch: str) -> str:
     return {"mamba2": "backbone.", "mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox.",
-            "bloom": "transformer."}.get(arch, "model.")
+            "bloom": "transformer.", "codegen": "transformer.", "mpt": "transformer."}.get(arch, "model.")
 
 
 @dataclass(frozen=True)
@@ -668,6 +671,7 @@ class _Keys:
     o: str = "self_attn.o_proj"
     gated: tuple = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
     fused_gate_up: str | None = None  # "mlp.gate_up_proj" (Phi-3)
+    mp_qkv: int = 0  # the fused matrix's rows come in this many groups, each [q | v | k] (CodeGen's mp_num)
     plain: tuple = ("mlp.c_fc", "mlp.c_proj")  # an ungated MLP's (in, out)
     embed: str = "embed_tokens"
     final: str = "norm"
@@ -694,6 +698,13 @@ KEYS = {
     "hyperclovax": _Keys(attn_post="post_norm1", mlp_post="post_norm2"),  # Peri-LN: a norm before and after each sublayer
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",
                   layers="h"),
+    "glm": _Keys(fused_gate_up="mlp.gate_up_proj"),
+    "glm4": _Keys(mlp_norm="post_attention_layernorm", fused_gate_up="mlp.gate_up_proj", attn_post="post_self_attn_layernorm",
+                  mlp_post="post_mlp_layernorm"),
+    "codegen": _Keys(attn_norm="ln_1", fused_qkv="attn.qkv_proj", mp_qkv=4, o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"),
+                     embed="wte", final="ln_f", layers="h"),
+    "mpt": _Keys(attn_norm="norm_1", mlp_norm="norm_2", fused_qkv="attn.Wqkv", o="attn.out_proj", plain=("ffn.up_proj", "ffn.down_proj"),
+                 embed="wte", final="norm_f", layers="blocks"),
 }
 
 
@@ -729,6 +740,28 @@ class _GroupedQkv:
         k = t[n : n + self.kv_heads * self.head_dim].reshape(self.kv_heads, 1, self.head_dim, *rest)
         v = t[n + self.kv_heads * self.head_dim :].reshape(self.kv_heads, 1, self.head_dim, *rest)
         return [torch.cat([q, k, v], 1).reshape(-1, *rest).contiguous()]
+
+
+@dataclass(frozen=True)
+class _GroupedRows:
+    """CodeGen's fused rows: `groups` groups, each [q_g | v_g | k_g] (a group is width / groups rows of each), as ours:
+    [all q | all k | all v], each the groups' parts in order."""
+
+    groups: int
+
+    def __call__(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        g = t.reshape(self.groups, 3, -1, *rest)  # (groups, [q, v, k], local rows, ...)
+        return torch.cat([g[:, 0].reshape(-1, *rest), g[:, 2].reshape(-1, *rest), g[:, 1].reshape(-1, *rest)])
+
+    def inverse(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        q, k, v = (x.reshape(self.groups, 1, -1, *rest) for x in t.chunk(3))
+        return [torch.cat([q, v, k], 1).reshape(-1, *rest).contiguous()]
 
 
 @dataclass(frozen=True)
