@@ -158,6 +158,8 @@ REFUSED = {
                                  "rope_parameters.rope_theta"),
     "olmo3 longrope on full layers": (lambda: _dict("olmo3", rope_parameters={"full_attention": {"rope_type": "longrope", "rope_theta": 1e4}}),
                                       "rope_parameters.full_attention.rope_type"),
+    "olmo3 rope_scaling with no full_attention to go to": (lambda: _dict("olmo3", rope_parameters={"sliding_attention": {"rope_type": "default"}},
+                                                                          rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling"),
     "olmo3 sliding layers without a window": (lambda: _dict("olmo3", sliding_window=None), "sliding_window"),
     "smollm3 sliding layers without use_sliding_window": (lambda: _dict("smollm3", use_sliding_window=False), "use_sliding_window"),
     "smollm3 too few no_rope_layers": (lambda: _dict("smollm3", no_rope_layers=[1, 0]), "no_rope_layers"),

@@ -1034,7 +1034,8 @@ _DENSE_H2 = {
     "helium": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
     "cwm": Keys(_LLAMA | {"head_dim", "mlp_bias", "sliding_window", "layer_types"}, _TP),
     "exaone": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"},
-                   {"embed_dropout": "a dropout EXAONE 3's released configs write; transformers' Llama does not read it (and dropout is off in evaluation)"}),
+                   {"embed_dropout": "a dropout EXAONE 3's released configs write; transformers' Llama does not read it (and dropout is off in evaluation)",
+                    **_TP}),
     "vaultgemma": Keys(_LLAMA - {"hidden_act"} | {"head_dim", "attention_bias", "hidden_activation", "attn_logit_softcapping",
                                                    "final_logit_softcapping", "query_pre_attn_scalar", "layer_types", "sliding_window"},
                        {"hidden_act": "VaultGemma's forward reads hidden_activation; a hidden_act beside it is not read"}),
@@ -1091,6 +1092,8 @@ def _olmo3_ropes(c: Config) -> dict:
     if old:
         if not isinstance(old, dict):
             raise Unsupported("rope_scaling", "is not an object")
+        if c.raw.get("rope_parameters") is not None and "full_attention" not in rope:
+            raise Unsupported("rope_scaling", "beside a rope_parameters without full_attention: Olmo3Config fails to place it")
         out["full_attention"].update(old)
     out["full_attention"].setdefault("rope_theta", c.raw.get("rope_theta", 500000.0))
     out["sliding_attention"].setdefault("rope_theta", 500000.0)
