@@ -1750,7 +1750,7 @@ def _ops(node):
 
 
 def _unwindowed(stage: ir.Stage) -> list:
-    """A stage's layer as data, its attention's window left out (Gemma 2 alternates it)."""
+    """A stage's layer as data, its attention's window and rotary left out (Gemma 2 alternates the window, SmolLM3 the rotary)."""
     def strip(d):
         if isinstance(d, dict) and d.get("op") in ("mlp", "moe"):
             return {"op": "reactor"}  # compared apart: dense and routed layers may alternate (Qwen2-MoE)
