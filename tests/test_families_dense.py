@@ -31,24 +31,25 @@ CONFIGS = {
                                               rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 20000.0},
                                                                "sliding_attention": {"rope_type": "default", "rope_theta": 500.0}},
                                               **NO_TOKENS),
-    # OLMo 3's default pattern (every fourth layer global), one rope for both types, tied, biased attention
+    # OLMo 3's default pattern (every fourth layer global), one rope for both types, tied, biased attention, head_dim apart
     "olmo3_default_pattern": lambda: transformers.Olmo3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
                                                               num_attention_heads=4, max_position_embeddings=40, sliding_window=3,
-                                                              attention_bias=True, tie_word_embeddings=True, **NO_TOKENS),
+                                                              head_dim=12, attention_bias=True, tie_word_embeddings=True, **NO_TOKENS),
     # SmolLM3: a NoPE layer every third, the NoPE layers sliding (window 4), biases
     "smollm3": lambda: transformers.SmolLM3Config(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
                                                   num_key_value_heads=2, max_position_embeddings=40, no_rope_layer_interval=3,
                                                   use_sliding_window=True, sliding_window=4, attention_bias=True, mlp_bias=True,
                                                   rope_parameters={"rope_type": "default", "rope_theta": 3000.0}, **NO_TOKENS),
     "smollm3_nope_list": lambda: transformers.SmolLM3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
-                                                            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=40,
+                                                            num_attention_heads=4, num_key_value_heads=4, head_dim=10, max_position_embeddings=40,
                                                             no_rope_layers=[0, 1, 1, 0], tie_word_embeddings=False, **NO_TOKENS),
     # EXAONE 4: post-norms, per-head qk-norm, sliding layers (window 5) with rotary, the global one without
     "exaone4": lambda: transformers.Exaone4Config(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
                                                   num_key_value_heads=2, max_position_embeddings=40, sliding_window=5, sliding_window_pattern=2,
                                                   rms_norm_eps=1e-6, **NO_TOKENS),
+    # without a window every layer is global with rotary; head_dim (no field of the class, but read as an attribute) apart
     "exaone4_global": lambda: transformers.Exaone4Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=40, sliding_window=None,
+                                                         num_attention_heads=4, num_key_value_heads=4, head_dim=12, max_position_embeddings=40, sliding_window=None,
                                                          layer_types=["full_attention"] * 2, tie_word_embeddings=True, **NO_TOKENS),
     # ERNIE 4.5: interleaved rotary pairs, head_dim apart from width / heads, biases everywhere
     "ernie4_5": lambda: transformers.Ernie4_5Config(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -157,10 +158,13 @@ REFUSED = {
                                  "rope_parameters.rope_theta"),
     "olmo3 longrope on full layers": (lambda: _dict("olmo3", rope_parameters={"full_attention": {"rope_type": "longrope", "rope_theta": 1e4}}),
                                       "rope_parameters.full_attention.rope_type"),
+    "olmo3 rope_scaling with no full_attention to go to": (lambda: _dict("olmo3", rope_parameters={"sliding_attention": {"rope_type": "default"}},
+                                                                          rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling"),
     "olmo3 sliding layers without a window": (lambda: _dict("olmo3", sliding_window=None), "sliding_window"),
     "smollm3 sliding layers without use_sliding_window": (lambda: _dict("smollm3", use_sliding_window=False), "use_sliding_window"),
     "smollm3 too few no_rope_layers": (lambda: _dict("smollm3", no_rope_layers=[1, 0]), "no_rope_layers"),
-    "exaone4 head_dim apart": (lambda: _dict("exaone4", head_dim=8), "head_dim"),
+    "exaone4 null head_dim": (lambda: _dict("exaone4", head_dim=None), "head_dim"),
+    "olmo3 head_dim not a size": (lambda: _dict("olmo3", head_dim=0), "head_dim"),
     "exaone4 no window and no layer_types": (lambda: _dict("exaone4", sliding_window=None, layer_types=None), "sliding_window"),
     "ernie4_5 partial rotary": (lambda: _dict("ernie4_5", rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
                                 "rope_parameters.partial_rotary_factor"),
@@ -221,3 +225,9 @@ def test_exaone3_reads_its_attribute_map_names():
     aliased = {k: v for k, v in plain.items() if k not in ("num_hidden_layers", "rms_norm_eps", "hidden_act")}
     aliased.update(num_layers=plain["num_hidden_layers"], layer_norm_epsilon=plain["rms_norm_eps"], activation_function=plain["hidden_act"])
     assert import_config(aliased) == import_config(plain)
+
+
+def test_released_style_keys_outside_a_class_that_change_nothing():
+    """EXAONE 3's released configs write embed_dropout, VaultGemma's may write hidden_act beside hidden_activation: neither is read."""
+    assert import_config(_dict("exaone", embed_dropout=0.1)) == import_config(_dict("exaone"))
+    assert import_config(_dict("vaultgemma", hidden_act="relu")) == import_config(_dict("vaultgemma"))

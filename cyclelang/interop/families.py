@@ -1179,20 +1179,25 @@ def _routed_config(a: Arch, cfg: dict) -> dict:
 # --- dense Llama-shaped decoders of 2025-26 (issue 33): OLMo 3, SmolLM3, EXAONE 4 and 3, ERNIE 4.5, Helium, CWM, VaultGemma, HyperCLOVA X ---
 
 _DENSE_H2 = {
-    "olmo3": Keys(_LLAMA | {"attention_bias", "sliding_window", "layer_types"}),
+    "olmo3": Keys(_LLAMA | {"attention_bias", "sliding_window", "layer_types", "head_dim"}),
     "smollm3": Keys(_LLAMA | {"attention_bias", "mlp_bias", "use_sliding_window", "sliding_window", "no_rope_layers", "no_rope_layer_interval",
-                              "layer_types"}),
-    "exaone4": Keys(_LLAMA | {"sliding_window", "sliding_window_pattern", "layer_types"}),
+                              "layer_types", "head_dim"}),
+    "exaone4": Keys(_LLAMA | {"sliding_window", "sliding_window_pattern", "layer_types", "head_dim"}),
     "ernie4_5": Keys(_LLAMA | {"use_bias", "head_dim"}),
     "helium": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
     "cwm": Keys(_LLAMA | {"head_dim", "mlp_bias", "sliding_window", "layer_types"}, _TP),
-    "exaone": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
+    "exaone": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"},
+                   {"embed_dropout": "a dropout EXAONE 3's released configs write; transformers' Llama does not read it (and dropout is off in evaluation)",
+                    **_TP}),
     "vaultgemma": Keys(_LLAMA - {"hidden_act"} | {"head_dim", "attention_bias", "hidden_activation", "attn_logit_softcapping",
-                                                   "final_logit_softcapping", "query_pre_attn_scalar", "layer_types", "sliding_window"}),
+                                                   "final_logit_softcapping", "query_pre_attn_scalar", "layer_types", "sliding_window"},
+                       {"hidden_act": "VaultGemma's forward reads hidden_activation; a hidden_act beside it is not read"}),
     "hyperclovax": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier",
                                   "logits_scaling", "use_post_norm"}),
 }
 KEYS.update(_DENSE_H2)
+# head_dim is no field of these classes, but transformers keeps a config.json's as an attribute and their attention reads it
+_HEAD_DIM_ATTRIBUTE = ("olmo3", "smollm3", "exaone4")
 # CWM's __post_init__ writes this rope when config.json gives none (its rope_theta, rope_scaling are then not read)
 _CWM_ROPE = {"rope_type": "llama3", "rope_theta": 1000000.0, "factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
              "original_max_position_embeddings": 8192}
@@ -1240,6 +1245,8 @@ def _olmo3_ropes(c: Config) -> dict:
     if old:
         if not isinstance(old, dict):
             raise Unsupported("rope_scaling", "is not an object")
+        if c.raw.get("rope_parameters") is not None and "full_attention" not in rope:
+            raise Unsupported("rope_scaling", "beside a rope_parameters without full_attention: Olmo3Config fails to place it")
         out["full_attention"].update(old)
     out["full_attention"].setdefault("rope_theta", c.raw.get("rope_theta", 500000.0))
     out["sliding_attention"].setdefault("rope_theta", 500000.0)
@@ -1271,6 +1278,8 @@ def _dense_h2(family: str):
         if act is None:
             raise Unsupported(act_key, f"a gated MLP with {c[act_key]!r} has no counterpart (the language has swiglu = silu, geglu = gelu, "
                               "geglu_tanh = the tanh GELU)")
+        if family in _HEAD_DIM_ATTRIBUTE and c.given("head_dim") and c["head_dim"] is None:
+            raise Unsupported("head_dim", f"null: {family}'s attention reads the attribute as it is (no fallback to hidden_size / heads)")
         head_dim = (c["head_dim"] if "head_dim" in c.keys.maps else None) or width // heads
         if family in ("vaultgemma", "hyperclovax") or not ("head_dim" in c.keys.maps and c["head_dim"]):
             _divides(width, heads, "num_attention_heads", "hidden_size")  # VaultGemma, HyperCLOVA X: their validate_architecture
@@ -1469,7 +1478,7 @@ def _dense_h2_config(a: Arch) -> dict:
            "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads, "hidden_act": act,
            "max_position_embeddings": _max_positions(replace(a, rotary_scaling=first[3])), "rms_norm_eps": a.eps,
            "tie_word_embeddings": a.tied, "pad_token_id": a.padding, "rope_parameters": _rope_dict(a, first[2], first[3])}
-    if "head_dim" in fields_of(f):
+    if "head_dim" in fields_of(f) or f in _HEAD_DIM_ATTRIBUTE:
         cfg["head_dim"] = a.head_dim
     if f in ("olmo3", "smollm3", "exaone", "vaultgemma", "hyperclovax", "helium"):
         cfg["attention_bias"] = a.qkv_bias
@@ -1919,7 +1928,7 @@ _PER_LAYER = ("window", "rotary_dims", "rotary_base", "rotary_interleaved", "rot
 
 
 def _unwindowed(stage: ir.Stage) -> list:
-    """A stage's layer as data, its attention's window left out (Gemma 2 alternates it)."""
+    """A stage's layer as data, its attention's window and rotary left out (Gemma 2 alternates the window, SmolLM3 the rotary)."""
     def strip(d):
         if isinstance(d, dict) and d.get("op") in ("mlp", "moe"):
             return {"op": "reactor"}  # compared apart: dense and routed layers may alternate (Qwen2-MoE)
