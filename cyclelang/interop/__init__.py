@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import ir
+from . import lineage
 from .compare import Difference, difference
 from .families import FAMILIES, Unsupported, arch_of, config_of, expander_config, spec_text
 from .load import _embed_and_head
@@ -143,7 +144,9 @@ def export_config(spec) -> dict:
     the first field that differs is named."""
     engine = spec.engine if isinstance(spec, ir.Spec) else spec
     config = expander_config(engine)
-    if config is not None:  # an ssm or latent attention: mamba2, mamba, jamba or deepseek_v2
+    if config is None and engine.name in lineage.FAMILY_OF_ENGINE:  # the GPT-2 lineage, by the engine's name (lineage.py)
+        config = lineage.engine_config(engine, lineage.FAMILY_OF_ENGINE[engine.name])
+    if config is not None:  # an ssm or latent attention: mamba2, mamba, jamba or deepseek_v2; a GPT-2 lineage family
         try:
             d = difference(engine, implied_engine(config))
         except InteropError as e:

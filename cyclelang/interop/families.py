@@ -1022,10 +1022,17 @@ def _bloom(c: Config) -> Arch:
                          "layers": "n_layer", "heads": "n_head", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
 
 
+# The GPT-2 lineage (lineage.py): gpt_bigcode, gpt_neo, opt, biogpt, openai-gpt; gpt-sw3 is GPT2Config under another name
+from . import lineage  # noqa: E402
+
+KEYS.update(lineage.KEYS)
+KEYS["gpt-sw3"] = KEYS["gpt2"]
+SAME_AS = {"gpt-sw3": "gpt2"}  # a model_type transformers reads with another's classes: its weights load by that family's plan
+
 _DECODER_FAMILIES = tuple(_DECODERS)
 _PLAIN_FAMILIES = tuple(_PLAIN)
 READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f) for f in _PLAIN}, "mamba2": _mamba2,
-           "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom}
+           "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom, **lineage.READERS, "gpt-sw3": _gpt2}
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1037,6 +1044,8 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
              "gemma2": "Gemma2ForCausalLM", "bloom": "BloomForCausalLM", "ministral": "MinistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
              "seed_oss": "SeedOssForCausalLM", "internlm3": "LlamaForCausalLM", "iquestcoder": "LlamaForCausalLM"}
+CAUSAL_LM.update(lineage.CAUSAL_LM)
+CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
 
 
 def refusal(model_type: str) -> str:
@@ -1121,6 +1130,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     """A formatted, commented spec that builds to the architecture `a` describes."""
     if isinstance(a, Mamba2):
         return _mamba2_text(a, source)
+    if isinstance(a, lineage.Gpt):
+        return lineage.spec_text(a, source)
     if isinstance(a, (MambaFamily, JambaFamily, DeepseekV2Family)):
         return {MambaFamily: _mamba_text, JambaFamily: _jamba_text, DeepseekV2Family: _deepseek_v2_text}[type(a)](a, source)
     src = a.sources
