@@ -108,10 +108,26 @@ def test_opt_offset_table_reads_position_p_from_row_p_plus_2(tmp_path):
         assert rel(ours(idx), ref(idx).logits) > 1e-3
 
 
-def test_post_ln_matters(tmp_path):
-    """GPT-1 and OPT-350m's Post-LN: the same weights with the norms moved in front of each turbine differ."""
-    text = import_config(FAMILIES["openai-gpt"]().to_dict())
-    assert "  norm layernorm eps=0.0001" in text and "nozzle head tied" in text and "the final norm" not in text
+@pytest.mark.parametrize("name", ["openai-gpt", "opt_post_ln_no_bias_untied"])
+def test_post_ln_matters(name):
+    """GPT-1's and OPT-350m's Post-LN: the same weights with each norm moved in front of its turbine compute other logits."""
+    from dataclasses import replace
+
+    from cyclelang.interop import convert_state_dict, lineage
+    from cyclelang.interop.families import read_config
+
+    ref = hf(FAMILIES[name]())
+    g = read_config(ref.config.to_dict())
+    assert g.post_ln and not g.final_norm
+    logits = {}
+    for post in (True, False):
+        ours = build(cyclelang.parse(lineage.spec_text(replace(g, post_ln=post), "x")), seed=0).eval()
+        ours.load_state_dict(convert_state_dict(ref.state_dict(), ours.state_dict(), ref.config.to_dict(), spec=ours.spec))
+        with torch.no_grad():
+            logits[post] = ours(ids())
+    with torch.no_grad():
+        want = ref(ids()).logits
+    assert rel(logits[True], want) < 1e-5 and rel(logits[False], want) > 1e-3
 
 
 def _config(**over):

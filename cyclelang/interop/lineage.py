@@ -10,7 +10,7 @@ Each reader is closed-world (`closed.Config`): it reads only the keys its `Keys`
 `engine_config` writes the config of a spec (export), `plan` maps the weights (load.py).
 
 OPT's and BioGPT's position tables have 2 rows more than max_position_embeddings: position p
-reads row p + 2 (rows 0 and 1 are read only by left-padding, for positions -2 and -1). The
+reads row p + 2 (row 1 only by a padded token, whose position is -1; row 0 never). The
 spec's table is the same table rolled by 2 rows (its row p is theirs p + 2; their rows 0
 and 1 sit at its end), so its context is max_position_embeddings + 2: every sequence
 transformers runs reads the same rows; the two last positions of the spec's context are
@@ -289,7 +289,7 @@ def spec_text(g: Gpt, source: str) -> str:
              "# Every value comes from the config field named beside it; the weights load with",
              "# cyclelang.interop.load_transformers(model, checkpoint).",
              *([f"# The position table is transformers' rolled by {g.offset} rows: its row p is their row p + {g.offset} (their",
-                f"# rows 0 and 1, read only under left-padding, sit at its end), so the context is {g.offset} past theirs."] if g.offset else []),
+                f"# rows 0 and 1, which only padding tokens read, sit at its end), so the context is {g.offset} past theirs."] if g.offset else []),
              "", *lets, f"let d_model = {g.width}  # {src.get('width', 'width')}", "", *blocks,
              f"engine {name} {{", "  chamber width=d_model", "  throat causal",
              f"  {feed}{_comment(src, 'vocab', 'context', 'embed_scale', 'padding')}", "", *body, ""]
