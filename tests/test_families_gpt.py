@@ -53,6 +53,15 @@ FAMILIES = {
                                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
     "openai-gpt_relu_untied": lambda: transformers.OpenAIGPTConfig(vocab_size=V, n_positions=40, n_embd=40, n_layer=2, n_head=5, afn="relu",
                                                                    tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "gpt_neox_japanese": lambda: transformers.GPTNeoXJapaneseConfig(vocab_size=V, hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
+                                                                    intermediate_multiple_size=3, max_position_embeddings=40, layer_norm_eps=1e-4,
+                                                                    attention_dropout=0.0,
+                                                                    rope_parameters={"rope_type": "default", "rope_theta": 500.0,
+                                                                                     "partial_rotary_factor": 0.5}),
+    "gpt_neox_japanese_one_layer_untied": lambda: transformers.GPTNeoXJapaneseConfig(vocab_size=V, hidden_size=40, num_hidden_layers=1,
+                                                                                     num_attention_heads=5, intermediate_multiple_size=2,
+                                                                                     max_position_embeddings=40, hidden_act="relu",
+                                                                                     tie_word_embeddings=False, attention_dropout=0.0),
 }
 
 
@@ -153,6 +162,9 @@ def _config(**over):
     (dict(family="openai-gpt", afn="gelu_new"), "afn"),
     (dict(family="biogpt", hidden_act="tanh"), "hidden_act"),
     (dict(family="biogpt", some_new_key=1), "some_new_key"),
+    (dict(family="gpt_neox_japanese", rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope_parameters.rope_type"),
+    (dict(family="gpt_neox_japanese", rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.1}),
+     "rope_parameters.partial_rotary_factor"),
 ])
 def test_unexpressible_options_are_refused_by_name(over, key):
     with pytest.raises(Unsupported) as e:
@@ -194,3 +206,16 @@ def test_gpt_sw3_is_gpt2(tmp_path):
     with pytest.raises(Unsupported) as e:
         import_config({**cfg, "scale_attn_by_inverse_layer_idx": True})
     assert e.value.field == "scale_attn_by_inverse_layer_idx"
+
+
+def test_gpt_neox_japanese_reads_its_legacy_rotary_keys_and_its_last_layer_bias_matters(tmp_path):
+    """rotary_pct and rotary_emb_base fill the rope parameters a file does not give; the last layer's dense_bias is a bias
+    of that layer's attention output alone (a spec without it does not take the checkpoint)."""
+    config = _config(family="gpt_neox_japanese", rotary_pct=0.5, rotary_emb_base=100)
+    del config["rope_parameters"]
+    text = import_config(config)
+    assert "rotary=0.5 rotary_base=100 " in text and text.count("out_bias=true") == 1
+    from cyclelang.interop import InteropError
+
+    with pytest.raises(InteropError, match="layers.2.attention.dense_bias"):  # a spec without it has no place for it
+        _edited(tmp_path, FAMILIES["gpt_neox_japanese"](), "bias=false out_bias=true", "bias=false")

@@ -3,7 +3,8 @@
 gpt_bigcode (multi-query attention, one fused c_attn), gpt_neo (local and global layers in a
 pattern, no 1/sqrt(d) scaling, no q/k/v bias), opt (a position table offset by 2 rows, Pre-LN
 or Post-LN, ReLU), biogpt (the same offset table, embeddings scaled by sqrt(d)), openai-gpt
-(GPT-1: Post-LN, no final norm) and gpt-sw3 (GPT2Config under another model_type: GPT-2).
+(GPT-1: Post-LN, no final norm), gpt_neox_japanese (rotary, no biases but the last layer's attention
+output bias) and gpt-sw3 (GPT2Config under another model_type: read as GPT-2 in families.py).
 
 Each reader is closed-world (`closed.Config`): it reads only the keys its `Keys` map. A
 `Gpt` is what a config says in the language's terms; `spec_text` writes its spec,
@@ -57,6 +58,10 @@ class Gpt:
     mlp_bias: bool = True
     tied: bool = True
     padding: int | None = None  # the token embedding's padding_idx
+    position: str = "learned"  # learned | none (GPT-NeoX-Japanese: rotary)
+    rotary: float = 0.0  # the fraction of each head rotated (GPT-NeoX's halves)
+    rotary_base: float = 10000.0
+    last_out_bias: bool = False  # GPT-NeoX-Japanese: the last layer's attention alone has an output bias
     sources: dict = field(default_factory=dict, compare=False)
 
 
@@ -87,20 +92,27 @@ KEYS: dict[str, Keys] = {
     "openai-gpt": Keys(frozenset({"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "afn", "layer_norm_epsilon", "tie_word_embeddings"}),
                        {"summary_type": _HEADS, "summary_use_proj": _HEADS, "summary_activation": _HEADS, "summary_proj_to_labels": _HEADS,
                         "summary_first_dropout": _HEADS, "pad_token_id": "GPT-1's " + _NO_PAD}),
+    "gpt_neox_japanese": Keys(frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_multiple_size",
+                                         "hidden_act", "max_position_embeddings", "layer_norm_eps", "rope_parameters", "tie_word_embeddings"}),
+                              {"is_decoder": "marks the model for use as an encoder-decoder's decoder; the causal LM does not read it",
+                               "pad_token_id": "GPT-NeoX-Japanese's " + _NO_PAD},
+                              {"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"}),
 }
 
 CAUSAL_LM = {"gpt_bigcode": "GPTBigCodeForCausalLM", "gpt_neo": "GPTNeoForCausalLM", "opt": "OPTForCausalLM", "biogpt": "BioGptForCausalLM",
-             "openai-gpt": "OpenAIGPTLMHeadModel"}
+             "openai-gpt": "OpenAIGPTLMHeadModel", "gpt_neox_japanese": "GPTNeoXJapaneseForCausalLM"}
 
 # the engine name a spec of each family carries (a spec's names are identifiers), and back
-ENGINE = {"gpt_bigcode": "gpt_bigcode", "gpt_neo": "gpt_neo", "opt": "opt", "biogpt": "biogpt", "openai-gpt": "openai_gpt"}
+ENGINE = {"gpt_bigcode": "gpt_bigcode", "gpt_neo": "gpt_neo", "opt": "opt", "biogpt": "biogpt", "openai-gpt": "openai_gpt",
+          "gpt_neox_japanese": "gpt_neox_japanese"}
 FAMILY_OF_ENGINE = {v: k for k, v in ENGINE.items()}
 
 # the prefix of the base model's keys, and the embedding's and head's keys (without it / with it)
-PREFIX = {"gpt_bigcode": "transformer.", "gpt_neo": "transformer.", "opt": "model.decoder.", "biogpt": "biogpt.", "openai-gpt": "transformer."}
+PREFIX = {"gpt_bigcode": "transformer.", "gpt_neo": "transformer.", "opt": "model.decoder.", "biogpt": "biogpt.", "openai-gpt": "transformer.",
+          "gpt_neox_japanese": "gpt_neox_japanese."}
 EMBED_HEAD = {"gpt_bigcode": ("wte.weight", "lm_head.weight"), "gpt_neo": ("wte.weight", "lm_head.weight"),
               "opt": ("embed_tokens.weight", "lm_head.weight"), "biogpt": ("embed_tokens.weight", "output_projection.weight"),
-              "openai-gpt": ("tokens_embed.weight", "lm_head.weight")}
+              "openai-gpt": ("tokens_embed.weight", "lm_head.weight"), "gpt_neox_japanese": ("embed_in.weight", "embed_out.weight")}
 
 
 def _eps(c: Config, key: str) -> float:
@@ -237,7 +249,27 @@ def _openai_gpt(c: Config) -> Gpt:
                         "post_ln": "GPT-1's LayerNorm after each residual add"})
 
 
-READERS = {"gpt_bigcode": _gpt_bigcode, "gpt_neo": _gpt_neo, "opt": _opt, "biogpt": _biogpt, "openai-gpt": _openai_gpt}
+def _gpt_neox_japanese(c: Config) -> Gpt:
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    head_dim = _divides(width, heads, "num_attention_heads", "hidden_size")
+    rope, where = c.rope()
+    if rope.get("rope_type") != "default":
+        raise Unsupported(f"{where}.rope_type", f"{rope.get('rope_type')!r}: rotary scaling is not mapped for GPT-NeoX-Japanese")
+    partial = float(rope.get("partial_rotary_factor", 1.0))
+    dims = int(head_dim * partial)
+    if not 0 < partial <= 1 or dims % 2 or dims == 0:
+        raise Unsupported(f"{where}.partial_rotary_factor", f"{partial} of head_dim {head_dim} rotates {dims} dims: the language rotates "
+                          "an even number of them, at least 2")
+    m = c["intermediate_multiple_size"]
+    return Gpt("gpt_neox_japanese", c["vocab_size"], c["max_position_embeddings"], width, layers, heads, heads, int(width * m),
+               _act(c, "hidden_act"), _eps(c, "layer_norm_eps"), position="none", rotary=partial, rotary_base=float(rope["rope_theta"]),
+               qkv_bias=False, out_bias=False, mlp_bias=False, last_out_bias=True, tied=bool(c["tie_word_embeddings"]),
+               sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+                        "heads": "num_attention_heads", "hidden": "hidden_size x intermediate_multiple_size", "act": "hidden_act",
+                        "eps": "layer_norm_eps", "rotary": "rope_parameters (rotary_pct, rotary_emb_base)", "tied": "tie_word_embeddings"})
+
+
+READERS = {"gpt_bigcode": _gpt_bigcode, "gpt_neo": _gpt_neo, "opt": _opt, "biogpt": _biogpt, "openai-gpt": _openai_gpt, "gpt_neox_japanese": _gpt_neox_japanese}
 assert set(READERS) == set(KEYS) == set(CAUSAL_LM) == set(ENGINE) == set(PREFIX)
 
 
@@ -250,21 +282,24 @@ def spec_text(g: Gpt, source: str) -> str:
     src = g.sources
     norm = f"norm layernorm eps={_num(g.eps)}" + ("" if g.norm_affine else " affine=false")
 
-    def attention(window) -> str:
+    def attention(window, out_bias=g.out_bias) -> str:
         words = [f"heads={g.heads}"] + ([f"kv_heads={g.kv_heads}"] if g.kv_heads != g.heads else [])
+        words += ([("rotary" if g.rotary == 1.0 else f"rotary={_num(g.rotary)}")]
+                  + ([f"rotary_base={_num(g.rotary_base)}"] if g.rotary_base != 10000.0 else [])) if g.rotary else []
         words += [f"window={window}"] if window is not None else []
         words += [f"scale={_num(g.attn_scale)}"] if g.attn_scale is not None else []
-        words += [f"bias={_num(g.qkv_bias)}"] + ([f"out_bias={_num(g.out_bias)}"] if g.out_bias != g.qkv_bias else [])
-        keys = ["heads", "kv_heads"] + (["window"] if window is not None else []) + (["attn_scale"] if g.attn_scale is not None else [])
+        words += [f"bias={_num(g.qkv_bias)}"] + ([f"out_bias={_num(out_bias)}"] if out_bias != g.qkv_bias else [])
+        keys = ["heads", "kv_heads"] + (["rotary"] if g.rotary else []) + (["window"] if window is not None else []) \
+            + (["attn_scale"] if g.attn_scale is not None else [])
         return "turbine attention " + " ".join(words) + _comment(src, *keys)
 
     mlp = f"turbine mlp hidden={g.hidden} act={g.act} bias={_num(g.mlp_bias)}{_comment(src, 'hidden', 'act')}"
 
-    def layer(window) -> list[str]:
+    def layer(window, out_bias=g.out_bias) -> list[str]:
         if g.post_ln:  # valves in series on the main line, after each residual add
-            return ["  prechamber mix {", f"    {attention(window)}", "  }", f"  {norm}{_comment(src, 'eps', 'post_ln')}",
+            return ["  prechamber mix {", f"    {attention(window, out_bias)}", "  }", f"  {norm}{_comment(src, 'eps', 'post_ln')}",
                     "  prechamber burn {", f"    {mlp}", "  }", f"  {norm}"]
-        return ["  prechamber mix {", f"    {norm}{_comment(src, 'eps')}", f"    {attention(window)}", "  }",
+        return ["  prechamber mix {", f"    {norm}{_comment(src, 'eps')}", f"    {attention(window, out_bias)}", "  }",
                 "  prechamber burn {", f"    {norm}", f"    {mlp}", "  }"]
 
     name = ENGINE[g.family]
@@ -280,7 +315,11 @@ def spec_text(g: Gpt, source: str) -> str:
         blocks = [f"# one {g.family} layer: attention, then the MLP, {where} (the layers repeat it)", f"stage {name}_block {{", *layer(one), "}", ""]
         body = [f"  stage {name}_block x depth"]
         lets = [f"let depth = {g.layers}  # {src.get('layers', 'layers')}"]
-    feed = f"feed tokens vocab={g.vocab} context={g.context} position=learned"
+        if g.last_out_bias:  # GPT-NeoX-Japanese: the last layer's attention adds a bias (dense_bias) the others lack
+            blocks += [f"# the last {g.family} layer: its attention's output alone has a bias", f"stage {name}_last {{", *layer(None, True), "}", ""]
+            body = ([f"  stage {name}_block x {g.layers - 1}"] if g.layers > 1 else []) + [f"  stage {name}_last"]
+            lets = [f"# {g.layers} layers ({src.get('layers', 'layers')})"]
+    feed = f"feed tokens vocab={g.vocab} context={g.context} position={g.position}"
     if g.embed_scale != 1.0:
         feed += " scale=sqrt(width)" if g.embed_scale == math.sqrt(g.width) else f" scale={_num(g.embed_scale)}"
     if g.padding is not None:
@@ -360,6 +399,13 @@ def engine_config(engine: ir.Engine, family: str) -> dict:
     if family == "openai-gpt":
         return {**base, "n_positions": f.context, "n_embd": W, "n_layer": L, "n_head": attn.heads, "afn": {"gelu_new": "gelu"}.get(act, act),
                 "layer_norm_epsilon": eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    if family == "gpt_neox_japanese":
+        if mlp.hidden % W:
+            raise Unsupported("hidden", f"GPT-NeoX-Japanese's MLP is a whole multiple of the width: {mlp.hidden} is not one of {W}")
+        return {**base, "max_position_embeddings": f.context, "hidden_size": W, "num_hidden_layers": L, "num_attention_heads": attn.heads,
+                "intermediate_multiple_size": mlp.hidden // W, "hidden_act": act, "layer_norm_eps": eps,
+                "rope_parameters": {"rope_type": "default", "rope_theta": attn.rotary_base, "partial_rotary_factor": attn.rotary_dims / attn.head_dim},
+                "hidden_dropout": 0.0, "attention_dropout": 0.0}
     if f.context <= OFFSET:
         raise Unsupported("context", f"{family}'s position table has {OFFSET} rows past max_position_embeddings: the context is above {OFFSET}")
     common = {"max_position_embeddings": f.context - OFFSET, "hidden_size": W, "num_hidden_layers": L, "num_attention_heads": attn.heads,
@@ -436,6 +482,14 @@ def plan(family: str, plan, put, spec, same, transpose, cat, neox_qkv):
             elif family == "openai-gpt":
                 put(f"{at}.qkv.{p}", h + f"attn.c_attn.{p}", transpose if p == "weight" else same)
                 put(f"{at}.proj.{p}", h + f"attn.c_proj.{p}", transpose if p == "weight" else same)
+            elif family == "gpt_neox_japanese":  # fused rows head by head [q_h | k_h | v_h]; the last layer's dense_bias
+                h = f"layers.{i}."
+                put(f"{an}.{p}", h + f"input_layernorm.{p}")
+                put(f"{mn}.{p}", h + f"post_attention_layernorm.{p}")
+                put(f"{at}.qkv.{p}", h + f"attention.query_key_value.{p}", neox_qkv(a.heads, a.head_dim))
+                put(f"{at}.proj.{p}", h + ("attention.dense.weight" if p == "weight" else "attention.dense_bias"))
+                put(f"{ml}.fc.{p}", h + f"mlp.dense_h_to_4h.{p}")
+                put(f"{ml}.proj.{p}", h + f"mlp.dense_4h_to_h.{p}")
             else:  # opt, biogpt
                 h = f"layers.{i}."
                 put(f"{an}.{p}", h + f"self_attn_layer_norm.{p}")
@@ -448,7 +502,7 @@ def plan(family: str, plan, put, spec, same, transpose, cat, neox_qkv):
     put("feed.tok.weight", embed)
     positions = {"opt": "embed_positions.weight", "biogpt": "embed_positions.weight", "openai-gpt": "positions_embed.weight"}.get(family, "wpe.weight")
     put("feed.pos.weight", positions, Roll(OFFSET) if family in ("opt", "biogpt") else same)
-    final = {"opt": "final_layer_norm", "biogpt": "layer_norm"}.get(family, "ln_f")
+    final = {"opt": "final_layer_norm", "biogpt": "layer_norm", "gpt_neox_japanese": "final_layer_norm"}.get(family, "ln_f")
     fv = _final_valve(spec)
     for p in ("weight", "bias"):
         put(f"{fv}.{p}", f"{final}.{p}")

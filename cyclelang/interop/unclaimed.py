@@ -80,7 +80,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "glm4_moe_lite": ("deepseek_v2", "DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
     "glm_moe_dsa": ("deepseek_v2", "DeepSeek-V3.2 sparse attention (an indexer keeps the top-k keys, its choice reused by the layers after it); DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
     "got_ocr2": ("qwen2", "a vision encoder (this is an OCR vision-language model: import its text config (qwen2) alone)"),
-    "gpt_neox_japanese": ("gpt_neox", None),
     "gpt_oss": ("mixtral", "learned attention sinks; gpt-oss's clamped SwiGLU (gate·σ(1.702·gate)·(up + 1)); a biased router; YaRN without rounding its range (truncate=false)"),
     "granite_swa": ("granite", "learned attention sinks"),
     "granitemoe": ("granite", None),
