@@ -25,13 +25,14 @@ from cyclelang.backends.torch.build import build  # noqa: E402
 from cyclelang.cli import main  # noqa: E402
 from cyclelang.interop import Unsupported, load_transformers  # noqa: E402
 from cyclelang.interop.closed import CLASSES, FIXED, INERT  # noqa: E402
+from cyclelang.interop import families  # noqa: E402
 from cyclelang.interop.families import FAMILIES, KEYS, read_config  # noqa: E402
 
 from .test_families import FAMILIES as CONFIGS  # noqa: E402
 from .test_families_gpt import FAMILIES as GPT_LINEAGE  # noqa: E402
 
 CONFIGS = {**CONFIGS, **GPT_LINEAGE}
-SAME_AS = {"gpt-sw3"}  # read by another family's class (GPT2Config), so saved as that family: its own test is in test_families_gpt
+SAME_AS = set(families.SAME_AS)  # read by another family's class (gpt-sw3: GPT2Config), so saved as that family: tested in test_families_gpt
 
 V, B, T = 96, 2, 12
 

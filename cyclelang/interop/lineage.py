@@ -217,7 +217,7 @@ def _opt(c: Config) -> Gpt:
     return Gpt("opt", c["vocab_size"], c["max_position_embeddings"] + OFFSET, width, c["num_hidden_layers"], heads, heads, c["ffn_dim"],
                _act(c, "activation_function"), 1e-5, post_ln=not pre, final_norm=final, norm_affine=bool(c["layer_norm_elementwise_affine"]),
                offset=OFFSET, qkv_bias=bias, out_bias=bias, mlp_bias=bias, tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
-               sources={"vocab": "vocab_size", "context": "max_position_embeddings + OPT's 2 offset rows", "width": "hidden_size",
+               sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size",
                         "layers": "num_hidden_layers", "heads": "num_attention_heads", "hidden": "ffn_dim", "act": "activation_function",
                         "eps": "OPT's LayerNorms: PyTorch's default eps", "tied": "tie_word_embeddings", "padding": "pad_token_id",
                         "post_ln": "do_layer_norm_before"})
@@ -229,7 +229,7 @@ def _biogpt(c: Config) -> Gpt:
     return Gpt("biogpt", c["vocab_size"], c["max_position_embeddings"] + OFFSET, width, c["num_hidden_layers"], heads, heads,
                c["intermediate_size"], _act(c, "hidden_act"), 1e-5, offset=OFFSET, embed_scale=math.sqrt(width) if c["scale_embedding"] else 1.0,
                tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
-               sources={"vocab": "vocab_size", "context": "max_position_embeddings + BioGPT's 2 offset rows", "width": "hidden_size",
+               sources={"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size",
                         "layers": "num_hidden_layers", "heads": "num_attention_heads", "hidden": "intermediate_size", "act": "hidden_act",
                         "eps": "BioGPT's LayerNorms: PyTorch's default eps (layer_norm_eps is not read)", "embed_scale": "scale_embedding",
                         "tied": "tie_word_embeddings", "padding": "pad_token_id"})
