@@ -8,7 +8,8 @@
 Families (`families.FAMILIES`, docs/families.md): gpt2, llama (and internlm3, iquestcoder, seed_oss), mistral,
 ministral, ministral3, mixtral, qwen2, qwen2_moe, qwen3, phi3, olmo, olmo2, gemma, gemma2, granite, phi, starcoder2,
 gpt_neox, gptj, falcon, bloom; mamba2, mamba, jamba and deepseek_v2 (the expander families: an ssm, Mamba-1's
-mixer, latent attention). Every config.json is read closed-world (`closed`): a key the family's reader does not
+mixer, latent attention); the GPT-2 lineage (`lineage`): gpt_bigcode, gpt_neo, opt, biogpt, openai-gpt,
+gpt_neox_japanese, and gpt-sw3 (read as gpt2). Every config.json is read closed-world (`closed`): a key the family's reader does not
 map, and that is not known to change nothing, is refused by name. Other model types are refused with the
 nearest claimed family and what the language lacks (`unclaimed`). The modules: `closed` (config.json as
 transformers reads it, against `hf_fields`, the classes' fields), `families` (config <-> the spec it implies),
@@ -26,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import ir
+from . import lineage
 from .compare import Difference, difference
 from .families import FAMILIES, Unsupported, arch_of, config_of, expander_config, spec_text
 from .load import _embed_and_head
@@ -143,7 +145,9 @@ def export_config(spec) -> dict:
     the first field that differs is named."""
     engine = spec.engine if isinstance(spec, ir.Spec) else spec
     config = expander_config(engine)
-    if config is not None:  # an ssm or latent attention: mamba2, mamba, jamba or deepseek_v2
+    if config is None and engine.name in lineage.FAMILY_OF_ENGINE:  # the GPT-2 lineage, by the engine's name (lineage.py)
+        config = lineage.engine_config(engine, lineage.FAMILY_OF_ENGINE[engine.name])
+    if config is not None:  # an ssm or latent attention: mamba2, mamba, jamba or deepseek_v2; a GPT-2 lineage family
         try:
             d = difference(engine, implied_engine(config))
         except InteropError as e:

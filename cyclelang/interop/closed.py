@@ -121,6 +121,10 @@ ALIASES = {
     "exaone": {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps", "activation_function": "hidden_act"},
     "codegen": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
     "mpt": {"num_attention_heads": "n_heads", "hidden_size": "d_model", "num_hidden_layers": "n_layers"},
+    "gpt-sw3": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
+    "gpt_bigcode": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
+    "gpt_neo": {"num_attention_heads": "num_heads", "num_hidden_layers": "num_layers"},
+    "openai-gpt": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
 # num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.

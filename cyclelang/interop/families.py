@@ -1514,6 +1514,12 @@ CAUSAL_LM_H2 = {"olmo3": "Olmo3ForCausalLM", "smollm3": "SmolLM3ForCausalLM", "e
                 "helium": "HeliumForCausalLM", "cwm": "CwmForCausalLM", "exaone": "LlamaForCausalLM", "vaultgemma": "VaultGemmaForCausalLM",
                 "hyperclovax": "HyperCLOVAXForCausalLM"}
 
+# The GPT-2 lineage (lineage.py): gpt_bigcode, gpt_neo, opt, biogpt, openai-gpt; gpt-sw3 is GPT2Config under another name
+from . import lineage  # noqa: E402
+
+KEYS.update(lineage.KEYS)
+KEYS["gpt-sw3"] = KEYS["gpt2"]
+SAME_AS = {"gpt-sw3": "gpt2"}  # a model_type transformers reads with another's classes: its weights load by that family's plan
 
 _DECODER_FAMILIES = tuple(_DECODERS)
 _PLAIN_FAMILIES = tuple(_PLAIN)
@@ -1526,6 +1532,7 @@ from . import families_parallel as _parallel  # noqa: E402  (Cohere, Cohere 2, G
 
 KEYS.update(_parallel.KEYS)
 READERS.update(_parallel.READERS)
+READERS.update({**lineage.READERS, "gpt-sw3": _gpt2})
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1545,6 +1552,8 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "aria_text": "AriaTextForCausalLM"}
 CAUSAL_LM.update(CAUSAL_LM_H2)
 CAUSAL_LM.update(_parallel.CAUSAL_LM)
+CAUSAL_LM.update(lineage.CAUSAL_LM)
+CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
 
 
 def refusal(model_type: str) -> str:
@@ -1629,6 +1638,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     """A formatted, commented spec that builds to the architecture `a` describes."""
     if isinstance(a, Mamba2):
         return _mamba2_text(a, source)
+    if isinstance(a, lineage.Gpt):
+        return lineage.spec_text(a, source)
     if isinstance(a, (MambaFamily, JambaFamily, DeepseekV2Family)):
         return {MambaFamily: _mamba_text, JambaFamily: _jamba_text, DeepseekV2Family: _deepseek_v2_text}[type(a)](a, source)
     src = a.sources

@@ -370,6 +370,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
         return _plan_mamba2(plan, put, layout, final)
     if arch in _EXPANDER_PLANS:
         return _EXPANDER_PLANS[arch](plan, put, layout, final, state, fused)
+    if arch in families.lineage.READERS:  # the GPT-2 lineage's layers (lineage.py)
+        return families.lineage.plan(arch, plan, put, spec, _SAME, _TRANSPOSE, _Cat, _NeoxQkv)
     for i, st in sorted(layout.items()):
         moe = family_moe and not (arch in ("qwen2_moe", "qwen3_moe") and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
         if st.attn is None:
@@ -656,7 +658,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
 
 def _prefix(arch: str) -> str:
     return {"mamba2": "backbone.", "mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox.",
-            "bloom": "transformer.", "codegen": "transformer.", "mpt": "transformer."}.get(arch, "model.")
+            "bloom": "transformer.", "codegen": "transformer.", "mpt": "transformer.", **families.lineage.PREFIX}.get(arch, "model.")
 
 
 @dataclass(frozen=True)
@@ -795,6 +797,7 @@ def convert_state_dict(state: Mapping, target: Mapping, config: dict, *, spec) -
     arch = config.get("model_type")
     if arch not in families.CAUSAL_LM:
         raise InteropError("model_type", f"unknown model type {arch!r}; supported: {', '.join(families.FAMILIES)}")
+    arch = families.SAME_AS.get(arch, arch)
     src = _strip_prefix(dict(state), arch)
     plan = _plan(arch, spec, src)
     for where, why in plan.reasons.items():
@@ -865,6 +868,8 @@ def _embed_and_head(arch: str) -> tuple[str, str]:
     """The token embedding's key (without the prefix) and the head's weight key."""
     if arch == "gpt2":
         return "wte.weight", "lm_head.weight"
+    if arch in families.lineage.EMBED_HEAD:
+        return families.lineage.EMBED_HEAD[arch]
     ks = KEYS.get(arch, _Keys())
     return f"{ks.embed}.weight", f"{ks.head}.weight"
 
