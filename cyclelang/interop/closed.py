@@ -118,10 +118,11 @@ ALIASES = {
     "qwen3_moe": {"num_local_experts": "num_experts"},
     "olmoe": {"num_local_experts": "num_experts"},
     "flex_olmo": {"num_local_experts": "num_experts"},
+    "mellum": {"num_local_experts": "num_experts", "num_nextn_predict_layers": "num_mtp_layers"},
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
 # num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.
-ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"})}
+ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"}), "mellum": frozenset({"num_local_experts", "num_nextn_predict_layers"})}
 
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).
 DEFAULT_THETA = {"mixtral": 1000000.0, "flex_olmo": 500000.0}

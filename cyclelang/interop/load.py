@@ -348,7 +348,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
     if arch in _EXPANDER_PLANS:
         return _EXPANDER_PLANS[arch](plan, put, layout, final, state, fused)
     for i, st in sorted(layout.items()):
-        moe = family_moe and not (arch in ("qwen2_moe", "qwen3_moe") and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
+        moe = family_moe and not (arch in ("qwen2_moe", "qwen3_moe", "mellum") and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
@@ -474,6 +474,7 @@ ROUTED = {
     "granitemoe": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
     "granitemoeshared": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
     "aria_text": ("mlp.", "router.weight", ("experts.fc1.weight", "experts.fc2.weight", "router.weight")),
+    "mellum": ("mlp.", "gate.weight", "split"),
 }
 
 
