@@ -30,11 +30,13 @@ FAMILIES = {
                                                      rope_parameters=ROPE, moe_intermediate_size=24, num_experts=4, num_experts_per_tok=2,
                                                      norm_topk_prob=True, mlp_only_layers=[0], attention_bias=True, use_sliding_window=True,
                                                      sliding_window=5),
-    # raw top-k weights, every other layer routed (decoder_sparse_step), tied, no window
+    # raw top-k weights, every other layer routed (decoder_sparse_step), tied, no window, YaRN past its original 10 positions
     "qwen3_moe_sparse_step": lambda: transformers.Qwen3MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=40, num_hidden_layers=4,
                                                                  num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=40,
                                                                  moe_intermediate_size=16, num_experts=3, num_experts_per_tok=2,
-                                                                 norm_topk_prob=False, decoder_sparse_step=2, tie_word_embeddings=True),
+                                                                 norm_topk_prob=False, decoder_sparse_step=2, tie_word_embeddings=True,
+                                                                 rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                                                  "original_max_position_embeddings": 10}),
     # qk RMSNorm across the heads (GQA: k's over the kv heads only), raw top-k weights, a padding row, biased attention
     "olmoe": lambda: transformers.OlmoeConfig(vocab_size=V, hidden_size=48, intermediate_size=24, num_hidden_layers=2, num_attention_heads=6,
                                               num_key_value_heads=2, max_position_embeddings=40, rms_norm_eps=1e-6, num_experts=4,
@@ -144,6 +146,13 @@ UNEXPRESSIBLE = {
     "qwen3_moe top past the experts": (_cfg("qwen3_moe", num_experts=2, num_experts_per_tok=3), "num_experts_per_tok"),
     "qwen3_moe gelu_fast": (_cfg("qwen3_moe", hidden_act="gelu_fast"), "hidden_act"),
     "qwen3_moe window from a later layer": (_cfg("qwen3_moe", use_sliding_window=True, sliding_window=4, max_window_layers=1), "max_window_layers"),
+    "qwen3_moe partial rotary": (_cfg("qwen3_moe", rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+                                 "partial_rotary_factor"),
+    "granitemoe partial rotary": (_cfg("granitemoe", rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+                                  "partial_rotary_factor"),
+    "mellum partial rotary": (_cfg("mellum", head_dim=8, rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4,
+                                                                                             "partial_rotary_factor": 0.5}}),
+                              "rope_parameters.full_attention.partial_rotary_factor"),
     "qwen3_moe heads not dividing": (_cfg("qwen3_moe", num_attention_heads=5, num_key_value_heads=5), "num_attention_heads"),
     "olmoe clip_qkv": (_cfg("olmoe", clip_qkv=8.0), "clip_qkv"),
     "olmoe head_dim": (_cfg("olmoe", head_dim=16), "head_dim"),  # not its class's: its q-norm is hidden_size wide

@@ -1147,7 +1147,7 @@ def _routed(family: str):
             context = c["max_position_embeddings"]
             return Arch(family, vocab=c["vocab_size"], context=context, width=width, layers=layers, heads=heads, kv_heads=kv,
                         head_dim=head_dim, hidden=hidden, act=act, norm="rmsnorm", eps=_eps(c, "rms_norm_eps"), qkv_bias=bias, out_bias=bias,
-                        rotary=_rotary(rope.get("partial_rotary_factor", 1.0), head_dim), rotary_base=float(rope["rope_theta"]), window=window,
+                        rotary=1.0, rotary_base=rope["rope_theta"], window=window,
                         experts=_top_ok(top, experts, "num_experts_per_tok"), top=top, normalize=normalize, tied=bool(c["tie_word_embeddings"]),
                         padding=_padding(c), sources=sources, **extra)
         else:  # aria_text
@@ -1163,6 +1163,9 @@ def _routed(family: str):
             sources.update(hidden="intermediate_size", experts="moe_num_experts", top="moe_topk")
         if not 1 <= top <= experts:
             raise Unsupported(sources["top"], f"top-{top} of {experts} experts")
+        if _partial(c) != 1.0:  # their rotary embedding never reads it: the default rope turns the whole head, the others fail
+            raise Unsupported("partial_rotary_factor", f"{_partial(c)}: transformers' {family} rotates every dim of each head whatever "
+                              "this says (and cannot run it with a rotary scaling)")
         context = c["max_position_embeddings"]
         scaling = _rope_scaling(c, context)
         return Arch(family, vocab=c["vocab_size"], context=_dynamic_context(context, scaling), width=width, layers=layers, heads=heads,
@@ -1206,15 +1209,17 @@ def _mellum_layers(c: Config, layers: int) -> tuple:
         for k in rope:
             if k not in ("rope_type", "rope_theta", "partial_rotary_factor"):
                 raise Unsupported(f"rope_parameters.{t}.{k}", "not a parameter of plain rotary, the only kind mapped for Mellum")
-        for k in ("rope_theta", "partial_rotary_factor"):
-            v = rope.get(k, 1.0 if k == "partial_rotary_factor" else None)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
-                raise Unsupported(f"rope_parameters.{t}.{k}", f"{v!r} is not a positive number")
-        ropes.append({"rope_theta": float(rope["rope_theta"]), "partial_rotary_factor": float(rope.get("partial_rotary_factor", 1.0))})
+        theta = rope.get("rope_theta")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 < theta < math.inf:
+            raise Unsupported(f"rope_parameters.{t}.rope_theta", f"{theta!r} is not a positive number")
+        if rope.get("partial_rotary_factor", 1.0) != 1.0:  # its rotary computes fewer frequencies, its attention rotates the whole head
+            raise Unsupported(f"rope_parameters.{t}.partial_rotary_factor", "transformers' Mellum cannot run a partial rotary (its cos and sin "
+                              "no longer match the head)")
+        ropes.append(float(theta))
     if any(r != ropes[0] for r in ropes):
-        raise Unsupported("rope_parameters", "its sliding and global layers rotate with different parameters: one rotary base per layer "
-                          "type is not mapped yet")
-    return window, windows, ropes[0]
+        raise Unsupported("rope_parameters", f"its sliding and global layers rotate with different bases ({sorted(set(ropes))}): one rotary "
+                          "base per layer type is not mapped yet")
+    return window, windows, {"rope_theta": ropes[0]}
 
 
 def _routed_config(a: Arch, cfg: dict) -> dict:
@@ -1250,7 +1255,7 @@ def _routed_config(a: Arch, cfg: dict) -> dict:
             raise Unsupported("window", f"Mellum has one sliding_window; the spec's layers have {sorted(local)}")
         if a.rotary_scaling is not None:
             raise Unsupported("rotary_scaling", "rotary scaling per layer type is not mapped for Mellum")
-        rope = {"rope_type": "default", "rope_theta": a.rotary_base, **({"partial_rotary_factor": a.rotary} if a.rotary != 1.0 else {})}
+        rope = {"rope_type": "default", "rope_theta": a.rotary_base}
         cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, moe_intermediate_size=a.hidden, head_dim=a.head_dim,
                    intermediate_size=a.dense_hidden if a.layer_dense else a.hidden, norm_topk_prob=a.normalize,
                    mlp_layer_types=["dense" if d else "sparse" for d in (a.layer_dense or (False,) * a.layers)],
