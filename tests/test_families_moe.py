@@ -30,11 +30,13 @@ FAMILIES = {
                                                      rope_parameters=ROPE, moe_intermediate_size=24, num_experts=4, num_experts_per_tok=2,
                                                      norm_topk_prob=True, mlp_only_layers=[0], attention_bias=True, use_sliding_window=True,
                                                      sliding_window=5),
-    # raw top-k weights, every other layer routed (decoder_sparse_step), tied, no window
+    # raw top-k weights, every other layer routed (decoder_sparse_step), tied, no window, YaRN past its original 10 positions
     "qwen3_moe_sparse_step": lambda: transformers.Qwen3MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=40, num_hidden_layers=4,
                                                                  num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=40,
                                                                  moe_intermediate_size=16, num_experts=3, num_experts_per_tok=2,
-                                                                 norm_topk_prob=False, decoder_sparse_step=2, tie_word_embeddings=True),
+                                                                 norm_topk_prob=False, decoder_sparse_step=2, tie_word_embeddings=True,
+                                                                 rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                                                  "original_max_position_embeddings": 10}),
     # qk RMSNorm across the heads (GQA: k's over the kv heads only), raw top-k weights, a padding row, biased attention
     "olmoe": lambda: transformers.OlmoeConfig(vocab_size=V, hidden_size=48, intermediate_size=24, num_hidden_layers=2, num_attention_heads=6,
                                               num_key_value_heads=2, max_position_embeddings=40, rms_norm_eps=1e-6, num_experts=4,
@@ -59,6 +61,17 @@ FAMILIES = {
     "aria_text": lambda: transformers.AriaTextConfig(vocab_size=V, hidden_size=32, intermediate_size=20, num_hidden_layers=2, num_attention_heads=4,
                                                      num_key_value_heads=2, head_dim=12, max_position_embeddings=40, rms_norm_eps=1e-5,
                                                      moe_num_experts=4, moe_topk=2, moe_num_shared_experts=2, rope_parameters=ROPE),
+    # sliding and global layers (layer_types) whose rope_parameters entries agree, raw top-k weights, per-head qk-norm, biased attention
+    "mellum": lambda: transformers.MellumConfig(vocab_size=V, hidden_size=32, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
+                                                num_key_value_heads=2, head_dim=12, max_position_embeddings=40, rms_norm_eps=1e-5,
+                                                moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                                                layer_types=["sliding_attention", "full_attention", "sliding_attention"], sliding_window=5,
+                                                rope_parameters={"full_attention": ROPE, "sliding_attention": dict(ROPE)}, attention_bias=True),
+    # a dense first layer (mlp_only_layers), every layer global with MellumConfig's default rope (500000 for global layers)
+    "mellum_dense": lambda: transformers.MellumConfig(vocab_size=V, hidden_size=32, intermediate_size=40, num_hidden_layers=3,
+                                                      num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=40,
+                                                      moe_intermediate_size=16, num_experts=3, num_experts_per_tok=2,
+                                                      mlp_layer_types=["dense", "sparse", "sparse"], tie_word_embeddings=True),
 }
 
 
@@ -75,6 +88,7 @@ QUIRKS = {
     "granitemoe": (r"(turbine moe [^\n#]*?)(  #|\n)", r"\1 normalize=false\2"),  # the softmax over the top-k logits
     "granitemoeshared": (r" shared=20", " shared=20 shared_gate"),  # an ungated shared expert
     "aria_text": (r"(turbine moe [^\n#]*?)(  #|\n)", r"\1 normalize=false\2"),
+    "mellum": (r" normalize=false", ""),
 }
 
 
@@ -104,6 +118,21 @@ def test_qwen3_moe_reads_num_local_experts_as_transformers_does():
         assert transformers.AutoConfig.for_model(**cfg).num_experts == 3
 
 
+def test_qwen3_moe_released_config_imports():
+    """Qwen3-30B-A3B's config.json as released (transformers 4's keys: rope_theta, max_window_layers, a head_dim its class lacks)."""
+    released = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643,
+                "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+                "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+                "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": True,
+                "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+                "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0,
+                "router_aux_loss_coef": 0.001, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+    text = import_config(released)
+    assert "heads=32 kv_heads=4 head_dim=128 rotary rotary_base=1000000 qk_norm bias=false" in text, text
+    assert "turbine moe experts=128 top=8 hidden=768 act=swiglu bias=false  #" in text, text
+
+
 def _cfg(model_type: str, **over) -> dict:
     small = {"vocab_size": V, "hidden_size": 32, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "pad_token_id": 0}
@@ -116,6 +145,14 @@ UNEXPRESSIBLE = {
     "qwen3_moe sparse step past the layers": (_cfg("qwen3_moe", decoder_sparse_step=3), "decoder_sparse_step"),
     "qwen3_moe top past the experts": (_cfg("qwen3_moe", num_experts=2, num_experts_per_tok=3), "num_experts_per_tok"),
     "qwen3_moe gelu_fast": (_cfg("qwen3_moe", hidden_act="gelu_fast"), "hidden_act"),
+    "qwen3_moe window from a later layer": (_cfg("qwen3_moe", use_sliding_window=True, sliding_window=4, max_window_layers=1), "max_window_layers"),
+    "qwen3_moe partial rotary": (_cfg("qwen3_moe", rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+                                 "partial_rotary_factor"),
+    "granitemoe partial rotary": (_cfg("granitemoe", rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+                                  "partial_rotary_factor"),
+    "mellum partial rotary": (_cfg("mellum", head_dim=8, rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4,
+                                                                                             "partial_rotary_factor": 0.5}}),
+                              "rope_parameters.full_attention.partial_rotary_factor"),
     "qwen3_moe heads not dividing": (_cfg("qwen3_moe", num_attention_heads=5, num_key_value_heads=5), "num_attention_heads"),
     "olmoe clip_qkv": (_cfg("olmoe", clip_qkv=8.0), "clip_qkv"),
     "olmoe head_dim": (_cfg("olmoe", head_dim=16), "head_dim"),  # not its class's: its q-norm is hidden_size wide
@@ -127,6 +164,18 @@ UNEXPRESSIBLE = {
     "granitemoe null experts": (_cfg("granitemoe", num_local_experts=None), "num_local_experts"),
     "granitemoe null top": (_cfg("granitemoe", num_experts_per_tok=None), "num_experts_per_tok"),
     "granitemoeshared negative shared": (_cfg("granitemoeshared", shared_intermediate_size=-4), "shared_intermediate_size"),
+    "mellum two rotary bases": (_cfg("mellum", layer_types=["sliding_attention", "full_attention"], head_dim=8), "rope_parameters"),
+    "mellum flat rope": (_cfg("mellum", head_dim=8, rope_parameters={"rope_type": "default", "rope_theta": 1e4}), "rope_parameters"),
+    "mellum legacy rope_theta": (_cfg("mellum", head_dim=8, rope_theta=1e4), "rope_theta"),
+    "mellum rope scaling": (_cfg("mellum", head_dim=8, rope_parameters={"full_attention": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}}),
+                            "rope_parameters.full_attention.rope_type"),
+    "mellum mlp type": (_cfg("mellum", head_dim=8, mlp_layer_types=["sparse", "moe"]), "mlp_layer_types"),
+    "mellum two patterns": (_cfg("mellum", head_dim=8, mlp_layer_types=["dense", "sparse"], sliding_window=4,
+                                 layer_types=["sliding_attention", "full_attention"],
+                                 rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                                  "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}), "mlp_layer_types"),
+    "mellum sliding without a window": (_cfg("mellum", head_dim=8, layer_types=["sliding_attention", "full_attention"], sliding_window=None),
+                                        "sliding_window"),
     "aria_text gelu": (_cfg("aria_text", hidden_act="gelu"), "hidden_act"),
     "aria_text mlp_bias": (_cfg("aria_text", mlp_bias=True), "mlp_bias"),
     "aria_text no shared expert": (_cfg("aria_text", moe_num_shared_experts=0), "moe_num_shared_experts"),

@@ -125,10 +125,11 @@ ALIASES = {
     "gpt_bigcode": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
     "gpt_neo": {"num_attention_heads": "num_heads", "num_hidden_layers": "num_layers"},
     "openai-gpt": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
+    "mellum": {"num_local_experts": "num_experts", "num_nextn_predict_layers": "num_mtp_layers"},
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
 # num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.
-ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"})}
+ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"}), "mellum": frozenset({"num_local_experts", "num_nextn_predict_layers"})}
 
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).
 DEFAULT_THETA = {"mixtral": 1000000.0, "flex_olmo": 500000.0}

@@ -1034,7 +1034,7 @@ def _bloom(c: Config) -> Arch:
 _ROUTER = "the router's top-k renormalised softmax (a softmax over the top-k logits): the same function"
 _ROUTED = {
     "qwen3_moe": Keys(_LLAMA | {"head_dim", "attention_bias", "use_sliding_window", "sliding_window", "decoder_sparse_step", "mlp_only_layers",
-                                "moe_intermediate_size", "num_experts", "num_experts_per_tok", "norm_topk_prob"}),
+                                "moe_intermediate_size", "num_experts", "num_experts_per_tok", "norm_topk_prob", "max_window_layers"}),
     "olmoe": Keys(_LLAMA | {"attention_bias", "clip_qkv", "num_experts", "num_experts_per_tok", "norm_topk_prob"}),
     "flex_olmo": Keys(_LLAMA | {"attention_bias", "num_experts", "num_experts_per_tok", "norm_topk_prob"}),
     "granitemoe": Keys(_LLAMA | {"attention_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling",
@@ -1042,6 +1042,10 @@ _ROUTED = {
     "granitemoeshared": Keys(_LLAMA | {"attention_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling",
                                        "num_local_experts", "num_experts_per_tok", "shared_intermediate_size"}),
     "aria_text": Keys(_LLAMA | {"attention_bias", "mlp_bias", "head_dim", "moe_num_experts", "moe_topk", "moe_num_shared_experts"}, _TP),
+    "mellum": Keys(_LLAMA | {"head_dim", "attention_bias", "sliding_window", "layer_types", "mlp_layer_types", "moe_intermediate_size", "num_experts",
+                             "num_experts_per_tok", "norm_topk_prob"},
+                   {k: "multi-token prediction layers: transformers' MellumForCausalLM does not build them (it ignores their weights on load)"
+                    for k in ("num_mtp_layers", "mtp_layer_types", "mtp_mlp_layer_types")}),
 }
 KEYS.update(_ROUTED)
 
@@ -1080,6 +1084,15 @@ def _routed(family: str):
                 _divides(width, heads, "num_attention_heads", "hidden_size")
             if c["use_sliding_window"]:  # every layer's window (Qwen3MoeConfig has no max_window_layers or layer_types)
                 window = _sliding(c)
+            # not a field of Qwen3MoeConfig, but its released configs write it: transformers 5 reads nothing of it; transformers 4
+            # gave the window only to the layers from it on. Without a window (or from layer 0) both compute the same.
+            mwl = c["max_window_layers"]
+            if mwl is not None and (isinstance(mwl, bool) or not isinstance(mwl, int)):
+                raise Unsupported("max_window_layers", f"{mwl!r} is not a layer number")
+            if window is not None and mwl:
+                raise Unsupported("max_window_layers", f"{mwl}: transformers 5 gives every layer of a Qwen3-MoE the window and ignores this, "
+                                  "transformers 4 gave it to the layers from max_window_layers on: which one the checkpoint was trained "
+                                  "with is not known")
             step, only = _count(c, "decoder_sparse_step"), c["mlp_only_layers"]
             if only is not None and (not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only)):
                 raise Unsupported("mlp_only_layers", f"{only!r} is not a list of layer numbers")
@@ -1112,6 +1125,33 @@ def _routed(family: str):
                            residual_scale="residual_multiplier", attn_scale="attention_multiplier", logit_scale="logits_scaling")
             if family == "granitemoeshared":
                 shared = _count(c, "shared_intermediate_size", 0)  # 0: no shared expert
+        elif family == "mellum":
+            head_dim = c["head_dim"]
+            window, windows, rope = _mellum_layers(c, layers)
+            if windows:
+                extra["layer_windows"] = windows
+            kinds = c["mlp_layer_types"]
+            kinds = ["sparse"] * layers if kinds is None else kinds
+            if not isinstance(kinds, list) or len(kinds) != layers or any(k not in ("dense", "sparse") for k in kinds):
+                raise Unsupported("mlp_layer_types", f"mlp_layer_types are dense or sparse, one per layer ({layers})")
+            dense = tuple(k == "dense" for k in kinds)
+            if all(dense):
+                raise Unsupported("mlp_layer_types", "every layer is dense: no experts to route")
+            if any(dense):
+                if windows:
+                    raise Unsupported("mlp_layer_types", "sliding and global layers together with dense and routed ones: two per-layer "
+                                      "patterns at once are not mapped")
+                extra.update(layer_dense=dense, dense_hidden=c["intermediate_size"])
+            experts, top, hidden = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
+            normalize = bool(c["norm_topk_prob"])
+            extra.update(qk_norm="head", qk_eps=_eps(c, "rms_norm_eps"))
+            sources.update(window="sliding_window, layer_types", rotary_base="rope_parameters")
+            context = c["max_position_embeddings"]
+            return Arch(family, vocab=c["vocab_size"], context=context, width=width, layers=layers, heads=heads, kv_heads=kv,
+                        head_dim=head_dim, hidden=hidden, act=act, norm="rmsnorm", eps=_eps(c, "rms_norm_eps"), qkv_bias=bias, out_bias=bias,
+                        rotary=1.0, rotary_base=rope["rope_theta"], window=window,
+                        experts=_top_ok(top, experts, "num_experts_per_tok"), top=top, normalize=normalize, tied=bool(c["tie_word_embeddings"]),
+                        padding=_padding(c), sources=sources, **extra)
         else:  # aria_text
             _divides(width, heads, "num_attention_heads", "hidden_size")  # AriaTextConfig.validate_architecture refuses the rest
             head_dim = c["head_dim"] or head_dim
@@ -1125,6 +1165,9 @@ def _routed(family: str):
             sources.update(hidden="intermediate_size", experts="moe_num_experts", top="moe_topk")
         if not 1 <= top <= experts:
             raise Unsupported(sources["top"], f"top-{top} of {experts} experts")
+        if _partial(c) != 1.0:  # their rotary embedding never reads it: the default rope turns the whole head, the others fail
+            raise Unsupported("partial_rotary_factor", f"{_partial(c)}: transformers' {family} rotates every dim of each head whatever "
+                              "this says (and cannot run it with a rotary scaling)")
         context = c["max_position_embeddings"]
         scaling = _rope_scaling(c, context)
         return Arch(family, vocab=c["vocab_size"], context=_dynamic_context(context, scaling), width=width, layers=layers, heads=heads,
@@ -1135,6 +1178,52 @@ def _routed(family: str):
     return read
 
 
+def _top_ok(top: int, experts: int, key: str) -> int:
+    if not 1 <= top <= experts:
+        raise Unsupported(key, f"top-{top} of {experts} experts")
+    return experts
+
+
+def _mellum_layers(c: Config, layers: int) -> tuple:
+    """Mellum's windows and its rotary parameters: rope_parameters hold one entry per layer type (a base for the
+    sliding layers, another for the global ones), which the spec says only where every layer present has the same."""
+    from .closed import LEGACY_ROPE
+
+    for k in LEGACY_ROPE:
+        if c.given(k):
+            raise Unsupported(k, "MellumConfig does not read it: its rope_parameters, one entry per layer type, hold the rotary base")
+    types = _types(c, layers, lambda: ["full_attention"] * layers)
+    sw = _sliding(c)
+    if "sliding_attention" in types and sw is None:
+        raise Unsupported("sliding_window", "layer_types has sliding layers, but sliding_window is null")
+    window, windows = _windows(types, sw)
+    per = c["rope_parameters"]
+    if per is None:  # MellumConfig.__post_init__'s default
+        per = {"full_attention": {"rope_type": "default", "rope_theta": 500000.0}, "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    if not isinstance(per, dict) or any(not isinstance(per.get(t), dict) for t in set(types)):
+        raise Unsupported("rope_parameters", "Mellum's rope_parameters hold one object per layer type (full_attention, sliding_attention) "
+                          "for each type its layers use")
+    ropes = []
+    for t in sorted(set(types)):
+        rope = per[t]
+        if rope.get("rope_type", "default") != "default":
+            raise Unsupported(f"rope_parameters.{t}.rope_type", f"{rope.get('rope_type')!r}: rotary scaling per layer type is not mapped")
+        for k in rope:
+            if k not in ("rope_type", "rope_theta", "partial_rotary_factor"):
+                raise Unsupported(f"rope_parameters.{t}.{k}", "not a parameter of plain rotary, the only kind mapped for Mellum")
+        theta = rope.get("rope_theta")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 < theta < math.inf:
+            raise Unsupported(f"rope_parameters.{t}.rope_theta", f"{theta!r} is not a positive number")
+        if rope.get("partial_rotary_factor", 1.0) != 1.0:  # its rotary computes fewer frequencies, its attention rotates the whole head
+            raise Unsupported(f"rope_parameters.{t}.partial_rotary_factor", "transformers' Mellum cannot run a partial rotary (its cos and sin "
+                              "no longer match the head)")
+        ropes.append(float(theta))
+    if any(r != ropes[0] for r in ropes):
+        raise Unsupported("rope_parameters", f"its sliding and global layers rotate with different bases ({sorted(set(ropes))}): one rotary "
+                          "base per layer type is not mapped yet")
+    return window, windows, {"rope_theta": ropes[0]}
+
+
 def _routed_config(a: Arch, cfg: dict) -> dict:
     """The config fields of the routed-expert families (config_of's generic part is `cfg`)."""
     if a.experts == 0:
@@ -1143,15 +1232,15 @@ def _routed_config(a: Arch, cfg: dict) -> dict:
         raise Unsupported("shared_gate", f"{a.family}'s shared expert is not gated (Qwen2-MoE's is)")
     if a.shared and a.family not in ("granitemoeshared", "aria_text"):
         raise Unsupported("shared", f"{a.family} has no shared expert")
-    if a.layer_dense and a.family != "qwen3_moe":
-        raise Unsupported("stages", f"{a.family} routes every layer; only qwen3_moe has dense layers among its routed ones")
+    if a.layer_dense and a.family not in ("qwen3_moe", "mellum"):
+        raise Unsupported("stages", f"{a.family} routes every layer; only qwen3_moe and mellum have dense layers among their routed ones")
     if not a.normalize and a.family in ("granitemoe", "granitemoeshared", "aria_text"):
         raise Unsupported("normalize", f"{a.family}'s router always renormalises its top-k weights (a softmax over the top-k logits)")
     if a.mlp_bias:
         raise Unsupported("bias", f"{a.family}'s experts have no biases")
     if a.qkv_bias != a.out_bias:
         raise Unsupported("out_bias", f"{a.family}'s attention_bias covers q, k, v and the output alike")
-    want_qk = {"qwen3_moe": "head", "olmoe": "all", "flex_olmo": "all"}.get(a.family, "none")
+    want_qk = {"qwen3_moe": "head", "mellum": "head", "olmoe": "all", "flex_olmo": "all"}.get(a.family, "none")
     if a.qk_norm != want_qk or (a.qk_norm != "none" and a.qk_eps != a.eps):
         raise Unsupported("qk_norm", f"{a.family}'s qk-norm is {want_qk}" + (", with the norms' eps" if want_qk != "none" else ""))
     cfg = dict(cfg, attention_bias=a.qkv_bias)
@@ -1161,6 +1250,19 @@ def _routed_config(a: Arch, cfg: dict) -> dict:
                    intermediate_size=a.dense_hidden if a.layer_dense else a.hidden, norm_topk_prob=a.normalize, decoder_sparse_step=1,
                    mlp_only_layers=[i for i, d in enumerate(a.layer_dense) if d], use_sliding_window=a.window is not None,
                    sliding_window=a.window)
+    elif a.family == "mellum":
+        windows = a.layer_windows or (a.window,) * a.layers
+        local = {w for w in windows if w is not None}
+        if len(local) > 1:
+            raise Unsupported("window", f"Mellum has one sliding_window; the spec's layers have {sorted(local)}")
+        if a.rotary_scaling is not None:
+            raise Unsupported("rotary_scaling", "rotary scaling per layer type is not mapped for Mellum")
+        rope = {"rope_type": "default", "rope_theta": a.rotary_base}
+        cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, moe_intermediate_size=a.hidden, head_dim=a.head_dim,
+                   intermediate_size=a.dense_hidden if a.layer_dense else a.hidden, norm_topk_prob=a.normalize,
+                   mlp_layer_types=["dense" if d else "sparse" for d in (a.layer_dense or (False,) * a.layers)],
+                   layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows],
+                   sliding_window=local.pop() if local else None, rope_parameters={"full_attention": rope, "sliding_attention": dict(rope)})
     elif a.family in ("olmoe", "flex_olmo"):
         cfg.update(num_experts=a.experts, num_experts_per_tok=a.top, norm_topk_prob=a.normalize)
     elif a.family in ("granitemoe", "granitemoeshared"):
@@ -1549,7 +1651,8 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "flex_olmo": "FlexOlmoForCausalLM",
              "granitemoe": "GraniteMoeForCausalLM",
              "granitemoeshared": "GraniteMoeSharedForCausalLM",
-             "aria_text": "AriaTextForCausalLM"}
+             "aria_text": "AriaTextForCausalLM",
+             "mellum": "MellumForCausalLM"}
 CAUSAL_LM.update(CAUSAL_LM_H2)
 CAUSAL_LM.update(_parallel.CAUSAL_LM)
 CAUSAL_LM.update(lineage.CAUSAL_LM)

@@ -373,7 +373,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
     if arch in families.lineage.READERS:  # the GPT-2 lineage's layers (lineage.py)
         return families.lineage.plan(arch, plan, put, spec, _SAME, _TRANSPOSE, _Cat, _NeoxQkv)
     for i, st in sorted(layout.items()):
-        moe = family_moe and not (arch in ("qwen2_moe", "qwen3_moe") and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
+        moe = family_moe and not (arch in ("qwen2_moe", "qwen3_moe", "mellum") and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
@@ -502,6 +502,7 @@ ROUTED = {
     "granitemoe": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
     "granitemoeshared": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
     "aria_text": ("mlp.", "router.weight", ("experts.fc1.weight", "experts.fc2.weight", "router.weight")),
+    "mellum": ("mlp.", "gate.weight", "split"),
 }
 
 

@@ -92,7 +92,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "llama4": ("llama", "a vision encoder (this is a vision-language model: import its text config (llama4_text) alone)"),
     "llama4_text": ("llama", "chunked attention (fixed blocks, not a sliding window); a weightless qk-norm after rotary; a log-position query temperature on NoPE layers; sigmoid router scores that scale the expert's input"),
     "longcat_flash": ("deepseek_v2", "a shortcut MoE (read mid-block, added at the block's end) beside two attention+MLP sublayers; zero-computation (identity) experts; softmax scores with a selection-only bias, scaled"),
-    "mellum": ("qwen2_moe", None),
     "mimo_v2_flash": ("deepseek_v2", "a value head width other than the query/key's; learned attention sinks; DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
     "minicpm3": ("deepseek_v2", None),
     "minimax": ("mixtral", "lightning attention (linear attention with a fixed per-head, per-layer decay, an output RMSNorm and a sigmoid output gate); residuals that carry the normed input, scaled by α and β"),
