@@ -28,6 +28,9 @@ from cyclelang.interop.closed import CLASSES, FIXED, INERT  # noqa: E402
 from cyclelang.interop.families import FAMILIES, KEYS, read_config  # noqa: E402
 
 from .test_families import FAMILIES as CONFIGS  # noqa: E402
+from .test_families_expander import FAMILIES as _EXPANDER_CONFIGS  # noqa: E402
+
+CONFIGS = {**CONFIGS, **_EXPANDER_CONFIGS}  # each group's families (tests/test_families_<group>.py) are claimed families too
 
 V, B, T = 96, 2, 12
 

@@ -369,6 +369,7 @@ class Config:
 
 # The partial rotary factor a class fills in when config.json gives none (Phi's 0.5, GPT-NeoX's rotary_pct 0.25).
 PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25}
+PARTIAL_DEFAULT["bamba"] = 0.5  # BambaConfig.__post_init__ hard-codes it
 
 
 def _show(v) -> str:
