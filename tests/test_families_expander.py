@@ -47,6 +47,16 @@ def bamba(**over):
     return transformers.BambaConfig(**{**kw, **over})
 
 
+def granitemoehybrid(**over):
+    kw = dict(vocab_size=V, hidden_size=16, intermediate_size=8, shared_intermediate_size=12, num_hidden_layers=3, num_attention_heads=4,
+              num_key_value_heads=2, num_local_experts=3, num_experts_per_tok=2, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=4,
+              mamba_d_state=4, mamba_n_groups=1, mamba_d_conv=3, mamba_chunk_size=4, mamba_expand=2, rms_norm_eps=1e-5,
+              embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=1.5, logits_scaling=4.0, position_embedding_type="rope",
+              rope_parameters={"rope_type": "default", "rope_theta": 5000.0}, max_position_embeddings=40, pad_token_id=None, bos_token_id=None,
+              eos_token_id=None)
+    return transformers.GraniteMoeHybridConfig(**{**kw, **over})
+
+
 FAMILIES = {
     "minicpm3": lambda: minicpm3(),
     "minicpm3_tied_biased_full_q": lambda: minicpm3(q_lora_rank=None, tie_word_embeddings=True, attention_bias=True, mlp_bias=True,
@@ -56,6 +66,10 @@ FAMILIES = {
     "falcon_mamba_tied_biased": lambda: falcon_mamba(tie_word_embeddings=True, use_bias=True, use_conv_bias=False, expand=1, time_step_rank="auto",
                                                      mixer_rms_eps=1e-6, hidden_size=32),
     "bamba": lambda: bamba(),
+    "granitemoehybrid": lambda: granitemoehybrid(),
+    "granitemoehybrid_nope_tied": lambda: granitemoehybrid(position_embedding_type=None, tie_word_embeddings=True, attention_bias=True,
+                                                           num_experts_per_tok=1, layer_types=["attention", "mamba"], num_hidden_layers=2,
+                                                           time_step_limit=(0.0, 4.0)),
     "youtu_halves": lambda: youtu(rope_interleave=False, q_lora_rank=16, tie_word_embeddings=False, attention_bias=False),
 }
 
@@ -116,6 +130,47 @@ def test_weightless_norms_need_the_mamba1_norms(spec, code):
     assert code in str(info.value)
 
 
+def test_youtu_rotary_by_halves_is_permuted_on_load():
+    """rope_interleave=false rotates the rotary key by halves: loaded without the permutation, the logits differ."""
+    ref = hf(youtu(rope_interleave=False))
+    text = import_config(ref.config)
+    with torch.no_grad():
+        want = ref(ids()).logits
+    assert rel(_logits(text, ref), want) < 1e-5
+    as_pairs = hf(youtu(rope_interleave=True))
+    as_pairs.load_state_dict(ref.state_dict())
+    assert rel(_logits(text, as_pairs), want) > 1e-3  # the same weights read as adjacent pairs
+
+
+def test_bamba_partial_rotary_and_pattern_matter():
+    ref = hf(bamba())
+    text = import_config(ref.config)
+    assert "rotary=0.5" in text and "stage layer1 = attention_mlp" in text
+    with torch.no_grad():
+        want = ref(ids()).logits
+    assert rel(_logits(text, ref), want) < 1e-5
+    assert rel(_logits(text.replace("rotary=0.5", "rotary"), ref), want) > 1e-4
+
+
+def test_bamba_layers_repeating_fold_into_a_nested_stage():
+    text = import_config(bamba(num_hidden_layers=6, attn_layer_indices=[1, 3, 5]))
+    assert "x 3 {" in text and "stage layers0_5" not in text
+    cyclelang.parse(text)
+
+
+def test_granitemoehybrid_multipliers_are_in_the_spec_and_matter():
+    ref = hf(granitemoehybrid())
+    text = import_config(ref.config)
+    with torch.no_grad():
+        want = ref(ids()).logits
+    assert rel(_logits(text, ref), want) < 1e-5
+    for edit in (("scale=1.5 ", ""), ("position=none scale=6", "position=none"), ("nozzle head scale=0.25", "nozzle head")):
+        assert edit[0] in text
+        assert rel(_logits(text.replace(*edit), ref), want) > 1e-3, edit
+    no_merge = "\n".join(ln for ln in text.splitlines() if "merge scale=" not in ln)
+    assert rel(_logits(no_merge, ref), want) > 1e-3
+
+
 UNEXPRESSIBLE = {
     "minicpm3 gqa": (minicpm3, dict(num_key_value_heads=2), "num_key_value_heads"),
     "minicpm3 yarn": (minicpm3, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope_parameters.rope_type"),
@@ -123,6 +178,15 @@ UNEXPRESSIBLE = {
     "minicpm3 zero depth": (minicpm3, dict(scale_depth=0.0), "scale_depth"),
     "falcon_mamba gelu": (falcon_mamba, dict(hidden_act="gelu"), "hidden_act"),
     "falcon_mamba rescaled": (falcon_mamba, dict(rescale_prenorm_residual=True), "rescale_prenorm_residual"),
+    "bamba z-loss": (bamba, dict(z_loss_coefficient=0.1), "z_loss_coefficient"),
+    "bamba scaled rope": (bamba, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope_parameters.rope_type"),
+    "bamba gelu": (bamba, dict(hidden_act="gelu"), "hidden_act"),
+    "bamba layer past the end": (bamba, dict(attn_layer_indices=[3]), "attn_layer_indices"),
+    "granitemoehybrid dense": (granitemoehybrid, dict(num_local_experts=0, num_experts_per_tok=0), "num_local_experts"),
+    "granitemoehybrid gelu": (granitemoehybrid, dict(hidden_act="gelu"), "hidden_act"),
+    "granitemoehybrid scaled rope": (granitemoehybrid, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}),
+                                     "rope_parameters.rope_type"),
+    "granitemoehybrid zero residual": (granitemoehybrid, dict(residual_multiplier=0.0), "residual_multiplier"),
     "youtu gqa": (youtu, dict(num_key_value_heads=2), "num_key_value_heads"),
     "youtu scaled rope": (youtu, dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}), "rope_parameters.rope_type"),
 }
@@ -132,5 +196,42 @@ UNEXPRESSIBLE = {
 def test_unexpressible_option_refused_by_name(case):
     make, over, key = UNEXPRESSIBLE[case]
     with pytest.raises(Unsupported) as info:
-        import_config(make(**over))
+        import_config(make(**over).to_dict())
     assert info.value.field == key, str(info.value)
+
+
+def test_weightless_norms_mixer_equals_falcon_mambas_and_the_kinds_record_counts_no_weights():
+    """`turbine ssm version=1 norms norms_affine=false` alone against FalconMambaMixer, weights copied by name; the
+    kinds record's parameter count is the module's (the norms hold none), and the generated source says why."""
+    from cyclelang.backends.torch.codegen import codegen, engine_spec
+    from cyclelang.review import analyze
+    from transformers.models.falcon_mamba.modeling_falcon_mamba import FalconMambaMixer
+
+    spec = cyclelang.parse("""
+engine fm {
+  chamber width=24
+  throat causal
+  feed tokens vocab=40 context=64 position=none
+  stage block { prechamber mix { norm rmsnorm  turbine ssm version=1 state=6 expand=2 dt_rank=4 conv=3 chunk=4 norms eps=0.01 norms_affine=false } }
+  norm rmsnorm
+  nozzle head
+}
+""")
+    model = build(spec, seed=0).eval()
+    ours = model.stages[0].mix.ssm
+    assert not any("layernorm" in n for n, _ in ours.named_parameters())
+    assert analyze(spec)["params"]["total"] == sum(p.numel() for p in model.parameters())
+    assert "elementwise_affine=False" in codegen(engine_spec(spec))
+    cfg = transformers.FalconMambaConfig(hidden_size=24, state_size=6, expand=2, time_step_rank=4, conv_kernel=3, mixer_rms_eps=0.01)
+    theirs = FalconMambaMixer(cfg, layer_idx=0, initialize_mixer_weights=False).eval()  # its init reads the norms before it makes them
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            p.add_(0.2 * torch.randn(p.shape, generator=g))
+        mine = dict(ours.named_parameters())
+        for name, p in theirs.named_parameters():
+            p.copy_(mine[{"dt_proj.weight": "dt_weight", "dt_proj.bias": "dt_bias"}.get(name, name)])
+        x = torch.randn(2, 13, 24, generator=torch.Generator().manual_seed(3))
+        want, got = theirs(x), ours(x, None)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+    assert rel(got, want) < 1e-5

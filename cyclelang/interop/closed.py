@@ -115,6 +115,7 @@ ALIASES = {
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "n_embed": "hidden_size"},  # n_embed: __post_init__'s BC
     "falcon": {"n_embed": "hidden_size"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+    "granitemoehybrid": {"layers_block_type": "layer_types"},
 }
 
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).

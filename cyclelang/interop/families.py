@@ -1193,6 +1193,14 @@ class HybridFamily:
     tied: bool
     padding: int | None
     sources: dict = field(default_factory=dict, compare=False)
+    # GraniteMoeHybrid: Granite's multipliers, routed experts beside the shared MLP (reactor "moe")
+    attn_scale: float | None = None
+    embed_scale: float = 1.0
+    residual_scale: float = 1.0
+    logit_scale: float = 1.0
+    experts: int = 0
+    top: int = 0
+    shared: int = 0
 
 
 def _hybrid_text(a: HybridFamily, source: str) -> str:
@@ -1201,22 +1209,31 @@ def _hybrid_text(a: HybridFamily, source: str) -> str:
     kv = f" kv_heads={a.kv_heads}" if a.kv_heads != a.heads else ""
     rot = "" if not a.rotary else " rotary" if a.rotary == 1.0 else f" rotary={_num(a.rotary)}"
     rot += f" rotary_base={_num(a.rotary_base)}" if a.rotary and a.rotary_base != 10000.0 else ""
+    rot += f" scale={_num(a.attn_scale)}" if a.attn_scale is not None else ""
     mixers = {"attention": f"turbine attention heads={a.heads}{kv}{rot} bias={_num(a.attn_bias)}{_comment(src, 'attn')}",
               "mamba": f"turbine ssm {a.ssm}{_comment(src, 'ssm')}"}
-    reactors = {"mlp": f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}{_comment(src, 'hidden')}"}
+    reactors = {"mlp": f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}{_comment(src, 'hidden')}",
+                "moe": f"turbine moe experts={a.experts} top={a.top} hidden={a.hidden} act={a.act} bias=false shared={a.shared}"
+                       f"{_comment(src, 'moe')}"}
+    merge = [f"    merge scale={_num(a.residual_scale)}{_comment(src, 'residual_scale')}"] if a.residual_scale != 1.0 else []
     templates: list[str] = []
     for m, r in dict.fromkeys(a.pattern):
-        templates += [f"stage {m}_{r} {{", "  prechamber mix {", f"    {norm}", f"    {mixers[m]}", "  }",
-                      "  prechamber burn {", f"    {norm}", f"    {reactors[r]}", "  }", "}", ""]
+        templates += [f"stage {m}_{r} {{", "  prechamber mix {", f"    {norm}", f"    {mixers[m]}", *merge, "  }",
+                      "  prechamber burn {", f"    {norm}", f"    {reactors[r]}", *merge, "  }", "}", ""]
     feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
+    feed += f" scale={_num(a.embed_scale)}" if a.embed_scale != 1.0 else ""
+    lines = _engine_lines(a, src, f"{feed}{_comment(src, 'vocab', 'padding', 'embed_scale')}", _jamba_body(a), norm)
+    if a.logit_scale != 1.0:  # Granite's logits_scaling
+        at = next(i for i, ln in enumerate(lines) if ln.startswith("  nozzle head"))
+        lines[at] = "  nozzle head" + (" tied" if a.tied else "") + f" scale={_num(a.logit_scale)}{_comment(src, 'tied', 'logit_scale')}"
     return "\n".join([
         *_header(a.family, source),
         f"let d_model = {a.width}  # {src['width']}",
         "",
         f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: each a mixer (attention or",
-        f"# a Mamba-2 ssm), then a gated MLP, each with its RMSNorm in front ({src['eps']})",
+        f"# a Mamba-2 ssm), then a gated MLP{' or routed experts beside one' if a.experts else ''}, each with its RMSNorm in front ({src['eps']})",
         *templates,
-        *_engine_lines(a, src, f"{feed}{_comment(src, 'vocab', 'padding')}", _jamba_body(a), norm)])
+        *lines])
 
 
 KEYS["bamba"] = Keys(frozenset({"vocab_size", "tie_word_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -1287,13 +1304,66 @@ def _bamba(c: Config) -> HybridFamily:
                         bool(c["mlp_bias"]), ssm, eps, bool(c["tie_word_embeddings"]), _padding(c), src)
 
 
+KEYS["granitemoehybrid"] = Keys(frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                           "num_key_value_heads", "hidden_act", "max_position_embeddings", "rms_norm_eps", "pad_token_id",
+                                           "tie_word_embeddings", "rope_parameters", "attention_bias", "embedding_multiplier", "logits_scaling",
+                                           "residual_multiplier", "attention_multiplier", "num_local_experts", "num_experts_per_tok",
+                                           "shared_intermediate_size", "position_embedding_type", "layer_types", "mamba_n_heads",
+                                           "mamba_n_groups", "mamba_d_state", "mamba_d_head", "mamba_d_conv", "mamba_expand", "mamba_chunk_size",
+                                           "mamba_conv_bias", "mamba_proj_bias", "time_step_limit"}))
+
+_GRANITE_LAYERS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention", "full_attention": "attention"}
+
+
+def _granitemoehybrid(c: Config) -> HybridFamily:
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    _divides(width, heads, "num_attention_heads", "hidden_size")
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"the ssm's conv and gate use silu and the MLPs are silu-gated; {c['hidden_act']!r} has no counterpart")
+    for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+        v = c[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v == 0:
+            raise Unsupported(k, f"{v!r}: Granite's multipliers are finite non-zero numbers")
+    pos = c["position_embedding_type"]
+    if pos not in (None, "rope"):
+        raise Unsupported("position_embedding_type", f"{pos!r}: transformers' GraniteMoeHybrid has rotary (\"rope\") or no positions (null)")
+    if pos == "rope" and _rope_kind(c)[2] != "default":
+        raise Unsupported("rope_parameters.rope_type", "rotary scaling in GraniteMoeHybrid's attention layers is not mapped")
+    types = c["layer_types"]
+    types = ["linear_attention"] * layers if types is None else types
+    if not isinstance(types, list) or len(types) != layers or any(t not in _GRANITE_LAYERS for t in types):
+        raise Unsupported("layer_types", f"layer_types are mamba (linear_attention) or attention (full_attention), one per layer ({layers})")
+    experts, top = c["num_local_experts"], c["num_experts_per_tok"]
+    if not 1 <= top <= experts:
+        raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+    eps = _eps(c, "rms_norm_eps")
+    ssm = _mamba2_options(c, width, eps)
+    pattern = tuple((_GRANITE_LAYERS[t], "moe") for t in types)
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "pattern": "layer_types",
+           "attn": "num_attention_heads, num_key_value_heads, position_embedding_type, rope_parameters, attention_multiplier, attention_bias",
+           "ssm": "mamba_n_heads, mamba_d_head, mamba_d_state, mamba_n_groups, mamba_d_conv, mamba_chunk_size, time_step_limit",
+           "moe": "num_local_experts, num_experts_per_tok, intermediate_size; shared_intermediate_size: the shared MLP beside them",
+           "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "padding": "pad_token_id", "embed_scale": "embedding_multiplier",
+           "residual_scale": "residual_multiplier", "logit_scale": "1 / logits_scaling"}
+    return HybridFamily("granitemoehybrid", c["vocab_size"], c["max_position_embeddings"], width, pattern, heads, _kv(c, heads),
+                        1.0 if pos == "rope" else 0.0, _rope(c), bool(c["attention_bias"]), c["intermediate_size"], "swiglu", False, ssm, eps,
+                        bool(c["tie_word_embeddings"]), _padding(c), src, attn_scale=float(c["attention_multiplier"]),
+                        embed_scale=float(c["embedding_multiplier"]), residual_scale=float(c["residual_multiplier"]),
+                        logit_scale=1.0 / float(c["logits_scaling"]), experts=experts, top=top, shared=c["shared_intermediate_size"])
+
+
 def _hybrid_config(engine: ir.Engine, layers: list, base: dict, common: dict) -> dict:
     """The bamba config of an engine whose layers are a Mamba-2 ssm or attention, then a gated MLP."""
     mixers, reactors = [ly[0][1] for ly in layers], [ly[1][1] for ly in layers]
-    if not all(isinstance(r, ir.Mlp) for r in reactors) or not all(isinstance(m, (ir.Ssm, ir.Attention)) for m in mixers):
-        raise Unsupported("stages", "a Bamba layer is a Mamba-2 ssm or attention, then an MLP")
+    if not all(isinstance(r, (ir.Mlp, ir.Moe)) for r in reactors) or not all(isinstance(m, (ir.Ssm, ir.Attention)) for m in mixers):
+        raise Unsupported("stages", "a Bamba or GraniteMoeHybrid layer is a Mamba-2 ssm or attention, then an MLP or routed experts")
     s = next(m for m in mixers if isinstance(m, ir.Ssm))
     attn = next((m for m in mixers if isinstance(m, ir.Attention)), None)
+    moe = next((r for r in reactors if isinstance(r, ir.Moe)), None)
+    merges = {b.merge.value if isinstance(b.merge, ir.ScaleMerge) else 1.0 for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list()}
+    if (engine.name == "granitemoehybrid" or moe is not None or engine.feed.scale != 1.0 or engine.nozzle.scale != 1.0 or merges != {1.0}
+            or attn is not None and (attn.scale is not None or not attn.rotary_dims)):
+        return _granite_hybrid_config(engine, layers, base, common, s, attn, moe, merges)
     mlp = reactors[0]
     if s.inner % engine.width:
         raise Unsupported("expand", f"Bamba's config says mamba_expand as a whole number; the inner width {s.inner} is not a multiple of {engine.width}")
@@ -1306,6 +1376,29 @@ def _hybrid_config(engine: ir.Engine, layers: list, base: dict, common: dict) ->
             "mamba_d_head": s.head_dim, "mamba_n_groups": s.groups, "mamba_d_state": s.state, "mamba_d_conv": s.conv,
             "mamba_expand": s.inner // engine.width, "mamba_chunk_size": s.chunk, "mamba_conv_bias": s.conv_bias, "mamba_proj_bias": s.bias,
             "time_step_limit": [s.dt_lo, s.dt_hi if s.dt_hi is not None else float("inf")], "rms_norm_eps": s.eps, "z_loss_coefficient": 0.0}
+
+
+def _granite_hybrid_config(engine: ir.Engine, layers: list, base: dict, common: dict, s, attn, moe, merges: set) -> dict:
+    """The granitemoehybrid config of a hybrid engine with Granite's multipliers or routed experts beside a shared MLP."""
+    if moe is None or not moe.shared or moe.shared_gate or not moe.normalize or moe.bias:
+        raise Unsupported("turbine moe", "GraniteMoeHybrid's layers hold routed experts (renormalised top-k, no biases) beside an "
+                          "ungated shared MLP (shared=)")
+    if s.inner % engine.width:
+        raise Unsupported("expand", f"the config says mamba_expand as a whole number; the inner width {s.inner} is not a multiple of {engine.width}")
+    types = ["attention" if isinstance(ly[0][1], ir.Attention) else "mamba" for ly in layers]
+    scale = next(iter(merges)) if len(merges) == 1 else 1.0
+    attn_scale = (attn.scale if attn.scale is not None else attn.head_dim ** -0.5) if attn else 1.0
+    return {"model_type": "granitemoehybrid", "architectures": [CAUSAL_LM["granitemoehybrid"]], **base, **common,
+            "hidden_act": _HF_GATED.get(moe.act, moe.act), "num_attention_heads": attn.heads if attn else 1,
+            "num_key_value_heads": attn.kv_heads if attn else 1, "attention_bias": attn.bias if attn else False,
+            "position_embedding_type": "rope" if attn is not None and attn.rotary_dims else None,
+            "rope_parameters": {"rope_type": "default", "rope_theta": attn.rotary_base if attn else 10000.0},
+            "embedding_multiplier": engine.feed.scale, "residual_multiplier": scale, "attention_multiplier": attn_scale,
+            "logits_scaling": 1.0 / engine.nozzle.scale, "num_local_experts": moe.experts, "num_experts_per_tok": moe.top,
+            "intermediate_size": moe.hidden, "shared_intermediate_size": moe.shared, "layer_types": types, "mamba_n_heads": s.heads,
+            "mamba_d_head": s.head_dim, "mamba_n_groups": s.groups, "mamba_d_state": s.state, "mamba_d_conv": s.conv,
+            "mamba_expand": s.inner // engine.width, "mamba_chunk_size": s.chunk, "mamba_conv_bias": s.conv_bias, "mamba_proj_bias": s.bias,
+            "time_step_limit": [s.dt_lo, s.dt_hi if s.dt_hi is not None else float("inf")], "rms_norm_eps": s.eps}
 
 
 KEYS["bloom"] = Keys(frozenset({"vocab_size", "hidden_size", "n_layer", "n_head", "layer_norm_epsilon", "apply_residual_connection_post_layernorm",
@@ -1343,6 +1436,7 @@ READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f)
            "youtu": _latent_dense("youtu"),
            "falcon_mamba": _falcon_mamba,
            "bamba": _bamba,
+           "granitemoehybrid": _granitemoehybrid,
            }
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
@@ -1359,6 +1453,7 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "youtu": "YoutuForCausalLM",
              "falcon_mamba": "FalconMambaForCausalLM",
              "bamba": "BambaForCausalLM",
+             "granitemoehybrid": "GraniteMoeHybridForCausalLM",
              }
 
 
@@ -1951,7 +2046,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
     if not any(isinstance(o, _EXPANDER_KINDS) for o in ops):
         return None
     latent = any(isinstance(o, ir.LatentAttention) for o in ops)  # MiniCPM3 scales its branches
-    layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent else (ir.PlainMerge, ir.CoolingMerge))
+    granite = any(isinstance(o, ir.Ssm) for o in ops) and any(isinstance(o, ir.Attention) for o in ops)  # ... and GraniteMoeHybrid
+    layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent or granite else (ir.PlainMerge, ir.CoolingMerge))
     turbines = [t for layer in layers for _, t in layer]
     final = engine.body[-1]
     base = {"vocab_size": engine.feed.vocab, "hidden_size": engine.width, "num_hidden_layers": len(layers),
@@ -1959,7 +2055,7 @@ def expander_config(engine: ir.Engine) -> dict | None:
     latent_dense = None if engine.nozzle.bias or engine.feed.position != "none" else _latent_dense_config(engine, layers, base)
     if latent_dense is not None:  # MiniCPM3, Youtu
         return latent_dense
-    if engine.nozzle.bias or engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0 or engine.feed.position != "none":
+    if engine.nozzle.bias or (engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0) and not granite or engine.feed.position != "none":
         raise Unsupported("feed / nozzle", "these families have no positions table, no embedding or logit multiplier and no head bias")
     first = turbines[0]
     if all(len(layer) == 1 for layer in layers) and isinstance(first, ir.Ssm):

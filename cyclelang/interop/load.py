@@ -658,9 +658,46 @@ def _plan_bamba(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Pl
     return plan
 
 
+def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """GraniteMoeHybrid: layer i is stage i: attention or a Mamba-2 mixer, then routed experts (transformers 5's fused tensors, or
+    the released files' input_linear / output_linear / router.layer) beside the shared MLP, each with its valve."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        mixer = st.attn or st.ssm
+        if mixer is None or st.moe is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks an attention or ssm mixer, or a moe; transformers' granitemoehybrid layer {i} has both"
+            continue
+        put(f"{st.valves.get(mixer, _parent(mixer) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.moe, _parent(st.moe) + 'norm')}.weight", h + "post_attention_layernorm.weight")
+        if st.attn is not None:
+            a = st.attn_node
+            for p in ("weight", "bias"):
+                put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"],
+                    _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+                put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
+        else:
+            for name in MAMBA2_MIXER:
+                put(f"{st.ssm}.{name}", h + "mamba." + name)
+            put(f"{st.ssm}.norm", h + "mamba.norm.weight")
+        b = h + "block_sparse_moe."
+        legacy = not fused and b + "input_linear.weight" in state  # the released files' names (transformers renames them on load)
+        put(f"{st.moe}.router.weight", b + ("router.layer.weight" if legacy else "router.weight"))
+        n = st.work_node.experts
+        for x in range(n):
+            put(f"{st.moe}.experts.{x}.fc.weight", b + ("input_linear.weight" if legacy else "experts.gate_up_proj"), _Index(x, n))
+            put(f"{st.moe}.experts.{x}.proj.weight", b + ("output_linear.weight" if legacy else "experts.down_proj"), _Index(x, n))
+        put(f"{st.moe}.shared.fc.weight", h + "shared_mlp.input_linear.weight")  # rows [gate | up], as ours
+        put(f"{st.moe}.shared.proj.weight", h + "shared_mlp.output_linear.weight")
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
 _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2,
                    "falcon_mamba": _plan_mamba,
                    "bamba": _plan_bamba,
+                   "granitemoehybrid": _plan_granitemoehybrid,
                    }
 
 

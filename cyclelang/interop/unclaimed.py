@@ -87,7 +87,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "granite_swa": ("granite", "learned attention sinks"),
     "granitemoe": ("granite", None),
     "granitemoe_swa": ("granite", "learned attention sinks"),
-    "granitemoehybrid": ("granite", None),
     "granitemoeshared": ("granite", None),
     "helium": ("llama", None),
     "hrm_text": ("llama", "hierarchical recurrence: two weight-shared stacks looped in nested cycles over two states; a sigmoid gate on the attention output"),
