@@ -70,7 +70,7 @@ FAMILIES = {
     "granitemoehybrid_nope_tied": lambda: granitemoehybrid(position_embedding_type=None, tie_word_embeddings=True, attention_bias=True,
                                                            num_experts_per_tok=1, layer_types=["attention", "mamba"], num_hidden_layers=2,
                                                            time_step_limit=(0.0, 4.0)),
-    "youtu_halves": lambda: youtu(rope_interleave=False, q_lora_rank=16, tie_word_embeddings=False, attention_bias=False),
+    "youtu_halves": lambda: youtu(rope_interleave=None, q_lora_rank=16, tie_word_embeddings=False, attention_bias=False),
 }
 
 
@@ -181,6 +181,7 @@ UNEXPRESSIBLE = {
     "bamba z-loss": (bamba, dict(z_loss_coefficient=0.1), "z_loss_coefficient"),
     "bamba scaled rope": (bamba, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope_parameters.rope_type"),
     "bamba gelu": (bamba, dict(hidden_act="gelu"), "hidden_act"),
+    "bamba no step range": (bamba, dict(time_step_limit=None), "time_step_limit"),
     "bamba layer past the end": (bamba, dict(attn_layer_indices=[3]), "attn_layer_indices"),
     "granitemoehybrid dense": (granitemoehybrid, dict(num_local_experts=0, num_experts_per_tok=0), "num_local_experts"),
     "granitemoehybrid gelu": (granitemoehybrid, dict(hidden_act="gelu"), "hidden_act"),

@@ -1098,8 +1098,6 @@ def _latent_dense(family: str):
         if _rope_kind(c)[2] != "default":
             raise Unsupported("rope_parameters.rope_type", "rotary scaling of latent attention's rotary key is not mapped (turbine attention "
                               "latent= takes no rotary_scaling yet)")
-        if family == "youtu" and c["rope_interleave"] is None:
-            raise Unsupported("rope_interleave", "null: transformers' Youtu then rotates the halves of the rotary key (rope_interleave false); write false")
         v_dim = c["v_head_dim"]
         if v_dim is None:
             if family == "youtu":
@@ -1263,12 +1261,12 @@ def _mamba2_options(c: Config, width: int, eps: float) -> str:
         raise Unsupported("hidden_act", f"the ssm's conv and gate use silu and the MLP is silu-gated; {c['hidden_act']!r} has no counterpart")
     limit = c["time_step_limit"]
     if limit is None:
-        lo, hi = 0.0, math.inf
-    elif not isinstance(limit, list) or len(limit) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in limit) \
+        raise Unsupported("time_step_limit", "null: transformers' mixer clamps the step to this range and cannot run without one "
+                          "(no clamp is [0.0, Infinity])")
+    if not isinstance(limit, list) or len(limit) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in limit) \
             or not 0 <= limit[0] < limit[1]:
         raise Unsupported("time_step_limit", f"{limit!r} is not a range [low, high] of step sizes (high may be Infinity)")
-    else:
-        lo, hi = float(limit[0]), float(limit[1])
+    lo, hi = float(limit[0]), float(limit[1])
     t = (f"heads={heads} head_dim={head_dim} state={c['mamba_d_state']} groups={groups} conv={c['mamba_d_conv']} "
          f"chunk={c['mamba_chunk_size']} bias={_num(bool(c['mamba_proj_bias']))} conv_bias={_num(bool(c['mamba_conv_bias']))} eps={_num(eps)}")
     t += f" dt_lo={_num(lo)}" if lo else ""
@@ -1334,6 +1332,8 @@ def _granitemoehybrid(c: Config) -> HybridFamily:
     if not isinstance(types, list) or len(types) != layers or any(t not in _GRANITE_LAYERS for t in types):
         raise Unsupported("layer_types", f"layer_types are mamba (linear_attention) or attention (full_attention), one per layer ({layers})")
     experts, top = c["num_local_experts"], c["num_experts_per_tok"]
+    if isinstance(c["shared_intermediate_size"], bool) or not isinstance(c["shared_intermediate_size"], int) or c["shared_intermediate_size"] < 1:
+        raise Unsupported("shared_intermediate_size", f"{c['shared_intermediate_size']!r}: the shared MLP's width is a whole number from 1")
     if not 1 <= top <= experts:
         raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
     eps = _eps(c, "rms_norm_eps")

@@ -811,7 +811,7 @@ def convert_state_dict(state: Mapping, target: Mapping, config: dict, *, spec) -
     if arch not in families.CAUSAL_LM:
         raise InteropError("model_type", f"unknown model type {arch!r}; supported: {', '.join(families.FAMILIES)}")
     src = _strip_prefix(dict(state), arch)
-    plan = _plan(arch, spec, src, halves=arch == "youtu" and config.get("rope_interleave") is False)
+    plan = _plan(arch, spec, src, halves=arch == "youtu" and not config.get("rope_interleave", True))  # null rotates by halves too
     for where, why in plan.reasons.items():
         raise InteropError(where, why)
     used: set[str] = set()
