@@ -126,6 +126,7 @@ ALIASES = {
     "gpt_neo": {"num_attention_heads": "num_heads", "num_hidden_layers": "num_layers"},
     "openai-gpt": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
     "mellum": {"num_local_experts": "num_experts", "num_nextn_predict_layers": "num_mtp_layers"},
+    "granitemoehybrid": {"layers_block_type": "layer_types"},
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
 # num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.
@@ -389,6 +390,7 @@ class Config:
 
 # The partial rotary factor a class fills in when config.json gives none (Phi's 0.5, GPT-NeoX's rotary_pct 0.25).
 PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "stablelm": 0.25}
+PARTIAL_DEFAULT["bamba"] = 0.5  # BambaConfig.__post_init__ hard-codes it
 
 
 def _show(v) -> str:

@@ -222,13 +222,14 @@ class Mamba1Mixer:
     eps: float  # their eps
     dt_min: float = 0.001
     dt_max: float = 0.1
+    affine: bool = True  # false: the norms have no weight (Falcon-Mamba's)
 
     def text(self, width: int) -> str:
         expand = self.inner / width
         t = (f"turbine ssm version=1 state={self.state} expand={_num(expand)} dt_rank={self.dt_rank} conv={self.conv} "
              f"bias={_num(self.bias)} conv_bias={_num(self.conv_bias)}")
         if self.norms:
-            t += f" norms eps={_num(self.eps)}"
+            t += f" norms eps={_num(self.eps)}" + ("" if self.affine else " norms_affine=false")
         if (self.dt_min, self.dt_max) != (0.001, 0.1):
             t += f" dt_min={_num(self.dt_min)} dt_max={_num(self.dt_max)}"
         return t
@@ -905,6 +906,20 @@ def _mamba(c: Config) -> MambaFamily:
                        _eps(c, "layer_norm_epsilon"), bool(c["tie_word_embeddings"]), src)
 
 
+KEYS["falcon_mamba"] = Keys(KEYS["mamba"].maps | {"mixer_rms_eps"},
+                            {**KEYS["mamba"].inert, "use_falcon_mambapy": "the older name of use_mambapy: " + _SSM_PATH})
+
+
+def _falcon_mamba(c: Config) -> MambaFamily:
+    """Falcon-Mamba: Mamba-1 with RMSNorms without a weight on dt, B and C (their eps mixer_rms_eps)."""
+    from dataclasses import replace
+
+    a = _mamba(c)
+    mixer = replace(a.mixer, norms=True, eps=_eps(c, "mixer_rms_eps"), affine=False)
+    return replace(a, family="falcon_mamba", mixer=mixer,
+                   sources={**a.sources, "mixer": a.sources["mixer"] + "; mixer_rms_eps: the dt/B/C norms' eps (no weight)"})
+
+
 KEYS["jamba"] = Keys(frozenset({"vocab_size", "tie_word_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
                                 "num_attention_heads", "num_key_value_heads", "hidden_act", "rms_norm_eps", "max_position_embeddings",
                                 "num_experts_per_tok", "num_experts", "expert_layer_period", "expert_layer_offset", "attn_layer_period",
@@ -995,6 +1010,397 @@ def _deepseek_v2(c: Config) -> DeepseekV2Family:
                             nope, rope_dims, c["v_head_dim"], c["kv_lora_rank"], q, _rope(c), c["intermediate_size"], moe_hidden,
                             experts, top, moe_hidden * shared, _eps(c, "rms_norm_eps"), bool(c["attention_bias"]),
                             bool(c["tie_word_embeddings"]), _padding(c), src)
+
+
+# --- MiniCPM3 and Youtu: latent attention with a dense MLP in every layer --------------------------
+
+
+@dataclass(frozen=True)
+class LatentDenseFamily:
+    """A MiniCPM3 or Youtu checkpoint: latent attention (DeepSeek-V2's MLA) then a dense gated MLP in every
+    layer. MiniCPM3 multiplies the embedding by scale_emb, each branch by scale_depth / sqrt(layers) and
+    divides the final hidden state by hidden_size / dim_model_base; Youtu scales nothing."""
+
+    family: str
+    vocab: int
+    context: int
+    width: int
+    layers: int
+    heads: int
+    head_dim: int
+    rotary_dims: int
+    v_dim: int
+    latent: int
+    q_latent: int | None
+    rotary_base: float
+    hidden: int
+    act: str
+    eps: float
+    bias: bool
+    mlp_bias: bool
+    tied: bool
+    padding: int | None
+    embed_scale: float = 1.0
+    residual_scale: float = 1.0
+    logit_scale: float = 1.0
+    sources: dict = field(default_factory=dict, compare=False)
+
+
+def _latent_dense_text(a: LatentDenseFamily, source: str) -> str:
+    src = a.sources
+    norm = "norm rmsnorm" + (f" eps={_num(a.eps)}" if a.eps != 1e-6 else "")
+    q = f" q_latent={a.q_latent}" if a.q_latent is not None else ""
+    base = f" rotary_base={_num(a.rotary_base)}" if a.rotary_base != 10000.0 else ""
+    attn = (f"turbine attention heads={a.heads} latent={a.latent}{q} head_dim={a.head_dim} rotary_dims={a.rotary_dims} v_dim={a.v_dim}"
+            f"{base} bias={_num(a.bias)}{_comment(src, 'attn', 'rotary_base' if base else '')}")
+    merge = [f"    merge scale={_num(a.residual_scale)}{_comment(src, 'residual_scale')}"] if a.residual_scale != 1.0 else []
+    feed = f"feed tokens vocab={a.vocab} context={a.context} position=none"
+    feed += f" scale={_num(a.embed_scale)}" if a.embed_scale != 1.0 else ""
+    feed += f" padding={a.padding}" if a.padding is not None else ""
+    nozzle = "nozzle head" + (" tied" if a.tied else "") + (f" scale={_num(a.logit_scale)}" if a.logit_scale != 1.0 else "")
+    block = f"{a.family}_block"
+    return "\n".join([
+        *_header(a.family, source),
+        f"let depth = {a.layers}  # {src['layers']}",
+        f"let d_model = {a.width}  # {src['width']}",
+        "",
+        f"# one {a.family} layer: latent attention, then a gated MLP, each with its RMSNorm in front (the layers repeat it)",
+        f"stage {block} {{",
+        "  prechamber mix {", f"    {norm}{_comment(src, 'eps')}", f"    {attn}", *merge, "  }",
+        "  prechamber burn {", f"    {norm}", f"    turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}{_comment(src, 'hidden')}",
+        *merge, "  }",
+        "}",
+        "",
+        f"engine {a.family} {{", "  chamber width=d_model", "  throat causal",
+        f"  {feed}{_comment(src, 'vocab', 'embed_scale', 'padding')}", "",
+        f"  stage {block} x depth", "",
+        f"  {norm}  # the final norm", f"  {nozzle}{_comment(src, 'tied', 'logit_scale')}", "}", ""])
+
+
+_LATENT_KEYS = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                          "hidden_act", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings", "attention_bias", "kv_lora_rank",
+                          "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_parameters", "pad_token_id",
+                          "qk_head_dim"})
+KEYS["minicpm3"] = Keys(_LATENT_KEYS | {"mlp_bias", "scale_emb", "scale_depth", "dim_model_base"},
+                        {**_TP, "head_dim": "MiniCPM3Config.__post_init__ sets it to qk_rope_head_dim whatever the file says"})
+KEYS["youtu"] = Keys(_LATENT_KEYS | {"rope_interleave", "head_dim"},
+                     {"embedding_initializer_range": "the spread of freshly initialised embeddings; an import loads every weight"})
+
+
+def _latent_dense(family: str):
+    def read(c: Config) -> LatentDenseFamily:
+        act = _GATED_ACTS.get(c["hidden_act"])
+        if act is None:
+            raise Unsupported("hidden_act", f"a gated MLP with {c['hidden_act']!r} has no counterpart (swiglu = silu, geglu = gelu)")
+        width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+        kv = c["num_key_value_heads"]
+        if kv is not None and kv != heads:
+            raise Unsupported("num_key_value_heads", f"latent attention expands every head's key and value from the latent; {kv} key/value "
+                              f"heads for {heads} query heads would make transformers repeat them past the heads it has")
+        if _rope_kind(c)[2] != "default":
+            raise Unsupported("rope_parameters.rope_type", "rotary scaling of latent attention's rotary key is not mapped (turbine attention "
+                              "latent= takes no rotary_scaling yet)")
+        v_dim = c["v_head_dim"]
+        if v_dim is None:
+            if family == "youtu":
+                raise Unsupported("v_head_dim", "null is not a value width transformers' Youtu can build")
+            _divides(width, heads, "num_attention_heads", "hidden_size")
+            v_dim = width // heads  # MiniCPM3Config.__post_init__
+        rope_dims, nope = c["qk_rope_head_dim"], c["qk_nope_head_dim"]
+        if c.given("qk_head_dim") and c["qk_head_dim"] != nope + rope_dims:  # derived in __post_init__, then the file's overrides it
+            raise Unsupported("qk_head_dim", f"{c['qk_head_dim']}, not qk_nope_head_dim + qk_rope_head_dim = {nope + rope_dims}")
+        if family == "youtu" and c.given("head_dim") and c["head_dim"] not in (None, rope_dims):  # __post_init__ sets it, the file's overrides
+            raise Unsupported("head_dim", f"{c['head_dim']}, not qk_rope_head_dim = {rope_dims} (the rotary reads head_dim)")
+        if rope_dims % 2:
+            raise Unsupported("qk_rope_head_dim", f"{rope_dims}: the rotary key's dims are rotated in pairs, an even number")
+        extra: dict = {}
+        src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers",
+               "attn": "num_attention_heads, kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim",
+               "hidden": "intermediate_size, hidden_act", "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "rotary_base": "rope_theta",
+               "padding": "pad_token_id"}
+        if family == "minicpm3":
+            emb, depth, base = c["scale_emb"], c["scale_depth"], c["dim_model_base"]
+            depth = math.sqrt(layers) if depth is None else depth  # MiniCPM3Config.__post_init__: null is no scaling
+            base = width if base is None else base
+            for k, v in (("scale_emb", emb), ("scale_depth", depth), ("dim_model_base", base)):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v == 0:
+                    raise Unsupported(k, f"{v!r}: MiniCPM3's scales are finite non-zero numbers")
+            extra = dict(embed_scale=float(emb), residual_scale=float(depth) / math.sqrt(layers), logit_scale=float(base) / width)
+            src.update(embed_scale="scale_emb", residual_scale="scale_depth / sqrt(num_hidden_layers)",
+                       logit_scale="1 / (hidden_size / dim_model_base)")
+        return LatentDenseFamily(family, c["vocab_size"], c["max_position_embeddings"], width, layers, heads, c["qk_nope_head_dim"],
+                                 rope_dims, v_dim, c["kv_lora_rank"], c["q_lora_rank"], _rope(c), c["intermediate_size"], act,
+                                 _eps(c, "rms_norm_eps"), bool(c["attention_bias"]), bool(c["mlp_bias"]) if family == "minicpm3" else False,
+                                 bool(c["tie_word_embeddings"]), _padding(c), **extra, sources=src)
+    return read
+
+
+def _latent_dense_config(engine: ir.Engine, layers: list, base: dict) -> dict | None:
+    """The minicpm3 or youtu config of an engine whose every layer is latent attention then a gated MLP, when it
+    scales its feed, branches or logits (MiniCPM3) or is named after one of them; None otherwise (deepseek_v2's)."""
+    if not all(len(ly) == 2 and isinstance(ly[0][1], ir.LatentAttention) and isinstance(ly[1][1], ir.Mlp) for ly in layers):
+        return None
+    merges = {b.merge.value if isinstance(b.merge, ir.ScaleMerge) else 1.0
+              for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list()}
+    scaled = engine.feed.scale != 1.0 or engine.nozzle.scale != 1.0 or merges != {1.0}
+    family = engine.name if engine.name in ("minicpm3", "youtu") else "minicpm3" if scaled else None
+    if family is None:
+        return None
+    a, m = layers[0][0][1], layers[0][1][1]
+    act = _HF_GATED.get(m.act)
+    if act is None:
+        raise Unsupported("act", f"{family}'s gated MLP has no '{m.act}' form")
+    cfg = {"model_type": family, "architectures": [CAUSAL_LM[family]], **base, "hidden_act": act, "rms_norm_eps": engine.body[-1].eps,
+           "max_position_embeddings": engine.feed.context, "num_attention_heads": a.heads, "num_key_value_heads": a.heads,
+           "q_lora_rank": a.q_latent, "kv_lora_rank": a.latent, "qk_nope_head_dim": a.head_dim, "qk_rope_head_dim": a.rotary_dims,
+           "v_head_dim": a.v_dim, "attention_bias": a.bias, "intermediate_size": m.hidden,
+           "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}}
+    if family == "youtu":
+        return {**cfg, "rope_interleave": True}
+    scale = next(iter(merges)) if len(merges) == 1 else 1.0
+    base_dim = _whole(engine.nozzle.scale * engine.width)
+    if not isinstance(base_dim, int):
+        raise Unsupported("nozzle scale", f"MiniCPM3 divides the logits by hidden_size / dim_model_base, a whole number: "
+                          f"{engine.nozzle.scale} x {engine.width} is not one")
+    return {**cfg, "mlp_bias": m.bias, "scale_emb": engine.feed.scale, "scale_depth": scale * math.sqrt(len(layers)),
+            "dim_model_base": base_dim}
+
+
+# --- Bamba: Mamba-2 mixers and attention layers, a gated MLP in each ---------------------------------
+
+
+@dataclass(frozen=True)
+class HybridFamily:
+    """A Bamba checkpoint (BambaForCausalLM): layer i mixes with attention where i is in attn_layer_indices
+    (rotary on a part of each head, 0.5 unless rope_parameters say otherwise) and with a Mamba-2 mixer
+    elsewhere; then a gated MLP; each branch with its RMSNorm in front."""
+
+    family: str
+    vocab: int
+    context: int
+    width: int
+    pattern: tuple  # per layer (mixer, reactor): ("attention" | "mamba", "mlp")
+    heads: int
+    kv_heads: int
+    rotary: float
+    rotary_base: float
+    attn_bias: bool
+    hidden: int
+    act: str
+    mlp_bias: bool
+    ssm: str  # the `turbine ssm ...` options
+    eps: float
+    tied: bool
+    padding: int | None
+    sources: dict = field(default_factory=dict, compare=False)
+    # GraniteMoeHybrid: Granite's multipliers, routed experts beside the shared MLP (reactor "moe")
+    attn_scale: float | None = None
+    embed_scale: float = 1.0
+    residual_scale: float = 1.0
+    logit_scale: float = 1.0
+    experts: int = 0
+    top: int = 0
+    shared: int = 0
+
+
+def _hybrid_text(a: HybridFamily, source: str) -> str:
+    src = a.sources
+    norm = "norm rmsnorm" + (f" eps={_num(a.eps)}" if a.eps != 1e-6 else "")
+    kv = f" kv_heads={a.kv_heads}" if a.kv_heads != a.heads else ""
+    rot = "" if not a.rotary else " rotary" if a.rotary == 1.0 else f" rotary={_num(a.rotary)}"
+    rot += f" rotary_base={_num(a.rotary_base)}" if a.rotary and a.rotary_base != 10000.0 else ""
+    rot += f" scale={_num(a.attn_scale)}" if a.attn_scale is not None else ""
+    mixers = {"attention": f"turbine attention heads={a.heads}{kv}{rot} bias={_num(a.attn_bias)}{_comment(src, 'attn')}",
+              "mamba": f"turbine ssm {a.ssm}{_comment(src, 'ssm')}"}
+    reactors = {"mlp": f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}{_comment(src, 'hidden')}",
+                "moe": f"turbine moe experts={a.experts} top={a.top} hidden={a.hidden} act={a.act} bias=false shared={a.shared}"
+                       f"{_comment(src, 'moe')}"}
+    merge = [f"    merge scale={_num(a.residual_scale)}{_comment(src, 'residual_scale')}"] if a.residual_scale != 1.0 else []
+    templates: list[str] = []
+    for m, r in dict.fromkeys(a.pattern):
+        templates += [f"stage {m}_{r} {{", "  prechamber mix {", f"    {norm}", f"    {mixers[m]}", *merge, "  }",
+                      "  prechamber burn {", f"    {norm}", f"    {reactors[r]}", *merge, "  }", "}", ""]
+    feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
+    feed += f" scale={_num(a.embed_scale)}" if a.embed_scale != 1.0 else ""
+    lines = _engine_lines(a, src, f"{feed}{_comment(src, 'vocab', 'padding', 'embed_scale')}", _jamba_body(a), norm)
+    if a.logit_scale != 1.0:  # Granite's logits_scaling
+        at = next(i for i, ln in enumerate(lines) if ln.startswith("  nozzle head"))
+        lines[at] = "  nozzle head" + (" tied" if a.tied else "") + f" scale={_num(a.logit_scale)}{_comment(src, 'tied', 'logit_scale')}"
+    return "\n".join([
+        *_header(a.family, source),
+        f"let d_model = {a.width}  # {src['width']}",
+        "",
+        f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: each a mixer (attention or",
+        f"# a Mamba-2 ssm), then a gated MLP{' or routed experts beside one' if a.experts else ''}, each with its RMSNorm in front ({src['eps']})",
+        *templates,
+        *lines])
+
+
+KEYS["bamba"] = Keys(frozenset({"vocab_size", "tie_word_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "num_key_value_heads", "hidden_act", "rms_norm_eps", "pad_token_id",
+                                "max_position_embeddings", "attn_layer_indices", "mamba_n_heads", "mamba_d_head", "mamba_n_groups",
+                                "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias",
+                                "time_step_limit", "z_loss_coefficient", "rope_parameters", "attention_bias", "mlp_bias"}),
+                     {"num_logits_to_keep": "how many positions' logits generation computes (logits_to_keep); the forward's logits "
+                                            "of those positions are the same"})
+
+
+def _mamba2_options(c: Config, width: int, eps: float) -> str:
+    """The `turbine ssm` options of a Bamba-style Mamba-2 mixer (mamba_* keys; its gated norm's eps is rms_norm_eps)."""
+    heads, groups, expand = c["mamba_n_heads"], c["mamba_n_groups"], c["mamba_expand"]
+    if isinstance(expand, bool) or not isinstance(expand, (int, float)) or not expand > 0:
+        raise Unsupported("mamba_expand", f"{expand!r} is not a positive number")
+    inner = int(expand * width)
+    head_dim = c["mamba_d_head"]
+    head_dim = inner // heads if head_dim == "auto" else head_dim
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1 or head_dim * heads != inner:
+        raise Unsupported("mamba_d_head", f"{head_dim!r} x mamba_n_heads {heads} is not the mixer's inner width int(mamba_expand x hidden_size) = {inner}")
+    if heads % groups:
+        raise Unsupported("mamba_n_groups", f"{groups} groups do not divide {heads} heads")
+    if inner % groups:
+        raise Unsupported("mamba_n_groups", f"{groups} groups do not divide the inner width {inner} (the gated norm's groups)")
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"the ssm's conv and gate use silu and the MLP is silu-gated; {c['hidden_act']!r} has no counterpart")
+    limit = c["time_step_limit"]
+    if limit is None:
+        raise Unsupported("time_step_limit", "null: transformers' mixer clamps the step to this range and cannot run without one "
+                          "(no clamp is [0.0, Infinity])")
+    if not isinstance(limit, list) or len(limit) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in limit) \
+            or not 0 <= limit[0] < limit[1]:
+        raise Unsupported("time_step_limit", f"{limit!r} is not a range [low, high] of step sizes (high may be Infinity)")
+    lo, hi = float(limit[0]), float(limit[1])
+    t = (f"heads={heads} head_dim={head_dim} state={c['mamba_d_state']} groups={groups} conv={c['mamba_d_conv']} "
+         f"chunk={c['mamba_chunk_size']} bias={_num(bool(c['mamba_proj_bias']))} conv_bias={_num(bool(c['mamba_conv_bias']))} eps={_num(eps)}")
+    t += f" dt_lo={_num(lo)}" if lo else ""
+    t += f" dt_hi={_num(hi)}" if not math.isinf(hi) else ""
+    return t
+
+
+def _bamba(c: Config) -> HybridFamily:
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    _divides(width, heads, "num_attention_heads", "hidden_size")
+    if c["z_loss_coefficient"]:
+        raise Unsupported("z_loss_coefficient", "a z-loss (the squared log-partition) added to the training loss is not in the language")
+    if c.given("partial_rotary_factor"):
+        raise Unsupported("partial_rotary_factor", "BambaConfig.__post_init__ replaces a top-level partial_rotary_factor with 0.5; "
+                          "write it in rope_parameters")
+    if _rope_kind(c)[2] != "default":
+        raise Unsupported("rope_parameters.rope_type", "rotary scaling in Bamba's attention layers is not mapped")
+    eps = _eps(c, "rms_norm_eps")
+    ssm = _mamba2_options(c, width, eps)
+    at = c["attn_layer_indices"]
+    if at is not None and (not isinstance(at, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in at)):
+        raise Unsupported("attn_layer_indices", f"{at!r} is not a list of layer numbers")
+    at = set(at or ())
+    if any(not 0 <= i < layers for i in at):
+        raise Unsupported("attn_layer_indices", f"{sorted(at)}: layers are numbered 0 to {layers - 1}")
+    pattern = tuple(("attention" if i in at else "mamba", "mlp") for i in range(layers))
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "pattern": "attn_layer_indices",
+           "attn": "num_attention_heads, num_key_value_heads, rope_parameters (partial_rotary_factor 0.5 unless given), attention_bias",
+           "ssm": "mamba_n_heads, mamba_d_head, mamba_d_state, mamba_n_groups, mamba_d_conv, mamba_chunk_size, time_step_limit",
+           "hidden": "intermediate_size, mlp_bias", "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "padding": "pad_token_id"}
+    return HybridFamily("bamba", c["vocab_size"], c["max_position_embeddings"], width, pattern, heads, _kv(c, heads),
+                        _rotary(_partial(c), width // heads), _rope(c), bool(c["attention_bias"]), c["intermediate_size"], "swiglu",
+                        bool(c["mlp_bias"]), ssm, eps, bool(c["tie_word_embeddings"]), _padding(c), src)
+
+
+KEYS["granitemoehybrid"] = Keys(frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                           "num_key_value_heads", "hidden_act", "max_position_embeddings", "rms_norm_eps", "pad_token_id",
+                                           "tie_word_embeddings", "rope_parameters", "attention_bias", "embedding_multiplier", "logits_scaling",
+                                           "residual_multiplier", "attention_multiplier", "num_local_experts", "num_experts_per_tok",
+                                           "shared_intermediate_size", "position_embedding_type", "layer_types", "mamba_n_heads",
+                                           "mamba_n_groups", "mamba_d_state", "mamba_d_head", "mamba_d_conv", "mamba_expand", "mamba_chunk_size",
+                                           "mamba_conv_bias", "mamba_proj_bias", "time_step_limit"}))
+
+_GRANITE_LAYERS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention", "full_attention": "attention"}
+
+
+def _granitemoehybrid(c: Config) -> HybridFamily:
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    _divides(width, heads, "num_attention_heads", "hidden_size")
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"the ssm's conv and gate use silu and the MLPs are silu-gated; {c['hidden_act']!r} has no counterpart")
+    for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+        v = c[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v == 0:
+            raise Unsupported(k, f"{v!r}: Granite's multipliers are finite non-zero numbers")
+    pos = c["position_embedding_type"]
+    if pos not in (None, "rope"):
+        raise Unsupported("position_embedding_type", f"{pos!r}: transformers' GraniteMoeHybrid has rotary (\"rope\") or no positions (null)")
+    if pos == "rope" and _rope_kind(c)[2] != "default":
+        raise Unsupported("rope_parameters.rope_type", "rotary scaling in GraniteMoeHybrid's attention layers is not mapped")
+    types = c["layer_types"]
+    types = ["linear_attention"] * layers if types is None else types
+    if not isinstance(types, list) or len(types) != layers or any(t not in _GRANITE_LAYERS for t in types):
+        raise Unsupported("layer_types", f"layer_types are mamba (linear_attention) or attention (full_attention), one per layer ({layers})")
+    experts, top = c["num_local_experts"], c["num_experts_per_tok"]
+    if isinstance(c["shared_intermediate_size"], bool) or not isinstance(c["shared_intermediate_size"], int) or c["shared_intermediate_size"] < 1:
+        raise Unsupported("shared_intermediate_size", f"{c['shared_intermediate_size']!r}: the shared MLP's width is a whole number from 1")
+    if not 1 <= top <= experts:
+        raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+    eps = _eps(c, "rms_norm_eps")
+    ssm = _mamba2_options(c, width, eps)
+    pattern = tuple((_GRANITE_LAYERS[t], "moe") for t in types)
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "pattern": "layer_types",
+           "attn": "num_attention_heads, num_key_value_heads, position_embedding_type, rope_parameters, attention_multiplier, attention_bias",
+           "ssm": "mamba_n_heads, mamba_d_head, mamba_d_state, mamba_n_groups, mamba_d_conv, mamba_chunk_size, time_step_limit",
+           "moe": "num_local_experts, num_experts_per_tok, intermediate_size; shared_intermediate_size: the shared MLP beside them",
+           "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "padding": "pad_token_id", "embed_scale": "embedding_multiplier",
+           "residual_scale": "residual_multiplier", "logit_scale": "1 / logits_scaling"}
+    return HybridFamily("granitemoehybrid", c["vocab_size"], c["max_position_embeddings"], width, pattern, heads, _kv(c, heads),
+                        1.0 if pos == "rope" else 0.0, _rope(c), bool(c["attention_bias"]), c["intermediate_size"], "swiglu", False, ssm, eps,
+                        bool(c["tie_word_embeddings"]), _padding(c), src, attn_scale=float(c["attention_multiplier"]),
+                        embed_scale=float(c["embedding_multiplier"]), residual_scale=float(c["residual_multiplier"]),
+                        logit_scale=1.0 / float(c["logits_scaling"]), experts=experts, top=top, shared=c["shared_intermediate_size"])
+
+
+def _hybrid_config(engine: ir.Engine, layers: list, base: dict, common: dict) -> dict:
+    """The bamba config of an engine whose layers are a Mamba-2 ssm or attention, then a gated MLP."""
+    mixers, reactors = [ly[0][1] for ly in layers], [ly[1][1] for ly in layers]
+    if not all(isinstance(r, (ir.Mlp, ir.Moe)) for r in reactors) or not all(isinstance(m, (ir.Ssm, ir.Attention)) for m in mixers):
+        raise Unsupported("stages", "a Bamba or GraniteMoeHybrid layer is a Mamba-2 ssm or attention, then an MLP or routed experts")
+    s = next(m for m in mixers if isinstance(m, ir.Ssm))
+    attn = next((m for m in mixers if isinstance(m, ir.Attention)), None)
+    moe = next((r for r in reactors if isinstance(r, ir.Moe)), None)
+    merges = {b.merge.value if isinstance(b.merge, ir.ScaleMerge) else 1.0 for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list()}
+    if (engine.name == "granitemoehybrid" or moe is not None or engine.feed.scale != 1.0 or engine.nozzle.scale != 1.0 or merges != {1.0}
+            or attn is not None and (attn.scale is not None or not attn.rotary_dims)):
+        return _granite_hybrid_config(engine, layers, base, common, s, attn, moe, merges)
+    mlp = reactors[0]
+    if s.inner % engine.width:
+        raise Unsupported("expand", f"Bamba's config says mamba_expand as a whole number; the inner width {s.inner} is not a multiple of {engine.width}")
+    rope = {"rope_type": "default", "rope_theta": attn.rotary_base if attn else 10000.0,
+            "partial_rotary_factor": attn.rotary_dims / attn.head_dim if attn else 0.5}
+    return {"model_type": "bamba", "architectures": [CAUSAL_LM["bamba"]], **base, **common, "hidden_act": _HF_GATED.get(mlp.act, mlp.act),
+            "num_attention_heads": attn.heads if attn else 1, "num_key_value_heads": attn.kv_heads if attn else 1,
+            "attention_bias": attn.bias if attn else False, "rope_parameters": rope, "intermediate_size": mlp.hidden, "mlp_bias": mlp.bias,
+            "attn_layer_indices": [i for i, m in enumerate(mixers) if isinstance(m, ir.Attention)], "mamba_n_heads": s.heads,
+            "mamba_d_head": s.head_dim, "mamba_n_groups": s.groups, "mamba_d_state": s.state, "mamba_d_conv": s.conv,
+            "mamba_expand": s.inner // engine.width, "mamba_chunk_size": s.chunk, "mamba_conv_bias": s.conv_bias, "mamba_proj_bias": s.bias,
+            "time_step_limit": [s.dt_lo, s.dt_hi if s.dt_hi is not None else float("inf")], "rms_norm_eps": s.eps, "z_loss_coefficient": 0.0}
+
+
+def _granite_hybrid_config(engine: ir.Engine, layers: list, base: dict, common: dict, s, attn, moe, merges: set) -> dict:
+    """The granitemoehybrid config of a hybrid engine with Granite's multipliers or routed experts beside a shared MLP."""
+    if moe is None or not moe.shared or moe.shared_gate or not moe.normalize or moe.bias:
+        raise Unsupported("turbine moe", "GraniteMoeHybrid's layers hold routed experts (renormalised top-k, no biases) beside an "
+                          "ungated shared MLP (shared=)")
+    if s.inner % engine.width:
+        raise Unsupported("expand", f"the config says mamba_expand as a whole number; the inner width {s.inner} is not a multiple of {engine.width}")
+    types = ["attention" if isinstance(ly[0][1], ir.Attention) else "mamba" for ly in layers]
+    scale = next(iter(merges)) if len(merges) == 1 else 1.0
+    attn_scale = (attn.scale if attn.scale is not None else attn.head_dim ** -0.5) if attn else 1.0
+    return {"model_type": "granitemoehybrid", "architectures": [CAUSAL_LM["granitemoehybrid"]], **base, **common,
+            "hidden_act": _HF_GATED.get(moe.act, moe.act), "num_attention_heads": attn.heads if attn else 1,
+            "num_key_value_heads": attn.kv_heads if attn else 1, "attention_bias": attn.bias if attn else False,
+            "position_embedding_type": "rope" if attn is not None and attn.rotary_dims else None,
+            "rope_parameters": {"rope_type": "default", "rope_theta": attn.rotary_base if attn else 10000.0},
+            "embedding_multiplier": engine.feed.scale, "residual_multiplier": scale, "attention_multiplier": attn_scale,
+            "logits_scaling": 1.0 / engine.nozzle.scale, "num_local_experts": moe.experts, "num_experts_per_tok": moe.top,
+            "intermediate_size": moe.hidden, "shared_intermediate_size": moe.shared, "layer_types": types, "mamba_n_heads": s.heads,
+            "mamba_d_head": s.head_dim, "mamba_n_groups": s.groups, "mamba_d_state": s.state, "mamba_d_conv": s.conv,
+            "mamba_expand": s.inner // engine.width, "mamba_chunk_size": s.chunk, "mamba_conv_bias": s.conv_bias, "mamba_proj_bias": s.bias,
+            "time_step_limit": [s.dt_lo, s.dt_hi if s.dt_hi is not None else float("inf")], "rms_norm_eps": s.eps}
 
 
 KEYS["bloom"] = Keys(frozenset({"vocab_size", "hidden_size", "n_layer", "n_head", "layer_norm_epsilon", "apply_residual_connection_post_layernorm",
@@ -1635,6 +2041,8 @@ from . import families_parallel as _parallel  # noqa: E402  (Cohere, Cohere 2, G
 KEYS.update(_parallel.KEYS)
 READERS.update(_parallel.READERS)
 READERS.update({**lineage.READERS, "gpt-sw3": _gpt2})
+READERS.update({"minicpm3": _latent_dense("minicpm3"), "youtu": _latent_dense("youtu"), "falcon_mamba": _falcon_mamba, "bamba": _bamba,
+                "granitemoehybrid": _granitemoehybrid})
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1657,6 +2065,8 @@ CAUSAL_LM.update(CAUSAL_LM_H2)
 CAUSAL_LM.update(_parallel.CAUSAL_LM)
 CAUSAL_LM.update(lineage.CAUSAL_LM)
 CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
+CAUSAL_LM.update({"minicpm3": "MiniCPM3ForCausalLM", "youtu": "YoutuForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
+                  "bamba": "BambaForCausalLM", "granitemoehybrid": "GraniteMoeHybridForCausalLM"})
 
 
 def refusal(model_type: str) -> str:
@@ -1743,6 +2153,10 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         return _mamba2_text(a, source)
     if isinstance(a, lineage.Gpt):
         return lineage.spec_text(a, source)
+    if isinstance(a, LatentDenseFamily):
+        return _latent_dense_text(a, source)
+    if isinstance(a, HybridFamily):
+        return _hybrid_text(a, source)
     if isinstance(a, (MambaFamily, JambaFamily, DeepseekV2Family)):
         return {MambaFamily: _mamba_text, JambaFamily: _jamba_text, DeepseekV2Family: _deepseek_v2_text}[type(a)](a, source)
     src = a.sources
@@ -2214,8 +2628,9 @@ def _plain_config(a: Arch) -> dict:
 _EXPANDER_KINDS = (ir.Ssm, ir.Mamba1, ir.LatentAttention)
 
 
-def _layer_list(engine: ir.Engine) -> list[list[tuple[ir.Norm, object]]]:
-    """Every layer (stage instance) as its branches' (norm, turbine) pairs; Unsupported where a layer is not."""
+def _layer_list(engine: ir.Engine, merges: tuple = (ir.PlainMerge, ir.CoolingMerge)) -> list[list[tuple[ir.Norm, object]]]:
+    """Every layer (stage instance) as its branches' (norm, turbine) pairs; Unsupported where a layer is not
+    (a branch merged otherwise than by `merges`)."""
     main = [op for op in engine.body if not isinstance(op, ir.Stage)]
     if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm) or engine.body[-1].type != "rmsnorm":
         raise Unsupported("main line", "these families' decoders end with one rmsnorm on the main line, before the head")
@@ -2229,7 +2644,7 @@ def _layer_list(engine: ir.Engine) -> list[list[tuple[ir.Norm, object]]]:
             return
         pairs = []
         for b in st.ops:
-            if not isinstance(b, ir.Prechamber) or b.detach or b.overboard or not isinstance(b.merge, (ir.PlainMerge, ir.CoolingMerge)):
+            if not isinstance(b, ir.Prechamber) or b.detach or b.overboard or not isinstance(b.merge, merges):
                 raise Unsupported(f"stage {st.name}", "a layer of these families is plain residual branches (norm, turbine), nothing else")
             if len(b.ops) != 2 or not isinstance(b.ops[0], ir.Norm) or b.ops[0].type != "rmsnorm":
                 raise Unsupported(f"prechamber {b.name}", "each branch of these families is an rmsnorm, then its turbine")
@@ -2265,12 +2680,17 @@ def expander_config(engine: ir.Engine) -> dict | None:
                           "(Katharopoulos et al.): there is no config to write it as")
     if not any(isinstance(o, _EXPANDER_KINDS) for o in ops):
         return None
-    layers = _layer_list(engine)
+    latent = any(isinstance(o, ir.LatentAttention) for o in ops)  # MiniCPM3 scales its branches
+    granite = any(isinstance(o, ir.Ssm) for o in ops) and any(isinstance(o, ir.Attention) for o in ops)  # ... and GraniteMoeHybrid
+    layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent or granite else (ir.PlainMerge, ir.CoolingMerge))
     turbines = [t for layer in layers for _, t in layer]
     final = engine.body[-1]
     base = {"vocab_size": engine.feed.vocab, "hidden_size": engine.width, "num_hidden_layers": len(layers),
             "tie_word_embeddings": engine.nozzle.tied, "pad_token_id": engine.feed.padding}
-    if engine.nozzle.bias or engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0 or engine.feed.position != "none":
+    latent_dense = None if engine.nozzle.bias or engine.feed.position != "none" else _latent_dense_config(engine, layers, base)
+    if latent_dense is not None:  # MiniCPM3, Youtu
+        return latent_dense
+    if engine.nozzle.bias or (engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0) and not granite or engine.feed.position != "none":
         raise Unsupported("feed / nozzle", "these families have no positions table, no embedding or logit multiplier and no head bias")
     first = turbines[0]
     if all(len(layer) == 1 for layer in layers) and isinstance(first, ir.Ssm):
@@ -2283,6 +2703,9 @@ def expander_config(engine: ir.Engine) -> dict | None:
                 "use_bias": s.bias, "use_conv_bias": s.conv_bias, "layer_norm_epsilon": final.eps, "time_step_min": s.dt_min,
                 "time_step_max": s.dt_max, "rms_norm": True, "hidden_act": "silu", "max_position_embeddings": engine.feed.context, **lo_hi}
     mixers = [layer[0][1] for layer in layers]
+    if all(len(layer) == 1 for layer in layers) and isinstance(first, ir.Mamba1) and first.norms and not first.norms_affine:
+        return {"model_type": "falcon_mamba", "architectures": [CAUSAL_LM["falcon_mamba"]], **_mamba1_config(first, engine.width, ""), **base,
+                "layer_norm_epsilon": final.eps, "max_position_embeddings": engine.feed.context, "mixer_rms_eps": first.eps}
     if all(len(layer) == 1 for layer in layers) and isinstance(first, ir.Mamba1):
         return {"model_type": "mamba", "architectures": [CAUSAL_LM["mamba"]], **_mamba1_config(first, engine.width, ""), **base,
                 "layer_norm_epsilon": final.eps, "max_position_embeddings": engine.feed.context}
@@ -2293,6 +2716,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
     mlps = [r for r in reactors if isinstance(r, ir.Mlp)]
     moe, mlp = (moes or [None])[0], (mlps or [None])[0]
     common = {"hidden_act": "silu", "rms_norm_eps": final.eps, "max_position_embeddings": engine.feed.context}
+    if any(isinstance(m, ir.Ssm) for m in mixers):  # Mamba-2 mixers among attention layers
+        return _hybrid_config(engine, layers, base, common)
     if isinstance(first, ir.LatentAttention):
         a = first
         dense = next((i for i, r in enumerate(reactors) if isinstance(r, ir.Moe)), len(layers))

@@ -354,7 +354,7 @@ class _Index:
 _SAME, _TRANSPOSE = _Same(), _T()
 
 
-def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
+def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool | None = None) -> _Plan:
     """fused: whether Mixtral's experts come as transformers 5's fused tensors (read from
     the state dict when None)."""
     plan = _Plan()
@@ -368,6 +368,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
+    if arch in ("minicpm3", "youtu"):
+        return _plan_latent_dense(plan, put, layout, final, arch == "minicpm3" or bool(halves))
     if arch in _EXPANDER_PLANS:
         return _EXPANDER_PLANS[arch](plan, put, layout, final, state, fused)
     if arch in families.lineage.READERS:  # the GPT-2 lineage's layers (lineage.py)
@@ -654,11 +656,131 @@ def _plan_deepseek_v2(plan: _Plan, put, layout: dict, final: str, state, fused) 
     return plan
 
 
-_EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2}
+@dataclass(frozen=True)
+class _RopeHalves:
+    """Rows of a projection whose blocks of `pre` + `rope` rows end in a rotary part rotated by halves (dim j with
+    j + rope/2, transformers' rotate_half), as ours: rotated in adjacent pairs (2j, 2j + 1). Permuting q's and k's
+    rotary rows alike leaves every q.k, so the attention, unchanged."""
+
+    pre: int
+    rope: int
+
+    def __call__(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        g = t.reshape(-1, self.pre + self.rope, *rest)
+        r = g[:, self.pre:].reshape(g.shape[0], 2, self.rope // 2, *rest).transpose(1, 2).reshape(g.shape[0], self.rope, *rest)
+        return torch.cat([g[:, : self.pre], r], 1).reshape(t.shape)
+
+    def inverse(self, t):
+        import torch
+
+        rest = t.shape[1:]
+        g = t.reshape(-1, self.pre + self.rope, *rest)
+        r = g[:, self.pre:].reshape(g.shape[0], self.rope // 2, 2, *rest).transpose(1, 2).reshape(g.shape[0], self.rope, *rest)
+        return [torch.cat([g[:, : self.pre], r], 1).reshape(t.shape).contiguous()]
+
+
+def _plan_latent_dense(plan: _Plan, put, layout: dict, final: str, halves: bool) -> _Plan:
+    """MiniCPM3 and Youtu: layer i is stage i: latent attention (DeepSeek-V2's names), then a gated MLP, each with its
+    valve. halves: the checkpoint rotates its rotary rows by halves (MiniCPM3; Youtu with rope_interleave false)."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        if st.latent is None or st.mlp is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks a latent attention or an mlp; the checkpoint's layer {i} has both"
+            continue
+        a = st.attn_node
+        put(f"{st.valves.get(st.latent, _parent(st.latent) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.mlp, _parent(st.mlp) + 'norm')}.weight", h + "post_attention_layernorm.weight")
+        for name in DEEPSEEK_V2_ATTN:
+            for p in ("weight", "bias"):
+                fn = _SAME
+                if halves and name in ("q_proj", "q_b_proj"):
+                    fn = _RopeHalves(a.head_dim, a.rotary_dims)
+                elif halves and name == "kv_a_proj_with_mqa":
+                    fn = _RopeHalves(a.latent, a.rotary_dims)
+                put(f"{st.latent}.{name}.{p}", h + f"self_attn.{name}.{p}", fn)
+        _put_gated(put, st.mlp, h + "mlp.", st.work_node.hidden)
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
+def _plan_bamba(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """Bamba: layer i is stage i: attention (q, k, v, o) or a Mamba-2 mixer (its names are transformers' own), then a
+    gated MLP, each with its valve."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        mixer = st.attn or st.ssm
+        if mixer is None or st.mlp is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks an attention or ssm mixer, or an mlp; transformers' bamba layer {i} has both"
+            continue
+        put(f"{st.valves.get(mixer, _parent(mixer) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.mlp, _parent(st.mlp) + 'norm')}.weight", h + "pre_ff_layernorm.weight")
+        if st.attn is not None:
+            a = st.attn_node
+            for p in ("weight", "bias"):
+                put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"],
+                    _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+                put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
+        else:
+            for name in MAMBA2_MIXER:
+                put(f"{st.ssm}.{name}", h + "mamba." + name)
+            put(f"{st.ssm}.norm", h + "mamba.norm.weight")
+        _put_gated(put, st.mlp, h + "feed_forward.", st.work_node.hidden)
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "final_layernorm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
+def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """GraniteMoeHybrid: layer i is stage i: attention or a Mamba-2 mixer, then routed experts (transformers 5's fused tensors, or
+    the released files' input_linear / output_linear / router.layer) beside the shared MLP, each with its valve."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        mixer = st.attn or st.ssm
+        if mixer is None or st.moe is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks an attention or ssm mixer, or a moe; transformers' granitemoehybrid layer {i} has both"
+            continue
+        put(f"{st.valves.get(mixer, _parent(mixer) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.moe, _parent(st.moe) + 'norm')}.weight", h + "post_attention_layernorm.weight")
+        if st.attn is not None:
+            a = st.attn_node
+            for p in ("weight", "bias"):
+                put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"],
+                    _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+                put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
+        else:
+            for name in MAMBA2_MIXER:
+                put(f"{st.ssm}.{name}", h + "mamba." + name)
+            put(f"{st.ssm}.norm", h + "mamba.norm.weight")
+        b = h + "block_sparse_moe."
+        legacy = not fused and b + "input_linear.weight" in state  # the released files' names (transformers renames them on load)
+        put(f"{st.moe}.router.weight", b + ("router.layer.weight" if legacy else "router.weight"))
+        n = st.work_node.experts
+        for x in range(n):
+            put(f"{st.moe}.experts.{x}.fc.weight", b + ("input_linear.weight" if legacy else "experts.gate_up_proj"), _Index(x, n))
+            put(f"{st.moe}.experts.{x}.proj.weight", b + ("output_linear.weight" if legacy else "experts.down_proj"), _Index(x, n))
+        put(f"{st.moe}.shared.fc.weight", h + "shared_mlp.input_linear.weight")  # rows [gate | up], as ours
+        put(f"{st.moe}.shared.proj.weight", h + "shared_mlp.output_linear.weight")
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
+_EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2,
+                   "falcon_mamba": _plan_mamba,
+                   "bamba": _plan_bamba,
+                   "granitemoehybrid": _plan_granitemoehybrid,
+                   }
 
 
 def _prefix(arch: str) -> str:
-    return {"mamba2": "backbone.", "mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox.",
+    return {"mamba2": "backbone.", "mamba": "backbone.", "falcon_mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox.",
             "bloom": "transformer.", "codegen": "transformer.", "mpt": "transformer.", **families.lineage.PREFIX}.get(arch, "model.")
 
 
@@ -693,7 +815,9 @@ KEYS = {
                     plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
     "mamba2": _Keys(embed="embeddings", final="norm_f"),
     "mamba": _Keys(embed="embeddings", final="norm_f"),
+    "falcon_mamba": _Keys(embed="embeddings", final="norm_f"),
     "jamba": _Keys(final="final_layernorm"),
+    "bamba": _Keys(final="final_layernorm"),
     "gemma2": _Keys(mlp_norm="pre_feedforward_layernorm"),
     "bloom": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
                    plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
@@ -800,7 +924,7 @@ def convert_state_dict(state: Mapping, target: Mapping, config: dict, *, spec) -
         raise InteropError("model_type", f"unknown model type {arch!r}; supported: {', '.join(families.FAMILIES)}")
     arch = families.SAME_AS.get(arch, arch)
     src = _strip_prefix(dict(state), arch)
-    plan = _plan(arch, spec, src)
+    plan = _plan(arch, spec, src, halves=arch == "youtu" and not config.get("rope_interleave", True))  # null rotates by halves too
     for where, why in plan.reasons.items():
         raise InteropError(where, why)
     used: set[str] = set()

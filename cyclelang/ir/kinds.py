@@ -230,7 +230,7 @@ def _mamba1_params(s: ir.Mamba1, w: int) -> int:
     if s.bias:
         proj += 2 * s.inner + s.width  # in_proj, out_proj
     conv = s.inner * s.conv + (s.inner if s.conv_bias else 0)
-    norms = s.dt_rank + 2 * s.state if s.norms else 0
+    norms = s.dt_rank + 2 * s.state if s.norms and s.norms_affine else 0
     return proj + conv + s.inner * s.state + s.inner + norms  # A_log (inner x state), D per channel
 
 

@@ -373,6 +373,7 @@ class Mamba1(Node):
     conv_bias: bool
     norms: bool  # RMSNorms on dt, B and C before they are used (Jamba)
     eps: Positive  # of those norms
+    norms_affine: bool = True  # false: those norms have no weight (Falcon-Mamba's)
     dt_min: Positive  # the range dt's bias is initialised in (log-uniform)
     dt_max: Positive
 

@@ -344,6 +344,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("version", "int", "1: Mamba-1's mixer (a state per channel, low-rank dt; Jamba's); 2: Mamba-2's (heads)", "", default=2, min=1, max=2),
         Opt("dt_rank", "int", "version=1: the low-rank step projection's width", "", default_text="ceil(width/16)", max=MAX_WIDTH),
         Opt("norms", "bool", "version=1: RMSNorms on dt, B and C (Jamba); their eps is eps=", "", default=False),
+        Opt("norms_affine", "bool", "version=1, with norms: false gives those norms no weight (Falcon-Mamba)", "", default=True),
     ),
     "turbine linear_attention": (
         Opt("heads", "int", "heads, each with its own state", "", required=True, max=MAX_WIDTH),

@@ -1099,7 +1099,7 @@ class _Resolver:
     def t_ssm(self, o: Options, ctx, w, d):
         if o.get("version") == 1:  # Mamba-1: a kind of its own
             return self.t_mamba1(o, ctx, w, d)
-        for name in ("dt_rank", "norms"):
+        for name in ("dt_rank", "norms", "norms_affine"):
             if o.has(name):
                 o.known.append(name)
                 self.out.error("E0280", f"{name}= belongs to Mamba-1's mixer, not Mamba-2's", o.span_of(name),
@@ -1159,6 +1159,7 @@ class _Resolver:
         bias = o.get("bias")
         conv_bias = o.get("conv_bias")
         norms = o.get("norms")
+        norms_affine = o.get("norms_affine")
         eps = o.get("eps", 1e-6)
         dt_min = o.get("dt_min")
         dt_max = o.get("dt_max")
@@ -1172,8 +1173,13 @@ class _Resolver:
         if dt_min > dt_max:
             self.out.error("E0211", f"dt_min={dt_min:g} is above dt_max={dt_max:g}", o.span_of("dt_min"))
             return None
+        if norms_affine is False and not norms:
+            self.out.error("E0211", "norms_affine=false takes the weight off the dt/B/C norms, which this mixer does not have",
+                           o.span_of("norms_affine"), "add norms, or drop norms_affine=")
+            return None
         return ir.Mamba1(width=w, inner=int(round(inner)), state=state, dt_rank=dt_rank or math.ceil(w / 16), conv=conv, chunk=chunk,
-                         bias=bias, conv_bias=conv_bias, norms=norms, eps=eps, dt_min=dt_min, dt_max=dt_max, span=d.span)
+                         bias=bias, conv_bias=conv_bias, norms=norms, eps=eps, norms_affine=norms_affine is not False, dt_min=dt_min,
+                         dt_max=dt_max, span=d.span)
 
     def t_linear_attention(self, o: Options, ctx, w, d):
         heads = o.get("heads")

@@ -141,10 +141,11 @@ class Mamba1Variant:
     base: ClassVar[str] = "MambaMixer"
     norms: bool  # Jamba's RMSNorms on dt, B and C
     causal: bool  # the engine's throat: the forward takes a cache
+    norms_affine: bool = True  # false: those norms have no weight (Falcon-Mamba's)
 
     @classmethod
     def of(cls, s: ir.Mamba1, causal: bool) -> "Mamba1Variant":
-        return cls(s.norms, causal)
+        return cls(s.norms, causal, s.norms_affine)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -200,7 +201,8 @@ class Mamba1Emitter(OpEmitter):
             out.block('''"""Selective state-space mixer (Mamba-1, Gu & Dao 2023): a regenerative jacket, one state per channel.
 
 in_proj gives the scan's input x and a gate z; a depthwise causal conv and silu; x_proj gives
-a low-rank step and B, C''' + (" (each RMS-normalised, as Jamba's)" if v.norms else "") + '''; the step is
+a low-rank step and B, C''' + ((" (each RMS-normalised, as Jamba's)" if v.norms_affine else " (each RMS-normalised without a weight, as Falcon-Mamba's)")
+                                  if v.norms else "") + '''; the step is
 projected up to one per channel; the selective scan h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t,
 y_t = h_t C_t + D x_t, with A (inner x state) a rate per channel and state dim; y * silu(z);
 out_proj. Parameter names follow transformers' MambaMixer (dt_proj's are dt_weight, dt_bias:
@@ -223,10 +225,14 @@ dt = torch.exp(torch.rand(inner) * (math.log(dt_max) - math.log(dt_min)) + math.
 self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
 self.A_log = nn.Parameter(torch.log(torch.arange(state, dtype=torch.float32) + 1).repeat(inner, 1))  # A = -(1 .. state) per channel (S4D real)
 self.D = nn.Parameter(torch.ones(inner))  # the skip past the scan''')
-                if v.norms:
+                if v.norms and v.norms_affine:
                     w("self.dt_layernorm = nn.RMSNorm(dt_rank, eps=eps)  # Jamba's norms on the step, B and C")
                     w("self.b_layernorm = nn.RMSNorm(state, eps=eps)")
                     w("self.c_layernorm = nn.RMSNorm(state, eps=eps)")
+                elif v.norms:
+                    w("self.dt_layernorm = nn.RMSNorm(dt_rank, eps=eps, elementwise_affine=False)  # Falcon-Mamba's norms on the step, B and C: no weight")
+                    w("self.b_layernorm = nn.RMSNorm(state, eps=eps, elementwise_affine=False)")
+                    w("self.c_layernorm = nn.RMSNorm(state, eps=eps, elementwise_affine=False)")
                 w("self.out_proj = nn.Linear(inner, width, bias=bias)")
             w()
             w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
