@@ -41,7 +41,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "cohere2_moe": ("mixtral", None),
     "cohere_compass_text": ("gptj", None),
     "cpmant": ("llama", "T5-style bucketed relative-position biases (per segment pair); segment and prompt embeddings"),
-    "ctrl": ("gpt2", "sinusoidal positions laid out as all sines, then all cosines (the feed's sinusoids interleave sin and cos channels: equal only with every weight on the residual stream permuted)"),
     "cwm": ("mistral", None),
     "dbrx": ("mixtral", "clamped q, k, v (clip_qkv, which DBRX's released checkpoints set)"),
     "deepseek_v3": ("deepseek_v2", "DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
