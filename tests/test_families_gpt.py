@@ -184,6 +184,8 @@ def test_gpt_neo_attention_layers_replace_attention_types():
     """transformers' GPTNeoConfig expands attention_types, then the file's attention_layers replace them."""
     text = import_config(_config(family="gpt_neo", attention_layers=["local"] * 4))
     assert text.count("window=5") == 1 and "gpt_neo_global" not in text and "let depth = 4" in text
+    wide = import_config(_config(family="gpt_neo", window_size=40))  # a window of the whole table: transformers' local mask is causal
+    assert "window=" not in wide and "gpt_neo_local" not in wide
 
 
 def test_inert_keys_change_nothing():
