@@ -62,6 +62,10 @@ FAMILIES = {
                                                                                      num_attention_heads=5, intermediate_multiple_size=2,
                                                                                      max_position_embeddings=40, hidden_act="relu",
                                                                                      tie_word_embeddings=False, attention_dropout=0.0),
+    "ctrl": lambda: transformers.CTRLConfig(vocab_size=V, n_positions=40, n_embd=48, dff=72, n_layer=3, n_head=4, layer_norm_epsilon=1e-4,
+                                            resid_pdrop=0.0, embd_pdrop=0.0),
+    "ctrl_untied": lambda: transformers.CTRLConfig(vocab_size=V, n_positions=40, n_embd=40, dff=56, n_layer=2, n_head=5, tie_word_embeddings=False,
+                                                   resid_pdrop=0.0, embd_pdrop=0.0),
 }
 
 
@@ -165,6 +169,7 @@ def _config(**over):
     (dict(family="openai-gpt", afn="gelu_new"), "afn"),
     (dict(family="biogpt", hidden_act="tanh"), "hidden_act"),
     (dict(family="biogpt", some_new_key=1), "some_new_key"),
+    (dict(family="ctrl", n_embd=45, n_head=5), "n_embd"),
     (dict(family="gpt_neox_japanese", rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope_parameters.rope_type"),
     (dict(family="gpt_neox_japanese", rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.1}),
      "rope_parameters.partial_rotary_factor"),
@@ -179,6 +184,8 @@ def test_gpt_neo_attention_layers_replace_attention_types():
     """transformers' GPTNeoConfig expands attention_types, then the file's attention_layers replace them."""
     text = import_config(_config(family="gpt_neo", attention_layers=["local"] * 4))
     assert text.count("window=5") == 1 and "gpt_neo_global" not in text and "let depth = 4" in text
+    wide = import_config(_config(family="gpt_neo", window_size=40))  # a window of the whole table: transformers' local mask is causal
+    assert "window=" not in wide and "gpt_neo_local" not in wide
 
 
 def test_inert_keys_change_nothing():
@@ -222,3 +229,17 @@ def test_gpt_neox_japanese_reads_its_legacy_rotary_keys_and_its_last_layer_bias_
 
     with pytest.raises(InteropError, match="layers.2.attention.dense_bias"):  # a spec without it has no place for it
         _edited(tmp_path, FAMILIES["gpt_neox_japanese"](), "bias=false out_bias=true", "bias=false")
+
+
+def test_ctrl_sinusoids_are_the_feeds_with_the_channels_permuted(tmp_path):
+    """CTRL's table is [sines | cosines]; the feed's interleaves them. Ours, read in CTRL's channel order, is CTRL's table,
+    and it is not CTRL's as it stands: without the permutation of every residual weight the load would be wrong."""
+    from cyclelang.interop import lineage
+
+    ref = hf(FAMILIES["ctrl"]())
+    ours, _, _ = __import__("tests.roundtrip", fromlist=["imported"]).imported(tmp_path, ref)
+    theirs = ref.transformer.pos_encoding[:40]
+    back = torch.argsort(torch.tensor(lineage.halves(48)))
+    assert (ours.feed.pos[:, back] - theirs).abs().max() < 1e-5
+    assert (ours.feed.pos - theirs).abs().max() > 0.5
+    assert torch.equal(ours.feed.tok.weight, ref.transformer.w.weight[:, lineage.halves(48)])

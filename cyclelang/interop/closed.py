@@ -127,6 +127,7 @@ ALIASES = {
     "openai-gpt": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
     "mellum": {"num_local_experts": "num_experts", "num_nextn_predict_layers": "num_mtp_layers"},
     "granitemoehybrid": {"layers_block_type": "layer_types"},
+    "ctrl": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
 # num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.

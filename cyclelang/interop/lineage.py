@@ -3,7 +3,8 @@
 gpt_bigcode (multi-query attention, one fused c_attn), gpt_neo (local and global layers in a
 pattern, no 1/sqrt(d) scaling, no q/k/v bias), opt (a position table offset by 2 rows, Pre-LN
 or Post-LN, ReLU), biogpt (the same offset table, embeddings scaled by sqrt(d)), openai-gpt
-(GPT-1: Post-LN, no final norm), gpt_neox_japanese (rotary, no biases but the last layer's attention
+(GPT-1: Post-LN, no final norm), ctrl (sinusoids [sines | cosines]: loaded with the residual channels
+permuted into the feed's interleaved order), gpt_neox_japanese (rotary, no biases but the last layer's attention
 output bias) and gpt-sw3 (GPT2Config under another model_type: read as GPT-2 in families.py).
 
 Each reader is closed-world (`closed.Config`): it reads only the keys its `Keys` map. A
@@ -62,6 +63,9 @@ class Gpt:
     rotary: float = 0.0  # the fraction of each head rotated (GPT-NeoX's halves)
     rotary_base: float = 10000.0
     last_out_bias: bool = False  # GPT-NeoX-Japanese: the last layer's attention alone has an output bias
+    final_eps: float | None = None  # the final norm's eps where it differs from the layers' (CTRL)
+    head_bias: bool = False  # CTRL's lm_head has a bias
+    halves: bool = False  # CTRL: the sinusoids laid out [all sines | all cosines]; the residual channels are permuted on load
     sources: dict = field(default_factory=dict, compare=False)
 
 
@@ -92,6 +96,8 @@ KEYS: dict[str, Keys] = {
     "openai-gpt": Keys(frozenset({"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "afn", "layer_norm_epsilon", "tie_word_embeddings"}),
                        {"summary_type": _HEADS, "summary_use_proj": _HEADS, "summary_activation": _HEADS, "summary_proj_to_labels": _HEADS,
                         "summary_first_dropout": _HEADS, "pad_token_id": "GPT-1's " + _NO_PAD}),
+    "ctrl": Keys(frozenset({"vocab_size", "n_positions", "n_embd", "dff", "n_layer", "n_head", "layer_norm_epsilon", "tie_word_embeddings"}),
+                 {"pad_token_id": "CTRL's " + _NO_PAD}),
     "gpt_neox_japanese": Keys(frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_multiple_size",
                                          "hidden_act", "max_position_embeddings", "layer_norm_eps", "rope_parameters", "tie_word_embeddings"}),
                               {"is_decoder": "marks the model for use as an encoder-decoder's decoder; the causal LM does not read it",
@@ -100,19 +106,20 @@ KEYS: dict[str, Keys] = {
 }
 
 CAUSAL_LM = {"gpt_bigcode": "GPTBigCodeForCausalLM", "gpt_neo": "GPTNeoForCausalLM", "opt": "OPTForCausalLM", "biogpt": "BioGptForCausalLM",
-             "openai-gpt": "OpenAIGPTLMHeadModel", "gpt_neox_japanese": "GPTNeoXJapaneseForCausalLM"}
+             "openai-gpt": "OpenAIGPTLMHeadModel", "gpt_neox_japanese": "GPTNeoXJapaneseForCausalLM", "ctrl": "CTRLLMHeadModel"}
 
 # the engine name a spec of each family carries (a spec's names are identifiers), and back
 ENGINE = {"gpt_bigcode": "gpt_bigcode", "gpt_neo": "gpt_neo", "opt": "opt", "biogpt": "biogpt", "openai-gpt": "openai_gpt",
-          "gpt_neox_japanese": "gpt_neox_japanese"}
+          "gpt_neox_japanese": "gpt_neox_japanese", "ctrl": "ctrl"}
 FAMILY_OF_ENGINE = {v: k for k, v in ENGINE.items()}
 
 # the prefix of the base model's keys, and the embedding's and head's keys (without it / with it)
 PREFIX = {"gpt_bigcode": "transformer.", "gpt_neo": "transformer.", "opt": "model.decoder.", "biogpt": "biogpt.", "openai-gpt": "transformer.",
-          "gpt_neox_japanese": "gpt_neox_japanese."}
+          "gpt_neox_japanese": "gpt_neox_japanese.", "ctrl": "transformer."}
 EMBED_HEAD = {"gpt_bigcode": ("wte.weight", "lm_head.weight"), "gpt_neo": ("wte.weight", "lm_head.weight"),
               "opt": ("embed_tokens.weight", "lm_head.weight"), "biogpt": ("embed_tokens.weight", "output_projection.weight"),
-              "openai-gpt": ("tokens_embed.weight", "lm_head.weight"), "gpt_neox_japanese": ("embed_in.weight", "embed_out.weight")}
+              "openai-gpt": ("tokens_embed.weight", "lm_head.weight"), "gpt_neox_japanese": ("embed_in.weight", "embed_out.weight"),
+              "ctrl": ("w.weight", "lm_head.weight")}
 
 
 def _eps(c: Config, key: str) -> float:
@@ -269,7 +276,20 @@ def _gpt_neox_japanese(c: Config) -> Gpt:
                         "eps": "layer_norm_eps", "rotary": "rope_parameters (rotary_pct, rotary_emb_base)", "tied": "tie_word_embeddings"})
 
 
-READERS = {"gpt_bigcode": _gpt_bigcode, "gpt_neo": _gpt_neo, "opt": _opt, "biogpt": _biogpt, "openai-gpt": _openai_gpt, "gpt_neox_japanese": _gpt_neox_japanese}
+def _ctrl(c: Config) -> Gpt:
+    width, heads = c["n_embd"], c["n_head"]
+    _divides(width, heads, "n_head", "n_embd")
+    if width % 2:
+        raise Unsupported("n_embd", f"{width}: CTRL's sinusoids with an odd width have one sine more than cosines; the feed's need an even width")
+    return Gpt("ctrl", c["vocab_size"], c["n_positions"], width, c["n_layer"], heads, heads, c["dff"], "relu", 1e-6,
+               final_eps=_eps(c, "layer_norm_epsilon"), position="sinusoidal", embed_scale=math.sqrt(width), head_bias=True, halves=True,
+               tied=bool(c["tie_word_embeddings"]),
+               sources={"vocab": "vocab_size", "context": "n_positions", "width": "n_embd", "layers": "n_layer", "heads": "n_head",
+                        "hidden": "dff", "act": "CTRL's ReLU", "eps": "CTRL's layers: a fixed 1e-6", "final_eps": "layer_norm_epsilon",
+                        "embed_scale": "CTRL's sqrt(n_embd)", "tied": "tie_word_embeddings"})
+
+
+READERS = {"gpt_bigcode": _gpt_bigcode, "gpt_neo": _gpt_neo, "opt": _opt, "biogpt": _biogpt, "openai-gpt": _openai_gpt, "gpt_neox_japanese": _gpt_neox_japanese, "ctrl": _ctrl}
 assert set(READERS) == set(KEYS) == set(CAUSAL_LM) == set(ENGINE) == set(PREFIX)
 
 
@@ -327,14 +347,18 @@ def spec_text(g: Gpt, source: str) -> str:
     lines = [f"# A {g.family} checkpoint, imported from {source} by `cyclec import`.",
              "# Every value comes from the config field named beside it; the weights load with",
              "# cyclelang.interop.load_transformers(model, checkpoint).",
+             *(["# CTRL's sinusoids are [all sines | all cosines]; the feed's interleave them (sin, cos, sin, ...): the weights",
+                "# load with the residual channels permuted to match (channel 2k is CTRL's k, 2k + 1 is CTRL's n_embd/2 + k),",
+                "# the same function, each hidden state's channels in that order."] if g.halves else []),
              *([f"# The position table is transformers' rolled by {g.offset} rows: its row p is their row p + {g.offset} (their",
                 f"# rows 0 and 1, which only padding tokens read, sit at its end), so the context is {g.offset} past theirs."] if g.offset else []),
              "", *lets, f"let d_model = {g.width}  # {src.get('width', 'width')}", "", *blocks,
              f"engine {name} {{", "  chamber width=d_model", "  throat causal",
              f"  {feed}{_comment(src, 'vocab', 'context', 'embed_scale', 'padding')}", "", *body, ""]
     if g.final_norm:
-        lines.append(f"  {norm}  # the final norm")
-    lines += ["  nozzle head" + (" tied" if g.tied else "") + _comment(src, "tied"), "}", ""]
+        final = norm if g.final_eps is None else f"norm layernorm eps={_num(g.final_eps)}"
+        lines.append(f"  {final}  # the final norm" + (f" ({src['final_eps']})" if g.final_eps is not None else ""))
+    lines += ["  nozzle head" + (" tied" if g.tied else "") + (" bias=true" if g.head_bias else "") + _comment(src, "tied"), "}", ""]
     return "\n".join(lines)
 
 
@@ -399,6 +423,11 @@ def engine_config(engine: ir.Engine, family: str) -> dict:
     if family == "openai-gpt":
         return {**base, "n_positions": f.context, "n_embd": W, "n_layer": L, "n_head": attn.heads, "afn": {"gelu_new": "gelu"}.get(act, act),
                 "layer_norm_epsilon": eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    if family == "ctrl":
+        final_norm = [op for op in engine.body if not isinstance(op, ir.Stage)]
+        return {**base, "n_positions": f.context, "n_embd": W, "dff": mlp.hidden, "n_layer": L, "n_head": attn.heads,
+                "layer_norm_epsilon": final_norm[-1].eps if final_norm and isinstance(final_norm[-1], ir.Norm) else 1e-6,
+                "resid_pdrop": 0.0, "embd_pdrop": 0.0}
     if family == "gpt_neox_japanese":
         if mlp.hidden % W:
             raise Unsupported("hidden", f"GPT-NeoX-Japanese's MLP is a whole multiple of the width: {mlp.hidden} is not one of {W}")
@@ -451,10 +480,85 @@ class Roll:
         return [torch.roll(t, self.rows, 0).contiguous()]
 
 
+def halves(width: int) -> list[int]:
+    """CTRL's channel for each of ours: ours 2k is its sine k, ours 2k + 1 its cosine k (at width/2 + k)."""
+    return [k // 2 if k % 2 == 0 else width // 2 + k // 2 for k in range(width)]
+
+
+@dataclass(frozen=True)
+class Perm:
+    """A tensor's residual-stream axis in our channel order: ours[..., j, ...] = theirs[..., order[j], ...]."""
+
+    order: tuple
+    axis: int
+
+    def __call__(self, t):
+        import torch
+
+        return t.index_select(self.axis, torch.tensor(self.order, device=t.device))
+
+    def inverse(self, t):
+        import torch
+
+        back = torch.argsort(torch.tensor(self.order))
+        return [t.index_select(self.axis, back.to(t.device)).contiguous()]
+
+
+@dataclass(frozen=True)
+class Then:
+    """Two transforms in turn (a fused q, k, v concatenation, then its columns permuted)."""
+
+    first: object
+    second: object
+
+    def __call__(self, *ts):
+        return self.second(self.first(*ts))
+
+    def inverse(self, t):
+        return self.first.inverse(self.second.inverse(t)[0])
+
+
+def _plan_ctrl(plan, put, spec, cat):
+    """CTRL: Pre-LN layers (layernorm1, Wq/Wk/Wv, dense; layernorm2, ffn.0, ffn.2), w, layernorm, a biased lm_head;
+    every tensor on the residual stream permuted into the feed's sinusoid order (`halves`)."""
+    from .load import _final_valve
+
+    width = spec.engine.width if isinstance(spec, ir.Spec) else spec.width
+    order = tuple(halves(width))
+    rows, cols = Perm(order, 0), Perm(order, 1)
+    for i, parts in enumerate(layer_parts(spec)):
+        if [type(n) for _, n in parts] != [ir.Norm, ir.Attention, ir.Norm, ir.Mlp]:
+            plan.reasons[f"stages.{i}"] = f"stage {i} is not a CTRL layer (attention and an MLP, each with one LayerNorm in front)"
+            continue
+        (an, _), (at, a), (mn, _), (ml, _) = parts
+        h = f"h.{i}."
+        qkv = cat((a.heads * a.head_dim,) * 3)
+        for p in ("weight", "bias"):
+            put(f"{an}.{p}", h + f"layernorm1.{p}", rows)
+            put(f"{mn}.{p}", h + f"layernorm2.{p}", rows)
+            put(f"{ml}.proj.{p}", h + f"ffn.2.{p}", rows)
+            put(f"{at}.proj.{p}", h + f"multi_head_attention.dense.{p}", rows)
+        put(f"{at}.qkv.weight", [h + f"multi_head_attention.W{x}.weight" for x in "qkv"], Then(qkv, cols))
+        put(f"{at}.qkv.bias", [h + f"multi_head_attention.W{x}.bias" for x in "qkv"], qkv)
+        put(f"{ml}.fc.weight", h + "ffn.0.weight", cols)
+        put(f"{ml}.fc.bias", h + "ffn.0.bias")
+    put("feed.tok.weight", "w.weight", cols)
+    fv = _final_valve(spec)
+    for p in ("weight", "bias"):
+        put(f"{fv}.{p}", f"layernorm.{p}", rows)
+    put("head.weight", "lm_head.weight", cols)
+    put("head.bias", "lm_head.bias")
+    put("head_bias", "lm_head.bias")
+    return plan
+
+
 def plan(family: str, plan, put, spec, same, transpose, cat, neox_qkv):
     """Fill load.py's plan for one of these families: layer i is stage instance i, its valves and
     turbines in order (Pre-LN: norm, attention, norm, mlp; Post-LN: attention, norm, mlp, norm)."""
     from .load import _final_valve
+
+    if family == "ctrl":
+        return _plan_ctrl(plan, put, spec, cat)
 
     for i, parts in enumerate(layer_parts(spec)):
         kinds = [type(n) for _, n in parts]

@@ -35,7 +35,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "blt": ("llama", "byte-level modelling: a local byte encoder and decoder around a latent transformer over dynamic patches (hashed n-gram embeddings, byte-patch cross-attention)"),
     "cohere_compass_text": ("gptj", None),
     "cpmant": ("llama", "T5-style bucketed relative-position biases (per segment pair); segment and prompt embeddings"),
-    "ctrl": ("gpt2", "sinusoidal positions laid out as all sines, then all cosines (the feed's sinusoids interleave sin and cos channels: equal only with every weight on the residual stream permuted)"),
     "dbrx": ("mixtral", "clamped q, k, v (clip_qkv, which DBRX's released checkpoints set)"),
     "deepseek_v3": ("deepseek_v2", "DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
     "deepseek_v32": ("deepseek_v2", "DeepSeek-V3.2 sparse attention (a lightning indexer keeps the top-k keys); DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
