@@ -29,6 +29,10 @@ from cyclelang.interop.families import FAMILIES, KEYS, read_config  # noqa: E402
 
 from .test_families import FAMILIES as CONFIGS  # noqa: E402
 
+# each group's configs (tests/test_families_<group>.py, CONFIGS) join test_families.py's for the property below
+CONFIGS = {**CONFIGS, **{k: v for path in sorted(ROOT.glob("tests/test_families_*.py"))
+                         for k, v in importlib.import_module(f"{__package__}.{path.stem}").CONFIGS.items()}}
+
 V, B, T = 96, 2, 12
 
 

@@ -16,7 +16,7 @@ a per-layer pattern of sliding windows.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import ir
 from ..ir.kinds import is_gated
@@ -26,9 +26,9 @@ from .hf_fields import TRANSFORMERS_VERSION
 # transformers activations -> the language's. A gated MLP (Llama's gate/up/down)
 # takes the gated form of its activation.
 _PLAIN_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": None,
-               "relu": "relu", "silu": "silu", "swish": "silu"}
+               "relu": "relu", "silu": "silu", "swish": "silu", "relu2": "relu2"}
 _GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
-_HF_PLAIN = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+_HF_PLAIN = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu", "relu2": "relu2"}
 _HF_GATED = {"swiglu": "silu", "geglu": "gelu"}
 
 
@@ -85,6 +85,12 @@ class Arch:
     layer_windows: tuple = ()  # Gemma 2: each layer's sliding window (None: global attention); empty: every layer's is `window`
     layer_dense: tuple = ()  # Qwen2-MoE: whether each layer is a dense MLP (mlp_only_layers, decoder_sparse_step); empty: every layer routes
     dense_hidden: int = 0  # ... the dense layers' intermediate_size
+    qk_type: str = "rmsnorm"  # the qk-norms' kind (Persimmon: layernorm)
+    qk_bias: bool = False  # Persimmon's qk layernorms have a bias
+    qk_offset: float = 0.0  # Gemma 3: the qk-norms' gain is 1 + w
+    qk_affine: bool = True  # nanochat: weightless qk-norms
+    qk_late: bool = False  # nanochat: the qk-norms act after rotary
+    local_rotary: tuple = ()  # Gemma 3: (rotary base, rotary scaling) of the sliding layers where they differ from the global layers'
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -618,7 +624,9 @@ def _decoder(family: str):
         act_name = c["hidden_activation"] if family == "gemma2" else c["hidden_act"]
         if family == "gemma" and act_name == "gelu":  # GemmaConfig.__post_init__: Gemma's "gelu" is the tanh GELU
             act_name = "gelu_pytorch_tanh"
-        act = _GATED_ACTS.get(act_name)
+        act = (_PLAIN_ACTS if family in _UNGATED else _GATED_ACTS).get(act_name)
+        if act is None and family in _UNGATED:
+            raise Unsupported("hidden_act", f"{act_name!r} has no counterpart among the language's activations (an ungated MLP)")
         if act is None:
             raise Unsupported("hidden_activation" if family == "gemma2" else "hidden_act",
                               f"a gated MLP with {act_name!r} has no counterpart (the language has swiglu = silu, geglu = gelu, "
@@ -1022,10 +1030,113 @@ def _bloom(c: Config) -> Arch:
                          "layers": "n_layer", "heads": "n_head", "eps": "layer_norm_epsilon", "tied": "tie_word_embeddings"})
 
 
+# --- squared ReLU, the qk-norm's shapes, per-layer rotary bases ---------------------------------
+
+# Llama's layer with an ungated MLP (up, act, down): Arcee's relu2.
+_UNGATED = ("arcee",)
+_DECODERS_UNGATED = {
+    "arcee": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
+}
+KEYS.update(_DECODERS_UNGATED)
+
+# Gemma 3 (text): Gemma 2's layer with (1 + w) qk RMSNorms, a layer pattern of one global layer in six, and
+# rope parameters per layer type (sliding layers: rope_local_base_freq's 10000 by default; global: 1e6).
+KEYS["gemma3_text"] = Keys(_DECODERS["gemma2"].maps,
+                           {"hidden_act": "Gemma 3's forward reads hidden_activation; a hidden_act its configs also write is ignored",
+                            "_sliding_window_pattern": "the copy of sliding_window_pattern to_dict writes; __post_init__ reads only "
+                                                       "sliding_window_pattern (and only where layer_types is absent)"},
+                           {"rope_local_base_freq": "rope_parameters.sliding_attention.rope_theta", "sliding_window_pattern": "layer_types"})
+_GEMMA3_THETA = {"full_attention": ("rope_theta", 1_000_000.0), "sliding_attention": ("rope_local_base_freq", 10_000.0)}
+
+
+class _View:
+    """A family's config seen by another family's reader: its own layer types and one layer type's rope parameters."""
+
+    def __init__(self, c: Config, rope: dict, where: str, types: list):
+        self._c, self._rope, self._where, self._types = c, rope, where, types
+        self.keys, self.raw, self.family = c.keys, c.raw, c.family
+
+    def __getitem__(self, key: str):
+        return self._types if key == "layer_types" else self._c[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._c.raw
+
+    def given(self, key: str) -> bool:
+        return self._c.given(key)
+
+    def rope(self) -> tuple[dict, str]:
+        return self._rope, self._where
+
+
+def _gemma3_ropes(c: Config) -> dict:
+    """Each layer type's rope parameters, as Gemma3TextConfig.convert_rope_params_to_dict fills them in."""
+    from .closed import ROPE_KEYS
+
+    rope = c["rope_parameters"]
+    rope = {"sliding_attention": None, "full_attention": None} if rope is None else rope
+    if not isinstance(rope, dict) or set(rope) - set(_GEMMA3_THETA):
+        raise Unsupported("rope_parameters", "Gemma 3's rope parameters are one object per layer type (sliding_attention, full_attention)")
+    old = c.raw.get("rope_scaling")
+    out = {}
+    for kind, (theta_key, theta) in _GEMMA3_THETA.items():
+        where = f"rope_parameters.{kind}"
+        p = rope.get(kind)
+        if p is not None and not isinstance(p, dict):
+            raise Unsupported(where, "is not an object")
+        p = dict(p or {"rope_type": "default"})
+        if kind == "full_attention" and old:  # rope_scaling: the global layers' (transformers' own conversion)
+            if not isinstance(old, dict):
+                raise Unsupported("rope_scaling", "is not an object")
+            p.update(old)
+        p.setdefault("rope_theta", c.raw.get(theta_key, theta))
+        p.setdefault("rope_type", p.get("type", "default"))
+        for k, v in p.items():
+            if k not in ROPE_KEYS:
+                raise Unsupported(f"{where}.{k}", "not a rope parameter the importer knows: it cannot tell whether it changes the function")
+            if k in ("rope_theta", "factor", "partial_rotary_factor") and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                                          or not math.isfinite(v) or not v > 0):
+                raise Unsupported(f"{where}.{k}", f"{v!r} is not a positive number")
+        if p.get("partial_rotary_factor", 1.0) != 1.0:
+            raise Unsupported(f"{where}.partial_rotary_factor", "Gemma 3's rotary turns every dim of a head (its default rope reads no partial factor)")
+        if p["rope_type"] == "dynamic":
+            raise Unsupported(f"{where}.rope_type", "dynamic NTK on one layer type of two is not mapped")
+        out[kind] = (p, where)
+    return out
+
+
+def _gemma3(c: Config) -> Arch:
+    """Gemma 2's reader over Gemma 3's config, then its own: (1 + w) qk-norms, each layer type's rotary."""
+    layers = c["num_hidden_layers"]
+    types = c["layer_types"]
+    if types is None:  # __post_init__: every sliding_window_pattern-th layer global (6; older configs say it)
+        pattern = c.raw.get("sliding_window_pattern", 6)
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise Unsupported("sliding_window_pattern", f"{pattern!r}: a pattern is a whole number of layers from 1")
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    ropes = _gemma3_ropes(c)
+    full = _View(c, *ropes["full_attention"], types)
+    a = _decoder("gemma2")(full)
+    eps = _eps(c, "rms_norm_eps")
+    local = _View(c, *ropes["sliding_attention"], types)
+    context = c["max_position_embeddings"]
+    lb, ls = _rope(local), _rope_scaling(local, context)
+    rotary: dict = {}
+    if a.layer_windows:
+        if (lb, ls) != (a.rotary_base, a.rotary_scaling):
+            rotary["local_rotary"] = (lb, ls)
+    elif a.window is not None:  # every layer slides: the sliding layers' rotary everywhere
+        rotary.update(rotary_base=lb, rotary_scaling=ls)
+    sources = {**a.sources, "rotary_base": "rope_parameters (per layer type)", "act": "hidden_activation"}
+    return replace(a, family="gemma3_text", qk_norm="head", qk_eps=eps, qk_offset=1.0, sources=sources, **rotary)
+
+
 _DECODER_FAMILIES = tuple(_DECODERS)
 _PLAIN_FAMILIES = tuple(_PLAIN)
 READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f) for f in _PLAIN}, "mamba2": _mamba2,
            "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom}
+READERS.update({f: _decoder(f) for f in _DECODERS_UNGATED})
+READERS["gemma3_text"] = _gemma3
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1037,6 +1148,10 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
              "gemma2": "Gemma2ForCausalLM", "bloom": "BloomForCausalLM", "ministral": "MinistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
              "seed_oss": "SeedOssForCausalLM", "internlm3": "LlamaForCausalLM", "iquestcoder": "LlamaForCausalLM"}
+CAUSAL_LM.update({
+    "arcee": "ArceeForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+})
 
 
 def refusal(model_type: str) -> str:
@@ -1153,7 +1268,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         att.append(f"softcap={_num(float(a.softcap))}")
         keys.append("softcap")
     if a.qk_norm != "none":
-        att.append("qk_norm" + (" qk_norm_across" if a.qk_norm == "all" else "") + (f" qk_norm_eps={_num(a.qk_eps)}" if a.qk_eps != 1e-6 else ""))
+        att.append("qk_norm" + (" qk_norm_across" if a.qk_norm == "all" else "") + (f" qk_norm_eps={_num(a.qk_eps)}" if a.qk_eps != 1e-6 else "")
+                   + _qk_shape_text(a))
     if a.attn_scale is not None:
         att.append(f"scale={_num(a.attn_scale)}")
         keys.append("attn_scale")
@@ -1199,6 +1315,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         att_global = [x for x in att if not x.startswith("window=")]
         local = next(w for w in a.layer_windows if w is not None)
         att_local = att_global[:1] + [f"window={local}"] + att_global[1:]
+        if a.local_rotary:  # Gemma 3: the sliding layers turn by their own base (rope_local_base_freq)
+            att_local = _local_rotary_words(att_local, *a.local_rotary)
         mk = lambda words: [*branch("mix", "turbine attention " + " ".join(words), keys), *branch("burn", work, wkeys)]
         blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), each turbine with a norm {where}", f"{a.family}_local", mk(att_local)),
                   (f"# a {a.family} layer with global attention", f"{a.family}_global", mk(att_global))]
@@ -1212,7 +1330,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         body = _layer_runs(a.family, ["dense" if d else "moe" for d in a.layer_dense])
     feed = f"feed tokens vocab={a.vocab} context={a.context} position={a.position}"
     if a.embed_scale != 1.0:
-        feed += " scale=sqrt(width)" if a.family in ("gemma", "gemma2") else f" scale={_num(a.embed_scale)}"
+        feed += " scale=sqrt(width)" if a.family in ("gemma", "gemma2", "gemma3_text") else f" scale={_num(a.embed_scale)}"
     if a.padding is not None:
         feed += f" padding={a.padding}"
         src["padding"] = "pad_token_id"
@@ -1240,6 +1358,21 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
              "}",
              ""]
     return "\n".join(lines)
+
+
+def _qk_shape_text(a: Arch) -> str:
+    """The attention options that shape its qk-norms (Persimmon's layernorm, Gemma 3's 1 + w, nanochat's weightless, after rotary)."""
+    return "".join(w for w, on in ((" qk_norm_type=layernorm", a.qk_type == "layernorm"), (" qk_norm_bias", a.qk_bias),
+                                   (f" qk_norm_offset={_num(a.qk_offset)}", a.qk_offset), (" qk_norm_affine=false", not a.qk_affine),
+                                   (" qk_norm_after_rotary", a.qk_late)) if on)
+
+
+def _local_rotary_words(att: list, base: float, scaling) -> list:
+    """An attention's words with its rotary base and scaling replaced by the sliding layers' own."""
+    out = [w for w in att if not w.startswith(("rotary_base=", "rotary_scaling="))]
+    at = out.index("rotary") + 1
+    own = ([f"rotary_base={_num(base)}"] if base != 10000.0 else []) + ([_scaling_text(scaling).strip()] if scaling is not None else [])
+    return out[:at] + own + out[at:]
 
 
 def _layer_runs(family: str, kinds: list) -> list[str]:
@@ -1327,6 +1460,7 @@ def arch_of(engine: ir.Engine) -> Arch:
     sandwich = parallel == "none" and len(mix.ops) == 3
     scale = mix.merge.value if isinstance(mix.merge, ir.ScaleMerge) else 1.0
     qk = "none" if not attn.qk_norm else "all" if attn.qk_norm_across else "head"
+    ropes = _layer_ropes(stages)
     if engine.feed.position == "learned" and n.type == "layernorm":
         family = "gpt2"
     elif attn.alibi and (embed_norm or not attn.alibi_scaled):
@@ -1343,6 +1477,8 @@ def arch_of(engine: ir.Engine) -> Arch:
         family = "qwen2_moe" if work.shared else "mixtral"
     elif n.type == "layernorm" and not n.affine:
         family = "olmo"
+    elif n.offset and attn.qk_norm and attn.qk_norm_offset:
+        family = "gemma3_text"
     elif n.offset and (sandwich or attn.softcap is not None or engine.nozzle.softcap is not None or len(set(windows)) > 1):
         family = "gemma2"
     elif post or qk == "all":
@@ -1365,15 +1501,37 @@ def arch_of(engine: ir.Engine) -> Arch:
                 norm_affine=n.affine, norm_offset=n.offset, post_norms=post, qkv_bias=attn.bias, out_bias=attn.out_bias,
                 mlp_bias=work.bias, qk_norm=qk, qk_eps=attn.qk_norm_eps, attn_scale=attn.scale, embed_scale=engine.feed.scale,
                 residual_scale=scale, logit_scale=engine.nozzle.scale, rotary=attn.rotary_dims / attn.head_dim,
-                rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
+                rotary_base=ropes.pop("rotary_base", attn.rotary_base), window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
                 normalize=work.normalize if moe else True, shared=work.shared if moe else 0,
                 shared_gate=work.shared_gate if moe else False, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
-                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved, rotary_scaling=attn.rotary_scaling,
+                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved, rotary_scaling=ropes.pop("rotary_scaling", attn.rotary_scaling),
                 softcap=attn.softcap, logit_softcap=engine.nozzle.softcap, alibi=attn.alibi, alibi_scaled=attn.alibi_scaled,
                 embed_norm=embed_norm, sandwich=sandwich,
                 layer_windows=tuple(windows) if len(set(windows)) > 1 else (),
                 layer_dense=dense if any(dense) and not all(dense) else (),
-                dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0)
+                dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0,
+                qk_type=attn.qk_norm_type, qk_bias=attn.qk_norm_bias, qk_offset=attn.qk_norm_offset, qk_affine=attn.qk_norm_affine,
+                qk_late=attn.qk_norm_after_rotary, **ropes)
+
+
+def _layer_ropes(stages: list) -> dict:
+    """The Arch's rotary fields when the sliding layers turn by a base (or scaling) of their own (Gemma 3): the global
+    layers' as the Arch's rotary, the sliding layers' as local_rotary; {} otherwise. Layers of one kind with different
+    rotaries are left for export's check to refuse."""
+    seen: dict = {}
+    for st in stages:
+        for op in _ops(st):
+            if isinstance(op, ir.Attention):
+                seen.setdefault(op.window is not None, {})[(op.rotary_base, _dump(op.rotary_scaling))] = (op.rotary_base, op.rotary_scaling)
+    if len(seen) != 2 or any(len(v) != 1 for v in seen.values()) or seen[True].keys() == seen[False].keys():
+        return {}
+    (gb, gs), = seen[False].values()
+    (local,) = seen[True].values()
+    return {"rotary_base": gb, "rotary_scaling": gs, "local_rotary": local}
+
+
+def _dump(node):
+    return None if node is None else node.model_dump_json()
 
 
 def _run_order(stages: list) -> list:
@@ -1409,8 +1567,8 @@ def _unwindowed(stage: ir.Stage) -> list:
     def strip(d):
         if isinstance(d, dict) and d.get("op") in ("mlp", "moe"):
             return {"op": "reactor"}  # compared apart: dense and routed layers may alternate (Qwen2-MoE)
-        if isinstance(d, dict):
-            return {k: strip(v) for k, v in d.items() if not (k == "window" and d.get("op") == "attention")}
+        if isinstance(d, dict):  # the window, and (Gemma 3) the sliding layers' own rotary base and scaling
+            return {k: strip(v) for k, v in d.items() if not (k in ("window", "rotary_base", "rotary_scaling") and d.get("op") == "attention")}
         if isinstance(d, list):
             return [strip(x) for x in d]
         return d
@@ -1435,7 +1593,9 @@ def config_of(a: Arch) -> dict:
         return {"model_type": "bloom", "architectures": [CAUSAL_LM["bloom"]], "vocab_size": a.vocab, "hidden_size": a.width, "n_layer": a.layers,
                 "n_head": a.heads, "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "apply_residual_connection_post_layernorm": False,
                 "hidden_dropout": 0.0, "attention_dropout": 0.0, "seq_length": a.context}
-    act = _HF_GATED.get(a.act)
+    act = (_HF_PLAIN if a.family in _UNGATED else _HF_GATED).get(a.act)
+    if act is None and a.family in _UNGATED:
+        raise Unsupported("act", f"{a.family}'s ungated MLP has no '{a.act}' activation")
     if act is None:
         raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu, geglu or geglu_tanh)")
     rope = {"rope_type": "default", "rope_theta": a.rotary_base}
@@ -1453,9 +1613,9 @@ def config_of(a: Arch) -> dict:
         cfg["head_dim"] = a.head_dim
     elif a.head_dim * a.heads != a.width:
         raise Unsupported("head_dim", f"{a.family}'s head_dim is hidden_size / num_attention_heads")
-    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder"):
+    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder", "arcee"):
         cfg["attention_bias"] = a.qkv_bias
-    if a.family in ("llama", "granite", "internlm3", "iquestcoder"):
+    if a.family in ("llama", "granite", "internlm3", "iquestcoder", "arcee"):
         cfg["mlp_bias"] = a.mlp_bias
     if a.family in _WINDOWED:
         cfg["sliding_window"] = a.window
@@ -1488,7 +1648,7 @@ def config_of(a: Arch) -> dict:
                    layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows])
         if cfg["use_sliding_window"]:
             cfg["max_window_layers"] = next(i for i, w in enumerate(windows) if w is not None)
-    if a.family == "gemma2":
+    if a.family in ("gemma2", "gemma3_text"):
         windows = a.layer_windows or (a.window,) * a.layers
         local = {w for w in windows if w is not None}
         if len(local) > 1:
@@ -1498,11 +1658,26 @@ def config_of(a: Arch) -> dict:
                    layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows],
                    query_pre_attn_scalar=_whole((a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5) ** -2),
                    attn_logit_softcapping=a.softcap, final_logit_softcapping=a.logit_softcap)
+    if a.family == "gemma3_text":
+        _gemma3_config(a, cfg)
     if a.family == "granite":
         cfg.update(embedding_multiplier=a.embed_scale, residual_multiplier=a.residual_scale,
                    attention_multiplier=a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5,
                    logits_scaling=1.0 / a.logit_scale)
     return cfg
+
+
+def _gemma3_config(a: Arch, cfg: dict) -> None:
+    """Gemma 3's config over Gemma 2's: each layer type's rope parameters; its qk-norms are (1 + w) RMSNorms with the norms' eps."""
+    if a.qk_norm != "head" or a.qk_offset != 1.0 or a.qk_eps != a.eps or a.qk_type != "rmsnorm" or not a.qk_affine or a.qk_late:
+        raise Unsupported("qk_norm", "Gemma 3's qk-norms are per-head (1 + w) RMSNorms with the norms' eps, before rotary")
+    windows = a.layer_windows or (a.window,) * a.layers
+    full = _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base})
+    base, scaling = a.local_rotary or (a.rotary_base, a.rotary_scaling)
+    local = _rope_config(replace(a, rotary_scaling=scaling), {"rope_type": "default", "rope_theta": base})
+    if all(w is not None for w in windows):  # every layer slides: the spec's rotary is the sliding layers'
+        full = local
+    cfg.update(rope_parameters={"full_attention": full, "sliding_attention": local}, use_bidirectional_attention=False)
 
 
 def _falcon_common(a: Arch, act: str) -> dict:
