@@ -39,9 +39,20 @@ def gemma3(**o):
                                                    pad_token_id=None, bos_token_id=None, eos_token_id=None), **o})
 
 
+def nemotron(**o):
+    return transformers.NemotronConfig(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                 num_key_value_heads=2, head_dim=16, max_position_embeddings=40, norm_eps=1e-6,
+                                                 rope_parameters={"rope_type": "default", "rope_theta": 5000.0, "partial_rotary_factor": 0.5},
+                                                 attention_bias=True, mlp_bias=True, pad_token_id=None, bos_token_id=None, eos_token_id=None), **o})
+
+
 FAMILIES = {
     "arcee": arcee,
     "gemma3_text": gemma3,
+    "nemotron": nemotron,
+    "nemotron_quarter_rotary_tied": lambda: nemotron(num_attention_heads=6, num_key_value_heads=1, head_dim=None, tie_word_embeddings=True, attention_bias=False,
+                                                     mlp_bias=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                                      "partial_rotary_factor": 0.25}),
     "gemma3_text_default_pattern_untied": lambda: gemma3(num_hidden_layers=6, layer_types=None, sliding_window=4, tie_word_embeddings=False,
                                                          num_key_value_heads=1, rope_parameters=None, pad_token_id=3),
     "arcee_yarn_tied": lambda: arcee(attention_bias=False, mlp_bias=False, tie_word_embeddings=True, num_key_value_heads=1,
@@ -73,6 +84,9 @@ def differs(ref, model) -> bool:
 QUIRKS = {  # case -> (family, the spec's words for its quirk, the words without it)
     "arcee relu2": ("arcee", "act=relu2", "act=relu"),
     "gemma3_text (1 + w) qk gains": ("gemma3_text", " qk_norm_offset=1", ""),
+    "nemotron (1 + w) layernorms": ("nemotron", " offset=1", ""),
+    "nemotron relu2": ("nemotron", "act=relu2", "act=relu"),
+    "nemotron partial rotary": ("nemotron", "rotary=0.5", "rotary"),
     "gemma3_text the sliding layers' own rotary base": ("gemma3_text", " rotary_base=500", ""),
 }
 
@@ -95,6 +109,9 @@ UNEXPRESSIBLE = {  # a config.json option the language cannot say (over the fami
     "arcee longrope": (arcee, dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 6,
                                                     "long_factor": [1.0] * 6, "original_max_position_embeddings": 20}),
                        "rope_parameters.rope_type"),
+    "nemotron gelu_fast": (nemotron, dict(hidden_act="gelu_fast"), "hidden_act"),
+    "nemotron odd rotary": (nemotron, dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.3125}),
+                            "partial_rotary_factor"),
     "gemma3_text bidirectional": (gemma3, dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
     "gemma3_text flat rope": (gemma3, dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), "rope_parameters"),
     "gemma3_text partial rotary": (gemma3, dict(rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,

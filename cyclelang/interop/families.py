@@ -1033,10 +1033,12 @@ def _bloom(c: Config) -> Arch:
 # --- squared ReLU, the qk-norm's shapes, per-layer rotary bases ---------------------------------
 
 # Llama's layer with an ungated MLP (up, act, down): Arcee's relu2.
-_UNGATED = ("arcee",)
+_UNGATED = ("arcee", "nemotron")
 _DECODERS_UNGATED = {
     "arcee": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
 }
+# Nemotron: Arcee's layer with (1 + w) LayerNorms (LayerNorm1P, biased) and partial rotary (half of each head by default).
+KEYS["nemotron"] = Keys(_LLAMA - {"rms_norm_eps"} | {"norm_eps", "head_dim", "attention_bias", "mlp_bias"})
 KEYS.update(_DECODERS_UNGATED)
 
 # Gemma 3 (text): Gemma 2's layer with (1 + w) qk RMSNorms, a layer pattern of one global layer in six, and
@@ -1052,12 +1054,14 @@ _GEMMA3_THETA = {"full_attention": ("rope_theta", 1_000_000.0), "sliding_attenti
 class _View:
     """A family's config seen by another family's reader: its own layer types and one layer type's rope parameters."""
 
-    def __init__(self, c: Config, rope: dict, where: str, types: list):
-        self._c, self._rope, self._where, self._types = c, rope, where, types
+    def __init__(self, c: Config, rope: dict | None = None, where: str = "", types: list | None = None, renamed: dict | None = None):
+        self._c, self._rope, self._where, self._types, self._renamed = c, rope, where, types, renamed or {}
         self.keys, self.raw, self.family = c.keys, c.raw, c.family
 
     def __getitem__(self, key: str):
-        return self._types if key == "layer_types" else self._c[key]
+        if key == "layer_types" and self._types is not None:
+            return self._types
+        return self._c[self._renamed.get(key, key)]
 
     def __contains__(self, key: str) -> bool:
         return key in self._c.raw
@@ -1066,7 +1070,7 @@ class _View:
         return self._c.given(key)
 
     def rope(self) -> tuple[dict, str]:
-        return self._rope, self._where
+        return (self._rope, self._where) if self._rope is not None else self._c.rope()
 
 
 def _gemma3_ropes(c: Config) -> dict:
@@ -1131,12 +1135,20 @@ def _gemma3(c: Config) -> Arch:
     return replace(a, family="gemma3_text", qk_norm="head", qk_eps=eps, qk_offset=1.0, sources=sources, **rotary)
 
 
+def _nemotron(c: Config) -> Arch:
+    """Llama's reader with an ungated MLP, then Nemotron's norms: LayerNorm1P, gain 1 + w, a bias, eps norm_eps."""
+    a = _decoder("nemotron")(_View(c, renamed={"rms_norm_eps": "norm_eps"}))
+    return replace(a, norm="layernorm", norm_bias=True, norm_offset=1.0, eps=_eps(c, "norm_eps"),
+                   sources={**a.sources, "eps": "norm_eps", "rotary": "partial_rotary_factor"})
+
+
 _DECODER_FAMILIES = tuple(_DECODERS)
 _PLAIN_FAMILIES = tuple(_PLAIN)
 READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f) for f in _PLAIN}, "mamba2": _mamba2,
            "mamba": _mamba, "jamba": _jamba, "deepseek_v2": _deepseek_v2, "bloom": _bloom}
 READERS.update({f: _decoder(f) for f in _DECODERS_UNGATED})
 READERS["gemma3_text"] = _gemma3
+READERS["nemotron"] = _nemotron
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1151,6 +1163,7 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
 CAUSAL_LM.update({
     "arcee": "ArceeForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
+    "nemotron": "NemotronForCausalLM",
 })
 
 
@@ -1471,6 +1484,8 @@ def arch_of(engine: ir.Engine) -> Arch:
         family = "gptj" if attn.rotary_interleaved else "phi" if engine.nozzle.bias else "falcon"
     elif parallel == "separate" and n.type == "layernorm" and (attn.kv_heads != attn.heads or not work.bias):
         family = "falcon"  # the new decoder: GPT-NeoX's block with grouped kv heads, or without biases
+    elif n.type == "layernorm" and n.offset:
+        family = "nemotron"
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
         family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
@@ -1613,10 +1628,12 @@ def config_of(a: Arch) -> dict:
         cfg["head_dim"] = a.head_dim
     elif a.head_dim * a.heads != a.width:
         raise Unsupported("head_dim", f"{a.family}'s head_dim is hidden_size / num_attention_heads")
-    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder", "arcee"):
+    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder", "arcee", "nemotron"):
         cfg["attention_bias"] = a.qkv_bias
-    if a.family in ("llama", "granite", "internlm3", "iquestcoder", "arcee"):
+    if a.family in ("llama", "granite", "internlm3", "iquestcoder", "arcee", "nemotron"):
         cfg["mlp_bias"] = a.mlp_bias
+    if a.family == "nemotron":  # its eps is norm_eps; partial rotary always written (an absent factor is Nemotron's 0.5)
+        cfg.update(norm_eps=a.eps, rope_parameters={**cfg["rope_parameters"], "partial_rotary_factor": a.rotary})
     if a.family in _WINDOWED:
         cfg["sliding_window"] = a.window
     if a.family == "ministral3":  # its rotary reads Llama 4's query scaling: none (beta 0) at the rope's original context

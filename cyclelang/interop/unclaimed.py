@@ -121,7 +121,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "modernbert-decoder": ("gemma2", "a head transform (dense, GELU, LayerNorm) before the tied output projection"),
     "mpt": ("bloom", None),
     "nanochat": ("llama", "a weightless qk RMSNorm after rotary; an ungated squared-ReLU MLP (relu2)"),
-    "nemotron": ("gpt_neox", "(1 + w) LayerNorm; an ungated squared-ReLU MLP (relu2)"),
     "nemotron_h": ("mamba2", "an ungated squared-ReLU MLP (relu2); DeepSeek-V3 routing (sigmoid scores, a selection-only bias) in its MoE layers"),
     "olmo3": ("olmo2", None),
     "olmo_hybrid": ("olmo2", "a gated DeltaNet mixer (gated delta rule, short convolutions, a gated output norm)"),
