@@ -46,10 +46,20 @@ def nemotron(**o):
                                                  attention_bias=True, mlp_bias=True, pad_token_id=None, bos_token_id=None, eos_token_id=None), **o})
 
 
+def persimmon(**o):
+    return transformers.PersimmonConfig(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                  max_position_embeddings=40, layer_norm_eps=1e-6, qk_layernorm=True,
+                                                  rope_parameters={"rope_type": "default", "rope_theta": 5000.0, "partial_rotary_factor": 0.5},
+                                                  pad_token_id=2, bos_token_id=None, eos_token_id=None), **o})
+
+
 FAMILIES = {
     "arcee": arcee,
     "gemma3_text": gemma3,
     "nemotron": nemotron,
+    "persimmon": persimmon,
+    "persimmon_no_qk_norm_tied": lambda: persimmon(num_attention_heads=6, qk_layernorm=False, tie_word_embeddings=True, pad_token_id=None,
+                                                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}),
     "nemotron_quarter_rotary_tied": lambda: nemotron(num_attention_heads=6, num_key_value_heads=1, head_dim=None, tie_word_embeddings=True, attention_bias=False,
                                                      mlp_bias=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                                                       "partial_rotary_factor": 0.25}),
@@ -86,6 +96,8 @@ QUIRKS = {  # case -> (family, the spec's words for its quirk, the words without
     "gemma3_text (1 + w) qk gains": ("gemma3_text", " qk_norm_offset=1", ""),
     "nemotron (1 + w) layernorms": ("nemotron", " offset=1", ""),
     "nemotron relu2": ("nemotron", "act=relu2", "act=relu"),
+    "persimmon qk layernorms": ("persimmon", " qk_norm_type=layernorm qk_norm_bias", ""),
+    "persimmon relu2": ("persimmon", "act=relu2", "act=relu"),
     "nemotron partial rotary": ("nemotron", "rotary=0.5", "rotary"),
     "gemma3_text the sliding layers' own rotary base": ("gemma3_text", " rotary_base=500", ""),
 }
@@ -100,7 +112,7 @@ def test_the_quirk_matters(case):
     ours = load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
     assert not differs(ref, ours)
     wrong = edited(text, old, new)
-    wrong.load_state_dict(ours.state_dict())
+    wrong.load_state_dict(ours.state_dict(), strict=False)  # Persimmon: the qk layernorms without their bias
     assert differs(ref, wrong)
 
 
@@ -112,6 +124,8 @@ UNEXPRESSIBLE = {  # a config.json option the language cannot say (over the fami
     "nemotron gelu_fast": (nemotron, dict(hidden_act="gelu_fast"), "hidden_act"),
     "nemotron odd rotary": (nemotron, dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.3125}),
                             "partial_rotary_factor"),
+    "persimmon gelu_fast": (persimmon, dict(hidden_act="gelu_fast"), "hidden_act"),
+    "persimmon kv heads": (persimmon, dict(num_key_value_heads=2), "num_key_value_heads"),
     "gemma3_text bidirectional": (gemma3, dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
     "gemma3_text flat rope": (gemma3, dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), "rope_parameters"),
     "gemma3_text partial rotary": (gemma3, dict(rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,

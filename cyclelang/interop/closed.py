@@ -368,7 +368,7 @@ class Config:
 
 
 # The partial rotary factor a class fills in when config.json gives none (Phi's 0.5, GPT-NeoX's rotary_pct 0.25).
-PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25, "nemotron": 0.5}
+PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25, "nemotron": 0.5, "persimmon": 0.5}
 
 
 def _show(v) -> str:

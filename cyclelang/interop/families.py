@@ -1038,6 +1038,8 @@ _DECODERS_UNGATED = {
     "arcee": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
 }
 # Nemotron: Arcee's layer with (1 + w) LayerNorms (LayerNorm1P, biased) and partial rotary (half of each head by default).
+# Persimmon: a sequential GPT-NeoX layer (per-head fused q, k, v rows) with a relu2 MLP and per-head qk LayerNorms.
+KEYS["persimmon"] = Keys(_PLAIN_KEYS | {"layer_norm_eps", "qk_layernorm", "pad_token_id"})
 KEYS["nemotron"] = Keys(_LLAMA - {"rms_norm_eps"} | {"norm_eps", "head_dim", "attention_bias", "mlp_bias"})
 KEYS.update(_DECODERS_UNGATED)
 
@@ -1135,6 +1137,13 @@ def _gemma3(c: Config) -> Arch:
     return replace(a, family="gemma3_text", qk_norm="head", qk_eps=eps, qk_offset=1.0, sources=sources, **rotary)
 
 
+def _persimmon(c: Config) -> Arch:
+    """GPT-NeoX's sequential layer read as the plain decoders are, then Persimmon's per-head qk LayerNorms (with a bias)."""
+    a = _plain("persimmon")(c)
+    qk = dict(qk_norm="head", qk_eps=a.eps, qk_type="layernorm", qk_bias=True) if c["qk_layernorm"] else {}
+    return replace(a, **qk, sources={**a.sources, "rotary": "partial_rotary_factor"})
+
+
 def _nemotron(c: Config) -> Arch:
     """Llama's reader with an ungated MLP, then Nemotron's norms: LayerNorm1P, gain 1 + w, a bias, eps norm_eps."""
     a = _decoder("nemotron")(_View(c, renamed={"rms_norm_eps": "norm_eps"}))
@@ -1149,6 +1158,7 @@ READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f)
 READERS.update({f: _decoder(f) for f in _DECODERS_UNGATED})
 READERS["gemma3_text"] = _gemma3
 READERS["nemotron"] = _nemotron
+READERS["persimmon"] = _persimmon
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1164,6 +1174,7 @@ CAUSAL_LM.update({
     "arcee": "ArceeForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "nemotron": "NemotronForCausalLM",
+    "persimmon": "PersimmonForCausalLM",
 })
 
 
@@ -1486,6 +1497,8 @@ def arch_of(engine: ir.Engine) -> Arch:
         family = "falcon"  # the new decoder: GPT-NeoX's block with grouped kv heads, or without biases
     elif n.type == "layernorm" and n.offset:
         family = "nemotron"
+    elif n.type == "layernorm" and attn.qk_norm and attn.qk_norm_type == "layernorm":
+        family = "persimmon"
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
         family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
@@ -1602,6 +1615,8 @@ def config_of(a: Arch) -> dict:
                 "scale_attn_by_inverse_layer_idx": False, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     if a.family in _PLAIN:
         return _plain_config(a)
+    if a.family == "persimmon":
+        return _persimmon_config(a)
     if a.family == "bloom":
         if a.hidden != 4 * a.width or a.act != "gelu_tanh":
             raise Unsupported("hidden" if a.hidden != 4 * a.width else "act", "BLOOM's MLP is 4 x width wide with the tanh GELU")
@@ -1695,6 +1710,22 @@ def _gemma3_config(a: Arch, cfg: dict) -> None:
     if all(w is not None for w in windows):  # every layer slides: the spec's rotary is the sliding layers'
         full = local
     cfg.update(rope_parameters={"full_attention": full, "sliding_attention": local}, use_bidirectional_attention=False)
+
+
+def _persimmon_config(a: Arch) -> dict:
+    """Persimmon's config: every projection biased, as many key/value heads as query heads, qk LayerNorms (with a bias) or none."""
+    act = _HF_PLAIN.get(a.act)
+    if act is None:
+        raise Unsupported("act", f"persimmon has no '{a.act}' activation")
+    if a.kv_heads != a.heads or a.head_dim * a.heads != a.width:
+        raise Unsupported("kv_heads" if a.kv_heads != a.heads else "head_dim", "Persimmon's heads split the width, each with its own key and value")
+    if a.qk_norm not in ("none", "head") or (a.qk_norm == "head" and (a.qk_type, a.qk_bias, a.qk_eps) != ("layernorm", True, a.eps)):
+        raise Unsupported("qk_norm", "Persimmon's qk-norms are per-head LayerNorms with a bias and the norms' eps")
+    return {"model_type": "persimmon", "architectures": [CAUSAL_LM["persimmon"]], "vocab_size": a.vocab, "hidden_size": a.width,
+            "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "hidden_act": act,
+            "max_position_embeddings": _max_positions(a), "layer_norm_eps": a.eps, "tie_word_embeddings": a.tied,
+            "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base, "partial_rotary_factor": a.rotary}),
+            "qk_layernorm": a.qk_norm == "head", "hidden_dropout": 0.0, "attention_dropout": 0.0, "pad_token_id": a.padding}
 
 
 def _falcon_common(a: Arch, act: str) -> dict:

@@ -385,8 +385,9 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
                 put(f"{st.posts[reactor]}.{p}", h + f"post_feedforward_layernorm.{p}")
             if (reactor not in st.posts or reactor in st.valves) and rn != an:  # a parallel block's shared norm (Phi) is the attention's
                 put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
-        put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")  # qk-norms: Qwen3 per head, OLMo-2 across heads
-        put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
+        for p in ("weight", "bias"):  # qk-norms: Qwen3 per head, OLMo-2 across heads; Persimmon's layernorms have a bias
+            put(f"{st.attn}.q_norm.{p}", h + f"{ks.qk_norms[0]}.{p}")
+            put(f"{st.attn}.k_norm.{p}", h + f"{ks.qk_norms[1]}.{p}")
         gated = is_gated(st.work_node.act)
         for p in ("weight", "bias"):
             if arch == "falcon" and 1 < a.kv_heads < a.heads:  # the new decoder's rows, group by group [q heads | k | v]
@@ -601,6 +602,7 @@ class _Keys:
     final: str = "norm"
     head: str = "lm_head"
     layers: str = "layers"
+    qk_norms: tuple = ("self_attn.q_norm", "self_attn.k_norm")
 
 
 KEYS = {
@@ -617,6 +619,8 @@ KEYS = {
     "arcee": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
     "gemma3_text": _Keys(mlp_norm="pre_feedforward_layernorm"),
     "nemotron": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
+    "persimmon": _Keys(fused_qkv="self_attn.query_key_value", neox_qkv=True, o="self_attn.dense", plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
+                       final="final_layernorm", qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm")),
     "bloom": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
                    plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
     "gptj": _Keys(attn_norm="ln_1", q="attn.{}_proj", o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"), embed="wte", final="ln_f",

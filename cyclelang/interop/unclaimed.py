@@ -127,7 +127,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "olmoe": ("mixtral", None),
     "openai-gpt": ("gpt2", None),
     "opt": ("gpt2", None),
-    "persimmon": ("gpt_neox", "a LayerNorm with bias on q and k per head; an ungated squared-ReLU MLP (relu2)"),
     "phi4_multimodal": ("phi3", "image and audio encoders (this is a multimodal model around a Phi-3 decoder: import its decoder's fields alone, as a phi3 config)"),
     "phimoe": ("mixtral", "SparseMixer routing (each of the top-2 weights a softmax over the logits within a threshold of its expert's)"),
     "qwen3_5": ("qwen3", "a vision encoder (this is a vision-language model: import its text config (qwen3_5_text) alone)"),
