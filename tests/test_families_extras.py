@@ -53,11 +53,31 @@ def persimmon(**o):
                                                   pad_token_id=2, bos_token_id=None, eos_token_id=None), **o})
 
 
+def jais2(**o):
+    return transformers.Jais2Config(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
+                                              num_key_value_heads=2, head_dim=12, max_position_embeddings=40, layer_norm_eps=1e-6,
+                                              rope_parameters={"rope_type": "default", "rope_theta": 5000.0}, pad_token_id=4,
+                                              bos_token_id=None, eos_token_id=None), **o})
+
+
+def nanochat(**o):
+    return transformers.NanoChatConfig(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                                 num_key_value_heads=2, max_position_embeddings=40, rms_norm_eps=1e-5, final_logit_softcapping=3.0,
+                                                 rope_parameters={"rope_type": "default", "rope_theta": 5000.0}, attention_bias=True,
+                                                 pad_token_id=2, bos_token_id=None, eos_token_id=None), **o})
+
+
 FAMILIES = {
     "arcee": arcee,
     "gemma3_text": gemma3,
     "nemotron": nemotron,
     "persimmon": persimmon,
+    "jais2": jais2,
+    "nanochat": nanochat,
+    "nanochat_uncapped_tied_mqa": lambda: nanochat(final_logit_softcapping=None, tie_word_embeddings=True, num_key_value_heads=1,
+                                                   attention_bias=False, pad_token_id=None),
+    "jais2_unbiased_tied_linear": lambda: jais2(attention_bias=False, mlp_bias=False, tie_word_embeddings=True, head_dim=None, num_key_value_heads=3,
+                                                 pad_token_id=None, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
     "persimmon_no_qk_norm_tied": lambda: persimmon(num_attention_heads=6, qk_layernorm=False, tie_word_embeddings=True, pad_token_id=None,
                                                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}),
     "nemotron_quarter_rotary_tied": lambda: nemotron(num_attention_heads=6, num_key_value_heads=1, head_dim=None, tie_word_embeddings=True, attention_bias=False,
@@ -98,6 +118,10 @@ QUIRKS = {  # case -> (family, the spec's words for its quirk, the words without
     "nemotron relu2": ("nemotron", "act=relu2", "act=relu"),
     "persimmon qk layernorms": ("persimmon", " qk_norm_type=layernorm qk_norm_bias", ""),
     "persimmon relu2": ("persimmon", "act=relu2", "act=relu"),
+    "jais2 relu2": ("jais2", "act=relu2", "act=relu"),
+    "nanochat relu2": ("nanochat", "act=relu2", "act=relu"),
+    "nanochat norm after the embedding": ("nanochat", "  norm rmsnorm eps=1e-05 affine=false  # the final norm, applied to the embedding too\n", ""),
+    "nanochat final soft-cap": ("nanochat", " softcap=3", ""),
     "nemotron partial rotary": ("nemotron", "rotary=0.5", "rotary"),
     "gemma3_text the sliding layers' own rotary base": ("gemma3_text", " rotary_base=500", ""),
 }
@@ -116,6 +140,20 @@ def test_the_quirk_matters(case):
     assert differs(ref, wrong)
 
 
+def test_nanochat_rotary_turns_the_other_way(monkeypatch):
+    """nanochat's rotate_half is (x2, -x1): its rotary turns by -θ. Loaded as Llama's (without the plan's negated
+    second halves of q and k) the same weights compute something else."""
+    from dataclasses import replace
+
+    from cyclelang.interop import load
+
+    ref = hf(nanochat())
+    text = import_config(ref.config.to_dict())
+    assert not differs(ref, load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref))
+    monkeypatch.setitem(load.KEYS, "nanochat", replace(load.KEYS["nanochat"], turned=False))
+    assert differs(ref, load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref))
+
+
 UNEXPRESSIBLE = {  # a config.json option the language cannot say (over the family's tiny config), refused by the key's name
     "arcee gelu_fast": (arcee, dict(hidden_act="gelu_fast"), "hidden_act"),
     "arcee longrope": (arcee, dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 6,
@@ -126,6 +164,19 @@ UNEXPRESSIBLE = {  # a config.json option the language cannot say (over the fami
                             "partial_rotary_factor"),
     "persimmon gelu_fast": (persimmon, dict(hidden_act="gelu_fast"), "hidden_act"),
     "persimmon kv heads": (persimmon, dict(num_key_value_heads=2), "num_key_value_heads"),
+    "arcee partial rotary": (arcee, dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+                             "rope_parameters.partial_rotary_factor"),  # Arcee's rope turns whole heads whatever it says
+    "llama partial rotary": (lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=1,
+                                                              num_attention_heads=4),
+                             dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+                             "rope_parameters.partial_rotary_factor"),  # so does Llama's (imported as rotary=0.5 before: a wrong load)
+    "jais2 gelu_fast": (jais2, dict(hidden_act="gelu_fast"), "hidden_act"),
+    "jais2 partial rotary": (jais2, dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+                             "rope_parameters.partial_rotary_factor"),
+    "nanochat gelu_fast": (nanochat, dict(hidden_act="gelu_fast"), "hidden_act"),
+    "nanochat partial rotary": (nanochat, dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+                                "rope_parameters.partial_rotary_factor"),
+    "nanochat zero soft-cap": (nanochat, dict(final_logit_softcapping=0.0), "final_logit_softcapping"),
     "gemma3_text bidirectional": (gemma3, dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
     "gemma3_text flat rope": (gemma3, dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), "rope_parameters"),
     "gemma3_text partial rotary": (gemma3, dict(rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,

@@ -717,11 +717,25 @@ def _decoder(family: str):
         scaling = _rope_scaling(c, context)
         return Arch(family, vocab=c["vocab_size"], context=_dynamic_context(context, scaling), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=head_dim, hidden=hidden, act=act, **extra,
-                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(_partial(c), head_dim), rotary_base=_rope(c),
+                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(_whole_heads(c, family), head_dim), rotary_base=_rope(c),
                     rotary_scaling=scaling,
                     window=window, experts=experts, top=top, normalize=normalize, shared=shared, shared_gate=bool(shared),
                     tied=bool(c["tie_word_embeddings"]), padding=_padding(c), sources=sources)
     return read
+
+
+# The Llama-shaped families whose rope reads partial_rotary_factor; the others' default rope turns whole heads
+# whatever it says (and a scaled rope then fails on a factor), so a factor other than 1 is refused for them.
+_PARTIAL_READ = ("phi3", "nemotron")
+
+
+def _whole_heads(c: Config, family: str) -> float:
+    """The rotary fraction of a Llama-shaped family: the config's where its rope reads it, else 1 (any other value refused)."""
+    partial = _partial(c)
+    if family not in _PARTIAL_READ and partial != 1.0:
+        raise Unsupported(f"{_rope_kind(c)[1]}.partial_rotary_factor", f"{partial}: transformers' {family} rotates whole heads whatever this "
+                          "says (its default rope reads no partial factor; a scaled one fails on it)")
+    return partial
 
 
 def _cap(c: Config, key: str) -> float | None:
@@ -1033,11 +1047,16 @@ def _bloom(c: Config) -> Arch:
 # --- squared ReLU, the qk-norm's shapes, per-layer rotary bases ---------------------------------
 
 # Llama's layer with an ungated MLP (up, act, down): Arcee's relu2.
-_UNGATED = ("arcee", "nemotron")
+_UNGATED = ("arcee", "nemotron", "jais2", "nanochat")
 _DECODERS_UNGATED = {
     "arcee": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
 }
 # Nemotron: Arcee's layer with (1 + w) LayerNorms (LayerNorm1P, biased) and partial rotary (half of each head by default).
+# Jais 2: Arcee's layer with biased LayerNorms (eps layer_norm_eps).
+KEYS["jais2"] = Keys(_LLAMA - {"rms_norm_eps"} | {"layer_norm_eps", "head_dim", "attention_bias", "mlp_bias"})
+# nanochat: weightless RMSNorms (one more right after the embedding: the final norm, used twice), weightless qk RMSNorms
+# after rotary, a relu2 MLP without biases, a final-logit soft-cap; its rotary turns the other way (the load plan's _Turned).
+KEYS["nanochat"] = Keys(_LLAMA | {"attention_bias", "final_logit_softcapping"})
 # Persimmon: a sequential GPT-NeoX layer (per-head fused q, k, v rows) with a relu2 MLP and per-head qk LayerNorms.
 KEYS["persimmon"] = Keys(_PLAIN_KEYS | {"layer_norm_eps", "qk_layernorm", "pad_token_id"})
 KEYS["nemotron"] = Keys(_LLAMA - {"rms_norm_eps"} | {"norm_eps", "head_dim", "attention_bias", "mlp_bias"})
@@ -1137,6 +1156,19 @@ def _gemma3(c: Config) -> Arch:
     return replace(a, family="gemma3_text", qk_norm="head", qk_eps=eps, qk_offset=1.0, sources=sources, **rotary)
 
 
+def _jais2(c: Config) -> Arch:
+    """Llama's reader with an ungated MLP, then Jais 2's norms: LayerNorms with a bias, eps layer_norm_eps."""
+    a = _decoder("jais2")(_View(c, renamed={"rms_norm_eps": "layer_norm_eps"}))
+    return replace(a, norm="layernorm", norm_bias=True, eps=_eps(c, "layer_norm_eps"), sources={**a.sources, "eps": "layer_norm_eps"})
+
+
+def _nanochat(c: Config) -> Arch:
+    """Llama's reader with an ungated MLP, then nanochat's weightless norms and qk-norms, its norm after the embedding, its soft-cap."""
+    a = _decoder("nanochat")(c)
+    return replace(a, norm_affine=False, qk_norm="head", qk_eps=a.eps, qk_affine=False, qk_late=True, embed_norm=True,
+                   logit_softcap=_cap(c, "final_logit_softcapping"), sources={**a.sources, "logit_softcap": "final_logit_softcapping"})
+
+
 def _persimmon(c: Config) -> Arch:
     """GPT-NeoX's sequential layer read as the plain decoders are, then Persimmon's per-head qk LayerNorms (with a bias)."""
     a = _plain("persimmon")(c)
@@ -1159,6 +1191,8 @@ READERS.update({f: _decoder(f) for f in _DECODERS_UNGATED})
 READERS["gemma3_text"] = _gemma3
 READERS["nemotron"] = _nemotron
 READERS["persimmon"] = _persimmon
+READERS["jais2"] = _jais2
+READERS["nanochat"] = _nanochat
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -1175,6 +1209,8 @@ CAUSAL_LM.update({
     "gemma3_text": "Gemma3ForCausalLM",
     "nemotron": "NemotronForCausalLM",
     "persimmon": "PersimmonForCausalLM",
+    "jais2": "Jais2ForCausalLM",
+    "nanochat": "NanoChatForCausalLM",
 })
 
 
@@ -1374,7 +1410,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
              "  throat causal",
              f"  {feed}{_comment(src, 'vocab', 'context', 'embed_scale', 'padding')}",
              "",
-             *([f"  {norm}  # word_embeddings_layernorm: BLOOM's norm after the embedding", ""] if a.embed_norm else []),
+             *([f"  {norm}  # " + ("the final norm, applied to the embedding too" if a.family == "nanochat"
+                                   else "word_embeddings_layernorm: BLOOM's norm after the embedding"), ""] if a.embed_norm else []),
              *body,
              "",
              f"  {norm}  # the final norm",
@@ -1499,6 +1536,8 @@ def arch_of(engine: ir.Engine) -> Arch:
         family = "nemotron"
     elif n.type == "layernorm" and attn.qk_norm and attn.qk_norm_type == "layernorm":
         family = "persimmon"
+    elif attn.qk_norm and attn.qk_norm_after_rotary:
+        family = "nanochat"
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
         family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
@@ -1643,10 +1682,14 @@ def config_of(a: Arch) -> dict:
         cfg["head_dim"] = a.head_dim
     elif a.head_dim * a.heads != a.width:
         raise Unsupported("head_dim", f"{a.family}'s head_dim is hidden_size / num_attention_heads")
-    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder", "arcee", "nemotron"):
+    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder", "arcee", "nemotron", "jais2"):
         cfg["attention_bias"] = a.qkv_bias
-    if a.family in ("llama", "granite", "internlm3", "iquestcoder", "arcee", "nemotron"):
+    if a.family in ("llama", "granite", "internlm3", "iquestcoder", "arcee", "nemotron", "jais2"):
         cfg["mlp_bias"] = a.mlp_bias
+    if a.family == "jais2":
+        cfg["layer_norm_eps"] = a.eps
+    if a.family == "nanochat":
+        cfg.update(attention_bias=a.qkv_bias, final_logit_softcapping=a.logit_softcap)
     if a.family == "nemotron":  # its eps is norm_eps; partial rotary always written (an absent factor is Nemotron's 0.5)
         cfg.update(norm_eps=a.eps, rope_parameters={**cfg["rope_parameters"], "partial_rotary_factor": a.rotary})
     if a.family in _WINDOWED:

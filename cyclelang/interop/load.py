@@ -397,7 +397,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None) -> _Plan:
             elif ks.fused_qkv:
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}")
             else:
-                put(f"{st.attn}.qkv.{p}", [h + f"{ks.q.format(n)}.{p}" for n in "qkv"], qkv)
+                put(f"{st.attn}.qkv.{p}", [h + f"{ks.q.format(n)}.{p}" for n in "qkv"], _Turned(qkv.sizes, a.head_dim) if ks.turned else qkv)
             put(f"{st.attn}.proj.{p}", h + f"{ks.o}.{p}")
             if moe:
                 continue
@@ -603,6 +603,7 @@ class _Keys:
     head: str = "lm_head"
     layers: str = "layers"
     qk_norms: tuple = ("self_attn.q_norm", "self_attn.k_norm")
+    turned: bool = False  # the rotary turns the other way (nanochat): each head's second half of q and k rows negated
 
 
 KEYS = {
@@ -619,6 +620,8 @@ KEYS = {
     "arcee": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
     "gemma3_text": _Keys(mlp_norm="pre_feedforward_layernorm"),
     "nemotron": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
+    "jais2": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
+    "nanochat": _Keys(plain=("mlp.fc1", "mlp.fc2"), turned=True),
     "persimmon": _Keys(fused_qkv="self_attn.query_key_value", neox_qkv=True, o="self_attn.dense", plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
                        final="final_layernorm", qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm")),
     "bloom": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
@@ -676,6 +679,30 @@ class _NeoxQkv:
     def inverse(self, t):
         rest = t.shape[1:]
         return [t.reshape(3, self.heads, self.head_dim, *rest).transpose(0, 1).reshape(3 * self.heads * self.head_dim, *rest).contiguous()]
+
+
+@dataclass(frozen=True)
+class _Turned(_Cat):
+    """q, k, v fused as _Cat does, each head's second half of q and k rows negated: nanochat's rotary turns each pair
+    (x1, x2) by -θ (its rotate_half is (x2, -x1)), which is ours turning (x1, -x2) by θ, then the second half negated;
+    q . k, and the norms of q and k (its qk-norms are weightless), are unchanged by negating both second halves."""
+
+    head_dim: int = 0
+
+    def _flip(self, t):
+        import torch
+
+        sign = torch.ones(self.head_dim, dtype=t.dtype, device=t.device)
+        sign[self.head_dim // 2 :] = -1
+        q, k = self.sizes[0], self.sizes[1]
+        flip = torch.cat((sign.repeat(q // self.head_dim), sign.repeat(k // self.head_dim), torch.ones(self.sizes[2], dtype=t.dtype, device=t.device)))
+        return t * flip.view(-1, *([1] * (t.dim() - 1)))
+
+    def __call__(self, *ts):
+        return self._flip(super().__call__(*ts))
+
+    def inverse(self, t):
+        return super().inverse(self._flip(t))
 
 
 # --- converting and checking -------------------------------------------------------------
