@@ -146,3 +146,158 @@ def test_unholdable_options_are_located_diagnostics(opts):
     assert codes == [BAD[opts]], codes  # one error, no cascade
     d = info.value.diagnostics[0]
     assert d.span is not None and d.span.line == 7
+
+
+# --- the qk-norm's shapes, squared ReLU and the (1 + w) LayerNorm --------------------------------
+# qk-norm (Dehghani et al. 2023): q and k of each head normalised before their dot product, as
+# RMSNorm(x) = x / sqrt(mean(x^2) + eps) * g or LayerNorm(x) = (x - mean) / sqrt(var + eps) * g + b;
+# g is offset + w (Gemma 3: 1 + w), or 1 without a learned gain (nanochat), and the norm acts on
+# the rotated q and k when it comes after rotary (nanochat). Rotary (Su et al.): the first
+# rotary_dims channels of a head turn by pos * base^(-2i / rotary_dims), the two halves paired.
+
+
+def rope_ref(x, rd, base=10000.0):
+    """x (B, H, T, D) with its first rd channels rotated, the two halves paired (GPT-NeoX, Llama)."""
+    T = x.size(2)
+    inv = base ** (-torch.arange(0, rd, 2, dtype=torch.float64) / rd)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None]
+    cos, sin = torch.cat((ang, ang), -1).cos(), torch.cat((ang, ang), -1).sin()
+    r, rest = x[..., :rd], x[..., rd:]
+    turned = torch.cat((-r[..., rd // 2:], r[..., : rd // 2]), -1)
+    return torch.cat((r * cos + turned * sin, rest), -1)
+
+
+def qk_norm_ref(x, norm, kind, offset, eps):
+    """One qk-norm of x (B, H, T, D) by its equation, the module's gain and bias read from `norm`."""
+    g = (offset + norm.weight.double()) if getattr(norm, "weight", None) is not None else 1.0
+    b = norm.bias.double() if getattr(norm, "bias", None) is not None else 0.0
+    if kind == "layernorm":
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps) * g + b
+    return x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps) * g
+
+
+def qk_reference(attn, x, *, rd, kind="rmsnorm", offset=0.0, late=False, eps=1e-6, norm=True):
+    """Causal attention of x (B, T, C) in float64, q and k through the qk-norms as the options say."""
+    B, T, C = x.shape
+    H, KV, D = attn.heads, attn.kv_heads, attn.head_dim
+    q, k, v = (x.double() @ attn.qkv.weight.double().T).split([H * D, KV * D, KV * D], -1)
+    q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in (q, k, v))
+    nq = (lambda t: qk_norm_ref(t, attn.q_norm, kind, offset, eps)) if norm else (lambda t: t)
+    nk = (lambda t: qk_norm_ref(t, attn.k_norm, kind, offset, eps)) if norm else (lambda t: t)
+    if not late:
+        q, k = nq(q), nk(k)
+    q, k = rope_ref(q, rd), rope_ref(k, rd)
+    if late:
+        q, k = nq(q), nk(k)
+    k, v = k.repeat_interleave(H // KV, 1), v.repeat_interleave(H // KV, 1)
+    s = (q @ k.transpose(-2, -1)) * D ** -0.5
+    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf)
+    y = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, H * D)
+    return y @ attn.proj.weight.double().T
+
+
+QK_CASES = {  # options -> (rotated dims of head_dim 8, the reference's keywords)
+    "gemma3_offset_gain": ("rotary qk_norm qk_norm_offset=1", 8, dict(offset=1.0)),
+    "persimmon_layernorm_bias": ("rotary=0.5 qk_norm qk_norm_type=layernorm qk_norm_bias qk_norm_eps=1e-5", 4, dict(kind="layernorm", eps=1e-5)),
+    "layernorm_no_bias_gqa": ("kv_heads=2 rotary qk_norm qk_norm_type=layernorm", 8, dict(kind="layernorm")),
+    "nanochat_weightless_after_rotary": ("rotary qk_norm qk_norm_affine=false qk_norm_after_rotary", 8, dict(late=True)),
+    "gained_after_rotary_gqa": ("kv_heads=1 rotary=0.5 qk_norm qk_norm_after_rotary", 4, dict(late=True)),
+    "layernorm_offset_weightless": ("rotary qk_norm qk_norm_type=layernorm qk_norm_affine=false", 8, dict(kind="layernorm")),
+}
+
+
+def rope_of(model, attn, T):
+    """The rotary tables the model hands its attention for T positions (captured from a forward)."""
+    got = {}
+    hook = attn.register_forward_pre_hook(lambda module, args: got.update(rope=args[1]))
+    with torch.no_grad():
+        model(torch.zeros(1, T, dtype=torch.long))
+    hook.remove()
+    return got["rope"]
+
+
+@pytest.mark.parametrize("case", sorted(QK_CASES))
+def test_qk_norm_shapes_equal_their_equations(case):
+    opts, rd, kw = QK_CASES[case]
+    model = build(cyclelang.parse(SPEC.format(opts=opts)), seed=0).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    attn = model.stages[0].mix.attn
+    x = torch.randn(2, 11, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = attn(x, rope_of(model, attn, 11), None)
+    want = qk_reference(attn, x, rd=rd, **kw)
+    assert (got.double() - want).abs().max().item() < 1e-5 * want.abs().max().item()
+    # each part of the shape matters here: the offset, the place (before or after rotary), the kind
+    for other in (dict(kw, offset=0.0 if kw.get("offset") else 1.0), dict(kw, late=not kw.get("late", False)),
+                  dict(kw, kind="rmsnorm" if kw.get("kind") == "layernorm" else "layernorm")):
+        weightless = getattr(attn.q_norm, "weight", None) is None
+        if weightless and (other.get("offset") or (other.get("late", False) != kw.get("late", False) and rd == 8 and other.get("kind") != "layernorm")):
+            continue  # no gain, no offset; a weightless RMSNorm of a whole head commutes with rotary, which keeps its length
+        wrong = qk_reference(attn, x, rd=rd, **other)
+        assert (wrong - want).abs().max().item() > 1e-3 * want.abs().max().item(), other
+
+
+@pytest.mark.parametrize("case", sorted(QK_CASES))
+def test_qk_norm_shapes_decode_with_the_cache_as_recomputing(case):
+    model = build(cyclelang.parse(SPEC.format(opts=QK_CASES[case][0])), seed=0).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    idx = torch.randint(0, 50, (1, 4), generator=torch.Generator().manual_seed(2))
+    want = idx
+    with torch.no_grad():
+        for _ in range(10):
+            want = torch.cat((want, model(want)[:, -1:].argmax(-1)), 1)
+    assert torch.equal(model.generate(idx, 10, temperature=0), want)
+
+
+def test_qk_norm_parameters_are_counted_as_built():
+    from cyclelang.review import analyze
+
+    for opts, _, _ in QK_CASES.values():
+        spec = cyclelang.parse(SPEC.format(opts=opts))
+        assert analyze(spec)["params"]["total"] == sum(p.numel() for p in build(spec, seed=0).parameters()), opts
+
+
+def test_relu2_and_the_offset_layernorm_equal_their_equations():
+    """relu2(x) = relu(x)^2 (Primer); LayerNorm1P (Nemotron): (x - mean) / sqrt(var + eps) * (1 + w) + b."""
+    text = (SPEC.format(opts="rotary").replace("hidden=48 act=swiglu", "hidden=48 act=relu2")
+            .replace("norm rmsnorm  turbine mlp", "norm layernorm offset=1 eps=1e-5  turbine mlp"))
+    model = build(cyclelang.parse(text), seed=0).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    burn = model.stages[0].burn
+    x = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    mu = x.mean(-1, keepdim=True)
+    h = (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * (1 + burn.norm.weight.double()) + burn.norm.bias.double()
+    fc, proj = burn.mlp.fc, burn.mlp.proj
+    want = (torch.relu(h @ fc.weight.double().T) ** 2) @ proj.weight.double().T  # the spec's MLP has no biases
+    with torch.no_grad():
+        got = burn.mlp(burn.norm(x.float()))
+    assert (got.double() - want).abs().max().item() < 1e-5 * want.abs().max().item()
+    assert float(burn.norm.offset) == 1.0
+    fresh = build(cyclelang.parse(text), seed=0)
+    assert torch.equal(fresh.stages[0].burn.norm.weight, torch.zeros(32))  # the gain 1 + w starts at 1
+
+
+QK_BAD = {  # qk-norm options that cannot hold, each a located E0211
+    "qk_norm_offset=1": "E0211",  # no qk_norm
+    "qk_norm qk_norm_bias": "E0211",  # an rmsnorm has no bias
+    "qk_norm qk_norm_affine=false qk_norm_offset=1": "E0211",
+    "qk_norm qk_norm_across qk_norm_after_rotary rotary": "E0211",
+    "qk_norm qk_norm_type=groupnorm": "E0203",
+}
+
+
+@pytest.mark.parametrize("opts", sorted(QK_BAD))
+def test_unholdable_qk_norm_options_are_located_diagnostics(opts):
+    from cyclelang.diagnostics import CycleError
+
+    with pytest.raises(CycleError) as info:
+        cyclelang.parse(SPEC.format(opts=opts))
+    assert [d.code for d in info.value.diagnostics] == [QK_BAD[opts]]
+    assert info.value.diagnostics[0].span.line == 7

@@ -154,7 +154,7 @@ def test_hover_option_let_and_stage(client):
     h = hover(_at(text, "kv_heads=kv", 1))
     assert "key/value heads" in h and "default: heads" in h and "type: int" in h
     h = hover(_at(text, "act=swiglu", 1))
-    assert "gelu | gelu_tanh | relu | silu | swiglu | geglu | geglu_tanh" in h
+    assert "gelu | gelu_tanh | relu | relu2 | silu | swiglu | geglu | geglu_tanh" in h
     h = hover(_at(text, "norm rmsnorm", 6))
     assert "norm rmsnorm" in h and "valve" in h
     h = hover(_at(text, "chamber", 1))
@@ -220,7 +220,7 @@ def test_completion_keywords_kinds_and_values(client):
     # a choice option's values
     text2 = text.replace("turbine mlp\n", "turbine mlp act=\n")
     _change(client, uri, text2, 2)
-    assert labels(_at(text2, "act=", 4)) == {"gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "geglu_tanh"}
+    assert labels(_at(text2, "act=", 4)) == {"gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu", "geglu_tanh"}
     # after `merge`: the merge kinds; after a merge kind: only its options
     text3 = text.replace("      \n    }", "      merge layerscale \n    }")
     _change(client, uri, text3, 3)

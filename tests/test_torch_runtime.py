@@ -26,7 +26,7 @@ F = torch.nn.functional
 
 from cyclelang.backends.torch.runtime import cache, embedding, experts, loss, masks, positions  # noqa: E402
 
-ACTS = ["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu"]
+ACTS = ["gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu"]
 
 
 def gen(seed=0):
@@ -375,7 +375,7 @@ def test_cache_keeps_a_pools_last_inputs():
 
 
 def reference_act(act: str, h: torch.Tensor) -> torch.Tensor:
-    plain = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu, "silu": F.silu}
+    plain = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu, "relu2": lambda x: F.relu(x) ** 2, "silu": F.silu}
     if act in plain:
         return plain[act](h)
     gate, up = h.chunk(2, dim=-1)

@@ -392,6 +392,7 @@ class Config:
 # The partial rotary factor a class fills in when config.json gives none (Phi's 0.5, GPT-NeoX's rotary_pct 0.25).
 PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "stablelm": 0.25}
 PARTIAL_DEFAULT["bamba"] = 0.5  # BambaConfig.__post_init__ hard-codes it
+PARTIAL_DEFAULT.update({"nemotron": 0.5, "persimmon": 0.5})
 
 
 def _show(v) -> str:

@@ -26,9 +26,9 @@ from .hf_fields import TRANSFORMERS_VERSION
 # transformers activations -> the language's. A gated MLP (Llama's gate/up/down)
 # takes the gated form of its activation.
 _PLAIN_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": None,
-               "relu": "relu", "silu": "silu", "swish": "silu"}
+               "relu": "relu", "silu": "silu", "swish": "silu", "relu2": "relu2"}
 _GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
-_HF_PLAIN = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+_HF_PLAIN = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu", "relu2": "relu2"}
 _HF_GATED = {"swiglu": "silu", "geglu": "gelu"}
 
 
@@ -86,7 +86,12 @@ class Arch:
     layer_dense: tuple = ()  # Qwen2-MoE: whether each layer is a dense MLP (mlp_only_layers, decoder_sparse_step); empty: every layer routes
     dense_hidden: int = 0  # ... the dense layers' intermediate_size
     layer_attn: tuple = ()  # SmolLM3, EXAONE 4, OLMo 3: each layer's (window, rotary, rotary_base, rotary_scaling) where rotary differs by layer
-    global_rotary: bool = True  # false: the global layers of a per-layer pattern have no rotary (Cohere 2)
+    qk_type: str = "rmsnorm"  # the qk-norms' kind (Persimmon: layernorm)
+    qk_bias: bool = False  # Persimmon's qk layernorms have a bias
+    qk_offset: float = 0.0  # Gemma 3: the qk-norms' gain is 1 + w
+    qk_affine: bool = True  # nanochat: weightless qk-norms
+    qk_late: bool = False  # nanochat: the qk-norms act after rotary
+    local_rotary: tuple = ()  # Gemma 3: (rotary base, rotary scaling) of the sliding layers where they differ from the global layers'
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -621,7 +626,9 @@ def _decoder(family: str):
         act_name = c["hidden_activation"] if family == "gemma2" else c["hidden_act"]
         if family == "gemma" and act_name == "gelu":  # GemmaConfig.__post_init__: Gemma's "gelu" is the tanh GELU
             act_name = "gelu_pytorch_tanh"
-        act = _GATED_ACTS.get(act_name)
+        act = (_PLAIN_ACTS if family in _UNGATED else _GATED_ACTS).get(act_name)
+        if act is None and family in _UNGATED:
+            raise Unsupported("hidden_act", f"{act_name!r} has no counterpart among the language's activations (an ungated MLP)")
         if act is None:
             raise Unsupported("hidden_activation" if family == "gemma2" else "hidden_act",
                               f"a gated MLP with {act_name!r} has no counterpart (the language has swiglu = silu, geglu = gelu, "
@@ -712,11 +719,25 @@ def _decoder(family: str):
         scaling = _rope_scaling(c, context)
         return Arch(family, vocab=c["vocab_size"], context=_dynamic_context(context, scaling), width=width, layers=layers,
                     heads=heads, kv_heads=kv, head_dim=head_dim, hidden=hidden, act=act, **extra,
-                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(_partial(c), head_dim), rotary_base=_rope(c),
+                    qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, rotary=_rotary(_whole_heads(c, family), head_dim), rotary_base=_rope(c),
                     rotary_scaling=scaling,
                     window=window, experts=experts, top=top, normalize=normalize, shared=shared, shared_gate=bool(shared),
                     tied=bool(c["tie_word_embeddings"]), padding=_padding(c), sources=sources)
     return read
+
+
+# The Llama-shaped families whose rope reads partial_rotary_factor; the others' default rope turns whole heads
+# whatever it says (and a scaled rope then fails on a factor), so a factor other than 1 is refused for them.
+_PARTIAL_READ = ("phi3", "nemotron")
+
+
+def _whole_heads(c: Config, family: str) -> float:
+    """The rotary fraction of a Llama-shaped family: the config's where its rope reads it, else 1 (any other value refused)."""
+    partial = _partial(c)
+    if family not in _PARTIAL_READ and partial != 1.0:
+        raise Unsupported(f"{_rope_kind(c)[1]}.partial_rotary_factor", f"{partial}: transformers' {family} rotates whole heads whatever this "
+                          "says (its default rope reads no partial factor; a scaled one fails on it)")
+    return partial
 
 
 def _cap(c: Config, key: str) -> float | None:
@@ -1920,8 +1941,9 @@ def _layer_attn(stages: list, windows: list) -> tuple:
     return tuple(per) if len({p[1:] for p in per}) > 1 else ()
 
 
-def _attn_templates(a: Arch, att: list, keys: list, branch, work: str, wkeys, where: str) -> tuple[list, list]:
-    """(templates, each layer's kind) for layers whose attention differs in window and rotary (a.layer_attn)."""
+def _attn_templates(a: Arch, att: list, mk, where: str) -> tuple[list, list]:
+    """(templates, each layer's kind) for layers whose attention differs in window and rotary (a.layer_attn);
+    mk(words): a layer's ops with those attention words."""
     plain = [x for x in att if not x.startswith(("rotary", "window="))]
     kinds, blocks, names = [], [], {}
     for w, rot, base, sc in a.layer_attn:
@@ -1945,7 +1967,7 @@ def _attn_templates(a: Arch, att: list, keys: list, branch, work: str, wkeys, wh
             what = (f"sliding-window attention ({w} tokens)" if w is not None else "global attention") + \
                 ("" if rot else ", no rotary (NoPE)") + (f", rotary base {_num(base)}" if rot else "")
             at = sum(1 for x in plain if x.startswith(("heads=", "kv_heads=", "head_dim=")))  # the words after the heads'
-            ops = [*branch("mix", "turbine attention " + " ".join(plain[:at] + words + plain[at:]), keys), *branch("burn", work, wkeys)]
+            ops = mk(plain[:at] + words + plain[at:])
             blocks.append((f"# a {a.family} layer with {what}, each turbine with its norm {where}", f"{a.family}_{name}", ops))
         kinds.append(names[variant])
     return blocks, kinds
@@ -2029,6 +2051,145 @@ KEYS.update(lineage.KEYS)
 KEYS["gpt-sw3"] = KEYS["gpt2"]
 SAME_AS = {"gpt-sw3": "gpt2"}  # a model_type transformers reads with another's classes: its weights load by that family's plan
 
+# --- squared ReLU, the qk-norm's shapes, per-layer rotary bases ---------------------------------
+
+# Llama's layer with an ungated MLP (up, act, down): Arcee's relu2.
+_UNGATED = ("arcee", "nemotron", "jais2", "nanochat")
+_DECODERS_UNGATED = {
+    "arcee": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
+}
+# Nemotron: Arcee's layer with (1 + w) LayerNorms (LayerNorm1P, biased) and partial rotary (half of each head by default).
+# Jais 2: Arcee's layer with biased LayerNorms (eps layer_norm_eps).
+KEYS["jais2"] = Keys(_LLAMA - {"rms_norm_eps"} | {"layer_norm_eps", "head_dim", "attention_bias", "mlp_bias"})
+# nanochat: weightless RMSNorms (one more right after the embedding: the final norm, used twice), weightless qk RMSNorms
+# after rotary, a relu2 MLP without biases, a final-logit soft-cap; its rotary turns the other way (the load plan's _Turned).
+KEYS["nanochat"] = Keys(_LLAMA | {"attention_bias", "final_logit_softcapping"})
+# Persimmon: a sequential GPT-NeoX layer (per-head fused q, k, v rows) with a relu2 MLP and per-head qk LayerNorms.
+KEYS["persimmon"] = Keys(_PLAIN_KEYS | {"layer_norm_eps", "qk_layernorm", "pad_token_id"})
+KEYS["nemotron"] = Keys(_LLAMA - {"rms_norm_eps"} | {"norm_eps", "head_dim", "attention_bias", "mlp_bias"})
+KEYS.update(_DECODERS_UNGATED)
+
+# Gemma 3 (text): Gemma 2's layer with (1 + w) qk RMSNorms, a layer pattern of one global layer in six, and
+# rope parameters per layer type (sliding layers: rope_local_base_freq's 10000 by default; global: 1e6).
+KEYS["gemma3_text"] = Keys(_DECODERS["gemma2"].maps,
+                           {"hidden_act": "Gemma 3's forward reads hidden_activation; a hidden_act its configs also write is ignored",
+                            "_sliding_window_pattern": "the copy of sliding_window_pattern to_dict writes; __post_init__ reads only "
+                                                       "sliding_window_pattern (and only where layer_types is absent)"},
+                           {"rope_local_base_freq": "rope_parameters.sliding_attention.rope_theta", "sliding_window_pattern": "layer_types"})
+_GEMMA3_THETA = {"full_attention": ("rope_theta", 1_000_000.0), "sliding_attention": ("rope_local_base_freq", 10_000.0)}
+
+
+class _View:
+    """A family's config seen by another family's reader: its own layer types and one layer type's rope parameters."""
+
+    def __init__(self, c: Config, rope: dict | None = None, where: str = "", types: list | None = None, renamed: dict | None = None):
+        self._c, self._rope, self._where, self._types, self._renamed = c, rope, where, types, renamed or {}
+        self.keys, self.raw, self.family = c.keys, c.raw, c.family
+
+    def __getitem__(self, key: str):
+        if key == "layer_types" and self._types is not None:
+            return self._types
+        return self._c[self._renamed.get(key, key)]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._c.raw
+
+    def given(self, key: str) -> bool:
+        return self._c.given(key)
+
+    def rope(self) -> tuple[dict, str]:
+        return (self._rope, self._where) if self._rope is not None else self._c.rope()
+
+
+def _gemma3_ropes(c: Config) -> dict:
+    """Each layer type's rope parameters, as Gemma3TextConfig.convert_rope_params_to_dict fills them in."""
+    from .closed import ROPE_KEYS
+
+    rope = c["rope_parameters"]
+    rope = {"sliding_attention": None, "full_attention": None} if rope is None else rope
+    if not isinstance(rope, dict) or set(rope) - set(_GEMMA3_THETA):
+        raise Unsupported("rope_parameters", "Gemma 3's rope parameters are one object per layer type (sliding_attention, full_attention)")
+    old = c.raw.get("rope_scaling")
+    out = {}
+    for kind, (theta_key, theta) in _GEMMA3_THETA.items():
+        where = f"rope_parameters.{kind}"
+        p = rope.get(kind)
+        if p is not None and not isinstance(p, dict):
+            raise Unsupported(where, "is not an object")
+        p = dict(p or {"rope_type": "default"})
+        if kind == "full_attention" and old:  # rope_scaling: the global layers' (transformers' own conversion)
+            if not isinstance(old, dict):
+                raise Unsupported("rope_scaling", "is not an object")
+            p.update(old)
+        p.setdefault("rope_theta", c.raw.get(theta_key, theta))
+        p.setdefault("rope_type", p.get("type", "default"))
+        for k, v in p.items():
+            if k not in ROPE_KEYS:
+                raise Unsupported(f"{where}.{k}", "not a rope parameter the importer knows: it cannot tell whether it changes the function")
+            if k in ("rope_theta", "factor", "partial_rotary_factor") and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                                          or not math.isfinite(v) or not v > 0):
+                raise Unsupported(f"{where}.{k}", f"{v!r} is not a positive number")
+        if p.get("partial_rotary_factor", 1.0) != 1.0:
+            raise Unsupported(f"{where}.partial_rotary_factor", "Gemma 3's rotary turns every dim of a head (its default rope reads no partial factor)")
+        if p["rope_type"] == "dynamic":
+            raise Unsupported(f"{where}.rope_type", "dynamic NTK on one layer type of two is not mapped")
+        out[kind] = (p, where)
+    return out
+
+
+def _gemma3(c: Config) -> Arch:
+    """Gemma 2's reader over Gemma 3's config, then its own: (1 + w) qk-norms, each layer type's rotary."""
+    layers = c["num_hidden_layers"]
+    types = c["layer_types"]
+    if types is None:  # __post_init__: every sliding_window_pattern-th layer global (6; older configs say it)
+        pattern = c.raw.get("sliding_window_pattern", 6)
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise Unsupported("sliding_window_pattern", f"{pattern!r}: a pattern is a whole number of layers from 1")
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    ropes = _gemma3_ropes(c)
+    full = _View(c, *ropes["full_attention"], types)
+    a = _decoder("gemma2")(full)
+    eps = _eps(c, "rms_norm_eps")
+    local = _View(c, *ropes["sliding_attention"], types)
+    context = c["max_position_embeddings"]
+    lb, ls = _rope(local), _rope_scaling(local, context)
+    rotary: dict = {}
+    if a.layer_windows:
+        if (lb, ls) != (a.rotary_base, a.rotary_scaling):
+            rotary["local_rotary"] = (lb, ls)
+    elif a.window is not None:  # every layer slides: the sliding layers' rotary everywhere
+        rotary.update(rotary_base=lb, rotary_scaling=ls)
+    sources = {**a.sources, "rotary_base": "rope_parameters (per layer type)", "act": "hidden_activation"}
+    return replace(a, family="gemma3_text", qk_norm="head", qk_eps=eps, qk_offset=1.0, sources=sources, **rotary)
+
+
+def _jais2(c: Config) -> Arch:
+    """Llama's reader with an ungated MLP, then Jais 2's norms: LayerNorms with a bias, eps layer_norm_eps."""
+    a = _decoder("jais2")(_View(c, renamed={"rms_norm_eps": "layer_norm_eps"}))
+    return replace(a, norm="layernorm", norm_bias=True, eps=_eps(c, "layer_norm_eps"), sources={**a.sources, "eps": "layer_norm_eps"})
+
+
+def _nanochat(c: Config) -> Arch:
+    """Llama's reader with an ungated MLP, then nanochat's weightless norms and qk-norms, its norm after the embedding, its soft-cap."""
+    a = _decoder("nanochat")(c)
+    return replace(a, norm_affine=False, qk_norm="head", qk_eps=a.eps, qk_affine=False, qk_late=True, embed_norm=True,
+                   logit_softcap=_cap(c, "final_logit_softcapping"), sources={**a.sources, "logit_softcap": "final_logit_softcapping"})
+
+
+def _persimmon(c: Config) -> Arch:
+    """GPT-NeoX's sequential layer read as the plain decoders are, then Persimmon's per-head qk LayerNorms (with a bias)."""
+    a = _plain("persimmon")(c)
+    qk = dict(qk_norm="head", qk_eps=a.eps, qk_type="layernorm", qk_bias=True) if c["qk_layernorm"] else {}
+    return replace(a, **qk, sources={**a.sources, "rotary": "partial_rotary_factor"})
+
+
+def _nemotron(c: Config) -> Arch:
+    """Llama's reader with an ungated MLP, then Nemotron's norms: LayerNorm1P, gain 1 + w, a bias, eps norm_eps."""
+    a = _decoder("nemotron")(_View(c, renamed={"rms_norm_eps": "norm_eps"}))
+    return replace(a, norm="layernorm", norm_bias=True, norm_offset=1.0, eps=_eps(c, "norm_eps"),
+                   sources={**a.sources, "eps": "norm_eps", "rotary": "partial_rotary_factor"})
+
+
 _DECODER_FAMILIES = tuple(_DECODERS)
 _PLAIN_FAMILIES = tuple(_PLAIN)
 READERS = {"gpt2": _gpt2, **{f: _decoder(f) for f in _DECODERS}, **{f: _plain(f) for f in _PLAIN}, "mamba2": _mamba2,
@@ -2043,6 +2204,12 @@ READERS.update(_parallel.READERS)
 READERS.update({**lineage.READERS, "gpt-sw3": _gpt2})
 READERS.update({"minicpm3": _latent_dense("minicpm3"), "youtu": _latent_dense("youtu"), "falcon_mamba": _falcon_mamba, "bamba": _bamba,
                 "granitemoehybrid": _granitemoehybrid})
+READERS.update({f: _decoder(f) for f in _DECODERS_UNGATED})
+READERS["gemma3_text"] = _gemma3
+READERS["nemotron"] = _nemotron
+READERS["persimmon"] = _persimmon
+READERS["jais2"] = _jais2
+READERS["nanochat"] = _nanochat
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -2067,6 +2234,14 @@ CAUSAL_LM.update(lineage.CAUSAL_LM)
 CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
 CAUSAL_LM.update({"minicpm3": "MiniCPM3ForCausalLM", "youtu": "YoutuForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
                   "bamba": "BambaForCausalLM", "granitemoehybrid": "GraniteMoeHybridForCausalLM"})
+CAUSAL_LM.update({
+    "arcee": "ArceeForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "nemotron": "NemotronForCausalLM",
+    "persimmon": "PersimmonForCausalLM",
+    "jais2": "Jais2ForCausalLM",
+    "nanochat": "NanoChatForCausalLM",
+})
 
 
 def refusal(model_type: str) -> str:
@@ -2189,7 +2364,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         att.append(f"softcap={_num(float(a.softcap))}")
         keys.append("softcap")
     if a.qk_norm != "none":
-        att.append("qk_norm" + (" qk_norm_across" if a.qk_norm == "all" else "") + (f" qk_norm_eps={_num(a.qk_eps)}" if a.qk_eps != 1e-6 else ""))
+        att.append("qk_norm" + (" qk_norm_across" if a.qk_norm == "all" else "") + (f" qk_norm_eps={_num(a.qk_eps)}" if a.qk_eps != 1e-6 else "")
+                   + _qk_shape_text(a))
     if a.attn_scale is not None:
         att.append(f"scale={_num(a.attn_scale)}")
         keys.append("attn_scale")
@@ -2226,9 +2402,12 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         return ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
                 *branch("mix", "turbine attention " + " ".join(words), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
 
-    layer = [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", work, wkeys)]
-    if a.parallel != "none":
-        layer = parallel(att)
+    def mk(words) -> list[str]:  # one layer's ops, its attention said by these words
+        if a.parallel != "none":
+            return parallel(words)
+        return [*branch("mix", "turbine attention " + " ".join(words), keys), *branch("burn", work, wkeys)]
+
+    layer = mk(att)
 
     where = "before and after" if a.sandwich else "after" if a.post_norms else "in front"
     block = f"{a.family}_block"
@@ -2238,16 +2417,13 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         att_global = [x for x in att if not x.startswith("window=")]
         local = next(w for w in a.layer_windows if w is not None)
         att_local = att_global[:1] + [f"window={local}"] + att_global[1:]
-        if not a.global_rotary:  # Cohere 2: its global layers have no positions but the causal mask
-            att_global = [x for x in att_global if not x.startswith("rotary")]
-        mk = lambda words: parallel(words) if a.parallel != "none" else [*branch("mix", "turbine attention " + " ".join(words), keys),  # noqa: E731
-                                                                          *branch("burn", work, wkeys)]
+        if a.local_rotary:  # Gemma 3: the sliding layers turn by their own base (rope_local_base_freq)
+            att_local = _local_rotary_words(att_local, *a.local_rotary)
         blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), each turbine with a norm {where}", f"{a.family}_local", mk(att_local)),
-                  (f"# a {a.family} layer with global attention" + ("" if a.global_rotary else ", without rotary"), f"{a.family}_global",
-                   mk(att_global))]
+                  (f"# a {a.family} layer with global attention", f"{a.family}_global", mk(att_global))]
         body = _layer_runs(a.family, ["local" if w is not None else "global" for w in a.layer_windows])
     if a.layer_attn:  # rotary differs by layer (NoPE layers, a rope per layer type): one template per kind of attention
-        blocks, kinds = _attn_templates(a, att, keys, branch, work, wkeys, where)
+        blocks, kinds = _attn_templates(a, att, mk, where)
         body = _layer_runs(a.family, kinds)
     if a.layer_dense:  # Qwen2-MoE's dense layers among the MoE ones (mlp_only_layers, decoder_sparse_step)
         dense = f"turbine mlp hidden={a.dense_hidden} act={a.act} bias={_num(a.mlp_bias)}"
@@ -2258,7 +2434,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         body = _layer_runs(a.family, ["dense" if d else "moe" for d in a.layer_dense])
     feed = f"feed tokens vocab={a.vocab} context={a.context} position={a.position}"
     if a.embed_scale != 1.0:
-        feed += " scale=sqrt(width)" if a.family in ("gemma", "gemma2") else f" scale={_num(a.embed_scale)}"
+        feed += " scale=sqrt(width)" if a.family in ("gemma", "gemma2", "gemma3_text") else f" scale={_num(a.embed_scale)}"
     if a.padding is not None:
         feed += f" padding={a.padding}"
         src["padding"] = "pad_token_id"
@@ -2278,7 +2454,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
              "  throat causal",
              f"  {feed}{_comment(src, 'vocab', 'context', 'embed_scale', 'padding')}",
              "",
-             *([f"  {norm}  # word_embeddings_layernorm: BLOOM's norm after the embedding", ""] if a.embed_norm else []),
+             *([f"  {norm}  # " + ("the final norm, applied to the embedding too" if a.family == "nanochat"
+                                   else "word_embeddings_layernorm: BLOOM's norm after the embedding"), ""] if a.embed_norm else []),
              *body,
              "",
              f"  {norm}  # the final norm",
@@ -2286,6 +2463,21 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
              "}",
              ""]
     return "\n".join(lines)
+
+
+def _qk_shape_text(a: Arch) -> str:
+    """The attention options that shape its qk-norms (Persimmon's layernorm, Gemma 3's 1 + w, nanochat's weightless, after rotary)."""
+    return "".join(w for w, on in ((" qk_norm_type=layernorm", a.qk_type == "layernorm"), (" qk_norm_bias", a.qk_bias),
+                                   (f" qk_norm_offset={_num(a.qk_offset)}", a.qk_offset), (" qk_norm_affine=false", not a.qk_affine),
+                                   (" qk_norm_after_rotary", a.qk_late)) if on)
+
+
+def _local_rotary_words(att: list, base: float, scaling) -> list:
+    """An attention's words with its rotary base and scaling replaced by the sliding layers' own."""
+    out = [w for w in att if not w.startswith(("rotary_base=", "rotary_scaling="))]
+    at = out.index("rotary") + 1
+    own = ([f"rotary_base={_num(base)}"] if base != 10000.0 else []) + ([_scaling_text(scaling).strip()] if scaling is not None else [])
+    return out[:at] + own + out[at:]
 
 
 def _layer_runs(family: str, kinds: list) -> list[str]:
@@ -2375,6 +2567,7 @@ def arch_of(engine: ir.Engine) -> Arch:
     sandwich = parallel == "none" and len(mix.ops) == 3
     scale = mix.merge.value if isinstance(mix.merge, ir.ScaleMerge) else 1.0
     qk = "none" if not attn.qk_norm else "all" if attn.qk_norm_across else "head"
+    ropes = _layer_ropes(stages)
     if engine.feed.position == "learned" and n.type == "layernorm":
         family = "gpt2"
     elif attn.alibi and (embed_norm or not attn.alibi_scaled):
@@ -2385,12 +2578,20 @@ def arch_of(engine: ir.Engine) -> Arch:
         family = "gptj" if attn.rotary_interleaved else "phi" if engine.nozzle.bias else "falcon"
     elif parallel == "separate" and n.type == "layernorm" and (attn.kv_heads != attn.heads or not work.bias):
         family = "falcon"  # the new decoder: GPT-NeoX's block with grouped kv heads, or without biases
+    elif n.type == "layernorm" and n.offset:
+        family = "nemotron"
+    elif n.type == "layernorm" and attn.qk_norm and attn.qk_norm_type == "layernorm":
+        family = "persimmon"
+    elif attn.qk_norm and attn.qk_norm_after_rotary:
+        family = "nanochat"
     elif n.type == "layernorm" and n.affine and not is_gated(work.act):
         family = "gpt_neox" if parallel == "separate" or attn.rotary_dims != attn.head_dim else "starcoder2"
     elif moe:
         family = "qwen2_moe" if work.shared else "mixtral"
     elif n.type == "layernorm" and not n.affine:
         family = "olmo"
+    elif n.offset and attn.qk_norm and attn.qk_norm_offset:
+        family = "gemma3_text"
     elif n.offset and (sandwich or attn.softcap is not None or engine.nozzle.softcap is not None or len(set(windows)) > 1):
         family = "gemma2"
     elif post or qk == "all":
@@ -2413,15 +2614,37 @@ def arch_of(engine: ir.Engine) -> Arch:
                 norm_affine=n.affine, norm_offset=n.offset, post_norms=post, qkv_bias=attn.bias, out_bias=attn.out_bias,
                 mlp_bias=work.bias, qk_norm=qk, qk_eps=attn.qk_norm_eps, attn_scale=attn.scale, embed_scale=engine.feed.scale,
                 residual_scale=scale, logit_scale=engine.nozzle.scale, rotary=attn.rotary_dims / attn.head_dim,
-                rotary_base=attn.rotary_base, window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
+                rotary_base=ropes.pop("rotary_base", attn.rotary_base), window=attn.window, experts=work.experts if moe else 0, top=work.top if moe else 0,
                 normalize=work.normalize if moe else True, shared=work.shared if moe else 0,
                 shared_gate=work.shared_gate if moe else False, tied=engine.nozzle.tied, padding=engine.feed.padding, parallel=parallel,
-                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved, rotary_scaling=attn.rotary_scaling,
+                head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved, rotary_scaling=ropes.pop("rotary_scaling", attn.rotary_scaling),
                 softcap=attn.softcap, logit_softcap=engine.nozzle.softcap, alibi=attn.alibi, alibi_scaled=attn.alibi_scaled,
                 embed_norm=embed_norm, sandwich=sandwich,
                 layer_windows=tuple(windows) if len(set(windows)) > 1 else (),
                 layer_dense=dense if any(dense) and not all(dense) else (), layer_attn=_layer_attn(stages, windows),
-                dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0)
+                dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0,
+                qk_type=attn.qk_norm_type, qk_bias=attn.qk_norm_bias, qk_offset=attn.qk_norm_offset, qk_affine=attn.qk_norm_affine,
+                qk_late=attn.qk_norm_after_rotary, **ropes)
+
+
+def _layer_ropes(stages: list) -> dict:
+    """The Arch's rotary fields when the sliding layers turn by a base (or scaling) of their own (Gemma 3): the global
+    layers' as the Arch's rotary, the sliding layers' as local_rotary; {} otherwise. Layers of one kind with different
+    rotaries are left for export's check to refuse."""
+    seen: dict = {}
+    for st in stages:
+        for op in _ops(st):
+            if isinstance(op, ir.Attention):
+                seen.setdefault(op.window is not None, {})[(op.rotary_base, _dump(op.rotary_scaling))] = (op.rotary_base, op.rotary_scaling)
+    if len(seen) != 2 or any(len(v) != 1 for v in seen.values()) or seen[True].keys() == seen[False].keys():
+        return {}
+    (gb, gs), = seen[False].values()
+    (local,) = seen[True].values()
+    return {"rotary_base": gb, "rotary_scaling": gs, "local_rotary": local}
+
+
+def _dump(node):
+    return None if node is None else node.model_dump_json()
 
 
 def _run_order(stages: list) -> list:
@@ -2484,13 +2707,17 @@ def config_of(a: Arch) -> dict:
         return _dense_h2_config(a)
     if a.family in _parallel.READERS:
         return _parallel.config_of(a)
+    if a.family == "persimmon":
+        return _persimmon_config(a)
     if a.family == "bloom":
         if a.hidden != 4 * a.width or a.act != "gelu_tanh":
             raise Unsupported("hidden" if a.hidden != 4 * a.width else "act", "BLOOM's MLP is 4 x width wide with the tanh GELU")
         return {"model_type": "bloom", "architectures": [CAUSAL_LM["bloom"]], "vocab_size": a.vocab, "hidden_size": a.width, "n_layer": a.layers,
                 "n_head": a.heads, "layer_norm_epsilon": a.eps, "tie_word_embeddings": a.tied, "apply_residual_connection_post_layernorm": False,
                 "hidden_dropout": 0.0, "attention_dropout": 0.0, "seq_length": a.context}
-    act = _HF_GATED.get(a.act)
+    act = (_HF_PLAIN if a.family in _UNGATED else _HF_GATED).get(a.act)
+    if act is None and a.family in _UNGATED:
+        raise Unsupported("act", f"{a.family}'s ungated MLP has no '{a.act}' activation")
     if act is None:
         raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu, geglu or geglu_tanh)")
     rope = {"rope_type": "default", "rope_theta": a.rotary_base}
@@ -2508,10 +2735,16 @@ def config_of(a: Arch) -> dict:
         cfg["head_dim"] = a.head_dim
     elif a.head_dim * a.heads != a.width and a.family != "qwen3_moe":  # Qwen3-MoE's attention reads a head_dim its class lacks
         raise Unsupported("head_dim", f"{a.family}'s head_dim is hidden_size / num_attention_heads")
-    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder"):
+    if a.family in ("llama", "granite", "qwen3", "olmo", "olmo2", "gemma", "internlm3", "iquestcoder", "arcee", "nemotron", "jais2"):
         cfg["attention_bias"] = a.qkv_bias
-    if a.family in ("llama", "granite", "internlm3", "iquestcoder"):
+    if a.family in ("llama", "granite", "internlm3", "iquestcoder", "arcee", "nemotron", "jais2"):
         cfg["mlp_bias"] = a.mlp_bias
+    if a.family == "jais2":
+        cfg["layer_norm_eps"] = a.eps
+    if a.family == "nanochat":
+        cfg.update(attention_bias=a.qkv_bias, final_logit_softcapping=a.logit_softcap)
+    if a.family == "nemotron":  # its eps is norm_eps; partial rotary always written (an absent factor is Nemotron's 0.5)
+        cfg.update(norm_eps=a.eps, rope_parameters={**cfg["rope_parameters"], "partial_rotary_factor": a.rotary})
     if a.family in _WINDOWED:
         cfg["sliding_window"] = a.window
     if a.family == "ministral3":  # its rotary reads Llama 4's query scaling: none (beta 0) at the rope's original context
@@ -2543,7 +2776,7 @@ def config_of(a: Arch) -> dict:
                    layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows])
         if cfg["use_sliding_window"]:
             cfg["max_window_layers"] = next(i for i, w in enumerate(windows) if w is not None)
-    if a.family == "gemma2":
+    if a.family in ("gemma2", "gemma3_text"):
         windows = a.layer_windows or (a.window,) * a.layers
         local = {w for w in windows if w is not None}
         if len(local) > 1:
@@ -2553,6 +2786,8 @@ def config_of(a: Arch) -> dict:
                    layer_types=["sliding_attention" if w is not None else "full_attention" for w in windows],
                    query_pre_attn_scalar=_whole((a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5) ** -2),
                    attn_logit_softcapping=a.softcap, final_logit_softcapping=a.logit_softcap)
+    if a.family == "gemma3_text":
+        _gemma3_config(a, cfg)
     if a.family == "granite":
         cfg.update(embedding_multiplier=a.embed_scale, residual_multiplier=a.residual_scale,
                    attention_multiplier=a.attn_scale if a.attn_scale is not None else a.head_dim ** -0.5,
@@ -2560,6 +2795,35 @@ def config_of(a: Arch) -> dict:
     if a.family in _ROUTED:
         cfg = _routed_config(a, cfg)
     return cfg
+
+
+def _gemma3_config(a: Arch, cfg: dict) -> None:
+    """Gemma 3's config over Gemma 2's: each layer type's rope parameters; its qk-norms are (1 + w) RMSNorms with the norms' eps."""
+    if a.qk_norm != "head" or a.qk_offset != 1.0 or a.qk_eps != a.eps or a.qk_type != "rmsnorm" or not a.qk_affine or a.qk_late:
+        raise Unsupported("qk_norm", "Gemma 3's qk-norms are per-head (1 + w) RMSNorms with the norms' eps, before rotary")
+    windows = a.layer_windows or (a.window,) * a.layers
+    full = _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base})
+    base, scaling = a.local_rotary or (a.rotary_base, a.rotary_scaling)
+    local = _rope_config(replace(a, rotary_scaling=scaling), {"rope_type": "default", "rope_theta": base})
+    if all(w is not None for w in windows):  # every layer slides: the spec's rotary is the sliding layers'
+        full = local
+    cfg.update(rope_parameters={"full_attention": full, "sliding_attention": local}, use_bidirectional_attention=False)
+
+
+def _persimmon_config(a: Arch) -> dict:
+    """Persimmon's config: every projection biased, as many key/value heads as query heads, qk LayerNorms (with a bias) or none."""
+    act = _HF_PLAIN.get(a.act)
+    if act is None:
+        raise Unsupported("act", f"persimmon has no '{a.act}' activation")
+    if a.kv_heads != a.heads or a.head_dim * a.heads != a.width:
+        raise Unsupported("kv_heads" if a.kv_heads != a.heads else "head_dim", "Persimmon's heads split the width, each with its own key and value")
+    if a.qk_norm not in ("none", "head") or (a.qk_norm == "head" and (a.qk_type, a.qk_bias, a.qk_eps) != ("layernorm", True, a.eps)):
+        raise Unsupported("qk_norm", "Persimmon's qk-norms are per-head LayerNorms with a bias and the norms' eps")
+    return {"model_type": "persimmon", "architectures": [CAUSAL_LM["persimmon"]], "vocab_size": a.vocab, "hidden_size": a.width,
+            "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "hidden_act": act,
+            "max_position_embeddings": _max_positions(a), "layer_norm_eps": a.eps, "tie_word_embeddings": a.tied,
+            "rope_parameters": _rope_config(a, {"rope_type": "default", "rope_theta": a.rotary_base, "partial_rotary_factor": a.rotary}),
+            "qk_layernorm": a.qk_norm == "head", "hidden_dropout": 0.0, "attention_dropout": 0.0, "pad_token_id": a.padding}
 
 
 def _falcon_common(a: Arch, act: str) -> dict:

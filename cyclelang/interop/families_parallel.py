@@ -165,9 +165,15 @@ def _cohere(family: str):
                     kv_heads=_kv(c, heads), head_dim=head_dim, hidden=c["intermediate_size"], act=_gated(c), norm=norm,
                     eps=eps, norm_bias=False, **moe, qkv_bias=bias, out_bias=bias, mlp_bias=False,
                     logit_scale=float(scale), rotary=rotary, rotary_base=float(rope["rope_theta"]), rotary_interleaved=True,
-                    window=window, layer_windows=windows, global_rotary=False, tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
+                    window=window, layer_windows=windows, layer_attn=_global_nope(windows, float(rope["rope_theta"])),
+                    tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
                     parallel="shared", sources=src)
     return read
+
+
+def _global_nope(windows: tuple, base: float) -> tuple:
+    """Cohere 2's layers as `Arch.layer_attn`: each sliding layer rotary (its window), each global one without rotary."""
+    return tuple((w, 1.0, base, None) if w is not None else (None, 0.0, 10000.0, None) for w in windows)
 
 
 def _glm(family: str):
@@ -323,7 +329,8 @@ def config_of(a: Arch) -> dict:
     act = _HF_GATED.get(a.act)
     if act is None:
         raise Unsupported("act", f"{a.family}'s gated MLP has no '{a.act}' form (swiglu, geglu or geglu_tanh)")
-    rope = {"rope_type": "default", "rope_theta": a.rotary_base}
+    base_ = next((b for _, rot, b, _ in a.layer_attn if rot), a.rotary_base)  # Cohere 2: its sliding layers' (the global ones have none)
+    rope = {"rope_type": "default", "rope_theta": base_}
     cfg = {**base, "hidden_size": a.width, "intermediate_size": a.hidden, "num_hidden_layers": a.layers, "num_attention_heads": a.heads,
            "num_key_value_heads": a.kv_heads, "hidden_act": act, "max_position_embeddings": a.context, "pad_token_id": a.padding,
            "rope_parameters": rope, "attention_dropout": 0.0}
@@ -338,6 +345,8 @@ def config_of(a: Arch) -> dict:
     cfg.update(layer_norm_eps=a.eps, attention_bias=a.qkv_bias, logit_scale=a.logit_scale)
     if a.family == "cohere":
         return {**cfg, "use_qk_norm": False}
+    if a.layer_attn and a.layer_attn != _global_nope(tuple(w for w, *_ in a.layer_attn), base_):
+        raise Unsupported("rotary", f"{a.family}'s sliding layers turn by one rotary (interleaved, every dim), its global layers by none")
     windows = a.layer_windows or (a.window,) * a.layers  # cohere2, cohere2_moe
     local = {w for w in windows if w is not None}
     if len(local) > 1:

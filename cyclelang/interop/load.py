@@ -412,8 +412,9 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
                 put(f"{st.posts[reactor]}.{p}", h + f"{ks.mlp_post}.{p}")
             if (reactor not in st.posts or reactor in st.valves) and rn != an:  # a parallel block's shared norm (Phi) is the attention's
                 put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
-        put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")  # qk-norms: Qwen3 per head, OLMo-2 across heads
-        put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
+        for p in ("weight", "bias"):  # qk-norms: Qwen3 per head, OLMo-2 across heads; Persimmon's layernorms have a bias
+            put(f"{st.attn}.q_norm.{p}", h + f"{ks.qk_norms[0]}.{p}")
+            put(f"{st.attn}.k_norm.{p}", h + f"{ks.qk_norms[1]}.{p}")
         gated = is_gated(st.work_node.act)
         for p in ("weight", "bias"):
             if arch == "falcon" and 1 < a.kv_heads < a.heads:  # the new decoder's rows, group by group [q heads | k | v]
@@ -425,7 +426,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
             elif ks.fused_qkv:
                 put(f"{st.attn}.qkv.{p}", h + f"{ks.fused_qkv}.{p}")
             else:
-                put(f"{st.attn}.qkv.{p}", [h + f"{ks.q.format(n)}.{p}" for n in "qkv"], qkv)
+                put(f"{st.attn}.qkv.{p}", [h + f"{ks.q.format(n)}.{p}" for n in "qkv"], _Turned(qkv.sizes, a.head_dim) if ks.turned else qkv)
             put(f"{st.attn}.proj.{p}", h + f"{ks.o}.{p}")
             if moe:
                 continue
@@ -804,6 +805,8 @@ class _Keys:
     layers: str = "layers"
     attn_post: str = "post_attention_layernorm"  # the norm after attention (OLMo-2, Gemma 2's sandwich)
     mlp_post: str = "post_feedforward_layernorm"  # the norm after the MLP
+    qk_norms: tuple = ("self_attn.q_norm", "self_attn.k_norm")
+    turned: bool = False  # the rotary turns the other way (nanochat): each head's second half of q and k rows negated
 
 
 KEYS = {
@@ -819,6 +822,13 @@ KEYS = {
     "jamba": _Keys(final="final_layernorm"),
     "bamba": _Keys(final="final_layernorm"),
     "gemma2": _Keys(mlp_norm="pre_feedforward_layernorm"),
+    "arcee": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
+    "gemma3_text": _Keys(mlp_norm="pre_feedforward_layernorm"),
+    "nemotron": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
+    "jais2": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
+    "nanochat": _Keys(plain=("mlp.fc1", "mlp.fc2"), turned=True),
+    "persimmon": _Keys(fused_qkv="self_attn.query_key_value", neox_qkv=True, o="self_attn.dense", plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
+                       final="final_layernorm", qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm")),
     "bloom": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
                    plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="word_embeddings", final="ln_f", layers="h"),
     "vaultgemma": _Keys(mlp_norm="pre_feedforward_layernorm"),
@@ -905,6 +915,30 @@ class _NeoxQkv:
     def inverse(self, t):
         rest = t.shape[1:]
         return [t.reshape(3, self.heads, self.head_dim, *rest).transpose(0, 1).reshape(3 * self.heads * self.head_dim, *rest).contiguous()]
+
+
+@dataclass(frozen=True)
+class _Turned(_Cat):
+    """q, k, v fused as _Cat does, each head's second half of q and k rows negated: nanochat's rotary turns each pair
+    (x1, x2) by -θ (its rotate_half is (x2, -x1)), which is ours turning (x1, -x2) by θ, then the second half negated;
+    q . k, and the norms of q and k (its qk-norms are weightless), are unchanged by negating both second halves."""
+
+    head_dim: int = 0
+
+    def _flip(self, t):
+        import torch
+
+        sign = torch.ones(self.head_dim, dtype=t.dtype, device=t.device)
+        sign[self.head_dim // 2 :] = -1
+        q, k = self.sizes[0], self.sizes[1]
+        flip = torch.cat((sign.repeat(q // self.head_dim), sign.repeat(k // self.head_dim), torch.ones(self.sizes[2], dtype=t.dtype, device=t.device)))
+        return t * flip.view(-1, *([1] * (t.dim() - 1)))
+
+    def __call__(self, *ts):
+        return self._flip(super().__call__(*ts))
+
+    def inverse(self, t):
+        return super().inverse(self._flip(t))
 
 
 # --- converting and checking -------------------------------------------------------------

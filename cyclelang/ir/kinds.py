@@ -131,10 +131,11 @@ def _attention_params(a: ir.Attention, w: int) -> int:
         n += q + 2 * kv
     if a.out_bias:
         n += a.width
+    per = (1 + a.qk_norm_bias) * a.qk_norm_affine  # a gain (and Persimmon's bias) per channel; none without a learned gain (nanochat)
     if a.qk_norm and a.qk_norm_across:
-        n += q + kv  # one RMSNorm gain per channel of all q heads, and of all k heads (OLMo-2)
+        n += per * (q + kv)  # one qk-norm over all q heads' channels, one over all k heads' (OLMo-2)
     elif a.qk_norm:
-        n += 2 * a.head_dim  # one RMSNorm gain per head dim, shared by the heads, for q and for k
+        n += per * 2 * a.head_dim  # one qk-norm per head dim, shared by the heads, for q and for k
     return n
 
 

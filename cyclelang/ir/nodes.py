@@ -141,7 +141,7 @@ class Norm(Node):
     eps: Positive
     bias: bool  # layernorm only; rmsnorm never has one
     affine: bool = True  # a learned gain (and bias); false: normalise only (OLMo's weightless layernorm)
-    offset: Finite = 0.0  # the gain is offset + w (Gemma: 1, with w starting at 0); rmsnorm only
+    offset: Finite = 0.0  # the gain is offset + w (Gemma's rmsnorm, Nemotron's layernorm: 1, with w starting at 0)
 
     _checked = checked()
 
@@ -150,13 +150,11 @@ class Norm(Node):
             raise ValueError("an rmsnorm has no bias")
         if not self.affine and (self.bias or self.offset):
             raise ValueError("a norm without a learned gain has no bias and no offset")
-        if self.offset and self.type != "rmsnorm":
-            raise ValueError("a gain offset is defined for rmsnorm only")
 
 
 # --- turbines: the work done on a split-off flow -------------------------------
 
-Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "geglu_tanh"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu", "geglu_tanh"]  # relu2: relu(x)^2 (So et al. 2021, Primer)
 Mask = Literal["causal", "open"]
 
 
@@ -213,6 +211,11 @@ class Attention(Node):
     dropout: Rate
     qk_norm_eps: Positive = 1e-6  # the qk-norms' eps (Qwen3, OLMo-2: the config's rms_norm_eps)
     qk_norm_across: bool = False  # one qk-norm over all heads' q (and one over k), as OLMo-2; false: per head (Qwen3)
+    qk_norm_type: NormType = "rmsnorm"  # layernorm: Persimmon's per-head LayerNorms
+    qk_norm_bias: bool = False  # the qk layernorms' learned shift (Persimmon); layernorm only
+    qk_norm_offset: Finite = 0.0  # the qk-norms' gain is offset + w (Gemma 3: 1, w starting at 0)
+    qk_norm_affine: bool = True  # a learned gain; false: normalise only (nanochat)
+    qk_norm_after_rotary: bool = False  # the qk-norms act on the rotated q and k (nanochat); false: before rotary (Qwen3)
     scale: Positive | None = None  # the attention logits' scale; None: 1 / sqrt(head_dim)
     rotary_interleaved: bool = False  # rotate pairs (0, 1), (2, 3), ... (GPT-J); false: the two halves (GPT-NeoX, Llama)
     rotary_scaling: RotaryScaling | None = None  # rotary stretched past the pretraining context; None: plain rotary
@@ -240,6 +243,16 @@ class Attention(Node):
             raise ValueError("rotary scaling needs rotary positions")
         if self.alibi_scaled and not self.alibi:
             raise ValueError("alibi_scaled says how ALiBi is scaled, but alibi is off")
+        shaped = (self.qk_norm_across, self.qk_norm_type != "rmsnorm", self.qk_norm_bias, self.qk_norm_offset, not self.qk_norm_affine,
+                  self.qk_norm_after_rotary)
+        if not self.qk_norm and any(shaped):
+            raise ValueError("the qk-norm's options describe a qk-norm, but qk_norm is off")
+        if self.qk_norm_bias and self.qk_norm_type != "layernorm":
+            raise ValueError("a qk rmsnorm has no bias")
+        if not self.qk_norm_affine and (self.qk_norm_bias or self.qk_norm_offset):
+            raise ValueError("a qk-norm without a learned gain has no bias and no offset")
+        if self.qk_norm_across and self.qk_norm_after_rotary:
+            raise ValueError("a qk-norm across heads acts before the heads split, so before rotary")
 
 
 class Mlp(Node):

@@ -214,7 +214,7 @@ MAX_WIDTH = 1 << 20
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 24
 MAX_EXPERTS = 4096
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swiglu", "geglu", "geglu_tanh")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu", "geglu_tanh")
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,7 @@ class Opt:
 _DROPOUT = dict(type="float", default=0.0, lo=0.0, hi=1.0, hi_open=True)
 _RATIO = Opt("ratio", "float", "hidden width = ratio x width (must come out whole); not with hidden=", "the reactor's size", default=None, default_text="4", lo=0.0, lo_open=True)
 _HIDDEN = Opt("hidden", "int", "the hidden width, directly (not with ratio=)", "the reactor's size", max=MAX_WIDTH * 64)
-_ACT = Opt("act", "choice", "the activation: gelu, gelu_tanh (GPT-2's), relu, silu; swiglu, geglu and geglu_tanh (Gemma's) are gated", "", default="gelu", choices=ACTIVATIONS)
+_ACT = Opt("act", "choice", "the activation: gelu, gelu_tanh (GPT-2's), relu, relu2 (squared: relu(x)^2, Primer's), silu; swiglu, geglu and geglu_tanh (Gemma's) are gated", "", default="gelu", choices=ACTIVATIONS)
 _BIAS = Opt("bias", "bool", "biases on the projections", "", default=True)
 
 TABLE: dict[str, tuple[Opt, ...]] = {
@@ -305,6 +305,11 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("qk_norm", "bool", "normalise queries and keys per head (RMSNorm), before rotary (Qwen3)", "", default=False),
         Opt("qk_norm_across", "bool", "with qk_norm: one norm over all heads' queries, one over all keys (OLMo-2)", "", default=False),
         Opt("qk_norm_eps", "float", "the qk-norms' eps", "", default=1e-6, lo=0.0, lo_open=True, hi=1.0),
+        Opt("qk_norm_type", "choice", "with qk_norm: the qk-norms' kind, rmsnorm or layernorm (Persimmon)", "", default="rmsnorm", choices=("rmsnorm", "layernorm")),
+        Opt("qk_norm_bias", "bool", "with qk_norm_type=layernorm: a learned shift next to the gain (Persimmon)", "", default=False),
+        Opt("qk_norm_offset", "float", "with qk_norm: the gain is offset + w, w starting at 1 - offset (Gemma 3: 1)", "", default=0.0, lo=-1e6, hi=1e6),
+        Opt("qk_norm_affine", "bool", "with qk_norm: a learned gain; false normalises only (nanochat)", "", default=True),
+        Opt("qk_norm_after_rotary", "bool", "with qk_norm: normalise the rotated queries and keys (nanochat), not the ones rotary turns", "", default=False),
         Opt("scale", "float", "the attention logits' scale (Granite's attention_multiplier)", "", default=None, default_text="1/sqrt(head_dim)", lo=0.0, lo_open=True, hi=1e3),
         Opt("bias", "bool", "biases on the q, k, v projections (and the output's, unless out_bias says otherwise)", "", default=True),
         Opt("out_bias", "bool", "the output projection's bias (Qwen2: q, k, v biased, the output not)", "", default_text="bias"),
@@ -379,6 +384,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("eps", "float", "added to the variance", "", default=1e-5, lo=0.0, lo_open=True, hi=1.0),
         Opt("bias", "bool", "a learned shift next to the gain", "", default_text="affine"),
         Opt("affine", "bool", "a learned gain (and bias); false normalises only (OLMo)", "an adjustable valve, not a fixed orifice", default=True),
+        Opt("offset", "float", "the gain is offset + w, w starting at 1 - offset (Nemotron: 1)", "", default=0.0, lo=-1e6, hi=1e6),
     ),
     "norm rmsnorm": (
         Opt("eps", "float", "added to the mean square", "", default=1e-6, lo=0.0, lo_open=True, hi=1.0),

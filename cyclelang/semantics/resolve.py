@@ -852,7 +852,7 @@ class _Resolver:
         eps = o.get("eps")
         affine = o.get("affine")
         bias = o.get("bias", affine) if kind == "layernorm" else False
-        offset = o.get("offset") if kind == "rmsnorm" else 0.0
+        offset = o.get("offset")
         o.finish()
         if w is None or eps is None or offset is None:
             return None
@@ -892,6 +892,7 @@ class _Resolver:
         qk_norm = o.get("qk_norm")
         qk_eps = o.get("qk_norm_eps")
         qk_across = o.get("qk_norm_across")
+        qk_shape = {k: o.get(k) for k in ("qk_norm_type", "qk_norm_bias", "qk_norm_offset", "qk_norm_affine", "qk_norm_after_rotary")}
         scale = o.get("scale")
         interleaved = o.get("rotary_interleaved")
         bias = o.get("bias")
@@ -911,6 +912,24 @@ class _Resolver:
             return None
         if (o.has("qk_norm_eps") or qk_across) and not qk_norm:
             self.out.error("E0211", "qk_norm_eps= and qk_norm_across set a qk-norm, but qk_norm is off", o.span_of("qk_norm_eps" if o.has("qk_norm_eps") else "qk_norm_across"), "add qk_norm")
+            return None
+        said = next((k for k in ("qk_norm_type", "qk_norm_bias", "qk_norm_offset", "qk_norm_affine", "qk_norm_after_rotary") if o.has(k)), None)
+        if said and not qk_norm:
+            self.out.error("E0211", f"{said} shapes a qk-norm, but qk_norm is off", o.span_of(said), "add qk_norm")
+            return None
+        if None in qk_shape.values():
+            return None
+        if qk_across and qk_shape["qk_norm_after_rotary"]:
+            self.out.error("E0211", "a qk-norm across heads acts before the heads split, so before rotary", o.span_of("qk_norm_after_rotary"),
+                           "drop qk_norm_across or qk_norm_after_rotary")
+            return None
+        if qk_shape["qk_norm_bias"] and qk_shape["qk_norm_type"] != "layernorm":
+            self.out.error("E0211", "a qk rmsnorm has no bias", o.span_of("qk_norm_bias"), "add qk_norm_type=layernorm, or drop qk_norm_bias")
+            return None
+        if not qk_shape["qk_norm_affine"] and (qk_shape["qk_norm_bias"] or qk_shape["qk_norm_offset"]):
+            what = "qk_norm_bias" if qk_shape["qk_norm_bias"] else "qk_norm_offset"
+            self.out.error("E0211", f"a qk-norm with qk_norm_affine=false learns no gain, so it has no {what.removeprefix('qk_norm_')}", o.span_of(what),
+                           f"drop {what}, or the qk_norm_affine=false")
             return None
         if kv is None:
             kv = heads
@@ -932,7 +951,7 @@ class _Resolver:
         return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
                             rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
                             qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved,
-                            rotary_scaling=scaling, softcap=softcap, alibi=alibi, alibi_scaled=alibi_scaled, span=d.span)
+                            rotary_scaling=scaling, softcap=softcap, alibi=alibi, alibi_scaled=alibi_scaled, **qk_shape, span=d.span)
 
     _SCALING_OPTIONS = {"rotary_factor": ("linear", "dynamic", "llama3", "yarn"), "rotary_original": ("dynamic", "llama3", "yarn"),
                         "rotary_low": ("llama3",), "rotary_high": ("llama3",), "rotary_beta_fast": ("yarn",),

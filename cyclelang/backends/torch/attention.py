@@ -12,6 +12,23 @@ from .writer import Writer, doc_tag, num
 ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved"}
 
 
+def qk_module(v: AttentionVariant, dim: str) -> str:
+    """The constructor of one qk-norm over `dim` channels, as the variant shapes it."""
+    if not v.qk_affine:
+        return f"nn.{'LayerNorm' if v.qk_type == 'layernorm' else 'RMSNorm'}({dim}, eps=qk_eps, elementwise_affine=False)"
+    bias = "" if v.qk_bias or v.qk_type != "layernorm" else ", bias=False"
+    if v.qk_offset:
+        return f"Offset{'LayerNorm' if v.qk_type == 'layernorm' else 'RMSNorm'}({dim}, eps=qk_eps, offset=qk_offset{bias})"
+    return f"nn.{'LayerNorm' if v.qk_type == 'layernorm' else 'RMSNorm'}({dim}, eps=qk_eps{bias})"
+
+
+def qk_phrase(v: AttentionVariant) -> str:
+    """The qk-norm in words, for the class's docstring."""
+    shape = [w for w, on in (("a LayerNorm", v.qk_type == "layernorm"), ("with a bias", v.qk_bias), ("gain qk_offset + w", v.qk_offset),
+                             ("no learned gain", not v.qk_affine), ("after rotary", v.qk_late)) if on]
+    return ("qk-norm across heads" if v.qk_across else "qk-norm") + (f" ({', '.join(shape)})" if shape else "")
+
+
 class AttentionEmitter(OpEmitter):
     variant = AttentionVariant
 
@@ -35,6 +52,9 @@ class AttentionEmitter(OpEmitter):
             out["scale"] = c.field("attn_scale", a.scale, scope, "the attention scores' scale (not 1/sqrt(head_dim))", "float", let=a.let_of("scale"))
         if a.qk_norm:
             out["qk_eps"] = c.field("qk_norm_eps", a.qk_norm_eps, scope, "the qk-norms' epsilon", "float", let=a.let_of("qk_norm_eps"))
+            if a.qk_norm_offset:
+                out["qk_offset"] = c.field("qk_norm_offset", a.qk_norm_offset, scope, "the qk-norms' gain is qk_norm_offset + w (Gemma 3: 1)", "float",
+                                           let=a.let_of("qk_norm_offset"))
         if a.window is not None:
             out["window"] = c.field("window", a.window, scope, "sliding-window attention: keys a query may see", let=a.let_of("window"))
         if a.dropout > 0:
@@ -43,7 +63,7 @@ class AttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a, s = o.op, o.args
-        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, scale=str(s['scale']) if 'scale' in s else if_set(o.scale, o.scale is not None), softcap=if_set(a.softcap, a.softcap is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
+        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, qk_offset=str(s['qk_offset']) if 'qk_offset' in s else None, scale=str(s['scale']) if 'scale' in s else if_set(o.scale, o.scale is not None), softcap=if_set(a.softcap, a.softcap is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
@@ -58,6 +78,8 @@ class AttentionEmitter(OpEmitter):
             out += ("padded_mask",)
         if v.alibi != "none":
             out += ("alibi_slopes",)
+        if v.qk_norm and v.qk_offset:
+            out += ("OffsetLayerNorm" if v.qk_type == "layernorm" else "OffsetRMSNorm",)
         return out
 
     def output_init(self, a, op, std):
@@ -77,7 +99,7 @@ class AttentionEmitter(OpEmitter):
             if v.rotary != "none":
                 extra.append({"full": "rotary", "partial": "partial rotary", "interleaved": "interleaved (GPT-J) rotary"}[v.rotary] + " positions")
             if v.qk_norm:
-                extra.append("qk-norm across heads" if v.qk_across else "qk-norm")
+                extra.append(qk_phrase(v))
             if v.scaled:
                 extra.append("scores scaled by `scale`, not 1/sqrt(head_dim)")
             if v.softcap:
@@ -91,18 +113,18 @@ class AttentionEmitter(OpEmitter):
                 w(f'"""{head}"""')
             w()
             optional = [name for name, on in (("window", v.window), ("dropout", v.dropout)) if on]
-            ctor = ["width", "heads", "kv_heads", "head_dim", "bias", *(["out_bias"] if v.split_bias else []), *(["qk_eps"] if v.qk_norm else []),
+            ctor = ["width", "heads", "kv_heads", "head_dim", "bias", *(["out_bias"] if v.split_bias else []), *(["qk_eps"] if v.qk_norm else []), *(["qk_offset"] if v.qk_norm and v.qk_offset else []),
                     *(["scale"] if v.scaled else []), *(["softcap"] if v.softcap else [])]
             with out.constructor(*ctor, *optional):
                 w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
                 w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
                 w(f"self.proj = nn.Linear(heads * head_dim, width, bias={'out_bias' if v.split_bias else 'bias'})")
                 if v.qk_across:
-                    w("self.q_norm = nn.RMSNorm(heads * head_dim, eps=qk_eps)  # across all heads")
-                    w("self.k_norm = nn.RMSNorm(kv_heads * head_dim, eps=qk_eps)")
+                    w(f"self.q_norm = {qk_module(v, 'heads * head_dim')}  # across all heads")
+                    w(f"self.k_norm = {qk_module(v, 'kv_heads * head_dim')}")
                 elif v.qk_norm:
-                    w("self.q_norm = nn.RMSNorm(head_dim, eps=qk_eps)")
-                    w("self.k_norm = nn.RMSNorm(head_dim, eps=qk_eps)")
+                    w(f"self.q_norm = {qk_module(v, 'head_dim')}")
+                    w(f"self.k_norm = {qk_module(v, 'head_dim')}")
                 if v.scaled:
                     w("self.scale = scale")
                 if v.softcap:
@@ -128,11 +150,13 @@ q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
 k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
 v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)""".replace(
             "QK_ACROSS\n", "q, k = self.q_norm(q), self.k_norm(k)  # across all heads\n" if v.qk_across else ""))
-        if v.qk_norm and not v.qk_across:
+        if v.qk_norm and not v.qk_across and not v.qk_late:
             w("q, k = self.q_norm(q), self.k_norm(k)")
         if v.rotary != "none":
             fn = ROTARY_FN[v.rotary]
             w(f"q, k = {fn}(q, *rope), {fn}(k, *rope)")
+        if v.qk_late:
+            w("q, k = self.q_norm(q), self.k_norm(k)  # after rotary: the rotated q and k")
         if v.causal:
             out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
         if v.softcap or v.alibi != "none":

@@ -17,7 +17,7 @@ from .writer import Writer, doc_tag, num
 
 # Each activation as generated code, a format string over its input; a gated one is
 # gate(first half) * second half, with the gate from ir.kinds.GATE_OF.
-ACTIVATIONS = {"gelu": "F.gelu({})", "gelu_tanh": 'F.gelu({}, approximate="tanh")', "relu": "F.relu({})", "silu": "F.silu({})"}
+ACTIVATIONS = {"gelu": "F.gelu({})", "gelu_tanh": 'F.gelu({}, approximate="tanh")', "relu": "F.relu({})", "relu2": "F.relu({}).square()", "silu": "F.silu({})"}
 GLU_NAMES = {"swiglu": "SwiGLU", "geglu": "GeGLU", "geglu_tanh": "GeGLU (tanh GELU)"}
 
 
@@ -85,11 +85,13 @@ class NormEmitter(OpEmitter):
     def sizes(self, op, c, scope):
         out = {"width": c.width(op.width, scope), "eps": c.field("norm_eps", op.eps, scope, "the norms' epsilon", "float", let=op.let_of("eps"))}
         if op.offset:
-            out["offset"] = c.field("norm_offset", op.offset, scope, "the norms' gain is norm_offset + w (Gemma: 1, w starting at 0)", "float", let=op.let_of("offset"))
+            out["offset"] = c.field("norm_offset", op.offset, scope, "the norms' gain is norm_offset + w (Gemma, Nemotron: 1, w starting at 0)", "float", let=op.let_of("offset"))
         return out
 
     def ctor(self, o: OpPlan) -> str:
         op, s = o.op, o.args
+        if op.offset and op.type == "layernorm":
+            return f"OffsetLayerNorm({s['width']}, eps={s['eps']}, offset={s['offset']}{'' if op.bias else ', bias=False'})"
         if op.offset:
             return f"OffsetRMSNorm({s['width']}, eps={s['eps']}, offset={s['offset']})"
         if not op.affine:
@@ -100,11 +102,11 @@ class NormEmitter(OpEmitter):
 
     def module(self, o: OpPlan) -> str:
         if o.op.offset:
-            return "OffsetRMSNorm"
+            return "OffsetLayerNorm" if o.op.type == "layernorm" else "OffsetRMSNorm"
         return "nn.LayerNorm" if o.op.type == "layernorm" else "nn.RMSNorm"
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
-        return ("OffsetRMSNorm",) if op.offset else ()
+        return (("OffsetLayerNorm" if op.type == "layernorm" else "OffsetRMSNorm"),) if op.offset else ()
 
     def phrase(self, op, place: str) -> str:
         return self.PLACES[place]

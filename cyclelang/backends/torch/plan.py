@@ -56,13 +56,20 @@ class AttentionVariant:
     scaled: bool = False  # the scores take the constructor's scale: the spec's scale=, or μP's; not the kernel's 1/sqrt(head_dim)
     softcap: bool = False  # the scores pass through softcap * tanh(s / softcap): computed here, not in the fused kernel
     alibi: str = "none"  # "none" | "added" (after the scale: BLOOM, MPT) | "scaled" (with the logits: Falcon)
+    qk_type: str = "rmsnorm"  # the qk-norms' kind: "rmsnorm" | "layernorm" (Persimmon)
+    qk_bias: bool = False  # the qk layernorms have a bias
+    qk_offset: bool = False  # the qk-norms' gain is qk_offset + w (Gemma 3)
+    qk_affine: bool = True  # false: weightless qk-norms (nanochat)
+    qk_late: bool = False  # the qk-norms act after rotary (nanochat)
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
         rot = "none" if a.rotary_dims == 0 else "interleaved" if a.rotary_interleaved else ("full" if a.rotary_dims == a.head_dim else "partial")
         return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
                    a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
-                   alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added")
+                   alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
+                   qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
+                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0)
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -7,7 +7,7 @@
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states)
     scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan: the recurrent mixers' scans
     experts     {act}_grad for every activation, expert_mlps and routed_experts (the MoE custom ops)
-    norms       OffsetRMSNorm: RMSNorm with a (offset + w) gain (Gemma)
+    norms       OffsetRMSNorm, OffsetLayerNorm: RMSNorm (Gemma) and LayerNorm (Nemotron) with an (offset + w) gain
     parallel    parallelize: FSDP2, tensor parallelism by the file's TP_PLAN, activation
                 checkpointing, per-stage compile
 

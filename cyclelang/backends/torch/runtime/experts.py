@@ -37,6 +37,15 @@ def relu_grad(h, g=None):
     return a, torch.ops.aten.threshold_backward(g, a, 0)
 
 
+def relu2_grad(h, g=None):
+    """relu(h)^2 (squared ReLU) and, given g (the gradient of its output), the gradient at h: 2 relu(h) g."""
+    r = F.relu(h)
+    a = r.square()
+    if g is None:
+        return a, None
+    return a, 2.0 * r * g
+
+
 def silu_grad(h, g=None):
     """silu(h) and, given g (the gradient of its output), the gradient at h."""
     a = F.silu(h)
