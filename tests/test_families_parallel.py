@@ -57,6 +57,15 @@ FAMILIES = {
                                                                     num_shared_experts=2, shared_expert_combination_strategy="sum",
                                                                     rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=None,
                                                                     bos_token_id=0, eos_token_id=1),
+    "cohere_compass_text": lambda: transformers.CohereCompassTextConfig(
+        vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=40, sliding_window=5, layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 3000.0, "mrope_section": [4, 1, 1]}, "full_attention": None},
+        logit_scale=0.4, layer_norm_eps=1e-4, pad_token_id=0, bos_token_id=0, eos_token_id=1),
+    "cohere_compass_text_global_rotary": lambda: transformers.CohereCompassTextConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=40,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}, attention_bias=True, tie_word_embeddings=False,
+        pad_token_id=None, bos_token_id=0, eos_token_id=1),
     "glm": lambda: transformers.GlmConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                                           num_key_value_heads=2, head_dim=16, max_position_embeddings=40, rms_norm_eps=1e-5, pad_token_id=2,
                                           eos_token_id=1, rope_parameters={"rope_type": "default", "rope_theta": 7000.0, "partial_rotary_factor": 0.5}),
@@ -119,6 +128,21 @@ REFUSED = [
     ("cohere2_moe", {"num_experts_per_tok": 5}, "num_experts_per_tok", "top-5 of 4"),
     ("cohere2_moe", {"rope_parameters": {"rope_type": "default", "rope_theta": 9.0}}, "rope_parameters", "differ"),
     ("cohere2_moe", {"first_k_dense_replace": 1}, "first_k_dense_replace", "not a key"),
+    ("cohere_compass_text", {"rope_parameters": {}}, "rope_parameters.sliding_attention", "missing"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": {"rope_theta": 3000.0}, "full_attention": {"rope_theta": 50.0}}},
+     "rope_parameters", "bases differ"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": None, "full_attention": {"rope_theta": 50.0}}},
+     "rope_parameters.sliding_attention", "reverse"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": {"rope_type": "linear", "rope_theta": 3.0, "factor": 2.0},
+                                                 "full_attention": None}}, "rope_parameters.sliding_attention.rope_type", "not mapped"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": {"rope_theta": None}, "full_attention": None}},
+     "rope_parameters.sliding_attention.rope_theta", "positive"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": {"rope_theta": 3.0, "beta": 1}, "full_attention": None}},
+     "rope_parameters.sliding_attention.beta", "not a rope parameter"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": None, "full_attention": None, "chunked_attention": None}},
+     "rope_parameters.chunked_attention", "not a layer type"),
+    ("cohere_compass_text", {"sliding_window": None}, "sliding_window", "null"),
+    ("cohere_compass_text", {"head_dim": 24}, "head_dim", "hidden_size / num_attention_heads"),
     ("glm", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 7000.0, "factor": 2.0, "partial_rotary_factor": 0.5}},
      "rope_parameters.rope_type", "not mapped"),
     ("glm", {"rope_parameters": {"rope_type": "default", "rope_theta": 7000.0, "partial_rotary_factor": 0.3125}}, "partial_rotary_factor", "odd"),
@@ -179,6 +203,7 @@ QUIRKS = [
     ("cohere", " rotary_interleaved", ""),  # GPT-J's pairs, not the halves
     ("cohere", " scale=0.3", ""),  # the logit scale
     ("cohere2", "heads=4 kv_heads=2 bias=false", "heads=4 kv_heads=2 rotary rotary_interleaved rotary_base=5000 bias=false"),  # global: no rotary
+    ("cohere_compass_text", " rotary rotary_base=3000", " rotary rotary_interleaved rotary_base=3000"),  # the halves, not pairs
     ("glm", " rotary_interleaved", ""),
     ("glm", "rotary=0.5", "rotary"),  # half of each head, not all of it
     ("stablelm", "rotary=0.25", "rotary=0.25 rotary_interleaved"),  # the halves, not pairs

@@ -1386,6 +1386,8 @@ def arch_of(engine: ir.Engine) -> Arch:
                 head_bias=engine.nozzle.bias, rotary_interleaved=attn.rotary_interleaved, rotary_scaling=attn.rotary_scaling,
                 softcap=attn.softcap, logit_softcap=engine.nozzle.softcap, alibi=attn.alibi, alibi_scaled=attn.alibi_scaled,
                 embed_norm=embed_norm, sandwich=sandwich,
+                global_rotary=all(any(isinstance(op, ir.Attention) and op.rotary_dims for op in _ops(s)) for s, w in zip(stages, windows)
+                                  if w is None) if len(set(windows)) > 1 else True,
                 layer_windows=tuple(windows) if len(set(windows)) > 1 else (),
                 layer_dense=dense if any(dense) and not all(dense) else (),
                 dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0)

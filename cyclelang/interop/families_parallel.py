@@ -42,6 +42,8 @@ KEYS: dict[str, Keys] = {
                                            "logits sums to 1 either way",
                          "prefix_dense_sliding_window_pattern": "read for the dense layers only (mlp_layer_types), which are refused",
                          "prefix_dense_intermediate_size": "read for the dense layers only (mlp_layer_types), which are refused"}),
+    "cohere_compass_text": Keys(_COHERE | {"sliding_window", "layer_types", "head_dim"},
+                                {"pooling": "how the sequence-classification head pools its positions; the causal LM has no such head"}),
     "glm": Keys(_GLM),
     "glm4": Keys(_GLM),
     "stablelm": Keys(frozenset({"vocab_size", "intermediate_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -62,7 +64,7 @@ KEYS: dict[str, Keys] = {
                  "pad_token_id": "MPT's embedding has no padding row: the forward does not read it"}),
 }
 
-CAUSAL_LM = {"cohere": "CohereForCausalLM", "cohere2": "Cohere2ForCausalLM", "cohere2_moe": "Cohere2MoeForCausalLM", "glm": "GlmForCausalLM", "glm4": "Glm4ForCausalLM",
+CAUSAL_LM = {"cohere_compass_text": "CohereCompassForCausalLM", "cohere": "CohereForCausalLM", "cohere2": "Cohere2ForCausalLM", "cohere2_moe": "Cohere2MoeForCausalLM", "glm": "GlmForCausalLM", "glm4": "Glm4ForCausalLM",
              "stablelm": "StableLmForCausalLM", "codegen": "CodeGenForCausalLM", "mpt": "MptForCausalLM"}
 
 
@@ -114,6 +116,82 @@ def _cohere_moe(c: Config) -> dict:
         raise Unsupported("rope_parameters", "its rope_theta and the class's rope_theta field differ: which one transformers reads is not "
                           "certain")
     return {"experts": experts, "top": top, "normalize": True, "shared": c["intermediate_size"] * shared}
+
+
+_COMPASS_ROPE = frozenset({"rope_type", "type", "rope_theta", "mrope_section", "mrope_interleaved"})
+
+
+def _compass_rope(c: Config, types: list) -> dict:
+    """Cohere Compass's rope parameters, one set per layer type (null: that type has no rotary), as {type: rope_theta or None}.
+    Its multimodal rotary (mrope_section) gives a text position the same angle in all three sections: plain rotary."""
+    rp = c["rope_parameters"]
+    if not isinstance(rp, dict):
+        raise Unsupported("rope_parameters", f"{_show(rp)}: Cohere Compass reads one set of rope parameters per layer type")
+    for k in rp:
+        if k not in ("sliding_attention", "full_attention") and not (k in ("rope_theta", "rope_type") and set(types) & set(rp)):
+            raise Unsupported(f"rope_parameters.{k}", "not a layer type: Cohere Compass reads rope_parameters[layer_type]")
+    out = {}
+    for t in dict.fromkeys(types):
+        if t not in rp:
+            raise Unsupported(f"rope_parameters.{t}", "missing: transformers' Cohere Compass reads the rope parameters of each layer type "
+                              "(null: no rotary)")
+        r = rp[t]
+        if r is None:
+            out[t] = None
+            continue
+        if not isinstance(r, dict):
+            raise Unsupported(f"rope_parameters.{t}", f"{_show(r)} is not an object or null")
+        if r.get("rope_type", r.get("type", "default")) != "default":
+            raise Unsupported(f"rope_parameters.{t}.rope_type", f"rotary scaling {_show(r.get('rope_type', r.get('type')))} is not mapped for "
+                              "Cohere Compass")
+        for k in r:
+            if k not in _COMPASS_ROPE:
+                raise Unsupported(f"rope_parameters.{t}.{k}", "not a rope parameter the importer knows: it cannot tell whether it changes "
+                                  "the function")
+        theta = r.get("rope_theta")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise Unsupported(f"rope_parameters.{t}.rope_theta", f"{_show(theta)} is not a positive number (transformers fails without one)")
+        section = r.get("mrope_section", [24, 20, 20])
+        if not isinstance(section, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in section):
+            raise Unsupported(f"rope_parameters.{t}.mrope_section", f"{_show(section)} is not a list of section sizes")
+        out[t] = float(theta)
+    return out
+
+
+def _compass(c: Config) -> Arch:
+    """Cohere Compass's text decoder: Cohere 2's parallel block, rotary on the halves (not interleaved), one set of rope
+    parameters per layer type (null: none), a logit scale that null leaves at 1."""
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    _divides(width, heads, "num_attention_heads", "hidden_size")
+    head_dim = width // heads
+    if c.given("head_dim") and c["head_dim"] != head_dim:  # __post_init__ sets it to hidden / heads
+        raise Unsupported("head_dim", f"{_show(c['head_dim'])}, not hidden_size / num_attention_heads = {head_dim} (the attention reads that)")
+    types = _types(c, layers, lambda: ["full_attention"] * layers)
+    bases = _compass_rope(c, types)
+    thetas = {b for b in bases.values() if b is not None}
+    if len(thetas) > 1:
+        raise Unsupported("rope_parameters", f"the layer types' rotary bases differ ({sorted(thetas)}): one rotary_base per spec is mapped")
+    if bases.get("sliding_attention", 0.0) is None and bases.get("full_attention") is not None:
+        raise Unsupported("rope_parameters.sliding_attention", "null beside rotary global layers: sliding layers without rotary are not mapped "
+                          "(Cohere 2's pattern is the reverse)")
+    sw = c["sliding_window"]
+    if "sliding_attention" in types:
+        sw = _sliding(c)
+        if sw is None:
+            raise Unsupported("sliding_window", "null, with sliding layers: transformers then gives them no window")
+    window, windows = _windows(types, sw)
+    scale = c["logit_scale"]
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale == 0):
+        raise Unsupported("logit_scale", f"{_show(scale)}: the logits are multiplied by this non-zero number (null: 1)")
+    bias = bool(c["attention_bias"])
+    return Arch("cohere_compass_text", vocab=c["vocab_size"], context=c["max_position_embeddings"], width=width, layers=layers, heads=heads,
+                kv_heads=_kv(c, heads), head_dim=head_dim, hidden=c["intermediate_size"], act=_gated(c), norm="layernorm",
+                eps=_eps(c, "layer_norm_eps"), norm_bias=False, qkv_bias=bias, out_bias=bias, mlp_bias=False,
+                logit_scale=1.0 if scale is None else float(scale), rotary=1.0 if thetas else 0.0,
+                rotary_base=thetas.pop() if thetas else 10000.0, window=window, layer_windows=windows,
+                global_rotary=bases.get("full_attention") is not None, tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
+                parallel="shared", sources=dict(_SOURCES, eps="layer_norm_eps", logit_scale="logit_scale", rotary_base="rope_parameters",
+                                                window="sliding_window, layer_types"))
 
 
 def _cohere(family: str):
@@ -299,7 +377,7 @@ def _mpt(c: Config) -> Arch:
                          "hidden": "MPT's 4 x d_model"})
 
 
-READERS = {"cohere": _cohere("cohere"), "cohere2": _cohere("cohere2"), "cohere2_moe": _cohere("cohere2_moe"), "glm": _glm("glm"), "glm4": _glm("glm4"), "stablelm": _stablelm,
+READERS = {"cohere_compass_text": _compass, "cohere": _cohere("cohere"), "cohere2": _cohere("cohere2"), "cohere2_moe": _cohere("cohere2_moe"), "glm": _glm("glm"), "glm4": _glm("glm4"), "stablelm": _stablelm,
            "codegen": _codegen, "mpt": _mpt}
 
 
@@ -338,6 +416,17 @@ def config_of(a: Arch) -> dict:
     cfg.update(layer_norm_eps=a.eps, attention_bias=a.qkv_bias, logit_scale=a.logit_scale)
     if a.family == "cohere":
         return {**cfg, "use_qk_norm": False}
+    if a.family == "cohere_compass_text":
+        windows = a.layer_windows or (a.window,) * a.layers
+        local = {w for w in windows if w is not None}
+        if len(local) > 1:
+            raise Unsupported("window", f"Cohere Compass has one sliding_window; the spec's layers have {sorted(local)}")
+        if a.rotary_interleaved:
+            raise Unsupported("rotary_interleaved", "Cohere Compass rotates the halves of each head, not interleaved pairs")
+        types = ["sliding_attention" if w is not None else "full_attention" for w in windows]
+        rope = {"rope_type": "default", "rope_theta": a.rotary_base} if a.rotary else None
+        return {**cfg, "sliding_window": local.pop() if local else a.context, "layer_types": types,
+                "rope_parameters": {t: (rope if t == "sliding_attention" or a.global_rotary else None) for t in dict.fromkeys(types)}}
     windows = a.layer_windows or (a.window,) * a.layers  # cohere2, cohere2_moe
     local = {w for w in windows if w is not None}
     if len(local) > 1:

@@ -36,7 +36,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "biogpt": ("gpt2", None),
     "bitnet": ("llama", "RMSNorms inside the branches (on the attention output before o_proj, on the MLP's hidden before down_proj); a squared-ReLU gated MLP"),
     "blt": ("llama", "byte-level modelling: a local byte encoder and decoder around a latent transformer over dynamic patches (hashed n-gram embeddings, byte-patch cross-attention)"),
-    "cohere_compass_text": ("gptj", None),
     "cpmant": ("llama", "T5-style bucketed relative-position biases (per segment pair); segment and prompt embeddings"),
     "ctrl": ("gpt2", None),
     "cwm": ("mistral", None),
