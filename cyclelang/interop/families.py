@@ -1191,10 +1191,10 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         ops = [t] if a.parallel == "shared" else [n, t, f"{pad}    {norm}"] if a.sandwich else [t, n] if a.post_norms else [n, t]
         return [f"{pad}  prechamber {name} {{", *ops, *[pad + m for m in merge], f"{pad}  }}"]
 
-    def parallel(words) -> list[str]:  # a parallel block of attention (these words) and the MLP
+    def parallel(words, akeys=keys) -> list[str]:  # a parallel block of attention (these words) and the MLP
         shared = [f"    {norm}  # one norm for both branches ({src.get('eps')})"] if a.parallel == "shared" else []
         return ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
-                *branch("mix", "turbine attention " + " ".join(words), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
+                *branch("mix", "turbine attention " + " ".join(words), akeys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
 
     layer = [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", work, wkeys)]
     if a.parallel != "none":
@@ -1208,13 +1208,15 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         att_global = [x for x in att if not x.startswith("window=")]
         local = next(w for w in a.layer_windows if w is not None)
         att_local = att_global[:1] + [f"window={local}"] + att_global[1:]
+        keys_global = keys
         if not a.global_rotary:  # Cohere 2: its global layers have no positions but the causal mask
             att_global = [x for x in att_global if not x.startswith("rotary")]
-        mk = lambda words: parallel(words) if a.parallel != "none" else [*branch("mix", "turbine attention " + " ".join(words), keys),  # noqa: E731
-                                                                          *branch("burn", work, wkeys)]
+            keys_global = [k for k in keys if not k.startswith("rotary")]
+        mk = lambda words, k=keys: parallel(words, k) if a.parallel != "none" else [  # noqa: E731
+            *branch("mix", "turbine attention " + " ".join(words), k), *branch("burn", work, wkeys)]
         blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), each turbine with a norm {where}", f"{a.family}_local", mk(att_local)),
                   (f"# a {a.family} layer with global attention" + ("" if a.global_rotary else ", without rotary"), f"{a.family}_global",
-                   mk(att_global))]
+                   mk(att_global, keys_global))]
         body = _layer_runs(a.family, ["local" if w is not None else "global" for w in a.layer_windows])
     if a.layer_dense:  # Qwen2-MoE's dense layers among the MoE ones (mlp_only_layers, decoder_sparse_step)
         dense = f"turbine mlp hidden={a.dense_hidden} act={a.act} bias={_num(a.mlp_bias)}"
