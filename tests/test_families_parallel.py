@@ -151,6 +151,7 @@ REFUSED = [
     ("codegen", {"rotary_dim": 5}, "rotary_dim", "even"),
     ("codegen", {"rotary_dim": 14}, "rotary_dim", "even"),
     ("codegen", {"n_embd": 18, "n_head": 3}, "n_embd", "groups of rows"),
+    ("codegen", {"scale_attn_weights": False}, "scale_attn_weights", "1/sqrt(head_dim)"),
     ("mpt", {"attn_config": {"clip_qkv": 6.0}}, "attn_config.clip_qkv", "clamping"),
     ("mpt", {"attn_config": {"qk_ln": True}}, "attn_config.qk_ln", "LayerNorm on q and k"),
     ("mpt", {"attn_config": {"prefix_lm": True}}, "attn_config.prefix_lm", "prefix"),
@@ -183,6 +184,12 @@ def test_cohere2_legacy_pattern_and_inert_keys_read_as_transformers_does():
     assert a.layer_windows == (5, None, 5, None)
     assert read_config(_config("mpt", attn_config={"attn_impl": "flash", "attn_pdrop": 0.1})) == read_config(_config("mpt"))
     assert read_config(_config("codegen", n_ctx=7)) == read_config(_config("codegen"))
+    # keys released configs carry that transformers' classes do not declare (mpt-7b's, codegen-350M's, command-r's)
+    assert read_config(_config("mpt", init_config={"name": "kaiming_normal_"}, verbose=0, tokenizer_name="EleutherAI/gpt-neox-20b")) \
+        == read_config(_config("mpt"))
+    assert read_config(_config("codegen", scale_attn_weights=True, gradient_checkpointing=False, summary_type="cls_index")) \
+        == read_config(_config("codegen"))
+    assert read_config(_config("cohere", model_max_length=131072)) == read_config(_config("cohere"))
 
 
 # --- each quirk matters: the family's spec with it edited out computes other logits ---------------------

@@ -30,10 +30,12 @@ _GLM = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_
                   "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings", "rope_parameters",
                   "pad_token_id", "attention_bias"})
 _MPT_IGNORED = "transformers' Mpt does not read it"
+_MAX_LENGTH = {"model_max_length": "the tokenizer's longest input, which some released configs also carry; the forward does not read it"}
+_OLD_HEADS = "GPT-2's multiple-choice head's setting, left in older configs; the causal LM has no such head and does not read it"
 
 KEYS: dict[str, Keys] = {
-    "cohere": Keys(_COHERE | {"use_qk_norm"}),
-    "cohere2": Keys(_COHERE | {"sliding_window", "layer_types", "head_dim", "sliding_window_pattern"}),
+    "cohere": Keys(_COHERE | {"use_qk_norm"}, _MAX_LENGTH),
+    "cohere2": Keys(_COHERE | {"sliding_window", "layer_types", "head_dim", "sliding_window_pattern"}, _MAX_LENGTH),
     "cohere2_moe": Keys(_COHERE | {"rope_theta", "rope_scaling", "sliding_window", "layer_types",
                                                           "head_dim", "sliding_window_pattern", "num_experts", "num_experts_per_tok",
                                                           "num_shared_experts", "shared_expert_combination_strategy", "expert_selection_fn",
@@ -50,9 +52,12 @@ KEYS: dict[str, Keys] = {
                                 "num_key_value_heads", "hidden_act", "max_position_embeddings", "layer_norm_eps", "tie_word_embeddings",
                                 "rope_parameters", "use_qkv_bias", "qk_layernorm", "use_parallel_residual", "pad_token_id"})),
     "codegen": Keys(frozenset({"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "rotary_dim", "n_inner", "activation_function",
-                               "layer_norm_epsilon", "tie_word_embeddings"}),
+                               "layer_norm_epsilon", "tie_word_embeddings", "scale_attn_weights"}),
                     {"n_ctx": "an older copy of the context length; transformers' CodeGen reads n_positions",
-                     "pad_token_id": "CodeGen's embedding has no padding row: the forward does not read it"}),
+                     "pad_token_id": "CodeGen's embedding has no padding row: the forward does not read it",
+                     "gradient_checkpointing": "recomputes activations in the backward pass to save memory: the same function",
+                     **{k: _OLD_HEADS for k in ("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+                                                "summary_first_dropout")}}),
     "mpt": Keys(frozenset({"d_model", "n_heads", "n_layers", "expansion_ratio", "max_seq_len", "vocab_size", "layer_norm_epsilon",
                            "learned_pos_emb", "attn_config", "logit_scale", "no_bias", "tie_word_embeddings"}),
                 {"emb_pdrop": "dropout: inactive in evaluation, and cyclelang trains without it",
@@ -61,7 +66,10 @@ KEYS: dict[str, Keys] = {
                                        "transformers' Mpt does not read it",
                  "norm_type": "low_precision_layernorm computes the same LayerNorm in half precision; transformers' Mpt builds "
                               "a float LayerNorm whatever this says",
-                 "pad_token_id": "MPT's embedding has no padding row: the forward does not read it"}),
+                 "pad_token_id": "MPT's embedding has no padding row: the forward does not read it",
+                 "init_config": "MPT's own code's weight-initialisation settings; an import loads every weight",
+                 "verbose": "MPT's own code's logging level",
+                 "tokenizer_name": "which tokenizer MPT's own code loads"}),
 }
 
 CAUSAL_LM = {"cohere_compass_text": "CohereCompassForCausalLM", "cohere": "CohereForCausalLM", "cohere2": "Cohere2ForCausalLM", "cohere2_moe": "Cohere2MoeForCausalLM", "glm": "GlmForCausalLM", "glm4": "Glm4ForCausalLM",
@@ -284,6 +292,9 @@ MP_NUM = 4  # CodeGen's qkv rows come in this many groups (transformers' CodeGen
 
 
 def _codegen(c: Config) -> Arch:
+    if c.given("scale_attn_weights") and c["scale_attn_weights"] is not True:  # GPT-2's key, in older CodeGen configs
+        raise Unsupported("scale_attn_weights", f"{_show(c['scale_attn_weights'])}: transformers' CodeGen scales by 1/sqrt(head_dim) whatever "
+                          "this says; the checkpoint was trained without it")
     width, heads = c["n_embd"], c["n_head"]
     _divides(width, heads, "n_head", "n_embd")
     if width % MP_NUM:
