@@ -12,6 +12,8 @@ each quirk is shown to matter: the family's spec with it edited out computes oth
 
 from __future__ import annotations
 
+import json
+
 
 import pytest
 
@@ -264,3 +266,21 @@ def test_mpt_alibi_slopes_past_a_power_of_two_are_mpts(tmp_path):
     for heads in (1, 4, 6, 12):
         mpt = build_mpt_alibi_tensor(heads, 3)[:, 0, 1] * -1  # (heads,): the slope of each, from the bias one key back
         assert torch.allclose(mpt.float(), alibi_slopes(heads).float(), rtol=1e-6), heads
+
+
+@pytest.mark.parametrize("name, legacy", [
+    ("cohere", {"rope_theta": 3000.0}),  # command-r's config.json: rope_theta, no rope_parameters
+    ("stablelm", {"rope_theta": 10000.0, "partial_rotary_factor": 0.25, "rope_scaling": None}),
+    ("glm", {"rope_theta": 7000.0, "partial_rotary_factor": 0.5}),
+])
+def test_legacy_rope_keys_read_as_transformers_reads_them(tmp_path, name, legacy):
+    """A released config.json with the rotary keys at the top level (and no rope_parameters) loads as from_pretrained reads it."""
+    ckpt = tmp_path / "ckpt"
+    hf(FAMILIES[name]()).save_pretrained(ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    del cfg["rope_parameters"]
+    (ckpt / "config.json").write_text(json.dumps({**cfg, **legacy}))
+    ref = transformers.AutoModelForCausalLM.from_pretrained(ckpt).eval()
+    ours = load_transformers(build(cyclelang.parse(import_config(ckpt)), seed=0).eval(), ckpt)
+    with torch.no_grad():
+        assert rel(ours(ids()), ref(ids()).logits) < 1e-5
