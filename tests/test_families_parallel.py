@@ -1,9 +1,10 @@
 """The parallel-block, interleaved-rotary and fused-projection families (interop/families_parallel.py):
-Cohere, Cohere 2, GLM, GLM-4, StableLM, CodeGen, MPT.
+Cohere, Cohere 2, Cohere 2 MoE, Cohere Compass (text), GLM, GLM-4, StableLM, CodeGen, MPT.
 
 Each family's round trip (tests/roundtrip.py) at a tiny config that exercises what makes it itself:
 Cohere's one bias-free LayerNorm in a parallel block, interleaved rotary and logit scale; Cohere 2's
-sliding layers with rotary beside global layers without; GLM's half-interleaved rotary and fused
+sliding layers with rotary beside global layers without (Cohere 2 MoE with routed and shared experts,
+Cohere Compass with rotary on the halves and its rope parameters per layer type); GLM's half-interleaved rotary and fused
 gate_up; GLM-4's norms after each turbine; StableLM's partial rotary, q/k/v biases and both residual
 forms; CodeGen's fused qkv in 4 groups of [q | v | k]; MPT's ALiBi (6 heads: the slopes past a power
 of two), fused Wqkv and softmax_scale. Then each option the language lacks is refused by name, and
@@ -13,7 +14,6 @@ each quirk is shown to matter: the family's spec with it edited out computes oth
 from __future__ import annotations
 
 import json
-
 
 import pytest
 

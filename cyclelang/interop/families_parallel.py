@@ -1,10 +1,13 @@
-"""The parallel-block, interleaved-rotary and fused-projection families: Cohere, Cohere 2, GLM, GLM-4,
-StableLM, CodeGen and MPT, each read closed-world (closed.py) into an `Arch`.
+"""The parallel-block, interleaved-rotary and fused-projection families: Cohere, Cohere 2, Cohere 2 MoE,
+Cohere Compass's text decoder, GLM, GLM-4, StableLM, CodeGen and MPT, each read closed-world (closed.py)
+into an `Arch`.
 
 What makes each one (transformers 5.24's modeling files):
 - cohere: one LayerNorm without bias feeds attention and a gated MLP side by side (`fullflow` with one
   norm), rotary on interleaved pairs (GPT-J's), the logits multiplied by logit_scale.
 - cohere2: Cohere's block, with sliding-window layers (rotary) and global layers (no rotary at all).
+- cohere2_moe: Cohere 2 with routed experts (softmax over the top-k logits) and summed shared experts.
+- cohere_compass_text: Cohere 2's block with rotary on the halves, its rope parameters per layer type.
 - glm: a Llama block (RMSNorm, pre-norm) with a fused gate_up projection, biased q, k, v but not o,
   and interleaved rotary on the first half of each head (partial_rotary_factor 0.5 by default).
 - glm4: GLM with a norm after each turbine too (input, post_self_attn, post_attention, post_mlp).
