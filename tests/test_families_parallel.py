@@ -129,6 +129,7 @@ REFUSED = [
     ("cohere2_moe", {"mlp_layer_types": ["dense", "sparse", "sparse", "sparse"]}, "mlp_layer_types", "dense layers"),
     ("cohere2_moe", {"num_experts_per_tok": 5}, "num_experts_per_tok", "top-5 of 4"),
     ("cohere2_moe", {"rope_parameters": {"rope_type": "default", "rope_theta": 9.0}}, "rope_parameters", "differ"),
+    ("cohere2_moe", {"rope_parameters": "default"}, "rope_parameters", "not an object"),
     ("cohere2_moe", {"first_k_dense_replace": 1}, "first_k_dense_replace", "not a key"),
     ("cohere_compass_text", {"rope_parameters": {}}, "rope_parameters.sliding_attention", "missing"),
     ("cohere_compass_text", {"rope_parameters": {"sliding_attention": {"rope_theta": 3000.0}, "full_attention": {"rope_theta": 50.0}}},

@@ -123,7 +123,10 @@ def _cohere_moe(c: Config) -> dict:
     experts, top = c["num_experts"], c["num_experts_per_tok"]
     if not 1 <= top <= experts:
         raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
-    if c.given("rope_parameters") and c["rope_parameters"] and c["rope_parameters"].get("rope_theta", c["rope_theta"]) != c["rope_theta"]:
+    rp = c["rope_parameters"]  # not a field of the class: what standardize_rope_params wrote beside rope_theta
+    if rp is not None and not isinstance(rp, dict):
+        raise Unsupported("rope_parameters", f"{_show(rp)} is not an object")
+    if rp and rp.get("rope_theta", c["rope_theta"]) != c["rope_theta"]:
         raise Unsupported("rope_parameters", "its rope_theta and the class's rope_theta field differ: which one transformers reads is not "
                           "certain")
     return {"experts": experts, "top": top, "normalize": True, "shared": c["intermediate_size"] * shared}
