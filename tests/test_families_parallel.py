@@ -1,9 +1,10 @@
 """The parallel-block, interleaved-rotary and fused-projection families (interop/families_parallel.py):
-Cohere, Cohere 2, GLM, GLM-4, StableLM, CodeGen, MPT.
+Cohere, Cohere 2, Cohere 2 MoE, Cohere Compass (text), GLM, GLM-4, StableLM, CodeGen, MPT.
 
 Each family's round trip (tests/roundtrip.py) at a tiny config that exercises what makes it itself:
 Cohere's one bias-free LayerNorm in a parallel block, interleaved rotary and logit scale; Cohere 2's
-sliding layers with rotary beside global layers without; GLM's half-interleaved rotary and fused
+sliding layers with rotary beside global layers without (Cohere 2 MoE with routed and shared experts,
+Cohere Compass with rotary on the halves and its rope parameters per layer type); GLM's half-interleaved rotary and fused
 gate_up; GLM-4's norms after each turbine; StableLM's partial rotary, q/k/v biases and both residual
 forms; CodeGen's fused qkv in 4 groups of [q | v | k]; MPT's ALiBi (6 heads: the slopes past a power
 of two), fused Wqkv and softmax_scale. Then each option the language lacks is refused by name, and
@@ -12,6 +13,7 @@ each quirk is shown to matter: the family's spec with it edited out computes oth
 
 from __future__ import annotations
 
+import json
 
 import pytest
 
@@ -57,6 +59,15 @@ FAMILIES = {
                                                                     num_shared_experts=2, shared_expert_combination_strategy="sum",
                                                                     rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=None,
                                                                     bos_token_id=0, eos_token_id=1),
+    "cohere_compass_text": lambda: transformers.CohereCompassTextConfig(
+        vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=40, sliding_window=5, layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 3000.0, "mrope_section": [4, 1, 1]}, "full_attention": None},
+        logit_scale=0.4, layer_norm_eps=1e-4, pad_token_id=0, bos_token_id=0, eos_token_id=1),
+    "cohere_compass_text_global_rotary": lambda: transformers.CohereCompassTextConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=40,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}, attention_bias=True, tie_word_embeddings=False,
+        pad_token_id=None, bos_token_id=0, eos_token_id=1),
     "glm": lambda: transformers.GlmConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                                           num_key_value_heads=2, head_dim=16, max_position_embeddings=40, rms_norm_eps=1e-5, pad_token_id=2,
                                           eos_token_id=1, rope_parameters={"rope_type": "default", "rope_theta": 7000.0, "partial_rotary_factor": 0.5}),
@@ -118,7 +129,23 @@ REFUSED = [
     ("cohere2_moe", {"mlp_layer_types": ["dense", "sparse", "sparse", "sparse"]}, "mlp_layer_types", "dense layers"),
     ("cohere2_moe", {"num_experts_per_tok": 5}, "num_experts_per_tok", "top-5 of 4"),
     ("cohere2_moe", {"rope_parameters": {"rope_type": "default", "rope_theta": 9.0}}, "rope_parameters", "differ"),
+    ("cohere2_moe", {"rope_parameters": "default"}, "rope_parameters", "not an object"),
     ("cohere2_moe", {"first_k_dense_replace": 1}, "first_k_dense_replace", "not a key"),
+    ("cohere_compass_text", {"rope_parameters": {}}, "rope_parameters.sliding_attention", "missing"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": {"rope_theta": 3000.0}, "full_attention": {"rope_theta": 50.0}}},
+     "rope_parameters", "bases differ"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": None, "full_attention": {"rope_theta": 50.0}}},
+     "rope_parameters.sliding_attention", "reverse"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": {"rope_type": "linear", "rope_theta": 3.0, "factor": 2.0},
+                                                 "full_attention": None}}, "rope_parameters.sliding_attention.rope_type", "not mapped"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": {"rope_theta": None}, "full_attention": None}},
+     "rope_parameters.sliding_attention.rope_theta", "positive"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": {"rope_theta": 3.0, "beta": 1}, "full_attention": None}},
+     "rope_parameters.sliding_attention.beta", "not a rope parameter"),
+    ("cohere_compass_text", {"rope_parameters": {"sliding_attention": None, "full_attention": None, "chunked_attention": None}},
+     "rope_parameters.chunked_attention", "not a layer type"),
+    ("cohere_compass_text", {"sliding_window": None}, "sliding_window", "null"),
+    ("cohere_compass_text", {"head_dim": 24}, "head_dim", "hidden_size / num_attention_heads"),
     ("glm", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 7000.0, "factor": 2.0, "partial_rotary_factor": 0.5}},
      "rope_parameters.rope_type", "not mapped"),
     ("glm", {"rope_parameters": {"rope_type": "default", "rope_theta": 7000.0, "partial_rotary_factor": 0.3125}}, "partial_rotary_factor", "odd"),
@@ -127,6 +154,7 @@ REFUSED = [
     ("codegen", {"rotary_dim": 5}, "rotary_dim", "even"),
     ("codegen", {"rotary_dim": 14}, "rotary_dim", "even"),
     ("codegen", {"n_embd": 18, "n_head": 3}, "n_embd", "groups of rows"),
+    ("codegen", {"scale_attn_weights": False}, "scale_attn_weights", "1/sqrt(head_dim)"),
     ("mpt", {"attn_config": {"clip_qkv": 6.0}}, "attn_config.clip_qkv", "clamping"),
     ("mpt", {"attn_config": {"qk_ln": True}}, "attn_config.qk_ln", "LayerNorm on q and k"),
     ("mpt", {"attn_config": {"prefix_lm": True}}, "attn_config.prefix_lm", "prefix"),
@@ -159,6 +187,12 @@ def test_cohere2_legacy_pattern_and_inert_keys_read_as_transformers_does():
     assert a.layer_windows == (5, None, 5, None)
     assert read_config(_config("mpt", attn_config={"attn_impl": "flash", "attn_pdrop": 0.1})) == read_config(_config("mpt"))
     assert read_config(_config("codegen", n_ctx=7)) == read_config(_config("codegen"))
+    # keys released configs carry that transformers' classes do not declare (mpt-7b's, codegen-350M's, command-r's)
+    assert read_config(_config("mpt", init_config={"name": "kaiming_normal_"}, verbose=0, tokenizer_name="EleutherAI/gpt-neox-20b")) \
+        == read_config(_config("mpt"))
+    assert read_config(_config("codegen", scale_attn_weights=True, gradient_checkpointing=False, summary_type="cls_index")) \
+        == read_config(_config("codegen"))
+    assert read_config(_config("cohere", model_max_length=131072)) == read_config(_config("cohere"))
 
 
 # --- each quirk matters: the family's spec with it edited out computes other logits ---------------------
@@ -179,6 +213,7 @@ QUIRKS = [
     ("cohere", " rotary_interleaved", ""),  # GPT-J's pairs, not the halves
     ("cohere", " scale=0.3", ""),  # the logit scale
     ("cohere2", "heads=4 kv_heads=2 bias=false", "heads=4 kv_heads=2 rotary rotary_interleaved rotary_base=5000 bias=false"),  # global: no rotary
+    ("cohere_compass_text", " rotary rotary_base=3000", " rotary rotary_interleaved rotary_base=3000"),  # the halves, not pairs
     ("glm", " rotary_interleaved", ""),
     ("glm", "rotary=0.5", "rotary"),  # half of each head, not all of it
     ("stablelm", "rotary=0.25", "rotary=0.25 rotary_interleaved"),  # the halves, not pairs
@@ -232,3 +267,21 @@ def test_mpt_alibi_slopes_past_a_power_of_two_are_mpts(tmp_path):
     for heads in (1, 4, 6, 12):
         mpt = build_mpt_alibi_tensor(heads, 3)[:, 0, 1] * -1  # (heads,): the slope of each, from the bias one key back
         assert torch.allclose(mpt.float(), alibi_slopes(heads).float(), rtol=1e-6), heads
+
+
+@pytest.mark.parametrize("name, legacy", [
+    ("cohere", {"rope_theta": 3000.0}),  # command-r's config.json: rope_theta, no rope_parameters
+    ("stablelm", {"rope_theta": 10000.0, "partial_rotary_factor": 0.25, "rope_scaling": None}),
+    ("glm", {"rope_theta": 7000.0, "partial_rotary_factor": 0.5}),
+])
+def test_legacy_rope_keys_read_as_transformers_reads_them(tmp_path, name, legacy):
+    """A released config.json with the rotary keys at the top level (and no rope_parameters) loads as from_pretrained reads it."""
+    ckpt = tmp_path / "ckpt"
+    hf(FAMILIES[name]()).save_pretrained(ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    del cfg["rope_parameters"]
+    (ckpt / "config.json").write_text(json.dumps({**cfg, **legacy}))
+    ref = transformers.AutoModelForCausalLM.from_pretrained(ckpt).eval()
+    ours = load_transformers(build(cyclelang.parse(import_config(ckpt)), seed=0).eval(), ckpt)
+    with torch.no_grad():
+        assert rel(ours(ids()), ref(ids()).logits) < 1e-5

@@ -2397,10 +2397,10 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         ops = [t] if a.parallel == "shared" else [n, t, f"{pad}    {norm}"] if a.sandwich else [t, n] if a.post_norms else [n, t]
         return [f"{pad}  prechamber {name} {{", *ops, *[pad + m for m in merge], f"{pad}  }}"]
 
-    def parallel(words) -> list[str]:  # a parallel block of attention (these words) and the MLP
+    def parallel(words, akeys=keys) -> list[str]:  # a parallel block of attention (these words) and the MLP
         shared = [f"    {norm}  # one norm for both branches ({src.get('eps')})"] if a.parallel == "shared" else []
         return ["  fullflow {  # attention and MLP read the same state: x + attn(.) + mlp(.)", *shared,
-                *branch("mix", "turbine attention " + " ".join(words), keys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
+                *branch("mix", "turbine attention " + " ".join(words), akeys, "  "), *branch("burn", work, wkeys, "  "), "  }"]
 
     def mk(words) -> list[str]:  # one layer's ops, its attention said by these words
         if a.parallel != "none":

@@ -1,10 +1,13 @@
-"""The parallel-block, interleaved-rotary and fused-projection families: Cohere, Cohere 2, GLM, GLM-4,
-StableLM, CodeGen and MPT, each read closed-world (closed.py) into an `Arch`.
+"""The parallel-block, interleaved-rotary and fused-projection families: Cohere, Cohere 2, Cohere 2 MoE,
+Cohere Compass's text decoder, GLM, GLM-4, StableLM, CodeGen and MPT, each read closed-world (closed.py)
+into an `Arch`.
 
 What makes each one (transformers 5.24's modeling files):
 - cohere: one LayerNorm without bias feeds attention and a gated MLP side by side (`fullflow` with one
   norm), rotary on interleaved pairs (GPT-J's), the logits multiplied by logit_scale.
 - cohere2: Cohere's block, with sliding-window layers (rotary) and global layers (no rotary at all).
+- cohere2_moe: Cohere 2 with routed experts (softmax over the top-k logits) and summed shared experts.
+- cohere_compass_text: Cohere 2's block with rotary on the halves, its rope parameters per layer type.
 - glm: a Llama block (RMSNorm, pre-norm) with a fused gate_up projection, biased q, k, v but not o,
   and interleaved rotary on the first half of each head (partial_rotary_factor 0.5 by default).
 - glm4: GLM with a norm after each turbine too (input, post_self_attn, post_attention, post_mlp).
@@ -30,10 +33,12 @@ _GLM = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_
                   "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings", "rope_parameters",
                   "pad_token_id", "attention_bias"})
 _MPT_IGNORED = "transformers' Mpt does not read it"
+_MAX_LENGTH = {"model_max_length": "the tokenizer's longest input, which some released configs also carry; the forward does not read it"}
+_OLD_HEADS = "GPT-2's multiple-choice head's setting, left in older configs; the causal LM has no such head and does not read it"
 
 KEYS: dict[str, Keys] = {
-    "cohere": Keys(_COHERE | {"use_qk_norm"}),
-    "cohere2": Keys(_COHERE | {"sliding_window", "layer_types", "head_dim", "sliding_window_pattern"}),
+    "cohere": Keys(_COHERE | {"use_qk_norm"}, _MAX_LENGTH),
+    "cohere2": Keys(_COHERE | {"sliding_window", "layer_types", "head_dim", "sliding_window_pattern"}, _MAX_LENGTH),
     "cohere2_moe": Keys(_COHERE | {"rope_theta", "rope_scaling", "sliding_window", "layer_types",
                                                           "head_dim", "sliding_window_pattern", "num_experts", "num_experts_per_tok",
                                                           "num_shared_experts", "shared_expert_combination_strategy", "expert_selection_fn",
@@ -42,15 +47,20 @@ KEYS: dict[str, Keys] = {
                                            "logits sums to 1 either way",
                          "prefix_dense_sliding_window_pattern": "read for the dense layers only (mlp_layer_types), which are refused",
                          "prefix_dense_intermediate_size": "read for the dense layers only (mlp_layer_types), which are refused"}),
+    "cohere_compass_text": Keys(_COHERE | {"sliding_window", "layer_types", "head_dim"},
+                                {"pooling": "how the sequence-classification head pools its positions; the causal LM has no such head"}),
     "glm": Keys(_GLM),
     "glm4": Keys(_GLM),
     "stablelm": Keys(frozenset({"vocab_size", "intermediate_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                                 "num_key_value_heads", "hidden_act", "max_position_embeddings", "layer_norm_eps", "tie_word_embeddings",
                                 "rope_parameters", "use_qkv_bias", "qk_layernorm", "use_parallel_residual", "pad_token_id"})),
     "codegen": Keys(frozenset({"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "rotary_dim", "n_inner", "activation_function",
-                               "layer_norm_epsilon", "tie_word_embeddings"}),
+                               "layer_norm_epsilon", "tie_word_embeddings", "scale_attn_weights"}),
                     {"n_ctx": "an older copy of the context length; transformers' CodeGen reads n_positions",
-                     "pad_token_id": "CodeGen's embedding has no padding row: the forward does not read it"}),
+                     "pad_token_id": "CodeGen's embedding has no padding row: the forward does not read it",
+                     "gradient_checkpointing": "recomputes activations in the backward pass to save memory: the same function",
+                     **{k: _OLD_HEADS for k in ("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+                                                "summary_first_dropout")}}),
     "mpt": Keys(frozenset({"d_model", "n_heads", "n_layers", "expansion_ratio", "max_seq_len", "vocab_size", "layer_norm_epsilon",
                            "learned_pos_emb", "attn_config", "logit_scale", "no_bias", "tie_word_embeddings"}),
                 {"emb_pdrop": "dropout: inactive in evaluation, and cyclelang trains without it",
@@ -59,10 +69,13 @@ KEYS: dict[str, Keys] = {
                                        "transformers' Mpt does not read it",
                  "norm_type": "low_precision_layernorm computes the same LayerNorm in half precision; transformers' Mpt builds "
                               "a float LayerNorm whatever this says",
-                 "pad_token_id": "MPT's embedding has no padding row: the forward does not read it"}),
+                 "pad_token_id": "MPT's embedding has no padding row: the forward does not read it",
+                 "init_config": "MPT's own code's weight-initialisation settings; an import loads every weight",
+                 "verbose": "MPT's own code's logging level",
+                 "tokenizer_name": "which tokenizer MPT's own code loads"}),
 }
 
-CAUSAL_LM = {"cohere": "CohereForCausalLM", "cohere2": "Cohere2ForCausalLM", "cohere2_moe": "Cohere2MoeForCausalLM", "glm": "GlmForCausalLM", "glm4": "Glm4ForCausalLM",
+CAUSAL_LM = {"cohere_compass_text": "CohereCompassForCausalLM", "cohere": "CohereForCausalLM", "cohere2": "Cohere2ForCausalLM", "cohere2_moe": "Cohere2MoeForCausalLM", "glm": "GlmForCausalLM", "glm4": "Glm4ForCausalLM",
              "stablelm": "StableLmForCausalLM", "codegen": "CodeGenForCausalLM", "mpt": "MptForCausalLM"}
 
 
@@ -110,10 +123,90 @@ def _cohere_moe(c: Config) -> dict:
     experts, top = c["num_experts"], c["num_experts_per_tok"]
     if not 1 <= top <= experts:
         raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
-    if c.given("rope_parameters") and c["rope_parameters"] and c["rope_parameters"].get("rope_theta", c["rope_theta"]) != c["rope_theta"]:
+    rp = c["rope_parameters"]  # not a field of the class: what standardize_rope_params wrote beside rope_theta
+    if rp is not None and not isinstance(rp, dict):
+        raise Unsupported("rope_parameters", f"{_show(rp)} is not an object")
+    if rp and rp.get("rope_theta", c["rope_theta"]) != c["rope_theta"]:
         raise Unsupported("rope_parameters", "its rope_theta and the class's rope_theta field differ: which one transformers reads is not "
                           "certain")
     return {"experts": experts, "top": top, "normalize": True, "shared": c["intermediate_size"] * shared}
+
+
+_COMPASS_ROPE = frozenset({"rope_type", "type", "rope_theta", "mrope_section", "mrope_interleaved"})
+
+
+def _compass_rope(c: Config, types: list) -> dict:
+    """Cohere Compass's rope parameters, one set per layer type (null: that type has no rotary), as {type: rope_theta or None}.
+    Its multimodal rotary (mrope_section) gives a text position the same angle in all three sections: plain rotary."""
+    rp = c["rope_parameters"]
+    if not isinstance(rp, dict):
+        raise Unsupported("rope_parameters", f"{_show(rp)}: Cohere Compass reads one set of rope parameters per layer type")
+    for k in rp:
+        if k not in ("sliding_attention", "full_attention") and not (k in ("rope_theta", "rope_type") and set(types) & set(rp)):
+            raise Unsupported(f"rope_parameters.{k}", "not a layer type: Cohere Compass reads rope_parameters[layer_type]")
+    out = {}
+    for t in dict.fromkeys(types):
+        if t not in rp:
+            raise Unsupported(f"rope_parameters.{t}", "missing: transformers' Cohere Compass reads the rope parameters of each layer type "
+                              "(null: no rotary)")
+        r = rp[t]
+        if r is None:
+            out[t] = None
+            continue
+        if not isinstance(r, dict):
+            raise Unsupported(f"rope_parameters.{t}", f"{_show(r)} is not an object or null")
+        if r.get("rope_type", r.get("type", "default")) != "default":
+            raise Unsupported(f"rope_parameters.{t}.rope_type", f"rotary scaling {_show(r.get('rope_type', r.get('type')))} is not mapped for "
+                              "Cohere Compass")
+        for k in r:
+            if k not in _COMPASS_ROPE:
+                raise Unsupported(f"rope_parameters.{t}.{k}", "not a rope parameter the importer knows: it cannot tell whether it changes "
+                                  "the function")
+        theta = r.get("rope_theta")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise Unsupported(f"rope_parameters.{t}.rope_theta", f"{_show(theta)} is not a positive number (transformers fails without one)")
+        section = r.get("mrope_section", [24, 20, 20])
+        if not isinstance(section, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in section):
+            raise Unsupported(f"rope_parameters.{t}.mrope_section", f"{_show(section)} is not a list of section sizes")
+        out[t] = float(theta)
+    return out
+
+
+def _compass(c: Config) -> Arch:
+    """Cohere Compass's text decoder: Cohere 2's parallel block, rotary on the halves (not interleaved), one set of rope
+    parameters per layer type (null: none), a logit scale that null leaves at 1."""
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    _divides(width, heads, "num_attention_heads", "hidden_size")
+    head_dim = width // heads
+    if c.given("head_dim") and c["head_dim"] != head_dim:  # __post_init__ sets it to hidden / heads
+        raise Unsupported("head_dim", f"{_show(c['head_dim'])}, not hidden_size / num_attention_heads = {head_dim} (the attention reads that)")
+    types = _types(c, layers, lambda: ["full_attention"] * layers)
+    bases = _compass_rope(c, types)
+    thetas = {b for b in bases.values() if b is not None}
+    if len(thetas) > 1:
+        raise Unsupported("rope_parameters", f"the layer types' rotary bases differ ({sorted(thetas)}): one rotary_base per spec is mapped")
+    if bases.get("sliding_attention", 0.0) is None and bases.get("full_attention") is not None:
+        raise Unsupported("rope_parameters.sliding_attention", "null beside rotary global layers: sliding layers without rotary are not mapped "
+                          "(Cohere 2's pattern is the reverse)")
+    sw = c["sliding_window"]
+    if "sliding_attention" in types:
+        sw = _sliding(c)
+        if sw is None:
+            raise Unsupported("sliding_window", "null, with sliding layers: transformers then gives them no window")
+    window, windows = _windows(types, sw)
+    rotary, base = (1.0, min(thetas)) if thetas else (0.0, 10000.0)
+    scale = c["logit_scale"]
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale == 0):
+        raise Unsupported("logit_scale", f"{_show(scale)}: the logits are multiplied by this non-zero number (null: 1)")
+    bias = bool(c["attention_bias"])
+    return Arch("cohere_compass_text", vocab=c["vocab_size"], context=c["max_position_embeddings"], width=width, layers=layers, heads=heads,
+                kv_heads=_kv(c, heads), head_dim=head_dim, hidden=c["intermediate_size"], act=_gated(c), norm="layernorm",
+                eps=_eps(c, "layer_norm_eps"), norm_bias=False, qkv_bias=bias, out_bias=bias, mlp_bias=False,
+                logit_scale=1.0 if scale is None else float(scale), rotary=rotary, rotary_base=base, window=window,
+                layer_windows=windows, layer_attn=_global_nope(windows, base) if windows and bases.get("full_attention") is None else (),
+                tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
+                parallel="shared", sources=dict(_SOURCES, eps="layer_norm_eps", logit_scale="logit_scale", rotary_base="rope_parameters",
+                                                window="sliding_window, layer_types"))
 
 
 def _cohere(family: str):
@@ -212,6 +305,9 @@ MP_NUM = 4  # CodeGen's qkv rows come in this many groups (transformers' CodeGen
 
 
 def _codegen(c: Config) -> Arch:
+    if c.given("scale_attn_weights") and c["scale_attn_weights"] is not True:  # GPT-2's key, in older CodeGen configs
+        raise Unsupported("scale_attn_weights", f"{_show(c['scale_attn_weights'])}: transformers' CodeGen scales by 1/sqrt(head_dim) whatever "
+                          "this says; the checkpoint was trained without it")
     width, heads = c["n_embd"], c["n_head"]
     _divides(width, heads, "n_head", "n_embd")
     if width % MP_NUM:
@@ -305,7 +401,7 @@ def _mpt(c: Config) -> Arch:
                          "hidden": "MPT's 4 x d_model"})
 
 
-READERS = {"cohere": _cohere("cohere"), "cohere2": _cohere("cohere2"), "cohere2_moe": _cohere("cohere2_moe"), "glm": _glm("glm"), "glm4": _glm("glm4"), "stablelm": _stablelm,
+READERS = {"cohere_compass_text": _compass, "cohere": _cohere("cohere"), "cohere2": _cohere("cohere2"), "cohere2_moe": _cohere("cohere2_moe"), "glm": _glm("glm"), "glm4": _glm("glm4"), "stablelm": _stablelm,
            "codegen": _codegen, "mpt": _mpt}
 
 
@@ -347,6 +443,17 @@ def config_of(a: Arch) -> dict:
         return {**cfg, "use_qk_norm": False}
     if a.layer_attn and a.layer_attn != _global_nope(tuple(w for w, *_ in a.layer_attn), base_):
         raise Unsupported("rotary", f"{a.family}'s sliding layers turn by one rotary (interleaved, every dim), its global layers by none")
+    if a.family == "cohere_compass_text":
+        windows = a.layer_windows or (a.window,) * a.layers
+        local = {w for w in windows if w is not None}
+        if len(local) > 1:
+            raise Unsupported("window", f"Cohere Compass has one sliding_window; the spec's layers have {sorted(local)}")
+        if a.rotary_interleaved:
+            raise Unsupported("rotary_interleaved", "Cohere Compass rotates the halves of each head, not interleaved pairs")
+        types = ["sliding_attention" if w is not None else "full_attention" for w in windows]
+        rope = {"rope_type": "default", "rope_theta": base_} if a.rotary else None
+        return {**cfg, "sliding_window": local.pop() if local else a.context, "layer_types": types,
+                "rope_parameters": {t: (rope if t == "sliding_attention" or not a.layer_attn else None) for t in dict.fromkeys(types)}}
     windows = a.layer_windows or (a.window,) * a.layers  # cohere2, cohere2_moe
     local = {w for w in windows if w is not None}
     if len(local) > 1:

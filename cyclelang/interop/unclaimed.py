@@ -32,7 +32,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "beam": ("deepseek_v2", "depth-scaled residual adds (stream × √((k−1)/k), branch × 1/√k at the k-th add); a sigmoid output gate with a per-head bias; a log-position query scale on its NoPE global layers; DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
     "bitnet": ("llama", "RMSNorms inside the branches (on the attention output before o_proj, on the MLP's hidden before down_proj); a squared-ReLU gated MLP"),
     "blt": ("llama", "byte-level modelling: a local byte encoder and decoder around a latent transformer over dynamic patches (hashed n-gram embeddings, byte-patch cross-attention)"),
-    "cohere_compass_text": ("gptj", None),
     "cpmant": ("llama", "T5-style bucketed relative-position biases (per segment pair); segment and prompt embeddings"),
     "dbrx": ("mixtral", "clamped q, k, v (clip_qkv, which DBRX's released checkpoints set)"),
     "deepseek_v3": ("deepseek_v2", "DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
