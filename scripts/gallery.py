@@ -94,6 +94,14 @@ FAMILY_NOTES: dict[str, str] = {
     "iquestcoder": "IQuest-Coder: the Llama block under another name (transformers builds LlamaForCausalLM for it).",
     "ministral": "Ministral: the Mistral block, its sliding window on the layers layer_types marks as sliding.",
     "seed_oss": "Seed-OSS: the Llama block with q, k and v biases and the output projection's own switch.",
+    "minicpm3": "MiniCPM3: latent attention and a SwiGLU MLP in every layer, the embedding times 12, each branch times "
+                "1.4 / sqrt(depth), the logits scaled by dim_model_base / width.",
+    "youtu": "Youtu-LLM: latent attention (DeepSeek-V3's) and a SwiGLU MLP in every layer, a tied head.",
+    "falcon_mamba": "Falcon-Mamba: Mamba's stack with RMSNorms without a weight on each mixer's dt, B and C (`norms_affine=false`).",
+    "bamba": "Bamba: Mamba-2 mixers with attention layers where attn_layer_indices says (half of each head rotated), a SwiGLU MLP "
+             "after each.",
+    "granitemoehybrid": "Granite 4.0 hybrid: Mamba-2 and attention layers as layer_types says, routed experts beside a shared MLP, "
+                        "Granite's four multipliers.",
 }
 
 # Each spec's concept: (the engine reading, the network reading), in the project's words.

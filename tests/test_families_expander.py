@@ -70,6 +70,9 @@ FAMILIES = {
     "granitemoehybrid_nope_tied": lambda: granitemoehybrid(position_embedding_type=None, tie_word_embeddings=True, attention_bias=True,
                                                            num_experts_per_tok=1, layer_types=["attention", "mamba"], num_hidden_layers=2,
                                                            time_step_limit=(0.0, 4.0)),
+    "granitemoehybrid_dense": lambda: granitemoehybrid(num_local_experts=0, layer_types=["mamba", "mamba", "attention"], shared_intermediate_size=20),
+    "granitemoehybrid_grouped_biased": lambda: granitemoehybrid(layer_types=["attention", "mamba"], num_hidden_layers=2, mamba_n_groups=2,
+                                                                mamba_proj_bias=True),
     "youtu_halves": lambda: youtu(rope_interleave=None, q_lora_rank=16, tie_word_embeddings=False, attention_bias=False),
 }
 
@@ -171,6 +174,18 @@ def test_granitemoehybrid_multipliers_are_in_the_spec_and_matter():
     assert rel(_logits(no_merge, ref), want) > 1e-3
 
 
+def test_granitemoehybrid_of_mamba_layers_alone_exports_with_its_multipliers():
+    """Transformers' default GraniteMoeHybrid has no attention layer (and its forward with a cache then fails in transformers):
+    the spec still exports, its multipliers included, and imports back to itself."""
+    from cyclelang.interop import export_config
+
+    text = import_config(granitemoehybrid(layer_types=None).to_dict())
+    assert "turbine attention" not in text and "merge scale=0.3" in text
+    config = export_config(cyclelang.parse(text))
+    assert config["model_type"] == "granitemoehybrid" and config["residual_multiplier"] == 0.3 and config["embedding_multiplier"] == 6.0
+    assert import_config(config) == text
+
+
 UNEXPRESSIBLE = {
     "minicpm3 gqa": (minicpm3, dict(num_key_value_heads=2), "num_key_value_heads"),
     "minicpm3 yarn": (minicpm3, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope_parameters.rope_type"),
@@ -183,7 +198,9 @@ UNEXPRESSIBLE = {
     "bamba gelu": (bamba, dict(hidden_act="gelu"), "hidden_act"),
     "bamba no step range": (bamba, dict(time_step_limit=None), "time_step_limit"),
     "bamba layer past the end": (bamba, dict(attn_layer_indices=[3]), "attn_layer_indices"),
-    "granitemoehybrid dense": (granitemoehybrid, dict(num_local_experts=0, num_experts_per_tok=0), "num_local_experts"),
+    "granitemoehybrid negative experts": (granitemoehybrid, dict(num_local_experts=-1), "num_local_experts"),
+    "granitemoehybrid top past experts": (granitemoehybrid, dict(num_experts_per_tok=4), "num_experts_per_tok"),
+    "granitemoehybrid layer kind": (granitemoehybrid, dict(layer_types=["mamba", "sliding_attention", "mamba"]), "layer_types"),
     "granitemoehybrid gelu": (granitemoehybrid, dict(hidden_act="gelu"), "hidden_act"),
     "granitemoehybrid scaled rope": (granitemoehybrid, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}),
                                      "rope_parameters.rope_type"),

@@ -399,7 +399,7 @@ HOSTILE_ANY = [{"__float__": "NaN"}, {"__float__": "-Infinity"}, "x", "", [], {}
 
 def config_cases(seed: int = 0, n: int = 300) -> list[tuple[str, bytes, bool]]:
     """(name, config.json bytes, whether it must be refused), seeded: every claimed model_type, mutated."""
-    from cyclelang.interop.closed import SIZES
+    from cyclelang.interop.closed import SIZES, SIZES_FROM_ZERO
     from cyclelang.interop.families import KEYS
 
     rng = random.Random(seed)
@@ -424,7 +424,8 @@ def config_cases(seed: int = 0, n: int = 300) -> list[tuple[str, bytes, bool]]:
         maps = KEYS[family].maps
         for key in sorted(k for k in c if k in SIZES and k in maps and isinstance(c[k], int) and not isinstance(c[k], bool)):
             value = HOSTILE_SIZES[len(cases) % len(HOSTILE_SIZES)]
-            cases.append((f"{family}_{key}_{value!r}", json.dumps({**c, key: value}).encode(), True))
+            cases.append((f"{family}_{key}_{value!r}", json.dumps({**c, key: value}).encode(),
+                          not (value == 0 and key in SIZES_FROM_ZERO.get(family, ()))))  # 0 experts: GraniteMoeHybrid's dense layers
     families = list(configs)
     while len(cases) < n:
         family = rng.choice(families)

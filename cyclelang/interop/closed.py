@@ -204,6 +204,8 @@ SIZES = frozenset({
     "attn_layer_period", "expert_layer_period", "decoder_sparse_step", "mamba_dt_rank", "time_step_rank",
 })
 MAX_SIZE = 2 ** 40  # past this no model is built: refused rather than allocated
+# Sizes a family reads 0 of as "none": GraniteMoeHybrid without experts is its shared MLP alone.
+SIZES_FROM_ZERO = {"granitemoehybrid": frozenset({"num_local_experts", "num_experts_per_tok"})}
 
 # The rotary keys transformers moves into rope_parameters, and the keys a rope dict may hold.
 LEGACY_ROPE = ("rope_scaling", "rope_theta", "partial_rotary_factor")
@@ -329,8 +331,9 @@ class Config:
         if isinstance(value, float) and not math.isfinite(value) and key not in ("time_step_limit",):
             raise Unsupported(key, f"{_show(value)} is not a finite number")
         if key in SIZES and value is not None and not (isinstance(value, str) and "str" in types):  # "auto": a dt rank's
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIZE:
-                raise Unsupported(key, f"{_show(value)}: a size is a whole number from 1 to {MAX_SIZE}")
+            lo = 0 if key in SIZES_FROM_ZERO.get(self.family, ()) else 1
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= MAX_SIZE:
+                raise Unsupported(key, f"{_show(value)}: a size is a whole number from {lo} to {MAX_SIZE}")
         if isinstance(value, list):
             for v in value:
                 if isinstance(v, float) and math.isnan(v):

@@ -1357,19 +1357,21 @@ def _granitemoehybrid(c: Config) -> HybridFamily:
     experts, top = c["num_local_experts"], c["num_experts_per_tok"]
     if isinstance(c["shared_intermediate_size"], bool) or not isinstance(c["shared_intermediate_size"], int) or c["shared_intermediate_size"] < 1:
         raise Unsupported("shared_intermediate_size", f"{c['shared_intermediate_size']!r}: the shared MLP's width is a whole number from 1")
-    if not 1 <= top <= experts:
+    if experts and not 1 <= top <= experts:  # no experts (0): every layer is the shared MLP alone
         raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
     eps = _eps(c, "rms_norm_eps")
     ssm = _mamba2_options(c, width, eps)
-    pattern = tuple((_GRANITE_LAYERS[t], "moe") for t in types)
+    pattern = tuple((_GRANITE_LAYERS[t], "moe" if experts else "mlp") for t in types)
     src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "pattern": "layer_types",
            "attn": "num_attention_heads, num_key_value_heads, position_embedding_type, rope_parameters, attention_multiplier, attention_bias",
            "ssm": "mamba_n_heads, mamba_d_head, mamba_d_state, mamba_n_groups, mamba_d_conv, mamba_chunk_size, time_step_limit",
            "moe": "num_local_experts, num_experts_per_tok, intermediate_size; shared_intermediate_size: the shared MLP beside them",
+           "hidden": "num_local_experts 0: the shared MLP alone, shared_intermediate_size wide",
            "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "padding": "pad_token_id", "embed_scale": "embedding_multiplier",
            "residual_scale": "residual_multiplier", "logit_scale": "1 / logits_scaling"}
     return HybridFamily("granitemoehybrid", c["vocab_size"], c["max_position_embeddings"], width, pattern, heads, _kv(c, heads),
-                        1.0 if pos == "rope" else 0.0, _rope(c), bool(c["attention_bias"]), c["intermediate_size"], "swiglu", False, ssm, eps,
+                        1.0 if pos == "rope" else 0.0, _rope(c), bool(c["attention_bias"]),
+                        c["intermediate_size"] if experts else c["shared_intermediate_size"], "swiglu", False, ssm, eps,
                         bool(c["tie_word_embeddings"]), _padding(c), src, attn_scale=float(c["attention_multiplier"]),
                         embed_scale=float(c["embedding_multiplier"]), residual_scale=float(c["residual_multiplier"]),
                         logit_scale=1.0 / float(c["logits_scaling"]), experts=experts, top=top, shared=c["shared_intermediate_size"])
@@ -1403,22 +1405,30 @@ def _hybrid_config(engine: ir.Engine, layers: list, base: dict, common: dict) ->
 
 def _granite_hybrid_config(engine: ir.Engine, layers: list, base: dict, common: dict, s, attn, moe, merges: set) -> dict:
     """The granitemoehybrid config of a hybrid engine with Granite's multipliers or routed experts beside a shared MLP."""
+    mlps = [ly[1][1] for ly in layers if isinstance(ly[1][1], ir.Mlp)]
+    if moe is None and mlps and not mlps[0].bias:  # no experts: the shared MLP alone
+        return _granite_fields(engine, layers, base, common, s, attn, merges, {"num_local_experts": 0, "num_experts_per_tok": 0,
+                               "intermediate_size": mlps[0].hidden, "shared_intermediate_size": mlps[0].hidden, "hidden_act": _HF_GATED.get(mlps[0].act, mlps[0].act)})
     if moe is None or not moe.shared or moe.shared_gate or not moe.normalize or moe.bias:
         raise Unsupported("turbine moe", "GraniteMoeHybrid's layers hold routed experts (renormalised top-k, no biases) beside an "
-                          "ungated shared MLP (shared=)")
+                          "ungated shared MLP (shared=), or the shared MLP alone")
+    return _granite_fields(engine, layers, base, common, s, attn, merges, {"num_local_experts": moe.experts, "num_experts_per_tok": moe.top,
+                           "intermediate_size": moe.hidden, "shared_intermediate_size": moe.shared, "hidden_act": _HF_GATED.get(moe.act, moe.act)})
+
+
+def _granite_fields(engine: ir.Engine, layers: list, base: dict, common: dict, s, attn, merges: set, reactor: dict) -> dict:
     if s.inner % engine.width:
         raise Unsupported("expand", f"the config says mamba_expand as a whole number; the inner width {s.inner} is not a multiple of {engine.width}")
     types = ["attention" if isinstance(ly[0][1], ir.Attention) else "mamba" for ly in layers]
     scale = next(iter(merges)) if len(merges) == 1 else 1.0
     attn_scale = (attn.scale if attn.scale is not None else attn.head_dim ** -0.5) if attn else 1.0
-    return {"model_type": "granitemoehybrid", "architectures": [CAUSAL_LM["granitemoehybrid"]], **base, **common,
-            "hidden_act": _HF_GATED.get(moe.act, moe.act), "num_attention_heads": attn.heads if attn else 1,
+    return {"model_type": "granitemoehybrid", "architectures": [CAUSAL_LM["granitemoehybrid"]], **base, **common, **reactor,
+            "num_attention_heads": attn.heads if attn else 1,
             "num_key_value_heads": attn.kv_heads if attn else 1, "attention_bias": attn.bias if attn else False,
             "position_embedding_type": "rope" if attn is not None and attn.rotary_dims else None,
             "rope_parameters": {"rope_type": "default", "rope_theta": attn.rotary_base if attn else 10000.0},
             "embedding_multiplier": engine.feed.scale, "residual_multiplier": scale, "attention_multiplier": attn_scale,
-            "logits_scaling": 1.0 / engine.nozzle.scale, "num_local_experts": moe.experts, "num_experts_per_tok": moe.top,
-            "intermediate_size": moe.hidden, "shared_intermediate_size": moe.shared, "layer_types": types, "mamba_n_heads": s.heads,
+            "logits_scaling": 1.0 / engine.nozzle.scale, "layer_types": types, "mamba_n_heads": s.heads,
             "mamba_d_head": s.head_dim, "mamba_n_groups": s.groups, "mamba_d_state": s.state, "mamba_d_conv": s.conv,
             "mamba_expand": s.inner // engine.width, "mamba_chunk_size": s.chunk, "mamba_conv_bias": s.conv_bias, "mamba_proj_bias": s.bias,
             "time_step_limit": [s.dt_lo, s.dt_hi if s.dt_hi is not None else float("inf")], "rms_norm_eps": s.eps}
@@ -2945,7 +2955,7 @@ def expander_config(engine: ir.Engine) -> dict | None:
     if not any(isinstance(o, _EXPANDER_KINDS) for o in ops):
         return None
     latent = any(isinstance(o, ir.LatentAttention) for o in ops)  # MiniCPM3 scales its branches
-    granite = any(isinstance(o, ir.Ssm) for o in ops) and any(isinstance(o, ir.Attention) for o in ops)  # ... and GraniteMoeHybrid
+    granite = any(isinstance(o, ir.Ssm) for o in ops) and any(isinstance(o, (ir.Attention, ir.Mlp, ir.Moe)) for o in ops)  # ... and GraniteMoeHybrid
     layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent or granite else (ir.PlainMerge, ir.CoolingMerge))
     turbines = [t for layer in layers for _, t in layer]
     final = engine.body[-1]

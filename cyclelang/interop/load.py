@@ -742,12 +742,12 @@ def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fu
     the released files' input_linear / output_linear / router.layer) beside the shared MLP, each with its valve."""
     for i, st in sorted(layout.items()):
         h = f"layers.{i}."
-        mixer = st.attn or st.ssm
-        if mixer is None or st.moe is None:
-            plan.reasons[f"stages.{i}"] = f"stage {i} lacks an attention or ssm mixer, or a moe; transformers' granitemoehybrid layer {i} has both"
+        mixer, reactor = st.attn or st.ssm, st.moe or st.mlp
+        if mixer is None or reactor is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks an attention or ssm mixer, or a moe or mlp; transformers' granitemoehybrid layer {i} has both"
             continue
         put(f"{st.valves.get(mixer, _parent(mixer) + 'norm')}.weight", h + "input_layernorm.weight")
-        put(f"{st.valves.get(st.moe, _parent(st.moe) + 'norm')}.weight", h + "post_attention_layernorm.weight")
+        put(f"{st.valves.get(reactor, _parent(reactor) + 'norm')}.weight", h + "post_attention_layernorm.weight")
         if st.attn is not None:
             a = st.attn_node
             for p in ("weight", "bias"):
@@ -758,6 +758,10 @@ def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fu
             for name in MAMBA2_MIXER:
                 put(f"{st.ssm}.{name}", h + "mamba." + name)
             put(f"{st.ssm}.norm", h + "mamba.norm.weight")
+        if st.moe is None:  # no experts (num_local_experts 0): the shared MLP alone
+            put(f"{st.mlp}.fc.weight", h + "shared_mlp.input_linear.weight")
+            put(f"{st.mlp}.proj.weight", h + "shared_mlp.output_linear.weight")
+            continue
         b = h + "block_sparse_moe."
         legacy = not fused and b + "input_linear.weight" in state  # the released files' names (transformers renames them on load)
         put(f"{st.moe}.router.weight", b + ("router.layer.weight" if legacy else "router.weight"))
