@@ -141,7 +141,9 @@ _add("W103", "mixture of experts with no balance loss", """
 A hard-routed mixture of experts is a liquid-liquid injector: mixing is uneven by
 nature. Without the mixture trim, a load-balancing auxiliary loss (`balance=0.01`,
 as in the Switch Transformer), the router keeps sending tokens to the experts it
-already prefers; a few run hot, the rest starve and never learn.""", "turbine moe experts=8 top=2 capacity=1.25 hidden=512")
+already prefers; a few run hot, the rest starve and never learn. A correction bias
+turned each step (`correction=true correction_rate=0.001`, DeepSeek-V3's
+auxiliary-loss-free balancing) trims the injection too, and silences the rule.""", "turbine moe experts=8 top=2 capacity=1.25 hidden=512")
 _add("W104", "mixture of experts with no capacity factor", """
 With no restrictor orifice (`capacity=`), one expert may receive every token of a
 batch: its compute and memory spike and the batch is as slow as that expert. A

@@ -46,7 +46,8 @@ def estimate_buffers(spec: ir.Spec) -> int:
     n = e.feed.context * e.feed.width if e.feed.position == "sinusoidal" else 0
     ropes = {(p.node.rotary_dims, p.node.rotary_base) for p in ir.layout.layout(e).parts()
              if isinstance(p.node, ir.Attention) and p.node.rotary_dims}
-    return n + sum(2 * e.feed.context * dims for dims, _ in ropes)
+    held = sum(p.kind.buffers(p.node) * p.repeat for p in ir.layout.layout(e).parts())  # an MoE's correction bias
+    return n + sum(2 * e.feed.context * dims for dims, _ in ropes) + held
 
 
 def check_parameters(spec: ir.Spec, allow_large: bool = False, limit: int = MAX_PARAMETERS) -> int:

@@ -19,6 +19,9 @@ Counting conventions
   positions, which is what a fused kernel executes for a causal mask too.
 - Activations: values kept for the backward pass per token, (a, b) in a + b*n for a
   sequence of n tokens (b: the attention weights a plain kernel keeps, heads x n).
+- Buffers: values a part holds beside its parameters and saves with them: an MoE's
+  correction bias (one per expert), which no optimizer moves; parameters do not count it.
+  A router's sigmoid, its groups' top-2 and the correction are elementwise: no FLOPs.
 - State: what decoding keeps per sequence of n tokens (values, not bytes): a KV
   cache grows with n (up to a window); a pool keeps its last size - 1 inputs; a
   recurrent mixer (ssm, linear_attention) keeps a state of fixed size, whatever n.
@@ -82,6 +85,7 @@ class Kind:
     flops: Callable[[object, int, int], tuple[int, int]] = _zero2  # per token at context n, width w: (projections, mixing)
     activations: Callable[[object, int], tuple[int, int]] = _zero2  # values kept per token: (a, b) in a + b*n
     state: Callable[[object, int], int] = _zero  # values decoding keeps per sequence of n tokens
+    buffers: Callable[[object], int] = _zero  # values it holds beside its parameters, saved with them (an MoE's correction bias)
     out_width: Callable[[object, int], int] = _out_width
     mixes_positions: bool = False  # lets positions interact (the injector's job)
     # ends in a learned output projection: the weights a cooled merge re-initialises at init
@@ -288,6 +292,7 @@ OPS: tuple[Kind, ...] = (
          activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0), tp="hidden", ml_phrase='MLP: applied at each position on its own'),
     Kind(ir.Moe, "moe", "moe", "reactor", "liquid-liquid injector", "MoE", "liquid-liquid injection: routed experts",
          out_proj=True, params=_moe_params, flops=_moe_flops, mup_sub=(("router", "output"),),  # width -> experts: a fixed fan-out
+         buffers=lambda x: x.experts if x.correction else 0,  # the selection bias: moved by its load rule (or held), never by the optimizer
          activations=lambda x, n=0: (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2), 0), tp="hidden", ml_phrase='mixture of experts: each token goes to its top experts'),
     Kind(ir.Pool, "pool", "pool", "mixer", "passive mixer", "pool", "injector: pooling mixer",
          params=lambda x, w: 0, state=_pool_state, mixes_positions=True, masked=True, state_kind="window", ml_phrase='pooling: the mean over nearby positions'),

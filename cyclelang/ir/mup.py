@@ -30,7 +30,9 @@ A kind's rule comes from its role (`ROLE_RULE`); a kind whose matrices do not ha
 two width-like dimensions says so in its record (`Kind.mup`): conv's depthwise
 filters have the kernel size as their fan-in, so they are vector-like; a piece that
 differs is named in `Kind.mup_sub` (MoE's router maps the width onto a fixed number
-of experts: an output layer).
+of experts: an output layer). An MoE's correction bias (`correction=`) is a buffer, not
+a parameter: no rule applies (it starts at zero, and its load rule moves it by
+correction_rate per step whatever the width, as it moves scores that do not grow with it).
 """
 
 from __future__ import annotations

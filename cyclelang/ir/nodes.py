@@ -35,7 +35,7 @@ from __future__ import annotations
 import ast as pyast
 import math
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -47,7 +47,7 @@ __all__ = [
     "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
-    "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
+    "Nozzle", "Schedule", "Init", "Param", "Router", "GroupScore", "ROUTERS", "GROUP_SCORES", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
     "MAX_STAGE_DEPTH", "MAX_LAYERS", "MAX_REPEATED_STAGES", "leaf_stages", "repeated_stages",
 ]
 
@@ -155,6 +155,9 @@ class Norm(Node):
 # --- turbines: the work done on a split-off flow -------------------------------
 
 Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu", "geglu_tanh"]  # relu2: relu(x)^2 (So et al. 2021, Primer)
+Router = Literal["softmax", "sigmoid"]  # an MoE router's scores: softmax over the experts (Mixtral), or each expert's sigmoid (DeepSeek-V3)
+GroupScore = Literal["top2", "max"]  # a group of experts' score: the sum of its two best (DeepSeek-V3), or its best (DeepSeek-V2)
+ROUTERS, GROUP_SCORES = get_args(Router), get_args(GroupScore)  # the options' choice lists read these
 Mask = Literal["causal", "open"]
 
 
@@ -283,6 +286,14 @@ class Moe(Node):
     normalize: bool = True  # the top-k routing weights are renormalised to sum to 1 (Mixtral, for every k)
     shared: Annotated[int, Field(ge=0)] = 0  # hidden width of a shared expert every token visits (Qwen2-MoE); 0: none
     shared_gate: bool = False  # the shared expert's output is scaled by sigmoid(w . x) (Qwen2-MoE)
+    # DeepSeek-V3 routing (softmax, 1 group, scale 1, no correction: Mixtral's)
+    router: Router = "softmax"  # the scores the top-k picks from, and the chosen weights come from
+    groups: Count = 1  # the experts in this many equal groups (n_group) ...
+    top_groups: Count = 1  # ... of which each token keeps its best (topk_group) and picks its top experts there
+    group_score: GroupScore = "top2"  # how a group is scored, on the selection scores
+    scale: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0  # the chosen weights x this (routed_scaling_factor)
+    correction: bool = False  # a per-expert bias added to the scores for the selection only (a buffer, e_score_correction_bias)
+    correction_rate: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.0  # each training forward: b += rate * sign(mean load - load)
 
     _checked = checked()
 
@@ -291,6 +302,23 @@ class Moe(Node):
             raise ValueError(f"top={self.top} routes to more experts than the {self.experts} there are")
         if self.shared_gate and not self.shared:
             raise ValueError("a shared-expert gate needs a shared expert (shared=N)")
+        if self.experts % self.groups:
+            raise ValueError(f"{self.experts} experts do not split into {self.groups} equal groups")
+        if self.top_groups > self.groups:
+            raise ValueError(f"top_groups={self.top_groups} keeps more groups than the {self.groups} there are")
+        if self.top > self.top_groups * (self.experts // self.groups):
+            raise ValueError(f"top={self.top} routes to more experts than the {self.top_groups} kept groups of {self.experts // self.groups} hold")
+        if self.group_score == "top2" and self.groups > 1 and self.experts // self.groups < 2:
+            raise ValueError("group_score=top2 sums a group's two best scores: each group needs at least 2 experts")
+        if self.correction_rate and not self.correction:
+            raise ValueError("correction_rate updates the correction bias, but there is none (correction=true)")
+        if self.router == "sigmoid" and self.balance:
+            raise ValueError("balance= is the Switch loss over softmax probabilities; sigmoid scores do not sum to 1 (use correction_rate=)")
+
+    @property
+    def deepseek(self) -> bool:
+        """Whether it routes otherwise than Mixtral's softmax top-k (the router's extra options)."""
+        return self.router != "softmax" or self.groups > 1 or self.scale != 1.0 or self.correction
 
 
 class Pool(Node):

@@ -210,7 +210,7 @@ def moe_injection(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
         m = p.node
         if not isinstance(m, ir.Moe) or m.experts < 2 or m.top >= m.experts:
             continue
-        if m.balance == 0:
+        if m.balance == 0 and not m.correction_rate:  # the correction's trim balances without a loss (DeepSeek-V3)
             out.append(_w("W103", f"a mixture of {m.experts} experts with no load-balancing loss", m.span,
                           "add balance=0.01 (the Switch Transformer's auxiliary loss)",
                           ["without a trim the router favours the experts it already favours; a few run hot, the rest starve"]))
@@ -519,6 +519,10 @@ def unwise_values(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
         if isinstance(node, ir.Moe) and node.balance >= 1:
             out.append(_w("W112", f"balance={node.balance:g}: the load-balancing loss outweighs the language-modelling loss", node.span,
                           "the Switch Transformer uses 0.01"))
+        if isinstance(node, ir.Moe) and node.correction_rate >= 0.1:
+            out.append(_w("W112", f"correction_rate={node.correction_rate:g}: each step moves the selection bias by that much, and "
+                          f"{node.router} scores lie in (0, 1): the choice follows the trim, not the router", node.span,
+                          "DeepSeek-V3 uses 0.001"))
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Sequence
 
 from ..diagnostics import Collector, did_you_mean
 from ..ir import Span
+from ..ir.nodes import GROUP_SCORES, ROUTERS
 from ..syntax import ast
 from .values import MAX_INT, EvalError, Keyword, Scope, evaluate, let_ref, unknown_name
 
@@ -369,6 +370,13 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("normalize", "bool", "renormalise the chosen experts' weights to sum to 1, for every top (Mixtral); false: the raw probabilities", "", default=True),
         Opt("shared", "int", "hidden width of a shared expert every token visits (Qwen2-MoE); 0: none", "an injector element that always flows", default=0, min=0, max=MAX_WIDTH * 64),
         Opt("shared_gate", "bool", "scale the shared expert's output by sigmoid(w . x) (Qwen2-MoE)", "a throttle on that element", default=False),
+        Opt("router", "choice", "the router's scores: softmax over the experts (Mixtral), or each expert's sigmoid (DeepSeek-V3); the chosen weights are these scores", "the injector's metering", default="softmax", choices=ROUTERS),
+        Opt("groups", "int", "the experts in this many equal groups (n_group); a token picks its top experts in its top_groups best groups only", "injector elements manifolded in banks", default=1, max=MAX_EXPERTS),
+        Opt("top_groups", "int", "with groups: the groups each token keeps (topk_group)", "banks opened per token", default_text="groups", max=MAX_EXPERTS),
+        Opt("group_score", "choice", "with groups: a group's score, on the selection scores: top2, the sum of its two best (DeepSeek-V3); max, its best (DeepSeek-V2)", "", default="top2", choices=GROUP_SCORES),
+        Opt("scale", "float", "the chosen weights x this, after any normalize (routed_scaling_factor)", "the routed flow's orifice gain", default=1.0, lo=0.0, lo_open=True, hi=1e3),
+        Opt("correction", "bool", "a per-expert bias added to the scores for the selection only; the weights come from the unbiased scores (DeepSeek-V3's e_score_correction_bias, a buffer)", "trim orifices on the injector elements", default=False),
+        Opt("correction_rate", "float", "with correction: each training forward, b_i += rate * sign(mean load - load_i) (auxiliary-loss-free balancing); 0: the bias is held", "the trim turned each firing, toward an even flow", default=0.0, lo=0.0, hi=1.0),
         _RATIO, _HIDDEN, _ACT, _BIAS,
     ),
     "turbine pool": (Opt("size", "int", "pooling window, at least 2: size 1 averages a position alone, and pool(x) - x is zero (causal engines pool only the past)", "", default=3, min=2, max=MAX_CONTEXT),),

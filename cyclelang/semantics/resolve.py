@@ -1085,8 +1085,39 @@ class _Resolver:
         if top > experts:
             self.out.error("E0205", f"top={top} routes to more experts than the {experts} there are", o.span_of("top"))
             return None
+        routing = self._routing(o, experts, top, balance)
+        if routing is None:
+            return None
         return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, normalize=normalize, shared=shared,
-                      shared_gate=shared_gate, span=d.span)
+                      shared_gate=shared_gate, **routing, span=d.span)
+
+    def _routing(self, o: Options, experts: int, top: int, balance: float) -> dict | None:
+        """The router's DeepSeek-V3 options (scores, groups, scale, correction bias), each checked
+        against the others where it is written."""
+        router, groups, group_score, scale = o.get("router"), o.get("groups"), o.get("group_score"), o.get("scale")
+        correction, rate = o.get("correction"), o.get("correction_rate")
+        top_groups = o.get("top_groups", groups)
+        if None in (router, groups, top_groups, group_score, scale, rate):
+            return None
+        bad = None
+        if experts % groups:
+            bad = ("E0205", "groups", f"{experts} experts do not split into {groups} equal groups", "groups must divide experts")
+        elif top_groups > groups:
+            bad = ("E0205", "top_groups", f"top_groups={top_groups} keeps more groups than the {groups} there are", None)
+        elif top > top_groups * (experts // groups):
+            bad = ("E0205", "top", f"top={top} routes to more experts than the {top_groups} kept groups of {experts // groups} hold", None)
+        elif group_score == "top2" and groups > 1 and experts // groups < 2:
+            bad = ("E0211", "groups", "group_score=top2 sums a group's two best scores, but each group holds one expert", "use group_score=max, or fewer groups")
+        elif rate and not correction:
+            bad = ("E0211", "correction_rate", "correction_rate updates the correction bias, but there is none", "add correction=true")
+        elif router == "sigmoid" and balance:
+            bad = ("E0211", "balance", "balance= is the Switch loss over softmax probabilities, and sigmoid scores do not sum to 1",
+                   "balance a sigmoid router with correction=true correction_rate=0.001 (auxiliary-loss-free)")
+        if bad is not None:
+            self.out.error(bad[0], bad[2], o.span_of(bad[1]), bad[3])
+            return None
+        return {"router": router, "groups": groups, "top_groups": top_groups, "group_score": group_score, "scale": scale,
+                "correction": correction, "correction_rate": rate}
 
     def t_pool(self, o: Options, ctx, w, d):
         size = o.get("size")

@@ -4,7 +4,7 @@ Nothing here edits the generated model: forward hooks on the module tree record
 the residual stream entering and leaving each stage instance and each branch's
 input and output; one `torch.autograd.grad` call then returns the gradient of
 the loss with respect to every recorded stream and every parameter. The model
-is in eval mode (no dropout, MoE routing dropless), so a reading is a pure
+is in eval mode (no dropout, MoE routing dropless, its correction bias held), so a reading is a pure
 function of the weights and the tokens.
 """
 

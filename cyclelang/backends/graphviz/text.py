@@ -82,6 +82,14 @@ def _moe_title(op: ir.Moe) -> tuple[str, str]:
         bits.append(f"balance {num(op.balance)}")
     if not op.normalize:
         bits.append("not renormalised")
+    if op.router != "softmax":
+        bits.append(op.router)
+    if op.groups > 1:
+        bits.append(f"{op.top_groups} of {op.groups} groups")
+    if op.scale != 1.0:
+        bits.append(f"{TIMES}{num(op.scale)}")
+    if op.correction:
+        bits.append("bias-trimmed" if op.correction_rate else "bias for choice")
     if op.shared:
         bits.append(f"shared {op.shared}" + (" gated" if op.shared_gate else ""))
     return f"MoE{DOT}{op.experts} experts{DOT}top {op.top}", DOT.join(bits)
@@ -207,13 +215,29 @@ def _attention_glyph(op, ink: dict, cells: int, mask_cell: int, kv_words: str = 
 
 
 def _moe_glyph(op: ir.Moe, ink: dict, cells: int, terse: bool = False) -> tuple[str, float, float]:
+    """The router and a row of expert cells, the chosen ones lit. A sigmoid router reads
+    "router σ" (each expert scored on its own), a softmax one "router"; with groups the
+    cells come in banks (a gap between groups), the first top_groups of them open."""
     shown = min(op.experts, cells)
-    row = _cells([ink["expert_on"] if i < op.top else ink["expert_off"] for i in range(shown)], ink["cell_border"], 10)
+    size = op.experts // op.groups
+    if op.groups > 1:  # the lit cells spread over the open banks, as a token's top experts do
+        lit = {(i % op.top_groups) * size + i // op.top_groups for i in range(op.top)}  # the i-th choice in open bank i mod top_groups
+        fills = [ink["expert_on"] if i in lit else ink["expert_off"] for i in range(shown)]
+    else:
+        fills = [ink["expert_on"] if i < op.top else ink["expert_off"] for i in range(shown)]
+    if op.groups > 1:
+        banks = [fills[i:i + size] for i in range(0, shown, size)]
+        row = '<td width="4"></td>'.join(_cells(b, ink["cell_border"], 10) for b in banks)
+        gaps = 4 * (len(banks) - 1)
+    else:
+        row, gaps = _cells(fills, ink["cell_border"], 10), 0
     more = f'<td>{_font(f"+{op.experts - shown}", ink)}</td>' if op.experts > shown else ""
-    top = "" if terse else f'<td>{_font(f" top {op.top}", ink)}</td>'
-    html = (f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{_font(f"router {ARROW}", ink)}</td>{row}{more}'
+    top = "" if terse else f'<td>{_font(f" top {op.top}" + (f" in {op.top_groups}/{op.groups}" if op.groups > 1 else ""), ink)}</td>'
+    word = "router \u03c3" if op.router == "sigmoid" else "router"
+    html = (f'<table border="0" cellspacing="2" cellpadding="0"><tr><td>{_font(f"{word} {ARROW}", ink)}</td>{row}{more}'
             f'{top}</tr></table>')
-    return html, float(58 + shown * 12 + (0 if terse else 44) + (24 if more else 0)), 18.0
+    extra = (10 if op.router == "sigmoid" else 0) + gaps + (0 if terse or op.groups == 1 else 30)
+    return html, float(58 + shown * 12 + (0 if terse else 44) + (24 if more else 0) + extra), 18.0
 
 
 def glyph_keys(node) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .ops import OpEmitter, call_args, hidden_size
+from .ops import OpEmitter, call_args, hidden_size, if_set
 from .plan import MoeVariant, OpPlan, Plan
 from .runtime import definition, digest
 from .writer import Writer, doc_tag, num
@@ -48,7 +48,9 @@ class MoeEmitter(OpEmitter):
     def ctor(self, o: OpPlan) -> str:
         m, s = o.op, o.args
         opt = {k: str(s[k]) if k in s else None for k in ("capacity", "balance", "shared")}
-        return f"{o.cls}({call_args(str(s['width']), hidden=str(s['hidden']), experts=str(s['experts']), top=str(s['top']), bias=num(m.bias), **opt)})"
+        route = {"groups": if_set(m.groups, m.groups > 1), "top_groups": if_set(m.top_groups, m.groups > 1), "scale": if_set(m.scale, m.scale != 1.0),
+                 "correction_rate": if_set(m.correction_rate, m.correction_rate > 0)}
+        return f"{o.cls}({call_args(str(s['width']), hidden=str(s['hidden']), experts=str(s['experts']), top=str(s['top']), bias=num(m.bias), **opt, **route)})"
 
     def needs_math(self, op) -> bool:
         return op.capacity is not None  # math.ceil of the capacity
@@ -70,7 +72,10 @@ class MoeEmitter(OpEmitter):
         with out.indent():
             w(f'"""Mixture of experts, top-k routed{doc_tag(None, "liquid-liquid injector")}.')
             w()
-            w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.normalize else ")."))
+            if v.deepseek:
+                self.routing_doc(out, v)
+            else:
+                w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.normalize else ")."))
             if v.shared:
                 w("Every token also visits the shared expert" + (", throttled by sigmoid(w . x)." if v.shared_gate else "."))
             if v.capacity:
@@ -85,13 +90,18 @@ Returns (y, the load-balancing loss), the Switch Transformer's:
 balance * experts * sum_e(fraction routed to e * mean router probability of e).""")
             w('"""')
             w()
-            optional = [name for name, on in (("capacity", v.capacity), ("balance", v.balance), ("shared", v.shared)) if on]
+            optional = [name for name, on in (("capacity", v.capacity), ("balance", v.balance), ("shared", v.shared), ("groups", v.groups),
+                                              ("top_groups", v.groups), ("scale", v.scale), ("correction_rate", v.trim)) if on]
             with out.constructor("width", "hidden", "experts", "top", "bias", *optional):
                 w("self.top = top")
                 for name in optional:
                     if name != "shared":
                         w(f"self.{name} = {name}")
                 w("self.router = nn.Linear(width, experts, bias=False)")
+                if v.correction:
+                    w("# per expert, added to the scores for the choice only (DeepSeek-V3's e_score_correction_bias): a buffer, saved")
+                    w("# with the weights, that no optimizer moves" + (" (the load rule does: trim)" if v.trim else ""))
+                    w('self.register_buffer("correction", torch.zeros(experts, dtype=torch.float32))  # (E,)')
                 w(f"self.experts = nn.ModuleList([{expert}(width, hidden, bias) for _ in range(experts)])")
                 if v.shared:
                     w(f"self.shared = {expert}(width, shared, bias)  # the shared expert: every token visits it")
@@ -101,6 +111,9 @@ balance * experts * sum_e(fraction routed to e * mean router probability of e)."
             w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
             with out.indent():
                 self.forward(out, v, plan.fast)
+            if v.trim:
+                w()
+                self.trim_text(out)
             if plan.fast:
                 w()
                 self.compiled(out, v, expert)
@@ -133,14 +146,77 @@ logits = self.router(x)  # (N, E)""")
             w("y = y.view(B, T, C)")
         w("return y, balance_loss" if v.balance else "return y")
 
+    def routing_doc(self, out: Writer, v: MoeVariant) -> None:
+        w = out.line
+        score = "each expert's sigmoid score" if v.router == "sigmoid" else "its softmax probabilities"
+        w(f"Each token goes to its top experts (DeepSeek-V3's router): from {score},")
+        if v.correction:
+            w("plus a per-expert correction bias that steers the choice only,")
+        if v.groups:
+            part = "the sum of its two best" if v.groups == "top2" else "its best"
+            w(f"it keeps its top_groups best groups of experts (a group scored by {part})")
+            w("and picks its top experts inside them;")
+        else:
+            w("it picks its top experts;")
+        w("their weights are the unbiased scores" + (", renormalised" if v.normalize else "") + (", x scale." if v.scale else "."))
+        if v.trim:
+            w("In training each forward moves the correction toward an even load (trim).")
+
+    def select(self, out: Writer, v: MoeVariant) -> None:
+        """DeepSeek-V3's choice and weights, eager: the custom op's routing computes the same, op for op."""
+        w = out.line
+        if v.router == "sigmoid":
+            w("probs = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32)))  # (N, E): each expert's own score, in float32 at least")
+        else:
+            w("probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))  # (N, E), in float32 at least (as Mixtral routes)")
+        w("pick = probs + self.correction  # (N, E): the choice's scores; the bias never reaches a weight" if v.correction else "pick = probs  # (N, E): the choice's scores")
+        if v.groups:
+            w("banks = pick.view(-1, self.groups, E // self.groups)  # (N, G, E/G): the experts in their groups")
+            if v.groups == "top2":
+                w("group = banks.topk(2, dim=-1).values.sum(dim=-1)  # (N, G): a group's two best scores, added")
+            else:
+                w("group = banks.amax(dim=-1)  # (N, G): a group's best score")
+            w("kept = torch.zeros_like(group, dtype=torch.bool).scatter_(1, torch.topk(group, self.top_groups, dim=-1).indices, True)  # (N, G)")
+            w('pick = pick.masked_fill(~kept.repeat_interleave(E // self.groups, dim=1), float("-inf"))  # the other groups\' experts are out')
+        w("choice = torch.topk(pick, self.top, dim=-1).indices  # (N, k)")
+        w("weight = probs.gather(-1, choice)  # (N, k): the unbiased scores")
+        if v.normalize:
+            w("weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20)  # DeepSeek-V3's renormalisation" if v.router == "sigmoid"
+              else "weight = weight / weight.sum(dim=-1, keepdim=True)")
+        if v.scale:
+            w("weight = weight * self.scale  # routed_scaling_factor")
+        if v.trim:
+            w("if self.training and self.correction_rate:")
+            w("    self.trim(choice)")
+
+    def trim_text(self, out: Writer) -> None:
+        out.block('''
+@torch.no_grad()
+def trim(self, choice):
+    """Auxiliary-loss-free balancing (DeepSeek-V3): called by each training forward, it moves
+    every expert's correction bias by correction_rate toward an even load, up for an expert
+    below the mean load and down for one above it: b_i += rate * sign(mean load - load_i).
+    The loads count the assignments of this forward (before any capacity drops) in integers,
+    so the step is exact and deterministic; under torch.distributed they are summed over every
+    rank first, and every rank takes the same step. Eval leaves the bias alone."""
+    E = self.correction.numel()
+    flat = choice.reshape(-1)
+    load = torch.zeros(E, dtype=torch.int64, device=flat.device).scatter_add_(0, flat, torch.ones_like(flat))  # (E,) assignments per expert
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(load)
+    self.correction.add_(torch.sign(load.sum() - E * load).to(self.correction.dtype), alpha=self.correction_rate)  # sign(mean - load_i), mean = sum / E''')
+
     def gather(self, out: Writer, v: MoeVariant) -> None:
         """Eager routing: each expert runs on exactly its tokens (one host sync for the
         counts); y (N, C) is every token's experts' weighted outputs added up."""
         w = out.line
-        w("probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))  # (N, E), in float32 at least (as Mixtral routes)")
-        w("weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)")
-        if v.normalize:
-            w("weight = weight / weight.sum(dim=-1, keepdim=True)")
+        if v.deepseek:
+            self.select(out, v)
+        else:
+            w("probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))  # (N, E), in float32 at least (as Mixtral routes)")
+            w("weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)")
+            if v.normalize:
+                w("weight = weight / weight.sum(dim=-1, keepdim=True)")
         if v.capacity or v.balance:
             w("onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first")
         if v.balance:
@@ -167,6 +243,15 @@ y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in ex
     def compiled(self, out: Writer, v: MoeVariant, expert: str) -> None:
         limit = "min(math.ceil(self.capacity * N * self.top / E), N) if self.training else -1" if v.capacity else "-1"
         drops = "\n    In training it drops the assignments past an expert's capacity." if v.capacity else ""
+        args = f"x, logits, weights{' + [self.correction]' if v.correction else ''}, bias, self.top, limit, {v.normalize}, {'self.balance' if v.balance else '0.0'}"
+        if v.deepseek:  # the router's options, then the choice back out for the trim
+            groups = f", groups=self.groups, top_groups=self.top_groups, group_score=\"{v.groups}\"" if v.groups else ""
+            args += f", router=\"{v.router}\"{groups}{', scale=self.scale' if v.scale else ''}{', correction=True' if v.correction else ''}"
+        if v.trim:
+            call = (f"out = routed_{v.act}({args})\n    if self.training and self.correction_rate:\n        self.trim(out[8])  # out[8]: the choice (N, k)"
+                    "\n    return out[:2]")
+        else:
+            call = f"return routed_{v.act}({args})[:2]"
         out.block(f'''
 def compiled_experts(self, x, logits):
     """The routing and the experts under torch.compile, in the custom op routed_{v.act},
@@ -182,7 +267,7 @@ def compiled_experts(self, x, logits):
     if torch.is_autocast_enabled(x.device.type) and x.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
         dtype = torch.get_autocast_dtype(x.device.type)
         x, weights = x.to(dtype), [w.to(dtype) for w in weights]
-    return routed_{v.act}(x, logits, weights, bias, self.top, limit, {v.normalize}, {"self.balance" if v.balance else "0.0"})[:2]
+    {call}
 
 def plain_experts(self):
     """Whether every expert is still this file's {expert} of two plain nn.Linear, whose weights the

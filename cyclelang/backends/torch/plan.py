@@ -100,10 +100,21 @@ class MoeVariant:
     normalize: bool  # the chosen weights are renormalised to sum to 1 (for every top, as Mixtral)
     shared: bool = False  # a shared expert every token visits (Qwen2-MoE)
     shared_gate: bool = False  # ... scaled by sigmoid(w . x)
+    router: str = "softmax"  # the scores: softmax, or sigmoid (DeepSeek-V3)
+    groups: str = ""  # group-limited top-k, each group scored by "top2" or "max"; "": none
+    scale: bool = False  # the chosen weights x routed_scaling_factor
+    correction: bool = False  # a selection-only bias per expert (a buffer)
+    trim: bool = False  # ... moved toward an even load each training forward
 
     @classmethod
     def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
-        return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize, m.shared > 0, m.shared_gate)
+        return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize, m.shared > 0, m.shared_gate, m.router,
+                   m.group_score if m.groups > 1 else "", m.scale != 1.0, m.correction, m.correction_rate > 0)
+
+    @property
+    def deepseek(self) -> bool:
+        """Routes otherwise than Mixtral's softmax top-k (`ir.Moe.deepseek`)."""
+        return self.router != "softmax" or bool(self.groups) or self.scale or self.correction
 
     @property
     def expert(self) -> MlpVariant:

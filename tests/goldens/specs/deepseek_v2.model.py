@@ -805,7 +805,14 @@ def routed_experts(name, experts_name):
     sum_e(fraction of assignments routed to e, before capacity, * mean probability of e)),
     then what the hand-written backward reads. The logits' gradient flows through the
     chosen weights and the mean probabilities, as autograd's through softmax and top-k
-    would. Defined once per process.
+    would. DeepSeek-V3's router, where its keyword arguments say so: router "sigmoid" scores each
+    expert on its own; with correction, the last tensor of weights is a bias (E,) added to
+    the scores for the choice only (a None argument would not survive torch's autograd
+    wrapper, so it rides in the list, and gets no gradient); with
+    groups > 1 a token keeps its top_groups best groups (scored by group_score, "top2" or
+    "max") and picks inside them; the weights are the unbiased scores of the chosen,
+    renormalised (sigmoid: over sum + 1e-20) and x scale. None of these moves a gradient but
+    through the chosen weights. Defined once per process.
     """
     try:
         return getattr(torch.ops.cyclelang, name)
@@ -815,14 +822,28 @@ def routed_experts(name, experts_name):
     experts_backward = getattr(torch.ops.cyclelang, experts_name + "_backward")
     unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()  # the experts' host sync
 
-    def routing(probs, top, limit, normalize):
+    def routing(probs, top, limit, normalize, router="softmax", groups=1, top_groups=1, group_score="top2", scale=1.0, correction=None):
         """(weight, choice): each token's top experts and their weights, (N, k) each; then
         (order, counts, routed): the assignments sorted by expert (dropped ones first), the
         count of dropped assignments and of each expert's, and the fraction per expert."""
         N, E = probs.shape
-        weight, choice = torch.topk(probs, top, dim=-1)
-        if normalize:
-            weight = weight / weight.sum(dim=-1, keepdim=True)
+        if router == "softmax" and groups == 1 and scale == 1.0 and correction is None:  # Mixtral's
+            weight, choice = torch.topk(probs, top, dim=-1)
+            if normalize:
+                weight = weight / weight.sum(dim=-1, keepdim=True)
+        else:  # DeepSeek-V3's, op for op as the eager path's
+            pick = probs if correction is None else probs + correction
+            if groups > 1:
+                banks = pick.view(-1, groups, E // groups)
+                group = banks.topk(2, dim=-1).values.sum(dim=-1) if group_score == "top2" else banks.amax(dim=-1)
+                kept = torch.zeros_like(group, dtype=torch.bool).scatter_(1, torch.topk(group, top_groups, dim=-1).indices, True)
+                pick = pick.masked_fill(~kept.repeat_interleave(E // groups, dim=1), float("-inf"))
+            choice = torch.topk(pick, top, dim=-1).indices
+            weight = probs.gather(-1, choice)
+            if normalize:
+                weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20) if router == "sigmoid" else weight / weight.sum(dim=-1, keepdim=True)
+            if scale != 1.0:
+                weight = weight * scale
         onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=probs.device)  # (k * N, E), first choices first
         routed = onehot.float().mean(dim=0)
         kept = choice
@@ -835,10 +856,15 @@ def routed_experts(name, experts_name):
 
     @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
     def run(
-        x: torch.Tensor, logits: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool, balance: float
+        x: torch.Tensor, logits: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool, balance: float, *,
+        router: str = "softmax", groups: int = 1, top_groups: int = 1, group_score: str = "top2", scale: float = 1.0, correction: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
-        weight, choice, order, counts, routed = routing(probs, top, limit, normalize)
+        if router == "sigmoid":
+            probs = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32)))
+        else:
+            probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        weights, bias_e = (weights[:-1], weights[-1]) if correction else (weights, None)
+        weight, choice, order, counts, routed = routing(probs, top, limit, normalize, router, groups, top_groups, group_score, scale, bias_e)
         loss = balance * probs.size(1) * torch.sum(routed * probs.mean(dim=0))
         token = order // top
         e, h = experts(x[token], counts, weights, bias)  # (N * k, C), dropped rows zero
@@ -847,7 +873,7 @@ def routed_experts(name, experts_name):
         return y, loss, probs, routed, e, h, order, counts, choice, weight
 
     @run.register_fake
-    def _(x, logits, weights, bias, top, limit, normalize, balance):
+    def _(x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax", groups=1, top_groups=1, group_score="top2", scale=1.0, correction=False):
         (N, E), n = logits.shape, logits.size(0) * top
         p = torch.promote_types(logits.dtype, torch.float32)
         index = logits.new_empty((n,), dtype=torch.int64)
@@ -858,30 +884,43 @@ def routed_experts(name, experts_name):
     @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
     def run_backward(
         grad: torch.Tensor, g_loss: torch.Tensor, x: torch.Tensor, saved: list[torch.Tensor], weights: list[torch.Tensor],
-        bias: bool, top: int, normalize: bool, balance: float, weight_grads: bool
+        bias: bool, top: int, normalize: bool, balance: float, weight_grads: bool, router: str = "softmax", scale: float = 1.0
     ) -> list[torch.Tensor]:
         probs, routed, e, h, order, counts, choice, weight = saved
         token = order // top
         g = grad[token]  # (N * k, C): each assignment's share of its token's gradient
         g_weight = torch.empty_like(weight)
         g_weight.view(-1)[order] = (g * e).sum(dim=-1).to(weight.dtype)
-        if normalize:  # w = p / sum(p) over the chosen: dp = (dw - sum(dw * w)) / sum(p)
+        if scale != 1.0 and normalize:  # W = s p / D: dp = (s dW - sum(dW * W)) / D, D = sum(p) (+ 1e-20 for sigmoid)
+            inner = (g_weight * weight).sum(dim=-1, keepdim=True)
+            total = probs.gather(-1, choice).sum(dim=-1, keepdim=True)
+            g_weight = (g_weight * scale - inner) / (total + 1e-20 if router == "sigmoid" else total)
+        elif scale != 1.0:
+            g_weight = g_weight * scale
+        elif normalize and router == "sigmoid":
+            g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / (probs.gather(-1, choice).sum(dim=-1, keepdim=True) + 1e-20)
+        elif normalize:  # w = p / sum(p) over the chosen: dp = (dw - sum(dw * w)) / sum(p)
             g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / probs.gather(-1, choice).sum(dim=-1, keepdim=True)
         g_probs = torch.zeros_like(probs).scatter_(-1, choice, g_weight)  # a token's choices are distinct
         if balance:  # the loss reads probs through their mean over tokens (rounded as autograd rounds it)
             g_probs += (g_loss * (balance * probs.size(1))) * routed.to(probs.dtype) / probs.size(0)
-        g_logits = torch._softmax_backward_data(g_probs, probs, -1, probs.dtype)  # autograd's kernel for the softmax
+        if router == "sigmoid":
+            g_logits = torch.ops.aten.sigmoid_backward(g_probs, probs)  # autograd's kernel for the sigmoid
+        else:
+            g_logits = torch._softmax_backward_data(g_probs, probs, -1, probs.dtype)  # autograd's kernel for the softmax
         g_e = (g * weight.reshape(-1)[order, None]).to(e.dtype)
         gx_a, *gw = experts_backward(g_e, x[token], h, counts, weights, bias, weight_grads)
         return [torch.zeros_like(x).index_add_(0, token, gx_a), g_logits] + gw
 
     @run_backward.register_fake
-    def _(grad, g_loss, x, saved, weights, bias, top, normalize, balance, weight_grads):
+    def _(grad, g_loss, x, saved, weights, bias, top, normalize, balance, weight_grads, router="softmax", scale=1.0):
         return [torch.empty_like(x), torch.empty_like(saved[0])] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
 
-    def setup_context(ctx, inputs, output):
+    def setup_context(ctx, inputs, keyword_only_inputs, output):
         x, logits, weights, ctx.bias, ctx.top, _, ctx.normalize, ctx.balance = inputs
+        ctx.router, ctx.scale, ctx.correction = (keyword_only_inputs[k] for k in ("router", "scale", "correction"))
         ctx.logits_dtype = logits.dtype
+        weights = weights[:-1] if ctx.correction else weights  # the selection bias is not saved: the trim may move it before the backward
         ctx.weight_grads = any(w.requires_grad for w in weights)
         ctx.save_for_backward(x, *output[2:], *weights)
         ctx.mark_non_differentiable(*output[2:])
@@ -890,12 +929,14 @@ def routed_experts(name, experts_name):
         x, *rest = ctx.saved_tensors
         saved, weights = rest[:8], rest[8:]
         g_loss = torch.zeros((), dtype=saved[0].dtype, device=x.device) if g_loss is None else g_loss
-        gx, g_logits, *gw = run_backward(grad.contiguous(), g_loss, x, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.balance, ctx.weight_grads)
-        return gx, g_logits.to(ctx.logits_dtype), gw if ctx.weight_grads else [None] * len(weights), None, None, None, None, None
+        gx, g_logits, *gw = run_backward(grad.contiguous(), g_loss, x, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.balance, ctx.weight_grads,
+                                         ctx.router, ctx.scale)
+        gw = (gw if ctx.weight_grads else [None] * len(weights)) + ([None] if ctx.correction else [])  # none for the selection bias
+        return gx, g_logits.to(ctx.logits_dtype), gw, None, None, None, None, None
 
     run.register_autograd(backward, setup_context=setup_context)
     return getattr(torch.ops.cyclelang, name)
 
 
 experts_swiglu = expert_mlps("experts_swiglu_ab5b3017", swiglu_grad)
-routed_swiglu = routed_experts("routed_swiglu_7cbdd4e7", "experts_swiglu_ab5b3017")
+routed_swiglu = routed_experts("routed_swiglu_f74c38a7", "experts_swiglu_ab5b3017")

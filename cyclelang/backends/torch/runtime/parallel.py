@@ -11,7 +11,9 @@ parallelism, activation checkpointing, compile and FSDP2, with torch.distributed
                qkv rows are regrouped [q_r | k_r | v_r] per rank first, so each rank's
                contiguous shard holds its own heads), the output projection row-wise
     hidden     MLP: up (and gate) column-wise, down row-wise; MoE: every expert so,
-               the router replicated (eager only: the experts' compiled op takes whole weights)
+               the router replicated (eager only: the experts' compiled op takes whole weights),
+               and its correction bias with it: every rank routes the same tokens the same
+               way, and the load rule sums the counts over all ranks, so the copies stay equal
     replicate  norms, embeddings, the head, linear turbines, pool/conv mixers and the
                merges' parameters: computed whole on every rank of the TP group
 
