@@ -171,6 +171,9 @@ def qk_norm_ref(x, norm, kind, offset, eps):
     """One qk-norm of x (B, H, T, D) by its equation, the module's gain and bias read from `norm`."""
     g = (offset + norm.weight.double()) if getattr(norm, "weight", None) is not None else 1.0
     b = norm.bias.double() if getattr(norm, "bias", None) is not None else 0.0
+    if getattr(norm, "weight", None) is not None and norm.weight.dim() == 2:  # (heads, D): each head its own gain (and bias)
+        g = g[:, None, :]
+        b = b[:, None, :] if torch.is_tensor(b) else b
     if kind == "layernorm":
         mu = x.mean(-1, keepdim=True)
         return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps) * g + b
@@ -203,6 +206,10 @@ QK_CASES = {  # options -> (rotated dims of head_dim 8, the reference's keywords
     "layernorm_no_bias_gqa": ("kv_heads=2 rotary qk_norm qk_norm_type=layernorm", 8, dict(kind="layernorm")),
     "nanochat_weightless_after_rotary": ("rotary qk_norm qk_norm_affine=false qk_norm_after_rotary", 8, dict(late=True)),
     "gained_after_rotary_gqa": ("kv_heads=1 rotary=0.5 qk_norm qk_norm_after_rotary", 4, dict(late=True)),
+    "stablelm_head_gains_layernorm_gqa": ("kv_heads=2 rotary=0.5 qk_norm qk_norm_type=layernorm qk_norm_head_gains", 4, dict(kind="layernorm")),
+    "cohere_head_gains_bias_offset": ("rotary qk_norm qk_norm_type=layernorm qk_norm_bias qk_norm_head_gains qk_norm_offset=1", 8,
+                                      dict(kind="layernorm", offset=1.0)),
+    "head_gains_rms_after_rotary": ("kv_heads=1 rotary qk_norm qk_norm_head_gains qk_norm_after_rotary", 8, dict(late=True)),
     "layernorm_offset_weightless": ("rotary qk_norm qk_norm_type=layernorm qk_norm_affine=false", 8, dict(kind="layernorm")),
 }
 
@@ -290,6 +297,8 @@ QK_BAD = {  # qk-norm options that cannot hold, each a located E0211
     "qk_norm qk_norm_affine=false qk_norm_offset=1": "E0211",
     "qk_norm qk_norm_across qk_norm_after_rotary rotary": "E0211",
     "qk_norm qk_norm_type=groupnorm": "E0203",
+    "qk_norm qk_norm_across qk_norm_head_gains": "E0211",
+    "qk_norm qk_norm_affine=false qk_norm_head_gains": "E0211",
 }
 
 
