@@ -171,9 +171,9 @@ def qk_norm_ref(x, norm, kind, offset, eps):
     """One qk-norm of x (B, H, T, D) by its equation, the module's gain and bias read from `norm`."""
     g = (offset + norm.weight.double()) if getattr(norm, "weight", None) is not None else 1.0
     b = norm.bias.double() if getattr(norm, "bias", None) is not None else 0.0
-    if getattr(norm, "weight", None) is not None and norm.weight.dim() == 2:  # (heads, D): each head its own gain (and bias)
-        g = g[:, None, :]
-        b = b[:, None, :] if torch.is_tensor(b) else b
+    if getattr(norm, "heads", None):  # each head its own gain (and bias), heads * D of them, head by head
+        g = g.view(norm.heads, 1, -1)
+        b = b.view(norm.heads, 1, -1) if torch.is_tensor(b) else b
     if kind == "layernorm":
         mu = x.mean(-1, keepdim=True)
         return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps) * g + b
@@ -267,6 +267,17 @@ def test_qk_norm_parameters_are_counted_as_built():
     for opts, _, _ in QK_CASES.values():
         spec = cyclelang.parse(SPEC.format(opts=opts))
         assert analyze(spec)["params"]["total"] == sum(p.numel() for p in build(spec, seed=0).parameters()), opts
+
+
+def test_head_gains_are_vectors_to_decay_and_mup():
+    """Each head's qk-norm gains are one vector (heads * head_dim): no weight decay, μP's vector rule."""
+    text = SPEC.format(opts="rotary qk_norm qk_norm_head_gains").replace("nozzle head", "nozzle head\n  startup { param mup base_width=16 }")
+    model = build(cyclelang.parse(text), seed=0)
+    q = model.stages[0].mix.attn.q_norm
+    assert q.weight.shape == (4 * 8,) and torch.equal(q.weight, torch.ones(32))  # the gains start at 1, as the standard init's
+    opt, _ = model.configure_optimizer()
+    group = next(g for g in opt.param_groups if any(p is q.weight for p in g["params"]))
+    assert group["weight_decay"] == 0.0 and group["rule"] == "vector"
 
 
 def test_relu2_and_the_offset_layernorm_equal_their_equations():
