@@ -380,7 +380,8 @@ of 0 is the identity gain, and whatever shrinks weights toward 0 (weight decay,
 quantisation, pruning) pulls the valve toward the identity). The weight starts at
 1 - c, so the gain starts at 1 for any c; but with c other than 0 or 1 a shrunk weight
 moves the valve toward the arbitrary setting c, and no checkpoint family stores its
-norms that way.""", "norm rmsnorm offset=0.5")
+norms that way. The same holds for `norm layernorm offset=c` (Nemotron's LayerNorm1P:
+c = 1) and for attention's `qk_norm_offset=c` (Gemma 3's qk-norms: c = 1).""", "norm rmsnorm offset=0.5")
 
 # --- hardening (issue 21), appended --------------------------------------------------------------
 _add("E0112", "not a regular file", """

@@ -171,6 +171,9 @@ def qk_norm_ref(x, norm, kind, offset, eps):
     """One qk-norm of x (B, H, T, D) by its equation, the module's gain and bias read from `norm`."""
     g = (offset + norm.weight.double()) if getattr(norm, "weight", None) is not None else 1.0
     b = norm.bias.double() if getattr(norm, "bias", None) is not None else 0.0
+    if getattr(norm, "heads", None):  # each head its own gain (and bias), heads * D of them, head by head
+        g = g.view(norm.heads, 1, -1)
+        b = b.view(norm.heads, 1, -1) if torch.is_tensor(b) else b
     if kind == "layernorm":
         mu = x.mean(-1, keepdim=True)
         return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps) * g + b
@@ -203,6 +206,10 @@ QK_CASES = {  # options -> (rotated dims of head_dim 8, the reference's keywords
     "layernorm_no_bias_gqa": ("kv_heads=2 rotary qk_norm qk_norm_type=layernorm", 8, dict(kind="layernorm")),
     "nanochat_weightless_after_rotary": ("rotary qk_norm qk_norm_affine=false qk_norm_after_rotary", 8, dict(late=True)),
     "gained_after_rotary_gqa": ("kv_heads=1 rotary=0.5 qk_norm qk_norm_after_rotary", 4, dict(late=True)),
+    "stablelm_head_gains_layernorm_gqa": ("kv_heads=2 rotary=0.5 qk_norm qk_norm_type=layernorm qk_norm_head_gains", 4, dict(kind="layernorm")),
+    "cohere_head_gains_bias_offset": ("rotary qk_norm qk_norm_type=layernorm qk_norm_bias qk_norm_head_gains qk_norm_offset=1", 8,
+                                      dict(kind="layernorm", offset=1.0)),
+    "head_gains_rms_after_rotary": ("kv_heads=1 rotary qk_norm qk_norm_head_gains qk_norm_after_rotary", 8, dict(late=True)),
     "layernorm_offset_weightless": ("rotary qk_norm qk_norm_type=layernorm qk_norm_affine=false", 8, dict(kind="layernorm")),
 }
 
@@ -262,6 +269,17 @@ def test_qk_norm_parameters_are_counted_as_built():
         assert analyze(spec)["params"]["total"] == sum(p.numel() for p in build(spec, seed=0).parameters()), opts
 
 
+def test_head_gains_are_vectors_to_decay_and_mup():
+    """Each head's qk-norm gains are one vector (heads * head_dim): no weight decay, μP's vector rule."""
+    text = SPEC.format(opts="rotary qk_norm qk_norm_head_gains").replace("nozzle head", "nozzle head\n  startup { param mup base_width=16 }")
+    model = build(cyclelang.parse(text), seed=0)
+    q = model.stages[0].mix.attn.q_norm
+    assert q.weight.shape == (4 * 8,) and torch.equal(q.weight, torch.ones(32))  # the gains start at 1, as the standard init's
+    opt, _ = model.configure_optimizer()
+    group = next(g for g in opt.param_groups if any(p is q.weight for p in g["params"]))
+    assert group["weight_decay"] == 0.0 and group["rule"] == "vector"
+
+
 def test_relu2_and_the_offset_layernorm_equal_their_equations():
     """relu2(x) = relu(x)^2 (Primer); LayerNorm1P (Nemotron): (x - mean) / sqrt(var + eps) * (1 + w) + b."""
     text = (SPEC.format(opts="rotary").replace("hidden=48 act=swiglu", "hidden=48 act=relu2")
@@ -290,6 +308,8 @@ QK_BAD = {  # qk-norm options that cannot hold, each a located E0211
     "qk_norm qk_norm_affine=false qk_norm_offset=1": "E0211",
     "qk_norm qk_norm_across qk_norm_after_rotary rotary": "E0211",
     "qk_norm qk_norm_type=groupnorm": "E0203",
+    "qk_norm qk_norm_across qk_norm_head_gains": "E0211",
+    "qk_norm qk_norm_affine=false qk_norm_head_gains": "E0211",
 }
 
 

@@ -83,6 +83,9 @@ FAMILIES = {
     "nemotron_quarter_rotary_tied": lambda: nemotron(num_attention_heads=6, num_key_value_heads=1, head_dim=None, tie_word_embeddings=True, attention_bias=False,
                                                      mlp_bias=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                                                       "partial_rotary_factor": 0.25}),
+    # Gemma 3 keeps attn_logit_softcapping but never applies it (eager or sdpa): an inert key; the final soft-cap is applied
+    "gemma3_text_final_softcap": lambda: gemma3(attn_logit_softcapping=3.0, final_logit_softcapping=5.0, num_hidden_layers=2,
+                                                layer_types=["full_attention", "sliding_attention"], attn_implementation="eager"),
     "gemma3_text_default_pattern_untied": lambda: gemma3(num_hidden_layers=6, layer_types=None, sliding_window=4, tie_word_embeddings=False,
                                                          num_key_value_heads=1, rope_parameters=None, pad_token_id=3),
     "arcee_yarn_tied": lambda: arcee(attention_bias=False, mlp_bias=False, tie_word_embeddings=True, num_key_value_heads=1,
@@ -124,6 +127,7 @@ QUIRKS = {  # case -> (family, the spec's words for its quirk, the words without
     "nanochat final soft-cap": ("nanochat", " softcap=3", ""),
     "nemotron partial rotary": ("nemotron", "rotary=0.5", "rotary"),
     "gemma3_text the sliding layers' own rotary base": ("gemma3_text", " rotary_base=500", ""),
+    "gemma3_text final soft-cap": ("gemma3_text_final_softcap", " softcap=5", ""),
 }
 
 

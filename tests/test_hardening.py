@@ -617,6 +617,9 @@ DOCUMENTED = {
     "feed": ["vocab=16", "context=8", "position=sinusoidal", "scale=2", "dropout=0.1"],
     "attention": ["heads=2", "kv_heads=1", "head_dim=4", "mask=causal", "window=4", "rotary=0.5", "rotary_base=500", "qk_norm", "bias=false", "dropout=0.1"],
     "attention_qk": ["heads=2", "qk_norm", "qk_norm_eps=1e-6", "bias=true", "out_bias=false"],
+    "attention_qk_shapes": ["heads=2", "rotary", "qk_norm", "qk_norm_type=layernorm", "qk_norm_bias", "qk_norm_offset=1", "qk_norm_head_gains",
+                            "qk_norm_after_rotary"],
+    "attention_qk_weightless": ["heads=2", "qk_norm", "qk_norm_affine=false"],
     "attention_llama3": ["heads=2", "rotary", "rotary_scaling=llama3", "rotary_factor=4", "rotary_original=4", "rotary_low=1", "rotary_high=4"],
     "attention_yarn": ["heads=2", "rotary", "rotary_scaling=yarn", "rotary_factor=2", "rotary_beta_fast=16", "rotary_beta_slow=2",
                        "rotary_attention_factor=1.1"],
@@ -633,7 +636,7 @@ DOCUMENTED = {
                "dt_min=0.001", "dt_max=0.1"],
     "linear_attention": ["heads=2", "feature=relu", "normalize=false", "chunk=4"],
     "latent_attention": ["heads=2", "latent=4", "q_latent=4", "rotary_dims=2", "v_dim=4"],
-    "layernorm": ["eps=1e-5", "bias=false"],
+    "layernorm": ["eps=1e-5", "bias=false", "offset=1"],
     "rmsnorm": ["eps=1e-6"],
     "merge": ["scale=0.5", "cooling std=0.02", "rezero init=0.5", "layerscale init=0.1", "deepnorm alpha=2 beta=0.5", "gate bias=-2"],
     "prechamber": ["detach", "overboard loss=0.1"],
@@ -649,7 +652,8 @@ def _engine(stage_body: str, feed: str = "vocab=16 context=8", nozzle: str = "",
 
 def test_d13_every_documented_option_can_be_written():
     texts = [_engine("prechamber p { turbine mlp }", feed=" ".join(DOCUMENTED["feed"]))]
-    for kind in ("attention", "attention_qk", "attention_llama3", "attention_yarn", "attention_caps", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
+    for kind in ("attention", "attention_qk", "attention_qk_shapes", "attention_qk_weightless", "attention_llama3", "attention_yarn", "attention_caps",
+                 "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
         texts.append(_engine(f"prechamber p {{ turbine {kind.split('_')[0]} {' '.join(DOCUMENTED[kind])} }}"))
     for kind, turbine in (("ssm", "ssm"), ("ssm_v1", "ssm"), ("linear_attention", "linear_attention"), ("latent_attention", "attention")):
         texts.append(_engine(f"prechamber p {{ turbine {turbine} {' '.join(DOCUMENTED[kind])} }}"))

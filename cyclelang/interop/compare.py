@@ -42,6 +42,7 @@ WORDS: dict[str, tuple[str, str]] = {
     "qk_norm_offset": ("qk-norm gain offset", "turbine attention qk_norm_offset="),
     "qk_norm_affine": ("learned qk-norm gain", "turbine attention qk_norm_affine="),
     "qk_norm_after_rotary": ("qk-norm after rotary", "turbine attention qk_norm_after_rotary"),
+    "qk_norm_head_gains": ("a qk-norm gain per head", "turbine attention qk_norm_head_gains"),
     "bias": ("bias", "bias="),
     "out_bias": ("output projection bias", "turbine attention out_bias="),
     "width": ("width", "chamber width="),

@@ -2081,8 +2081,10 @@ KEYS.update(_DECODERS_UNGATED)
 
 # Gemma 3 (text): Gemma 2's layer with (1 + w) qk RMSNorms, a layer pattern of one global layer in six, and
 # rope parameters per layer type (sliding layers: rope_local_base_freq's 10000 by default; global: 1e6).
-KEYS["gemma3_text"] = Keys(_DECODERS["gemma2"].maps,
+KEYS["gemma3_text"] = Keys(_DECODERS["gemma2"].maps - {"attn_logit_softcapping"},
                            {"hidden_act": "Gemma 3's forward reads hidden_activation; a hidden_act its configs also write is ignored",
+                            "attn_logit_softcapping": "Gemma 3's attention keeps it but never hands it to the attention function: "
+                                                      "its scores are not soft-capped",
                             "_sliding_window_pattern": "the copy of sliding_window_pattern to_dict writes; __post_init__ reads only "
                                                        "sliding_window_pattern (and only where layer_types is absent)"},
                            {"rope_local_base_freq": "rope_parameters.sliding_attention.rope_theta", "sliding_window_pattern": "layer_types"})
@@ -2092,13 +2094,17 @@ _GEMMA3_THETA = {"full_attention": ("rope_theta", 1_000_000.0), "sliding_attenti
 class _View:
     """A family's config seen by another family's reader: its own layer types and one layer type's rope parameters."""
 
-    def __init__(self, c: Config, rope: dict | None = None, where: str = "", types: list | None = None, renamed: dict | None = None):
+    def __init__(self, c: Config, rope: dict | None = None, where: str = "", types: list | None = None, renamed: dict | None = None,
+                 fixed: dict | None = None):
         self._c, self._rope, self._where, self._types, self._renamed = c, rope, where, types, renamed or {}
+        self._fixed = fixed or {}  # keys the other reader reads that this family's forward never reads: their value in effect
         self.keys, self.raw, self.family = c.keys, c.raw, c.family
 
     def __getitem__(self, key: str):
         if key == "layer_types" and self._types is not None:
             return self._types
+        if key in self._fixed:
+            return self._fixed[key]
         return self._c[self._renamed.get(key, key)]
 
     def __contains__(self, key: str) -> bool:
@@ -2157,7 +2163,7 @@ def _gemma3(c: Config) -> Arch:
             raise Unsupported("sliding_window_pattern", f"{pattern!r}: a pattern is a whole number of layers from 1")
         types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
     ropes = _gemma3_ropes(c)
-    full = _View(c, *ropes["full_attention"], types)
+    full = _View(c, *ropes["full_attention"], types, fixed={"attn_logit_softcapping": None})
     a = _decoder("gemma2")(full)
     eps = _eps(c, "rms_norm_eps")
     local = _View(c, *ropes["sliding_attention"], types)

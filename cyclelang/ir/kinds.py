@@ -138,6 +138,8 @@ def _attention_params(a: ir.Attention, w: int) -> int:
     per = (1 + a.qk_norm_bias) * a.qk_norm_affine  # a gain (and Persimmon's bias) per channel; none without a learned gain (nanochat)
     if a.qk_norm and a.qk_norm_across:
         n += per * (q + kv)  # one qk-norm over all q heads' channels, one over all k heads' (OLMo-2)
+    elif a.qk_norm and a.qk_norm_head_gains:
+        n += per * (q + kv)  # each head its own gain (and bias): StableLM, Cohere
     elif a.qk_norm:
         n += per * 2 * a.head_dim  # one qk-norm per head dim, shared by the heads, for q and for k
     return n

@@ -219,6 +219,7 @@ class Attention(Node):
     qk_norm_offset: Finite = 0.0  # the qk-norms' gain is offset + w (Gemma 3: 1, w starting at 0)
     qk_norm_affine: bool = True  # a learned gain; false: normalise only (nanochat)
     qk_norm_after_rotary: bool = False  # the qk-norms act on the rotated q and k (nanochat); false: before rotary (Qwen3)
+    qk_norm_head_gains: bool = False  # each head its own qk-norm gain (and bias): StableLM, Cohere; false: one shared by the heads
     scale: Positive | None = None  # the attention logits' scale; None: 1 / sqrt(head_dim)
     rotary_interleaved: bool = False  # rotate pairs (0, 1), (2, 3), ... (GPT-J); false: the two halves (GPT-NeoX, Llama)
     rotary_scaling: RotaryScaling | None = None  # rotary stretched past the pretraining context; None: plain rotary
@@ -247,7 +248,7 @@ class Attention(Node):
         if self.alibi_scaled and not self.alibi:
             raise ValueError("alibi_scaled says how ALiBi is scaled, but alibi is off")
         shaped = (self.qk_norm_across, self.qk_norm_type != "rmsnorm", self.qk_norm_bias, self.qk_norm_offset, not self.qk_norm_affine,
-                  self.qk_norm_after_rotary)
+                  self.qk_norm_after_rotary, self.qk_norm_head_gains)
         if not self.qk_norm and any(shaped):
             raise ValueError("the qk-norm's options describe a qk-norm, but qk_norm is off")
         if self.qk_norm_bias and self.qk_norm_type != "layernorm":
@@ -256,6 +257,8 @@ class Attention(Node):
             raise ValueError("a qk-norm without a learned gain has no bias and no offset")
         if self.qk_norm_across and self.qk_norm_after_rotary:
             raise ValueError("a qk-norm across heads acts before the heads split, so before rotary")
+        if self.qk_norm_head_gains and (self.qk_norm_across or not self.qk_norm_affine):
+            raise ValueError("a gain per head needs a learned gain on each head's own norm (not across heads)")
 
 
 class Mlp(Node):

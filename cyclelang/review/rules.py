@@ -400,6 +400,11 @@ def norm_offset_unusual(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
                           "use offset=1 (Gemma: the gain is 1 + w, so a weight of 0 is the identity) or no offset",
                           ["the weight starts at 1 - offset so the gain starts at 1; any shrinkage of the weight (weight decay, "
                            "quantisation, pruning) then moves the valve toward an arbitrary setting, and no checkpoint family stores it so"]))
+        if isinstance(n, ir.Attention) and n.qk_norm_offset not in (0.0, 1.0):
+            out.append(_w("W126", f"a qk-norm gain offset of {n.qk_norm_offset:g}: a stored weight of 0 means a gain of {n.qk_norm_offset:g}",
+                          n.span, "use qk_norm_offset=1 (Gemma 3: the gain is 1 + w) or no offset",
+                          ["the weight starts at 1 - offset so the gain starts at 1; any shrinkage of the weight then moves the qk-norm "
+                           "toward an arbitrary setting, and no checkpoint family stores it so"]))
     return out
 
 

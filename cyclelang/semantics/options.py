@@ -311,6 +311,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("qk_norm_offset", "float", "with qk_norm: the gain is offset + w, w starting at 1 - offset (Gemma 3: 1)", "", default=0.0, lo=-1e6, hi=1e6),
         Opt("qk_norm_affine", "bool", "with qk_norm: a learned gain; false normalises only (nanochat)", "", default=True),
         Opt("qk_norm_after_rotary", "bool", "with qk_norm: normalise the rotated queries and keys (nanochat), not the ones rotary turns", "", default=False),
+        Opt("qk_norm_head_gains", "bool", "with qk_norm: each head its own gain (and bias), as StableLM and Cohere; false: one shared by the heads", "", default=False),
         Opt("scale", "float", "the attention logits' scale (Granite's attention_multiplier)", "", default=None, default_text="1/sqrt(head_dim)", lo=0.0, lo_open=True, hi=1e3),
         Opt("bias", "bool", "biases on the q, k, v projections (and the output's, unless out_bias says otherwise)", "", default=True),
         Opt("out_bias", "bool", "the output projection's bias (Qwen2: q, k, v biased, the output not)", "", default_text="bias"),

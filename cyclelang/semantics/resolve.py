@@ -892,7 +892,7 @@ class _Resolver:
         qk_norm = o.get("qk_norm")
         qk_eps = o.get("qk_norm_eps")
         qk_across = o.get("qk_norm_across")
-        qk_shape = {k: o.get(k) for k in ("qk_norm_type", "qk_norm_bias", "qk_norm_offset", "qk_norm_affine", "qk_norm_after_rotary")}
+        qk_shape = {k: o.get(k) for k in ("qk_norm_type", "qk_norm_bias", "qk_norm_offset", "qk_norm_affine", "qk_norm_after_rotary", "qk_norm_head_gains")}
         scale = o.get("scale")
         interleaved = o.get("rotary_interleaved")
         bias = o.get("bias")
@@ -913,7 +913,7 @@ class _Resolver:
         if (o.has("qk_norm_eps") or qk_across) and not qk_norm:
             self.out.error("E0211", "qk_norm_eps= and qk_norm_across set a qk-norm, but qk_norm is off", o.span_of("qk_norm_eps" if o.has("qk_norm_eps") else "qk_norm_across"), "add qk_norm")
             return None
-        said = next((k for k in ("qk_norm_type", "qk_norm_bias", "qk_norm_offset", "qk_norm_affine", "qk_norm_after_rotary") if o.has(k)), None)
+        said = next((k for k in ("qk_norm_type", "qk_norm_bias", "qk_norm_offset", "qk_norm_affine", "qk_norm_after_rotary", "qk_norm_head_gains") if o.has(k)), None)
         if said and not qk_norm:
             self.out.error("E0211", f"{said} shapes a qk-norm, but qk_norm is off", o.span_of(said), "add qk_norm")
             return None
@@ -922,6 +922,10 @@ class _Resolver:
         if qk_across and qk_shape["qk_norm_after_rotary"]:
             self.out.error("E0211", "a qk-norm across heads acts before the heads split, so before rotary", o.span_of("qk_norm_after_rotary"),
                            "drop qk_norm_across or qk_norm_after_rotary")
+            return None
+        if qk_shape["qk_norm_head_gains"] and (qk_across or not qk_shape["qk_norm_affine"]):
+            self.out.error("E0211", "a gain per head needs a learned gain on each head's own norm", o.span_of("qk_norm_head_gains"),
+                           "drop qk_norm_head_gains, or the qk_norm_across / qk_norm_affine=false")
             return None
         if qk_shape["qk_norm_bias"] and qk_shape["qk_norm_type"] != "layernorm":
             self.out.error("E0211", "a qk rmsnorm has no bias", o.span_of("qk_norm_bias"), "add qk_norm_type=layernorm, or drop qk_norm_bias")

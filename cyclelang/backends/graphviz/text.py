@@ -66,7 +66,7 @@ def _attention_title(op: ir.Attention) -> tuple[str, str]:
         bits.append(f"rotary {op.rotary_dims}/{op.head_dim}" + (" interleaved" if op.rotary_interleaved else ""))
     if op.qk_norm:
         shape = [w for w, on in (("layernorm", op.qk_norm_type == "layernorm"), ("bias", op.qk_norm_bias),
-                                 (f"gain {num(op.qk_norm_offset)} + w", op.qk_norm_offset), ("no gain", not op.qk_norm_affine),
+                                 (f"gain {num(op.qk_norm_offset)} + w", op.qk_norm_offset), ("no gain", not op.qk_norm_affine), ("gain per head", op.qk_norm_head_gains),
                                  ("after rotary", op.qk_norm_after_rotary)) if on]
         bits.append(("qk-norm across heads" if op.qk_norm_across else "qk-norm") + (f" ({', '.join(shape)})" if shape else ""))
     if op.scale is not None:

@@ -14,6 +14,10 @@ ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interle
 
 def qk_module(v: AttentionVariant, dim: str) -> str:
     """The constructor of one qk-norm over `dim` channels, as the variant shapes it."""
+    if v.qk_heads:  # `dim` is q's or k's heads' channels: each head its own gain
+        heads = "kv_heads" if dim.startswith("kv") else "heads"
+        return (f"HeadNorm({heads}, head_dim, eps=qk_eps{', rms=True' if v.qk_type == 'rmsnorm' else ''}{', bias=True' if v.qk_bias else ''}"
+                f"{', offset=qk_offset' if v.qk_offset else ''})")
     if not v.qk_affine:
         return f"nn.{'LayerNorm' if v.qk_type == 'layernorm' else 'RMSNorm'}({dim}, eps=qk_eps, elementwise_affine=False)"
     bias = "" if v.qk_bias or v.qk_type != "layernorm" else ", bias=False"
@@ -25,7 +29,7 @@ def qk_module(v: AttentionVariant, dim: str) -> str:
 def qk_phrase(v: AttentionVariant) -> str:
     """The qk-norm in words, for the class's docstring."""
     shape = [w for w, on in (("a LayerNorm", v.qk_type == "layernorm"), ("with a bias", v.qk_bias), ("gain qk_offset + w", v.qk_offset),
-                             ("no learned gain", not v.qk_affine), ("after rotary", v.qk_late)) if on]
+                             ("no learned gain", not v.qk_affine), ("a gain per head", v.qk_heads), ("after rotary", v.qk_late)) if on]
     return ("qk-norm across heads" if v.qk_across else "qk-norm") + (f" ({', '.join(shape)})" if shape else "")
 
 
@@ -78,7 +82,9 @@ class AttentionEmitter(OpEmitter):
             out += ("padded_mask",)
         if v.alibi != "none":
             out += ("alibi_slopes",)
-        if v.qk_norm and v.qk_offset:
+        if v.qk_norm and v.qk_heads:
+            out += ("HeadNorm",)
+        elif v.qk_norm and v.qk_offset:
             out += ("OffsetLayerNorm" if v.qk_type == "layernorm" else "OffsetRMSNorm",)
         return out
 
@@ -121,6 +127,9 @@ class AttentionEmitter(OpEmitter):
                 w(f"self.proj = nn.Linear(heads * head_dim, width, bias={'out_bias' if v.split_bias else 'bias'})")
                 if v.qk_across:
                     w(f"self.q_norm = {qk_module(v, 'heads * head_dim')}  # across all heads")
+                    w(f"self.k_norm = {qk_module(v, 'kv_heads * head_dim')}")
+                elif v.qk_heads:
+                    w(f"self.q_norm = {qk_module(v, 'heads * head_dim')}  # a gain per head")
                     w(f"self.k_norm = {qk_module(v, 'kv_heads * head_dim')}")
                 elif v.qk_norm:
                     w(f"self.q_norm = {qk_module(v, 'head_dim')}")

@@ -31,3 +31,23 @@ class OffsetLayerNorm(torch.nn.Module):
 
     def forward(self, x):
         return F.layer_norm(x, (x.size(-1),), self.offset + self.weight, self.bias, self.eps)
+
+
+class HeadNorm(torch.nn.Module):
+    """A qk-norm with each head's own gain (and bias): q (or k) as (B, heads, T, head_dim), each head
+    normalised over its channels, a LayerNorm or (rms) an RMSNorm, then gain offset + weight of head h
+    (StableLM's per-head LayerNorms, Cohere's (heads, head_dim) gain). The gains are one vector of
+    heads * head_dim, head by head, so that they stay vectors to weight decay and μP (a gain is not a
+    matrix); the weight starts at 1 - offset."""
+
+    def __init__(self, heads, head_dim, eps, rms=False, bias=False, offset=0.0):
+        super().__init__()
+        self.heads, self.eps, self.rms, self.offset = heads, eps, rms, offset
+        self.weight = torch.nn.Parameter(torch.full((heads * head_dim,), 1.0 - offset))
+        self.bias = torch.nn.Parameter(torch.zeros(heads * head_dim)) if bias else None
+
+    def forward(self, x):
+        d = (x.size(-1),)
+        x = F.rms_norm(x, d, None, self.eps) if self.rms else F.layer_norm(x, d, None, None, self.eps)
+        x = x * (self.offset + self.weight).view(self.heads, 1, -1)  # (B, heads, T, head_dim): head h's gain on head h
+        return x if self.bias is None else x + self.bias.view(self.heads, 1, -1)
