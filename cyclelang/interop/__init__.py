@@ -5,11 +5,10 @@
     cyclelang.interop.load_transformers(model, "ckpt/")       # refused unless the IRs agree
     cyclelang.interop.export(spec, model.state_dict(), "out/")  # config.json + model.safetensors
 
-Families (`families.FAMILIES`, docs/families.md): gpt2, llama (and internlm3, iquestcoder, seed_oss), mistral,
-ministral, ministral3, mixtral, qwen2, qwen2_moe, qwen3, phi3, olmo, olmo2, gemma, gemma2, granite, phi, starcoder2,
-gpt_neox, gptj, falcon, bloom; mamba2, mamba, jamba and deepseek_v2 (the expander families: an ssm, Mamba-1's
-mixer, latent attention); the GPT-2 lineage (`lineage`): gpt_bigcode, gpt_neo, opt, biogpt, openai-gpt,
-gpt_neox_japanese, ctrl, and gpt-sw3 (read as gpt2). Every config.json is read closed-world (`closed`): a key the family's reader does not
+Families (`families.FAMILIES`, listed with what maps to what in docs/families.md): the Llama-shaped decoders
+(`families`, `families_parallel` for the parallel blocks of Cohere, GLM, StableLM, CodeGen and MPT), their
+routed-expert kin, the GPT-2 lineage (`lineage`) and the expander families (an ssm, Mamba-1's mixer, latent
+attention, DeepSeek-V3's router). Every config.json is read closed-world (`closed`): a key the family's reader does not
 map, and that is not known to change nothing, is refused by name. Other model types are refused with the
 nearest claimed family and what the language lacks (`unclaimed`). The modules: `closed` (config.json as
 transformers reads it, against `hf_fields`, the classes' fields), `families` (config <-> the spec it implies),
