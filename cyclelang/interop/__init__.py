@@ -7,7 +7,7 @@
 
 Families (`families.FAMILIES`, docs/families.md): gpt2, llama (and internlm3, iquestcoder, seed_oss), mistral,
 ministral, ministral3, mixtral, qwen2, qwen2_moe, qwen3, phi3, olmo, olmo2, gemma, gemma2, granite, phi, starcoder2,
-gpt_neox, gptj, falcon, bloom; mamba2, mamba, jamba and deepseek_v2 (the expander families: an ssm, Mamba-1's
+gpt_neox, gptj, falcon, bloom; mamba2, mamba, jamba, deepseek_v2 and deepseek_v3 (the expander families: an ssm, Mamba-1's
 mixer, latent attention). Every config.json is read closed-world (`closed`): a key the family's reader does not
 map, and that is not known to change nothing, is refused by name. Other model types are refused with the
 nearest claimed family and what the language lacks (`unclaimed`). The modules: `closed` (config.json as
