@@ -31,7 +31,7 @@ from cyclelang.interop.families import FAMILIES, KEYS, read_config  # noqa: E402
 from .test_families import FAMILIES as CONFIGS  # noqa: E402
 # each group's configs (tests/test_families_<group>.py: CONFIGS, or FAMILIES) join test_families.py's for the property below
 _GROUPS = [importlib.import_module(f"{__package__}.{path.stem}") for path in sorted(ROOT.glob("tests/test_families_*.py"))]
-CONFIGS = {**CONFIGS, **{k: v for m in _GROUPS for k, v in (getattr(m, "CONFIGS", None) or getattr(m, "FAMILIES")).items()}}
+CONFIGS = {**CONFIGS, **{k: v for m in _GROUPS for k, v in (getattr(m, "CONFIGS", None) or getattr(m, "FAMILIES", {})).items()}}
 SAME_AS = set(families.SAME_AS)  # read by another family's class (gpt-sw3: GPT2Config), so saved as that family: tested in test_families_gpt
 
 V, B, T = 96, 2, 12

@@ -127,6 +127,12 @@ FAMILIES = {
                                                                        attention_bias=True, max_position_embeddings=40, tie_word_embeddings=True,
                                                                        pad_token_id=None, bos_token_id=None, eos_token_id=None,
                                                                        attn_implementation="eager"),
+    "deepseek_v3": lambda: transformers.DeepseekV3Config(vocab_size=V, hidden_size=32, intermediate_size=48, moe_intermediate_size=12,  # routing: test_families_deepseek.py
+                                                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16,
+                                                         kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, n_routed_experts=8,
+                                                         n_shared_experts=1, num_experts_per_tok=3, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+                                                         first_k_dense_replace=1, max_position_embeddings=40, pad_token_id=None, bos_token_id=None,
+                                                         eos_token_id=None),
     "qwen2": lambda: transformers.Qwen2Config(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
                                               num_key_value_heads=3, max_position_embeddings=40, tie_word_embeddings=True, rms_norm_eps=1e-6,
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
@@ -548,8 +554,7 @@ def jamba(**over):
 
 
 EXPANDER_UNEXPRESSIBLE = {
-    "deepseek routed scaling": (deepseek_v2, dict(routed_scaling_factor=16.0), "routed_scaling_factor"),
-    "deepseek group routing": (deepseek_v2, dict(topk_method="group_limited_greedy", n_group=2, topk_group=1), "topk_method"),
+    "deepseek topk method": (deepseek_v2, dict(topk_method="noaux_tc"), "topk_method"),  # scaling and group routing read: test_families_deepseek.py
     "deepseek norm_topk_prob": (deepseek_v2, dict(norm_topk_prob=True), "norm_topk_prob"),
     "deepseek mlp bias": (deepseek_v2, dict(mlp_bias=True), "mlp_bias"),
     "deepseek yarn": (deepseek_v2, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,

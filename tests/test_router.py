@@ -262,3 +262,23 @@ def test_contradictory_router_options_are_refused(options, code, word):
         cyclelang.parse(spec(options))
     d = e.value.diagnostics[0]
     assert d.code == code and (word in d.message or word in (d.help or ""))
+
+
+def test_the_reviewer_reads_the_correction_as_balancing():
+    """W103 (no load-balancing loss) is quiet for a trimmed correction bias; a rate that outruns the scores is W112."""
+    from cyclelang.review import review
+
+    def codes(options):
+        return {d.code for d in review(cyclelang.parse(spec(options)))}
+
+    assert "W103" in codes(DEEPSEEK) and "W103" not in codes(DEEPSEEK + " correction_rate=0.001")
+    assert "W112" in codes(DEEPSEEK + " correction_rate=0.5") and "W112" not in codes(DEEPSEEK + " correction_rate=0.001")
+
+
+def test_the_bias_counts_as_a_buffer_not_a_parameter():
+    from cyclelang.limits import estimate_buffers, estimate_parameters
+
+    with_bias, without = cyclelang.parse(spec(DEEPSEEK)), cyclelang.parse(spec("router=sigmoid groups=4 top_groups=2 scale=2.5"))
+    assert estimate_parameters(with_bias) == estimate_parameters(without)
+    assert estimate_buffers(with_bias) - estimate_buffers(without) == 8
+    assert sum(p.numel() for p in moe_of(DEEPSEEK).parameters()) == sum(p.numel() for p in moe_of("router=sigmoid").parameters())

@@ -112,6 +112,7 @@ ALIASES = {
     "mixtral": {"num_experts": "num_local_experts"},
     "jamba": {"num_local_experts": "num_experts"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
+    "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers"},  # the file writes num_nextn_predict_layers
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "n_embed": "hidden_size"},  # n_embed: __post_init__'s BC
     "falcon": {"n_embed": "hidden_size"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},

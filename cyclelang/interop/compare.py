@@ -23,7 +23,8 @@ from .. import ir
 
 # Fields that do not change what the engine computes in eval mode.
 _TRAINING_ONLY = {"dropout", "capacity", "balance", "span", "name", "template", "width_in", "width_out", "out_width", "context",
-                  "chunk", "dt_min", "dt_max"}  # chunk: how a scan is split, not what it computes; dt_min/max: dt's initialisation
+                  "chunk", "dt_min", "dt_max", "correction_rate"}  # chunk: how a scan is split, not what it computes; dt_min/max: dt's
+# initialisation; correction_rate: an MoE's bias update, in training only
 
 # field -> (the ML words, the spec's words)
 WORDS: dict[str, tuple[str, str]] = {
@@ -59,6 +60,10 @@ WORDS: dict[str, tuple[str, str]] = {
     "experts": ("experts", "turbine moe experts="),
     "top": ("experts per token (top-k)", "turbine moe top="),
     "normalize": ("top-k weight renormalisation", "turbine moe normalize="),
+    "router": ("router scores (softmax or sigmoid)", "turbine moe router="),
+    "top_groups": ("expert groups kept per token (topk_group)", "turbine moe top_groups="),
+    "group_score": ("expert group score", "turbine moe group_score="),
+    "correction": ("selection-only router bias (e_score_correction_bias)", "turbine moe correction="),
     "detach": ("stop-gradient on the branch (open cycle)", "prechamber detach"),
     "overboard": ("unmerged branch", "prechamber overboard"),
     "loss": ("auxiliary loss weight", "prechamber overboard loss="),
@@ -122,7 +127,10 @@ class Difference:
         ml, ours = WORDS.get(self.field, (self.field.replace("_", " "), self.field + "="))
         if self.field == "scale":  # one IR field name, three places
             ml, ours = {"feed": ("embedding multiplier", "feed tokens scale="), "head": ("logit scale", "nozzle head scale=")}.get(
-                self.where, ("attention logit scale", "turbine attention scale="))
+                self.where, ("routed weights' scale (routed_scaling_factor)", "turbine moe scale=") if self.where.endswith(".moe")
+                else ("attention logit scale", "turbine attention scale="))
+        if self.field == "groups" and self.where.endswith(".moe"):
+            ml, ours = ("expert groups (n_group)", "turbine moe groups=")
         if self.field == "softcap":  # two places
             ml, ours = ("final-logit soft-cap", "nozzle head softcap=") if self.where == "head" else ("attention logit soft-cap", "turbine attention softcap=")
         return f"{ml} ({ours}): spec {self.show(self.spec)}, checkpoint {self.show(self.checkpoint)}"

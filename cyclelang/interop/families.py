@@ -395,6 +395,7 @@ class DeepseekV2Family:
     tied: bool
     padding: int | None
     sources: dict = field(default_factory=dict, compare=False)
+    routing: tuple = ()  # the moe's router options beyond Mixtral's, as (option, value) (DeepSeek-V3's router; V2's groups and scale)
 
 
 def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
@@ -411,10 +412,15 @@ def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
                    "  prechamber burn {", f"    {norm}", f"    turbine mlp hidden={a.hidden} act=swiglu bias=false{_comment(src, 'hidden')}",
                    "  }", "}", ""]
     if a.layers > a.dense:
-        stages += ["# then DeepSeekMoE: routed experts (their raw softmax weights) beside a shared expert every token visits",
+        routing = dict(a.routing)
+        normalize = "" if routing.pop("normalize", False) else " normalize=false"
+        route = "".join(f" {k}={_num(v) if not isinstance(v, str) else v}" for k, v in routing.items())
+        words = ("routed experts (DeepSeek-V3's router: sigmoid scores, a selection-only correction bias, group-limited top-k)"
+                 if routing.get("router") == "sigmoid" else "routed experts (their raw softmax weights)")
+        stages += [f"# then DeepSeekMoE: {words} beside a shared expert every token visits",
                    "stage moe_block {", *mix, "  prechamber burn {", f"    {norm}",
-                   f"    turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false normalize=false "
-                   f"shared={a.shared}{_comment(src, 'moe')}", "  }", "}", ""]
+                   f"    turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false{normalize}{route} "
+                   f"shared={a.shared}{_comment(src, 'moe', 'routing' if route else '')}", "  }", "}", ""]
     body = ([f"  stage dense_block x {a.dense}"] if a.dense else []) + ([f"  stage moe_block x {a.layers - a.dense}"] if a.layers > a.dense else [])
     feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
     return "\n".join([
@@ -986,19 +992,58 @@ def _deepseek_v2(c: Config) -> DeepseekV2Family:
     if c["mlp_bias"]:
         raise Unsupported("mlp_bias", "transformers' DeepseekV2 biases the dense and shared MLPs but never the routed experts; "
                           "the language's moe bias= covers all of them")
-    if float(c["routed_scaling_factor"]) != 1.0:
-        raise Unsupported("routed_scaling_factor", f"routed experts' weights multiplied by {c['routed_scaling_factor']} are not in the language")
-    if c["topk_method"] != "greedy":
-        raise Unsupported("topk_method", f"{c['topk_method']!r} (routing within the top groups) is not in the language; only greedy top-k")
+    if c["topk_method"] not in ("greedy", "group_limited_greedy"):
+        raise Unsupported("topk_method", f"{c['topk_method']!r} is not one of transformers' DeepseekV2 routers (greedy, group_limited_greedy)")
     if c["norm_topk_prob"]:
         raise Unsupported("norm_topk_prob", "transformers' DeepseekV2 router never renormalises the top-k weights, whatever this says: "
                           "which one the checkpoint was trained with is not known")
     if c.given("moe_layer_freq") and c["moe_layer_freq"] != 1:
         raise Unsupported("moe_layer_freq", "transformers' DeepseekV2 puts experts in every layer from first_k_dense_replace on: "
                           "a checkpoint with experts in every other layer does not load there either")
-    for k in ("n_group", "topk_group"):  # read by the group-limited router only, which topk_method=greedy is not
+    for k in ("n_group", "topk_group"):  # read by the group-limited router only
         if c[k] is not None and not (isinstance(c[k], int) and c[k] >= 1):
             raise Unsupported(k, f"{c[k]!r} is not a number of groups")
+    routing = _scaled(c)
+    if c["topk_method"] == "group_limited_greedy" and _any_routed(c):  # a group scored by its best probability; the others' masked to 0 (-inf here: the same
+        routing += _groups(c, "max")  # choice, as a probability of a kept expert is never below 0)
+    return _deepseek("deepseek_v2", c, routing)
+
+
+def _any_routed(c: Config) -> bool:
+    """Whether any layer routes (transformers builds no router in the first first_k_dense_replace layers)."""
+    return c["num_hidden_layers"] > (c["first_k_dense_replace"] or 0)
+
+
+def _scaled(c: Config) -> tuple:
+    scale = c["routed_scaling_factor"]
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1e3:
+        raise Unsupported("routed_scaling_factor", f"{scale!r}: the routed weights' factor is a number in (0, 1000]")
+    return (("scale", float(scale)),) if scale != 1.0 else ()
+
+
+def _groups(c: Config, score: str) -> tuple:
+    """(option, value) of group-limited top-k, n_group groups of which topk_group are kept; refused where transformers would
+    fail or pick a masked expert (more experts asked than the kept groups hold)."""
+    experts, groups, kept, top = c["n_routed_experts"], c["n_group"], c["topk_group"], c["num_experts_per_tok"]
+    for k, v in (("n_group", groups), ("topk_group", kept)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise Unsupported(k, f"{v!r} is not a number of groups (the group-limited router reads it)")
+    if experts % groups:
+        raise Unsupported("n_group", f"{experts} experts do not split into {groups} equal groups")
+    if kept > groups:
+        raise Unsupported("topk_group", f"{kept} groups kept of {groups}")
+    if score == "top2" and groups > 1 and experts // groups < 2:
+        raise Unsupported("n_group", f"a group is scored by its two best experts, and {groups} groups of {experts} hold one each")
+    if isinstance(top, int) and top > kept * (experts // groups):
+        raise Unsupported("num_experts_per_tok", f"top-{top} from {kept} groups of {experts // groups} experts: transformers would pick "
+                          "experts of the masked groups")
+    if groups == 1:
+        return ()
+    return (("groups", groups), ("top_groups", kept), ("group_score", score))
+
+
+def _deepseek(family: str, c: Config, routing: tuple) -> DeepseekV2Family:
+    """What DeepSeek-V2 and V3 share: latent attention, dense layers first, DeepSeekMoE."""
     if _rope_kind(c)[2] != "default":
         raise Unsupported("rope_parameters.rope_type", "rotary scaling of latent attention's rotary key is not mapped (turbine attention "
                           "latent= takes no rotary_scaling yet)")
@@ -1027,10 +1072,41 @@ def _deepseek_v2(c: Config) -> DeepseekV2Family:
            "hidden": "intermediate_size", "moe": "n_routed_experts, num_experts_per_tok, moe_intermediate_size x n_shared_experts",
            "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "rotary_base": "rope_theta", "padding": "pad_token_id"}
     q = c["q_lora_rank"]  # null: a full-rank query projection
-    return DeepseekV2Family("deepseek_v2", c["vocab_size"], c["max_position_embeddings"], width, layers, dense, heads,
+    if routing:
+        src["routing"] = "routed_scaling_factor" + (", n_group, topk_group" if any(k == "groups" for k, _ in routing) else "")
+    if family == "deepseek_v3":
+        src["routing"] = "norm_topk_prob, routed_scaling_factor, n_group, topk_group; e_score_correction_bias: loaded"
+    return DeepseekV2Family(family, c["vocab_size"], c["max_position_embeddings"], width, layers, dense, heads,
                             nope, rope_dims, c["v_head_dim"], c["kv_lora_rank"], q, _rope(c), c["intermediate_size"], moe_hidden,
                             experts, top, moe_hidden * shared, _eps(c, "rms_norm_eps"), bool(c["attention_bias"]),
-                            bool(c["tie_word_embeddings"]), _padding(c), src)
+                            bool(c["tie_word_embeddings"]), _padding(c), src, routing)
+
+
+KEYS["deepseek_v3"] = Keys(frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                      "num_key_value_heads", "hidden_act", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
+                                      "attention_bias", "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "n_routed_experts",
+                                      "n_shared_experts", "qk_nope_head_dim", "qk_rope_head_dim", "routed_scaling_factor", "norm_topk_prob",
+                                      "v_head_dim", "moe_intermediate_size", "rope_parameters", "num_experts_per_tok", "pad_token_id",
+                                      "head_dim", "qk_head_dim", "n_group", "topk_group", "rope_interleave", "num_mtp_layers"}),
+                           {**_TP, "output_router_logits": "what forward returns besides the logits: transformers' DeepseekV3 adds no "
+                                   "auxiliary loss from them"})
+
+
+def _deepseek_v3(c: Config) -> DeepseekV2Family:
+    """DeepSeek-V3 (and Kimi K2, which writes model_type deepseek_v3): V2's layers with DeepSeek-V3's router: sigmoid
+    scores, a selection-only correction bias (loaded from mlp.gate.e_score_correction_bias; transformers holds it fixed),
+    group-limited top-k (a group scored by the sum of its two best), the chosen weights renormalised and scaled."""
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"DeepSeek-V3's MLPs are silu-gated (swiglu); {c['hidden_act']!r} is not mapped")
+    if not c["rope_interleave"]:
+        raise Unsupported("rope_interleave", "rotary on the two halves of the rotary dims (rope_interleave=false) is not what latent "
+                          "attention computes here (adjacent pairs, as DeepSeek's weights are laid out)")
+    mtp = c["num_mtp_layers"]
+    if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+        raise Unsupported("num_nextn_predict_layers", f"{mtp!r} is not a number of multi-token-prediction layers")
+    groups = _groups(c, "top2") if _any_routed(c) else ()
+    routing = (("normalize", bool(c["norm_topk_prob"])), ("router", "sigmoid"), *_scaled(c), *groups, ("correction", True))
+    return _deepseek("deepseek_v3", c, routing)
 
 
 # --- MiniCPM3 and Youtu: latent attention with a dense MLP in every layer --------------------------
@@ -2226,6 +2302,7 @@ READERS["nemotron"] = _nemotron
 READERS["persimmon"] = _persimmon
 READERS["jais2"] = _jais2
 READERS["nanochat"] = _nanochat
+READERS["deepseek_v3"] = _deepseek_v3
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -2258,6 +2335,7 @@ CAUSAL_LM.update({
     "jais2": "Jais2ForCausalLM",
     "nanochat": "NanoChatForCausalLM",
 })
+CAUSAL_LM["deepseek_v3"] = "DeepseekV3ForCausalLM"
 
 
 def refusal(model_type: str) -> str:
@@ -3001,6 +3079,16 @@ def expander_config(engine: ir.Engine) -> dict | None:
     if isinstance(first, ir.LatentAttention):
         a = first
         dense = next((i for i, r in enumerate(reactors) if isinstance(r, ir.Moe)), len(layers))
+        if moe is not None and moe.router == "sigmoid":  # DeepSeek-V3's router; export's check then holds every other option
+            return {"model_type": "deepseek_v3", "architectures": [CAUSAL_LM["deepseek_v3"]], **base, **common,
+                    "num_attention_heads": a.heads, "num_key_value_heads": a.heads, "q_lora_rank": a.q_latent, "kv_lora_rank": a.latent,
+                    "qk_nope_head_dim": a.head_dim, "qk_rope_head_dim": a.rotary_dims, "v_head_dim": a.v_dim, "attention_bias": a.bias,
+                    "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}, "first_k_dense_replace": dense,
+                    "intermediate_size": mlp.hidden if mlp else moe.hidden, "moe_intermediate_size": moe.hidden,
+                    "n_routed_experts": moe.experts, "num_experts_per_tok": moe.top, "n_shared_experts": _shared_experts(moe),
+                    "norm_topk_prob": moe.normalize, "routed_scaling_factor": moe.scale, "n_group": moe.groups, "topk_group": moe.top_groups,
+                    "rope_interleave": True, "num_nextn_predict_layers": 0}
+        grouped = moe is not None and moe.groups > 1
         return {"model_type": "deepseek_v2", "architectures": [CAUSAL_LM["deepseek_v2"]], **base, **common,
                 "num_attention_heads": a.heads, "num_key_value_heads": a.heads, "q_lora_rank": a.q_latent, "kv_lora_rank": a.latent,
                 "qk_nope_head_dim": a.head_dim, "qk_rope_head_dim": a.rotary_dims, "v_head_dim": a.v_dim, "attention_bias": a.bias,
@@ -3008,7 +3096,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
                 "intermediate_size": mlp.hidden if mlp else (moe.hidden if moe else 1), "moe_intermediate_size": moe.hidden if moe else 1,
                 "n_routed_experts": moe.experts if moe else 1, "num_experts_per_tok": moe.top if moe else 1,
                 "n_shared_experts": _shared_experts(moe) if moe else 1,
-                "norm_topk_prob": False, "routed_scaling_factor": 1.0, "topk_method": "greedy", "mlp_bias": False}
+                "norm_topk_prob": False, "routed_scaling_factor": moe.scale if moe else 1.0, "mlp_bias": False,
+                "topk_method": "group_limited_greedy" if grouped else "greedy", **({"n_group": moe.groups, "topk_group": moe.top_groups} if grouped else {})}
     ssm = next((m for m in mixers if isinstance(m, ir.Mamba1)), None)
     attn = next((m for m in mixers if isinstance(m, ir.Attention)), None)
     if ssm is None:

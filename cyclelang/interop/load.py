@@ -647,6 +647,8 @@ def _plan_deepseek_v2(plan: _Plan, put, layout: dict, final: str, state, fused) 
                 put(f"{st.latent}.{name}.{p}", h + f"self_attn.{name}.{p}")
         if st.moe is not None:
             put(f"{st.moe}.router.weight", h + "mlp.gate.weight")
+            if st.work_node.correction:  # DeepSeek-V3's selection bias, a buffer on both sides
+                put(f"{st.moe}.correction", h + "mlp.gate.e_score_correction_bias")
             _put_experts(put, st.moe, h + "mlp.", st.work_node, state, fused)
             _put_gated(put, f"{st.moe}.shared", h + "mlp.shared_experts.", st.work_node.shared)
         else:
@@ -655,6 +657,24 @@ def _plan_deepseek_v2(plan: _Plan, put, layout: dict, final: str, state, fused) 
     put(f"{final}.weight", "norm.weight")
     put("head.weight", "lm_head.weight")
     return plan
+
+
+def _plan_deepseek_v3(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """DeepSeek-V3: V2's layout, the router's correction bias with it (an moe with correction), and its MTP layers refused."""
+    _plan_deepseek_v2(plan, put, layout, final, state, fused)
+    _refuse_mtp(plan, state, len(layout))
+    return plan
+
+
+def _refuse_mtp(plan: _Plan, state, layers: int) -> None:
+    """DeepSeek-V3's multi-token-prediction layers are saved as layers.{N}.* past the last one
+    (num_nextn_predict_layers of them): a module the language does not have, and transformers
+    drops them as it loads. Refused by name here rather than dropped."""
+    extra = sorted({int(m.group(1)) for k in state if (m := re.match(r"layers\.(\d+)\.", k)) and int(m.group(1)) >= layers})
+    if extra:
+        plan.reasons[f"model.layers.{extra[0]}"] = (
+            f"multi-token-prediction weights (layers {', '.join(map(str, extra))}, past the {layers} layers; num_nextn_predict_layers): "
+            "the language has no MTP module, so they cannot load; save the checkpoint without them to load the causal LM")
 
 
 @dataclass(frozen=True)
@@ -777,7 +797,7 @@ def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fu
     return plan
 
 
-_EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2,
+_EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2, "deepseek_v3": _plan_deepseek_v3,
                    "falcon_mamba": _plan_mamba,
                    "bamba": _plan_bamba,
                    "granitemoehybrid": _plan_granitemoehybrid,

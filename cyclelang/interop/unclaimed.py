@@ -34,7 +34,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "blt": ("llama", "byte-level modelling: a local byte encoder and decoder around a latent transformer over dynamic patches (hashed n-gram embeddings, byte-patch cross-attention)"),
     "cpmant": ("llama", "T5-style bucketed relative-position biases (per segment pair); segment and prompt embeddings"),
     "dbrx": ("mixtral", "clamped q, k, v (clip_qkv, which DBRX's released checkpoints set)"),
-    "deepseek_v3": ("deepseek_v2", "DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
     "deepseek_v32": ("deepseek_v2", "DeepSeek-V3.2 sparse attention (a lightning indexer keeps the top-k keys); DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
     "deepseek_v4": ("deepseek_v2", "hyper-connections (several residual streams mixed by Sinkhorn-normalised matrices); compressed sparse attention (pooled KV blocks chosen by an indexer) beside a sliding window, with one shared KV head, attention sinks and a grouped low-rank output; hash routing by token id; clamped SwiGLU"),
     "diffllama": ("llama", "differential attention: two softmax maps subtracted with a learned λ, then a weightless RMSNorm per head"),
