@@ -94,6 +94,15 @@ FAMILY_NOTES: dict[str, str] = {
     "iquestcoder": "IQuest-Coder: the Llama block under another name (transformers builds LlamaForCausalLM for it).",
     "ministral": "Ministral: the Mistral block, its sliding window on the layers layer_types marks as sliding.",
     "seed_oss": "Seed-OSS: the Llama block with q, k and v biases and the output projection's own switch.",
+    "arcee": "Arcee (AFM): the Llama block with an ungated MLP, squared ReLU (`act=relu2`) between up and down.",
+    "gemma3_text": "Gemma 3: Gemma 2's sandwich block with (1 + w) qk RMSNorms (`qk_norm_offset=1`), five sliding-window layers "
+                   "to each global one, the sliding layers turning by their own rotary base.",
+    "nemotron": "Nemotron: (1 + w) LayerNorms with a bias (`norm layernorm offset=1`), half of each head rotated, a squared-ReLU MLP.",
+    "persimmon": "Persimmon: GPT-NeoX's sequential block with a LayerNorm (with a bias) on each head's q and k, half of each head "
+                 "rotated, a squared-ReLU MLP.",
+    "jais2": "Jais 2: the Llama block with biased LayerNorms and a biased squared-ReLU MLP.",
+    "nanochat": "nanochat: weightless RMSNorms (one right after the embedding too), weightless qk RMSNorms after rotary, a "
+                "squared-ReLU MLP without biases, the final logits soft-capped at 15.",
 }
 
 # Each spec's concept: (the engine reading, the network reading), in the project's words.
