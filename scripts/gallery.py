@@ -102,7 +102,6 @@ FAMILY_NOTES: dict[str, str] = {
              "after each.",
     "granitemoehybrid": "Granite 4.0 hybrid: Mamba-2 and attention layers as layer_types says, routed experts beside a shared MLP, "
                         "Granite's four multipliers.",
-    "arcee": "Arcee (AFM): the Llama block with an ungated squared-ReLU MLP (`act=relu2`).",
     "aria_text": "Aria's text decoder: routed experts (renormalised top-k) beside an ungated shared expert in every layer.",
     "biogpt": "BioGPT: learned positions offset by two rows, embeddings times sqrt(width), biased Pre-LN blocks with a GELU MLP.",
     "codegen": "CodeGen: GPT-J's parallel block; its checkpoint fuses q, v, k in four row groups, regrouped on load.",
@@ -116,8 +115,6 @@ FAMILY_NOTES: dict[str, str] = {
     "exaone4": "EXAONE 4: each branch's norm after its turbine, qk-norm per head, sliding-window layers with rotary and global ones "
               "without.",
     "flex_olmo": "FlexOlmo: OLMo-2's layer (each norm after its turbine, qk-norm across heads) with routed experts.",
-    "gemma3_text": "Gemma 3 (text): Gemma 2's sandwich norms with (1 + w) qk-norm gains, five sliding-window layers to one global, each "
-                  "kind with its own rotary base.",
     "glm": "GLM: the Llama block with half of each head rotated in interleaved pairs, q, k and v biased.",
     "glm4": "GLM-4: GLM's block with a norm before and after each turbine.",
     "gpt-sw3": "GPT-SW3: GPT-2 under another model_type.",
@@ -128,21 +125,25 @@ FAMILY_NOTES: dict[str, str] = {
     "granitemoeshared": "GraniteMoE-Shared: GraniteMoE with an ungated shared expert beside the routed ones.",
     "helium": "Helium: the Llama block rotating interleaved pairs, q, k and v biased.",
     "hyperclovax": "HyperCLOVA X: Granite's multipliers with a norm before and after each turbine (Peri-LN).",
-    "jais2": "Jais 2: biased LayerNorm blocks with an ungated squared-ReLU MLP.",
     "mellum": "Mellum: the Llama block with a qk-norm per head and routed experts.",
     "mpt": "MPT: ALiBi positions, bias-free LayerNorm blocks with a 4x GELU MLP, a tied head.",
-    "nanochat": "nanochat: weightless RMSNorms (one after the embedding too), weightless qk-norms after rotary, a squared-ReLU MLP, "
-               "soft-capped logits.",
-    "nemotron": "Nemotron: (1 + w) LayerNorms, half of each head rotated, an ungated squared-ReLU MLP.",
     "olmo3": "OLMo 3: OLMo-2's layer with sliding-window layers and every fourth layer global, each kind with its own rope.",
     "olmoe": "OLMoE: the Llama block with a qk-norm across heads and routed experts.",
     "openai-gpt": "GPT-1: learned positions, Post-LN (a LayerNorm after each residual add), no final norm.",
     "opt": "OPT: learned positions offset by two rows, biased Pre-LN blocks with a ReLU MLP.",
-    "persimmon": "Persimmon: a per-head LayerNorm with bias on q and k, half of each head rotated, a squared-ReLU MLP.",
     "qwen3_moe": "Qwen3-MoE: Qwen3's attention (a qk-norm per head) with routed experts in every layer.",
     "smollm3": "SmolLM3: the Llama block with every fourth layer's attention without rotary (NoPE).",
     "stablelm": "StableLM: biased LayerNorm blocks, a quarter of each head rotated, a SwiGLU MLP.",
     "vaultgemma": "VaultGemma: Gemma 2's layer with one norm in front of each turbine (no post-norms), soft-caps and windows.",
+    "arcee": "Arcee (AFM): the Llama block with an ungated MLP, squared ReLU (`act=relu2`) between up and down.",
+    "gemma3_text": "Gemma 3: Gemma 2's sandwich block with (1 + w) qk RMSNorms (`qk_norm_offset=1`), five sliding-window layers "
+                   "to each global one, the sliding layers turning by their own rotary base.",
+    "nemotron": "Nemotron: (1 + w) LayerNorms with a bias (`norm layernorm offset=1`), half of each head rotated, a squared-ReLU MLP.",
+    "persimmon": "Persimmon: GPT-NeoX's sequential block with a LayerNorm (with a bias) on each head's q and k, half of each head "
+                 "rotated, a squared-ReLU MLP.",
+    "jais2": "Jais 2: the Llama block with biased LayerNorms and a biased squared-ReLU MLP.",
+    "nanochat": "nanochat: weightless RMSNorms (one right after the embedding too), weightless qk RMSNorms after rotary, a "
+                "squared-ReLU MLP without biases, the final logits soft-capped at 15.",
 }
 
 # Each spec's concept: (the engine reading, the network reading), in the project's words.

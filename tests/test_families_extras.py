@@ -214,3 +214,35 @@ def test_gemma3_legacy_rope_keys_read_as_transformers_converts_them():
     ref = transformers.Gemma3TextConfig(**{k: v for k, v in legacy.items() if k not in ("model_type", "transformers_version", "_sliding_window_pattern")})
     assert ref.layer_types == ["sliding_attention", "sliding_attention", "full_attention"] * 2
     assert import_config(legacy) == import_config(ref.to_dict())
+
+
+def test_export_of_layers_with_different_rotary_bases_is_refused_unless_by_layer_type():
+    """Gemma 3's sliding and global layers may turn by their own bases; sliding layers that differ among themselves cannot be exported."""
+    from cyclelang.interop import export_config
+
+    spec = cyclelang.parse(import_config(gemma3().to_dict()))
+    assert export_config(spec)["rope_parameters"]["sliding_attention"]["rope_theta"] == 500.0
+    with pytest.raises(Unsupported):
+        export_config(_with_base(spec, "layers_3", 700.0))  # layer 3 slides, as layers 0 and 1, with another base
+
+
+def _with_base(spec, stage_name: str, base: float):
+    """The spec with one stage template's attention turning by another rotary base (an IR edit: no spec text says it)."""
+    import cyclelang.ir as ir
+
+    def edit(node):
+        if isinstance(node, ir.Stage) and node.name == stage_name:
+            return node.model_copy(update={"ops": [edit_ops(o) for o in node.ops]})
+        if isinstance(node, ir.Stage):
+            return node.model_copy(update={"ops": [edit(o) for o in node.ops]})
+        return node
+
+    def edit_ops(node):
+        if isinstance(node, ir.Attention):
+            return node.model_copy(update={"rotary_base": base})
+        if hasattr(node, "ops"):
+            return node.model_copy(update={"ops": [edit_ops(o) for o in node.ops]})
+        return node
+
+    engine = spec.engine.model_copy(update={"body": [edit(o) for o in spec.engine.body]})
+    return spec.model_copy(update={"engine": engine})
