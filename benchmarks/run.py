@@ -467,16 +467,50 @@ DEEPSEEK_V2 = dict(hidden_size=256, intermediate_size=704, moe_intermediate_size
                    n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=256, tie_word_embeddings=False)
 
 
+# DeepSeek-V3 at the same size: its router (sigmoid scores, a selection-only correction bias, 4 groups of 2 experts, the
+# best 2 groups kept, the weights renormalised and scaled by 2.5) on the same latent attention; Qwen3-MoE at width 256:
+# 4 heads of 64 (2 kv heads), a qk-norm per head, 8 experts (top 2, 128 wide), renormalised, in all 4 layers
+DEEPSEEK_V3 = dict(DEEPSEEK_V2, num_key_value_heads=4, n_group=4, topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True)
+QWEN3_MOE = dict(hidden_size=256, intermediate_size=704, moe_intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                 max_position_embeddings=256, tie_word_embeddings=False)
+IMPORTED = (("deepseek_v2", "DeepseekV2", DEEPSEEK_V2), ("deepseek_v3", "DeepseekV3", DEEPSEEK_V3), ("qwen3_moe", "Qwen3Moe", QWEN3_MOE))
+
+
+def _imported_against_hf(name, prefix, config, args, torch):
+    """The training step of the spec `cyclec import` writes for a transformers model, loaded with its weights,
+    against that model (eager attention): {"eager"|"compiled": ...} as _train_against_hf."""
+    import transformers
+
+    import cyclelang
+    from cyclelang.interop import import_config, load_transformers
+
+    torch.manual_seed(0)
+    cfg = getattr(transformers, f"{prefix}Config")(vocab_size=8192, attn_implementation="eager", **config)
+    hf = getattr(transformers, f"{prefix}ForCausalLM")(cfg)
+    if name == "deepseek_v3":  # the correction bias away from its zero init, so the choice it biases is the one timed
+        with torch.no_grad():
+            for m in hf.modules():
+                if hasattr(m, "e_score_correction_bias"):
+                    m.e_score_correction_bias.normal_(0, 0.05)
+    ours = load_transformers(cyclelang.build(cyclelang.parse(import_config(hf.config)), seed=0), hf)  # the spec its config implies
+    try:
+        return _train_against_hf(name, ours, hf, args, torch, ours.config)
+    finally:
+        del ours, hf
+        gc.collect()
+
+
 def bench_expander(args, torch):
-    """Mamba-2's and DeepSeek-V2's training steps against transformers' Mamba2ForCausalLM (its
-    torch path: no mamba_ssm kernels) and DeepseekV2ForCausalLM (eager attention), eager and
-    both compiled, at the same config and weights; then the per-token decoding time of linear
+    """Mamba-2's, DeepSeek-V2's, DeepSeek-V3's and Qwen3-MoE's training steps against transformers'
+    Mamba2ForCausalLM (its torch path: no mamba_ssm kernels), DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
+    and Qwen3MoeForCausalLM (eager attention), eager and both compiled, at the same config and weights; then the per-token decoding time of linear
     attention (expander.cycle) and of attention (gpt2.cycle) at the same width, around token 64
     and around token 4,096."""
     import transformers
 
     import cyclelang
-    from cyclelang.interop import import_config, load_transformers
+    from cyclelang.interop import load_transformers
 
     ours = cyclelang.build(cyclelang.parse(spec_text("mamba2", MAMBA2)), seed=0)
     c = ours.config
@@ -487,12 +521,10 @@ def bench_expander(args, torch):
     res = _train_against_hf("mamba2", ours, hf, args, torch, c)
     del ours, hf
     gc.collect()
-    torch.manual_seed(0)
-    hf = transformers.DeepseekV2ForCausalLM(transformers.DeepseekV2Config(vocab_size=8192, attn_implementation="eager", **DEEPSEEK_V2))
-    ours = load_transformers(cyclelang.build(cyclelang.parse(import_config(hf.config)), seed=0), hf)  # the spec its config implies
-    res["deepseek_v2"] = _train_against_hf("deepseek_v2", ours, hf, args, torch, ours.config)
-    del ours, hf
-    gc.collect()
+    for name, prefix, config in IMPORTED:
+        if args.families and name not in args.families.split(","):
+            continue
+        res[name] = _imported_against_hf(name, prefix, config, args, torch)
     for name in ("expander", "gpt2"):
         res[name] = decode_growth(name, cyclelang.build(cyclelang.parse(spec_text(name, FLAT)), seed=0).eval(), args, torch)
         d = res[name]
@@ -1041,15 +1073,16 @@ def render(results) -> str:
         out.append("")
     if "expander" in results:
         x = results["expander"]
-        out += ["### The expander cycle: Mamba-2 and DeepSeek-V2 against transformers, and a decoding cost that stays flat", "",
+        out += ["### The expander cycle: Mamba-2, DeepSeek-V2/V3 and Qwen3-MoE against transformers, and a decoding cost that stays flat", "",
                 "| figure | cyclec | transformers | cyclec / transformers |", "|---|---|---|---|"]
         for key, label in (("eager", "Mamba-2 training step, eager"), ("compiled", "Mamba-2 training step, both torch.compile'd")):
             ms = x[key]["ms"]
             out.append(f"| {label} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x[key]['vs_hf']:.3f}** |")
-        for key, label in (("eager", "DeepSeek-V2 training step, eager"), ("compiled", "DeepSeek-V2 training step, both torch.compile'd")):
-            if "deepseek_v2" in x:
-                ms = x["deepseek_v2"][key]["ms"]
-                out.append(f"| {label} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x['deepseek_v2'][key]['vs_hf']:.3f}** |")
+        for name, label in (("deepseek_v2", "DeepSeek-V2"), ("deepseek_v3", "DeepSeek-V3 (its router)"), ("qwen3_moe", "Qwen3-MoE")):
+            for key, how in (("eager", "eager"), ("compiled", "both torch.compile'd")):
+                if name in x:
+                    ms = x[name][key]["ms"]
+                    out.append(f"| {label} training step, {how} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x[name][key]['vs_hf']:.3f}** |")
         out += ["", "| decoding, width 128, 2 blocks, batch 1 | around token 64 | around token 4,096 | growth |", "|---|---|---|---|"]
         for key, label in (("expander", "linear attention (expander.cycle)"), ("gpt2", "attention (gpt2.cycle)")):
             d = x[key]
@@ -1124,6 +1157,7 @@ def render(results) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="sections, comma-separated (default: train,compiled,first-step,decode,memory,ops,frontend,lsp,expander; on cuda train,compiled,decode)")
+    ap.add_argument("--families", help="with expander: only these imported families' training steps (deepseek_v2,deepseek_v3,qwen3_moe)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=7)
