@@ -64,6 +64,25 @@ def shrink(config):
     for k in KV:
         if isinstance(d.get(k), int):
             _set(config, k, 2 if d[k] > 1 else 1)
+    n = getattr(config, "num_hidden_layers", None)
+    if isinstance(d.get("kv_lora_rank"), int):  # latent attention expands a key and value per query head
+        _set(config, "num_key_value_heads", config.num_attention_heads)
+        if "head_dim" in d and "qk_rope_head_dim" in d:  # DeepSeek's rotary reads head_dim: the rotary part's
+            _set(config, "head_dim", config.qk_rope_head_dim)
+    if isinstance(d.get("expand"), (int, float)) and isinstance(d.get("hidden_size"), int):  # a Mamba mixer's width is expand x width
+        inner = int(config.expand * config.hidden_size)
+        if "intermediate_size" in d:
+            _set(config, "intermediate_size", inner)
+        if isinstance(d.get("num_heads"), int) and "head_dim" in d:  # Mamba-2: heads x head_dim is the inner width
+            _set(config, "head_dim", inner // config.num_heads)
+    if "attention_types" in d and isinstance(n, int):  # GPT-Neo: global and local in turn, one per layer
+        _set(config, "attention_types", [[["global", "local"], n // 2]])
+        _set(config, "attention_layers", ["global", "local"] * (n // 2))
+    if "attn_layer_period" in d:  # Jamba: an attention layer among the first few (transformers' own forward needs one)
+        _set(config, "attn_layer_period", 2), _set(config, "attn_layer_offset", 1)
+        _set(config, "expert_layer_period", 2), _set(config, "expert_layer_offset", 1)
+    if "attn_layer_indices" in d:  # Bamba
+        _set(config, "attn_layer_indices", [1])
     for i, k in enumerate(("pad_token_id", "bos_token_id", "eos_token_id")):  # special tokens within the shrunk vocabulary
         if isinstance(d.get(k), int) and d[k] >= SMALL["vocab_size"]:
             _set(config, k, i)
