@@ -2054,7 +2054,7 @@ def _attn_templates(a: Arch, att: list, mk, where: str) -> tuple[list, list]:
                 ("" if rot else ", no rotary (NoPE)") + (f", rotary base {_num(base)}" if rot else "")
             at = sum(1 for x in plain if x.startswith(("heads=", "kv_heads=", "head_dim=")))  # the words after the heads'
             ops = mk(plain[:at] + words + plain[at:])
-            blocks.append((f"# a {a.family} layer with {what}, each turbine with its norm {where}", f"{a.family}_{name}", ops))
+            blocks.append((f"# a {a.family} layer with {what}, {where}", f"{a.family}_{name}", ops))
         kinds.append(names[variant])
     return blocks, kinds
 
@@ -2503,9 +2503,11 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
 
     layer = mk(att)
 
-    where = "before and after" if a.sandwich else "after" if a.post_norms else "in front"
+    normed = "before and after" if a.sandwich else "after" if a.post_norms else "in front"
+    where = "attention and the MLP in parallel" if a.parallel != "none" else f"each turbine with its norm {normed}"
     block = f"{a.family}_block"
-    blocks = [(f"# one {a.family} layer: attention then the MLP, each with its norm {where} (the layers repeat it)", block, layer)]
+    one = "attention and the MLP in parallel" if a.parallel != "none" else f"attention then the MLP, each with its norm {normed}"
+    blocks = [(f"# one {a.family} layer: {one} (the layers repeat it)", block, layer)]
     body = [f"  stage {block} x depth"]
     if a.layer_windows:  # a per-layer pattern of windows: one template per kind of layer, the layers in order
         att_global = [x for x in att if not x.startswith("window=")]
@@ -2513,7 +2515,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         att_local = att_global[:1] + [f"window={local}"] + att_global[1:]
         if a.local_rotary:  # Gemma 3: the sliding layers turn by their own base (rope_local_base_freq)
             att_local = _local_rotary_words(att_local, *a.local_rotary)
-        blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), each turbine with a norm {where}", f"{a.family}_local", mk(att_local)),
+        blocks = [(f"# a {a.family} layer with sliding-window attention ({local} tokens), {where}", f"{a.family}_local", mk(att_local)),
                   (f"# a {a.family} layer with global attention", f"{a.family}_global", mk(att_global))]
         body = _layer_runs(a.family, ["local" if w is not None else "global" for w in a.layer_windows])
     if a.layer_attn:  # rotary differs by layer (NoPE layers, a rope per layer type): one template per kind of attention
@@ -2522,7 +2524,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     if a.layer_dense:  # Qwen2-MoE's dense layers among the MoE ones (mlp_only_layers, decoder_sparse_step)
         dense = f"turbine mlp hidden={a.dense_hidden} act={a.act} bias={_num(a.mlp_bias)}"
         mk = lambda w, k: [*branch("mix", "turbine attention " + " ".join(att), keys), *branch("burn", w, k)]
-        blocks = [(f"# a {a.family} layer with routed experts, each turbine with its norm {where}", f"{a.family}_moe", mk(work, wkeys)),
+        blocks = [(f"# a {a.family} layer with routed experts, {where}", f"{a.family}_moe", mk(work, wkeys)),
                   (f"# a dense {a.family} layer (mlp_only_layers, decoder_sparse_step): a gated MLP of intermediate_size", f"{a.family}_dense",
                    mk(dense, ()))]
         body = _layer_runs(a.family, ["dense" if d else "moe" for d in a.layer_dense])
