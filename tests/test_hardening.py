@@ -632,7 +632,7 @@ DOCUMENTED = {
     "linear": ["out=8", "bias=false"],
     "ssm": ["heads=2", "state=4", "groups=2", "expand=2", "conv=3", "chunk=4", "bias=false", "conv_bias=true", "eps=1e-5", "dt_min=0.001",
             "dt_max=0.1", "dt_lo=0.01", "dt_hi=0.5"],
-    "ssm_v1": ["version=1", "state=4", "expand=2", "dt_rank=2", "conv=3", "chunk=4", "bias=false", "conv_bias=true", "norms", "eps=1e-5",
+    "ssm_v1": ["version=1", "state=4", "expand=2", "dt_rank=2", "conv=3", "chunk=4", "bias=false", "conv_bias=true", "norms", "norms_affine=false", "eps=1e-5",
                "dt_min=0.001", "dt_max=0.1"],
     "linear_attention": ["heads=2", "feature=relu", "normalize=false", "chunk=4"],
     "latent_attention": ["heads=2", "latent=4", "q_latent=4", "rotary_dims=2", "v_dim=4"],
