@@ -91,6 +91,7 @@ class Arch:
     qk_offset: float = 0.0  # Gemma 3: the qk-norms' gain is 1 + w
     qk_affine: bool = True  # nanochat: weightless qk-norms
     qk_late: bool = False  # nanochat: the qk-norms act after rotary
+    qk_heads: bool = False  # StableLM, Cohere: each head its own qk-norm gain
     local_rotary: tuple = ()  # Gemma 3: (rotary base, rotary scaling) of the sliding layers where they differ from the global layers'
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
@@ -2563,7 +2564,7 @@ def _qk_shape_text(a: Arch) -> str:
     """The attention options that shape its qk-norms (Persimmon's layernorm, Gemma 3's 1 + w, nanochat's weightless, after rotary)."""
     return "".join(w for w, on in ((" qk_norm_type=layernorm", a.qk_type == "layernorm"), (" qk_norm_bias", a.qk_bias),
                                    (f" qk_norm_offset={_num(a.qk_offset)}", a.qk_offset), (" qk_norm_affine=false", not a.qk_affine),
-                                   (" qk_norm_after_rotary", a.qk_late)) if on)
+                                   (" qk_norm_after_rotary", a.qk_late), (" qk_norm_head_gains", a.qk_heads)) if on)
 
 
 def _local_rotary_words(att: list, base: float, scaling) -> list:
@@ -2718,7 +2719,7 @@ def arch_of(engine: ir.Engine) -> Arch:
                 layer_dense=dense if any(dense) and not all(dense) else (), layer_attn=_layer_attn(stages, windows),
                 dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0,
                 qk_type=attn.qk_norm_type, qk_bias=attn.qk_norm_bias, qk_offset=attn.qk_norm_offset, qk_affine=attn.qk_norm_affine,
-                qk_late=attn.qk_norm_after_rotary, **ropes)
+                qk_late=attn.qk_norm_after_rotary, qk_heads=attn.qk_norm_head_gains, **ropes)
 
 
 def _layer_ropes(stages: list) -> dict:

@@ -338,6 +338,21 @@ class _Cat:
 
 
 @dataclass(frozen=True)
+class _Shaped:
+    """A checkpoint tensor of this shape, ours the same numbers as one vector (Cohere's (heads, head_dim) qk-norm gains)."""
+
+    shape: tuple
+
+    def __call__(self, t):
+        if tuple(t.shape) != self.shape:
+            raise ValueError(f"not of shape {self.shape}")
+        return t.reshape(-1)
+
+    def inverse(self, t):
+        return [t.reshape(self.shape).contiguous()]
+
+
+@dataclass(frozen=True)
 class _Index:
     """One expert's slice of transformers 5's fused expert tensors."""
 
@@ -413,6 +428,13 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
             if (reactor not in st.posts or reactor in st.valves) and rn != an:  # a parallel block's shared norm (Phi) is the attention's
                 put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
         for p in ("weight", "bias"):  # qk-norms: Qwen3 per head, OLMo-2 across heads; Persimmon's layernorms have a bias
+            if a.qk_norm_head_gains and arch in ("stablelm", "cohere"):  # each head's gain, ours one vector head by head
+                for ours, theirs, n in (("q_norm", ks.qk_norms[0], a.heads), ("k_norm", ks.qk_norms[1], a.kv_heads)):
+                    if arch == "stablelm":  # one LayerNorm per head: norms.{j}
+                        put(f"{st.attn}.{ours}.{p}", [h + f"{theirs}.norms.{j}.{p}" for j in range(n)], _Cat((a.head_dim,) * n))
+                    else:  # Cohere's one (heads, head_dim) weight
+                        put(f"{st.attn}.{ours}.{p}", h + f"{theirs}.{p}", _Shaped((n, a.head_dim)))
+                continue
             put(f"{st.attn}.q_norm.{p}", h + f"{ks.qk_norms[0]}.{p}")
             put(f"{st.attn}.k_norm.{p}", h + f"{ks.qk_norms[1]}.{p}")
         gated = is_gated(st.work_node.act)
@@ -862,6 +884,7 @@ KEYS = {
     "glm": _Keys(fused_gate_up="mlp.gate_up_proj"),
     "glm4": _Keys(mlp_norm="post_attention_layernorm", fused_gate_up="mlp.gate_up_proj", attn_post="post_self_attn_layernorm",
                   mlp_post="post_mlp_layernorm"),
+    "stablelm": _Keys(qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm")),
     "codegen": _Keys(attn_norm="ln_1", fused_qkv="attn.qkv_proj", mp_qkv=4, o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"),
                      embed="wte", final="ln_f", layers="h"),
     "mpt": _Keys(attn_norm="norm_1", mlp_norm="norm_2", fused_qkv="attn.Wqkv", o="attn.out_proj", plain=("ffn.up_proj", "ffn.down_proj"),

@@ -1,0 +1,120 @@
+"""The qk-norm variants read where the language says them exactly (interop/families_parallel.py,
+families.py): StableLM's qk_layernorm (one LayerNorm per head, each its own gain, no bias) and
+Cohere's use_qk_norm (one (heads, head_dim) gain, a bias-free LayerNorm over each head), both
+`qk_norm qk_norm_type=layernorm qk_norm_head_gains`; HunYuan's dense and MoE decoders, whose qk
+RMSNorms act after rotary (`qk_norm_after_rotary`).
+
+Each one's round trip (tests/roundtrip.py) with the option on, the norms' gains spread away from 1
+(roundtrip.hf perturbs every weight); each quirk shown to matter (the same weights through the spec
+with it edited out compute other logits); what the language still cannot say refused by name.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import cyclelang
+
+from .conftest import need
+from .roundtrip import V, hf, ids, rel, round_trip
+
+torch = need("torch")
+transformers = need("transformers")
+from cyclelang.backends.torch.build import build  # noqa: E402
+from cyclelang.interop import Unsupported, import_config, load_transformers  # noqa: E402
+from cyclelang.interop.families import read_config  # noqa: E402
+
+
+def stablelm(**o):
+    return transformers.StableLmConfig(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
+                                                 num_key_value_heads=2, max_position_embeddings=40, layer_norm_eps=1e-4, qk_layernorm=True,
+                                                 use_qkv_bias=True, pad_token_id=3, bos_token_id=0, eos_token_id=1,
+                                                 rope_parameters={"rope_type": "default", "rope_theta": 3000.0, "partial_rotary_factor": 0.5}),
+                                          **o})
+
+
+def cohere(**o):
+    return transformers.CohereConfig(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
+                                               num_key_value_heads=2, max_position_embeddings=40, layer_norm_eps=1e-4, logit_scale=0.3,
+                                               use_qk_norm=True, rope_parameters={"rope_type": "default", "rope_theta": 3000.0},
+                                               pad_token_id=3, bos_token_id=0, eos_token_id=1), **o})
+
+
+FAMILIES = {
+    "stablelm_qk_layernorm": stablelm,
+    "stablelm_qk_layernorm_parallel_mha_tied": lambda: stablelm(num_attention_heads=4, num_key_value_heads=4, use_parallel_residual=True,
+                                                                tie_word_embeddings=True, use_qkv_bias=False, layer_norm_eps=1e-5),
+    "cohere_qk_norm": cohere,
+    "cohere_qk_norm_biased_untied_mha": lambda: cohere(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, attention_bias=True,
+                                                       tie_word_embeddings=False, pad_token_id=None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_round_trip(tmp_path, name):
+    round_trip(tmp_path, FAMILIES[name]())
+
+
+def imported(config):
+    ref = hf(config)
+    text = import_config(ref.config.to_dict())
+    return ref, text, load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
+
+
+def differs(ref, model) -> bool:
+    idx = ids()
+    with torch.no_grad():
+        return rel(model(idx), ref(idx).logits) > 1e-3
+
+
+def _qk_norms(model):
+    return [m for n, m in model.named_modules() if n.endswith(("q_norm", "k_norm"))]
+
+
+@pytest.mark.parametrize("name", ["stablelm_qk_layernorm", "cohere_qk_norm"])
+def test_each_head_its_own_gain_and_the_mean_removed_matter(name):
+    """The qk-norms are LayerNorms (an RMSNorm in their place computes other logits), and each head's gain is its own (head 0's
+    gain on every head computes other logits)."""
+    ref, text, ours = imported(FAMILIES[name]())
+    assert " qk_norm_type=layernorm" in text and " qk_norm_head_gains" in text and "qk_norm_bias" not in text
+    assert not differs(ref, ours)
+    rms = build(cyclelang.parse(text.replace(" qk_norm_type=layernorm", "")), seed=0).eval()
+    rms.load_state_dict(ours.state_dict())
+    assert differs(ref, rms)
+    shared = build(cyclelang.parse(text), seed=0).eval()
+    shared.load_state_dict(ours.state_dict())
+    with torch.no_grad():
+        for m in _qk_norms(shared):
+            w = m.weight.view(m.heads, -1)
+            w.copy_(w[:1].expand_as(w))
+    assert differs(ref, shared)
+
+
+def test_export_refuses_a_qk_norm_the_family_does_not_have(tmp_path):
+    """A Cohere-named spec whose qk-norms are RMSNorms has no use_qk_norm to say them: refused by name, not written as LayerNorms."""
+    from dataclasses import replace
+
+    from cyclelang.interop import export_config
+    from cyclelang.interop.families import arch_of, config_of
+
+    for family, make in (("cohere", cohere), ("stablelm", stablelm)):
+        spec = cyclelang.parse(import_config(make().to_dict()).replace(" qk_norm_type=layernorm", ""))
+        with pytest.raises(Unsupported) as e:
+            config_of(replace(arch_of(spec.engine), family=family))
+        assert e.value.field == "qk_norm"
+        with pytest.raises(Unsupported):
+            export_config(spec)
+
+
+REFUSED = [  # (config, the key named, words of the reason)
+    (lambda: transformers.MptConfig(vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=40, attn_config={"qk_ln": True}),
+     "attn_config.qk_ln", "transformers' Mpt ignores it"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(REFUSED)))
+def test_still_refused_by_name(case):
+    make, key, words = REFUSED[case]
+    with pytest.raises(Unsupported) as e:
+        read_config(make().to_dict())
+    assert e.value.field == key and words in str(e.value)
