@@ -40,6 +40,20 @@ def cohere(**o):
                                                pad_token_id=3, bos_token_id=0, eos_token_id=1), **o})
 
 
+def hunyuan_dense(**o):
+    return transformers.HunYuanDenseV1Config(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
+                                                       num_key_value_heads=2, head_dim=10, max_position_embeddings=40, rms_norm_eps=1e-4,
+                                                       rope_parameters={"rope_type": "default", "rope_theta": 3000.0}, pad_token_id=3,
+                                                       bos_token_id=0, eos_token_id=1, eod_token_id=2), **o})
+
+
+def hunyuan_moe(**o):
+    return transformers.HunYuanMoEV1Config(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+                                                     num_key_value_heads=2, head_dim=8, max_position_embeddings=40, rms_norm_eps=1e-4, num_experts=5,
+                                                     moe_topk=2, rope_parameters={"rope_type": "default", "rope_theta": 5000.0}, pad_token_id=3,
+                                                     bos_token_id=0, eos_token_id=1, eod_token_id=2, sep_token_id=4), **o})
+
+
 FAMILIES = {
     "stablelm_qk_layernorm": stablelm,
     "stablelm_qk_layernorm_parallel_mha_tied": lambda: stablelm(num_attention_heads=4, num_key_value_heads=4, use_parallel_residual=True,
@@ -47,6 +61,12 @@ FAMILIES = {
     "cohere_qk_norm": cohere,
     "cohere_qk_norm_biased_untied_mha": lambda: cohere(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, attention_bias=True,
                                                        tie_word_embeddings=False, pad_token_id=None),
+    "hunyuan_v1_dense": hunyuan_dense,
+    "hunyuan_v1_dense_biased_tied_alpha": lambda: hunyuan_dense(attention_bias=True, tie_word_embeddings=True, num_key_value_heads=6,
+                                                                rope_parameters={"rope_type": "dynamic", "rope_theta": 1000.0, "factor": 1.0, "alpha": 50.0}),
+    "hunyuan_v1_moe": hunyuan_moe,
+    "hunyuan_v1_moe_top1_untied_head_dim": lambda: hunyuan_moe(num_experts=3, moe_topk=1, head_dim=12, tie_word_embeddings=False,
+                                                               attention_bias=True),
 }
 
 
@@ -106,7 +126,29 @@ def test_export_refuses_a_qk_norm_the_family_does_not_have(tmp_path):
             export_config(spec)
 
 
+@pytest.mark.parametrize("name", ["hunyuan_v1_dense", "hunyuan_v1_moe"])
+def test_hunyuan_qk_norms_after_rotary_matter(name):
+    """HunYuan's qk RMSNorms act on the rotated q and k: the same weights with them before rotary compute other logits."""
+    ref, text, ours = imported(FAMILIES[name]())
+    assert " qk_norm_after_rotary" in text
+    assert not differs(ref, ours)
+    early = build(cyclelang.parse(text.replace(" qk_norm_after_rotary", "")), seed=0).eval()
+    early.load_state_dict(ours.state_dict())
+    assert differs(ref, early)
+
+
+def test_hunyuan_alpha_is_a_fixed_base_not_dynamic_ntk():
+    """rope_type dynamic with an alpha is HunYuan's ntk_alpha: rope_theta * alpha ** (d / (d - 2)), the same at every length."""
+    text = import_config(FAMILIES["hunyuan_v1_dense_biased_tied_alpha"]().to_dict())
+    assert "dynamic" not in text and f"rotary_base={1000.0 * 50.0 ** (10 / 8):g}"[:16] in text
+
+
 REFUSED = [  # (config, the key named, words of the reason)
+    (lambda: hunyuan_dense(head_dim=None, rope_parameters={"rope_type": "dynamic", "rope_theta": 1000.0, "factor": 1.0, "alpha": 50.0}),
+     "rope_parameters.alpha", "head_dim null"),
+    (lambda: hunyuan_moe(head_dim=None), "head_dim", "fails without one"),
+    (lambda: hunyuan_moe(moe_topk=[1, 2]), "moe_topk", "per layer"),
+    (lambda: hunyuan_moe(num_experts=2, moe_topk=3), "moe_topk", "top-3 of 2"),
     (lambda: transformers.MptConfig(vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=40, attn_config={"qk_ln": True}),
      "attn_config.qk_ln", "transformers' Mpt ignores it"),
 ]

@@ -379,7 +379,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe") or arch in ROUTED
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe", "hunyuan_v1_moe") or arch in ROUTED
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
@@ -465,6 +465,21 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
             continue
         if arch in ROUTED:
             _put_routed(put, arch, reactor, h, st.work_node, state, fused)
+            continue
+        if arch == "hunyuan_v1_moe":  # the router mlp.gate.wg, one summed shared MLP (shared_mlp), the experts fused
+            put(f"{reactor}.router.weight", h + "mlp.gate.wg.weight")
+            s = h + "mlp.shared_mlp."
+            put(f"{reactor}.shared.fc.weight", [s + "gate_proj.weight", s + "up_proj.weight"], _Cat((st.work_node.shared, st.work_node.shared)))
+            put(f"{reactor}.shared.proj.weight", s + "down_proj.weight")
+            is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused  # saved files: mlp.experts.{e}.gate_proj ...
+            for x in range(st.experts):
+                if is_fused:
+                    put(f"{reactor}.experts.{x}.fc.weight", h + "mlp.experts.gate_up_proj", _Index(x, st.experts))
+                    put(f"{reactor}.experts.{x}.proj.weight", h + "mlp.experts.down_proj", _Index(x, st.experts))
+                    continue
+                b = h + f"mlp.experts.{x}."
+                put(f"{reactor}.experts.{x}.fc.weight", [b + "gate_proj.weight", b + "up_proj.weight"], gate_up)
+                put(f"{reactor}.experts.{x}.proj.weight", b + "down_proj.weight")
             continue
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
         qwen = arch in ("qwen2_moe", "cohere2_moe")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
@@ -885,6 +900,8 @@ KEYS = {
     "glm4": _Keys(mlp_norm="post_attention_layernorm", fused_gate_up="mlp.gate_up_proj", attn_post="post_self_attn_layernorm",
                   mlp_post="post_mlp_layernorm"),
     "stablelm": _Keys(qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm")),
+    "hunyuan_v1_dense": _Keys(qk_norms=("self_attn.query_layernorm", "self_attn.key_layernorm")),
+    "hunyuan_v1_moe": _Keys(qk_norms=("self_attn.query_layernorm", "self_attn.key_layernorm")),
     "codegen": _Keys(attn_norm="ln_1", fused_qkv="attn.qkv_proj", mp_qkv=4, o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"),
                      embed="wte", final="ln_f", layers="h"),
     "mpt": _Keys(attn_norm="norm_1", mlp_norm="norm_2", fused_qkv="attn.Wqkv", o="attn.out_proj", plain=("ffn.up_proj", "ffn.down_proj"),

@@ -65,8 +65,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "granite_swa": ("granite", "learned attention sinks"),
     "granitemoe_swa": ("granite", "learned attention sinks"),
     "hrm_text": ("llama", "hierarchical recurrence: two weight-shared stacks looped in nested cycles over two states; a sigmoid gate on the attention output"),
-    "hunyuan_v1_dense": ("qwen3", "qk RMSNorms applied after rotary (qk_norm comes before it)"),
-    "hunyuan_v1_moe": ("qwen2_moe", "qk RMSNorms applied after rotary (qk_norm comes before it)"),
     "hy_v3": ("deepseek_v2", "sigmoid router scores with a selection-only bias, renormalised and scaled"),
     "hy_v4": ("deepseek_v2", "hyper-connections (several residual streams); DeepSeek-V3.2 sparse attention on latent attention, with attention sinks and a sigmoid output gate; DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
     "inkling2_loop_text": ("deepseek_v2", "attention residuals (each sublayer reads an attention over earlier blocks' outputs); learned relative-position biases; residual short convolutions on keys, values and sublayer outputs; a soft-capped SwiGLU; sigmoid router scores with a selection-only bias; a looped (weight-shared) middle span with gated messages between passes"),
