@@ -1,7 +1,8 @@
 """The qk-norm variants read where the language says them exactly (interop/families_parallel.py,
 families.py): StableLM's qk_layernorm (one LayerNorm per head, each its own gain, no bias) and
 Cohere's use_qk_norm (one (heads, head_dim) gain, a bias-free LayerNorm over each head), both
-`qk_norm qk_norm_type=layernorm qk_norm_head_gains`; HunYuan's dense and MoE decoders, whose qk
+`qk_norm qk_norm_type=layernorm qk_norm_head_gains`; Phi's qk_layernorm (one biased LayerNorm over each
+head's dims, shared by the heads: Persimmon's); HunYuan's dense and MoE decoders, whose qk
 RMSNorms act after rotary (`qk_norm_after_rotary`).
 
 Each one's round trip (tests/roundtrip.py) with the option on, the norms' gains spread away from 1
@@ -40,6 +41,13 @@ def cohere(**o):
                                                pad_token_id=3, bos_token_id=0, eos_token_id=1), **o})
 
 
+def phi(**o):
+    return transformers.PhiConfig(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
+                                            num_key_value_heads=3, max_position_embeddings=40, layer_norm_eps=1e-4, qk_layernorm=True,
+                                            rope_parameters={"rope_type": "default", "rope_theta": 3000.0, "partial_rotary_factor": 0.5},
+                                            bos_token_id=0, eos_token_id=1), **o})
+
+
 def hunyuan_dense(**o):
     return transformers.HunYuanDenseV1Config(**{**dict(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
                                                        num_key_value_heads=2, head_dim=10, max_position_embeddings=40, rms_norm_eps=1e-4,
@@ -61,6 +69,9 @@ FAMILIES = {
     "cohere_qk_norm": cohere,
     "cohere_qk_norm_biased_untied_mha": lambda: cohere(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, attention_bias=True,
                                                        tie_word_embeddings=False, pad_token_id=None),
+    "phi_qk_layernorm": phi,
+    "phi_qk_layernorm_mha_full_rotary": lambda: phi(num_attention_heads=4, num_key_value_heads=4, layer_norm_eps=1e-5,
+                                                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}),
     "hunyuan_v1_dense": hunyuan_dense,
     "hunyuan_v1_dense_biased_tied_alpha": lambda: hunyuan_dense(attention_bias=True, tie_word_embeddings=True, num_key_value_heads=6,
                                                                 rope_parameters={"rope_type": "dynamic", "rope_theta": 1000.0, "factor": 1.0, "alpha": 50.0}),
@@ -124,6 +135,16 @@ def test_export_refuses_a_qk_norm_the_family_does_not_have(tmp_path):
         assert e.value.field == "qk_norm"
         with pytest.raises(Unsupported):
             export_config(spec)
+
+
+def test_phi_qk_layernorms_matter():
+    """Phi's qk_layernorm: biased LayerNorms over each head's dims; as RMSNorms without the bias the same weights compute other logits."""
+    ref, text, ours = imported(FAMILIES["phi_qk_layernorm"]())
+    assert " qk_norm_type=layernorm qk_norm_bias" in text and "qk_norm_head_gains" not in text
+    assert not differs(ref, ours)
+    rms = build(cyclelang.parse(text.replace(" qk_norm_type=layernorm qk_norm_bias", "")), seed=0).eval()
+    rms.load_state_dict(ours.state_dict(), strict=False)  # the qk-norms' biases have no place
+    assert differs(ref, rms)
 
 
 @pytest.mark.parametrize("name", ["hunyuan_v1_dense", "hunyuan_v1_moe"])

@@ -819,8 +819,6 @@ def _plain(family: str):
         act = _PLAIN_ACTS.get(act_name)
         if act is None:
             raise Unsupported(act_key, f"{act_name!r} has no counterpart among the language's activations")
-        if family == "phi" and c["qk_layernorm"]:
-            raise Unsupported("qk_layernorm", "Phi's qk layernorm (with bias) is not in the language; qk_norm is an RMSNorm")
         bias = bool(c["use_bias"]) if family == "starcoder2" else bool(c["bias"]) if family == "falcon" else False if family == "gptj" \
             else bool(c["attention_bias"]) if family == "gpt_neox" else True
         if family in ("phi", "gptj"):
@@ -2276,6 +2274,13 @@ def _persimmon(c: Config) -> Arch:
     return replace(a, **qk, sources={**a.sources, "rotary": "partial_rotary_factor"})
 
 
+def _phi(c: Config) -> Arch:
+    """Phi's parallel block read as the plain decoders are, then its qk LayerNorms (qk_layernorm: one over each head's dims,
+    shared by the heads, with a bias, before the partial rotary), Persimmon's."""
+    a = _plain("phi")(c)
+    return replace(a, qk_norm="head", qk_eps=a.eps, qk_type="layernorm", qk_bias=True) if c["qk_layernorm"] else a
+
+
 def _nemotron(c: Config) -> Arch:
     """Llama's reader with an ungated MLP, then Nemotron's norms: LayerNorm1P, gain 1 + w, a bias, eps norm_eps."""
     a = _decoder("nemotron")(_View(c, renamed={"rms_norm_eps": "norm_eps"}))
@@ -2301,6 +2306,7 @@ READERS.update({f: _decoder(f) for f in _DECODERS_UNGATED})
 READERS["gemma3_text"] = _gemma3
 READERS["nemotron"] = _nemotron
 READERS["persimmon"] = _persimmon
+READERS["phi"] = _phi
 READERS["jais2"] = _jais2
 READERS["nanochat"] = _nanochat
 READERS["deepseek_v3"] = _deepseek_v3
@@ -3055,7 +3061,11 @@ def _plain_config(a: Arch) -> dict:
     else:
         cfg.update(layer_norm_eps=a.eps)
     if a.family == "phi":
-        cfg.update(qk_layernorm=False, pad_token_id=a.padding, resid_pdrop=0.0, embd_pdrop=0.0)
+        if a.qk_norm not in ("none", "head") or (a.qk_norm == "head" and (a.qk_type, a.qk_bias, a.qk_eps, a.qk_offset, a.qk_affine, a.qk_late,
+                                                                          a.qk_heads) != ("layernorm", True, a.eps, 0.0, True, False, False)):
+            raise Unsupported("qk_norm", "Phi's qk-norms (qk_layernorm) are LayerNorms with a bias over each head's dims, shared by the heads, "
+                              "before rotary, with the norms' eps")
+        cfg.update(qk_layernorm=a.qk_norm == "head", pad_token_id=a.padding, resid_pdrop=0.0, embd_pdrop=0.0)
     if a.family == "gpt_neox":
         cfg.update(use_parallel_residual=a.parallel == "separate", attention_bias=a.qkv_bias, hidden_dropout=0.0)
     return cfg

@@ -872,7 +872,7 @@ class _Keys:
 
 KEYS = {
     "phi3": _Keys(fused_qkv="self_attn.qkv_proj", fused_gate_up="mlp.gate_up_proj"),
-    "phi": _Keys(o="self_attn.dense", plain=("mlp.fc1", "mlp.fc2"), final="final_layernorm"),
+    "phi": _Keys(o="self_attn.dense", plain=("mlp.fc1", "mlp.fc2"), final="final_layernorm", qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm")),
     "gpt_neox": _Keys(fused_qkv="attention.query_key_value", neox_qkv=True, o="attention.dense",
                       plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="embed_in", final="final_layer_norm"),
     "falcon": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
