@@ -32,7 +32,8 @@ def default_config(family: str) -> dict:
 # Families whose transformers default config the importer refuses, and why (they still import where a checkpoint's
 # config avoids it).
 SKIP = {"ministral3": "its default rope scales queries by Llama 4's rule (llama_4_scaling_beta), which the language lacks",
-        "cohere_compass_text": "its default rope_parameters name no layer type, and transformers cannot build the model without them"}
+        "cohere_compass_text": "its default rope_parameters name no layer type, and transformers cannot build the model without them",
+        "hunyuan_v1_moe": "its default head_dim is null, and transformers' HunYuan MoE attention cannot build without one"}
 
 
 def texts() -> dict[str, str]:

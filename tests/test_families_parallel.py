@@ -116,7 +116,6 @@ def _config(name: str, **over) -> dict:
 
 
 REFUSED = [
-    ("cohere", {"use_qk_norm": True}, "use_qk_norm", "LayerNorm"),
     ("cohere", {"rope_parameters": {"rope_type": "linear", "rope_theta": 3000.0, "factor": 2.0}}, "rope_parameters.rope_type", "not mapped"),
     ("cohere", {"rope_parameters": {"rope_type": "default", "rope_theta": 3000.0, "partial_rotary_factor": 0.5}},
      "rope_parameters.partial_rotary_factor", "every dim"),
@@ -149,14 +148,13 @@ REFUSED = [
     ("glm", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 7000.0, "factor": 2.0, "partial_rotary_factor": 0.5}},
      "rope_parameters.rope_type", "not mapped"),
     ("glm", {"rope_parameters": {"rope_type": "default", "rope_theta": 7000.0, "partial_rotary_factor": 0.3125}}, "partial_rotary_factor", "odd"),
-    ("stablelm", {"qk_layernorm": True}, "qk_layernorm", "one LayerNorm per head"),
     ("codegen", {"rotary_dim": None}, "rotary_dim", "null"),
     ("codegen", {"rotary_dim": 5}, "rotary_dim", "even"),
     ("codegen", {"rotary_dim": 14}, "rotary_dim", "even"),
     ("codegen", {"n_embd": 18, "n_head": 3}, "n_embd", "groups of rows"),
     ("codegen", {"scale_attn_weights": False}, "scale_attn_weights", "1/sqrt(head_dim)"),
     ("mpt", {"attn_config": {"clip_qkv": 6.0}}, "attn_config.clip_qkv", "clamping"),
-    ("mpt", {"attn_config": {"qk_ln": True}}, "attn_config.qk_ln", "LayerNorm on q and k"),
+    ("mpt", {"attn_config": {"qk_ln": True}}, "attn_config.qk_ln", "LayerNorm over all heads"),
     ("mpt", {"attn_config": {"prefix_lm": True}}, "attn_config.prefix_lm", "prefix"),
     ("mpt", {"attn_config": {"attn_uses_sequence_id": True}}, "attn_config.attn_uses_sequence_id", "packed"),
     ("mpt", {"attn_config": {"attn_type": "multiquery_attention"}}, "attn_config.attn_type", "multi-head"),

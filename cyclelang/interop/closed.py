@@ -103,6 +103,8 @@ CLASSES = {
     "persimmon": "PersimmonConfig",
     "jais2": "Jais2Config",
     "nanochat": "NanoChatConfig",
+    "hunyuan_v1_dense": "HunYuanDenseV1Config",
+    "hunyuan_v1_moe": "HunYuanMoEV1Config",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).
@@ -110,6 +112,7 @@ ALIASES = {
     "gpt2": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
     "gptj": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
     "mixtral": {"num_experts": "num_local_experts"},
+    "hunyuan_v1_moe": {"num_local_experts": "num_experts", "num_experts_per_tok": "moe_topk"},
     "jamba": {"num_local_experts": "num_experts"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers"},  # the file writes num_nextn_predict_layers
@@ -214,6 +217,8 @@ ROPE_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor
                        "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
                        "truncate", "max_position_embeddings", "llama_4_scaling_beta",
                        "long_factor", "short_factor"})  # longrope's: refused by its rope_type
+# rope parameters one family's own rotary reads (its reader reads them): HunYuan's alpha (ntk_alpha, a fixed base)
+FAMILY_ROPE_KEYS = {"hunyuan_v1_dense": frozenset({"alpha"}), "hunyuan_v1_moe": frozenset({"alpha"})}
 
 
 @dataclass(frozen=True)
@@ -369,7 +374,7 @@ class Config:
         if any(isinstance(v, dict) for v in rope.values()):
             raise Unsupported(where, "rope parameters per layer type are not mapped for this family")
         for k, v in rope.items():
-            if k not in ROPE_KEYS:
+            if k not in ROPE_KEYS and k not in FAMILY_ROPE_KEYS.get(self.family, ()):
                 raise Unsupported(f"{where}.{k}", "not a rope parameter the importer knows: it cannot tell whether it changes the function")
             if isinstance(v, float) and not math.isfinite(v):
                 raise Unsupported(f"{where}.{k}", f"{_show(v)} is not a finite number")

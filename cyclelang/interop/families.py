@@ -91,6 +91,7 @@ class Arch:
     qk_offset: float = 0.0  # Gemma 3: the qk-norms' gain is 1 + w
     qk_affine: bool = True  # nanochat: weightless qk-norms
     qk_late: bool = False  # nanochat: the qk-norms act after rotary
+    qk_heads: bool = False  # StableLM, Cohere: each head its own qk-norm gain
     local_rotary: tuple = ()  # Gemma 3: (rotary base, rotary scaling) of the sliding layers where they differ from the global layers'
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
@@ -818,8 +819,6 @@ def _plain(family: str):
         act = _PLAIN_ACTS.get(act_name)
         if act is None:
             raise Unsupported(act_key, f"{act_name!r} has no counterpart among the language's activations")
-        if family == "phi" and c["qk_layernorm"]:
-            raise Unsupported("qk_layernorm", "Phi's qk layernorm (with bias) is not in the language; qk_norm is an RMSNorm")
         bias = bool(c["use_bias"]) if family == "starcoder2" else bool(c["bias"]) if family == "falcon" else False if family == "gptj" \
             else bool(c["attention_bias"]) if family == "gpt_neox" else True
         if family in ("phi", "gptj"):
@@ -2275,6 +2274,13 @@ def _persimmon(c: Config) -> Arch:
     return replace(a, **qk, sources={**a.sources, "rotary": "partial_rotary_factor"})
 
 
+def _phi(c: Config) -> Arch:
+    """Phi's parallel block read as the plain decoders are, then its qk LayerNorms (qk_layernorm: one over each head's dims,
+    shared by the heads, with a bias, before the partial rotary), Persimmon's."""
+    a = _plain("phi")(c)
+    return replace(a, qk_norm="head", qk_eps=a.eps, qk_type="layernorm", qk_bias=True) if c["qk_layernorm"] else a
+
+
 def _nemotron(c: Config) -> Arch:
     """Llama's reader with an ungated MLP, then Nemotron's norms: LayerNorm1P, gain 1 + w, a bias, eps norm_eps."""
     a = _decoder("nemotron")(_View(c, renamed={"rms_norm_eps": "norm_eps"}))
@@ -2300,9 +2306,86 @@ READERS.update({f: _decoder(f) for f in _DECODERS_UNGATED})
 READERS["gemma3_text"] = _gemma3
 READERS["nemotron"] = _nemotron
 READERS["persimmon"] = _persimmon
+READERS["phi"] = _phi
 READERS["jais2"] = _jais2
 READERS["nanochat"] = _nanochat
 READERS["deepseek_v3"] = _deepseek_v3
+
+
+# HunYuan's dense and MoE decoders (HunYuanDenseV1, HunYuanMoEV1): Llama's layer, its per-head qk RMSNorms (query_layernorm,
+# key_layernorm, eps rms_norm_eps) acting on the rotated q and k; the MoE's layer a softmax top-k router (renormalised)
+# and its fused experts beside one summed, ungated gated MLP (shared_mlp), all intermediate_size wide.
+_HUNYUAN_KEYS = _LLAMA | {"head_dim", "attention_bias"}
+_HUNYUAN_INERT = {**_TP, "eod_token_id": "a tokenizer's end-of-document token; the forward does not read it"}
+KEYS["hunyuan_v1_dense"] = Keys(_HUNYUAN_KEYS, _HUNYUAN_INERT)
+KEYS["hunyuan_v1_moe"] = Keys(_HUNYUAN_KEYS | {"num_experts", "moe_topk"}, _HUNYUAN_INERT)
+
+
+def _hunyuan_rope(c: Config) -> dict | None:
+    """HunYuan's rope read as its rotary embedding reads it: rope_type dynamic with an alpha is no dynamic NTK but a fixed base,
+    rope_theta * alpha ** (head_dim / (head_dim - 2)) (ntk_alpha); None where the rope is read as Llama's."""
+    rope, where = c.rope()
+    alpha = rope.get("alpha")
+    if rope.get("rope_type") != "dynamic" or not alpha:
+        return None
+    dim = c["head_dim"]
+    if not dim:
+        raise Unsupported(f"{where}.alpha", "with head_dim null: transformers' ntk_alpha rotary reads config.head_dim and fails without one")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0 or dim < 4:
+        raise Unsupported(f"{where}.alpha", f"{alpha!r} with head_dim {dim}: a positive number, on heads of 4 dims or more")
+    base = float(rope["rope_theta"]) * float(alpha) ** (dim / (dim - 2))
+    return {"rope_type": "default", "rope_theta": base}
+
+
+def _hunyuan_count(c: Config, key: str, layers: int) -> int:
+    """num_experts or moe_topk: a number, or one per layer (read here when every layer's is the same)."""
+    v = c[key]
+    if isinstance(v, list):
+        if len(v) != layers or len(set(v)) != 1:
+            raise Unsupported(key, f"{v!r}: a different count per layer is not mapped (one number, or the same one per layer, {layers})")
+        v = v[0]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise Unsupported(key, f"{v!r} is not a count from 1")
+    return v
+
+
+def _hunyuan(family: str):
+    def read(c: Config) -> Arch:
+        rope = _hunyuan_rope(c)
+        a = _decoder(family)(_View(c, rope, c.rope()[1]) if rope is not None else c)
+        qk = dict(qk_norm="head", qk_eps=a.eps, qk_late=True)
+        if rope is not None:
+            a = replace(a, rotary_base=rope["rope_theta"], sources={**a.sources, "rotary_base": "rope_theta * alpha ** (head_dim / (head_dim - 2))"})
+        if family == "hunyuan_v1_dense":
+            return replace(a, **qk)
+        if not c["head_dim"]:
+            raise Unsupported("head_dim", f"{c['head_dim']!r}: transformers' HunYuan MoE attention reads config.head_dim as it is and fails "
+                              "without one")
+        layers = c["num_hidden_layers"]
+        experts, top = _hunyuan_count(c, "num_experts", layers), _hunyuan_count(c, "moe_topk", layers)
+        if top > experts:
+            raise Unsupported("moe_topk", f"top-{top} of {experts} experts")
+        return replace(a, **qk, experts=experts, top=top, normalize=True, shared=a.hidden, shared_gate=False,
+                       sources={**a.sources, "experts": "num_experts", "top": "moe_topk"})
+    return read
+
+
+def _hunyuan_config(a: Arch, cfg: dict) -> dict:
+    """HunYuan's config over Llama's: its qk-norms per-head RMSNorms after rotary with the norms' eps; the MoE's experts and shared MLP
+    as wide as intermediate_size, the router's top-k renormalised, the shared MLP summed."""
+    if (a.qk_norm, a.qk_type, a.qk_offset, a.qk_affine, a.qk_late, a.qk_heads, a.qk_eps) != ("head", "rmsnorm", 0.0, True, True, False, a.eps):
+        raise Unsupported("qk_norm", f"{a.family}'s qk-norms are per-head RMSNorms after rotary, with the norms' eps")
+    cfg.update(attention_bias=a.qkv_bias)
+    if a.family == "hunyuan_v1_moe":
+        if a.shared != a.hidden or a.shared_gate or not a.normalize or a.layer_dense:
+            raise Unsupported("shared", "HunYuan MoE's layers each route top-k renormalised experts beside one ungated shared MLP, both "
+                              "intermediate_size wide")
+        cfg.update(num_experts=a.experts, moe_topk=a.top)
+    return cfg
+
+
+_HUNYUAN = ("hunyuan_v1_dense", "hunyuan_v1_moe")
+READERS.update({f: _hunyuan(f) for f in _HUNYUAN})
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -2321,6 +2404,7 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "granitemoeshared": "GraniteMoeSharedForCausalLM",
              "aria_text": "AriaTextForCausalLM",
              "mellum": "MellumForCausalLM"}
+CAUSAL_LM.update({"hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM"})
 CAUSAL_LM.update(CAUSAL_LM_H2)
 CAUSAL_LM.update(_parallel.CAUSAL_LM)
 CAUSAL_LM.update(lineage.CAUSAL_LM)
@@ -2565,7 +2649,7 @@ def _qk_shape_text(a: Arch) -> str:
     """The attention options that shape its qk-norms (Persimmon's layernorm, Gemma 3's 1 + w, nanochat's weightless, after rotary)."""
     return "".join(w for w, on in ((" qk_norm_type=layernorm", a.qk_type == "layernorm"), (" qk_norm_bias", a.qk_bias),
                                    (f" qk_norm_offset={_num(a.qk_offset)}", a.qk_offset), (" qk_norm_affine=false", not a.qk_affine),
-                                   (" qk_norm_after_rotary", a.qk_late)) if on)
+                                   (" qk_norm_after_rotary", a.qk_late), (" qk_norm_head_gains", a.qk_heads)) if on)
 
 
 def _local_rotary_words(att: list, base: float, scaling) -> list:
@@ -2720,7 +2804,7 @@ def arch_of(engine: ir.Engine) -> Arch:
                 layer_dense=dense if any(dense) and not all(dense) else (), layer_attn=_layer_attn(stages, windows),
                 dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0,
                 qk_type=attn.qk_norm_type, qk_bias=attn.qk_norm_bias, qk_offset=attn.qk_norm_offset, qk_affine=attn.qk_norm_affine,
-                qk_late=attn.qk_norm_after_rotary, **ropes)
+                qk_late=attn.qk_norm_after_rotary, qk_heads=attn.qk_norm_head_gains, **ropes)
 
 
 def _layer_ropes(stages: list) -> dict:
@@ -2890,6 +2974,8 @@ def config_of(a: Arch) -> dict:
                    logits_scaling=1.0 / a.logit_scale)
     if a.family in _ROUTED:
         cfg = _routed_config(a, cfg)
+    if a.family in _HUNYUAN:
+        cfg = _hunyuan_config(a, cfg)
     return cfg
 
 
@@ -2977,7 +3063,11 @@ def _plain_config(a: Arch) -> dict:
     else:
         cfg.update(layer_norm_eps=a.eps)
     if a.family == "phi":
-        cfg.update(qk_layernorm=False, pad_token_id=a.padding, resid_pdrop=0.0, embd_pdrop=0.0)
+        if a.qk_norm not in ("none", "head") or (a.qk_norm == "head" and (a.qk_type, a.qk_bias, a.qk_eps, a.qk_offset, a.qk_affine, a.qk_late,
+                                                                          a.qk_heads) != ("layernorm", True, a.eps, 0.0, True, False, False)):
+            raise Unsupported("qk_norm", "Phi's qk-norms (qk_layernorm) are LayerNorms with a bias over each head's dims, shared by the heads, "
+                              "before rotary, with the norms' eps")
+        cfg.update(qk_layernorm=a.qk_norm == "head", pad_token_id=a.padding, resid_pdrop=0.0, embd_pdrop=0.0)
     if a.family == "gpt_neox":
         cfg.update(use_parallel_residual=a.parallel == "separate", attention_bias=a.qkv_bias, hidden_dropout=0.0)
     return cfg

@@ -16,8 +16,9 @@ What makes each one (transformers 5.24's modeling files):
 - codegen: GPT-J's block with one fused qkv whose rows come in 4 groups of [q | v | k].
 - mpt: ALiBi (BLOOM's slopes, the bias after the scale), no biases, one fused Wqkv, a 4x GELU MLP.
 
-Options the language lacks are refused by name: Cohere's use_qk_norm and StableLM's qk_layernorm
-(per-head LayerNorms), MPT's clip_qkv, qk_ln, prefix_lm and the switches transformers ignores.
+Cohere's use_qk_norm and StableLM's qk_layernorm are per-head LayerNorms (no bias, each head its own gain):
+qk_norm qk_norm_type=layernorm qk_norm_head_gains. Options the language lacks are refused by name: MPT's clip_qkv,
+prefix_lm, and qk_ln and the other switches transformers ignores.
 """
 
 from __future__ import annotations
@@ -211,9 +212,6 @@ def _compass(c: Config) -> Arch:
 
 def _cohere(family: str):
     def read(c: Config) -> Arch:
-        if family == "cohere" and c["use_qk_norm"]:
-            raise Unsupported("use_qk_norm", "Cohere's qk-norm is a LayerNorm (mean removed, no bias) over each head; the language's "
-                              "qk_norm is an RMSNorm")
         width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
         moe = _cohere_moe(c) if family == "cohere2_moe" else {}
         if family == "cohere2_moe":
@@ -260,8 +258,23 @@ def _cohere(family: str):
                     logit_scale=float(scale), rotary=rotary, rotary_base=float(rope["rope_theta"]), rotary_interleaved=True,
                     window=window, layer_windows=windows, layer_attn=_global_nope(windows, float(rope["rope_theta"])),
                     tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
-                    parallel="shared", sources=src)
+                    parallel="shared", sources=src, **(_per_head_qk(eps) if family == "cohere" and c["use_qk_norm"] else {}))
     return read
+
+
+def _per_head_qk(eps: float) -> dict:
+    """Cohere's use_qk_norm, StableLM's qk_layernorm: q and k LayerNorms over each head's dims, without a bias, each head
+    its own gain (Cohere's one (heads, head_dim) weight, StableLM's one LayerNorm per head), eps the norms' own."""
+    return dict(qk_norm="head", qk_eps=eps, qk_type="layernorm", qk_heads=True)
+
+
+def _head_layernorms(a: Arch, key: str) -> bool:
+    """Export: whether the spec's qk-norms are the per-head LayerNorms `key` turns on (refused when they are another kind)."""
+    if a.qk_norm != "none" and (a.qk_norm, a.qk_type, a.qk_bias, a.qk_offset, a.qk_affine, a.qk_late, a.qk_heads, a.qk_eps) != (
+            "head", "layernorm", False, 0.0, True, False, True, a.eps):
+        raise Unsupported("qk_norm", f"{a.family}'s qk-norms ({key}) are LayerNorms over each head's dims before rotary, each head its "
+                          "own gain, no bias, with the norms' eps")
+    return a.qk_norm == "head"
 
 
 def _global_nope(windows: tuple, base: float) -> tuple:
@@ -287,9 +300,6 @@ def _glm(family: str):
 
 
 def _stablelm(c: Config) -> Arch:
-    if c["qk_layernorm"]:
-        raise Unsupported("qk_layernorm", "StableLM's qk-norm is one LayerNorm per head, each with its own weights; the language's "
-                          "qk_norm is an RMSNorm shared by the heads")
     width, heads = c["hidden_size"], c["num_attention_heads"]
     _divides(width, heads, "num_attention_heads", "hidden_size")
     _plain_rope(c, "stablelm")
@@ -298,7 +308,7 @@ def _stablelm(c: Config) -> Arch:
                 norm="layernorm", eps=_eps(c, "layer_norm_eps"), norm_bias=True, qkv_bias=bool(c["use_qkv_bias"]), out_bias=False,
                 mlp_bias=False, rotary=_rotary(_partial(c), width // heads), rotary_base=_rope(c), tied=bool(c["tie_word_embeddings"]),
                 padding=_padding(c), parallel="shared" if c["use_parallel_residual"] else "none",
-                sources=dict(_SOURCES, eps="layer_norm_eps"))
+                sources=dict(_SOURCES, eps="layer_norm_eps"), **(_per_head_qk(_eps(c, "layer_norm_eps")) if c["qk_layernorm"] else {}))
 
 
 MP_NUM = 4  # CodeGen's qkv rows come in this many groups (transformers' CodeGenAttention.mp_num)
@@ -361,8 +371,9 @@ def _mpt(c: Config) -> Arch:
     a = _mpt_attn(c["attn_config"])
     if a["clip_qkv"]:
         raise Unsupported("attn_config.clip_qkv", "clamping q, k and v to a range is not in the language")
-    for k, why in (("qk_ln", "a LayerNorm on q and k (MPT's own code; transformers' Mpt ignores it, so its weights would not load "
-                              "there)"),
+    for k, why in (("qk_ln", "MPT's own code's LayerNorm over all heads' q and one over k (the language's qk_norm_across "
+                              "qk_norm_type=layernorm); transformers' Mpt ignores it, so its weights would not load there and the "
+                              "checkpoint's function there is another"),
                    ("prefix_lm", "bidirectional attention over a prefix is not a causal LM the language says (transformers' Mpt ignores it)"),
                    ("attn_uses_sequence_id", "attention kept within each packed sequence is not in the language (transformers' Mpt "
                                              "ignores it)")):
@@ -437,10 +448,10 @@ def config_of(a: Arch) -> dict:
         raise Unsupported("head_dim", f"{a.family}'s head_dim is hidden_size / num_attention_heads")
     if a.family == "stablelm":
         return {**cfg, "layer_norm_eps": a.eps, "use_qkv_bias": a.qkv_bias, "use_parallel_residual": a.parallel == "shared",
-                "qk_layernorm": False, "hidden_dropout": 0.0, "rope_parameters": {**rope, "partial_rotary_factor": a.rotary}}
+                "qk_layernorm": _head_layernorms(a, "qk_layernorm"), "hidden_dropout": 0.0, "rope_parameters": {**rope, "partial_rotary_factor": a.rotary}}
     cfg.update(layer_norm_eps=a.eps, attention_bias=a.qkv_bias, logit_scale=a.logit_scale)
     if a.family == "cohere":
-        return {**cfg, "use_qk_norm": False}
+        return {**cfg, "use_qk_norm": _head_layernorms(a, "use_qk_norm")}
     if a.layer_attn and a.layer_attn != _global_nope(tuple(w for w, *_ in a.layer_attn), base_):
         raise Unsupported("rotary", f"{a.family}'s sliding layers turn by one rotary (interleaved, every dim), its global layers by none")
     if a.family == "cohere_compass_text":

@@ -338,6 +338,21 @@ class _Cat:
 
 
 @dataclass(frozen=True)
+class _Shaped:
+    """A checkpoint tensor of this shape, ours the same numbers as one vector (Cohere's (heads, head_dim) qk-norm gains)."""
+
+    shape: tuple
+
+    def __call__(self, t):
+        if tuple(t.shape) != self.shape:
+            raise ValueError(f"not of shape {self.shape}")
+        return t.reshape(-1)
+
+    def inverse(self, t):
+        return [t.reshape(self.shape).contiguous()]
+
+
+@dataclass(frozen=True)
 class _Index:
     """One expert's slice of transformers 5's fused expert tensors."""
 
@@ -364,7 +379,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe") or arch in ROUTED
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe", "hunyuan_v1_moe") or arch in ROUTED
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
@@ -413,6 +428,13 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
             if (reactor not in st.posts or reactor in st.valves) and rn != an:  # a parallel block's shared norm (Phi) is the attention's
                 put(f"{rn}.{p}", h + f"{ks.mlp_norm}.{p}")
         for p in ("weight", "bias"):  # qk-norms: Qwen3 per head, OLMo-2 across heads; Persimmon's layernorms have a bias
+            if a.qk_norm_head_gains and arch in ("stablelm", "cohere"):  # each head's gain, ours one vector head by head
+                for ours, theirs, n in (("q_norm", ks.qk_norms[0], a.heads), ("k_norm", ks.qk_norms[1], a.kv_heads)):
+                    if arch == "stablelm":  # one LayerNorm per head: norms.{j}
+                        put(f"{st.attn}.{ours}.{p}", [h + f"{theirs}.norms.{j}.{p}" for j in range(n)], _Cat((a.head_dim,) * n))
+                    else:  # Cohere's one (heads, head_dim) weight
+                        put(f"{st.attn}.{ours}.{p}", h + f"{theirs}.{p}", _Shaped((n, a.head_dim)))
+                continue
             put(f"{st.attn}.q_norm.{p}", h + f"{ks.qk_norms[0]}.{p}")
             put(f"{st.attn}.k_norm.{p}", h + f"{ks.qk_norms[1]}.{p}")
         gated = is_gated(st.work_node.act)
@@ -443,6 +465,21 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
             continue
         if arch in ROUTED:
             _put_routed(put, arch, reactor, h, st.work_node, state, fused)
+            continue
+        if arch == "hunyuan_v1_moe":  # the router mlp.gate.wg, one summed shared MLP (shared_mlp), the experts fused
+            put(f"{reactor}.router.weight", h + "mlp.gate.wg.weight")
+            s = h + "mlp.shared_mlp."
+            put(f"{reactor}.shared.fc.weight", [s + "gate_proj.weight", s + "up_proj.weight"], _Cat((st.work_node.shared, st.work_node.shared)))
+            put(f"{reactor}.shared.proj.weight", s + "down_proj.weight")
+            is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused  # saved files: mlp.experts.{e}.gate_proj ...
+            for x in range(st.experts):
+                if is_fused:
+                    put(f"{reactor}.experts.{x}.fc.weight", h + "mlp.experts.gate_up_proj", _Index(x, st.experts))
+                    put(f"{reactor}.experts.{x}.proj.weight", h + "mlp.experts.down_proj", _Index(x, st.experts))
+                    continue
+                b = h + f"mlp.experts.{x}."
+                put(f"{reactor}.experts.{x}.fc.weight", [b + "gate_proj.weight", b + "up_proj.weight"], gate_up)
+                put(f"{reactor}.experts.{x}.proj.weight", b + "down_proj.weight")
             continue
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
         qwen = arch in ("qwen2_moe", "cohere2_moe")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
@@ -835,7 +872,7 @@ class _Keys:
 
 KEYS = {
     "phi3": _Keys(fused_qkv="self_attn.qkv_proj", fused_gate_up="mlp.gate_up_proj"),
-    "phi": _Keys(o="self_attn.dense", plain=("mlp.fc1", "mlp.fc2"), final="final_layernorm"),
+    "phi": _Keys(o="self_attn.dense", plain=("mlp.fc1", "mlp.fc2"), final="final_layernorm", qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm")),
     "gpt_neox": _Keys(fused_qkv="attention.query_key_value", neox_qkv=True, o="attention.dense",
                       plain=("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"), embed="embed_in", final="final_layer_norm"),
     "falcon": _Keys(fused_qkv="self_attention.query_key_value", neox_qkv=True, o="self_attention.dense",
@@ -862,6 +899,9 @@ KEYS = {
     "glm": _Keys(fused_gate_up="mlp.gate_up_proj"),
     "glm4": _Keys(mlp_norm="post_attention_layernorm", fused_gate_up="mlp.gate_up_proj", attn_post="post_self_attn_layernorm",
                   mlp_post="post_mlp_layernorm"),
+    "stablelm": _Keys(qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm")),
+    "hunyuan_v1_dense": _Keys(qk_norms=("self_attn.query_layernorm", "self_attn.key_layernorm")),
+    "hunyuan_v1_moe": _Keys(qk_norms=("self_attn.query_layernorm", "self_attn.key_layernorm")),
     "codegen": _Keys(attn_norm="ln_1", fused_qkv="attn.qkv_proj", mp_qkv=4, o="attn.out_proj", plain=("mlp.fc_in", "mlp.fc_out"),
                      embed="wte", final="ln_f", layers="h"),
     "mpt": _Keys(attn_norm="norm_1", mlp_norm="norm_2", fused_qkv="attn.Wqkv", o="attn.out_proj", plain=("ffn.up_proj", "ffn.down_proj"),
