@@ -64,6 +64,7 @@ FAMILY_ENGINE = ("A production engine, read from its checkpoint's config: every 
 FAMILY_NOTES: dict[str, str] = {
     "bloom": "BLOOM: ALiBi positions (no rotary, no position table), a LayerNorm right after the embedding, biased LayerNorm blocks "
              "with a 4x tanh-GELU MLP, a tied head.",
+    "hunyuan_v1_dense": "Hunyuan (dense): the Llama block with a qk RMSNorm per head applied after rotary (`qk_norm_after_rotary`).",
     "deepseek_v3": "DeepSeek-V3 (and Kimi K2): DeepSeek-V2's latent attention and shared expert, routed by sigmoid scores with a "
                    "selection-only correction bias, the top 4 of 8 groups, the weights renormalised and scaled by 2.5.",
     "deepseek_v2": "DeepSeek-V2: latent attention (the cache keeps a latent and one rotary key per token) and DeepSeekMoE, "
