@@ -375,7 +375,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
     if arch in families.lineage.READERS:  # the GPT-2 lineage's layers (lineage.py)
         return families.lineage.plan(arch, plan, put, spec, _SAME, _TRANSPOSE, _Cat, _NeoxQkv)
     for i, st in sorted(layout.items()):
-        moe = family_moe and not (arch in ("qwen2_moe", "qwen3_moe", "mellum") and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
+        moe = family_moe and not ((arch in ("qwen2_moe", "qwen3_moe", "mellum") or arch in DENSE_AMONG) and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
@@ -506,7 +506,24 @@ ROUTED = {
     "granitemoeshared": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
     "aria_text": ("mlp.", "router.weight", ("experts.fc1.weight", "experts.fc2.weight", "router.weight")),
     "mellum": ("mlp.", "gate.weight", "split"),
+    "glm4_moe": ("mlp.", "gate.weight", "split"),
+    "dots1": ("mlp.", "gate.weight", "split"),
+    "ernie4_5_moe": ("mlp.", "gate.weight", "split"),
 }
+# DeepSeek-V3's routers (families_routed.py): the selection-only bias's name inside the block; their dense layers
+CORRECTION = {"glm4_moe": "gate.e_score_correction_bias", "dots1": "gate.e_score_correction_bias",
+              "ernie4_5_moe": "moe_statics.e_score_correction_bias"}
+DENSE_AMONG = ("glm4_moe", "dots1", "ernie4_5_moe")
+
+
+class _Row:
+    """ERNIE 4.5's correction bias, stored as one row (1, experts): ours is (experts,)."""
+
+    def __call__(self, t):
+        return t.reshape(-1)
+
+    def inverse(self, t):
+        return [t.reshape(1, -1)]
 
 
 def _put_routed(put, arch: str, reactor: str, h: str, node, state, fused) -> None:
@@ -525,6 +542,8 @@ def _put_routed(put, arch: str, reactor: str, h: str, node, state, fused) -> Non
         for x in range(node.experts):
             put(f"{reactor}.experts.{x}.fc.weight", gate_up, index(x, node.experts))
             put(f"{reactor}.experts.{x}.proj.weight", down, index(x, node.experts))
+    if node.correction and arch in CORRECTION:
+        put(f"{reactor}.correction", b + CORRECTION[arch], _Row() if arch == "ernie4_5_moe" else _SAME)
     if node.shared and arch == "granitemoeshared":  # one fused [gate | up] matrix, as ours
         put(f"{reactor}.shared.fc.weight", h + "shared_mlp.input_linear.weight")
         put(f"{reactor}.shared.proj.weight", h + "shared_mlp.output_linear.weight")
