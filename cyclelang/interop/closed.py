@@ -128,6 +128,7 @@ ALIASES = {
     "mellum": {"num_local_experts": "num_experts", "num_nextn_predict_layers": "num_mtp_layers"},
     "glm4_moe": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers"},
     "dots1": {"num_local_experts": "n_routed_experts"},
+    "minimax_m2": {"num_experts": "num_local_experts"},
     "ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
     "granitemoehybrid": {"layers_block_type": "layer_types"},
     "ctrl": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
@@ -141,6 +142,7 @@ DEFAULT_THETA = {"mixtral": 1000000.0, "flex_olmo": 500000.0}
 DEFAULT_THETA.update({"olmo3": 500000.0, "smollm3": 2000000.0, "ernie4_5": 500000.0, "helium": 100000.0, "cwm": 1000000.0, "exaone": 500000.0})
 DEFAULT_THETA["cohere"] = 500000.0
 DEFAULT_THETA["ernie4_5_moe"] = 500000.0
+DEFAULT_THETA["minimax_m2"] = 5000000.0
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"

@@ -2459,6 +2459,15 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
                   (f"# a dense {a.family} layer (mlp_only_layers, decoder_sparse_step): a gated MLP of intermediate_size", f"{a.family}_dense",
                    mk(dense, ()))]
         body = _layer_runs(a.family, ["dense" if d else "moe" for d in a.layer_dense])
+        if a.layer_attn:  # both patterns (EXAONE-MoE): each kind of attention, with routed experts or a dense MLP
+            blocks, kinds = [], []
+            for tag, r, rk in (("moe", work, wkeys), ("dense", dense, ())):
+                bl, kinds = _attn_templates(a, att, lambda w, r=r, rk=rk: [*branch("mix", "turbine attention " + " ".join(w), keys),
+                                                                           *branch("burn", r, rk)], where)
+                blocks += [(f"{c}, {'routed experts' if tag == 'moe' else 'a dense MLP'}", f"{n}_{tag}", ops) for c, n, ops in bl]
+            kinds = [f"{k}_{'dense' if d else 'moe'}" for k, d in zip(kinds, a.layer_dense)]
+            blocks = [b for b in blocks if b[1][len(a.family) + 1:] in kinds]
+            body = _layer_runs(a.family, kinds)
     feed = f"feed tokens vocab={a.vocab} context={a.context} position={a.position}"
     if a.embed_scale != 1.0:
         feed += " scale=sqrt(width)" if a.family in ("gemma", "gemma2", "gemma3_text") else f" scale={_num(a.embed_scale)}"

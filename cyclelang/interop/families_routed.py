@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .closed import Config, Keys, Unsupported, _show
 from .families import (_GATED_ACTS, _HF_GATED, _LLAMA, Arch, _count, _divides, _dynamic_context, _eps, _kv, _padding, _partial,
-                       _rope, _rope_config, _rope_kind, _rope_scaling, _rotary, _sliding, _types, _windows)
+                       _rope, _rope_config, _rope_kind, _rope_scaling, _rotary, _sliding, _types, _window_types, _windows)
 
 _V3 = frozenset({"moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "n_routed_experts", "routed_scaling_factor",
                  "n_group", "topk_group", "first_k_dense_replace", "norm_topk_prob", "attention_bias", "head_dim"})
@@ -31,9 +31,14 @@ KEYS: dict[str, Keys] = {
     "dots1": Keys(_LLAMA | _V3 | {"sliding_window", "max_window_layers", "layer_types"}),
     "ernie4_5_moe": Keys(_LLAMA | {"use_bias", "moe_intermediate_size", "moe_k", "moe_num_experts", "moe_num_shared_experts",
                                    "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval", "moe_norm_min", "head_dim"}),
+    "minimax_m2": Keys(_LLAMA | {"head_dim", "num_local_experts", "num_experts_per_tok", "router_jitter_noise", "rotary_dim"}),
+    "exaone_moe": Keys(_LLAMA | {"sliding_window", "sliding_window_pattern", "layer_types", "mlp_layer_types", "first_k_dense_replace",
+                                 "moe_intermediate_size", "num_experts", "num_experts_per_tok", "num_shared_experts", "norm_topk_prob",
+                                 "routed_scaling_factor", "n_group", "topk_group", "head_dim"}),
 }
 
-CAUSAL_LM = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM", "ernie4_5_moe": "Ernie4_5_MoeForCausalLM"}
+CAUSAL_LM = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM", "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
+             "minimax_m2": "MiniMaxM2ForCausalLM", "exaone_moe": "ExaoneMoeForCausalLM"}
 
 
 def _v3_router(c: Config) -> dict:
@@ -183,7 +188,164 @@ def _ernie(c: Config) -> Arch:
                 shared=hidden * shared, correction=True, tied=bool(c["tie_word_embeddings"]), padding=_padding(c), sources=sources, **extra)
 
 
-READERS = {"glm4_moe": _reader("glm4_moe"), "dots1": _reader("dots1"), "ernie4_5_moe": _ernie}
+def _minimax_m2(c: Config) -> Arch:
+    """MiniMax-M2: Mixtral's block (routed experts in every layer, no shared ones) with OLMo-2's qk RMSNorm across the heads,
+    rotary on the first rotary_dim dims of each head by halves, and a sigmoid router with a correction bias, renormalised."""
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"MiniMax-M2's experts are silu-gated here (swiglu); {c['hidden_act']!r} is not mapped")
+    if c["router_jitter_noise"]:
+        raise Unsupported("router_jitter_noise", "multiplicative noise on the experts' input while training is not in the language")
+    head_dim = c["head_dim"]
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise Unsupported("head_dim", f"{_show(head_dim)} is not a head width")
+    if _rope_kind(c)[2] != "default":
+        raise Unsupported("rope_parameters.rope_type", "rotary scaling of MiniMax-M2's partial rotary is not mapped")
+    partial = _partial(c)
+    rd = c["rotary_dim"]  # not a field: the released configs' name for the rotated dims, which transformers turns into the factor
+    if rd is not None and (isinstance(rd, bool) or not isinstance(rd, int) or rd / head_dim != partial):
+        raise Unsupported("rotary_dim", f"{_show(rd)} beside partial_rotary_factor {partial} of head_dim {head_dim}: which one transformers "
+                          "reads depends on where each is written")
+    experts, top = _count(c, "num_local_experts"), _count(c, "num_experts_per_tok")
+    if top > experts:
+        raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+    eps = _eps(c, "rms_norm_eps")
+    sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+               "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "intermediate_size", "act": "hidden_act",
+               "eps": "rms_norm_eps", "rotary_base": "rope_parameters", "experts": "num_local_experts", "top": "num_experts_per_tok",
+               "router": "e_score_correction_bias", "tied": "tie_word_embeddings"}
+    return Arch("minimax_m2", vocab=c["vocab_size"], context=c["max_position_embeddings"], width=width, layers=layers, heads=heads,
+                kv_heads=_kv(c, heads), head_dim=head_dim, hidden=_count(c, "intermediate_size"), act="swiglu", norm="rmsnorm", eps=eps,
+                rotary=_rotary(partial, head_dim), rotary_base=_rope(c), qk_norm="all", qk_eps=eps, experts=experts, top=top,
+                normalize=True, router="sigmoid", correction=True, tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
+                sources=sources)
+
+
+def _minimax_config(a: Arch) -> dict:
+    if a.router != "sigmoid" or not a.correction or a.groups > 1 or a.route_scale != 1.0 or not a.normalize:
+        raise Unsupported("router", "MiniMax-M2 routes by sigmoid scores with a correction bias, renormalised, one group, unscaled")
+    if a.shared or a.layer_dense or a.mlp_bias or a.qkv_bias or a.out_bias or a.act != "swiglu":
+        raise Unsupported("shared", "MiniMax-M2 routes every layer through unbiased swiglu experts, without shared ones; its attention "
+                          "has no biases")
+    if a.qk_norm != "all" or a.qk_eps != a.eps or a.rotary_scaling is not None or a.rotary_interleaved:
+        raise Unsupported("qk_norm", "MiniMax-M2's qk-norm is across the heads (qk_norm_across), with the norms' eps; its rotary turns "
+                          "halves, unscaled")
+    return {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "tie_word_embeddings": a.tied,
+            "hidden_size": a.width, "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+            "head_dim": a.head_dim, "hidden_act": "silu", "max_position_embeddings": a.context, "rms_norm_eps": a.eps,
+            "pad_token_id": a.padding, "intermediate_size": a.hidden, "num_local_experts": a.experts, "num_experts_per_tok": a.top,
+            "router_jitter_noise": 0.0, "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base,
+                                                              "partial_rotary_factor": a.rotary}}
+
+
+class _Renamed:
+    """A Config read under other names (EXAONE-MoE's num_experts, num_shared_experts as DeepSeek-V3's n_routed_experts,
+    n_shared_experts), so that _v3_router reads both."""
+
+    def __init__(self, c: Config, names: dict):
+        self.c, self.names = c, names
+
+    def __getitem__(self, key):
+        return self.c[self.names.get(key, key)]
+
+
+def _exaone_moe(c: Config) -> Arch:
+    """EXAONE-MoE: EXAONE 4's attention (a per-head qk RMSNorm; with a sliding window, rotary on the sliding layers only) in a
+    pre-norm block, dense or DeepSeek-V3 MoE layers as mlp_layer_types (or first_k_dense_replace) say."""
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    act = _GATED_ACTS.get(c["hidden_act"])
+    if act is None:
+        raise Unsupported("hidden_act", f"a gated MLP with {c['hidden_act']!r} has no counterpart (swiglu = silu, geglu = gelu)")
+    if c.given("head_dim"):
+        head_dim = c["head_dim"]
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+            raise Unsupported("head_dim", f"{_show(head_dim)} is not a head width")
+    else:
+        _divides(width, heads, "num_attention_heads", "hidden_size")
+        head_dim = width // heads
+    if _rope_kind(c)[2] != "default":
+        raise Unsupported("rope_parameters.rope_type", "rotary scaling of EXAONE-MoE's rotary is not mapped")
+    if _partial(c) != 1.0:
+        raise Unsupported("partial_rotary_factor", f"{_partial(c)}: transformers' EXAONE-MoE rotates every dim of each head")
+    sw = _sliding(c)
+    pattern = c["sliding_window_pattern"]
+    if c["layer_types"] is None:
+        if sw is None:
+            pattern = 0  # __post_init__: then the default pattern divides by zero
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise Unsupported("sliding_window_pattern", f"{_show(pattern)}: without layer_types, the pattern is a whole number of layers "
+                              "from 1 (its 'LLLG' strings are not read by the default pattern)")
+    types, sw = _window_types(c, layers, lambda: ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)])
+    kinds = c["mlp_layer_types"]
+    if kinds is None:
+        k = c["first_k_dense_replace"]
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise Unsupported("first_k_dense_replace", f"{_show(k)} is not a number of layers")
+        kinds = ["dense" if i < k else "sparse" for i in range(layers)]
+    if not isinstance(kinds, list) or len(kinds) != layers or any(x not in ("dense", "sparse") for x in kinds):
+        raise Unsupported("mlp_layer_types", f"dense or sparse, one per layer ({layers})")
+    if "sparse" not in kinds:
+        raise Unsupported("mlp_layer_types", "every layer is dense: no experts to route")
+    extra = _v3_router(_Renamed(c, {"n_routed_experts": "num_experts", "n_shared_experts": "num_shared_experts"}))
+    if "dense" in kinds:
+        extra.update(layer_dense=tuple(x == "dense" for x in kinds), dense_hidden=_count(c, "intermediate_size"))
+    base = _rope(c)
+    window, windows = _windows(types, sw)
+    per = [(sw if t == "sliding_attention" else None, 1.0 if sw is None or t == "sliding_attention" else 0.0) for t in types]
+    rotary = per[0][1]
+    if len({p[1] for p in per}) > 1:  # rotary differs by layer: the global layers are NoPE
+        extra["layer_attn"] = tuple((w, rot, base if rot else 10000.0, None) for w, rot in per)
+        window, rotary = None, 1.0
+    elif windows:
+        extra["layer_windows"] = windows
+    eps = _eps(c, "rms_norm_eps")
+    sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+               "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "moe_intermediate_size", "act": "hidden_act",
+               "eps": "rms_norm_eps", "rotary_base": "rope_parameters", "window": "sliding_window, layer_types", "experts": "num_experts",
+               "top": "num_experts_per_tok", "router": "n_group, topk_group, routed_scaling_factor, e_score_correction_bias",
+               "tied": "tie_word_embeddings", "dense_hidden": "intermediate_size, mlp_layer_types"}
+    return Arch("exaone_moe", vocab=c["vocab_size"], context=c["max_position_embeddings"], width=width, layers=layers, heads=heads,
+                kv_heads=_kv(c, heads), head_dim=head_dim, act=act, norm="rmsnorm", eps=eps, rotary=rotary,
+                rotary_base=base, window=window, qk_norm="head", qk_eps=eps, tied=bool(c["tie_word_embeddings"]), padding=_padding(c),
+                sources=sources, **extra)
+
+
+def _exaone_config(a: Arch) -> dict:
+    if a.router != "sigmoid" or not a.correction or a.shared_gate or a.mlp_bias or not a.shared or a.shared % a.hidden:
+        raise Unsupported("router", "EXAONE-MoE routes by sigmoid scores with a correction bias, beside ungated, unbiased shared experts "
+                          "a whole number of experts wide")
+    if a.qk_norm != "head" or a.qk_eps != a.eps or a.qkv_bias or a.out_bias or a.rotary_interleaved or a.rotary_scaling is not None:
+        raise Unsupported("qk_norm", "EXAONE-MoE's attention has a per-head qk-norm with the norms' eps, no biases, unscaled rotary by halves")
+    act = _HF_GATED.get(a.act)
+    if act is None:
+        raise Unsupported("act", f"EXAONE-MoE's MLPs are swiglu or geglu, not {a.act}")
+    if a.layer_attn:
+        per = list(a.layer_attn)
+    else:
+        per = [(w, a.rotary, a.rotary_base, None) for w in (a.layer_windows or (a.window,) * a.layers)]
+    local = {p[0] for p in per if p[0] is not None}
+    if len(local) > 1:
+        raise Unsupported("window", f"EXAONE-MoE has one sliding_window; the spec's layers have {sorted(local)}")
+    sw = local.pop() if local else a.context  # ExaoneMoeConfig takes no null window: one no layer uses then
+    bases = {base for w, rot, base, sc in per if rot}
+    for w, rot, base, sc in per:  # the class always has a window: rotary on the sliding layers alone
+        if rot not in (0.0, 1.0) or bool(rot) != (w is not None) or sc is not None or len(bases) > 1:
+            raise Unsupported("rotary", "EXAONE-MoE turns every dim of its sliding layers by one rotary and none of its global ones")
+    theta = bases.pop() if bases else a.rotary_base
+    return {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "tie_word_embeddings": a.tied,
+            "hidden_size": a.width, "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+            "head_dim": a.head_dim, "hidden_act": act, "max_position_embeddings": a.context, "rms_norm_eps": a.eps, "pad_token_id": a.padding,
+            "intermediate_size": a.dense_hidden if a.layer_dense else a.hidden, "moe_intermediate_size": a.hidden, "num_experts": a.experts,
+            "num_experts_per_tok": a.top, "num_shared_experts": a.shared // a.hidden, "routed_scaling_factor": a.route_scale,
+            "n_group": a.groups, "topk_group": a.top_groups, "norm_topk_prob": a.normalize,
+            "mlp_layer_types": ["dense" if d else "sparse" for d in (a.layer_dense or (False,) * a.layers)],
+            "first_k_dense_replace": 0, "sliding_window": sw, "sliding_window_pattern": None,
+            "layer_types": ["sliding_attention" if p[0] is not None else "full_attention" for p in per],
+            "rope_parameters": {"rope_type": "default", "rope_theta": theta}}
+
+
+READERS = {"glm4_moe": _reader("glm4_moe"), "dots1": _reader("dots1"), "ernie4_5_moe": _ernie, "minimax_m2": _minimax_m2,
+           "exaone_moe": _exaone_moe}
 
 
 def _ernie_layers(dense: tuple, layers: int) -> tuple[int, int, int]:
@@ -225,6 +387,10 @@ def config_of(a: Arch) -> dict:
         raise Unsupported("turbine mlp", f"{a.family} routes its MLPs through experts; the spec's layers are all dense")
     if a.family == "ernie4_5_moe":
         return _ernie_config(a)
+    if a.family == "minimax_m2":
+        return _minimax_config(a)
+    if a.family == "exaone_moe":
+        return _exaone_config(a)
     if a.router != "sigmoid" or not a.correction:
         raise Unsupported("router", f"{a.family} routes by sigmoid scores with a correction bias (router=sigmoid correction=true)")
     if a.shared_gate or a.mlp_bias or not a.shared or a.shared % a.hidden:

@@ -364,7 +364,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe") or arch in ROUTED
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe", "minimax_m2") or arch in ROUTED
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
@@ -447,6 +447,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
         qwen = arch in ("qwen2_moe", "cohere2_moe")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
         put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused or qwen else "block_sparse_moe.gate.weight"))
+        if arch == "minimax_m2" and st.work_node.correction:  # Mixtral's names, and the selection-only bias on the block
+            put(f"{reactor}.correction", h + ("mlp." if is_fused else "block_sparse_moe.") + "e_score_correction_bias")
         if st.work_node.shared:  # Qwen2-MoE's shared expert and its gate
             s = h + ("mlp.shared_experts." if arch == "cohere2_moe" else "mlp.shared_expert.")  # Cohere 2 MoE's: ungated
             put(f"{reactor}.shared.fc.weight", [s + "gate_proj.weight", s + "up_proj.weight"], _Cat((st.work_node.shared, st.work_node.shared)))
@@ -509,11 +511,12 @@ ROUTED = {
     "glm4_moe": ("mlp.", "gate.weight", "split"),
     "dots1": ("mlp.", "gate.weight", "split"),
     "ernie4_5_moe": ("mlp.", "gate.weight", "split"),
+    "exaone_moe": ("mlp.", "gate.weight", "split"),
 }
 # DeepSeek-V3's routers (families_routed.py): the selection-only bias's name inside the block; their dense layers
 CORRECTION = {"glm4_moe": "gate.e_score_correction_bias", "dots1": "gate.e_score_correction_bias",
-              "ernie4_5_moe": "moe_statics.e_score_correction_bias"}
-DENSE_AMONG = ("glm4_moe", "dots1", "ernie4_5_moe")
+              "ernie4_5_moe": "moe_statics.e_score_correction_bias", "exaone_moe": ("e_score_correction_bias", "gate.e_score_correction_bias")}  # (as saved, as in memory)
+DENSE_AMONG = ("glm4_moe", "dots1", "ernie4_5_moe", "exaone_moe")
 
 
 class _Row:
@@ -543,7 +546,9 @@ def _put_routed(put, arch: str, reactor: str, h: str, node, state, fused) -> Non
             put(f"{reactor}.experts.{x}.fc.weight", gate_up, index(x, node.experts))
             put(f"{reactor}.experts.{x}.proj.weight", down, index(x, node.experts))
     if node.correction and arch in CORRECTION:
-        put(f"{reactor}.correction", b + CORRECTION[arch], _Row() if arch == "ernie4_5_moe" else _SAME)
+        names = CORRECTION[arch] if isinstance(CORRECTION[arch], tuple) else (CORRECTION[arch],)
+        name = next((n for n in names if b + n in state), names[0])
+        put(f"{reactor}.correction", b + name, _Row() if arch == "ernie4_5_moe" else _SAME)
     if node.shared and arch == "granitemoeshared":  # one fused [gate | up] matrix, as ours
         put(f"{reactor}.shared.fc.weight", h + "shared_mlp.input_linear.weight")
         put(f"{reactor}.shared.proj.weight", h + "shared_mlp.output_linear.weight")
