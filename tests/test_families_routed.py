@@ -77,6 +77,14 @@ FAMILIES = {
                                                               moe_intermediate_size=8, num_experts=6, num_experts_per_tok=2, num_shared_experts=2,
                                                               n_group=2, topk_group=1, routed_scaling_factor=1.5, norm_topk_prob=False,
                                                               tie_word_embeddings=True, pad_token_id=None, bos_token_id=0, eos_token_id=1),
+    "solar_open": lambda: transformers.SolarOpenConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                       num_key_value_heads=2, head_dim=12, max_position_embeddings=40, rms_norm_eps=1e-5,
+                                                       attention_bias=True, norm_topk_prob=True, pad_token_id=0, bos_token_id=0,
+                                                       eos_token_id=1, **_ROUTER),
+    "sarvam_moe": lambda: transformers.SarvamMoEConfig(vocab_size=V, hidden_size=32, intermediate_size=24, num_hidden_layers=3,
+                                                       num_attention_heads=4, num_key_value_heads=2, head_dim=12, max_position_embeddings=40,
+                                                       first_k_dense_replace=1, attention_bias=True, norm_topk_prob=True, pad_token_id=0,
+                                                       bos_token_id=0, eos_token_id=1, **_ROUTER),
 }
 
 
@@ -176,6 +184,7 @@ def _cfg(name, **kw):
     ("dots1", {"n_shared_experts": None}, "n_shared_experts"),
     ("ernie4_5_moe", {"use_bias": True}, "use_bias"),
     ("minimax_m2", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
+    ("solar_open", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}}, "partial_rotary_factor"),
     ("exaone_moe", {"mlp_layer_types": ["dense"] * 4}, "mlp_layer_types"),
     ("exaone_moe", {"layer_types": None, "sliding_window_pattern": "LLLG"}, "sliding_window_pattern"),
     ("minimax_m2", {"rotary_dim": 8}, "rotary_dim"),  # 8 of 12 dims beside a factor of 0.5

@@ -128,6 +128,9 @@ ALIASES = {
     "mellum": {"num_local_experts": "num_experts", "num_nextn_predict_layers": "num_mtp_layers"},
     "glm4_moe": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers"},
     "dots1": {"num_local_experts": "n_routed_experts"},
+    "solar_open": {"num_local_experts": "n_routed_experts"},
+    "sarvam_moe": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers", "num_experts": "n_routed_experts",
+                   "num_shared_experts": "n_shared_experts", "use_qkv_bias": "attention_bias"},
     "minimax_m2": {"num_experts": "num_local_experts"},
     "ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
     "granitemoehybrid": {"layers_block_type": "layer_types"},
@@ -135,7 +138,7 @@ ALIASES = {
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
 # num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.
-ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"}), "glm4_moe": frozenset({"num_nextn_predict_layers"}), "mellum": frozenset({"num_local_experts", "num_nextn_predict_layers"})}
+ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"}), "glm4_moe": frozenset({"num_nextn_predict_layers"}), "sarvam_moe": frozenset({"num_nextn_predict_layers"}), "mellum": frozenset({"num_local_experts", "num_nextn_predict_layers"})}
 
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).
 DEFAULT_THETA = {"mixtral": 1000000.0, "flex_olmo": 500000.0}
@@ -143,6 +146,8 @@ DEFAULT_THETA.update({"olmo3": 500000.0, "smollm3": 2000000.0, "ernie4_5": 50000
 DEFAULT_THETA["cohere"] = 500000.0
 DEFAULT_THETA["ernie4_5_moe"] = 500000.0
 DEFAULT_THETA["minimax_m2"] = 5000000.0
+DEFAULT_THETA["solar_open"] = 1000000.0
+DEFAULT_THETA["sarvam_moe"] = 8000000.0
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"

@@ -29,6 +29,8 @@ _MTP = ("multi-token prediction layers: transformers' causal LM does not build t
 KEYS: dict[str, Keys] = {
     "glm4_moe": Keys(_LLAMA | _V3 | {"use_qk_norm"}, {"num_mtp_layers": _MTP}),
     "dots1": Keys(_LLAMA | _V3 | {"sliding_window", "max_window_layers", "layer_types"}),
+    "solar_open": Keys(_LLAMA - {"intermediate_size"} | _V3 - {"first_k_dense_replace"}),
+    "sarvam_moe": Keys(_LLAMA | _V3 | {"use_qk_norm"}, {"num_mtp_layers": _MTP}),
     "ernie4_5_moe": Keys(_LLAMA | {"use_bias", "moe_intermediate_size", "moe_k", "moe_num_experts", "moe_num_shared_experts",
                                    "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval", "moe_norm_min", "head_dim"}),
     "minimax_m2": Keys(_LLAMA | {"head_dim", "num_local_experts", "num_experts_per_tok", "router_jitter_noise", "rotary_dim"}),
@@ -38,7 +40,8 @@ KEYS: dict[str, Keys] = {
 }
 
 CAUSAL_LM = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM", "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
-             "minimax_m2": "MiniMaxM2ForCausalLM", "exaone_moe": "ExaoneMoeForCausalLM"}
+             "minimax_m2": "MiniMaxM2ForCausalLM", "exaone_moe": "ExaoneMoeForCausalLM",
+             "solar_open": "SolarOpenForCausalLM", "sarvam_moe": "Glm4MoeForCausalLM"}
 
 
 def _v3_router(c: Config) -> dict:
@@ -88,7 +91,7 @@ def _reader(family: str):
             head_dim = width // heads
         kv = _kv(c, heads)
         extra = _v3_router(c)
-        dense = _first_dense(c, layers)
+        dense = _first_dense(c, layers) if family != "solar_open" else ()  # Solar Open routes every layer
         if dense:
             extra.update(layer_dense=dense, dense_hidden=_count(c, "intermediate_size"))
         bias = bool(c["attention_bias"])
@@ -100,7 +103,7 @@ def _reader(family: str):
                    "router": "n_group, topk_group, routed_scaling_factor, e_score_correction_bias", "tied": "tie_word_embeddings",
                    "dense_hidden": "intermediate_size, first_k_dense_replace"}
         context = c["max_position_embeddings"]
-        if family == "glm4_moe":
+        if family in ("glm4_moe", "sarvam_moe"):  # Sarvam-MoE: GLM-4.5's model (its class), a whole rotary by default
             if _rope_kind(c)[2] != "default":
                 raise Unsupported("rope_parameters.rope_type", "rotary scaling of GLM-4.5's partial rotary is not mapped")
             return Arch(family, vocab=c["vocab_size"], context=context, width=width, layers=layers, heads=heads, kv_heads=kv,
@@ -108,6 +111,15 @@ def _reader(family: str):
                         rotary=_rotary(_partial(c), head_dim), rotary_base=_rope(c),
                         qk_norm="head" if c["use_qk_norm"] else "none", qk_eps=eps, tied=bool(c["tie_word_embeddings"]),
                         padding=_padding(c), sources=sources, **extra)
+        if family == "solar_open":  # GLM-4.5's MoE in every layer beside Llama's attention (q, k, v biased by attention_bias, o never)
+            if _rope_kind(c)[2] != "default":
+                raise Unsupported("rope_parameters.rope_type", "rotary scaling is not mapped for Solar Open")
+            if _partial(c) != 1.0:
+                raise Unsupported("partial_rotary_factor", f"{_partial(c)}: transformers' Solar Open computes fewer frequencies but rotates "
+                                  "the whole head with them (it cannot run a partial rotary)")
+            return Arch(family, vocab=c["vocab_size"], context=context, width=width, layers=layers, heads=heads, kv_heads=kv,
+                        head_dim=head_dim, act=act, norm="rmsnorm", eps=eps, qkv_bias=bias, out_bias=False, rotary=1.0, rotary_base=_rope(c),
+                        tied=bool(c["tie_word_embeddings"]), padding=_padding(c), sources=sources, **extra)
         # dots1
         if _partial(c) != 1.0:
             raise Unsupported("partial_rotary_factor", f"{_partial(c)}: transformers' Dots1 rotates every dim of each head whatever this says")
@@ -344,7 +356,7 @@ def _exaone_config(a: Arch) -> dict:
             "rope_parameters": {"rope_type": "default", "rope_theta": theta}}
 
 
-READERS = {"glm4_moe": _reader("glm4_moe"), "dots1": _reader("dots1"), "ernie4_5_moe": _ernie, "minimax_m2": _minimax_m2,
+READERS = {"glm4_moe": _reader("glm4_moe"), "dots1": _reader("dots1"), "solar_open": _reader("solar_open"), "sarvam_moe": _reader("sarvam_moe"), "ernie4_5_moe": _ernie, "minimax_m2": _minimax_m2,
            "exaone_moe": _exaone_moe}
 
 
@@ -412,7 +424,12 @@ def config_of(a: Arch) -> dict:
            "moe_intermediate_size": a.hidden, "n_routed_experts": a.experts, "num_experts_per_tok": a.top,
            "n_shared_experts": a.shared // a.hidden, "routed_scaling_factor": a.route_scale, "n_group": a.groups,
            "topk_group": a.top_groups, "first_k_dense_replace": k, "norm_topk_prob": a.normalize, "attention_bias": a.qkv_bias}
-    if a.family == "glm4_moe":
+    if a.family == "solar_open":
+        if dense or a.out_bias or a.qk_norm != "none" or a.rotary != 1.0 or a.rotary_scaling is not None or a.rotary_interleaved:
+            raise Unsupported("stages", "Solar Open routes every layer; its attention has no qk-norm, no output bias, a whole unscaled rotary")
+        del cfg["intermediate_size"], cfg["first_k_dense_replace"]
+        return {**cfg, "rope_parameters": rope}
+    if a.family in ("glm4_moe", "sarvam_moe"):
         if a.out_bias:
             raise Unsupported("out_bias", "GLM-4.5's output projection has no bias")
         if a.rotary_scaling is not None:

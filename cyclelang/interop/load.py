@@ -209,6 +209,10 @@ _RENAMES = {"exaone": ((r"^transformer\.wte\.", "model.embed_tokens."), (r"^tran
                        (r"\.self_attn\.out_proj\.", ".self_attn.o_proj."), (r"\.ln_1\.", ".input_layernorm."),
                        (r"\.ln_2\.", ".post_attention_layernorm."), (r"\.mlp\.c_fc_0\.", ".mlp.gate_proj."),
                        (r"\.mlp\.c_fc_1\.", ".mlp.up_proj."), (r"\.mlp\.c_proj\.", ".mlp.down_proj."))}
+# Sarvam-MoE's files keep Bailing's names (its fused [q | k | v] rows, as ours, read from self_attn.query_key_value)
+_RENAMES["sarvam_moe"] = ((r"^model\.word_embeddings\.", "model.embed_tokens."), (r"\.attention\.", ".self_attn."),
+                          (r"\.self_attn\.dense\.", ".self_attn.o_proj."), (r"\.self_attn\.query_layernorm\.", ".self_attn.q_norm."),
+                          (r"\.self_attn\.key_layernorm\.", ".self_attn.k_norm."), (r"\.mlp\.gate\.expert_bias$", ".mlp.gate.e_score_correction_bias"))
 
 
 def _renamed(state: dict, renames) -> dict:
@@ -401,6 +405,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         if arch == "falcon" and _separate_parallel(spec):  # the new decoder's two norms
             ks = replace(ks, attn_norm="ln_attn", mlp_norm="ln_mlp")
         h = f"{ks.layers}.{i}."
+        if arch == "sarvam_moe" and h + "self_attn.query_key_value.weight" in state:  # as saved (see _RENAMES)
+            ks = replace(ks, fused_qkv="self_attn.query_key_value")
         qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
         for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
@@ -512,11 +518,14 @@ ROUTED = {
     "dots1": ("mlp.", "gate.weight", "split"),
     "ernie4_5_moe": ("mlp.", "gate.weight", "split"),
     "exaone_moe": ("mlp.", "gate.weight", "split"),
+    "solar_open": ("mlp.", "gate.weight", "split"),
+    "sarvam_moe": ("mlp.", "gate.weight", "split"),
 }
 # DeepSeek-V3's routers (families_routed.py): the selection-only bias's name inside the block; their dense layers
-CORRECTION = {"glm4_moe": "gate.e_score_correction_bias", "dots1": "gate.e_score_correction_bias",
+CORRECTION = {"glm4_moe": "gate.e_score_correction_bias", "dots1": "gate.e_score_correction_bias", "solar_open": "gate.e_score_correction_bias",
+              "sarvam_moe": "gate.e_score_correction_bias",
               "ernie4_5_moe": "moe_statics.e_score_correction_bias", "exaone_moe": ("e_score_correction_bias", "gate.e_score_correction_bias")}  # (as saved, as in memory)
-DENSE_AMONG = ("glm4_moe", "dots1", "ernie4_5_moe", "exaone_moe")
+DENSE_AMONG = ("glm4_moe", "dots1", "ernie4_5_moe", "exaone_moe", "sarvam_moe")
 
 
 class _Row:

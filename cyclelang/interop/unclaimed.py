@@ -100,8 +100,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "reformer": ("gpt2", "LSH and chunked local attention; reversible residual layers; axial position embeddings"),
     "rwkv": ("mamba", "RWKV's time mixing (the WKV recurrence with token shift) and channel mixing (squared ReLU behind a receptance gate)"),
     "sarvam_mla": ("deepseek_v2", "DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
-    "sarvam_moe": ("deepseek_v2", "DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
-    "solar_open": ("deepseek_v2", "DeepSeek-V3 routing: sigmoid scores, a selection-only bias, group-limited top-k, a routed scaling factor"),
     "xglm": ("gpt2", "fairseq sinusoidal positions (sin and cos halves, frequencies over d/2 − 1, offset by the padding index)"),
     "xlstm": ("mamba", "xLSTM's mLSTM blocks (a matrix memory with exponential input and forget gates)"),
     "zamba": ("jamba", "a weight-shared attention block reused every few layers, reading the stream concatenated with the input embeddings; a multi-head Mamba-1 mixer (per-head x and dt projections)"),
