@@ -85,6 +85,16 @@ FAMILIES = {
                                                        num_attention_heads=4, num_key_value_heads=2, head_dim=12, max_position_embeddings=40,
                                                        first_k_dense_replace=1, attention_bias=True, norm_topk_prob=True, pad_token_id=0,
                                                        bos_token_id=0, eos_token_id=1, **_ROUTER),
+    "hy_v3": lambda: transformers.HYV3Config(vocab_size=V, hidden_size=32, intermediate_size=24, num_hidden_layers=3, num_attention_heads=4,
+                                             num_key_value_heads=2, head_dim=12, max_position_embeddings=40, attention_bias=True,
+                                             num_experts=6, num_experts_per_tok=2, num_shared_experts=1, moe_intermediate_size=12,
+                                             router_scaling_factor=2.826, rope_parameters={"rope_type": "default", "rope_theta": 8000.0},
+                                             pad_token_id=0, bos_token_id=0, eos_token_id=1),
+    "hy_v3_no_shared": lambda: transformers.HYV3Config(vocab_size=V, hidden_size=32, intermediate_size=20, num_hidden_layers=2,
+                                                       num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=40,
+                                                       num_experts=4, num_experts_per_tok=3, num_shared_experts=0, moe_intermediate_size=8,
+                                                       router_scaling_factor=0.7, mlp_layer_types=["sparse", "sparse"], tie_word_embeddings=True,
+                                                       pad_token_id=None, bos_token_id=0, eos_token_id=1),
 }
 
 
@@ -184,6 +194,8 @@ def _cfg(name, **kw):
     ("dots1", {"n_shared_experts": None}, "n_shared_experts"),
     ("ernie4_5_moe", {"use_bias": True}, "use_bias"),
     ("minimax_m2", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
+    ("hy_v3", {"mlp_bias": True}, "mlp_bias"),
+    ("hy_v3", {"mlp_layer_types": ["dense"] * 3}, "mlp_layer_types"),
     ("solar_open", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}}, "partial_rotary_factor"),
     ("exaone_moe", {"mlp_layer_types": ["dense"] * 4}, "mlp_layer_types"),
     ("exaone_moe", {"layer_types": None, "sliding_window_pattern": "LLLG"}, "sliding_window_pattern"),

@@ -129,6 +129,7 @@ ALIASES = {
     "glm4_moe": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers"},
     "dots1": {"num_local_experts": "n_routed_experts"},
     "solar_open": {"num_local_experts": "n_routed_experts"},
+    "hy_v3": {"num_local_experts": "num_experts"},
     "sarvam_moe": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers", "num_experts": "n_routed_experts",
                    "num_shared_experts": "n_shared_experts", "use_qkv_bias": "attention_bias"},
     "minimax_m2": {"num_experts": "num_local_experts"},
@@ -148,6 +149,7 @@ DEFAULT_THETA["ernie4_5_moe"] = 500000.0
 DEFAULT_THETA["minimax_m2"] = 5000000.0
 DEFAULT_THETA["solar_open"] = 1000000.0
 DEFAULT_THETA["sarvam_moe"] = 8000000.0
+DEFAULT_THETA["hy_v3"] = 11158840.0
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"

@@ -31,6 +31,10 @@ KEYS: dict[str, Keys] = {
     "dots1": Keys(_LLAMA | _V3 | {"sliding_window", "max_window_layers", "layer_types"}),
     "solar_open": Keys(_LLAMA - {"intermediate_size"} | _V3 - {"first_k_dense_replace"}),
     "sarvam_moe": Keys(_LLAMA | _V3 | {"use_qk_norm"}, {"num_mtp_layers": _MTP}),
+    "hy_v3": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias", "num_experts", "num_experts_per_tok", "num_shared_experts",
+                            "moe_intermediate_size", "router_scaling_factor", "mlp_layer_types"},
+                  {"enable_moe_fp32_combine": "adds the routed and shared experts' outputs in float32 before rounding back: the same sum, "
+                                              "at the model's precision or finer"}),
     "ernie4_5_moe": Keys(_LLAMA | {"use_bias", "moe_intermediate_size", "moe_k", "moe_num_experts", "moe_num_shared_experts",
                                    "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval", "moe_norm_min", "head_dim"}),
     "minimax_m2": Keys(_LLAMA | {"head_dim", "num_local_experts", "num_experts_per_tok", "router_jitter_noise", "rotary_dim"}),
@@ -41,7 +45,8 @@ KEYS: dict[str, Keys] = {
 
 CAUSAL_LM = {"glm4_moe": "Glm4MoeForCausalLM", "dots1": "Dots1ForCausalLM", "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
              "minimax_m2": "MiniMaxM2ForCausalLM", "exaone_moe": "ExaoneMoeForCausalLM",
-             "solar_open": "SolarOpenForCausalLM", "sarvam_moe": "Glm4MoeForCausalLM"}
+             "solar_open": "SolarOpenForCausalLM", "sarvam_moe": "Glm4MoeForCausalLM",
+             "hy_v3": "HYV3ForCausalLM"}
 
 
 def _v3_router(c: Config) -> dict:
@@ -356,8 +361,84 @@ def _exaone_config(a: Arch) -> dict:
             "rope_parameters": {"rope_type": "default", "rope_theta": theta}}
 
 
+def _hy_v3(c: Config) -> Arch:
+    """Hunyuan 3 (HY-V3): Qwen3's attention (a per-head qk RMSNorm, attention_bias on q, k, v and o), dense or routed layers as
+    mlp_layer_types say; a sigmoid router with a correction bias on the block, renormalised (+ 1e-20), scaled by
+    router_scaling_factor, beside num_shared_experts x moe_intermediate_size shared swiglu experts."""
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    act = _GATED_ACTS.get(c["hidden_act"])
+    if act is None:
+        raise Unsupported("hidden_act", f"a gated MLP with {c['hidden_act']!r} has no counterpart (swiglu = silu, geglu = gelu)")
+    if c["mlp_bias"]:
+        raise Unsupported("mlp_bias", "HY-V3 biases its dense and shared MLPs but never the routed experts: the language's moe bias= covers "
+                          "all of them")
+    head_dim = c["head_dim"]
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise Unsupported("head_dim", f"{_show(head_dim)} is not a head width")
+    if _rope_kind(c)[2] != "default":
+        raise Unsupported("rope_parameters.rope_type", "rotary scaling is not mapped for HY-V3")
+    if _partial(c) != 1.0:
+        raise Unsupported("partial_rotary_factor", f"{_partial(c)}: transformers' HY-V3 cannot run a partial rotary")
+    experts, top = _count(c, "num_experts"), _count(c, "num_experts_per_tok")
+    if top > experts:
+        raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+    scale = c["router_scaling_factor"]
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
+        raise Unsupported("router_scaling_factor", f"{_show(scale)} is not a positive number")
+    hidden, dense_hidden = _count(c, "moe_intermediate_size"), _count(c, "intermediate_size")
+    shared = _count(c, "num_shared_experts", 0)
+    kinds = c["mlp_layer_types"]
+    if kinds is None:  # __post_init__: the first layer dense
+        kinds = ["dense"] * min(layers, 1) + ["sparse"] * max(layers - 1, 0)
+    if not isinstance(kinds, list) or len(kinds) != layers or any(x not in ("dense", "sparse") for x in kinds):
+        raise Unsupported("mlp_layer_types", f"dense or sparse, one per layer ({layers})")
+    if "sparse" not in kinds:
+        raise Unsupported("mlp_layer_types", "every layer is dense: no experts to route")
+    extra = {"layer_dense": tuple(x == "dense" for x in kinds), "dense_hidden": dense_hidden} if "dense" in kinds else {}
+    bias = bool(c["attention_bias"])
+    eps = _eps(c, "rms_norm_eps")
+    sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+               "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "moe_intermediate_size", "act": "hidden_act",
+               "eps": "rms_norm_eps", "rotary_base": "rope_parameters", "experts": "num_experts", "top": "num_experts_per_tok",
+               "router": "router_scaling_factor, e_score_correction_bias", "tied": "tie_word_embeddings",
+               "dense_hidden": "intermediate_size, mlp_layer_types"}
+    # num_shared_experts 0 builds a shared MLP of intermediate_size (HYV3MLP's `intermediate_size or config.intermediate_size`)
+    return Arch("hy_v3", vocab=c["vocab_size"], context=c["max_position_embeddings"], width=width, layers=layers, heads=heads,
+                kv_heads=_kv(c, heads), head_dim=head_dim, hidden=hidden, act=act, norm="rmsnorm", eps=eps, qkv_bias=bias, out_bias=bias,
+                rotary=1.0, rotary_base=_rope(c), qk_norm="head", qk_eps=eps, experts=experts, top=top, normalize=True,
+                shared=hidden * shared if shared else dense_hidden, router="sigmoid", route_scale=float(scale), correction=True,
+                tied=bool(c["tie_word_embeddings"]), padding=_padding(c), sources=sources, **extra)
+
+
+def _hy_v3_config(a: Arch) -> dict:
+    if a.router != "sigmoid" or not a.correction or a.groups > 1 or not a.normalize or a.shared_gate or a.mlp_bias or not a.shared:
+        raise Unsupported("router", "HY-V3 routes by sigmoid scores with a correction bias, renormalised, one group, beside an ungated, "
+                          "unbiased shared expert")
+    if a.qk_norm != "head" or a.qk_eps != a.eps or a.qkv_bias != a.out_bias or a.rotary != 1.0 or a.rotary_scaling is not None \
+            or a.rotary_interleaved:
+        raise Unsupported("qk_norm", "HY-V3's attention has a per-head qk-norm with the norms' eps, attention_bias on q, k, v and o alike, "
+                          "a whole unscaled rotary by halves")
+    act = _HF_GATED.get(a.act)
+    if act is None:
+        raise Unsupported("act", f"HY-V3's MLPs are swiglu or geglu, not {a.act}")
+    n, inter = a.shared // a.hidden, a.dense_hidden if a.layer_dense else a.hidden
+    if a.shared % a.hidden:  # num_shared_experts 0: a shared MLP of intermediate_size, the dense layers' width
+        if a.layer_dense and a.dense_hidden != a.shared:
+            raise Unsupported("shared", f"HY-V3's shared expert is a whole number of experts wide ({a.hidden}), or as wide as its dense "
+                              f"layers ({a.dense_hidden})")
+        n, inter = 0, a.shared
+    return {"model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "vocab_size": a.vocab, "tie_word_embeddings": a.tied,
+            "hidden_size": a.width, "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+            "head_dim": a.head_dim, "hidden_act": act, "max_position_embeddings": a.context, "rms_norm_eps": a.eps, "pad_token_id": a.padding,
+            "attention_bias": a.qkv_bias, "mlp_bias": False, "intermediate_size": inter,
+            "moe_intermediate_size": a.hidden, "num_experts": a.experts, "num_experts_per_tok": a.top,
+            "num_shared_experts": n, "router_scaling_factor": a.route_scale, "enable_moe_fp32_combine": True,
+            "mlp_layer_types": ["dense" if d else "sparse" for d in (a.layer_dense or (False,) * a.layers)],
+            "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}}
+
+
 READERS = {"glm4_moe": _reader("glm4_moe"), "dots1": _reader("dots1"), "solar_open": _reader("solar_open"), "sarvam_moe": _reader("sarvam_moe"), "ernie4_5_moe": _ernie, "minimax_m2": _minimax_m2,
-           "exaone_moe": _exaone_moe}
+           "exaone_moe": _exaone_moe, "hy_v3": _hy_v3}
 
 
 def _ernie_layers(dense: tuple, layers: int) -> tuple[int, int, int]:
@@ -403,6 +484,8 @@ def config_of(a: Arch) -> dict:
         return _minimax_config(a)
     if a.family == "exaone_moe":
         return _exaone_config(a)
+    if a.family == "hy_v3":
+        return _hy_v3_config(a)
     if a.router != "sigmoid" or not a.correction:
         raise Unsupported("router", f"{a.family} routes by sigmoid scores with a correction bias (router=sigmoid correction=true)")
     if a.shared_gate or a.mlp_bias or not a.shared or a.shared % a.hidden:

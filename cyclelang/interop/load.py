@@ -213,6 +213,9 @@ _RENAMES = {"exaone": ((r"^transformer\.wte\.", "model.embed_tokens."), (r"^tran
 _RENAMES["sarvam_moe"] = ((r"^model\.word_embeddings\.", "model.embed_tokens."), (r"\.attention\.", ".self_attn."),
                           (r"\.self_attn\.dense\.", ".self_attn.o_proj."), (r"\.self_attn\.query_layernorm\.", ".self_attn.q_norm."),
                           (r"\.self_attn\.key_layernorm\.", ".self_attn.k_norm."), (r"\.mlp\.gate\.expert_bias$", ".mlp.gate.e_score_correction_bias"))
+# HY-V3's files: its router, correction bias and shared expert under their own names
+_RENAMES["hy_v3"] = ((r"\.mlp\.expert_bias$", ".mlp.e_score_correction_bias"), (r"\.mlp\.router\.gate\.", ".mlp.gate."),
+                     (r"\.mlp\.shared_mlp\.", ".mlp.shared_experts."))
 
 
 def _renamed(state: dict, renames) -> dict:
@@ -520,12 +523,13 @@ ROUTED = {
     "exaone_moe": ("mlp.", "gate.weight", "split"),
     "solar_open": ("mlp.", "gate.weight", "split"),
     "sarvam_moe": ("mlp.", "gate.weight", "split"),
+    "hy_v3": ("mlp.", "gate.weight", "split"),
 }
 # DeepSeek-V3's routers (families_routed.py): the selection-only bias's name inside the block; their dense layers
 CORRECTION = {"glm4_moe": "gate.e_score_correction_bias", "dots1": "gate.e_score_correction_bias", "solar_open": "gate.e_score_correction_bias",
-              "sarvam_moe": "gate.e_score_correction_bias",
+              "sarvam_moe": "gate.e_score_correction_bias", "hy_v3": "e_score_correction_bias",
               "ernie4_5_moe": "moe_statics.e_score_correction_bias", "exaone_moe": ("e_score_correction_bias", "gate.e_score_correction_bias")}  # (as saved, as in memory)
-DENSE_AMONG = ("glm4_moe", "dots1", "ernie4_5_moe", "exaone_moe", "sarvam_moe")
+DENSE_AMONG = ("glm4_moe", "dots1", "ernie4_5_moe", "exaone_moe", "sarvam_moe", "hy_v3")
 
 
 class _Row:
