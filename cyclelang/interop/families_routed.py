@@ -92,8 +92,9 @@ def _reader(family: str):
             if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
                 raise Unsupported("head_dim", f"{_show(head_dim)} is not a head width")
         else:
-            _divides(width, heads, "num_attention_heads", "hidden_size")
-            head_dim = width // heads
+            head_dim = width // heads  # getattr(config, "head_dim", hidden_size // num_attention_heads): rounded down
+            if head_dim < 1:
+                raise Unsupported("num_attention_heads", f"{heads} heads in hidden_size {width}: heads of no width")
         kv = _kv(c, heads)
         extra = _v3_router(c)
         dense = _first_dense(c, layers) if family != "solar_open" else ()  # Solar Open routes every layer
