@@ -124,13 +124,14 @@ def test_the_router_options_are_in_the_spec():
     assert "rotary=0.5" in text and "qk_norm" in text and "out_bias=false" in text
 
 
-def test_the_correction_bias_changes_the_choice():
-    ref = spread_bias(roundtrip.hf(FAMILIES["glm4_moe"]()))
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_the_correction_bias_changes_the_choice(name):
+    ref = spread_bias(roundtrip.hf(FAMILIES[name]()))
     idx = ids()
     with torch.no_grad():
         want = ref(idx).logits
-        for name, b in ref.named_buffers():
-            if name.endswith("e_score_correction_bias"):
+        for key, b in [*ref.named_buffers(), *ref.named_parameters()]:
+            if key.endswith("e_score_correction_bias"):
                 b.zero_()
         assert rel(ref(idx).logits, want) > 1e-3
 
