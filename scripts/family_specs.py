@@ -21,6 +21,11 @@ from cyclelang.interop import FAMILIES, import_config  # noqa: E402
 # Where transformers' default config cannot build a model, the released checkpoint's value:
 # DeepseekV2Config leaves num_experts_per_tok unset (DeepSeek-V2 routes each token to 6).
 OVERRIDES = {"deepseek_v2": {"num_experts_per_tok": 6}}
+# Glm4MoeConfig has no head_dim (its attention falls back on 4096 // 96 = 42, whose half rotates an odd 21 dims): GLM-4.5-Air's
+# config.json writes 128. Dots1Config leaves its experts unset: dots.llm1's config.json writes these.
+OVERRIDES["glm4_moe"] = {"head_dim": 128}
+OVERRIDES["dots1"] = {"n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
+                      "norm_topk_prob": True, "routed_scaling_factor": 2.5}
 
 
 def default_config(family: str) -> dict:

@@ -130,17 +130,30 @@ ALIASES = {
     "gpt_neo": {"num_attention_heads": "num_heads", "num_hidden_layers": "num_layers"},
     "openai-gpt": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
     "mellum": {"num_local_experts": "num_experts", "num_nextn_predict_layers": "num_mtp_layers"},
+    "glm4_moe": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers"},
+    "dots1": {"num_local_experts": "n_routed_experts"},
+    "solar_open": {"num_local_experts": "n_routed_experts"},
+    "hy_v3": {"num_local_experts": "num_experts"},
+    "sarvam_moe": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers", "num_experts": "n_routed_experts",
+                   "num_shared_experts": "n_shared_experts", "use_qkv_bias": "attention_bias"},
+    "minimax_m2": {"num_experts": "num_local_experts"},
+    "ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
     "granitemoehybrid": {"layers_block_type": "layer_types"},
     "ctrl": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
 # num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.
-ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"}), "mellum": frozenset({"num_local_experts", "num_nextn_predict_layers"})}
+ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"}), "glm4_moe": frozenset({"num_nextn_predict_layers"}), "sarvam_moe": frozenset({"num_nextn_predict_layers"}), "mellum": frozenset({"num_local_experts", "num_nextn_predict_layers"})}
 
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).
 DEFAULT_THETA = {"mixtral": 1000000.0, "flex_olmo": 500000.0}
 DEFAULT_THETA.update({"olmo3": 500000.0, "smollm3": 2000000.0, "ernie4_5": 500000.0, "helium": 100000.0, "cwm": 1000000.0, "exaone": 500000.0})
 DEFAULT_THETA["cohere"] = 500000.0
+DEFAULT_THETA["ernie4_5_moe"] = 500000.0
+DEFAULT_THETA["minimax_m2"] = 5000000.0
+DEFAULT_THETA["solar_open"] = 1000000.0
+DEFAULT_THETA["sarvam_moe"] = 8000000.0
+DEFAULT_THETA["hy_v3"] = 11158840.0
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"
@@ -401,6 +414,7 @@ class Config:
 # The partial rotary factor a class fills in when config.json gives none (Phi's 0.5, GPT-NeoX's rotary_pct 0.25).
 PARTIAL_DEFAULT = {"phi": 0.5, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "stablelm": 0.25}
 PARTIAL_DEFAULT["bamba"] = 0.5  # BambaConfig.__post_init__ hard-codes it
+PARTIAL_DEFAULT["glm4_moe"] = 0.5  # Glm4MoeConfig.__post_init__
 PARTIAL_DEFAULT.update({"nemotron": 0.5, "persimmon": 0.5})
 
 

@@ -93,6 +93,11 @@ class Arch:
     qk_late: bool = False  # nanochat: the qk-norms act after rotary
     qk_heads: bool = False  # StableLM, Cohere: each head its own qk-norm gain
     local_rotary: tuple = ()  # Gemma 3: (rotary base, rotary scaling) of the sliding layers where they differ from the global layers'
+    router: str = "softmax"  # DeepSeek-V3's router (families_routed.py): softmax | sigmoid scores
+    groups: int = 1  # ... n_group
+    top_groups: int = 1  # ... topk_group
+    route_scale: float = 1.0  # ... routed_scaling_factor
+    correction: bool = False  # ... a selection-only bias per expert (e_score_correction_bias)
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -2299,6 +2304,10 @@ from . import families_parallel as _parallel  # noqa: E402  (Cohere, Cohere 2, G
 
 KEYS.update(_parallel.KEYS)
 READERS.update(_parallel.READERS)
+from . import families_routed as _routed_v3  # noqa: E402  (GLM-4.5, dots.llm1, ERNIE 4.5 MoE, ...: DeepSeek-V3's router)
+
+KEYS.update(_routed_v3.KEYS)
+READERS.update(_routed_v3.READERS)
 READERS.update({**lineage.READERS, "gpt-sw3": _gpt2})
 READERS.update({"minicpm3": _latent_dense("minicpm3"), "youtu": _latent_dense("youtu"), "falcon_mamba": _falcon_mamba, "bamba": _bamba,
                 "granitemoehybrid": _granitemoehybrid})
@@ -2407,6 +2416,7 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
 CAUSAL_LM.update({"hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM", "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM"})
 CAUSAL_LM.update(CAUSAL_LM_H2)
 CAUSAL_LM.update(_parallel.CAUSAL_LM)
+CAUSAL_LM.update(_routed_v3.CAUSAL_LM)
 CAUSAL_LM.update(lineage.CAUSAL_LM)
 CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
 CAUSAL_LM.update({"minicpm3": "MiniCPM3ForCausalLM", "youtu": "YoutuForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
@@ -2563,7 +2573,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
             work += " normalize=false"
         if a.shared:
             work += f" shared={a.shared}" + (" shared_gate" if a.shared_gate else "")
-        wkeys = ("experts", "top", "hidden", "act")
+        work += _router_words(a)
+        wkeys = ("experts", "top", "hidden", "act", "router")
     else:
         work = f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}"
         wkeys = ("hidden", "act")
@@ -2612,6 +2623,15 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
                   (f"# a dense {a.family} layer (mlp_only_layers, decoder_sparse_step): a gated MLP of intermediate_size", f"{a.family}_dense",
                    mk(dense, ()))]
         body = _layer_runs(a.family, ["dense" if d else "moe" for d in a.layer_dense])
+        if a.layer_attn:  # both patterns (EXAONE-MoE): each kind of attention, with routed experts or a dense MLP
+            blocks, kinds = [], []
+            for tag, r, rk in (("moe", work, wkeys), ("dense", dense, ())):
+                bl, kinds = _attn_templates(a, att, lambda w, r=r, rk=rk: [*branch("mix", "turbine attention " + " ".join(w), keys),
+                                                                           *branch("burn", r, rk)], where)
+                blocks += [(f"{c}, {'routed experts' if tag == 'moe' else 'a dense MLP'}", f"{n}_{tag}", ops) for c, n, ops in bl]
+            kinds = [f"{k}_{'dense' if d else 'moe'}" for k, d in zip(kinds, a.layer_dense)]
+            blocks = [b for b in blocks if b[1][len(a.family) + 1:] in kinds]
+            body = _layer_runs(a.family, kinds)
     feed = f"feed tokens vocab={a.vocab} context={a.context} position={a.position}"
     if a.embed_scale != 1.0:
         feed += " scale=sqrt(width)" if a.family in ("gemma", "gemma2", "gemma3_text") else f" scale={_num(a.embed_scale)}"
@@ -2643,6 +2663,16 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
              "}",
              ""]
     return "\n".join(lines)
+
+
+def _router_words(a: Arch) -> str:
+    """DeepSeek-V3's router options of a moe turbine (families_routed.py), where they differ from Mixtral's."""
+    words = f" router={a.router}" if a.router != "softmax" else ""
+    if a.groups > 1:
+        words += f" groups={a.groups} top_groups={a.top_groups}"
+    if a.route_scale != 1.0:
+        words += f" scale={_num(a.route_scale)}"
+    return words + (" correction=true" if a.correction else "")
 
 
 def _qk_shape_text(a: Arch) -> str:
@@ -2804,7 +2834,18 @@ def arch_of(engine: ir.Engine) -> Arch:
                 layer_dense=dense if any(dense) and not all(dense) else (), layer_attn=_layer_attn(stages, windows),
                 dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0,
                 qk_type=attn.qk_norm_type, qk_bias=attn.qk_norm_bias, qk_offset=attn.qk_norm_offset, qk_affine=attn.qk_norm_affine,
-                qk_late=attn.qk_norm_after_rotary, qk_heads=attn.qk_norm_head_gains, **ropes)
+                qk_late=attn.qk_norm_after_rotary, qk_heads=attn.qk_norm_head_gains, **_router_of(work if moe else None), **ropes)
+
+
+def _router_of(work) -> dict:
+    """A moe turbine's DeepSeek-V3 router options as Arch fields (export refuses them for a family without them)."""
+    if work is None:
+        return {}
+    if work.group_score != "top2" and work.groups > 1:
+        raise Unsupported("group_score", "no transformers family scores its expert groups by their best expert alone (the sum of the "
+                          "two best: top2)")
+    return {"router": work.router, "groups": work.groups, "top_groups": work.top_groups, "route_scale": work.scale,
+            "correction": work.correction}
 
 
 def _layer_ropes(stages: list) -> dict:
@@ -2887,6 +2928,8 @@ def config_of(a: Arch) -> dict:
         return _dense_h2_config(a)
     if a.family in _parallel.READERS:
         return _parallel.config_of(a)
+    if a.family in _routed_v3.READERS:
+        return _routed_v3.config_of(a)
     if a.family == "persimmon":
         return _persimmon_config(a)
     if a.family == "bloom":

@@ -209,6 +209,13 @@ _RENAMES = {"exaone": ((r"^transformer\.wte\.", "model.embed_tokens."), (r"^tran
                        (r"\.self_attn\.out_proj\.", ".self_attn.o_proj."), (r"\.ln_1\.", ".input_layernorm."),
                        (r"\.ln_2\.", ".post_attention_layernorm."), (r"\.mlp\.c_fc_0\.", ".mlp.gate_proj."),
                        (r"\.mlp\.c_fc_1\.", ".mlp.up_proj."), (r"\.mlp\.c_proj\.", ".mlp.down_proj."))}
+# Sarvam-MoE's files keep Bailing's names (its fused [q | k | v] rows, as ours, read from self_attn.query_key_value)
+_RENAMES["sarvam_moe"] = ((r"^model\.word_embeddings\.", "model.embed_tokens."), (r"\.attention\.", ".self_attn."),
+                          (r"\.self_attn\.dense\.", ".self_attn.o_proj."), (r"\.self_attn\.query_layernorm\.", ".self_attn.q_norm."),
+                          (r"\.self_attn\.key_layernorm\.", ".self_attn.k_norm."), (r"\.mlp\.gate\.expert_bias$", ".mlp.gate.e_score_correction_bias"))
+# HY-V3's files: its router, correction bias and shared expert under their own names
+_RENAMES["hy_v3"] = ((r"\.mlp\.expert_bias$", ".mlp.e_score_correction_bias"), (r"\.mlp\.router\.gate\.", ".mlp.gate."),
+                     (r"\.mlp\.shared_mlp\.", ".mlp.shared_experts."))
 
 
 def _renamed(state: dict, renames) -> dict:
@@ -379,7 +386,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe", "hunyuan_v1_moe") or arch in ROUTED
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe", "hunyuan_v1_moe", "minimax_m2") or arch in ROUTED
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
@@ -390,7 +397,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
     if arch in families.lineage.READERS:  # the GPT-2 lineage's layers (lineage.py)
         return families.lineage.plan(arch, plan, put, spec, _SAME, _TRANSPOSE, _Cat, _NeoxQkv)
     for i, st in sorted(layout.items()):
-        moe = family_moe and not (arch in ("qwen2_moe", "qwen3_moe", "mellum") and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
+        moe = family_moe and not ((arch in ("qwen2_moe", "qwen3_moe", "mellum") or arch in DENSE_AMONG) and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
@@ -416,6 +423,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         if arch == "falcon" and _separate_parallel(spec):  # the new decoder's two norms
             ks = replace(ks, attn_norm="ln_attn", mlp_norm="ln_mlp")
         h = f"{ks.layers}.{i}."
+        if arch == "sarvam_moe" and h + "self_attn.query_key_value.weight" in state:  # as saved (see _RENAMES)
+            ks = replace(ks, fused_qkv="self_attn.query_key_value")
         qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
         gate_up = _Cat((st.work_node.hidden, st.work_node.hidden))
         for p in ("weight", "bias"):  # biases only where the spec (and the config) has them
@@ -484,6 +493,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
         qwen = arch in ("qwen2_moe", "cohere2_moe")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
         put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused or qwen else "block_sparse_moe.gate.weight"))
+        if arch == "minimax_m2" and st.work_node.correction:  # Mixtral's names, and the selection-only bias on the block
+            put(f"{reactor}.correction", h + ("mlp." if is_fused else "block_sparse_moe.") + "e_score_correction_bias")
         if st.work_node.shared:  # Qwen2-MoE's shared expert and its gate
             s = h + ("mlp.shared_experts." if arch == "cohere2_moe" else "mlp.shared_expert.")  # Cohere 2 MoE's: ungated
             put(f"{reactor}.shared.fc.weight", [s + "gate_proj.weight", s + "up_proj.weight"], _Cat((st.work_node.shared, st.work_node.shared)))
@@ -543,7 +554,29 @@ ROUTED = {
     "granitemoeshared": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
     "aria_text": ("mlp.", "router.weight", ("experts.fc1.weight", "experts.fc2.weight", "router.weight")),
     "mellum": ("mlp.", "gate.weight", "split"),
+    "glm4_moe": ("mlp.", "gate.weight", "split"),
+    "dots1": ("mlp.", "gate.weight", "split"),
+    "ernie4_5_moe": ("mlp.", "gate.weight", "split"),
+    "exaone_moe": ("mlp.", "gate.weight", "split"),
+    "solar_open": ("mlp.", "gate.weight", "split"),
+    "sarvam_moe": ("mlp.", "gate.weight", "split"),
+    "hy_v3": ("mlp.", "gate.weight", "split"),
 }
+# DeepSeek-V3's routers (families_routed.py): the selection-only bias's name inside the block; their dense layers
+CORRECTION = {"glm4_moe": "gate.e_score_correction_bias", "dots1": "gate.e_score_correction_bias", "solar_open": "gate.e_score_correction_bias",
+              "sarvam_moe": "gate.e_score_correction_bias", "hy_v3": "e_score_correction_bias",
+              "ernie4_5_moe": "moe_statics.e_score_correction_bias", "exaone_moe": ("e_score_correction_bias", "gate.e_score_correction_bias")}  # (as saved, as in memory)
+DENSE_AMONG = ("glm4_moe", "dots1", "ernie4_5_moe", "exaone_moe", "sarvam_moe", "hy_v3")
+
+
+class _Row:
+    """ERNIE 4.5's correction bias, stored as one row (1, experts): ours is (experts,)."""
+
+    def __call__(self, t):
+        return t.reshape(-1)
+
+    def inverse(self, t):
+        return [t.reshape(1, -1)]
 
 
 def _put_routed(put, arch: str, reactor: str, h: str, node, state, fused) -> None:
@@ -562,6 +595,10 @@ def _put_routed(put, arch: str, reactor: str, h: str, node, state, fused) -> Non
         for x in range(node.experts):
             put(f"{reactor}.experts.{x}.fc.weight", gate_up, index(x, node.experts))
             put(f"{reactor}.experts.{x}.proj.weight", down, index(x, node.experts))
+    if node.correction and arch in CORRECTION:
+        names = CORRECTION[arch] if isinstance(CORRECTION[arch], tuple) else (CORRECTION[arch],)
+        name = next((n for n in names if b + n in state), names[0])
+        put(f"{reactor}.correction", b + name, _Row() if arch == "ernie4_5_moe" else _SAME)
     if node.shared and arch == "granitemoeshared":  # one fused [gate | up] matrix, as ours
         put(f"{reactor}.shared.fc.weight", h + "shared_mlp.input_linear.weight")
         put(f"{reactor}.shared.proj.weight", h + "shared_mlp.output_linear.weight")
