@@ -65,6 +65,19 @@ FAMILY_NOTES: dict[str, str] = {
     "bloom": "BLOOM: ALiBi positions (no rotary, no position table), a LayerNorm right after the embedding, biased LayerNorm blocks "
              "with a 4x tanh-GELU MLP, a tied head.",
     "hunyuan_v1_dense": "Hunyuan (dense): the Llama block with a qk RMSNorm per head applied after rotary (`qk_norm_after_rotary`).",
+    "glm4_moe": "GLM-4.5: Llama-shaped attention (partial rotary, q, k, v biased) with DeepSeek-V3's router over routed experts "
+                "beside a shared one, after dense first layers.",
+    "dots1": "dots.llm1: Qwen3's attention (a qk-norm per head) with GLM-4.5's MoE: DeepSeek-V3's router, a shared expert, dense "
+             "first layers.",
+    "solar_open": "Solar Open: GLM-4.5's MoE (DeepSeek-V3's router, a shared expert) in every layer beside Llama's attention.",
+    "sarvam_moe": "Sarvam-MoE: GLM-4.5's model as transformers builds it, read from its Bailing-named files.",
+    "ernie4_5_moe": "ERNIE 4.5 MoE: ERNIE 4.5's interleaved rotary with routed layers from a start layer, softmax scores chosen "
+                    "with a selection-only bias, beside shared experts.",
+    "minimax_m2": "MiniMax-M2: Mixtral's block with sigmoid router scores chosen with a selection-only bias, renormalised.",
+    "exaone_moe": "EXAONE MoE: EXAONE 4's attention (no rotary on its global layers) with DeepSeek-V3's router beside a shared "
+                  "expert, dense layers where mlp_layer_types says.",
+    "hy_v3": "Hunyuan V3: Qwen3's attention with sigmoid router scores chosen with a selection-only bias, scaled, beside a shared "
+             "MLP.",
     "deepseek_v3": "DeepSeek-V3 (and Kimi K2): DeepSeek-V2's latent attention and shared expert, routed by sigmoid scores with a "
                    "selection-only correction bias, the top 4 of 8 groups, the weights renormalised and scaled by 2.5.",
     "deepseek_v2": "DeepSeek-V2: latent attention (the cache keeps a latent and one rotary key per token) and DeepSeekMoE, "
