@@ -193,6 +193,7 @@ def _cfg(name, **kw):
      "rope_parameters.rope_type"),
     ("glm4_moe", {"hidden_act": "relu"}, "hidden_act"),
     ("dots1", {"n_shared_experts": None}, "n_shared_experts"),
+    ("dots1", {"max_window_layers": None, "sliding_window": 4, "layer_types": None}, "max_window_layers"),
     ("ernie4_5_moe", {"use_bias": True}, "use_bias"),
     ("minimax_m2", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
     ("hy_v3", {"mlp_bias": True}, "mlp_bias"),
@@ -211,3 +212,14 @@ def test_unexpressible_options_are_refused_by_name(name, kw, key):
     with pytest.raises(Unsupported) as e:
         read_config(_cfg(name, **kw))
     assert e.value.field == key, str(e.value)
+
+
+@pytest.mark.parametrize("edit", [("correction=true", "correction=true group_score=max"),  # no family scores a group by its best
+                                  ("router=sigmoid groups=4 top_groups=2 scale=2.5 correction=true", "scale=2.5")])  # softmax, no bias
+def test_router_options_no_family_has_are_refused_on_export(tmp_path, edit):
+    from cyclelang.interop import export_config
+
+    p = tmp_path / "s.cycle"
+    p.write_text(import_config(FAMILIES["glm4_moe"]().to_dict()).replace(*edit))
+    with pytest.raises(Unsupported):
+        export_config(cyclelang.load(p))

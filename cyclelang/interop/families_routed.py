@@ -133,6 +133,8 @@ def _reader(family: str):
         mwl = c["max_window_layers"]
         if mwl is not None and (isinstance(mwl, bool) or not isinstance(mwl, int)):
             raise Unsupported("max_window_layers", f"{_show(mwl)} is not a layer number")
+        if mwl is None and sw is not None and c["layer_types"] is None:
+            raise Unsupported("max_window_layers", "null beside a sliding_window and no layer_types: Dots1Config cannot make its pattern")
         types = _types(c, layers, lambda: ["sliding_attention" if sw is not None and i >= mwl else "full_attention" for i in range(layers)])
         if "sliding_attention" in types and sw is None:
             raise Unsupported("sliding_window", "layer_types has sliding layers, but sliding_window is null")
