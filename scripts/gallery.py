@@ -80,6 +80,10 @@ FAMILY_NOTES: dict[str, str] = {
              "MLP.",
     "deepseek_v3": "DeepSeek-V3 (and Kimi K2): DeepSeek-V2's latent attention and shared expert, routed by sigmoid scores with a "
                    "selection-only correction bias, the top 4 of 8 groups, the weights renormalised and scaled by 2.5.",
+    "sarvam_mla": "Sarvam (MLA): DeepSeek-V3's model under its own name: latent attention, one dense layer, then 128 experts routed by "
+                  "sigmoid scores with a selection-only correction bias, renormalised and scaled by 2.5, beside a shared expert.",
+    "glm4_moe_lite": "GLM-4.7-Flash: DeepSeek-V3's latent attention and router (sigmoid scores, a selection-only correction bias, "
+                     "scaled by 1.8) beside a shared expert, its one dense layer said by mlp_layer_types.",
     "deepseek_v2": "DeepSeek-V2: latent attention (the cache keeps a latent and one rotary key per token) and DeepSeekMoE, "
                    "routed experts beside shared ones, after a first dense layer.",
     "falcon": "Falcon (7B's old decoder): one LayerNorm shared by a parallel block, multi-query attention (one key/value head), "

@@ -116,6 +116,9 @@ ALIASES = {
     "jamba": {"num_local_experts": "num_experts"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers"},  # the file writes num_nextn_predict_layers
+    "sarvam_mla": {"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts", "num_shared_experts": "n_shared_experts",
+                   "num_nextn_predict_layers": "num_mtp_layers"},  # the file writes num_nextn_predict_layers
+    "glm4_moe_lite": {"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"},
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "n_embed": "hidden_size"},  # n_embed: __post_init__'s BC
     "falcon": {"n_embed": "hidden_size"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},
@@ -143,7 +146,7 @@ ALIASES = {
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
 # num_local_experts, which save_pretrained writes): there the alias wins over the field's own name.
-ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"}), "glm4_moe": frozenset({"num_nextn_predict_layers"}), "sarvam_moe": frozenset({"num_nextn_predict_layers"}), "mellum": frozenset({"num_local_experts", "num_nextn_predict_layers"})}
+ALIAS_WINS = {"qwen3_moe": frozenset({"num_local_experts"}), "sarvam_mla": frozenset({"num_nextn_predict_layers"}), "glm4_moe": frozenset({"num_nextn_predict_layers"}), "sarvam_moe": frozenset({"num_nextn_predict_layers"}), "mellum": frozenset({"num_local_experts", "num_nextn_predict_layers"})}
 
 # The rotary base a class falls back on when config.json names none (PreTrainedConfig.default_theta).
 DEFAULT_THETA = {"mixtral": 1000000.0, "flex_olmo": 500000.0}

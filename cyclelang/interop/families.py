@@ -1046,7 +1046,7 @@ def _groups(c: Config, score: str) -> tuple:
     return (("groups", groups), ("top_groups", kept), ("group_score", score))
 
 
-def _deepseek(family: str, c: Config, routing: tuple) -> DeepseekV2Family:
+def _deepseek(family: str, c: Config, routing: tuple, dense: int | None = None) -> DeepseekV2Family:
     """What DeepSeek-V2 and V3 share: latent attention, dense layers first, DeepSeekMoE."""
     if _rope_kind(c)[2] != "default":
         raise Unsupported("rope_parameters.rope_type", "rotary scaling of latent attention's rotary key is not mapped (turbine attention "
@@ -1065,7 +1065,7 @@ def _deepseek(family: str, c: Config, routing: tuple) -> DeepseekV2Family:
         raise Unsupported("qk_head_dim", f"{c['qk_head_dim']}, not qk_nope_head_dim + qk_rope_head_dim = {nope + rope_dims}")
     if c.given("head_dim") and c["head_dim"] not in (None, rope_dims):  # __post_init__ sets it to qk_rope_head_dim
         raise Unsupported("head_dim", f"{c['head_dim']}, not qk_rope_head_dim = {rope_dims} (DeepseekV2's rotary reads head_dim)")
-    dense = min(c["first_k_dense_replace"] or 0, layers)
+    dense = min(c["first_k_dense_replace"] or 0, layers) if dense is None else dense
     moe_hidden = c["moe_intermediate_size"]
     experts = c["n_routed_experts"]
     top = c["num_experts_per_tok"] if layers > dense else 1
@@ -1078,7 +1078,7 @@ def _deepseek(family: str, c: Config, routing: tuple) -> DeepseekV2Family:
     q = c["q_lora_rank"]  # null: a full-rank query projection
     if routing:
         src["routing"] = "routed_scaling_factor" + (", n_group, topk_group" if any(k == "groups" for k, _ in routing) else "")
-    if family == "deepseek_v3":
+    if family in _V3_LATENT:
         src["routing"] = "norm_topk_prob, routed_scaling_factor, n_group, topk_group; e_score_correction_bias: loaded"
     return DeepseekV2Family(family, c["vocab_size"], c["max_position_embeddings"], width, layers, dense, heads,
                             nope, rope_dims, c["v_head_dim"], c["kv_lora_rank"], q, _rope(c), c["intermediate_size"], moe_hidden,
@@ -1111,6 +1111,53 @@ def _deepseek_v3(c: Config) -> DeepseekV2Family:
     groups = _groups(c, "top2") if _any_routed(c) else ()
     routing = (("normalize", bool(c["norm_topk_prob"])), ("router", "sigmoid"), *_scaled(c), *groups, ("correction", True))
     return _deepseek("deepseek_v3", c, routing)
+
+
+# --- SarvamMLA and GLM-4.7-Flash (glm4_moe_lite): DeepSeek-V3's layers under another model_type -----
+# transformers builds sarvam_mla as DeepseekV3ForCausalLM (its config DeepseekV3Config's with other defaults and
+# aliases); Glm4MoeLite is DeepseekV3's latent attention and router with GLM-4.5's MoE block (the same function:
+# sigmoid scores, selection-only correction bias, groups scored by their two best, renormalised and scaled), its
+# dense layers said by mlp_layer_types instead of first_k_dense_replace, and no MTP key.
+
+_V3_LATENT = ("deepseek_v3", "sarvam_mla", "glm4_moe_lite")
+KEYS["sarvam_mla"] = Keys(KEYS["deepseek_v3"].maps, KEYS["deepseek_v3"].inert)
+
+
+def _sarvam_mla(c: Config) -> DeepseekV2Family:
+    """Sarvam's 105B (sarvam_mla): DeepSeek-V3's model (DeepseekV3ForCausalLM), read as deepseek_v3 is."""
+    a = _deepseek_v3(c)
+    return replace(a, family="sarvam_mla")
+
+
+KEYS["glm4_moe_lite"] = Keys(KEYS["deepseek_v3"].maps - {"first_k_dense_replace", "num_mtp_layers"} | {"mlp_layer_types"},
+                             {**_TP, "output_router_logits": "what forward returns besides the logits: transformers' Glm4MoeLite adds no "
+                                     "auxiliary loss from them"})
+
+
+def _glm4_moe_lite(c: Config) -> DeepseekV2Family:
+    """GLM-4.7-Flash (glm4_moe_lite): latent attention (DeepseekV3Attention), DeepSeek-V3's router, mlp_layer_types
+    "dense" for the first layers then "sparse"; any other pattern, and a partial rotary factor, refused by name."""
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"GLM-4.7-Flash's MLPs are silu-gated (swiglu); {c['hidden_act']!r} is not mapped")
+    if not c["rope_interleave"]:
+        raise Unsupported("rope_interleave", "rotary on the two halves of the rotary dims (rope_interleave=false) is not what latent "
+                          "attention computes here (adjacent pairs, as the weights are laid out)")
+    if _partial(c) != 1.0:
+        raise Unsupported("rope_parameters.partial_rotary_factor", "Glm4MoeLite's rotary then turns only part of qk_rope_head_dim; "
+                          "latent attention's rotary_dims rotate whole")
+    layers = c["num_hidden_layers"]
+    kinds = c["mlp_layer_types"]
+    kinds = ["dense"] + ["sparse"] * (layers - 1) if kinds is None else kinds  # __post_init__'s default
+    if not isinstance(kinds, list) or len(kinds) != layers or any(k not in ("dense", "sparse") for k in kinds):
+        raise Unsupported("mlp_layer_types", f"{kinds!r} is not 'dense' or 'sparse' for each of the {layers} layers")
+    dense = kinds.count("dense")
+    if kinds != ["dense"] * dense + ["sparse"] * (layers - dense):
+        raise Unsupported("mlp_layer_types", "dense layers after sparse ones: the language's DeepSeek layers are dense first, then routed")
+    groups = _groups(c, "top2") if layers > dense else ()
+    routing = (("normalize", bool(c["norm_topk_prob"])), ("router", "sigmoid"), *_scaled(c), *groups, ("correction", True))
+    a = _deepseek("glm4_moe_lite", c, routing, dense)
+    a.sources["dense"] = "mlp_layer_types"
+    return a
 
 
 # --- MiniCPM3 and Youtu: latent attention with a dense MLP in every layer --------------------------
@@ -2319,6 +2366,8 @@ READERS["phi"] = _phi
 READERS["jais2"] = _jais2
 READERS["nanochat"] = _nanochat
 READERS["deepseek_v3"] = _deepseek_v3
+READERS["sarvam_mla"] = _sarvam_mla
+READERS["glm4_moe_lite"] = _glm4_moe_lite
 
 
 # HunYuan's dense and MoE decoders (HunYuanDenseV1, HunYuanMoEV1): Llama's layer, its per-head qk RMSNorms (query_layernorm,
@@ -2430,6 +2479,8 @@ CAUSAL_LM.update({
     "nanochat": "NanoChatForCausalLM",
 })
 CAUSAL_LM["deepseek_v3"] = "DeepseekV3ForCausalLM"
+CAUSAL_LM["sarvam_mla"] = "DeepseekV3ForCausalLM"  # transformers builds sarvam_mla as DeepSeek-V3
+CAUSAL_LM["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"
 
 
 def refusal(model_type: str) -> str:
@@ -3161,6 +3212,19 @@ def _period(hits: list[int], layers: int, what: str) -> tuple[int, int]:
     return period, hits[0]
 
 
+def _v3_named(name: str, config: dict) -> dict:
+    """A DeepSeek-V3-shaped config as the family the engine is named after (`cyclec import` names it so): sarvam_mla
+    (DeepSeek-V3's model under its own model_type) or glm4_moe_lite (its dense layers said by mlp_layer_types)."""
+    if name == "sarvam_mla":
+        return {**config, "model_type": "sarvam_mla", "architectures": [CAUSAL_LM["sarvam_mla"]]}
+    if name == "glm4_moe_lite":
+        out = {k: v for k, v in config.items() if k not in ("first_k_dense_replace", "num_nextn_predict_layers")}
+        dense = config["first_k_dense_replace"]
+        return {**out, "model_type": "glm4_moe_lite", "architectures": [CAUSAL_LM["glm4_moe_lite"]],
+                "mlp_layer_types": ["dense"] * dense + ["sparse"] * (config["num_hidden_layers"] - dense)}
+    return config
+
+
 def expander_config(engine: ir.Engine) -> dict | None:
     """The transformers config of an engine with an ssm or latent attention (mamba2, mamba, jamba,
     deepseek_v2), or None when it has none of them. Only the shape is read; export then checks,
@@ -3213,14 +3277,14 @@ def expander_config(engine: ir.Engine) -> dict | None:
         a = first
         dense = next((i for i, r in enumerate(reactors) if isinstance(r, ir.Moe)), len(layers))
         if moe is not None and moe.router == "sigmoid":  # DeepSeek-V3's router; export's check then holds every other option
-            return {"model_type": "deepseek_v3", "architectures": [CAUSAL_LM["deepseek_v3"]], **base, **common,
+            return _v3_named(engine.name, {"model_type": "deepseek_v3", "architectures": [CAUSAL_LM["deepseek_v3"]], **base, **common,
                     "num_attention_heads": a.heads, "num_key_value_heads": a.heads, "q_lora_rank": a.q_latent, "kv_lora_rank": a.latent,
                     "qk_nope_head_dim": a.head_dim, "qk_rope_head_dim": a.rotary_dims, "v_head_dim": a.v_dim, "attention_bias": a.bias,
                     "rope_parameters": {"rope_type": "default", "rope_theta": a.rotary_base}, "first_k_dense_replace": dense,
                     "intermediate_size": mlp.hidden if mlp else moe.hidden, "moe_intermediate_size": moe.hidden,
                     "n_routed_experts": moe.experts, "num_experts_per_tok": moe.top, "n_shared_experts": _shared_experts(moe),
                     "norm_topk_prob": moe.normalize, "routed_scaling_factor": moe.scale, "n_group": moe.groups, "topk_group": moe.top_groups,
-                    "rope_interleave": True, "num_nextn_predict_layers": 0}
+                    "rope_interleave": True, "num_nextn_predict_layers": 0})
         grouped = moe is not None and moe.groups > 1
         return {"model_type": "deepseek_v2", "architectures": [CAUSAL_LM["deepseek_v2"]], **base, **common,
                 "num_attention_heads": a.heads, "num_key_value_heads": a.heads, "q_lora_rank": a.q_latent, "kv_lora_rank": a.latent,

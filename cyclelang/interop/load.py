@@ -873,6 +873,8 @@ def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fu
 
 _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2, "deepseek_v3": _plan_deepseek_v3,
                    "falcon_mamba": _plan_mamba,
+                   "sarvam_mla": _plan_deepseek_v3,
+                   "glm4_moe_lite": _plan_deepseek_v3,
                    "bamba": _plan_bamba,
                    "granitemoehybrid": _plan_granitemoehybrid,
                    }
