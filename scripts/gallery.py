@@ -84,6 +84,8 @@ FAMILY_NOTES: dict[str, str] = {
                   "sigmoid scores with a selection-only correction bias, renormalised and scaled by 2.5, beside a shared expert.",
     "glm4_moe_lite": "GLM-4.7-Flash: DeepSeek-V3's latent attention and router (sigmoid scores, a selection-only correction bias, "
                      "scaled by 1.8) beside a shared expert, its one dense layer said by mlp_layer_types.",
+    "axk1": "A.X-K1: DeepSeek-V3 (latent attention, a grouped sigmoid router with a correction bias, a shared expert) with one "
+            "more RMSNorm on each MoE block's output before the residual.",
     "deepseek_v2": "DeepSeek-V2: latent attention (the cache keeps a latent and one rotary key per token) and DeepSeekMoE, "
                    "routed experts beside shared ones, after a first dense layer.",
     "falcon": "Falcon (7B's old decoder): one LayerNorm shared by a parallel block, multi-query attention (one key/value head), "

@@ -35,7 +35,11 @@ def glm4_moe_lite(**over):
     return transformers.Glm4MoeLiteConfig(**{**SIZES, **ROUTING, "mlp_layer_types": ["dense", "sparse", "sparse"], **over})
 
 
-CONFIGS = {"sarvam_mla": sarvam_mla, "glm4_moe_lite": glm4_moe_lite}  # tests/test_closed_world.py's property runs over them too
+def axk1(**over):
+    return transformers.AXK1Config(**{**SIZES, **ROUTING, "mlp_layer_types": ["dense", "sparse", "sparse"], **over})
+
+
+CONFIGS = {"sarvam_mla": sarvam_mla, "glm4_moe_lite": glm4_moe_lite, "axk1": axk1}  # tests/test_closed_world.py's property runs over them too
 
 
 def with_bias(config, seed=1):
@@ -60,7 +64,7 @@ def moes(model):
     return [m for m in model.modules() if type(m).__name__ == "Moe"]
 
 
-@pytest.mark.parametrize("make", [sarvam_mla, glm4_moe_lite])
+@pytest.mark.parametrize("make", [sarvam_mla, glm4_moe_lite, axk1])
 def test_round_trip(tmp_path, spread_bias, make):
     ours, ref, spec_file = round_trip(tmp_path, make())
     text = spec_file.read_text()
@@ -95,6 +99,9 @@ def test_glm4_moe_lite_two_dense_layers_round_trip(tmp_path, spread_bias):
      "rope_parameters.partial_rotary_factor"),
     (glm4_moe_lite, dict(topk_group=5), "topk_group"),
     (glm4_moe_lite, dict(hidden_act="gelu"), "hidden_act"),
+    (axk1, dict(mlp_layer_types=["dense", "sparse", "dense"]), "mlp_layer_types"),
+    (axk1, dict(rope_interleave=False), "rope_interleave"),
+    (axk1, dict(n_group=3), "n_group"),
 ])
 def test_unexpressible_refused_by_name(make, over, field):
     with pytest.raises(Unsupported) as info:
@@ -126,3 +133,41 @@ def test_each_routing_option_matters_at_these_sizes(tmp_path, spread_bias):
                     getattr(m, attr).copy_(m._saved)
                 else:
                     setattr(m, attr, m._saved)
+
+
+@pytest.mark.parametrize("over, field", [
+    (dict(q_lora_rank=None), "q_lora_rank"),  # A.X-K1's attention cannot build without a query latent
+    (dict(first_k_dense_replace=2), "first_k_dense_replace"),  # __post_init__'s legacy kwargs: not read, so refused
+    (dict(moe_layer_freq=2), "moe_layer_freq"),
+])
+def test_axk1_file_keys_refused_by_name(over, field):
+    with pytest.raises(Unsupported) as info:
+        import_config({**axk1().to_dict(), **over})
+    assert info.value.field == field
+
+
+def test_axk1_post_moe_norm_matters(tmp_path):
+    """A.X-K1's quirk: the RMSNorm on each MoE block's output. The spec with it edited out, given the same weights,
+    computes otherwise, and refuses the checkpoint (its config implies the norm) rather than dropping its weights."""
+    import cyclelang
+    from cyclelang.backends.torch.build import build
+    from cyclelang.interop import load_transformers
+
+    from .roundtrip import ids, rel
+
+    ref = with_bias(axk1())
+    ours, ckpt, spec_file = roundtrip.imported(tmp_path, ref)
+    lines = spec_file.read_text().splitlines()
+    assert sum("post_mlp_layernorm" in line for line in lines) == 1
+    other = build(cyclelang.parse("\n".join(line for line in lines if "post_mlp_layernorm" not in line)), seed=0).eval()
+    with pytest.raises(Exception) as info:
+        load_transformers(other, ckpt)
+    assert "stages.1.burn" in str(info.value) and "implies another engine" in str(info.value)
+    state = {k.replace(".burn.norm1.", ".burn.norm."): v for k, v in ours.state_dict().items()
+             if ".burn.norm2." not in k}  # a branch with two norms names them norm1, norm2; with one, norm
+    other.load_state_dict(state)
+    idx = ids()
+    with torch.no_grad():
+        want = ref(idx).logits
+        assert rel(ours(idx), want) < 1e-5
+        assert rel(other(idx), want) > 1e-3

@@ -119,6 +119,7 @@ ALIASES = {
     "sarvam_mla": {"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts", "num_shared_experts": "n_shared_experts",
                    "num_nextn_predict_layers": "num_mtp_layers"},  # the file writes num_nextn_predict_layers
     "glm4_moe_lite": {"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"},
+    "axk1": {"num_local_experts": "n_routed_experts"},
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "n_embed": "hidden_size"},  # n_embed: __post_init__'s BC
     "falcon": {"n_embed": "hidden_size"},
     "internlm3": {"qkv_bias": "attention_bias", "bias": "mlp_bias"},

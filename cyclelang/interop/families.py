@@ -402,6 +402,7 @@ class DeepseekV2Family:
     padding: int | None
     sources: dict = field(default_factory=dict, compare=False)
     routing: tuple = ()  # the moe's router options beyond Mixtral's, as (option, value) (DeepSeek-V3's router; V2's groups and scale)
+    post_moe_norm: bool = False  # an RMSNorm on the MoE block's output, before the residual (A.X-K1's post_mlp_layernorm)
 
 
 def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
@@ -426,7 +427,8 @@ def _deepseek_v2_text(a: DeepseekV2Family, source: str) -> str:
         stages += [f"# then DeepSeekMoE: {words} beside a shared expert every token visits",
                    "stage moe_block {", *mix, "  prechamber burn {", f"    {norm}",
                    f"    turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false{normalize}{route} "
-                   f"shared={a.shared}{_comment(src, 'moe', 'routing' if route else '')}", "  }", "}", ""]
+                   f"shared={a.shared}{_comment(src, 'moe', 'routing' if route else '')}",
+                   *([f"    {norm}  # post_mlp_layernorm: on the MoE block's output"] if a.post_moe_norm else []), "  }", "}", ""]
     body = ([f"  stage dense_block x {a.dense}"] if a.dense else []) + ([f"  stage moe_block x {a.layers - a.dense}"] if a.layers > a.dense else [])
     feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
     return "\n".join([
@@ -1119,7 +1121,7 @@ def _deepseek_v3(c: Config) -> DeepseekV2Family:
 # sigmoid scores, selection-only correction bias, groups scored by their two best, renormalised and scaled), its
 # dense layers said by mlp_layer_types instead of first_k_dense_replace, and no MTP key.
 
-_V3_LATENT = ("deepseek_v3", "sarvam_mla", "glm4_moe_lite")
+_V3_LATENT = ("deepseek_v3", "sarvam_mla", "glm4_moe_lite", "axk1")
 KEYS["sarvam_mla"] = Keys(KEYS["deepseek_v3"].maps, KEYS["deepseek_v3"].inert)
 
 
@@ -1134,7 +1136,7 @@ KEYS["glm4_moe_lite"] = Keys(KEYS["deepseek_v3"].maps - {"first_k_dense_replace"
                                      "auxiliary loss from them"})
 
 
-def _glm4_moe_lite(c: Config) -> DeepseekV2Family:
+def _glm4_moe_lite(c: Config, family: str = "glm4_moe_lite") -> DeepseekV2Family:
     """GLM-4.7-Flash (glm4_moe_lite): latent attention (DeepseekV3Attention), DeepSeek-V3's router, mlp_layer_types
     "dense" for the first layers then "sparse"; any other pattern, and a partial rotary factor, refused by name."""
     if c["hidden_act"] not in ("silu", "swish"):
@@ -1155,9 +1157,23 @@ def _glm4_moe_lite(c: Config) -> DeepseekV2Family:
         raise Unsupported("mlp_layer_types", "dense layers after sparse ones: the language's DeepSeek layers are dense first, then routed")
     groups = _groups(c, "top2") if layers > dense else ()
     routing = (("normalize", bool(c["norm_topk_prob"])), ("router", "sigmoid"), *_scaled(c), *groups, ("correction", True))
-    a = _deepseek("glm4_moe_lite", c, routing, dense)
+    a = _deepseek(family, c, routing, dense)
     a.sources["dense"] = "mlp_layer_types"
     return a
+
+
+# A.X-K1 (axk1, AXK1ForCausalLM): DeepSeek-V3 with glm4_moe_lite's mlp_layer_types and one more RMSNorm, post_mlp_layernorm, on
+# each MoE block's output (routed experts plus the shared expert) before the residual; dense layers have none. Its attention
+# always has a query latent (q_lora_rank null cannot build).
+KEYS["axk1"] = Keys(KEYS["glm4_moe_lite"].maps, {**_TP, "output_router_logits": "what forward returns besides the logits: transformers' "
+                                                 "AXK1 adds no auxiliary loss from them"})
+
+
+def _axk1(c: Config) -> DeepseekV2Family:
+    """A.X-K1: glm4_moe_lite's reading (DeepSeek-V3's layers, mlp_layer_types), and an RMSNorm after each MoE block."""
+    if c["q_lora_rank"] is None:
+        raise Unsupported("q_lora_rank", "A.X-K1's attention always projects queries through a latent; null cannot build there")
+    return replace(_glm4_moe_lite(c, "axk1"), post_moe_norm=True)
 
 
 # --- MiniCPM3 and Youtu: latent attention with a dense MLP in every layer --------------------------
@@ -2368,6 +2384,7 @@ READERS["nanochat"] = _nanochat
 READERS["deepseek_v3"] = _deepseek_v3
 READERS["sarvam_mla"] = _sarvam_mla
 READERS["glm4_moe_lite"] = _glm4_moe_lite
+READERS["axk1"] = _axk1
 
 
 # HunYuan's dense and MoE decoders (HunYuanDenseV1, HunYuanMoEV1): Llama's layer, its per-head qk RMSNorms (query_layernorm,
@@ -2481,6 +2498,7 @@ CAUSAL_LM.update({
 CAUSAL_LM["deepseek_v3"] = "DeepseekV3ForCausalLM"
 CAUSAL_LM["sarvam_mla"] = "DeepseekV3ForCausalLM"  # transformers builds sarvam_mla as DeepSeek-V3
 CAUSAL_LM["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"
+CAUSAL_LM["axk1"] = "AXK1ForCausalLM"
 
 
 def refusal(model_type: str) -> str:
@@ -3170,7 +3188,7 @@ def _plain_config(a: Arch) -> dict:
 _EXPANDER_KINDS = (ir.Ssm, ir.Mamba1, ir.LatentAttention)
 
 
-def _layer_list(engine: ir.Engine, merges: tuple = (ir.PlainMerge, ir.CoolingMerge)) -> list[list[tuple[ir.Norm, object]]]:
+def _layer_list(engine: ir.Engine, merges: tuple = (ir.PlainMerge, ir.CoolingMerge), post: bool = False) -> list[list[tuple[ir.Norm, object]]]:
     """Every layer (stage instance) as its branches' (norm, turbine) pairs; Unsupported where a layer is not
     (a branch merged otherwise than by `merges`)."""
     main = [op for op in engine.body if not isinstance(op, ir.Stage)]
@@ -3188,7 +3206,9 @@ def _layer_list(engine: ir.Engine, merges: tuple = (ir.PlainMerge, ir.CoolingMer
         for b in st.ops:
             if not isinstance(b, ir.Prechamber) or b.detach or b.overboard or not isinstance(b.merge, merges):
                 raise Unsupported(f"stage {st.name}", "a layer of these families is plain residual branches (norm, turbine), nothing else")
-            if len(b.ops) != 2 or not isinstance(b.ops[0], ir.Norm) or b.ops[0].type != "rmsnorm":
+            # post: A.X-K1's post_mlp_layernorm, a trailing rmsnorm (export's check then holds it to the MoE branches)
+            ops = b.ops[:2] if post and len(b.ops) == 3 and isinstance(b.ops[2], ir.Norm) and b.ops[2].type == "rmsnorm" else b.ops
+            if len(ops) != 2 or not isinstance(b.ops[0], ir.Norm) or b.ops[0].type != "rmsnorm":
                 raise Unsupported(f"prechamber {b.name}", "each branch of these families is an rmsnorm, then its turbine")
             pairs.append((b.ops[0], b.ops[1]))
         layers.extend([pairs] * st.repeat)
@@ -3217,10 +3237,10 @@ def _v3_named(name: str, config: dict) -> dict:
     (DeepSeek-V3's model under its own model_type) or glm4_moe_lite (its dense layers said by mlp_layer_types)."""
     if name == "sarvam_mla":
         return {**config, "model_type": "sarvam_mla", "architectures": [CAUSAL_LM["sarvam_mla"]]}
-    if name == "glm4_moe_lite":
+    if name in ("glm4_moe_lite", "axk1"):
         out = {k: v for k, v in config.items() if k not in ("first_k_dense_replace", "num_nextn_predict_layers")}
         dense = config["first_k_dense_replace"]
-        return {**out, "model_type": "glm4_moe_lite", "architectures": [CAUSAL_LM["glm4_moe_lite"]],
+        return {**out, "model_type": name, "architectures": [CAUSAL_LM[name]],
                 "mlp_layer_types": ["dense"] * dense + ["sparse"] * (config["num_hidden_layers"] - dense)}
     return config
 
@@ -3237,7 +3257,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
         return None
     latent = any(isinstance(o, ir.LatentAttention) for o in ops)  # MiniCPM3 scales its branches
     granite = any(isinstance(o, ir.Ssm) for o in ops) and any(isinstance(o, (ir.Attention, ir.Mlp, ir.Moe)) for o in ops)  # ... and GraniteMoeHybrid
-    layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent or granite else (ir.PlainMerge, ir.CoolingMerge))
+    layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent or granite else (ir.PlainMerge, ir.CoolingMerge),
+                         post=latent and engine.name == "axk1")
     turbines = [t for layer in layers for _, t in layer]
     final = engine.body[-1]
     base = {"vocab_size": engine.feed.vocab, "hidden_size": engine.width, "num_hidden_layers": len(layers),

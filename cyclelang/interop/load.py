@@ -740,6 +740,23 @@ def _plan_deepseek_v3(plan: _Plan, put, layout: dict, final: str, state, fused) 
     return plan
 
 
+def _plan_axk1(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """A.X-K1: DeepSeek-V3's layout, and the RMSNorm after each MoE block (post_mlp_layernorm: at the layer in the files,
+    under mlp. in transformers' module); a dense layer has none."""
+    _plan_deepseek_v3(plan, put, layout, final, state, fused)
+    for i, st in sorted(layout.items()):
+        reactor = st.moe or st.mlp
+        post = st.posts.get(reactor) if reactor is not None else None
+        if (st.moe is not None) != (post is not None):
+            plan.reasons[f"stages.{i}"] = (f"stage {i}: A.X-K1 norms the output of an MoE block (post_mlp_layernorm) and of nothing else; "
+                                           "this stage's reactor " + ("lacks it" if post is None else "is a dense MLP with a norm after it"))
+            continue
+        if post is not None:
+            h = f"layers.{i}."
+            put(f"{post}.weight", h + ("mlp.post_mlp_layernorm.weight" if h + "mlp.post_mlp_layernorm.weight" in state else "post_mlp_layernorm.weight"))
+    return plan
+
+
 def _refuse_mtp(plan: _Plan, state, layers: int) -> None:
     """DeepSeek-V3's multi-token-prediction layers are saved as layers.{N}.* past the last one
     (num_nextn_predict_layers of them): a module the language does not have, and transformers
@@ -875,6 +892,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
                    "falcon_mamba": _plan_mamba,
                    "sarvam_mla": _plan_deepseek_v3,
                    "glm4_moe_lite": _plan_deepseek_v3,
+                   "axk1": _plan_axk1,
                    "bamba": _plan_bamba,
                    "granitemoehybrid": _plan_granitemoehybrid,
                    }

@@ -26,7 +26,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "afmoe": ("deepseek_v2", "a sigmoid gate on the attention output (elementwise, from the block's input)"),
     "apertus": ("llama", "an xIELU MLP (ungated, an activation with learned parameters)"),
     "apertus1p5_text": ("llama", "Apertus's xIELU MLP (ungated, learned activation parameters); an output head narrower than the input vocabulary (output_vocab_size)"),
-    "axk1": ("deepseek_v2", None),
     "axk2": ("deepseek_v2", "DeepSeek-V3.2 sparse attention (a lightning indexer keeps the top-k keys); a sigmoid output gate projected with the queries from the normed and raw query latent; low-rank sigmoid-gated RMSNorms"),
     "bailing_hybrid": ("deepseek_v2", "a Kimi-style gated delta-rule mixer (per-channel decay, short convolutions, a gated output norm); a sigmoid per-head gate on latent attention's output"),
     "beam": ("deepseek_v2", "depth-scaled residual adds (stream × √((k−1)/k), branch × 1/√k at the k-th add); a sigmoid output gate with a per-head bias; a log-position query scale on its NoPE global layers"),
