@@ -171,3 +171,28 @@ def test_axk1_post_moe_norm_matters(tmp_path):
         want = ref(idx).logits
         assert rel(ours(idx), want) < 1e-5
         assert rel(other(idx), want) > 1e-3
+
+
+@pytest.mark.parametrize("make", [glm4_moe_lite, axk1])
+def test_mtp_key_is_inert_and_its_weights_refused(tmp_path, make):
+    """GLM-4.7-Flash's config.json writes num_nextn_predict_layers, which neither class has (nothing reads it); the MTP
+    layer's weights (layers.{N}.*) are refused by name on load, never dropped."""
+    from safetensors.torch import load_file, save_file
+
+    import cyclelang
+    from cyclelang.backends.torch.build import build
+    from cyclelang.interop import InteropError, load_transformers
+
+    config = make()
+    assert import_config({**config.to_dict(), "num_nextn_predict_layers": 1}) == import_config(config)
+    ref = with_bias(config)
+    ckpt = tmp_path / "ckpt"
+    ref.save_pretrained(ckpt)
+    state = load_file(str(ckpt / "model.safetensors"))
+    for k in [k for k in state if k.startswith("model.layers.2.")]:
+        state[k.replace("model.layers.2.", "model.layers.3.")] = state[k].clone()
+    save_file(state, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
+    ours = build(cyclelang.parse(import_config(config)), seed=0)
+    with pytest.raises(InteropError) as info:
+        load_transformers(ours, ckpt)
+    assert "model.layers.3" in str(info.value) and "multi-token-prediction" in str(info.value)

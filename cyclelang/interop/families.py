@@ -1133,7 +1133,10 @@ def _sarvam_mla(c: Config) -> DeepseekV2Family:
 
 KEYS["glm4_moe_lite"] = Keys(KEYS["deepseek_v3"].maps - {"first_k_dense_replace", "num_mtp_layers"} | {"mlp_layer_types"},
                              {**_TP, "output_router_logits": "what forward returns besides the logits: transformers' Glm4MoeLite adds no "
-                                     "auxiliary loss from them"})
+                                     "auxiliary loss from them",
+                              "num_nextn_predict_layers": "not a field of the class (the released config.json writes it): kept as an "
+                                                          "attribute that nothing reads, no MTP module is built; MTP weights in the file are "
+                                                          "refused by name on load"})
 
 
 def _glm4_moe_lite(c: Config, family: str = "glm4_moe_lite") -> DeepseekV2Family:
@@ -1166,7 +1169,8 @@ def _glm4_moe_lite(c: Config, family: str = "glm4_moe_lite") -> DeepseekV2Family
 # each MoE block's output (routed experts plus the shared expert) before the residual; dense layers have none. Its attention
 # always has a query latent (q_lora_rank null cannot build).
 KEYS["axk1"] = Keys(KEYS["glm4_moe_lite"].maps, {**_TP, "output_router_logits": "what forward returns besides the logits: transformers' "
-                                                 "AXK1 adds no auxiliary loss from them"})
+                                                 "AXK1 adds no auxiliary loss from them",
+                                                 "num_nextn_predict_layers": KEYS["glm4_moe_lite"].inert["num_nextn_predict_layers"]})
 
 
 def _axk1(c: Config) -> DeepseekV2Family:
