@@ -136,3 +136,11 @@ def pytest_terminal_summary(terminalreporter):
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     # (not RUSAGE_CHILDREN: a forked subprocess reports the parent's size at the fork as its own peak)
     terminalreporter.write_sep("-", f"peak resident memory of the test process: {own:,.0f} MiB")
+
+
+@pytest.fixture
+def spread_bias(monkeypatch):
+    """round_trip's reference with a spread correction bias in its routers (tests/roundtrip.py's with_bias)."""
+    from . import roundtrip
+
+    monkeypatch.setattr(roundtrip, "hf", roundtrip.with_bias)

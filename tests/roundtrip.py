@@ -34,6 +34,25 @@ def hf(config, seed=1):
     return model
 
 
+def with_bias(config, seed=1):
+    """hf, and a spread correction bias in every DeepSeek-V3-style router (a buffer: hf leaves it zero). The
+    `spread_bias` fixture (conftest) makes round_trip build its reference with this."""
+    model = _HF(config, seed)
+    gen = torch.Generator().manual_seed(seed + 7)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.3 * torch.randn(b.shape, generator=gen))
+    return model
+
+
+_HF = hf
+
+
+def moes(model):
+    return [m for m in model.modules() if type(m).__name__ == "Moe"]
+
+
 def imported(tmp_path, model):
     """`cyclec import` of the model's save_pretrained folder, built and loaded from that folder."""
     ckpt = tmp_path / "ckpt"

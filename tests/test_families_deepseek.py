@@ -16,7 +16,7 @@ import cyclelang
 
 from . import roundtrip
 from .conftest import need
-from .roundtrip import V, ids, rel, round_trip
+from .roundtrip import V, ids, moes, rel, round_trip, with_bias
 
 torch = need("torch")
 transformers = need("transformers")
@@ -39,29 +39,6 @@ def deepseek_v2(**over):
         q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, n_routed_experts=8, n_shared_experts=1,
         num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=40, pad_token_id=None, bos_token_id=None,
         eos_token_id=None), **over})
-
-
-def with_bias(config, seed=1):
-    """roundtrip.hf, and a spread correction bias in every router (a buffer: hf leaves it zero)."""
-    model = HF(config, seed)
-    gen = torch.Generator().manual_seed(seed + 7)
-    with torch.no_grad():
-        for name, b in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):
-                b.copy_(0.3 * torch.randn(b.shape, generator=gen))
-    return model
-
-
-HF = roundtrip.hf
-
-
-@pytest.fixture
-def spread_bias(monkeypatch):
-    monkeypatch.setattr(roundtrip, "hf", with_bias)
-
-
-def moes(model):
-    return [m for m in model.modules() if type(m).__name__ == "Moe"]
 
 
 def test_deepseek_v3_round_trip(tmp_path, spread_bias):

@@ -13,7 +13,7 @@ import pytest
 
 from . import roundtrip
 from .conftest import need
-from .roundtrip import V, round_trip
+from .roundtrip import V, moes, round_trip, with_bias
 
 torch = need("torch")
 transformers = need("transformers")
@@ -40,28 +40,6 @@ def axk1(**over):
 
 
 CONFIGS = {"sarvam_mla": sarvam_mla, "glm4_moe_lite": glm4_moe_lite, "axk1": axk1}  # tests/test_closed_world.py's property runs over them too
-
-
-def with_bias(config, seed=1):
-    model = HF(config, seed)
-    gen = torch.Generator().manual_seed(seed + 7)
-    with torch.no_grad():
-        for name, b in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):
-                b.copy_(0.3 * torch.randn(b.shape, generator=gen))
-    return model
-
-
-HF = roundtrip.hf
-
-
-@pytest.fixture
-def spread_bias(monkeypatch):
-    monkeypatch.setattr(roundtrip, "hf", with_bias)
-
-
-def moes(model):
-    return [m for m in model.modules() if type(m).__name__ == "Moe"]
 
 
 @pytest.mark.parametrize("make", [sarvam_mla, glm4_moe_lite, axk1])

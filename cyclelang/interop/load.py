@@ -820,6 +820,20 @@ def _plan_latent_dense(plan: _Plan, put, layout: dict, final: str, halves: bool)
     return plan
 
 
+def _put_hybrid_mixer(put, st: _Stage, h: str) -> None:
+    """A Mamba-2 / attention hybrid's mixer under `h`: attention's q, k, v, o, or the Mamba-2 mixer (`mamba.`, transformers' names)."""
+    if st.attn is not None:
+        a = st.attn_node
+        for p in ("weight", "bias"):
+            put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"],
+                _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+            put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
+        return
+    for name in MAMBA2_MIXER:
+        put(f"{st.ssm}.{name}", h + "mamba." + name)
+    put(f"{st.ssm}.norm", h + "mamba.norm.weight")
+
+
 def _plan_bamba(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
     """Bamba: layer i is stage i: attention (q, k, v, o) or a Mamba-2 mixer (its names are transformers' own), then a
     gated MLP, each with its valve."""
@@ -831,16 +845,7 @@ def _plan_bamba(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Pl
             continue
         put(f"{st.valves.get(mixer, _parent(mixer) + 'norm')}.weight", h + "input_layernorm.weight")
         put(f"{st.valves.get(st.mlp, _parent(st.mlp) + 'norm')}.weight", h + "pre_ff_layernorm.weight")
-        if st.attn is not None:
-            a = st.attn_node
-            for p in ("weight", "bias"):
-                put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"],
-                    _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
-                put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
-        else:
-            for name in MAMBA2_MIXER:
-                put(f"{st.ssm}.{name}", h + "mamba." + name)
-            put(f"{st.ssm}.norm", h + "mamba.norm.weight")
+        _put_hybrid_mixer(put, st, h)
         _put_gated(put, st.mlp, h + "feed_forward.", st.work_node.hidden)
     put("feed.tok.weight", "embed_tokens.weight")
     put(f"{final}.weight", "final_layernorm.weight")
@@ -859,16 +864,7 @@ def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fu
             continue
         put(f"{st.valves.get(mixer, _parent(mixer) + 'norm')}.weight", h + "input_layernorm.weight")
         put(f"{st.valves.get(reactor, _parent(reactor) + 'norm')}.weight", h + "post_attention_layernorm.weight")
-        if st.attn is not None:
-            a = st.attn_node
-            for p in ("weight", "bias"):
-                put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"],
-                    _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
-                put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
-        else:
-            for name in MAMBA2_MIXER:
-                put(f"{st.ssm}.{name}", h + "mamba." + name)
-            put(f"{st.ssm}.norm", h + "mamba.norm.weight")
+        _put_hybrid_mixer(put, st, h)
         if st.moe is None:  # no experts (num_local_experts 0): the shared MLP alone
             put(f"{st.mlp}.fc.weight", h + "shared_mlp.input_linear.weight")
             put(f"{st.mlp}.proj.weight", h + "shared_mlp.output_linear.weight")
