@@ -2764,22 +2764,59 @@ def _local_rotary_words(att: list, base: float, scaling) -> list:
 
 
 def _layer_runs(family: str, kinds: list) -> list[str]:
-    """The engine's stage lines for a per-layer pattern (each layer's kind): a pattern that repeats
-    is one nested stage (`stage layers x 13 { stage local = gemma2_local  stage global = gemma2_global }`),
-    any other one each run of one kind of layer in turn (first-k-dense: `stage layers_0 = ..._dense`, then the rest)."""
+    """The engine's stage lines for a per-layer pattern (each layer's kind): the longest stretch that
+    repeats a period of layers (twice or more) is one nested stage (`stage layers x 4 { stage local =
+    gemma3_text_local x 5  stage global = gemma3_text_global }`), the layers before and after it each
+    run of one kind in turn (first-k-dense: `stage layers_0 = ..._dense`, then the rest)."""
     n = len(kinds)
-    period = next((p for p in range(2, n // 2 + 1) if n % p == 0 and kinds == kinds[:p] * (n // p)), None)
-    if period is not None:
-        one = kinds[:period]
-        names = [k if one.count(k) == 1 else f"{k}_{i}" for i, k in enumerate(one)]
-        return [f"  stage layers x {n // period} {{  # {' '.join(one)}: {n} layers", *[f"    stage {nm} = {family}_{k}" for nm, k in zip(names, one)], "  }"]
+    best = None  # (layers covered, -stage lines, -start, start, period, repeats)
+    for start in range(n):
+        for period in range(2, (n - start) // 2 + 1):
+            one = kinds[start : start + period]
+            if len(set(one)) < 2:  # one kind repeated is a run, not a pattern
+                continue
+            repeats = 1
+            while kinds[start + repeats * period : start + (repeats + 1) * period] == one:
+                repeats += 1
+            if repeats >= 2:  # the most layers covered, then the fewest stage lines
+                end = start + repeats * period
+                lines = _run_count(kinds[:start]) + _run_count(one) + _run_count(kinds[end:])
+                key = (repeats * period, -lines, -start)
+                if best is None or key > best[:3]:
+                    best = (*key, start, period, repeats)
+    if best is None:
+        return _runs(family, kinds, 0)
+    *_, start, period, repeats = best
+    one = kinds[start : start + period]
+    end = start + period * repeats
+    name = "layers" if start == 0 and end == n else f"layers_{start}"
+    inner, i = [], 0
+    while i < period:  # each run of one kind in the period, one stage `x k`
+        j = i
+        while j < period and one[j] == one[i]:
+            j += 1
+        nm = one[i] if sum(1 for k in range(period) if (k == 0 or one[k] != one[k - 1]) and one[k] == one[i]) == 1 else f"{one[i]}_{i}"
+        inner.append(f"    stage {nm} = {family}_{one[i]}" + (f" x {j - i}" if j - i > 1 else ""))
+        i = j
+    nested = [f"  stage {name} x {repeats} {{  # {' '.join(one)}: layers {start} to {end - 1}", *inner, "  }"]
+    return _runs(family, kinds[:start], 0) + nested + _runs(family, kinds[end:], end)
+
+
+def _run_count(kinds: list) -> int:
+    """How many runs of one kind `kinds` falls into."""
+    return sum(1 for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1])
+
+
+def _runs(family: str, kinds: list, first: int) -> list[str]:
+    """Stage lines for layers first, first + 1, ...: each run of one kind one stage `x N`."""
     out, i = [], 0
     while i < len(kinds):
         j = i
         while j < len(kinds) and kinds[j] == kinds[i]:
             j += 1
-        kind = kinds[i]
-        out.append(f"  stage layers_{i} = {family}_{kind}" + (f" x {j - i}" if j - i > 1 else "") + f"  # layer {i}" + (f" to {j - 1}" if j - i > 1 else ""))
+        lo, hi = first + i, first + j - 1
+        out.append(f"  stage layers_{lo} = {family}_{kinds[i]}" + (f" x {j - i}" if j - i > 1 else "") + f"  # layer {lo}"
+                   + (f" to {hi}" if hi > lo else ""))
         i = j
     return out
 
