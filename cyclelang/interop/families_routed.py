@@ -159,6 +159,17 @@ def _layer_number(c: Config, key: str) -> int:
     return v
 
 
+def _head_width(c: Config, width: int, heads: int) -> int:
+    """head_dim where config.json gives one (a whole number from 1), else hidden_size / heads (which must divide)."""
+    if c.given("head_dim"):
+        head_dim = c["head_dim"]
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+            raise Unsupported("head_dim", f"{_show(head_dim)} is not a head width")
+        return head_dim
+    _divides(width, heads, "num_attention_heads", "hidden_size")
+    return width // heads
+
+
 def _ernie(c: Config) -> Arch:
     """ERNIE 4.5 MoE: ERNIE 4.5's block (interleaved rotary, use_bias on every linear), routed experts in the layers
     (i + 1) % moe_layer_interval == 0 between moe_layer_start_index and moe_layer_end_index, a dense MLP elsewhere; a
@@ -169,13 +180,7 @@ def _ernie(c: Config) -> Arch:
     if c["use_bias"]:
         raise Unsupported("use_bias", "ERNIE 4.5 MoE biases its attention, dense and shared MLPs and head, but never the routed experts: "
                           "the language's moe bias= covers all of them")
-    if c.given("head_dim"):
-        head_dim = c["head_dim"]
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise Unsupported("head_dim", f"{_show(head_dim)} is not a head width")
-    else:
-        _divides(width, heads, "num_attention_heads", "hidden_size")
-        head_dim = width // heads
+    head_dim = _head_width(c, width, heads)
     if _rope_kind(c)[2] != "default":
         raise Unsupported("rope_parameters.rope_type", "rotary scaling of ERNIE 4.5's interleaved rotary is not mapped")
     if _partial(c) != 1.0:
@@ -276,13 +281,7 @@ def _exaone_moe(c: Config) -> Arch:
     act = _GATED_ACTS.get(c["hidden_act"])
     if act is None:
         raise Unsupported("hidden_act", f"a gated MLP with {c['hidden_act']!r} has no counterpart (swiglu = silu, geglu = gelu)")
-    if c.given("head_dim"):
-        head_dim = c["head_dim"]
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise Unsupported("head_dim", f"{_show(head_dim)} is not a head width")
-    else:
-        _divides(width, heads, "num_attention_heads", "hidden_size")
-        head_dim = width // heads
+    head_dim = _head_width(c, width, heads)
     if _rope_kind(c)[2] != "default":
         raise Unsupported("rope_parameters.rope_type", "rotary scaling of EXAONE-MoE's rotary is not mapped")
     if _partial(c) != 1.0:
