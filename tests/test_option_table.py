@@ -71,3 +71,40 @@ def test_reading_an_option_without_a_row_is_a_bug_not_a_silent_option():
         o.int("stride", 1)
     with pytest.raises(KeyError, match="not in the table"):
         o.get("stride")
+
+
+def _literal_choices(annotation) -> tuple[str, ...] | None:
+    """The values a field's Literal type admits ("none" standing for an optional's None); None when
+    the field is no Literal of strings."""
+    from typing import Literal, Union, get_args, get_origin
+
+    args = get_args(annotation)
+    if get_origin(annotation) is Literal:
+        return args if all(isinstance(a, str) for a in args) else None
+    if get_origin(annotation) is Union and type(None) in args:
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1 and (c := _literal_choices(inner[0])) is not None:
+            return ("none",) + c
+    return None
+
+
+def test_every_choice_list_is_the_ir_types_own():
+    """A choice option named after a field of its statement's IR class offers exactly the values
+    the field's Literal admits: the lists are derived from the IR, and this holds them to it."""
+    from cyclelang.ir import kinds, nodes
+
+    classes = {f"turbine {k}": rec.cls for k, rec in kinds.BY_KEYWORD.items()}
+    classes.update({f"norm {t}": nodes.Norm for t in ("layernorm", "rmsnorm")})
+    classes.update({"feed tokens": nodes.Feed, "nozzle head": nodes.Nozzle})
+    tied = 0
+    for key, cls in classes.items():
+        for o in opts.options_for(key):
+            field = cls.model_fields.get(o.name)
+            if o.type != "choice" or field is None:
+                continue
+            want = _literal_choices(field.annotation)
+            if want is None:
+                continue
+            assert set(o.choices) == set(want), f"{key} {o.name}: the table offers {o.choices}, the IR admits {want}"
+            tied += 1
+    assert tied >= 6  # act, position, mask, router, group_score, feature, ... are all tied

@@ -159,6 +159,7 @@ Router = Literal["softmax", "sigmoid"]  # an MoE router's scores: softmax over t
 GroupScore = Literal["top2", "max"]  # a group of experts' score: the sum of its two best (DeepSeek-V3), or its best (DeepSeek-V2)
 ROUTERS, GROUP_SCORES = get_args(Router), get_args(GroupScore)  # the options' choice lists read these
 Mask = Literal["causal", "open"]
+ScalingType = Literal["linear", "dynamic", "llama3", "yarn"]
 
 
 class RotaryScaling(Node):
@@ -170,7 +171,7 @@ class RotaryScaling(Node):
     interpolated and extrapolated frequencies by each one's rotations over `original`
     positions (`beta_fast`, `beta_slow`) and scales cos and sin by `attention_factor`."""
 
-    type: Literal["linear", "dynamic", "llama3", "yarn"]
+    type: ScalingType
     factor: Positive
     original: Count | None = None  # the pretraining context (original_max_position_embeddings); linear: None
     low: Positive = 1.0  # llama3's low_freq_factor

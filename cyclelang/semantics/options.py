@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, get_args
 
 from ..diagnostics import Collector, did_you_mean
 from ..ir import Span
+from ..ir import nodes as irn
 from ..ir.nodes import GROUP_SCORES, ROUTERS
 from ..syntax import ast
 from .values import MAX_INT, EvalError, Keyword, Scope, evaluate, let_ref, unknown_name
@@ -215,7 +216,7 @@ MAX_WIDTH = 1 << 20
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 24
 MAX_EXPERTS = 4096
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu", "geglu_tanh")
+ACTIVATIONS = get_args(irn.Activation)  # every choice list below is the IR type's own
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
     "feed tokens": (
         Opt("vocab", "int", "vocabulary size: rows of the token embedding", "the tanks", required=True, max=MAX_VOCAB),
         Opt("context", "int", "the longest sequence (learned positions have this many rows)", "", required=True, max=MAX_CONTEXT),
-        Opt("position", "choice", "how positions enter: a learned table, fixed sinusoids, or none (rotary attention)", "", default="learned", choices=("learned", "sinusoidal", "none")),
+        Opt("position", "choice", "how positions enter: a learned table, fixed sinusoids, or none (rotary attention)", "", default="learned", choices=get_args(irn.Position)),
         Opt("scale", "float", "multiplies the embedding (sqrt(width) in the original Transformer)", "the feed pumps' head", default=1.0, lo=0.0, lo_open=True, hi=1e4),
         Opt("dropout", ml="dropout on the embedding", **_DROPOUT),
         Opt("padding", "int", "the padding token (padding_idx): its embedding starts at 0 and gets no gradient", "a bleed line that carries no propellant", min=0, max=MAX_VOCAB),
@@ -298,7 +299,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("heads", "int", "query heads", "injector baffles", required=True, max=MAX_WIDTH),
         Opt("kv_heads", "int", "key/value heads: heads is multi-head, 1 is MQA, between is GQA; must divide heads", "baffles shared by the injector's elements", default_text="heads", max=MAX_WIDTH),
         Opt("head_dim", "int", "per-head width", "", default_text="width/heads", max=MAX_WIDTH),
-        Opt("mask", "choice", "causal or bidirectional", "the throat", default_text="the throat's", choices=("causal", "open")),
+        Opt("mask", "choice", "causal or bidirectional", "the throat", default_text="the throat's", choices=get_args(irn.Mask)),
         Opt("window", "int", "sliding window: attend to the last N positions only (causal only)", "", max=MAX_CONTEXT),
         Opt("rotary", "float", "rotary positions on this fraction of each head's dims (bare: all)", "", default=0.0, lo=0.0, hi=1.0, flag=1.0),
         Opt("rotary_base", "float", "rotary frequency base", "", default=10000.0, lo=1.0, lo_open=True, hi=1e12),
@@ -306,7 +307,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("qk_norm", "bool", "normalise queries and keys per head (RMSNorm), before rotary (Qwen3)", "", default=False),
         Opt("qk_norm_across", "bool", "with qk_norm: one norm over all heads' queries, one over all keys (OLMo-2)", "", default=False),
         Opt("qk_norm_eps", "float", "the qk-norms' eps", "", default=1e-6, lo=0.0, lo_open=True, hi=1.0),
-        Opt("qk_norm_type", "choice", "with qk_norm: the qk-norms' kind, rmsnorm or layernorm (Persimmon)", "", default="rmsnorm", choices=("rmsnorm", "layernorm")),
+        Opt("qk_norm_type", "choice", "with qk_norm: the qk-norms' kind, rmsnorm or layernorm (Persimmon)", "", default="rmsnorm", choices=get_args(irn.NormType)),
         Opt("qk_norm_bias", "bool", "with qk_norm_type=layernorm: a learned shift next to the gain (Persimmon)", "", default=False),
         Opt("qk_norm_offset", "float", "with qk_norm: the gain is offset + w, w starting at 1 - offset (Gemma 3: 1)", "", default=0.0, lo=-1e6, hi=1e6),
         Opt("qk_norm_affine", "bool", "with qk_norm: a learned gain; false normalises only (nanochat)", "", default=True),
@@ -321,7 +322,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("rotary_dims", "int", "latent attention: the decoupled rotary key's dims (even, at least 2)", "", default_text="head_dim/2, made even", max=MAX_WIDTH),
         Opt("v_dim", "int", "latent attention: each head's value width", "", default_text="head_dim", max=MAX_WIDTH),
         Opt("eps", "float", "latent attention: the latents' RMSNorm epsilon", "", default=1e-6, lo=0.0, lo_open=True),
-        Opt("rotary_scaling", "choice", "rotary stretched past the pretraining context: linear (position interpolation), dynamic (NTK), llama3, yarn", "the injector re-orificed for a longer burn", default="none", choices=("none", "linear", "dynamic", "llama3", "yarn")),
+        Opt("rotary_scaling", "choice", "rotary stretched past the pretraining context: linear (position interpolation), dynamic (NTK), llama3, yarn", "the injector re-orificed for a longer burn", default="none", choices=("none",) + get_args(irn.ScalingType)),
         Opt("rotary_factor", "float", "with rotary_scaling: how many times the pretraining context the positions stretch over", "", lo=0.0, lo_open=True, hi=1e4),
         Opt("rotary_original", "int", "with rotary_scaling dynamic, llama3 or yarn: the pretraining context (original_max_position_embeddings)", "", default_text="the feed's context", max=MAX_CONTEXT),
         Opt("rotary_low", "float", "llama3 scaling: low_freq_factor (wavelengths past original/low are divided by the factor)", "", default=1.0, lo=0.0, lo_open=True, hi=1e4),
@@ -356,7 +357,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
     "turbine linear_attention": (
         Opt("heads", "int", "heads, each with its own state", "", required=True, max=MAX_WIDTH),
         Opt("head_dim", "int", "per-head width", "", default_text="width/heads", max=MAX_WIDTH),
-        Opt("feature", "choice", "the feature map: elu is elu(x) + 1, relu", "", default="elu", choices=("elu", "relu")),
+        Opt("feature", "choice", "the feature map: elu is elu(x) + 1, relu", "", default="elu", choices=get_args(irn.FeatureMap)),
         Opt("normalize", "bool", "divide by phi(q) z (the paper); off: the plain sum", "", default=True),
         Opt("retention", "bool", "a fixed decay per head, 1 - 2^(-5 - head) (RetNet); causal only", "the state cools", default=False),
         Opt("chunk", "int", "positions per chunk of the training form", "", default=64, max=MAX_CONTEXT),
