@@ -44,10 +44,10 @@ def estimate_buffers(spec: ir.Spec) -> int:
     if e is None:
         return 0
     n = e.feed.context * e.feed.width if e.feed.position == "sinusoidal" else 0
-    ropes = {(p.node.rotary_dims, p.node.rotary_base) for p in ir.layout.layout(e).parts()
-             if isinstance(p.node, ir.Attention) and p.node.rotary_dims}
-    held = sum(p.kind.buffers(p.node) * p.repeat for p in ir.layout.layout(e).parts())  # an MoE's correction bias
-    return n + sum(2 * e.feed.context * dims for dims, _ in ropes) + held
+    parts = list(ir.layout.layout(e).parts())
+    ropes = ir.kinds.rotary_tables(p.node for p in parts)  # the planner's tables: one per distinct key
+    held = sum(p.kind.buffers(p.node) * p.repeat for p in parts)  # an MoE's correction bias, ALiBi's slopes, ...
+    return n + sum(2 * e.feed.context * dims for dims, _, _ in ropes) + held
 
 
 def check_parameters(spec: ir.Spec, allow_large: bool = False, limit: int = MAX_PARAMETERS) -> int:

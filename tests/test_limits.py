@@ -280,6 +280,20 @@ def test_parameter_estimate_matches_the_built_model(path):
     assert estimate_parameters(spec) == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_buffer_estimate_matches_the_built_model(path):
+    """The size limit counts every table the model allocates (rotary tables per distinct key,
+    sinusoids, ALiBi slopes, a fixed decay, an MoE's correction bias): it asks the kinds records
+    the planner asks. A scale model has the same tables at its own sizes."""
+    need("torch")
+    from cyclelang.ir.passes import shrink
+    from cyclelang.limits import estimate_buffers
+
+    spec = shrink(cyclelang.load(path), width=64, depth=1)
+    model = cyclelang.build(spec, seed=0)
+    assert estimate_buffers(spec) == sum(b.numel() for b in model.buffers())
+
+
 def test_build_refuses_a_huge_model_before_allocating(tmp_path):
     need("torch")
     spec = tmp_path / "huge.cycle"

@@ -85,7 +85,12 @@ class Kind:
     flops: Callable[[object, int, int], tuple[int, int]] = _zero2  # per token at context n, width w: (projections, mixing)
     activations: Callable[[object, int], tuple[int, int]] = _zero2  # values kept per token: (a, b) in a + b*n
     state: Callable[[object, int], int] = _zero  # values decoding keeps per sequence of n tokens
-    buffers: Callable[[object], int] = _zero  # values it holds beside its parameters, saved with them (an MoE's correction bias)
+    # values it holds beside its parameters: an MoE's correction bias (saved with them), ALiBi's
+    # slopes and a fixed decay per head (made at build); the rotary tables are counted apart (`rotary`)
+    buffers: Callable[[object], int] = _zero
+    # the rotary table it rotates by, as the model allocates one per distinct key: (dims, base,
+    # scaling), or None; the planner shares a table between parts of one key, the size limit counts it
+    rotary: Callable[[object], tuple | None] = lambda node: None
     out_width: Callable[[object, int], int] = _out_width
     mixes_positions: bool = False  # lets positions interact (the injector's job)
     # ends in a learned output projection: the weights a cooled merge re-initialises at init
@@ -163,6 +168,16 @@ def _attention_activations(a: ir.Attention, n: int = 0) -> tuple[int, int]:
 
 def _attention_state(a: ir.Attention, n: int) -> int:
     return 2 * a.kv_heads * a.head_dim * attended(a, n)  # K and V of every attended position
+
+
+def _rotary_table(a) -> tuple | None:
+    return (a.rotary_dims, a.rotary_base, getattr(a, "rotary_scaling", None)) if a.rotary_dims else None
+
+
+def rotary_tables(parts) -> list[tuple]:
+    """The distinct rotary tables (dims, base, scaling) the parts rotate by, in order: the model
+    allocates each once, 2 x context x dims values (cos and sin)."""
+    return list(dict.fromkeys(k for p in parts if (k := kind_of(p).rotary(p)) is not None))
 
 
 def _mla_projections(a: ir.LatentAttention) -> tuple[int, int]:
@@ -282,12 +297,13 @@ OPS: tuple[Kind, ...] = (
          params=_norm_params, activations=lambda x, n=0: (x.width, 0), ml_phrase='norm'),
     Kind(ir.Attention, "attention", "attn", "mixer", "injector", "attention", "injector: mixes positions",
          out_proj=True, params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
-         mixes_positions=True, masked=True, state_kind="kv", tp="heads", ml_phrase='attention: the only place positions mix'),
+         mixes_positions=True, masked=True, state_kind="kv", tp="heads", rotary=_rotary_table, buffers=lambda a: a.heads if a.alibi else 0,
+         ml_phrase='attention: the only place positions mix'),
     Kind(ir.LatentAttention, "attention", "attn", "mixer", "latent injector", "latent attention",
          "latent injector: mixes positions through a compressed KV latent",
          out_proj=True, params=_mla_params, flops=_mla_flops, state=_mla_state,
          activations=lambda x, n=0: (x.width + x.latent + (x.q_latent or 0) + x.heads * (2 * (x.head_dim + x.rotary_dims) + 2 * x.v_dim), x.heads),
-         mixes_positions=True, masked=True, state_kind="kv", ml_phrase='latent attention: positions mix through a compressed key/value latent'),
+         mixes_positions=True, masked=True, state_kind="kv", rotary=_rotary_table, ml_phrase='latent attention: positions mix through a compressed key/value latent'),
     Kind(ir.Mlp, "mlp", "mlp", "reactor", "combustor", "MLP", "combustion: reacts at each position",
          out_proj=True, params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
          flops=lambda x, n, w=0: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
@@ -316,7 +332,7 @@ OPS: tuple[Kind, ...] = (
          mup_sub=(("conv1d", "vector"),), ml_phrase='selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past'),
     Kind(ir.LinearAttention, "linear_attention", "attn", "mixer", "expander injector", "linear attention",
          "expander injector: mixes positions through a fixed-size state",
-         out_proj=True, params=_la_params, flops=_la_flops, state=_la_state,
+         out_proj=True, params=_la_params, flops=_la_flops, state=_la_state, buffers=lambda x: x.heads if x.decay else 0,
          activations=lambda x, n=0: (x.width + 5 * x.heads * x.head_dim, 0),
          mixes_positions=True, masked=True, state_kind="recurrent", ml_phrase='linear attention: positions mix through a fixed-size state'),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",

@@ -319,9 +319,9 @@ class Plan:
         return self.turbine_classes[v]
 
     def rope_index(self, op, args: dict) -> int | None:
-        if not isinstance(op, (ir.Attention, ir.LatentAttention)) or op.rotary_dims == 0:
+        k = ir.kinds.kind_of(op).rotary(op)  # the kinds record's key: the size limit counts the same tables
+        if k is None:
             return None
-        k = (op.rotary_dims, op.rotary_base, getattr(op, "rotary_scaling", None))
         if k not in self.ropes:
             self.ropes.append(k)
             self.rope_args.append((args.get("rotary_dims", repr(op.rotary_dims)), args.get("rotary_base", repr(op.rotary_base))))  # a kind without config sizes keeps literals
