@@ -367,6 +367,25 @@ ENDS: tuple[Kind, ...] = (
 )
 
 KINDS: dict[type, Kind] = {k.cls: k for k in (*OPS, *MERGES, *ENDS)}
+
+
+class RegistryError(RuntimeError):
+    """A kind missing from one of the tables that must list every kind: the contributor's error,
+    raised when the module holding the table is imported, never a user's diagnostic."""
+
+
+def registered(table, name: str, classes=None) -> None:
+    """Every kind of `classes` (default: every op and merge kind) has an entry in `table` (keyed by IR
+    class, or a callable answering whether a class has one); else a RegistryError naming both."""
+    has = table if callable(table) else table.__contains__
+    for cls in classes if classes is not None else (*ir.OP_TYPES, *ir.MERGE_TYPES):
+        if not has(cls):
+            raise RegistryError(f"internal error: kind {cls.__name__} has no entry in {name}")
+
+
+registered(KINDS, "cyclelang/ir/kinds.py KINDS")
+for _k in OPS:  # a record whose class the IR's unions do not admit would be refused as a missing turbine
+    registered(lambda c: c in ir.OP_TYPES, "cyclelang/ir/nodes.py TURBINE_TYPES", (_k.cls,))
 # turbine keywords; latent attention is `turbine attention latent=`, so the first record of a keyword is its home
 BY_KEYWORD: dict[str, Kind] = {}
 for _k in OPS:

@@ -893,7 +893,7 @@ class Engine(Node):
         for op in _all_ops(self.body):
             if isinstance(op, (Attention, LatentAttention)) and causal and op.mask == "open":
                 raise ValueError("a bidirectional attention inside a causal engine would leak the future")
-            if isinstance(op, (Pool, Conv, LinearAttention)) and op.causal != causal:
+            if "causal" in type(op).model_fields and op.causal != causal:  # a kind with the flag follows the throat
                 raise ValueError(f"a {op.op}'s causal flag follows the engine's throat")
         for b in (b for st, _ in leaves for b in st.branch_list()):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:

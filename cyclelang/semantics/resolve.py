@@ -23,7 +23,7 @@ from .. import ir
 from ..diagnostics import Collector, CycleError, did_you_mean, fold_template_uses
 from ..syntax import ast
 from ..syntax.parser import KEYWORD_HOMES, MAX_SOURCE_BYTES, parse_module
-from .options import ACTIVATIONS, MAX_CONTEXT, MAX_EXPERTS, MAX_VOCAB, MAX_WIDTH, Options  # noqa: F401 (limits re-exported)
+from .options import ACTIVATIONS, MAX_CONTEXT, MAX_EXPERTS, MAX_VOCAB, MAX_WIDTH, TABLE, Options  # noqa: F401 (limits re-exported)
 from .values import MAX_INT, Binding, EvalError, Keyword, Scope, evaluate, formula, let_ref, number, whole
 
 MAX_INCLUDE_DEPTH = 16
@@ -1258,6 +1258,16 @@ class _Resolver:
         if out is None or w is None:
             return None
         return ir.Linear(width=w, out=out, bias=bias, span=d.span)
+
+
+# every turbine keyword has its option reader and its rows in the option table; merges and norms their rows
+for _kw in TURBINES:
+    ir.kinds.registered(lambda cls: hasattr(_Resolver, f"t_{_kw}"), f"cyclelang/semantics/resolve.py (its reader, _Resolver.t_{_kw})",
+                        (ir.kinds.BY_KEYWORD[_kw].cls,))
+    ir.kinds.registered(lambda cls: f"turbine {_kw}" in TABLE, f"cyclelang/semantics/options.py TABLE (a row 'turbine {_kw}')",
+                        (ir.kinds.BY_KEYWORD[_kw].cls,))
+for _kw, _k in ir.kinds.MERGE_BY_KEYWORD.items():
+    ir.kinds.registered(lambda cls: f"merge {_kw}" in TABLE, f"cyclelang/semantics/options.py TABLE (a row 'merge {_kw}')", (_k.cls,))
 
 
 @dataclass

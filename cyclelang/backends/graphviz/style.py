@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from html import escape
 
+from ... import ir
+from ...ir.kinds import KINDS, registered
+
 FONT = "Helvetica,Arial,sans-serif"
 
 # The main chamber is the darkest, heaviest line; hot exhaust (branches) is orange,
@@ -112,9 +115,12 @@ for _t, _extra in (("light", {"q": "#3b6fb6", "kv": "#2a9d8f", "mask_on": "#1f29
                              "cell_border": "#a3b1bf", "expert_on": "#ff9f5a", "expert_off": "#1b2530"})):
     THEMES[_t].update(_extra)
 
-# Each kind's fill, by its kinds-table attr; a kind missing here is drawn in "other" and its
-# legend entry still names it by its kinds-table word (a new kind needs only this entry).
+# Each kind's fill, by its kinds-table attr, a colour of every theme; the legend names a kind by its
+# kinds-table word (a new kind needs only this entry, and a kind without one fails at import).
 KIND_FILL = {"attn": "attention", "mlp": "mlp", "moe": "moe", "pool": "pool", "conv": "conv", "ssm": "ssm", "linear": "linear", "norm": "norm"}
+registered(lambda cls: KINDS[cls].attr in KIND_FILL, "cyclelang/backends/graphviz/style.py KIND_FILL", ir.OP_TYPES)
+registered(lambda cls: all(KIND_FILL[KINDS[cls].attr] in th for th in THEMES.values()),
+           "every theme of cyclelang/backends/graphviz/style.py THEMES", ir.OP_TYPES)
 
 
 def kind_style(attr: str) -> tuple[str, str]:

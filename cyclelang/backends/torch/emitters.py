@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from ... import ir
+from ...ir.kinds import registered
 from .attention import AttentionEmitter
 from .conv import ConvEmitter
 from .mla import LatentAttentionEmitter
@@ -31,6 +32,9 @@ EMITTERS: dict[type, OpEmitter] = {
     ir.Mamba1: Mamba1Emitter(),
     ir.Linear: LinearEmitter(),
 }
+
+
+registered(EMITTERS, "cyclelang/backends/torch/emitters.py EMITTERS", ir.OP_TYPES)
 
 
 def lookup(table: dict[type, E], cls: type) -> E:

@@ -8,7 +8,7 @@ parameters is its kind's first field (`scale`, `gate`), as in the layout's paths
 from __future__ import annotations
 
 from ... import ir
-from ...ir.kinds import gain, kind_of, output_projection
+from ...ir.kinds import gain, kind_of, output_projection, registered
 from .emitters import emitter, lookup
 from typing import Callable
 
@@ -141,6 +141,7 @@ MERGE_EMITTERS: dict[type, MergeEmitter] = {
     ir.DeepnormMerge: DeepnormEmitter(),
     ir.GateMerge: GateEmitter(),
 }
+registered(MERGE_EMITTERS, "cyclelang/backends/torch/merges.py MERGE_EMITTERS", ir.MERGE_TYPES)
 
 
 class Totals:
