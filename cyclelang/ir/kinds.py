@@ -91,6 +91,9 @@ class Kind:
     # the rotary table it rotates by, as the model allocates one per distinct key: (dims, base,
     # scaling), or None; the planner shares a table between parts of one key, the size limit counts it
     rotary: Callable[[object], tuple | None] = lambda node: None
+    # its scale model at another chamber width (ir.passes.shrink): (node, scaler) -> node, the scaler's
+    # `dim(d)` scaling one width-like size; every op kind has one (held at import)
+    shrink: Callable[[object, object], object] | None = None
     out_width: Callable[[object, int], int] = _out_width
     mixes_positions: bool = False  # lets positions interact (the injector's job)
     # ends in a learned output projection: the weights a cooled merge re-initialises at init
@@ -120,6 +123,63 @@ class Kind:
         if isinstance(node, ir.Linear) and node.out < node.width:
             return "narrow throat", self.ml
         return self.rocket, self.ml
+
+
+# --- how a scale model narrows each kind (`ir.passes.shrink`) -----------------------------------
+
+
+class ShrinkError(ValueError):
+    """A scale model that cannot be made; `code` is the diagnostic's."""
+
+    def __init__(self, message: str, help: str | None = None, code: str = "E0205"):
+        super().__init__(message)
+        self.message, self.help, self.code = message, help, code
+
+
+def _shrink_width(op, s):  # a kind whose only width-like field is its width (norm, pool, conv)
+    return op.model_copy(update=dict(width=s.dim(op.width)))
+
+
+def _shrink_hidden(op, s):  # an MLP, an MoE's experts: the hidden width in proportion
+    return op.model_copy(update=dict(width=s.dim(op.width), hidden=s.dim(op.hidden)))
+
+
+def _shrink_heads(op, s):  # ssm, linear attention: heads (and groups, state) kept, each head narrower
+    return op.model_copy(update=dict(width=s.dim(op.width), head_dim=s.dim(op.head_dim)))
+
+
+def _shrink_mamba1(op, s):  # state and the step's rank kept, the channels narrower
+    return op.model_copy(update=dict(width=s.dim(op.width), inner=s.dim(op.inner)))
+
+
+def _shrink_linear(op, s):  # a projection to the vocabulary keeps it
+    return op.model_copy(update=dict(width=s.dim(op.width), out=op.out if op.out == s.vocab else s.dim(op.out)))
+
+
+def _shrink_latent(op, s):  # heads kept; each head, its rotary key and the latents narrower
+    rot = max(2, s.dim(op.rotary_dims) // 2 * 2)
+    return op.model_copy(update=dict(width=s.dim(op.width), head_dim=s.dim(op.head_dim), v_dim=s.dim(op.v_dim), rotary_dims=rot,
+                                     latent=s.dim(op.latent), q_latent=None if op.q_latent is None else s.dim(op.q_latent)))
+
+
+def _shrink_attention(a, s):
+    width = s.dim(a.width)
+    inner = s.dim(a.heads * a.head_dim)
+    # keep the head count where it still divides the inner width into even heads; else fewer heads
+    heads = next((h for h in range(min(a.heads, inner), 0, -1) if inner % h == 0 and (inner // h) % 2 == 0), None)
+    if heads is None:
+        raise ShrinkError(f"attention at width {width} cannot be split into heads of even size",
+                          "choose a --width that is a multiple of the spec's head count times 2", code="E0207")
+    group = a.heads // a.kv_heads
+    kv = max(1, heads // group)
+    while heads % kv:
+        kv -= 1
+    head_dim = inner // heads
+    rotary = 0
+    if a.rotary_dims:
+        rotary = max(2, int(a.rotary_dims / a.head_dim * head_dim) // 2 * 2)
+        rotary = min(rotary, head_dim - head_dim % 2)
+    return a.model_copy(update=dict(width=width, heads=heads, kv_heads=kv, head_dim=head_dim, rotary_dims=rotary))
 
 
 # --- the formulas -------------------------------------------------------------------------
@@ -294,50 +354,50 @@ def _gate_params(m: ir.GateMerge, w: int) -> int:
 
 OPS: tuple[Kind, ...] = (
     Kind(ir.Norm, "layernorm|rmsnorm", "norm", "valve", "valve", "norm", "valve",
-         params=_norm_params, activations=lambda x, n=0: (x.width, 0), ml_phrase='norm'),
+         params=_norm_params, activations=lambda x, n=0: (x.width, 0), shrink=_shrink_width, ml_phrase='norm'),
     Kind(ir.Attention, "attention", "attn", "mixer", "injector", "attention", "injector: mixes positions",
          out_proj=True, params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
          mixes_positions=True, masked=True, state_kind="kv", tp="heads", rotary=_rotary_table, buffers=lambda a: a.heads if a.alibi else 0,
-         ml_phrase='attention: the only place positions mix'),
+         shrink=_shrink_attention, ml_phrase='attention: the only place positions mix'),
     Kind(ir.LatentAttention, "attention", "attn", "mixer", "latent injector", "latent attention",
          "latent injector: mixes positions through a compressed KV latent",
          out_proj=True, params=_mla_params, flops=_mla_flops, state=_mla_state,
          activations=lambda x, n=0: (x.width + x.latent + (x.q_latent or 0) + x.heads * (2 * (x.head_dim + x.rotary_dims) + 2 * x.v_dim), x.heads),
-         mixes_positions=True, masked=True, state_kind="kv", rotary=_rotary_table, ml_phrase='latent attention: positions mix through a compressed key/value latent'),
+         mixes_positions=True, masked=True, state_kind="kv", rotary=_rotary_table, shrink=_shrink_latent, ml_phrase='latent attention: positions mix through a compressed key/value latent'),
     Kind(ir.Mlp, "mlp", "mlp", "reactor", "combustor", "MLP", "combustion: reacts at each position",
          out_proj=True, params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
          flops=lambda x, n, w=0: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
-         activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0), tp="hidden", ml_phrase='MLP: applied at each position on its own'),
+         activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0), tp="hidden", shrink=_shrink_hidden, ml_phrase='MLP: applied at each position on its own'),
     Kind(ir.Moe, "moe", "moe", "reactor", "liquid-liquid injector", "MoE", "liquid-liquid injection: routed experts",
          out_proj=True, params=_moe_params, flops=_moe_flops, mup_sub=(("router", "output"),),  # width -> experts: a fixed fan-out
          buffers=lambda x: x.experts if x.correction else 0,  # the selection bias: moved by its load rule (or held), never by the optimizer
-         activations=lambda x, n=0: (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2), 0), tp="hidden", ml_phrase='mixture of experts: each token goes to its top experts'),
+         activations=lambda x, n=0: (x.width + x.top * x.hidden * (3 if is_gated(x.act) else 2), 0), tp="hidden", shrink=_shrink_hidden, ml_phrase='mixture of experts: each token goes to its top experts'),
     Kind(ir.Pool, "pool", "pool", "mixer", "passive mixer", "pool", "injector: pooling mixer",
-         params=lambda x, w: 0, state=_pool_state, mixes_positions=True, masked=True, state_kind="window", ml_phrase='pooling: the mean over nearby positions'),
+         params=lambda x, w: 0, state=_pool_state, mixes_positions=True, masked=True, state_kind="window", shrink=_shrink_width, ml_phrase='pooling: the mean over nearby positions'),
     Kind(ir.Conv, "conv", "conv", "mixer", "swirl injector", "conv", "swirl injector: mixes a few neighbouring positions",
          out_proj=True, params=lambda x, w: x.width * x.size + (x.width if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.size, 0),
          activations=lambda x, n=0: (x.width, 0), state=lambda x, n: x.width * min(n, x.size - 1) if x.causal else 0,
          mixes_positions=True, masked=True, state_kind="window",
-         mup="vector", ml_phrase='depthwise convolution: mixes a few neighbouring positions'),  # depthwise filters: the fan-in is the kernel size, which no width changes
+         mup="vector", shrink=_shrink_width, ml_phrase='depthwise convolution: mixes a few neighbouring positions'),  # depthwise filters: the fan-in is the kernel size, which no width changes
     Kind(ir.Ssm, "ssm", "ssm", "mixer", "regenerative jacket", "SSM", "regenerative jacket: a selective state carries the flow along",
          out_proj=True, params=_ssm_params, flops=_ssm_flops, state=_ssm_state,
          activations=lambda x, n=0: (x.width + 2 * (x.inner + x.conv_dim + x.heads) + 2 * x.inner + x.heads * x.state, 0),
          mixes_positions=True, masked=True, state_kind="recurrent",
-         mup_sub=(("conv1d", "vector"),), ml_phrase='selective state-space mixer: a fixed-size state carries the past'),  # depthwise filters, as conv's: the fan-in is the kernel size
+         mup_sub=(("conv1d", "vector"),), shrink=_shrink_heads, ml_phrase='selective state-space mixer: a fixed-size state carries the past'),  # depthwise filters, as conv's: the fan-in is the kernel size
     Kind(ir.Mamba1, "ssm", "ssm", "mixer", "regenerative jacket", "SSM (Mamba-1)",
          "regenerative jacket: a selective state per channel carries the flow along",
          out_proj=True, params=_mamba1_params, flops=_mamba1_flops, state=_mamba1_state,
          activations=lambda x, n=0: (x.width + 4 * x.inner + 2 * (x.dt_rank + 2 * x.state) + x.inner * x.state, 0),
          mixes_positions=True, masked=True, state_kind="recurrent",
-         mup_sub=(("conv1d", "vector"),), ml_phrase='selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past'),
+         mup_sub=(("conv1d", "vector"),), shrink=_shrink_mamba1, ml_phrase='selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past'),
     Kind(ir.LinearAttention, "linear_attention", "attn", "mixer", "expander injector", "linear attention",
          "expander injector: mixes positions through a fixed-size state",
          out_proj=True, params=_la_params, flops=_la_flops, state=_la_state, buffers=lambda x: x.heads if x.decay else 0,
          activations=lambda x, n=0: (x.width + 5 * x.heads * x.head_dim, 0),
-         mixes_positions=True, masked=True, state_kind="recurrent", ml_phrase='linear attention: positions mix through a fixed-size state'),
+         mixes_positions=True, masked=True, state_kind="recurrent", shrink=_shrink_heads, ml_phrase='linear attention: positions mix through a fixed-size state'),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
          out_proj=True, params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
-         activations=lambda x, n=0: (x.width, 0), ml_phrase='a linear projection'),
+         activations=lambda x, n=0: (x.width, 0), shrink=_shrink_linear, ml_phrase='a linear projection'),
 )
 
 MERGES: tuple[Kind, ...] = (
@@ -384,6 +444,7 @@ def registered(table, name: str, classes=None) -> None:
 
 
 registered(KINDS, "cyclelang/ir/kinds.py KINDS")
+registered(lambda cls: KINDS[cls].shrink is not None, "cyclelang/ir/kinds.py (its record's shrink rule)", ir.OP_TYPES)
 for _k in OPS:  # a record whose class the IR's unions do not admit would be refused as a missing turbine
     registered(lambda c: c in ir.OP_TYPES, "cyclelang/ir/nodes.py TURBINE_TYPES", (_k.cls,))
 # turbine keywords; latent attention is `turbine attention latent=`, so the first record of a keyword is its home

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from . import nodes as ir
+from .kinds import ShrinkError, kind_of  # noqa: F401 (ShrinkError: raised by the kinds' rules, caught by callers here)
 
 
 @dataclass(frozen=True)
@@ -93,15 +94,10 @@ def finalize_merges(body: list, init: ir.Init) -> list:
 MIN_WIDTH = 4
 
 
-class ShrinkError(ValueError):
-    """A scale model that cannot be made; `code` is the diagnostic's."""
-
-    def __init__(self, message: str, help: str | None = None, code: str = "E0205"):
-        super().__init__(message)
-        self.message, self.help, self.code = message, help, code
-
-
 class _Scaler:
+    """Scales a body to a new chamber width: each kind by its record's rule (`Kind.shrink`), the
+    structures that hold them (branches, full flows, stages) here."""
+
     def __init__(self, old: int, new: int, vocab: int):
         self.old, self.new, self.vocab = old, new, vocab
 
@@ -109,23 +105,8 @@ class _Scaler:
         return max(1, round(d * self.new / self.old))
 
     def op(self, op):
-        if isinstance(op, ir.Attention):
-            return self.attention(op)
-        if isinstance(op, (ir.Mlp, ir.Moe)):
-            return op.model_copy(update=dict(width=self.dim(op.width), hidden=self.dim(op.hidden)))
-        if isinstance(op, ir.LatentAttention):  # heads kept; each head, its rotary key and the latents narrower
-            rot = max(2, self.dim(op.rotary_dims) // 2 * 2)
-            return op.model_copy(update=dict(width=self.dim(op.width), head_dim=self.dim(op.head_dim), v_dim=self.dim(op.v_dim),
-                                             rotary_dims=rot, latent=self.dim(op.latent),
-                                             q_latent=None if op.q_latent is None else self.dim(op.q_latent)))
-        if isinstance(op, (ir.Ssm, ir.LinearAttention)):  # heads (and groups, state) kept, each head narrower
-            return op.model_copy(update=dict(width=self.dim(op.width), head_dim=self.dim(op.head_dim)))
-        if isinstance(op, ir.Mamba1):  # state and the step's rank kept, the channels narrower
-            return op.model_copy(update=dict(width=self.dim(op.width), inner=self.dim(op.inner)))
-        if isinstance(op, ir.Linear):
-            return op.model_copy(update=dict(width=self.dim(op.width), out=op.out if op.out == self.vocab else self.dim(op.out)))
-        if isinstance(op, ir.OP_TYPES):  # a kind whose only width-like field is its width (norm, pool, conv)
-            return op.model_copy(update=dict(width=self.dim(op.width)))
+        if isinstance(op, ir.OP_TYPES):
+            return kind_of(op).shrink(op, self)
         if isinstance(op, ir.Prechamber):
             out = self.dim(op.out_width) if op.out_width != self.vocab or op.out_width == op.width else op.out_width
             return op.model_copy(update=dict(width=self.dim(op.width), out_width=out, ops=[self.op(o) for o in op.ops]))
@@ -136,25 +117,6 @@ class _Scaler:
             return op.model_copy(update=dict(width_in=self.dim(op.width_in), width_out=self.dim(op.width_out),
                                              ops=[self.op(o) for o in op.ops]))
         raise TypeError(f"no scale rule for IR node {type(op).__name__}")
-
-    def attention(self, a: ir.Attention) -> ir.Attention:
-        width = self.dim(a.width)
-        inner = self.dim(a.heads * a.head_dim)
-        # keep the head count where it still divides the inner width into even heads; else fewer heads
-        heads = next((h for h in range(min(a.heads, inner), 0, -1) if inner % h == 0 and (inner // h) % 2 == 0), None)
-        if heads is None:
-            raise ShrinkError(f"attention at width {width} cannot be split into heads of even size",
-                              "choose a --width that is a multiple of the spec's head count times 2", code="E0207")
-        group = a.heads // a.kv_heads
-        kv = max(1, heads // group)
-        while heads % kv:
-            kv -= 1
-        head_dim = inner // heads
-        rotary = 0
-        if a.rotary_dims:
-            rotary = max(2, int(a.rotary_dims / a.head_dim * head_dim) // 2 * 2)
-            rotary = min(rotary, head_dim - head_dim % 2)
-        return a.model_copy(update=dict(width=width, heads=heads, kv_heads=kv, head_dim=head_dim, rotary_dims=rotary))
 
 
 def shrink(spec: ir.Spec, width: int | None = None, depth: int | None = None) -> ir.Spec:
