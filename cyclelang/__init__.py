@@ -17,6 +17,7 @@ functions that need them.
 
 from __future__ import annotations
 
+from . import review as _review  # noqa: F401 - its rules register their codes in codes.CODES
 from .api import build, codegen, draw, fire, load, lower, parse, to_spec, train
 from .diagnostics import CycleError, Diagnostic
 from .ir import Spec

@@ -1,9 +1,10 @@
 """Every diagnostic code, with its title and the explanation `cyclec explain` prints.
 
 Codes are stable: once released, a code keeps its meaning. E0xxx are syntax,
-E01xx names and files, E02xx values and shapes. W/N codes are the design
-reviewer's warnings and notes (`cyclelang.review`). docs/diagnostics.md is
-generated from this table (`python -m cyclelang.codes > docs/diagnostics.md`)
+E01xx names and files, E02xx values and shapes. E03xx, W and N codes are the design
+reviewer's (`cyclelang.review`): each rule registers its own with `add`, from its
+decorator, when the package is imported. docs/diagnostics.md is
+generated from this table (`cyclec explain --markdown > docs/diagnostics.md`)
 and a test keeps the two in step.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir.kinds import BY_KEYWORD, MERGE_BY_KEYWORD, OPS
+from .ir.kinds import BY_KEYWORD, MERGE_BY_KEYWORD
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,13 @@ class Code:
 CODES: dict[str, Code] = {}
 
 
-def _add(code: str, title: str, explanation: str, example: str = "") -> None:
+def add(code: str, title: str, explanation: str, example: str = "") -> None:
+    """Register a code; the design reviewer's rules register theirs from their decorators."""
     assert code not in CODES, code
     CODES[code] = Code(code, title, explanation.strip(), example.strip())
+
+
+_add = add
 
 
 # --- syntax --------------------------------------------------------------------------------
@@ -96,109 +101,7 @@ leak into the past (and make the KV cache wrong).""", "throat causal ... turbine
 # --- the design reviewer (cyclelang.review) -------------------------------------------------
 # E03xx: review errors; W1xx: warnings, raised to errors by `check --strict`; N1xx: notes.
 # A warning or note is silenced for one line with a comment on that line: `# allow: W102`.
-_add("E0301", "dead branch", """
-An overboard branch never returns its exhaust to the chamber, and this one has no
-loss (or a loss weighted 0) either, so nothing reads its output: its parameters
-never receive a gradient and its work is thrown away on every step. In engine
-terms it is a turbine whose exhaust is dumped without driving anything. Give the
-branch a weight (`overboard loss=0.1`) to make it an auxiliary head, or delete it.
-This is an error, and `# allow:` does not silence it.""", "prechamber probe overboard { norm layernorm  turbine linear out=vocab }")
-_add("E0302", "merge init rule with nothing to act on", """
-`merge cooling` does one thing: it starts the branch's output projection (attention's
-and an MLP's last matrix, a linear turbine's weight) at std / sqrt(merges). A branch
-whose turbines have no output projection (a pool, with only norms beside it) has no
-weight to start small, so the merge would be a plain residual add that the diagrams and
-the reviewer count as cooled. End the branch with a turbine that has one, write
-`merge plain`, or start the branch small another way (`merge rezero`, `merge scale=`).
-`merge deepnorm` on such a branch is accepted: its alpha still scales the main line,
-and beta has nothing to scale. This is an error, and `# allow:` does not silence it.""",
-     "prechamber mix { norm layernorm  turbine pool  merge cooling }")
-_add("E0303", "DeepNorm merges of one stage with different alphas", """
-DeepNet (`merge deepnorm`) scales the residual stream by alpha at each merge, x_next =
-alpha * x + f(x), with one alpha for every merge of a block: the built stage holds one.
-Two branches of one stage that ask for different alphas (`alpha=` on one, another or the
-default (2N)^(1/4) on the other) would silently compute with the first one's, so the spec
-is refused. Give the stage's DeepNorm merges one alpha, or put the branches in stages of
-their own.""", "stage s { prechamber a { turbine mlp  merge deepnorm alpha=1.5 }  prechamber b { turbine mlp  merge deepnorm alpha=3 } }")
-_add("W101", "deep Post-LN without warmup", """
-A norm at stage level sits in series on the main line (Post-LN, as in the original
-Transformer): every valve in series adds a pressure drop that the backward pass must
-climb, so in a deep engine (12 layers or more) the gradient reaching the first layers
-is tiny and early training diverges unless the learning rate starts small. Warmup is
-the open-loop start sequence that gets such an engine going. Fix it with
-`startup { warmup N }`, by moving the norms into the prechambers (Pre-LN: the main
-line runs unobstructed), or by returning the branches with `merge deepnorm`, which
-up-weights the main line so Post-LN can go deep.""", "stage layer x 12 { prechamber mix { turbine attention heads=8 }  norm layernorm ... }")
-_add("W102", "deep engine with nothing cooled", """
-Twenty-four or more branches merge into the main line and none of them is cooled:
-no `merge cooling`, `rezero`, `layerscale`, `deepnorm`, `gate` or `scale` below 1.
-A staged-combustion preburner runs rich so the turbine survives; a deep network asks
-each branch for a small update for the same reason. With full-strength merges the
-chamber's norm grows with every one of them at initialisation, and so do the
-gradients. `merge cooling` starts each output projection at std/sqrt(merges)
-(GPT-2's rule); rezero and layerscale start each branch near zero.""", "stage block x 12 { prechamber mix { ... }  prechamber burn { ... } }")
-_add("W103", "mixture of experts with no balance loss", """
-A hard-routed mixture of experts is a liquid-liquid injector: mixing is uneven by
-nature. Without the mixture trim, a load-balancing auxiliary loss (`balance=0.01`,
-as in the Switch Transformer), the router keeps sending tokens to the experts it
-already prefers; a few run hot, the rest starve and never learn. A correction bias
-turned each step (`correction=true correction_rate=0.001`, DeepSeek-V3's
-auxiliary-loss-free balancing) trims the injection too, and silences the rule.""", "turbine moe experts=8 top=2 capacity=1.25 hidden=512")
-_add("W104", "mixture of experts with no capacity factor", """
-With no restrictor orifice (`capacity=`), one expert may receive every token of a
-batch: its compute and memory spike and the batch is as slow as that expert. A
-capacity of 1.25 lets each expert take a quarter more than an even share and drops
-the overflow to the residual line. Dropless implementations route every token by
-design; silence the rule there with `# allow: W104`.""", "turbine moe experts=8 top=2 balance=0.01 hidden=512")
-_add("W105", "rotary positions on an odd head", """
-Rotary embeddings turn the dimensions of a head in pairs. With an odd head_dim one
-dimension is never turned, so it carries no position, and a fraction of the head
-rounds down further than asked. Choose heads (or head_dim=) so each head has an
-even number of dimensions.""", "chamber width=195 ... turbine attention heads=3 rotary")
-_add("W106", "sliding window at least as long as the context", """
-A sliding window of the context's length or more never slides: the attention is
-full attention with the cost of a window mask. Drop `window=`, or make it shorter
-than the context if the point was to bound the KV cache.""", "feed tokens vocab=32000 context=2048 ... turbine attention heads=8 window=4096")
-_add("W107", "deep plain stack", """
-Turbines work in series on the main line with no prechamber around them, twelve
-layers or more: a pressure-fed engine. With no residual path the gradient passes
-through every turbine on its way up, and it fades or explodes with depth. Put the
-turbines in prechambers (`x = x + f(x)`), so the main line runs straight through.""", "stage layer x 12 { norm layernorm  turbine attention heads=4  norm layernorm  turbine mlp }")
-_add("W108", "no positions in a bidirectional engine", """
-With an open throat and `position=none` and no rotary, nothing tells a position
-where it is: attention without a mask treats the sequence as a bag of tokens and
-cannot tell 'a b' from 'b a'. (A causal mask leaks order by itself, which is why
-the rule is about open throats only.) Give the feed learned or sinusoidal
-positions, or add rotary to the attention.""", "throat open  feed tokens vocab=1000 context=128 position=none")
-_add("W109", "no mixer", """
-No turbine mixes positions: there is no mixer (""" + ", ".join(dict.fromkeys(k.keyword for k in OPS if k.mixes_positions)) + """), so every token
-is processed alone and the prediction at a position ignores all the others. An
-engine can use many kinds of injector, but it cannot go without one.""", "stage block x 4 { prechamber burn { norm layernorm  turbine mlp } }")
-_add("W110", "Pre-LN without a final norm", """
-The stages keep their norms on the branches (Pre-LN), so the main line is never
-normalised, and its norm grows with every merge. Without a norm on the main line
-before the nozzle the head reads that growing stream unregulated. Add a norm after
-the last stage (GPT-2's ln_f).""", "stage block x 12 { prechamber mix { norm layernorm ... } ... }  nozzle head")
-_add("N101", "detached branch", """
-A detached prechamber reads the chamber but passes no gradient back through its
-input: an open cycle, like a gas generator whose turbine exhausts to ambient and
-feels nothing of the chamber's pressure. The note lists the parameters upstream
-that lose the path through this branch (they still learn through the main line)
-and the branch's own parameters, which still learn through its merge or its loss.
-Easier to control, but the exhaust's energy is not recovered: the branch never
-shapes what it reads.""", "prechamber critic detach { norm layernorm  turbine mlp ratio=2  merge cooling }")
-_add("N102", "narrowest width on the main line", """
-A linear at stage or engine level narrows the main line below the chamber's width.
-Like a nozzle's throat, the narrowest section sets the flow: no more numbers per
-position pass it than its width, whatever the widths after it. The note says where
-the throat is; it is a fact about the design, not a fault.""", "stage squeeze { turbine linear out=64 }")
-
-_add("N110", "a nested stage that adds nothing", """
-A stage of stages that runs once and holds one stage is the same engine as that
-stage written on its own: the nesting adds a level to every path and a class to
-the generated model, and says nothing. Nesting pays off when a pattern of several
-stages repeats (`stage group x 4 { stage ssm_layer x 3 {...} stage attn_layer {...} }`).""",
-     "stage wrapper { stage block x 12 { prechamber mix { norm layernorm  turbine attention heads=4 } } }")
+# Each is registered by its rule's decorator in cyclelang/review/rules.py (`@rule`).
 
 # --- limits (cyclelang.limits), appended ------------------------------------------------------
 _add("E0230", "heads do not divide the inner width", "A linear attention splits the width, and an ssm its inner width (expand x width), into equal heads: heads must divide it, or head_dim= must be given. The help line names the nearest divisors.", "chamber width=64 ... turbine ssm heads=6 expand=2")
@@ -253,32 +156,6 @@ instance it belongs to. A report fired with --depth or --width (a scale model) m
 another engine: its r-th reading is not this spec's r-th instance, so it is refused
 rather than half-applied. Fire the spec as drawn.""", "cyclec fire gpt2.cycle --depth 4 --json f.json; cyclec draw gpt2.cycle --annotate f.json")
 
-
-# --- design reviewer (cyclelang.review), appended -----------------------------------------------
-_add("W111", "mixture of experts with top equal to experts", """
-A mixture of experts earns its keep by sparsity: each token visits a few experts,
-so the engine holds many experts' parameters but pays for only `top` of them per
-token. With `top` equal to `experts` every token runs through every expert: the
-compute is that of one mlp `experts` times as wide, the router only reweighs outputs
-that were all computed anyway, and the capacity and balance machinery guard against
-an imbalance that cannot happen. In engine terms it is a multi-element injector whose
-elements are all wide open on every cycle: the plumbing of a throttleable injector
-with none of the throttling. Route each token to one or two experts (Switch,
-Mixtral), or write one `turbine mlp` if the dense compute is what you want.""",
-     "turbine moe experts=4 top=4 capacity=1.25 balance=0.01 hidden=512")
-_add("N103", "large KV cache with every head keeping its own K and V", """
-In a causal engine every attention layer caches the keys and values of each past
-token for decoding: layers x kv_heads x head_dim x 2 x 2 bytes per token at 16-bit
-values. With `kv_heads` equal to `heads` (plain multi-head attention) each head keeps
-its own pair, and once that reaches 64 KiB per token (the threshold of this note:
-GPT-2 medium's 96 KiB is above it, GPT-2 small's 36 KiB below) the cache, not the
-weights, is what limits batch size and context at inference, and every decoding step
-reads all of it. Grouped-query attention (`kv_heads=heads/4`, say) or multi-query
-attention (`kv_heads=1`) lets several heads share one K and V: the baffled injector,
-where baffles group the injector elements so fewer feed passages serve the same
-chamber. Quality usually moves little, and the cache shrinks by heads/kv_heads. The
-note is a fact about the design; silence it with `# allow: N103` where full heads are
-meant.""", "stage block x 24 { prechamber mix { ... turbine attention heads=16 ... } }   # width 1024")
 
 # --- training (cyclelang.train, `cyclec train`), appended ---------------------------------------
 _add("E0501", "data not found", "A `--data` path does not exist or cannot be read. Give text files, folders of them, or .bin/.npy token arrays.")
@@ -365,23 +242,6 @@ _add("E0405", "weights that do not fit the spec", """
 --weights`); a key or a shape that the spec's module does not have is refused,
 naming it, before anything is written.""", "cyclec export llama.cycle --weights gpt2.safetensors -o out/")
 
-_add("W125", "attention scale far from 1/sqrt(head_dim)", """
-`turbine attention scale=` sets the factor the attention logits q.k are multiplied by
-(Granite's attention_multiplier, Gemma 2's query_pre_attn_scalar**-0.5). The usual
-1/sqrt(head_dim) keeps the logits' spread near 1 whatever the head size. A scale eight
-times larger (or smaller) than that starts the softmax nearly one-hot (or nearly
-uniform): in engine terms an injector that fires through a few elements, or one that
-mixes every position evenly so that nothing is attended. The warning fires at a factor
-of 8 either way; Granite's 1/64 at head_dim 128 (5.7 times smaller) stays quiet.""",
-     "turbine attention heads=4 scale=1.0   # width 256: head_dim 64, usual scale 0.125")
-_add("W126", "norm gain offset other than 0 or 1", """
-`norm rmsnorm offset=c` computes the gain as c + w (Gemma: c = 1, so a stored weight
-of 0 is the identity gain, and whatever shrinks weights toward 0 (weight decay,
-quantisation, pruning) pulls the valve toward the identity). The weight starts at
-1 - c, so the gain starts at 1 for any c; but with c other than 0 or 1 a shrunk weight
-moves the valve toward the arbitrary setting c, and no checkpoint family stores its
-norms that way. The same holds for `norm layernorm offset=c` (Nemotron's LayerNorm1P:
-c = 1) and for attention's `qk_norm_offset=c` (Gemma 3's qk-norms: c = 1).""", "norm rmsnorm offset=0.5")
 
 # --- hardening (issue 21), appended --------------------------------------------------------------
 _add("E0112", "not a regular file", """
@@ -407,13 +267,6 @@ _add("E0223", "diagram too large to lay out", """
 diagram that takes Graphviz minutes to lay out and that no page can show. Write the DOT
 itself (`-o x.dot`), draw folded (without --expand), or gather stages into templates.""", "cyclec draw huge.cycle -o huge.svg")
 _add("E0224", "Graphviz ran out of time", "Graphviz's `dot` is given 60 seconds to lay out a diagram; it did not finish. Write the DOT itself (`-o x.dot`) and lay it out separately.", "cyclec draw huge.cycle -o huge.svg")
-_add("W112", "unwise value", """
-A value inside its range (outside it is E0205) that is still unlikely to be meant: a
-learning rate of 1 or more, weight decay of 1 or more, dropout of one half or more, an
-init std of 1 or more or below 1e-6 (the products of weights underflow), a merge scale above 1 (it heats the branch instead of cooling it),
-a gate bias beyond 10 (the gate starts saturated and barely learns), a balance weight of 1
-or more. Each is legal; each usually makes a model that diverges or learns nothing.""",
-     "startup { schedule constant lr=3 }")
 
 
 # --- model families (issue 15, round two), appended -----------------------------------------------
@@ -435,51 +288,6 @@ Llama 3's scaling keeps frequencies whose wavelength is under original/high, div
 those past original/low by the factor and blends in between; it needs `rotary_high=`
 above `rotary_low=` (transformers' defaults are 4 and 1), or the band is empty and the
 blend divides by zero or turns negative.""", "turbine attention heads=8 rotary rotary_scaling=llama3 rotary_factor=8 rotary_low=4 rotary_high=1")
-_add("W127", "rotary scaling that changes nothing, or shrinks", """
-A rotary scaling stretches positions past the pretraining context. With
-`rotary_factor` of 1 or less it stretches nothing (or squeezes the positions, so the
-engine sees each position as further than it was trained for); a dynamic, llama3 or
-yarn scaling whose `rotary_original=` is at or past the feed's context never reaches
-the positions it rescales for (dynamic: never triggers at all). Dynamic (NTK) scaling
-over 2 rotated dims changes nothing either: it raises the base, and the one pair of 2
-dims turns at base**0 = 1 whatever the base (transformers' exponent dims / (dims - 2)
-divides by zero there; the built model keeps the plain tables). In engine terms a
-re-orificed injector that delivers the design flow: extra parts for nothing.""",
-     "feed tokens vocab=256 context=64 ... turbine attention heads=4 rotary rotary_scaling=dynamic rotary_factor=2")
-_add("W128", "soft-cap so low it flattens the logits", """
-A soft-cap computes cap * tanh(z / cap): values well under the cap pass unchanged, and
-none exceeds it. Gemma 2 caps attention logits at 50 and the final logits at 30. A cap
-under 5 on the attention logits (under 2 on the final logits) squashes ordinary values:
-softmax over logits bounded by +-cap cannot be much sharper than e^(2 cap) to 1, so
-the attention cannot focus (the model cannot be confident). A relief valve set below
-the working pressure vents all the time.""", "turbine attention heads=4 softcap=1")
-_add("W129", "ALiBi beside another position scheme", """
-`turbine attention alibi` tells each head where the keys are by a bias linear in the
-distance; BLOOM, Falcon and MPT use it instead of any other position signal (no
-rotary, `feed tokens position=none`). With rotary on the same attention, or learned or
-sinusoidal positions on the feed, the engine gets two position signals that agree
-within the training length and disagree past it, which is where ALiBi's extrapolation
-is the reason to use it. Two injectors timing one chamber.""", "turbine attention heads=4 rotary alibi")
-_add("W130", "logits independent of the input at initialisation", """
-Followed from the feed to the nozzle, the engine at initialisation stops carrying the
-tokens somewhere: every path passes a gain that is 0 in float32 (the model's dtype: a
-`scale=1e-50` is 0 there) or a layernorm over one channel (x - mean(x) is 0, so it
-outputs its bias whatever it reads). Typical: a junction whose main line DeepNorm's
-alpha multiplies away while every branch into it starts at zero (rezero's 0, a zero
-scale, a beta of 0), a feed or nozzle scale that rounds to 0, a chamber of width 1
-under a layernorm. Every token then gets the same logits, and the gradient reaches
-nothing before the cut through the main line. In engine terms: the feed lines are
-closed, and the nozzle exhausts whatever the igniter left in the chamber.""",
-     "chamber width=1 ... norm layernorm  nozzle head")
-_add("W131", "NaN or inf at initialisation", """
-A value the spec writes rounds, in float32, to something that makes the first forward
-pass NaN, whatever the random weights are: a logit scale above float32's largest value
-(3.4e38) is inf, and inf times the logits is inf or NaN; a norm whose eps is 0 in
-float32 (below about 1e-45) divides 0 by sqrt(0) when it reads a zero vector, which a
-layernorm over one channel always does (x - mean(x) is 0), as does a norm reading a
-main line whose embeddings were scaled to 0. Only what holds for any weights is
-decided here; overflow through the product of many layers' random weights is not.""",
-     "stage s { turbine linear out=1  norm layernorm eps=1e-50 } ...")
 
 
 def explanation(c: Code) -> str:
@@ -490,20 +298,23 @@ def explanation(c: Code) -> str:
     return out
 
 
+def _order(c: Code) -> tuple:
+    return ("EWN".index(c.code[0]), int(c.code[1:]))
+
+
 def markdown() -> str:
+    """docs/diagnostics.md: every code by severity and number (the reviewer's included: importing
+    cyclelang registers them)."""
     lines = [
         "# Diagnostics",
         "",
         "Every message `cyclec` prints carries a stable code. `cyclec explain CODE` prints the",
-        "same text as this page. Generated from `cyclelang/codes.py`; do not edit by hand.",
+        "same text as this page. Generated by `cyclec explain --markdown`; do not edit by hand.",
         "",
     ]
-    for c in CODES.values():
+    for c in sorted(CODES.values(), key=_order):
         lines += [f"## {c.code}: {c.title}", "", c.explanation, ""]
         if c.example:
             lines += ["```", c.example, "```", ""]
     return "\n".join(lines).rstrip() + "\n"
 
-
-if __name__ == "__main__":  # pragma: no cover
-    print(markdown(), end="")

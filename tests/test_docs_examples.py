@@ -58,7 +58,7 @@ NOT_RUN = {
 
 # Files whose fences are not examples to run, and why.
 GENERATED = {
-    "docs/diagnostics.md": "generated from cyclelang/codes.py (python -m cyclelang.codes): each code's example is what triggers it, "
+    "docs/diagnostics.md": "generated from cyclelang/codes.py and the reviewer's rules (cyclec explain --markdown): each code's example is what triggers it, "
                            "failing by design, on files it names but does not ship; tests/bad and tests/test_hardening.py trigger "
                            "every code",
 }

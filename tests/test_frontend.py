@@ -208,4 +208,4 @@ def test_every_code_used_is_documented():
 def test_diagnostics_doc_is_generated_from_the_registry():
     from cyclelang.codes import markdown
 
-    assert (ROOT / "docs" / "diagnostics.md").read_text() == markdown(), "run: python -m cyclelang.codes > docs/diagnostics.md"
+    assert (ROOT / "docs" / "diagnostics.md").read_text() == markdown(), "run: cyclec explain --markdown > docs/diagnostics.md"

@@ -12,11 +12,17 @@ from . import include_path_option, load_spec, output_option, refuse_output_over_
 @click.command()
 @click.argument("code", required=False)
 @click.option("--list", "list_all", is_flag=True, help="List every code with its title.")
-def explain(code, list_all):
+@click.option("--markdown", is_flag=True, help="Print every code's page as Markdown (docs/diagnostics.md).")
+def explain(code, list_all, markdown):
     """Print what diagnostic CODE means, why it matters and how to fix it (--list: every code)."""
-    from ..codes import CODES, explanation
+    from ..codes import CODES, explanation, markdown as pages
     from ..diagnostics import did_you_mean
 
+    if markdown:
+        if code is not None or list_all:
+            raise click.UsageError("--markdown prints every code: give no CODE and no --list")
+        click.echo(pages(), nl=False)
+        return
     if list_all:
         if code is not None:
             raise click.UsageError("give a CODE or --list, not both")

@@ -1,13 +1,17 @@
 """The design rules: each a pure function from an engine to diagnostics.
 
 A spec can be valid and still unwise. These rules come from the article behind
-cyclelang (see cyclelang/codes.py for each rule's rationale): keep the main line
+cyclelang (each rule's rationale is the explanation on its decorator): keep the main line
 unobstructed, cool the preburners of a deep engine, recover every exhaust, trim
 the injection of a mixture of experts, and know where the throat is.
 
 Every rule returns warnings or notes with a stable code, except a dead branch,
 which is an error (its parameters can never learn). `review(spec)` runs them all
 and returns the diagnostics sorted by position.
+
+A rule is registered by its decorator, `@rule(code, title, explanation, example)`, one per
+code it may emit: the code, its title and what `cyclec explain` prints live on the rule and
+go into `cyclelang.codes.CODES` from there.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
-from .. import ir
+from .. import codes, ir
 from ..diagnostics import Diagnostic
-from ..ir.kinds import Gain, gain, kind_of, output_projection
+from ..ir.kinds import OPS, Gain, gain, kind_of, output_projection
 from .report import DTYPE_BYTES, _bytes, _state_bytes, decode_state_bytes, recurrent_kinds
 from .walk import Part, groups, is_dead, merges_into_main_line, parts, stages
 
@@ -30,6 +34,22 @@ class ReviewConfig:
     post_ln_depth: int = 12  # layers of Post-LN (or a plain stack) that count as deep
     deep_merges: int = 24  # merges into the main line that count as deep for cooling
     kv_note_bytes: int = 64 * 1024  # KV cache per token (2-byte values) from full multi-head attention worth a note
+
+
+Rule = Callable[["ir.Engine", ReviewConfig], list[Diagnostic]]
+RULES: list[Rule] = []  # in the order they are defined
+REVIEW_CODES: list[str] = []  # the codes the rules may emit, for the docs and `cyclec explain`
+
+
+def rule(code: str, title: str, explanation: str, example: str = "") -> Callable[[Rule], Rule]:
+    """Register the decorated function as a design rule that may emit `code`, explained once, here."""
+    def register(fn: Rule) -> Rule:
+        codes.add(code, title, explanation, example)
+        REVIEW_CODES.append(code)
+        if fn not in RULES:
+            RULES.append(fn)
+        return fn
+    return register
 
 
 def _w(code, message, span, help=None, notes=()) -> Diagnostic:
@@ -51,6 +71,15 @@ def _plural(n: int, word: str) -> str:
 # --- W101: Post-LN, deep, no warmup ----------------------------------------------------------
 
 
+@rule("W101", "deep Post-LN without warmup", """
+A norm at stage level sits in series on the main line (Post-LN, as in the original
+Transformer): every valve in series adds a pressure drop that the backward pass must
+climb, so in a deep engine (12 layers or more) the gradient reaching the first layers
+is tiny and early training diverges unless the learning rate starts small. Warmup is
+the open-loop start sequence that gets such an engine going. Fix it with
+`startup { warmup N }`, by moving the norms into the prechambers (Pre-LN: the main
+line runs unobstructed), or by returning the branches with `merge deepnorm`, which
+up-weights the main line so Post-LN can go deep.""", "stage layer x 12 { prechamber mix { turbine attention heads=8 }  norm layernorm ... }")
 def post_ln_without_warmup(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     post = [s for s in _blocks(e) if any(isinstance(op, ir.Norm) for op in s.ops)]
     layers = sum(s.repeat for s in post)
@@ -68,6 +97,14 @@ def post_ln_without_warmup(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W102: deep, nothing cooled --------------------------------------------------------------
 
 
+@rule("W102", "deep engine with nothing cooled", """
+Twenty-four or more branches merge into the main line and none of them is cooled:
+no `merge cooling`, `rezero`, `layerscale`, `deepnorm`, `gate` or `scale` below 1.
+A staged-combustion preburner runs rich so the turbine survives; a deep network asks
+each branch for a small update for the same reason. With full-strength merges the
+chamber's norm grows with every one of them at initialisation, and so do the
+gradients. `merge cooling` starts each output projection at std/sqrt(merges)
+(GPT-2's rule); rezero and layerscale start each branch near zero.""", "stage block x 12 { prechamber mix { ... }  prechamber burn { ... } }")
 def deep_without_cooling(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     merges = merges_into_main_line(e)
     # a norm in series on the main line (Post-LN, BERT) renormalises the chamber after every
@@ -88,6 +125,13 @@ def deep_without_cooling(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- E0301: a dead branch --------------------------------------------------------------------
 
 
+@rule("E0301", "dead branch", """
+An overboard branch never returns its exhaust to the chamber, and this one has no
+loss (or a loss weighted 0) either, so nothing reads its output: its parameters
+never receive a gradient and its work is thrown away on every step. In engine
+terms it is a turbine whose exhaust is dumped without driving anything. Give the
+branch a weight (`overboard loss=0.1`) to make it an auxiliary head, or delete it.
+This is an error, and `# allow:` does not silence it.""", "prechamber probe overboard { norm layernorm  turbine linear out=vocab }")
 def dead_branch(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     seen = set()
@@ -107,6 +151,16 @@ def dead_branch(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- E0302: a merge whose init rule has nothing to act on ----------------------------------------
 
 
+@rule("E0302", "merge init rule with nothing to act on", """
+`merge cooling` does one thing: it starts the branch's output projection (attention's
+and an MLP's last matrix, a linear turbine's weight) at std / sqrt(merges). A branch
+whose turbines have no output projection (a pool, with only norms beside it) has no
+weight to start small, so the merge would be a plain residual add that the diagrams and
+the reviewer count as cooled. End the branch with a turbine that has one, write
+`merge plain`, or start the branch small another way (`merge rezero`, `merge scale=`).
+`merge deepnorm` on such a branch is accepted: its alpha still scales the main line,
+and beta has nothing to scale. This is an error, and `# allow:` does not silence it.""",
+     "prechamber mix { norm layernorm  turbine pool  merge cooling }")
 def merge_init_without_output(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     """A merge whose whole effect is its init rule on the branch's output projection (cooling's
     sigma; DeepNorm with alpha=1), on a branch whose kinds have none (`Kind.out_proj`): a plain
@@ -135,6 +189,13 @@ def merge_init_without_output(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnosti
 # --- E0303: DeepNorm branches of one stage with different alphas --------------------------------
 
 
+@rule("E0303", "DeepNorm merges of one stage with different alphas", """
+DeepNet (`merge deepnorm`) scales the residual stream by alpha at each merge, x_next =
+alpha * x + f(x), with one alpha for every merge of a block: the built stage holds one.
+Two branches of one stage that ask for different alphas (`alpha=` on one, another or the
+default (2N)^(1/4) on the other) would silently compute with the first one's, so the spec
+is refused. Give the stage's DeepNorm merges one alpha, or put the branches in stages of
+their own.""", "stage s { prechamber a { turbine mlp  merge deepnorm alpha=1.5 }  prechamber b { turbine mlp  merge deepnorm alpha=3 } }")
 def deepnorm_alphas_differ(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     """DeepNet scales the residual stream by one alpha at every merge of a block; the built stage holds
     one `alpha`. Branches of one stage that ask for different ones would silently take the first's."""
@@ -164,6 +225,14 @@ def deepnorm_alphas_differ(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- N101: detached branch --------------------------------------------------------------------
 
 
+@rule("N101", "detached branch", """
+A detached prechamber reads the chamber but passes no gradient back through its
+input: an open cycle, like a gas generator whose turbine exhausts to ambient and
+feels nothing of the chamber's pressure. The note lists the parameters upstream
+that lose the path through this branch (they still learn through the main line)
+and the branch's own parameters, which still learn through its merge or its loss.
+Easier to control, but the exhaust's energy is not recovered: the branch never
+shapes what it reads.""", "prechamber critic detach { norm layernorm  turbine mlp ratio=2  merge cooling }")
 def detached_branch(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     ps = list(parts(e))
@@ -204,6 +273,19 @@ def _upstream_names(ps: list[Part], at: Part) -> list[str]:
 # --- W103, W104: MoE without trim or orifices ---------------------------------------------------
 
 
+@rule("W103", "mixture of experts with no balance loss", """
+A hard-routed mixture of experts is a liquid-liquid injector: mixing is uneven by
+nature. Without the mixture trim, a load-balancing auxiliary loss (`balance=0.01`,
+as in the Switch Transformer), the router keeps sending tokens to the experts it
+already prefers; a few run hot, the rest starve and never learn. A correction bias
+turned each step (`correction=true correction_rate=0.001`, DeepSeek-V3's
+auxiliary-loss-free balancing) trims the injection too, and silences the rule.""", "turbine moe experts=8 top=2 capacity=1.25 hidden=512")
+@rule("W104", "mixture of experts with no capacity factor", """
+With no restrictor orifice (`capacity=`), one expert may receive every token of a
+batch: its compute and memory spike and the batch is as slow as that expert. A
+capacity of 1.25 lets each expert take a quarter more than an even share and drops
+the overflow to the residual line. Dropless implementations route every token by
+design; silence the rule there with `# allow: W104`.""", "turbine moe experts=8 top=2 balance=0.01 hidden=512")
 def moe_injection(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     for p in parts(e):
@@ -224,6 +306,11 @@ def moe_injection(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- N102: the throat of the main line ---------------------------------------------------------
 
 
+@rule("N102", "narrowest width on the main line", """
+A linear at stage or engine level narrows the main line below the chamber's width.
+Like a nozzle's throat, the narrowest section sets the flow: no more numbers per
+position pass it than its width, whatever the widths after it. The note says where
+the throat is; it is a fact about the design, not a fault.""", "stage squeeze { turbine linear out=64 }")
 def narrowest_width(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     narrowest, where = e.width, None
     for p in parts(e):
@@ -241,6 +328,11 @@ def narrowest_width(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W105: rotary on an odd head ---------------------------------------------------------------
 
 
+@rule("W105", "rotary positions on an odd head", """
+Rotary embeddings turn the dimensions of a head in pairs. With an odd head_dim one
+dimension is never turned, so it carries no position, and a fraction of the head
+rounds down further than asked. Choose heads (or head_dim=) so each head has an
+even number of dimensions.""", "chamber width=195 ... turbine attention heads=3 rotary")
 def rotary_odd_head(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     for p in parts(e):
@@ -255,6 +347,10 @@ def rotary_odd_head(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W106: a window that never slides -----------------------------------------------------------
 
 
+@rule("W106", "sliding window at least as long as the context", """
+A sliding window of the context's length or more never slides: the attention is
+full attention with the cost of a window mask. Drop `window=`, or make it shorter
+than the context if the point was to bound the KV cache.""", "feed tokens vocab=32000 context=2048 ... turbine attention heads=8 window=4096")
 def window_over_context(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     for p in parts(e):
@@ -268,6 +364,11 @@ def window_over_context(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W107: a deep plain stack -------------------------------------------------------------------
 
 
+@rule("W107", "deep plain stack", """
+Turbines work in series on the main line with no prechamber around them, twelve
+layers or more: a pressure-fed engine. With no residual path the gradient passes
+through every turbine on its way up, and it fades or explodes with depth. Put the
+turbines in prechambers (`x = x + f(x)`), so the main line runs straight through.""", "stage layer x 12 { norm layernorm  turbine attention heads=4  norm layernorm  turbine mlp }")
 def deep_plain_stack(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     def working(op) -> bool:  # a turbine that does work: a mixer or a reactor, not a projection
         return ir.is_turbine(op) and ir.kinds.kind_of(op).role in ("mixer", "reactor")
@@ -285,6 +386,12 @@ def deep_plain_stack(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W108: no positions in a bidirectional engine ----------------------------------------------
 
 
+@rule("W108", "no positions in a bidirectional engine", """
+With an open throat and `position=none` and no rotary, nothing tells a position
+where it is: attention without a mask treats the sequence as a bag of tokens and
+cannot tell 'a b' from 'b a'. (A causal mask leaks order by itself, which is why
+the rule is about open throats only.) Give the feed learned or sinusoidal
+positions, or add rotary to the attention.""", "throat open  feed tokens vocab=1000 context=128 position=none")
 def open_without_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     if e.throat != "open" or e.feed.position != "none":
         return []
@@ -299,6 +406,10 @@ def open_without_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W109: no mixer -------------------------------------------------------------------------------
 
 
+@rule("W109", "no mixer", """
+No turbine mixes positions: there is no mixer (""" + ", ".join(dict.fromkeys(k.keyword for k in OPS if k.mixes_positions)) + """), so every token
+is processed alone and the prediction at a position ignores all the others. An
+engine can use many kinds of injector, but it cannot go without one.""", "stage block x 4 { prechamber burn { norm layernorm  turbine mlp } }")
 def no_mixer(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     if any(p.kind.mixes_positions for p in parts(e)):
         return []
@@ -311,6 +422,11 @@ def no_mixer(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W110: Pre-LN with no final valve ------------------------------------------------------------
 
 
+@rule("W110", "Pre-LN without a final norm", """
+The stages keep their norms on the branches (Pre-LN), so the main line is never
+normalised, and its norm grows with every merge. Without a norm on the main line
+before the nozzle the head reads that growing stream unregulated. Add a norm after
+the last stage (GPT-2's ln_f).""", "stage block x 12 { prechamber mix { norm layernorm ... } ... }  nozzle head")
 def pre_ln_without_final_norm(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     last = e.body[-1] if e.body else None
     if isinstance(last, ir.Stage) and last.is_group:
@@ -333,6 +449,19 @@ def pre_ln_without_final_norm(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnosti
 # --- N103: every head keeps its own K and V, and the cache is large -----------------------------
 
 
+@rule("N103", "large KV cache with every head keeping its own K and V", """
+In a causal engine every attention layer caches the keys and values of each past
+token for decoding: layers x kv_heads x head_dim x 2 x 2 bytes per token at 16-bit
+values. With `kv_heads` equal to `heads` (plain multi-head attention) each head keeps
+its own pair, and once that reaches 64 KiB per token (the threshold of this note:
+GPT-2 medium's 96 KiB is above it, GPT-2 small's 36 KiB below) the cache, not the
+weights, is what limits batch size and context at inference, and every decoding step
+reads all of it. Grouped-query attention (`kv_heads=heads/4`, say) or multi-query
+attention (`kv_heads=1`) lets several heads share one K and V: the baffled injector,
+where baffles group the injector elements so fewer feed passages serve the same
+chamber. Quality usually moves little, and the cache shrinks by heads/kv_heads. The
+note is a fact about the design; silence it with `# allow: N103` where full heads are
+meant.""", "stage block x 24 { prechamber mix { ... turbine attention heads=16 ... } }   # width 1024")
 def full_kv_cache(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     if e.throat != "causal":
         return []  # an open throat caches nothing
@@ -372,6 +501,15 @@ def _fixed_state_note(e: ir.Engine, n: int) -> list[str]:
 # --- W125: an attention scale far from 1/sqrt(head_dim) --------------------------------------------
 
 
+@rule("W125", "attention scale far from 1/sqrt(head_dim)", """
+`turbine attention scale=` sets the factor the attention logits q.k are multiplied by
+(Granite's attention_multiplier, Gemma 2's query_pre_attn_scalar**-0.5). The usual
+1/sqrt(head_dim) keeps the logits' spread near 1 whatever the head size. A scale eight
+times larger (or smaller) than that starts the softmax nearly one-hot (or nearly
+uniform): in engine terms an injector that fires through a few elements, or one that
+mixes every position evenly so that nothing is attended. The warning fires at a factor
+of 8 either way; Granite's 1/64 at head_dim 128 (5.7 times smaller) stays quiet.""",
+     "turbine attention heads=4 scale=1.0   # width 256: head_dim 64, usual scale 0.125")
 def attention_scale_far_off(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     for p in parts(e):
@@ -391,6 +529,14 @@ def attention_scale_far_off(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]
 # --- W126: a norm gain offset other than 0 or 1 ------------------------------------------------------
 
 
+@rule("W126", "norm gain offset other than 0 or 1", """
+`norm rmsnorm offset=c` computes the gain as c + w (Gemma: c = 1, so a stored weight
+of 0 is the identity gain, and whatever shrinks weights toward 0 (weight decay,
+quantisation, pruning) pulls the valve toward the identity). The weight starts at
+1 - c, so the gain starts at 1 for any c; but with c other than 0 or 1 a shrunk weight
+moves the valve toward the arbitrary setting c, and no checkpoint family stores its
+norms that way. The same holds for `norm layernorm offset=c` (Nemotron's LayerNorm1P:
+c = 1) and for attention's `qk_norm_offset=c` (Gemma 3's qk-norms: c = 1).""", "norm rmsnorm offset=0.5")
 def norm_offset_unusual(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     for p in parts(e):
@@ -411,6 +557,17 @@ def norm_offset_unusual(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W127: a rotary scaling that changes nothing (or squeezes) ---------------------------------------
 
 
+@rule("W127", "rotary scaling that changes nothing, or shrinks", """
+A rotary scaling stretches positions past the pretraining context. With
+`rotary_factor` of 1 or less it stretches nothing (or squeezes the positions, so the
+engine sees each position as further than it was trained for); a dynamic, llama3 or
+yarn scaling whose `rotary_original=` is at or past the feed's context never reaches
+the positions it rescales for (dynamic: never triggers at all). Dynamic (NTK) scaling
+over 2 rotated dims changes nothing either: it raises the base, and the one pair of 2
+dims turns at base**0 = 1 whatever the base (transformers' exponent dims / (dims - 2)
+divides by zero there; the built model keeps the plain tables). In engine terms a
+re-orificed injector that delivers the design flow: extra parts for nothing.""",
+     "feed tokens vocab=256 context=64 ... turbine attention heads=4 rotary rotary_scaling=dynamic rotary_factor=2")
 def rotary_scaling_idle(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     for p in parts(e):
@@ -439,6 +596,13 @@ def rotary_scaling_idle(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W128: a soft-cap low enough to flatten the logits ----------------------------------------------
 
 
+@rule("W128", "soft-cap so low it flattens the logits", """
+A soft-cap computes cap * tanh(z / cap): values well under the cap pass unchanged, and
+none exceeds it. Gemma 2 caps attention logits at 50 and the final logits at 30. A cap
+under 5 on the attention logits (under 2 on the final logits) squashes ordinary values:
+softmax over logits bounded by +-cap cannot be much sharper than e^(2 cap) to 1, so
+the attention cannot focus (the model cannot be confident). A relief valve set below
+the working pressure vents all the time.""", "turbine attention heads=4 softcap=1")
 def softcap_too_low(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     caps = [(p.node.softcap, 5.0, "attention logits", p.node.span) for p in parts(e) if isinstance(p.node, ir.Attention) and p.node.softcap is not None]
@@ -456,6 +620,13 @@ def softcap_too_low(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W129: ALiBi with a second position scheme ----------------------------------------------------
 
 
+@rule("W129", "ALiBi beside another position scheme", """
+`turbine attention alibi` tells each head where the keys are by a bias linear in the
+distance; BLOOM, Falcon and MPT use it instead of any other position signal (no
+rotary, `feed tokens position=none`). With rotary on the same attention, or learned or
+sinusoidal positions on the feed, the engine gets two position signals that agree
+within the training length and disagree past it, which is where ALiBi's extrapolation
+is the reason to use it. Two injectors timing one chamber.""", "turbine attention heads=4 rotary alibi")
 def alibi_with_other_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     for p in parts(e):
@@ -474,6 +645,17 @@ def alibi_with_other_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnost
 # --- W111: a mixture that routes every token to every expert ----------------------------------
 
 
+@rule("W111", "mixture of experts with top equal to experts", """
+A mixture of experts earns its keep by sparsity: each token visits a few experts,
+so the engine holds many experts' parameters but pays for only `top` of them per
+token. With `top` equal to `experts` every token runs through every expert: the
+compute is that of one mlp `experts` times as wide, the router only reweighs outputs
+that were all computed anyway, and the capacity and balance machinery guard against
+an imbalance that cannot happen. In engine terms it is a multi-element injector whose
+elements are all wide open on every cycle: the plumbing of a throttleable injector
+with none of the throttling. Route each token to one or two experts (Switch,
+Mixtral), or write one `turbine mlp` if the dense compute is what you want.""",
+     "turbine moe experts=4 top=4 capacity=1.25 balance=0.01 hidden=512")
 def moe_without_sparsity(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     for p in parts(e):
@@ -488,6 +670,13 @@ def moe_without_sparsity(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- W112: legal but unwise values -------------------------------------------------------------
 
 
+@rule("W112", "unwise value", """
+A value inside its range (outside it is E0205) that is still unlikely to be meant: a
+learning rate of 1 or more, weight decay of 1 or more, dropout of one half or more, an
+init std of 1 or more or below 1e-6 (the products of weights underflow), a merge scale above 1 (it heats the branch instead of cooling it),
+a gate bias beyond 10 (the gate starts saturated and barely learns), a balance weight of 1
+or more. Each is legal; each usually makes a model that diverges or learns nothing.""",
+     "startup { schedule constant lr=3 }")
 def unwise_values(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     """Values inside their ranges (E0205 guards those) that are still unlikely to be meant."""
     out = []
@@ -666,6 +855,26 @@ class _Flow:
         return x
 
 
+@rule("W131", "NaN or inf at initialisation", """
+A value the spec writes rounds, in float32, to something that makes the first forward
+pass NaN, whatever the random weights are: a logit scale above float32's largest value
+(3.4e38) is inf, and inf times the logits is inf or NaN; a norm whose eps is 0 in
+float32 (below about 1e-45) divides 0 by sqrt(0) when it reads a zero vector, which a
+layernorm over one channel always does (x - mean(x) is 0), as does a norm reading a
+main line whose embeddings were scaled to 0. Only what holds for any weights is
+decided here; overflow through the product of many layers' random weights is not.""",
+     "stage s { turbine linear out=1  norm layernorm eps=1e-50 } ...")
+@rule("W130", "logits independent of the input at initialisation", """
+Followed from the feed to the nozzle, the engine at initialisation stops carrying the
+tokens somewhere: every path passes a gain that is 0 in float32 (the model's dtype: a
+`scale=1e-50` is 0 there) or a layernorm over one channel (x - mean(x) is 0, so it
+outputs its bias whatever it reads). Typical: a junction whose main line DeepNorm's
+alpha multiplies away while every branch into it starts at zero (rezero's 0, a zero
+scale, a beta of 0), a feed or nozzle scale that rounds to 0, a chamber of width 1
+under a layernorm. Every token then gets the same logits, and the gradient reaches
+nothing before the cut through the main line. In engine terms: the feed lines are
+closed, and the nozzle exhausts whatever the igniter left in the chamber.""",
+     "chamber width=1 ... norm layernorm  nozzle head")
 def init_flow(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     flow = _Flow(e)
     end = flow.run()
@@ -687,6 +896,12 @@ def init_flow(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
 # --- N110: a nested stage that adds nothing -----------------------------------------------------
 
 
+@rule("N110", "a nested stage that adds nothing", """
+A stage of stages that runs once and holds one stage is the same engine as that
+stage written on its own: the nesting adds a level to every path and a class to
+the generated model, and says nothing. Nesting pays off when a pattern of several
+stages repeats (`stage group x 4 { stage ssm_layer x 3 {...} stage attn_layer {...} }`).""",
+     "stage wrapper { stage block x 12 { prechamber mix { norm layernorm  turbine attention heads=4 } } }")
 def needless_nesting(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     out = []
     for g in groups(e):
@@ -696,39 +911,6 @@ def needless_nesting(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
                           f"write stage '{inner.name}' in its place" + (f" (x {inner.repeat})" if inner.repeat > 1 else ""),
                           ["a stage of stages pays off when it repeats a pattern of several stages, e.g. stage group x 4 { stage a x 3 {...} stage b {...} }"]))
     return out
-
-
-Rule = Callable[[ir.Engine, ReviewConfig], list[Diagnostic]]
-
-RULES: tuple[Rule, ...] = (
-    post_ln_without_warmup,
-    deep_without_cooling,
-    dead_branch,
-    merge_init_without_output,
-    deepnorm_alphas_differ,
-    detached_branch,
-    moe_injection,
-    narrowest_width,
-    rotary_odd_head,
-    window_over_context,
-    deep_plain_stack,
-    open_without_positions,
-    no_mixer,
-    pre_ln_without_final_norm,
-    full_kv_cache,
-    moe_without_sparsity,
-    attention_scale_far_off,
-    norm_offset_unusual,
-    unwise_values,
-    needless_nesting,
-    init_flow,
-    rotary_scaling_idle,
-    softcap_too_low,
-    alibi_with_other_positions,
-)
-
-# The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "E0302", "E0303", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "W129", "W130", "W131", "N101", "N102", "N103", "N110")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:
