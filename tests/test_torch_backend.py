@@ -390,7 +390,7 @@ def test_deepnorm_alpha_beta_and_init():
     m = spec.engine.body[0].ops[0].merge
     assert m.layers == 36 and m.alpha == pytest.approx((2 * 36) ** 0.25) and m.beta == pytest.approx((8 * 36) ** -0.25)
     source = codegen(spec)
-    assert "x = self.alpha * x + " in source and "return (2 * (self.n_layer)) ** 0.25" in source
+    assert "x = self.alpha * x + " in source and "return (2 * self.n_layer) ** 0.25" in source
     assert cyclelang.build(spec, seed=0).config.deepnorm_alpha == m.alpha  # the config's formula is the IR's, bit for bit
     model = small(ROOT / "specs" / "deepnet.cycle", seed=0)
     beta = cyclelang.parse(shrink(ROOT / "specs" / "deepnet.cycle")).engine.body[0].ops[0].merge.beta

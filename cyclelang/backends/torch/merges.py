@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ... import ir
 from ...ir.kinds import gain, kind_of, output_projection, registered
+from ...ir.passes import COOLING_STD, DEEPNORM_ALPHA, DEEPNORM_BETA, LAYERSCALE_INIT
 from .emitters import emitter, lookup
 from typing import Callable
 
@@ -63,7 +64,7 @@ class LearnedGainEmitter(MergeEmitter):
             return {"init": c.field("layerscale_init", m.init, (), "LayerScale's starting gain", "float", let=m.let_of("init"))}
         layers = totals.layers()
         return {"init": c.prop("layerscale_init", m.init, (), "LayerScale's starting gain: CaiT's rule by depth",
-                               lambda: f"0.1 if {layers()} <= 18 else 1e-05 if {layers()} <= 24 else 1e-06")}
+                               lambda: LAYERSCALE_INIT.code(layers=layers()))}
 
     def ctor(self, m, args):
         if isinstance(m, ir.RezeroMerge):
@@ -95,7 +96,7 @@ class CoolingEmitter(MergeEmitter):
         base = c.init_std() if m.base_asked is None else c.field("cooling_base", m.base, (), "cooling: the std before scaling", "float", let=m.let_of("std"))
         merges = totals.merges()
         return {"std": c.prop("cooling_std", m.std, (), "cooled output projections: std / sqrt(merges into the residual stream)",
-                              lambda: f"{base.own} / math.sqrt({merges()})")}
+                              lambda: COOLING_STD.code(base=base.own, merges=merges()))}
 
     def init(self, m, b, pre):
         last = output_projection([o.op for o in b.ops])  # the kinds table says which kinds have one
@@ -112,8 +113,8 @@ class DeepnormEmitter(MergeEmitter):
     def sizes(self, m, b, c, totals):
         n = totals.deep()
         out = {}
-        for what, asked, value, formula in (("alpha", m.alpha_asked, m.alpha, lambda: f"(2 * ({n()})) ** 0.25"),
-                                            ("beta", m.beta_asked, m.beta, lambda: f"(8 * ({n()})) ** -0.25")):
+        for what, asked, value, formula in (("alpha", m.alpha_asked, m.alpha, lambda: DEEPNORM_ALPHA.code(layers=n())),
+                                            ("beta", m.beta_asked, m.beta, lambda: DEEPNORM_BETA.code(layers=n()))):
             if asked is not None:
                 out[what] = c.field(f"deepnorm_{what}", value, (), f"DeepNet's {what}", "float", let=m.let_of(what))
             else:

@@ -65,12 +65,12 @@ class Config:
     @property
     def deepnorm_alpha(self):
         """DeepNet's alpha over N = the layers (the spec: 2.9129506302439405)."""
-        return (2 * (self.n_layer)) ** 0.25
+        return (2 * self.n_layer) ** 0.25
 
     @property
     def deepnorm_beta(self):
         """DeepNet's beta over N = the layers (the spec: 0.24274588585366172)."""
-        return (8 * (self.n_layer)) ** -0.25
+        return (8 * self.n_layer) ** -0.25
 
 
 class Feed(nn.Module):
