@@ -120,6 +120,13 @@ def swept_except(paths, slow):
     return swept(paths, {p.stem for p in paths} - set(slow))
 
 
+def rotated(paths, every: int, offset: int = 0):
+    """`paths` for a sweep that compares two computations of one fact per spec: every `every`-th path
+    (from `offset`) in the fast tier, the rest marked slow. Sweeps given different offsets share the
+    library between them; a spec added to specs/ joins one of them by its place, with nothing to edit."""
+    return [p if i % every == offset % every else pytest.param(p, marks=pytest.mark.slow) for i, p in enumerate(paths)]
+
+
 def require(module: str, install: str):
     """Import an optional test dependency: skip without it locally, fail in CI (CI=true),
     where `.ci/run` installs it and a missing one is a broken machine, not a reason to skip."""
