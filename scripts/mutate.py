@@ -171,8 +171,11 @@ def apply(root: Path, site: dict) -> int:
 # --- coverage: line -> tests -----------------------------------------------------------------
 
 
-def collect(root: Path, out: Path, pytest_args: list[str]) -> None:
-    """Run the suite once under coverage.py, the node id as the context; write line -> tests and times."""
+def collect(root: Path, out: Path, pytest_args: list[str], base: Path | None = None) -> None:
+    """Run the suite once under coverage.py, the node id as the context; write line -> tests and times.
+    With `base` (an earlier collection of the same tier) only the test files given are run: their
+    tests replace theirs in `base`, and every other file's tests keep the lines they covered there
+    (a test file that did not change covers what it covered)."""
     import coverage
 
     files = [str(p.resolve()) for p in target_files(root)]
@@ -203,6 +206,15 @@ def collect(root: Path, out: Path, pytest_args: list[str]) -> None:
     for f in data.measured_files():
         rel = Path(f).resolve().relative_to(root.resolve()).as_posix()
         lines[rel] = {str(ln): sorted(c for c in ctx if c) for ln, ctx in data.contexts_by_lineno(f).items()}
+    if base is not None:
+        old = json.loads(base.read_text("utf-8"))
+        rerun = {t.split("::")[0] for t in durations} | {a.split("::")[0] for a in pytest_args if a.endswith(".py")}
+        kept = lambda t: t.split("::")[0] not in rerun  # noqa: E731
+        durations = {**{t: d for t, d in old["durations"].items() if kept(t)}, **durations}
+        for f, by_line in old["lines"].items():
+            mine = lines.setdefault(f, {})
+            for ln, tests in by_line.items():
+                mine[ln] = sorted(set(mine.get(ln, [])) | {t for t in tests if kept(t)})
     out.write_text(json.dumps({"pytest_args": pytest_args, "rc": int(rc), "durations": durations, "lines": lines}), "utf-8")
     print(f"coverage of {len(durations)} tests written to {out}")
 
@@ -291,6 +303,7 @@ def main(argv=None) -> None:
     c.add_argument("--out", type=Path, default=None)
     c.add_argument("-m", dest="marker", default=None, help='a marker expression for the suite (e.g. "not slow")')
     c.add_argument("paths", nargs="*", help="test files or node ids (default: the whole suite)")
+    c.add_argument("--base", type=Path, default=None, help="an earlier collection: rerun only the files given, keep the rest")
     r = sub.add_parser("run", help="run the seeded sample of mutants")
     r.add_argument("--root", type=Path, default=HERE)
     r.add_argument("--coverage", type=Path, default=None)
@@ -312,7 +325,7 @@ def main(argv=None) -> None:
     work = root / ".mutate"
     work.mkdir(exist_ok=True)
     if a.cmd == "collect":
-        collect(root, (a.out or work / "coverage.json").resolve(), (["-m", a.marker] if a.marker else []) + a.paths)
+        collect(root, (a.out or work / "coverage.json").resolve(), (["-m", a.marker] if a.marker else []) + a.paths, a.base)
     else:
         run(root, (a.coverage or work / "coverage.json").resolve(), a.sample, a.seed, a.limit, (a.out or work / "result.json").resolve())
 
