@@ -239,8 +239,8 @@ def _prepare(root: Path) -> None:
             pass
 
 
-def _run_one(root: Path, site: dict, tests: list[str], limit: float) -> tuple[str, float]:
-    t = time.perf_counter()
+def _start(root: Path, site: dict, tests: list[str]) -> int:
+    """Fork the mutant: swap its code in, run its tests (`-x`), exit with pytest's status."""
     pid = os.fork()
     if pid == 0:  # the mutant
         try:
@@ -254,43 +254,55 @@ def _run_one(root: Path, site: dict, tests: list[str], limit: float) -> tuple[st
             os._exit(int(rc))
         except BaseException:
             os._exit(71)
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.perf_counter() - t > limit:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "timeout", time.perf_counter() - t
-        time.sleep(0.05)
+    return pid
+
+
+def _verdict(status: int) -> str:
     rc = os.waitstatus_to_exitcode(status)
-    if rc == 70:
-        return "not-applied", time.perf_counter() - t
-    return ("survived" if rc == 0 else "killed"), time.perf_counter() - t
+    return "not-applied" if rc == 70 else "survived" if rc == 0 else "killed"
 
 
-def run(root: Path, cov_file: Path, n: int, seed: int, limit: float, out: Path) -> None:
+def run(root: Path, cov_file: Path, n: int, seed: int, limit: float, out: Path, workers: int = 1) -> None:
     cov = json.loads(cov_file.read_text("utf-8"))
     durations, lines = cov["durations"], cov["lines"]
     chosen = sample(HERE, n, seed)  # the sample is drawn from this checkout's sources
     _prepare(root)
-    results = []
+    results: list[dict] = [{} for _ in chosen]
     t0 = time.perf_counter()
-    for i, site in enumerate(chosen):
-        tests = sorted(lines.get(site["file"], {}).get(str(site["line"]), []), key=lambda t: (durations.get(t, 0.0), t))
-        if not tests:
-            verdict, took = "uncovered", 0.0
-        else:
-            verdict, took = _run_one(root, site, tests, limit)
-        results.append({**site, "tests": len(tests), "verdict": verdict, "seconds": round(took, 2)})
-        print(f"[{i + 1}/{len(chosen)} {time.perf_counter() - t0:6.0f}s] {site['file']}:{site['line']} {site['desc']}: "
-              f"{verdict} ({len(tests)} tests, {took:.1f}s)", flush=True)
+    todo = list(enumerate(chosen))
+    running: dict[int, tuple[int, float, list[str]]] = {}  # pid -> (index, start, tests)
+
+    def done(i, verdict, took, tests):
+        site = chosen[i]
+        results[i] = {**site, "tests": len(tests), "verdict": verdict, "seconds": round(took, 2)}
+        print(f"[{sum(1 for r in results if r)}/{len(chosen)} {time.perf_counter() - t0:6.0f}s] {site['file']}:{site['line']} "
+              f"{site['desc']}: {verdict} ({len(tests)} tests, {took:.1f}s)", flush=True)
+
+    while todo or running:
+        while todo and len(running) < workers:
+            i, site = todo.pop(0)
+            tests = sorted(lines.get(site["file"], {}).get(str(site["line"]), []), key=lambda t: (durations.get(t, 0.0), t))
+            if not tests:
+                done(i, "uncovered", 0.0, tests)
+                continue
+            running[_start(root, site, tests)] = (i, time.perf_counter(), tests)
+        for pid, (i, started, tests) in list(running.items()):
+            got, status = os.waitpid(pid, os.WNOHANG)
+            if got:
+                del running[pid]
+                done(i, _verdict(status), time.perf_counter() - started, tests)
+            elif time.perf_counter() - started > limit:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                del running[pid]
+                done(i, "timeout", time.perf_counter() - started, tests)
+        time.sleep(0.05)
     counts: dict[str, int] = {}
     for r in results:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    killed = counts.get("killed", 0) + counts.get("timeout", 0)
     summary = {"root": str(root), "sample": len(results), "seed": seed, "limit_s": limit, "pytest_args": cov["pytest_args"],
-               "counts": counts, "kill_rate": round(killed / len(results), 4), "seconds": round(time.perf_counter() - t0)}
+               "counts": counts, "kill_rate": round(counts.get("killed", 0) / len(results), 4),
+               "seconds": round(time.perf_counter() - t0)}
     out.write_text(json.dumps({"summary": summary, "mutants": results}, indent=1), "utf-8")
     print(json.dumps(summary))
 
@@ -311,6 +323,7 @@ def main(argv=None) -> None:
     r.add_argument("--seed", type=int, default=37)
     r.add_argument("--limit", type=float, default=60.0, help="seconds per mutant")
     r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--workers", type=int, default=1, help="mutants run at once")
     s = sub.add_parser("sites", help="print the sample")
     s.add_argument("--sample", type=int, default=240)
     s.add_argument("--seed", type=int, default=37)
@@ -327,7 +340,7 @@ def main(argv=None) -> None:
     if a.cmd == "collect":
         collect(root, (a.out or work / "coverage.json").resolve(), (["-m", a.marker] if a.marker else []) + a.paths, a.base)
     else:
-        run(root, (a.coverage or work / "coverage.json").resolve(), a.sample, a.seed, a.limit, (a.out or work / "result.json").resolve())
+        run(root, (a.coverage or work / "coverage.json").resolve(), a.sample, a.seed, a.limit, (a.out or work / "result.json").resolve(), a.workers)
 
 
 if __name__ == "__main__":
