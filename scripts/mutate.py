@@ -16,7 +16,7 @@ a test fails with it; it is run against the tests that execute its line only.
      whose tests all pass survives; one that runs out of time is counted apart (`timeout`).
 
     python scripts/mutate.py collect --root . -m "not slow"      # writes .mutate/coverage.json
-    python scripts/mutate.py run --root . --sample 240 --seed 37  # prints and writes .mutate/result.json
+    python scripts/mutate.py run --root . --sample 200 --seed 37 --limit 30 --workers 3  # .mutate/result.json
 
 `--root` is the tree whose tests are measured (a checkout of another commit measures its suite
 against this same sample, as long as the mutated files are the same).
@@ -319,13 +319,13 @@ def main(argv=None) -> None:
     r = sub.add_parser("run", help="run the seeded sample of mutants")
     r.add_argument("--root", type=Path, default=HERE)
     r.add_argument("--coverage", type=Path, default=None)
-    r.add_argument("--sample", type=int, default=240)
+    r.add_argument("--sample", type=int, default=200)
     r.add_argument("--seed", type=int, default=37)
-    r.add_argument("--limit", type=float, default=60.0, help="seconds per mutant")
+    r.add_argument("--limit", type=float, default=30.0, help="seconds per mutant")
     r.add_argument("--out", type=Path, default=None)
     r.add_argument("--workers", type=int, default=1, help="mutants run at once")
     s = sub.add_parser("sites", help="print the sample")
-    s.add_argument("--sample", type=int, default=240)
+    s.add_argument("--sample", type=int, default=200)
     s.add_argument("--seed", type=int, default=37)
     a = ap.parse_args(argv)
     if a.cmd == "sites":
