@@ -262,7 +262,9 @@ def _verdict(status: int) -> str:
     return "not-applied" if rc == 70 else "survived" if rc == 0 else "killed"
 
 
-def run(root: Path, cov_file: Path, n: int, seed: int, limit: float, out: Path, workers: int = 1) -> None:
+def run(root: Path, cov_file: Path, n: int, seed: int, limit: float, out: Path, workers: int = 1, retry: Path | None = None) -> None:
+    """Run the sample; with `retry` (an earlier result), run again only the mutants that ran out of
+    time there, with this `limit`, and keep the other verdicts."""
     cov = json.loads(cov_file.read_text("utf-8"))
     durations, lines = cov["durations"], cov["lines"]
     chosen = sample(HERE, n, seed)  # the sample is drawn from this checkout's sources
@@ -270,6 +272,11 @@ def run(root: Path, cov_file: Path, n: int, seed: int, limit: float, out: Path, 
     results: list[dict] = [{} for _ in chosen]
     t0 = time.perf_counter()
     todo = list(enumerate(chosen))
+    if retry is not None:
+        before = json.loads(retry.read_text("utf-8"))["mutants"]
+        assert [(m["file"], m["node"], m["mut"]) for m in before] == [(m["file"], m["node"], m["mut"]) for m in chosen], "another sample"
+        results = [m if m["verdict"] != "timeout" else {} for m in before]
+        todo = [(i, site) for i, site in todo if not results[i]]
     running: dict[int, tuple[int, float, list[str]]] = {}  # pid -> (index, start, tests)
 
     def done(i, verdict, took, tests):
@@ -324,6 +331,7 @@ def main(argv=None) -> None:
     r.add_argument("--limit", type=float, default=30.0, help="seconds per mutant")
     r.add_argument("--out", type=Path, default=None)
     r.add_argument("--workers", type=int, default=1, help="mutants run at once")
+    r.add_argument("--retry", type=Path, default=None, help="an earlier result: rerun its timeouts only (with --limit)")
     s = sub.add_parser("sites", help="print the sample")
     s.add_argument("--sample", type=int, default=200)
     s.add_argument("--seed", type=int, default=37)
@@ -340,7 +348,7 @@ def main(argv=None) -> None:
     if a.cmd == "collect":
         collect(root, (a.out or work / "coverage.json").resolve(), (["-m", a.marker] if a.marker else []) + a.paths, a.base)
     else:
-        run(root, (a.coverage or work / "coverage.json").resolve(), a.sample, a.seed, a.limit, (a.out or work / "result.json").resolve(), a.workers)
+        run(root, (a.coverage or work / "coverage.json").resolve(), a.sample, a.seed, a.limit, (a.out or work / "result.json").resolve(), a.workers, a.retry)
 
 
 if __name__ == "__main__":
