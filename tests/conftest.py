@@ -15,6 +15,11 @@ from pathlib import Path
 
 import pytest
 
+# One intra-op thread in the test process and the processes it starts (they inherit the variable): the
+# suite's tensors are tiny, and two OpenMP threads spinning for them cost five times the CPU of one
+# (and far more wall time on a machine shared with another run). Set before anything imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.cycle"))
 
@@ -115,6 +120,13 @@ def swept_except(paths, slow):
     return swept(paths, {p.stem for p in paths} - set(slow))
 
 
+def rotated(paths, every: int, offset: int = 0):
+    """`paths` for a sweep that compares two computations of one fact per spec: every `every`-th path
+    (from `offset`) in the fast tier, the rest marked slow. Sweeps given different offsets share the
+    library between them; a spec added to specs/ joins one of them by its place, with nothing to edit."""
+    return [p if i % every == offset % every else pytest.param(p, marks=pytest.mark.slow) for i, p in enumerate(paths)]
+
+
 def require(module: str, install: str):
     """Import an optional test dependency: skip without it locally, fail in CI (CI=true),
     where `.ci/run` installs it and a missing one is a broken machine, not a reason to skip."""
@@ -144,3 +156,18 @@ def spread_bias(monkeypatch):
     from . import roundtrip
 
     monkeypatch.setattr(roundtrip, "hf", roundtrip.with_bias)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_between_modules():
+    """What a test file built is let go when it ends: dynamo's compiled frames and guards (they hold
+    the modules they were compiled for) and whatever only a cycle still references. Without it the
+    test process grows with every file that compiles or builds models."""
+    yield
+    import gc
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and "torch._dynamo" in sys.modules:
+        torch._dynamo.reset()
+    gc.collect()

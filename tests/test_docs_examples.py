@@ -231,7 +231,8 @@ def _run(cmd: Command, work: Path, env: dict, timeout: float) -> subprocess.Comp
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the examples are shell commands")
-@pytest.mark.parametrize("fence", [pytest.param(f, marks=pytest.mark.slow) if f.slow else f for f in RUN], ids=lambda f: f.id)
+# every fence runs `cyclec` in child processes: the full run (the commands' own tests are in-process)
+@pytest.mark.parametrize("fence", [pytest.param(f, marks=pytest.mark.slow) for f in RUN], ids=lambda f: f.id)
 def test_documented_example_runs(fence: Fence, stand):
     work, env = stand
     if any(c.text.startswith("cyclec draw") for c in fence.commands) and shutil.which("neato") is None:

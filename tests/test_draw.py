@@ -685,11 +685,25 @@ def svg_text_sizes(svg: str, preset: tuple[float, float]) -> tuple[float, list[f
     return scale, [float(x) * scale for x in re.findall(r'font-size="([0-9.]+)"', svg)], (w, h)
 
 
+def _preset_cases(fast):
+    """spec x preset x view: the full cross product in the full run; in the fast tier each spec of
+    `fast` once, with the presets and views taken in turn (every preset and every view at least once)."""
+    sizes, views = ["slide", "column", "page"], ["cycle", "graph"]
+    out, j = [], 0
+    for path in SPECS:
+        pick = (sizes[j % 3], views[j % 2]) if path.stem in fast else None
+        j += path.stem in fast
+        for size in sizes:
+            for view in views:
+                case = (path, size, view)
+                out.append(case if (size, view) == pick else pytest.param(*case, marks=pytest.mark.slow))
+    return out
+
+
 @needs_dot
-@pytest.mark.parametrize("view", ["cycle", "graph"])
-@pytest.mark.parametrize("size", ["slide", "column", "page"])
 # striped: its groups of stages at the column take about a second; the full run keeps it
-@pytest.mark.parametrize("path", swept(SPECS, PRESET_SWEEP | {"mamba2"}), ids=spec_id)
+@pytest.mark.parametrize("path,size,view", _preset_cases(PRESET_SWEEP | {"mamba2"}),
+                         ids=lambda v: spec_id(v) if hasattr(v, "stem") else v)
 def test_text_size_per_preset(path, size, view):
     from cyclelang.backends.graphviz.figure import SIZES
 

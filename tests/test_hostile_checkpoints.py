@@ -284,6 +284,7 @@ def test_hostile_checkpoint_folders_raise_interop_error(tiny, tmp_path):
 # --- what blocks or reads forever ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # child processes that import torch and transformers: the full run
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_import_of_a_fifo_or_dev_zero_config_is_refused_not_read(tmp_path):
     (tmp_path / "fifo").mkdir()
@@ -296,6 +297,7 @@ def test_import_of_a_fifo_or_dev_zero_config_is_refused_not_read(tmp_path):
         assert "not a regular file" in r.stderr, r.stderr
 
 
+@pytest.mark.slow  # child processes that import torch and transformers: the full run
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_export_of_fifo_or_dev_zero_weights_is_refused_not_read(tiny, tmp_path):
     os.mkfifo(tmp_path / "w.safetensors")
@@ -306,6 +308,7 @@ def test_export_of_fifo_or_dev_zero_weights_is_refused_not_read(tiny, tmp_path):
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # child processes that import torch and transformers: the full run
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_load_transformers_of_fifo_or_dev_zero_files_is_refused_not_read(tiny, tmp_path):
     """The API in a child process: config.json, model.safetensors, the index or a shard that is a FIFO or /dev/zero."""

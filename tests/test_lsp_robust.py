@@ -290,6 +290,7 @@ def _fuzz_over_stdio(n: int, seed: int) -> None:
     assert "Traceback" not in err and "internal error" not in err, err
 
 
+@pytest.mark.slow  # a server process; the in-process framing tests stay in the fast tier
 def test_fuzz_jsonrpc_frames_over_stdio():
     _fuzz_over_stdio(60, seed=20260)
 

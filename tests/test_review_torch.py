@@ -8,7 +8,7 @@ of torch's FlopCounterMode. Skipped until the back-end (`cyclelang.build`) exist
 
 from __future__ import annotations
 
-import functools
+import re
 
 import pytest
 
@@ -25,19 +25,49 @@ build = cyclelang.build
 CASES = sorted((ROOT / "tests" / "review_cases").glob("*.cycle"))
 # Every library spec in the full run; the fast tier checks these (two branches, experts, a
 # detached read and an overboard branch, Post-LN's main-line norms, nested stages) and every case
-# (GPT-2 at full size takes seconds to build: the full run checks it)
 FAST = {"moe", "gas_generator", "post_ln", "striped"}
 # The FLOP count sweeps the library; the fast tier leaves out the specs that take over a third of
 # a second to build and count (the mixers' own FLOP tests, test_ssm.py and the like, stay fast)
 FAST_FLOPS = FAST | {"highway", "poolformer", "pressure_fed", "throat"}
+# The facts checked here (a count, the reachable groups, FLOPs per token against the counter) do not
+# depend on sizes: the library specs are checked at a scale model (`ir.passes.shrink`: width 64, two
+# of each repeated stage, a vocabulary of 250), and one spec at full size (`FULL`)
+FULL = "moe"
+FULL_CASE = f"{FULL} at full size"
 T = 32  # tokens per sequence: short, so every spec runs on two CPU cores
 
 
-@functools.lru_cache(maxsize=None)
+def _spec(path):
+    """The spec these checks build: a library spec as a scale model, a review case (small already) or
+    the full-size case (`FULL_CASE`) as written."""
+    if path == FULL_CASE:
+        return cyclelang.load(ROOT / "specs" / f"{FULL}.cycle")
+    if path.parent != ROOT / "specs":
+        return cyclelang.load(path)
+    text = re.sub(r"vocab=\d+", "vocab=250", path.read_text("utf-8"))
+    return ir.passes.shrink(cyclelang.parse(text, str(path)), width=64, depth=2)
+
+
+def _id(path) -> str:
+    return path.replace(" ", "_") if isinstance(path, str) else spec_id(path)
+
+
+_MODELS: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_models():
+    """The modules are built once for the checks of this file and released at its end."""
+    yield
+    _MODELS.clear()
+
+
 def _model(path):
-    """One module per spec for all three checks: building the big ones dominates the run."""
-    torch.manual_seed(0)
-    return build(cyclelang.load(path)).train(False)
+    """One module per spec for all the checks (building dominates the run)."""
+    if path not in _MODELS:
+        torch.manual_seed(0)
+        _MODELS[path] = build(_spec(path)).train(False)
+    return _MODELS[path]
 
 
 def _tokens(spec, t=T):
@@ -46,17 +76,17 @@ def _tokens(spec, t=T):
     return torch.randint(0, spec.engine.feed.vocab, (1, t), generator=g)
 
 
-@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES + [FULL_CASE], ids=_id)
 def test_parameter_count_matches_the_module(path):
-    spec = cyclelang.load(path)
+    spec = _spec(path)
     model = _model(path)
     assert sum(p.numel() for p in model.parameters()) == analyze(spec)["params"]["total"]
 
 
-@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES + [FULL_CASE], ids=_id)
 def test_reachability_matches_autograd(path):
     """The total count of parameters without a gradient, as the report states it."""
-    spec = cyclelang.load(path)
+    spec = _spec(path)
     model = _model(path)
     model.zero_grad(set_to_none=True)
     idx = _tokens(spec)
@@ -82,10 +112,10 @@ def group_of(name: str, lay) -> str:
     return group
 
 
-@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES, ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST) + CASES + [FULL_CASE], ids=_id)
 def test_parameter_count_group_by_group(path):
     """Each group's count in the report equals the module's parameters under that group's names."""
-    spec = cyclelang.load(path)
+    spec = _spec(path)
     prefixes = ir.layout.layout(spec)
     built: dict[str, int] = {}
     for n, p in _model(path).named_parameters():
@@ -118,7 +148,7 @@ def _reached(loss, groups: list[str], params: list) -> set[str]:
 
 # W130's cases cut the gradient with a gain that is 0 in float32: the report's reachability is structural, and
 # that the numbers reach nothing is exactly what W130 says of them
-@pytest.mark.parametrize("path", swept(SPECS, FAST) + [c for c in CASES if not c.name.startswith("W130_")], ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST) + [c for c in CASES if not c.name.startswith("W130_")] + [FULL_CASE], ids=_id)
 def test_reachability_group_by_group(path):
     """For the nozzle's loss, for each overboard head's loss, and for the total (MoE
     balance losses included, in training mode), the set of groups with a non-zero
@@ -126,7 +156,7 @@ def test_reachability_group_by_group(path):
     (a pool, a plain merge) cannot show a gradient and are left out."""
     import torch.nn.functional as F
 
-    spec = cyclelang.load(path)
+    spec = _spec(path)
     report = analyze(spec)["gradient"]
     model = _model(path)
     prefixes = ir.layout.layout(spec)
@@ -176,11 +206,11 @@ def _sdpa_is_counted() -> bool:
     return counter.get_total_flops() > 0
 
 
-@pytest.mark.parametrize("path", swept(SPECS, FAST_FLOPS), ids=spec_id)
+@pytest.mark.parametrize("path", swept(SPECS, FAST_FLOPS) + [FULL_CASE], ids=_id)
 def test_flops_within_five_percent_of_flop_counter(path):
     from torch.utils.flop_counter import FlopCounterMode
 
-    spec = cyclelang.load(path)
+    spec = _spec(path)
     model = _model(path)
     idx = _tokens(spec)
     counter = FlopCounterMode(display=False)
