@@ -48,12 +48,12 @@ def moe_spec(act: str, bias: bool, capacity: float = 1.0, options: str = "capaci
 
 def op_name(act: str, op: str = "experts") -> str:
     """The name the generated source registers its `act` experts' op (or routed op) under."""
-    src = codegen(cyclelang.parse(moe_spec(act, False)))
+    src = codegen(cyclelang.parse(moe_spec(act, False)), fast=True)
     return next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith(f"{op}_{act} = "))
 
 
 def moe_module(act, bias, capacity=1.0, options="capacity={capacity} balance=0.01"):
-    model = build(cyclelang.parse(moe_spec(act, bias, capacity, options)), seed=0).double()
+    model = build(cyclelang.parse(moe_spec(act, bias, capacity, options)), seed=0, fast=True).double()
     return model, model.stages[0].burn.moe
 
 

@@ -403,15 +403,16 @@ def test_a_small_spec_learns_generated_text_down_to_its_entropy(tmp_path):
 
 
 def test_the_plan_lists_the_split_parts_by_their_layout_paths():
-    src = cyclelang.codegen(ROOT / "specs" / "llama.cycle")
+    src = cyclelang.codegen(ROOT / "specs" / "llama.cycle", parallel=True)
     plan = src[src.index("TP_PLAN = {"): src.index("}", src.index("TP_PLAN = {")) + 1]
     ns: dict = {}
     exec(plan, ns)
     lay = cyclelang.ir.layout.layout(cyclelang.load(ROOT / "specs" / "llama.cycle"))
     assert ns["TP_PLAN"] == {p.path: p.kind.tp for p in lay.parts() if p.kind.tp != "replicate"}
     assert set(ns["TP_PLAN"].values()) == {"heads", "hidden"}
-    moe = cyclelang.codegen(ROOT / "specs" / "moe.cycle")
+    moe = cyclelang.codegen(ROOT / "specs" / "moe.cycle", parallel=True)
     assert '"stages.0-3.burn.moe": "hidden",' in moe
+    assert "TP_PLAN" not in cyclelang.codegen(ROOT / "specs" / "moe.cycle")  # the model only, unless asked
 
 
 @pytest.mark.slow  # each mode is a fresh process that imports torch (about 3 s)
@@ -420,7 +421,7 @@ def test_activation_checkpointing_keeps_the_gradients(tmp_path, mode):
     """A standalone generated file (no cyclelang on the path) checkpoints each stage; the
     gradients equal those of the plain model's autograd."""
     spec = tiny(tmp_path)
-    (tmp_path / "gen.py").write_text(cyclelang.codegen(spec))
+    (tmp_path / "gen.py").write_text(cyclelang.codegen(spec, parallel=True))
     prog = f"""
 import sys, torch
 sys.path.insert(0, {str(tmp_path)!r})
@@ -444,7 +445,7 @@ print(worst)
 
 
 def test_parallelize_refuses_bad_arguments(tmp_path):
-    model = cyclelang.build(tiny(tmp_path), seed=0)
+    model = cyclelang.build(tiny(tmp_path), seed=0, parallel=True)
     module = sys.modules[type(model).__module__]
     with pytest.raises(ValueError, match="checkpointing must be none, stage or selective"):
         module.parallelize(model, None, fsdp=False, checkpointing="all")

@@ -273,7 +273,7 @@ class Plan:
     turbine_classes: dict[Variant, str] = field(default_factory=dict)  # variant -> class name, in order of first use
     sizes: Sizes | None = None  # the Config's fields and what reads them
     head_width: object = None  # config.Ref of the nozzle's input width
-    fast: bool = True  # the fused loss and the MoE's custom op (the runtime section at the end)
+    fast: bool = False  # the fused loss and the custom ops (the runtime section at the end)
     rope_args: list = field(default_factory=list)  # (dims, base) config expressions per rotary table
     feed_args: dict = field(default_factory=dict)  # the feed's config values: scale, dropout
     logit_scale: object = None  # config.Ref of the nozzle's logit scale (None: 1)

@@ -68,6 +68,9 @@ class SsmEmitter(OpEmitter):
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
         return ("ssd_scan", "gated_rms_norm")
 
+    def cache_states(self, op) -> tuple[str, ...]:
+        return ("window", "recurrent")  # the conv's last inputs, then the scan's state
+
     def needs_math(self, op) -> bool:
         return True  # the dt bias's log-uniform init
 
@@ -184,6 +187,9 @@ class Mamba1Emitter(OpEmitter):
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
         return ("selective_scan",)
+
+    def cache_states(self, op) -> tuple[str, ...]:
+        return ("window", "recurrent")  # the conv's last inputs, then the scan's state
 
     def needs_math(self, op) -> bool:
         return True  # the step size's log-uniform init
