@@ -328,10 +328,15 @@ class Plan:
         return self.ropes.index(k)
 
 
-def _class_names() -> Names:
-    # turbine class names are numbered variants of fixed bases; reserve a generous set
+def class_names() -> frozenset[str]:
+    """Names no stage or branch class may take: the file's globals, the runtime's, and every
+    turbine class (numbered variants of fixed bases; a generous set reserved)."""
     bases = [v.base for v in variants().values()]
-    return Names(GLOBALS | set(bases) | {f"{b}{i}" for b in bases for i in range(2, 64)})
+    return GLOBALS | set(bases) | {f"{b}{i}" for b in bases for i in range(2, 64)}
+
+
+def _class_names() -> Names:
+    return Names(class_names())
 
 
 def attention_scale(e: ir.Engine, a) -> float | None:

@@ -58,6 +58,17 @@ class Writer:
         finally:
             self.level -= 1
 
+    def child(self) -> "Writer":
+        """An empty writer at this one's indent, for text that may or may not be kept (`extend`)."""
+        sub = Writer()
+        sub.level = self.level
+        return sub
+
+    def extend(self, other: "Writer") -> None:
+        """Append another writer's lines, its source map shifted to where they land."""
+        self.source_map += [(n + len(self.lines), span) for n, span in other.source_map]
+        self.lines += other.lines
+
     def text(self) -> str:
         out = "\n".join(self.lines).rstrip("\n") + "\n"
         return re.sub(r"\n{4,}", "\n\n\n", out)

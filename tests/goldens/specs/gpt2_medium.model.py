@@ -160,7 +160,7 @@ class Cache:
 
 
 class Block(nn.Module):
-    """One `block` block, repeated config.n_layer times."""
+    """One `block` block."""
 
     def __init__(self, config):
         super().__init__()

@@ -331,7 +331,7 @@ class Cache:
 
 
 class Dense(nn.Module):
-    """One `dense` block."""
+    """One `mamba_mlp` block."""
 
     def __init__(self, config):
         super().__init__()
@@ -351,7 +351,7 @@ class Dense(nn.Module):
 
 
 class Routed(nn.Module):
-    """One `routed` block."""
+    """One `mamba_moe` block."""
 
     def __init__(self, config):
         super().__init__()
@@ -373,8 +373,8 @@ class Routed(nn.Module):
         return x, aux
 
 
-class Pairs(nn.Module):
-    """One `pairs` block, repeated config.n_pairs times in each jamba_block: the stages dense, routed in turn."""
+class Pair(nn.Module):
+    """One `pair` block: the stages dense, routed in turn."""
 
     def __init__(self, config):
         super().__init__()
@@ -389,8 +389,8 @@ class Pairs(nn.Module):
         return x, aux
 
 
-class Attention_(nn.Module):
-    """One `attention` block."""
+class AttentionBlock(nn.Module):
+    """One `attention_mlp` block."""
 
     def __init__(self, config):
         super().__init__()
@@ -409,95 +409,13 @@ class Attention_(nn.Module):
         return x
 
 
-class Routed_(nn.Module):
-    """One `routed` block."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past
-        ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            moe=Moe(config.width, hidden=config.hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts
-        ))
-
-    def forward(self, x, cache):
-        """Returns x and this block's auxiliary losses and outputs, by name."""
-        aux = {}
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init
-        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name
-        x = x + y  # burn: residual add, scaled init
-        return x, aux
-
-
-class Dense_(nn.Module):
-    """One `dense` block."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past
-        ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own
-        ))
-
-    def forward(self, x, cache):
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init
-        return x
-
-
-class Routed__(nn.Module):
-    """One `routed` block."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past
-        ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            moe=Moe(config.width, hidden=config.hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts
-        ))
-
-    def forward(self, x, cache):
-        """Returns x and this block's auxiliary losses and outputs, by name."""
-        aux = {}
-        x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init
-        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name
-        x = x + y  # burn: residual add, scaled init
-        return x, aux
-
-
-class Last(nn.Module):
-    """One `last` block: the stages dense, routed in turn."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.stages = nn.ModuleList([Dense_(config), Routed__(config)])  # one entry per stage instance
-
-    def forward(self, x, cache):
-        """Returns x and its stages' auxiliary losses and outputs, by path."""
-        aux = {}
-        x = self.stages[0](x, cache)  # block dense
-        x, losses = self.stages[1](x, cache)  # block routed
-        aux.update({f"stages.1.{name}": loss for name, loss in losses.items()})
-        return x, aux
-
-
 class JambaBlock(nn.Module):
     """One `jamba_block` block, repeated config.n_jamba_block times: the stages pairs x config.n_pairs, attention, routed, last in turn."""
 
     def __init__(self, config):
         super().__init__()
         self.config = config  # the stages' counts
-        self.stages = nn.ModuleList([Pairs(config) for _ in range(config.n_pairs)] + [Attention_(config), Routed_(config), Last(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Pair(config) for _ in range(config.n_pairs)] + [AttentionBlock(config), Routed(config), Pair(config)])  # one entry per stage instance
 
     def forward(self, x, cache, mask=None):
         """Returns x and its stages' auxiliary losses and outputs, by path."""

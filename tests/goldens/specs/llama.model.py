@@ -174,7 +174,7 @@ class Cache:
 
 
 class LlamaBlock(nn.Module):
-    """One `llama_block` block, repeated config.n_layer times."""
+    """One `llama_block` block."""
 
     def __init__(self, config):
         super().__init__()

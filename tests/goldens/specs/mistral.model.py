@@ -174,7 +174,7 @@ class Cache:
 
 
 class MistralBlock(nn.Module):
-    """One `mistral_block` block, repeated config.n_layer times."""
+    """One `mistral_block` block."""
 
     def __init__(self, config):
         super().__init__()

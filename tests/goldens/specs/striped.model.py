@@ -276,7 +276,7 @@ class Cache:
 
 
 class Local(nn.Module):
-    """One `local` block, repeated config.n_local times in each stripe."""
+    """One `local_layer` block."""
 
     def __init__(self, config):
         super().__init__()
