@@ -110,7 +110,7 @@ from .plan import Plan, make_plan
 from .runtime import cache_class, definition, digest, reads
 from .stages import classes, inline
 from .config import literal
-from .writer import COMMENT_MODES, COMMENTS, Writer, doc_tag, num, where
+from .writer import COMMENT_MODES, COMMENTS, Writer, doc_tag, num
 
 __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 
@@ -279,7 +279,7 @@ from torch.nn import functional as F""")
             w('"""Every size of the model: each module is built from these, so a smaller or larger')
             depth = next((f", {sp.n.name}=2" for sp in self.p.all_stages() if sp.n is not None), "")
             w(f"model is a different Config (`Model(Config(width={e.width // 2}{depth}))`). Defaults are the")
-            w(f'spec\'s; __post_init__ refuses sizes that break the spec\'s own constraints."""')
+            w('spec\'s; __post_init__ refuses sizes that break the spec\'s own constraints."""')
             w()
             w(f"vocab_size: int = {num(e.feed.vocab)}  # tokens in the vocabulary")
             w(f"context: int = {num(e.feed.context)}  # the longest sequence (positions, rotary tables, the KV cache)")
@@ -287,7 +287,8 @@ from torch.nn import functional as F""")
             for r in sz.fields():
                 typ = "float" if r.typ == "float" else "int"
                 w(f"{r.name}: {typ} = {literal(r)}  # {r.doc}")
-            counts = ["vocab_size", "context", "width"] + [r.name for r in sz.fields() if r.typ == "int"]
+            schedule = {r.name for r in self.p.schedule.values()}  # warmup_steps may be 0
+            counts = ["vocab_size", "context", "width"] + [r.name for r in sz.fields() if r.typ == "int" and r.name not in schedule]
             w()
             w("def __post_init__(self):")
             with self.out.indent():

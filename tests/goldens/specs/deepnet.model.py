@@ -47,6 +47,13 @@ class Config:
     n_head: int = 4  # attention heads (query heads)
     norm_eps: float = 1e-05  # the norms' epsilon
     mlp_ratio: int = 4  # the MLP's hidden width = mlp_ratio x width
+    lr: float = 0.0005  # the peak learning rate (AdamW)
+    warmup_steps: int = 1000  # steps of linear warmup
+    min_lr: float = 0.0  # the learning rate at the end of the linear decay
+    lr_steps: int = 50000  # the step at which the decay reaches min_lr
+    weight_decay: float = 0.01  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.999  # AdamW's second-moment decay
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
@@ -186,14 +193,15 @@ class Layer(nn.Module):
         return x
 
 
-def learning_rate(step):
-    """The learning-rate schedule: warmup for 1000 steps, then linear from 0.0005 to 0.0 by step 50000."""
-    if step < 1000:  # linear warmup
-        return 0.0005 * (step + 1) / 1001
-    if step >= 50000:
-        return 0.0
-    ratio = (step - 1000) / 49000
-    return 0.0005 + ratio * (0.0 - 0.0005)
+def learning_rate(step, config=None):
+    """The learning rate at `step` (the spec's schedule: linear warmup, then linear decay to config.min_lr by step config.lr_steps)."""
+    config = config or Config()
+    if step < config.warmup_steps:  # linear warmup
+        return config.lr * (step + 1) / (config.warmup_steps + 1)
+    if step >= config.lr_steps:
+        return config.min_lr
+    ratio = (step - config.warmup_steps) / max(config.lr_steps - config.warmup_steps, 1)
+    return config.lr + ratio * (config.min_lr - config.lr)
 
 
 class Model(nn.Module):
@@ -266,13 +274,15 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.0005, betas=(0.9, 0.999))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.0005)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):

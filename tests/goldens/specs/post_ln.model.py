@@ -40,6 +40,11 @@ class Config:
     norm_eps: float = 1e-05  # the norms' epsilon
     mlp_ratio: int = 4  # the MLP's hidden width = mlp_ratio x width
     feed_dropout: float = 0.1  # dropout on the embeddings
+    lr: float = 0.0007  # the peak learning rate (AdamW)
+    warmup_steps: int = 4000  # steps of linear warmup
+    weight_decay: float = 0.0  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.98  # AdamW's second-moment decay
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
@@ -135,11 +140,12 @@ class Layer(nn.Module):
         return x
 
 
-def learning_rate(step):
-    """The learning-rate schedule: warmup for 4000 steps, then constant at 0.0007."""
-    if step < 4000:  # linear warmup
-        return 0.0007 * (step + 1) / 4001
-    return 0.0007
+def learning_rate(step, config=None):
+    """The learning rate at `step` (the spec's schedule: linear warmup, then constant)."""
+    config = config or Config()
+    if step < config.warmup_steps:  # linear warmup
+        return config.lr * (step + 1) / (config.warmup_steps + 1)
+    return config.lr
 
 
 class Model(nn.Module):
@@ -192,13 +198,15 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.0},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.0007, betas=(0.9, 0.98))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.0007)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):

@@ -78,6 +78,14 @@ class Config:
     expert_hidden: int = 352  # each expert's hidden width
     capacity: float = 1.25  # training: each expert takes at most capacity x its even share of assignments
     balance: float = 0.01  # weight of the load-balancing loss (Switch Transformer)
+    lr: float = 0.0006  # the peak learning rate (AdamW)
+    warmup_steps: int = 1000  # steps of linear warmup
+    min_lr: float = 6e-05  # the learning rate at the end of the cosine decay
+    lr_steps: int = 50000  # the step at which the decay reaches min_lr
+    weight_decay: float = 0.1  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.95  # AdamW's second-moment decay
+    grad_clip: float = 1.0  # the global gradient norm is clipped at this
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
@@ -336,14 +344,15 @@ class Stripe(nn.Module):
         return x, aux
 
 
-def learning_rate(step):
-    """The learning-rate schedule: warmup for 1000 steps, then cosine from 0.0006 to 6e-05 by step 50000."""
-    if step < 1000:  # linear warmup
-        return 0.0006 * (step + 1) / 1001
-    if step >= 50000:
-        return 6e-05
-    ratio = (step - 1000) / 49000
-    return 6e-05 + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (0.0006 - 6e-05)
+def learning_rate(step, config=None):
+    """The learning rate at `step` (the spec's schedule: linear warmup, then cosine decay to config.min_lr by step config.lr_steps)."""
+    config = config or Config()
+    if step < config.warmup_steps:  # linear warmup
+        return config.lr * (step + 1) / (config.warmup_steps + 1)
+    if step >= config.lr_steps:
+        return config.min_lr
+    ratio = (step - config.warmup_steps) / max(config.lr_steps - config.warmup_steps, 1)
+    return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (config.lr - config.min_lr)
 
 
 class Model(nn.Module):
@@ -430,18 +439,20 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.0006, betas=(0.9, 0.95))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.0006)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
-        """Clip the global gradient norm at 1.0; returns the norm."""
-        return torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
+        """Clip the global gradient norm at config.grad_clip; returns the norm."""
+        return torch.nn.utils.clip_grad_norm_(self.parameters(), self.config.grad_clip)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):

@@ -49,6 +49,10 @@ class Config:
     n_head: int = 4  # attention heads (query heads)
     mlp_ratio: int = 4  # the MLP's hidden width = mlp_ratio x width
     inner_width: int = 64  # a width inside a stage (a bottleneck)
+    lr: float = 0.001  # the peak learning rate (AdamW)
+    weight_decay: float = 0.01  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.999  # AdamW's second-moment decay
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
@@ -209,9 +213,10 @@ class Upper(nn.Module):
         return x
 
 
-def learning_rate(step):
-    """The learning-rate schedule: constant at 0.001."""
-    return 0.001
+def learning_rate(step, config=None):
+    """The learning rate at `step` (the spec's schedule: constant)."""
+    config = config or Config()
+    return config.lr
 
 
 class Model(nn.Module):
@@ -281,13 +286,15 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.001, betas=(0.9, 0.999))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.001)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
