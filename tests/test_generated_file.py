@@ -34,7 +34,8 @@ def test_nested_specs_write_one_class_per_structure():
     assert {"Dense", "Routed", "Pair", "AttentionBlock", "JambaBlock"} <= set(texts)
     assert not any(name.endswith("_") for name in texts)
     # the three `routed` stages (two in pairs, one on its own) are one class
-    assert "[Pair(config) for _ in range(config.n_pairs)] + [AttentionBlock(config), Routed(config), Pair(config)]" in src
+    flat = " ".join(src.split())  # long lines are wrapped
+    assert "[Pair(config) for _ in range(config.n_pairs)] + [AttentionBlock(config), Routed(config), Pair(config)]" in flat
 
 
 def test_a_stage_named_like_a_turbine_class_never_shadows_it():
@@ -42,5 +43,28 @@ def test_a_stage_named_like_a_turbine_class_never_shadows_it():
     src = cyclelang.codegen(cyclelang.parse(text))
     names = re.findall(r"^class (\w+)", src, re.M)
     assert "Attention" in names and "AttentionBlock" in names and len(names) == len(set(names))
-    assert "self.stages = nn.ModuleList([AttentionBlock(config) for _ in range(config.n_layer)])" in src
+    assert "self.stages = nn.ModuleList([AttentionBlock(config) for _ in range(config.n_layer)])" in " ".join(src.split())
 
+
+
+def test_llamas_file_is_short_and_every_default_file_has_short_lines():
+    """nanoGPT's model.py is about 300 lines, none over 100 characters: llama's default file
+    is at most 350, and no default file has a line of 100 characters or more."""
+    from .conftest import SPECS
+
+    llama = cyclelang.codegen(ROOT / "specs" / "llama.cycle")
+    assert len(llama.splitlines()) <= 350
+    for path in SPECS:
+        long = [ln for ln in cyclelang.codegen(path).splitlines() if len(ln) > 99]
+        assert not long, (path.stem, long)
+
+
+def test_the_schedule_is_read_from_the_config():
+    src = cyclelang.codegen(ROOT / "specs" / "llama.cycle")
+    assert src.count("0.0003") == 1 and "lr: float = 0.0003" in src  # the learning rate is written once
+    assert "warmup_steps: int = 2000" in src and "lr_steps: int = 100000" in src and "grad_clip: float = 1.0" in src
+    ns: dict = {}
+    exec(compile(src, "llama_model.py", "exec"), ns)
+    config = ns["Config"](lr=1e-3, warmup_steps=0, min_lr=0.0, lr_steps=10)
+    assert ns["learning_rate"](0, config) == 1e-3 and ns["learning_rate"](10, config) == 0.0
+    assert ns["learning_rate"](2000) == 3e-4  # the spec's schedule by default

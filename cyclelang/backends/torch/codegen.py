@@ -257,8 +257,7 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
         w("Every size is a field of `Config`: change it there, or edit this file freely. It")
         w("imports only torch and the standard library; `Model` is the model, `Model.generate`")
         w("samples from it" + (" with a KV cache (valid because attention is causal)." if p.causal else " (only for causal models; this one is bidirectional)."))
-        w("Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see")
-        w("cyclelang/backends/torch/codegen.py for the full scheme.")
+        w("Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).")
         w('"""')
         w()
         if self.math:
@@ -334,6 +333,9 @@ from torch.nn import functional as F""")
                 tok = "lookup(self.tok, idx)" if opaque else "self.tok(idx)"
                 tok = tok if f.scale == 1.0 else f"{tok} * self.scale"
                 shape = "# (B, T, C): the token lookup, a custom op under torch.compile (runtime section)" if opaque else "# (B, T, C)"
+                if f.position == "none" and not f.dropout:
+                    w(f"return {tok}  {shape}")
+                    return out.blank(2)
                 if f.position == "none":
                     w(f"x = {tok}  {shape}")
                 else:

@@ -26,8 +26,8 @@ def learning_rate(out: Writer, p: Plan) -> None:
     with out.indent():
         constant = "steps" not in t
         desc = "linear warmup, then " if s.warmup else ""
-        desc += "constant" if constant else f"{sch.kind} decay to config.min_lr by step config.lr_steps"
-        w(f'"""The learning rate at `step` (the spec\'s schedule: {desc})."""')
+        desc += "constant" if constant else f"{sch.kind} decay to config.min_lr at config.lr_steps"
+        w(f'"""The learning rate at `step`: {desc}."""')
         w("config = config or Config()")
         lr = str(t["lr"])
         if s.warmup:
@@ -174,7 +174,7 @@ def reset_parameters(out: Writer, p: Plan) -> None:
     w("def reset_parameters(self):")
     with out.indent():
         if normal:
-            w(f'"""Initialisation: weights normal(0, {p.sizes.init_std()}), biases zero (GPT-2); then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
+            w(f'"""Weights normal(0, {p.sizes.init_std()}), biases zero (GPT-2); then the residual adds\' rules{doc_tag(None, "chill-down")}."""')
         else:
             w('"""Initialisation: xavier_uniform weights, biases zero, embeddings normal(0, width**-0.5);')
             w(f'then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
@@ -269,7 +269,7 @@ B, T = idx.size()''')
                     w(f'raise ValueError("attention_mask covers attention only: this engine\'s {" and ".join(mixers)} would mix padded positions")')
                 else:
                     w("mask = attention_mask.bool()  # (B, S): True for real tokens")
-                    w("pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions")
+                    w("pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)")
         if p.causal:
             w("if cache is not None and cache.length is None:")
             with out.indent():
@@ -294,7 +294,7 @@ B, T = idx.size()''')
                     out.nested(f"if n > {sc.original}:  # dynamic NTK: past the original context the rotary base grows with n",
                                f"{pre}_cos, {pre}_sin = scaled_rotary_tables(past + T, {dims}, {base}, {rotary_scaling(sc)}, seq_len=n)")
             pairs = [f"({t}_cos[past : past + T], {t}_sin[past : past + T])" for t in tables]
-            w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each: rotary cos and sin")
+            w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each")
             if p.causal:
                 padded = [f"({t}_cos[pos][:, None], {t}_sin[pos][:, None])" for t in tables]
                 w("if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions")
@@ -436,14 +436,12 @@ context = self.config.context
 cache = None
 mask = attention_mask
 for _ in range(max_new_tokens):
-    if not use_cache:
-        logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-    elif cache is None or cache.pos >= context:
-        cache = Cache(context)
-        logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-    else:
-        logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-    logits = logits[:, -1, :]  # (B, vocab)
+    if not use_cache or cache is None or cache.pos >= context:  # the whole window (a new cache)
+        cache = Cache(context) if use_cache else None
+        x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+    else:  # the new token only
+        x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+    logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
     if temperature == 0:
         nxt = logits.argmax(dim=-1, keepdim=True)
     else:

@@ -250,7 +250,7 @@ def module_list(plans: list[StagePlan]) -> str:
         parts.append(f"[{sp.cls}(config) for _ in range({sp.n})]")
     if singles:
         parts.append("[" + ", ".join(singles) + "]")
-    return "nn.ModuleList(" + " + ".join(parts) + ")  # one entry per stage instance"
+    return "nn.ModuleList(" + " + ".join(parts) + ")"
 
 
 def stage_call(out: Writer, p: Plan, sp: StagePlan) -> None:

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 from dataclasses import dataclass
@@ -62,7 +61,8 @@ class Config:
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head "
+                             f"({self.n_head}): the heads split the width evenly")
 
     @property
     def head_dim(self):
@@ -107,21 +107,24 @@ class Attention(nn.Module):
 
     def forward(self, x, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None))  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None))
         elif k.size(2) == T:  # no cache: the plain causal mask
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hd)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v)  # (B, nh, 1, hd)
         else:  # T new queries after S - T cached positions
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device))
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=causal_mask(T, k.size(2), x.device))
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.proj(y)
 
 
@@ -139,10 +142,7 @@ class Mlp(nn.Module):
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Valid because the model is causal: no position reads a later one, so the past's
-    state never changes when a token is appended."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -150,10 +150,8 @@ class Cache:
         self.state = {}
 
     def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values
-        so far. The buffers are reserved once for the whole context and written in place: a
-        step copies its own token, never the past. (Latent attention writes its latent and
-        its rotary key: two widths.)"""
+        """Write k, v (B, nkv, T, hd) at pos .. pos + T in buffers reserved once for the context;
+        return the keys and values so far (latent attention: its latent and rotary key)."""
         if layer not in self.state:
             B, nkv = k.shape[:2]
             shape = (B, nkv, self.length)
@@ -175,15 +173,22 @@ class Layer(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.alpha = config.deepnorm_alpha  # DeepNet: the residual stream is scaled up at each merge
-        self.mix = nn.ModuleDict(dict(  # attention; DeepNorm: the residual stream is scaled by alpha
-            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_head, head_dim=config.head_dim, bias=True),  # attention: the only place positions mix
+        # DeepNet: the residual stream is scaled up at each merge
+        self.alpha = config.deepnorm_alpha
+        # attention; DeepNorm: the residual stream is scaled by alpha
+        self.mix = nn.ModuleDict(dict(
+            # attention: the only place positions mix
+            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_head,
+                           head_dim=config.head_dim, bias=True),
         ))
-        self.norm1 = nn.LayerNorm(config.width, eps=config.norm_eps)  # Post-LN: the norm is on the residual stream
+        # Post-LN: the norm is on the residual stream
+        self.norm1 = nn.LayerNorm(config.width, eps=config.norm_eps)
         self.burn = nn.ModuleDict(dict(  # MLP; DeepNorm: the residual stream is scaled by alpha
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True),  # MLP: applied at each position on its own
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True),
         ))
-        self.norm2 = nn.LayerNorm(config.width, eps=config.norm_eps)  # Post-LN: the norm is on the residual stream
+        # Post-LN: the norm is on the residual stream
+        self.norm2 = nn.LayerNorm(config.width, eps=config.norm_eps)
 
     def forward(self, x, cache, mask=None):
         x = self.alpha * x + self.mix.attn(x, cache, mask)  # mix: residual add, DeepNorm
@@ -194,7 +199,8 @@ class Layer(nn.Module):
 
 
 def learning_rate(step, config=None):
-    """The learning rate at `step` (the spec's schedule: linear warmup, then linear decay to config.min_lr by step config.lr_steps)."""
+    """The learning rate at `step`: linear warmup, then linear decay to config.min_lr at
+    config.lr_steps."""
     config = config or Config()
     if step < config.warmup_steps:  # linear warmup
         return config.lr * (step + 1) / (config.warmup_steps + 1)
@@ -211,14 +217,15 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding
-        self.stages = nn.ModuleList([Layer(config) for _ in range(config.n_layer)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Layer(config) for _ in range(config.n_layer)])
         self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head
         self.aux_losses = {}
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -228,10 +235,13 @@ class Model(nn.Module):
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
         for stage in self.stages:  # block layer
-            # deepnorm: v, the output projection and the reactor start with gain beta = (8N)^-1/4 (DeepNet)
-            stage.mix.attn.qkv.weight[-stage.mix.attn.kv_heads * stage.mix.attn.head_dim :].mul_(config.deepnorm_beta)  # v: the last rows
+            # deepnorm: v, the output projection and the reactor start with gain beta = (8N)^-1/4
+            # (DeepNet)
+            v_rows = stage.mix.attn.kv_heads * stage.mix.attn.head_dim  # v: the last rows of qkv
+            stage.mix.attn.qkv.weight[-v_rows:].mul_(config.deepnorm_beta)
             stage.mix.attn.proj.weight.mul_(config.deepnorm_beta)
-            # deepnorm: v, the output projection and the reactor start with gain beta = (8N)^-1/4 (DeepNet)
+            # deepnorm: v, the output projection and the reactor start with gain beta = (8N)^-1/4
+            # (DeepNet)
             stage.burn.mlp.fc.weight.mul_(config.deepnorm_beta)
             stage.burn.mlp.proj.weight.mul_(config.deepnorm_beta)
 
@@ -250,9 +260,10 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
             mask = attention_mask.bool()  # (B, S): True for real tokens
-            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions
+            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx, past, pos)  # (B, T, C)
@@ -265,7 +276,8 @@ class Model(nn.Module):
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -282,7 +294,8 @@ class Model(nn.Module):
         ]
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
         peak = config.lr if config.lr > 0 else 1.0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -290,7 +303,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -302,14 +316,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -17,8 +16,10 @@ from torch.nn import functional as F
 
 def rotary_tables(length, dims, base):
     """Rotary positions (RoFormer), computed once: cos and sin tables, each (length, dims)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
-    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)  # (length, dims/2)
+    # (dims/2,)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+    # (length, dims/2)
+    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (length, dims)
     return emb.cos(), emb.sin()
 
@@ -60,7 +61,8 @@ class Config:
     n_expert: int = 16  # experts per MoE layer
     top_k: int = 4  # experts each token is routed to
     expert_hidden: int = 256  # each expert's hidden width
-    capacity: float = 1.0  # training: each expert takes at most capacity x its even share of assignments
+    # training: each expert takes at most capacity x its even share of assignments
+    capacity: float = 1.0
     shared_hidden: int = 512  # the shared expert's hidden width (every token visits it)
     balance: float = 0.003  # weight of the load-balancing loss (Switch Transformer)
     lr: float = 0.001  # the peak learning rate (AdamW)
@@ -71,13 +73,17 @@ class Config:
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_layer', 'heads', 'head_dim', 'rotary_dims', 'latent', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden', 'shared_hidden'):
+        for name in ('vocab_size', 'context', 'width', 'n_layer', 'heads', 'head_dim',
+                     'rotary_dims', 'latent', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden',
+                     'shared_hidden'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.rotary_dims % 2 == 0 and self.rotary_dims >= 2):
-            raise ValueError(f"Config: rotary_dims ({self.rotary_dims}) must be even and at least 2: rotary turns channel pairs")
+            raise ValueError(f"Config: rotary_dims ({self.rotary_dims}) must be even and at "
+                             "least 2: rotary turns channel pairs")
         if not (self.top_k <= self.n_expert):
-            raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert ({self.n_expert}): a token's experts are distinct")
+            raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert "
+                             f"({self.n_expert}): a token's experts are distinct")
 
 
 class Feed(nn.Module):
@@ -88,12 +94,12 @@ class Feed(nn.Module):
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = self.tok(idx)  # (B, T, C)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class LatentAttention(nn.Module):
-    """Causal multi-head latent attention (DeepSeek-V2): keys and values through a compressed latent.
+    """Causal multi-head latent attention (DeepSeek-V2): keys and values through a compressed
+    latent.
 
     Keys and values are expanded from one RMS-normalised latent per position (kv_a_proj,
     kv_b_proj), so the cache keeps the latent and a rotary key shared by the heads, not
@@ -105,12 +111,15 @@ class LatentAttention(nn.Module):
 
     def __init__(self, width, heads, head_dim, rotary_dims, v_dim, latent, eps, bias):
         super().__init__()
-        self.heads, self.head_dim, self.rotary_dims, self.v_dim, self.latent = heads, head_dim, rotary_dims, v_dim, latent
+        self.heads, self.head_dim, self.rotary_dims, self.v_dim, self.latent = (
+            heads, head_dim, rotary_dims, v_dim, latent)
         qk = heads * (head_dim + rotary_dims)
         self.q_proj = nn.Linear(width, qk, bias=False)
-        self.kv_a_proj_with_mqa = nn.Linear(width, latent + rotary_dims, bias=bias)  # [latent | the shared rotary key]
+        # [latent | the shared rotary key]
+        self.kv_a_proj_with_mqa = nn.Linear(width, latent + rotary_dims, bias=bias)
         self.kv_a_layernorm = nn.RMSNorm(latent, eps=eps)
-        self.kv_b_proj = nn.Linear(latent, heads * (head_dim + v_dim), bias=False)  # per head [k_nope | v]
+        # per head [k_nope | v]
+        self.kv_b_proj = nn.Linear(latent, heads * (head_dim + v_dim), bias=False)
         self.o_proj = nn.Linear(heads * v_dim, width, bias=bias)
 
     def forward(self, x, rope, cache):
@@ -119,20 +128,32 @@ class LatentAttention(nn.Module):
         q_nope, q_rope = q.split([self.head_dim, self.rotary_dims], dim=-1)
         c, k_rope = self.kv_a_proj_with_mqa(x).split([self.latent, self.rotary_dims], dim=-1)
         c = self.kv_a_layernorm(c)[:, None]  # (B, 1, T, latent): what the cache keeps
-        q_rope, k_rope = apply_rotary_interleaved(q_rope, *rope), apply_rotary_interleaved(k_rope[:, None], *rope)  # k_rope: (B, 1, T, rd)
+        # k_rope: (B, 1, T, rd)
+        q_rope, k_rope = apply_rotary_interleaved(
+            q_rope, *rope), apply_rotary_interleaved(k_rope[:, None], *rope)
         if cache is not None:
-            c, k_rope = cache.extend(self, c, k_rope)  # (B, 1, S, latent), (B, 1, S, rd): the latent past, then these T
-        if cache is not None and T == 1:  # decoding: absorbed, so the latent past is read as it is, never expanded
-            w_uk, w_uv = self.kv_b_proj.weight.view(self.heads, self.head_dim + self.v_dim, self.latent).split([self.head_dim, self.v_dim], dim=1)
-            q = torch.cat((q_nope @ w_uk, q_rope), dim=-1)  # (B, nh, 1, latent + rd): q_nope . (W_uk c) = (q_nope W_uk) . c
-            k = torch.cat((c, k_rope), dim=-1).expand(-1, self.heads, -1, -1)  # (B, nh, S, latent + rd): one key for every head
-            y = F.scaled_dot_product_attention(q, k, c.expand(-1, self.heads, -1, -1), scale=(self.head_dim + self.rotary_dims) ** -0.5)  # (B, nh, 1, latent)
+            # (B, 1, S, latent), (B, 1, S, rd): the latent past, then these T
+            c, k_rope = cache.extend(self, c, k_rope)
+        # decoding: absorbed, so the latent past is read as it is, never expanded
+        if cache is not None and T == 1:
+            w_uk, w_uv = self.kv_b_proj.weight.view(
+                self.heads, self.head_dim + self.v_dim,
+                self.latent).split([self.head_dim, self.v_dim], dim=1)
+            # (B, nh, 1, latent + rd): q_nope . (W_uk c) = (q_nope W_uk) . c
+            q = torch.cat((q_nope @ w_uk, q_rope), dim=-1)
+            # (B, nh, S, latent + rd): one key for every head
+            k = torch.cat((c, k_rope), dim=-1).expand(-1, self.heads, -1, -1)
+            # (B, nh, 1, latent)
+            y = F.scaled_dot_product_attention(q, k, c.expand(-1, self.heads, -1, -1),
+                                               scale=(self.head_dim + self.rotary_dims) ** -0.5)
             y = y @ w_uv.transpose(1, 2)  # (B, nh, 1, v_dim): W_uv applied after the weighted sum
             return self.o_proj(y.transpose(1, 2).reshape(B, T, self.heads * self.v_dim))
         S = c.size(2)
-        k_nope, v = self.kv_b_proj(c[:, 0]).view(B, S, self.heads, -1).transpose(1, 2).split([self.head_dim, self.v_dim], dim=-1)
+        k_nope, v = self.kv_b_proj(c[:, 0]).view(
+            B, S, self.heads, -1).transpose(1, 2).split([self.head_dim, self.v_dim], dim=-1)
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, nh, T, hd + rd)
-        k = torch.cat((k_nope, k_rope.expand(-1, self.heads, -1, -1)), dim=-1)  # (B, nh, S, hd + rd)
+        # (B, nh, S, hd + rd)
+        k = torch.cat((k_nope, k_rope.expand(-1, self.heads, -1, -1)), dim=-1)
         if S == T:  # no cache: the plain causal mask
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, v_dim)
         else:  # T new queries after S - T cached positions
@@ -182,23 +203,30 @@ class Moe(nn.Module):
         x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
         logits = self.router(x)  # (N, E)
-        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))  # (N, E), in float32 at least (as Mixtral routes)
+        # (N, E), in float32 at least (as Mixtral routes)
+        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
         weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
-        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first
+        # (k * N, E) one-hot, first choices first
+        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)
         routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
         if self.training:  # eval is dropless: every expert may take every token
             limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)
-            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue
+            # (k * N,) place in its expert's queue
+            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)
             keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
             choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
         flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
-        order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
-        counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
+        # the assignments grouped by expert, dropped ones first
+        order = torch.argsort(flat, stable=True)
+        # [dropped, then per expert]: one host sync
+        counts = torch.bincount(flat + 1, minlength=E + 1).tolist()
         order = order[counts[0] :]  # (A,) the assignments the experts take
         token = order // self.top  # (A,) each one's token
-        y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
+        # (A, C)
+        y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])
         y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
-        y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)
+        # a token's experts add in expert order; y's dtype (autocast)
+        y = y.new_zeros(B * T, C).index_add_(0, token, y)
         balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
         shared = self.shared(x)  # (N, C): the shared expert, for every token
         y = (y + shared).view(B, T, C)
@@ -206,10 +234,7 @@ class Moe(nn.Module):
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Valid because the model is causal: no position reads a later one, so the past's
-    state never changes when a token is appended."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -217,10 +242,8 @@ class Cache:
         self.state = {}
 
     def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values
-        so far. The buffers are reserved once for the whole context and written in place: a
-        step copies its own token, never the past. (Latent attention writes its latent and
-        its rotary key: two widths.)"""
+        """Write k, v (B, nkv, T, hd) at pos .. pos + T in buffers reserved once for the context;
+        return the keys and values so far (latent attention: its latent and rotary key)."""
         if layer not in self.state:
             B, nkv = k.shape[:2]
             shape = (B, nkv, self.length)
@@ -243,12 +266,18 @@ class Dense(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # latent attention; residual add
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim, rotary_dims=config.rotary_dims, v_dim=config.head_dim, latent=config.latent, eps=config.norm_eps, bias=False),  # latent attention: positions mix through a compressed key/value latent
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # latent attention: positions mix through a compressed key/value latent
+            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim,
+                                 rotary_dims=config.rotary_dims, v_dim=config.head_dim,
+                                 latent=config.latent, eps=config.norm_eps, bias=False),
         ))
         self.burn = nn.ModuleDict(dict(  # MLP; residual add
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            mlp=Mlp(config.width, hidden=config.mlp_hidden, bias=False),  # MLP: applied at each position on its own
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.mlp_hidden, bias=False),
         ))
 
     def forward(self, x, rope, cache):
@@ -263,25 +292,34 @@ class Block(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # latent attention; residual add
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim, rotary_dims=config.rotary_dims, v_dim=config.head_dim, latent=config.latent, eps=config.norm_eps, bias=False),  # latent attention: positions mix through a compressed key/value latent
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # latent attention: positions mix through a compressed key/value latent
+            attn=LatentAttention(config.width, heads=config.heads, head_dim=config.head_dim,
+                                 rotary_dims=config.rotary_dims, v_dim=config.head_dim,
+                                 latent=config.latent, eps=config.norm_eps, bias=False),
         ))
         self.burn = nn.ModuleDict(dict(  # MoE; residual add
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance, shared=config.shared_hidden),  # mixture of experts: each token goes to its top experts
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # mixture of experts: each token goes to its top experts
+            moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert,
+                    top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance,
+                    shared=config.shared_hidden),
         ))
 
     def forward(self, x, rope, cache):
         """Returns x and this block's auxiliary losses and outputs, by name."""
         aux = {}
         x = x + self.mix.attn(self.mix.norm(x), rope[0], cache)  # mix: residual add
-        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name
+        # its output and its load-balancing loss, kept by name
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))
         x = x + y  # burn: residual add
         return x, aux
 
 
 def learning_rate(step, config=None):
-    """The learning rate at `step` (the spec's schedule: constant)."""
+    """The learning rate at `step`: constant."""
     config = config or Config()
     return config.lr
 
@@ -293,7 +331,8 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding
-        self.stages = nn.ModuleList([Dense(config)] + [Block(config) for _ in range(config.n_layer)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Dense(config)]
+                                    + [Block(config) for _ in range(config.n_layer)])
         self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm
         cos, sin = rotary_tables(config.context, config.rotary_dims, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
@@ -304,7 +343,8 @@ class Model(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -329,17 +369,21 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
-            raise ValueError("attention_mask covers attention only: this engine's latent attention would mix padded positions")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
+            raise ValueError("attention_mask covers attention only: this engine's latent "
+                             "attention would mix padded positions")
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
-        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each: rotary cos and sin
+        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
-        aux = {}  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
+        # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
+        aux = {}
         x = self.stages[0](x, rope, cache)  # block dense
-        for i, stage in enumerate(self.stages[1 : 1 + self.config.n_layer], start=1):  # block block
+        # block block
+        for i, stage in enumerate(self.stages[1 : 1 + self.config.n_layer], start=1):
             x, losses = stage(x, rope, cache)
             aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
         x = self.norm(x)  # final norm
@@ -349,7 +393,8 @@ class Model(nn.Module):
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -366,7 +411,8 @@ class Model(nn.Module):
         ]
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
         peak = config.lr if config.lr > 0 else 1.0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -374,7 +420,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -386,14 +433,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -32,7 +31,9 @@ def linear_scan(q, k, v, chunk, state=None, log_decay=None):
         return q @ state, state
     ys = []
     for start in range(0, T, chunk):
-        qc, kc, vc = q[:, :, start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
+        qc, kc, vc = q[
+            :, :,
+            start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
         l = qc.size(2)
         t = torch.arange(l, device=q.device)
         gap = (t[:, None] - t[None, :]).to(q.dtype)  # (l, l): how far back each key is
@@ -43,9 +44,12 @@ def linear_scan(q, k, v, chunk, state=None, log_decay=None):
             state = state + kc.transpose(-2, -1) @ vc
         else:
             g = log_decay.to(q.dtype)[:, None, None]  # (nh, 1, 1)
-            weights = torch.exp(gap.clamp(min=0) * g).masked_fill(gap < 0, 0)  # (nh, l, l): g^(t - s) for s <= t
-            y = (scores * weights) @ vc + (qc * torch.exp((t + 1).to(q.dtype) * g[..., 0])[..., None]) @ state
-            state = state * torch.exp(l * g) + (kc * torch.exp((l - 1 - t).to(q.dtype) * g[..., 0])[..., None]).transpose(-2, -1) @ vc
+            # (nh, l, l): g^(t - s) for s <= t
+            weights = torch.exp(gap.clamp(min=0) * g).masked_fill(gap < 0, 0)
+            y = (scores * weights) @ vc + (qc * torch.exp((t + 1).to(q.dtype) * g[..., 0])[
+                ..., None]) @ state
+            state = state * torch.exp(l * g) + (kc * torch.exp((
+                l - 1 - t).to(q.dtype) * g[..., 0])[..., None]).transpose(-2, -1) @ vc
         ys.append(y)
     return torch.cat(ys, dim=2), state
 
@@ -76,7 +80,8 @@ class Config:
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head "
+                             f"({self.n_head}): the heads split the width evenly")
 
     @property
     def head_dim(self):
@@ -85,7 +90,8 @@ class Config:
 
     @property
     def cooling_std(self):
-        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.004082482904638631)."""
+        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec:
+        0.004082482904638631)."""
         return self.init_std / math.sqrt(2 * self.depth)
 
 
@@ -97,12 +103,12 @@ class Feed(nn.Module):
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = self.tok(idx)  # (B, T, C)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class LinearAttention(nn.Module):
-    """Causal linear attention (Katharopoulos et al. 2020): positions mix through a fixed-size state.
+    """Causal linear attention (Katharopoulos et al. 2020): positions mix through a fixed-size
+    state.
 
     softmax(q k^T) is replaced by phi(q) phi(k)^T with phi(x) = elu(x) + 1, so the keys and values
     fold into a state S_t = g S_{t-1} + phi(k_t)^T v_t of heads x head_dim x head_dim:
@@ -118,14 +124,19 @@ class LinearAttention(nn.Module):
         self.heads, self.head_dim, self.chunk = heads, head_dim, chunk
         self.qkv = nn.Linear(width, 3 * heads * head_dim, bias=bias)  # q, k, v fused
         self.proj = nn.Linear(heads * head_dim, width, bias=bias)
-        self.register_buffer("log_decay", torch.log(1 - 2.0 ** (-5.0 - torch.arange(heads))), persistent=False)  # (nh,)
+        # (nh,)
+        self.register_buffer("log_decay", torch.log(1 - 2.0 ** (-5.0 - torch.arange(heads))),
+                             persistent=False)
 
     def forward(self, x, cache):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
+        # (B, nh, T, hd) each
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = F.elu(q) + 1, F.elu(k) + 1  # the feature map phi: positive scores
-        v = torch.cat((v, v.new_ones(B, self.heads, T, 1)), dim=-1)  # a column of ones: the same sums give phi(q) z
-        y, state = linear_scan(q, k, v, self.chunk, None if cache is None else cache.recurrent(self), self.log_decay)
+        # a column of ones: the same sums give phi(q) z
+        v = torch.cat((v, v.new_ones(B, self.heads, T, 1)), dim=-1)
+        y, state = linear_scan(q, k, v, self.chunk,
+                               None if cache is None else cache.recurrent(self), self.log_decay)
         if cache is not None:
             cache.keep(self, state)  # (B, nh, hd, hd): all it remembers
         y = y[..., :-1] / (y[..., -1:] + self.EPS)  # divided by phi(q) z
@@ -147,10 +158,7 @@ class Mlp(nn.Module):
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Valid because the model is causal: no position reads a later one, so the past's
-    state never changes when a token is appended."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -176,13 +184,20 @@ class Block(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # linear attention; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.LayerNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            attn=LinearAttention(config.width, heads=config.n_head, head_dim=config.head_dim, chunk=config.chunk, bias=True),  # linear attention: positions mix through a fixed-size state
+        # linear attention; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.LayerNorm(config.width, eps=config.norm_eps),
+            # linear attention: positions mix through a fixed-size state
+            attn=LinearAttention(config.width, heads=config.n_head, head_dim=config.head_dim,
+                                 chunk=config.chunk, bias=True),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.LayerNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True),  # MLP: applied at each position on its own
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.LayerNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True),
         ))
 
     def forward(self, x, cache):
@@ -192,7 +207,7 @@ class Block(nn.Module):
 
 
 def learning_rate(step, config=None):
-    """The learning rate at `step` (the spec's schedule: constant)."""
+    """The learning rate at `step`: constant."""
     config = config or Config()
     return config.lr
 
@@ -204,14 +219,15 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])
         self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # final norm
         self.aux_losses = {}
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -241,8 +257,10 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
-            raise ValueError("attention_mask covers attention only: this engine's linear_attention would mix padded positions")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
+            raise ValueError("attention_mask covers attention only: this engine's "
+                             "linear_attention would mix padded positions")
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
@@ -250,13 +268,15 @@ class Model(nn.Module):
         for stage in self.stages:  # block block
             x = stage(x, cache)
         x = self.norm(x)  # final norm
-        logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
+        # (B, T, vocab): the LM head, tied to the token embedding
+        logits = F.linear(x, self.feed.tok.weight)
         if cache is not None:
             cache.pos += T
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -273,7 +293,8 @@ class Model(nn.Module):
         ]
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
         peak = config.lr if config.lr > 0 else 1.0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -281,7 +302,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -293,14 +315,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -49,27 +48,33 @@ def selective_scan(x, dt, A, B, C, chunk, state=None):
     in x's dtype and the state after the last position (float32 or wider)."""
     b, T, d = x.shape
     dtype = x.dtype
-    work = torch.promote_types(dtype, torch.float32)  # float32 at least, as transformers' scan; float64 stays
+    # float32 at least, as transformers' scan; float64 stays
+    work = torch.promote_types(dtype, torch.float32)
     x, dt, B, C, A = x.to(work), dt.to(work), B.to(work), C.to(work), A.to(work)
     if state is None:
         state = x.new_zeros(b, d, A.size(-1))
     if T == 1:  # decoding: the recurrence itself, one step
-        state = torch.exp(dt[:, 0, :, None] * A) * state + (dt[:, 0] * x[:, 0])[..., None] * B[:, 0, None, :]
+        state = torch.exp(dt[:, 0, :, None] * A) * state + (dt[:, 0] * x[:, 0])[
+            ..., None] * B[:, 0, None, :]
         return torch.einsum("bdn,bn->bd", state, C[:, 0])[:, None].to(dtype), state
     ys = []
     for start in range(0, T, chunk):
         dtc = dt[:, start : start + chunk]
         l = dtc.size(1)
         a = torch.exp(dtc[..., None] * A)  # (b, l, d, n): each step's decay
-        u = (dtc * x[:, start : start + chunk])[..., None] * B[:, start : start + chunk, None, :]  # (b, l, d, n): what enters
-        u = torch.cat((u[:, :1] + a[:, :1] * state[:, None], u[:, 1:]), dim=1)  # the carried state enters at the first position
+        # (b, l, d, n): what enters
+        u = (dtc * x[:, start : start + chunk])[..., None] * B[:, start : start + chunk, None, :]
+        # the carried state enters at the first position
+        u = torch.cat((u[:, :1] + a[:, :1] * state[:, None], u[:, 1:]), dim=1)
         k = 1
         while k < l:  # after this step, u_t holds the last 2k inputs, each decayed to t
             u = torch.cat((u[:, :k], u[:, k:] + a[:, k:] * u[:, :-k]), dim=1)
             if 2 * k < l:
-                a = torch.cat((a[:, :k], a[:, k:] * a[:, :-k]), dim=1)  # the decay over the last 2k steps
+                # the decay over the last 2k steps
+                a = torch.cat((a[:, :k], a[:, k:] * a[:, :-k]), dim=1)
             k *= 2
-        ys.append(torch.einsum("btdn,btn->btd", u, C[:, start : start + chunk]))  # (b, l, d): the state read by C
+        # (b, l, d): the state read by C
+        ys.append(torch.einsum("btdn,btn->btd", u, C[:, start : start + chunk]))
         state = u[:, -1]
     return torch.cat(ys, dim=1).to(dtype), state
 
@@ -95,10 +100,12 @@ class Config:
     hidden: int = 1024  # the MLP's hidden width
     n_expert: int = 8  # experts per MoE layer
     top_k: int = 2  # experts each token is routed to
-    capacity: float = 1.25  # training: each expert takes at most capacity x its even share of assignments
+    # training: each expert takes at most capacity x its even share of assignments
+    capacity: float = 1.25
     balance: float = 0.001  # weight of the load-balancing loss (Switch Transformer)
     heads: int = 8  # attention heads (query heads)
-    kv_heads: int = 2  # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    kv_heads: int = 2
     lr: float = 0.001  # the peak learning rate (AdamW)
     weight_decay: float = 0.01  # AdamW's weight decay (matrices only)
     beta1: float = 0.9  # AdamW's first-moment decay
@@ -107,17 +114,24 @@ class Config:
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_jamba_block', 'n_pairs', 'ssm_expand', 'ssm_state', 'ssm_conv', 'ssm_chunk', 'hidden', 'n_expert', 'top_k', 'heads', 'kv_heads'):
+        for name in ('vocab_size', 'context', 'width', 'n_jamba_block', 'n_pairs', 'ssm_expand',
+                     'ssm_state', 'ssm_conv', 'ssm_chunk', 'hidden', 'n_expert', 'top_k', 'heads',
+                     'kv_heads'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.dt_min <= self.dt_max):
-            raise ValueError(f"Config: dt_min ({self.dt_min}) must be at most dt_max ({self.dt_max})")
+            raise ValueError(f"Config: dt_min ({self.dt_min}) must be at most dt_max "
+                             f"({self.dt_max})")
         if not (self.top_k <= self.n_expert):
-            raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert ({self.n_expert}): a token's experts are distinct")
+            raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert "
+                             f"({self.n_expert}): a token's experts are distinct")
         if not (self.width % self.heads == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by heads ({self.heads}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by heads "
+                             f"({self.heads}): the heads split the width evenly")
         if not (self.heads % self.kv_heads == 0):
-            raise ValueError(f"Config: heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads}): each key/value head serves a whole group of query heads")
+            raise ValueError(f"Config: heads ({self.heads}) must be divisible by kv_heads "
+                             f"({self.kv_heads}): each key/value head serves a whole group of "
+                             "query heads")
 
     @property
     def dt_rank(self):
@@ -131,8 +145,12 @@ class Config:
 
     @property
     def cooling_std(self):
-        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.0035355339059327372)."""
-        return self.init_std / math.sqrt(2 * self.n_jamba_block * self.n_pairs + 2 * self.n_jamba_block * self.n_pairs + 2 * self.n_jamba_block + 2 * self.n_jamba_block + 2 * self.n_jamba_block + 2 * self.n_jamba_block)
+        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec:
+        0.0035355339059327372)."""
+        return self.init_std / math.sqrt(2 * self.n_jamba_block * self.n_pairs
+                                         + 2 * self.n_jamba_block * self.n_pairs
+                                         + 2 * self.n_jamba_block + 2 * self.n_jamba_block
+                                         + 2 * self.n_jamba_block + 2 * self.n_jamba_block)
 
 
 class Feed(nn.Module):
@@ -143,12 +161,12 @@ class Feed(nn.Module):
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = self.tok(idx)  # (B, T, C)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class MambaMixer(nn.Module):
-    """Selective state-space mixer (Mamba-1, Gu & Dao 2023): a regenerative jacket, one state per channel.
+    """Selective state-space mixer (Mamba-1, Gu & Dao 2023): a regenerative jacket, one state per
+    channel.
 
     in_proj gives the scan's input x and a gate z; a depthwise causal conv and silu; x_proj gives
     a low-rank step and B, C (each RMS-normalised, as Jamba's); the step is
@@ -161,17 +179,24 @@ class MambaMixer(nn.Module):
 
     DT_FLOOR = 1e-4  # the smallest step size dt's bias starts at (mamba_ssm's dt_init_floor)
 
-    def __init__(self, width, inner, state, dt_rank, conv, chunk, bias, conv_bias, eps, dt_min, dt_max):
+    def __init__(self, width, inner, state, dt_rank, conv, chunk, bias, conv_bias, eps, dt_min,
+                 dt_max):
         super().__init__()
         self.inner, self.state, self.dt_rank, self.chunk = inner, state, dt_rank, chunk
         self.in_proj = nn.Linear(width, 2 * inner, bias=bias)  # rows [x | z]
         self.conv1d = nn.Conv1d(inner, inner, conv, groups=inner, bias=conv_bias)  # depthwise
         self.x_proj = nn.Linear(inner, dt_rank + 2 * state, bias=False)  # rows [dt | B | C]
         std = dt_rank**-0.5
-        self.dt_weight = nn.Parameter(torch.empty(inner, dt_rank).uniform_(-std, std))  # the step's projection up to one per channel
-        dt = torch.exp(torch.rand(inner) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=self.DT_FLOOR)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
-        self.A_log = nn.Parameter(torch.log(torch.arange(state, dtype=torch.float32) + 1).repeat(inner, 1))  # A = -(1 .. state) per channel (S4D real)
+        # the step's projection up to one per channel
+        self.dt_weight = nn.Parameter(torch.empty(inner, dt_rank).uniform_(-std, std))
+        dt = torch.exp(
+            torch.rand(inner) * (math.log(dt_max) - math.log(dt_min))
+            + math.log(dt_min)).clamp(min=self.DT_FLOOR)
+        # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        # A = -(1 .. state) per channel (S4D real)
+        self.A_log = nn.Parameter(torch.log(
+            torch.arange(state, dtype=torch.float32) + 1).repeat(inner, 1))
         self.D = nn.Parameter(torch.ones(inner))  # the skip past the scan
         self.dt_layernorm = nn.RMSNorm(dt_rank, eps=eps)  # Jamba's norms on the step, B and C
         self.b_layernorm = nn.RMSNorm(state, eps=eps)
@@ -182,12 +207,17 @@ class MambaMixer(nn.Module):
         B, T, _ = x.size()
         u, z = self.in_proj(x).chunk(2, dim=-1)  # (B, T, inner) each
         K = self.conv1d.kernel_size[0]
-        h = u if cache is None else cache.extend_pool(self.conv1d, u, K - 1)  # (B, P + T, inner): the conv window first
-        u = F.silu(self.conv1d(F.pad(h.transpose(1, 2), (K - 1, 0)))[..., -T:]).transpose(1, 2)  # (B, T, inner)
-        dt, b, c = self.x_proj(u).split([self.dt_rank, self.state, self.state], dim=-1)  # (B, T, dt_rank), (B, T, N), (B, T, N)
+        # (B, P + T, inner): the conv window first
+        h = u if cache is None else cache.extend_pool(self.conv1d, u, K - 1)
+        # (B, T, inner)
+        u = F.silu(self.conv1d(F.pad(h.transpose(1, 2), (K - 1, 0)))[..., -T:]).transpose(1, 2)
+        # (B, T, dt_rank), (B, T, N), (B, T, N)
+        dt, b, c = self.x_proj(u).split([self.dt_rank, self.state, self.state], dim=-1)
         dt, b, c = self.dt_layernorm(dt), self.b_layernorm(b), self.c_layernorm(c)
-        dt = F.softplus(F.linear(dt, self.dt_weight, self.dt_bias))  # (B, T, inner): a step per channel
-        y, h = selective_scan(u, dt, -torch.exp(self.A_log), b, c, self.chunk, None if cache is None else cache.recurrent(self))
+        # (B, T, inner): a step per channel
+        dt = F.softplus(F.linear(dt, self.dt_weight, self.dt_bias))
+        y, h = selective_scan(u, dt, -torch.exp(self.A_log), b, c, self.chunk,
+                              None if cache is None else cache.recurrent(self))
         if cache is not None:
             cache.keep(self, h)  # (B, inner, N): all the scan remembers
         y = (y + u * self.D) * F.silu(z)  # (B, T, inner)
@@ -233,23 +263,30 @@ class Moe(nn.Module):
         x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
         logits = self.router(x)  # (N, E)
-        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))  # (N, E), in float32 at least (as Mixtral routes)
+        # (N, E), in float32 at least (as Mixtral routes)
+        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
         weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
-        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first
+        # (k * N, E) one-hot, first choices first
+        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)
         routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
         if self.training:  # eval is dropless: every expert may take every token
             limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)
-            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue
+            # (k * N,) place in its expert's queue
+            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)
             keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
             choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
         flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
-        order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
-        counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
+        # the assignments grouped by expert, dropped ones first
+        order = torch.argsort(flat, stable=True)
+        # [dropped, then per expert]: one host sync
+        counts = torch.bincount(flat + 1, minlength=E + 1).tolist()
         order = order[counts[0] :]  # (A,) the assignments the experts take
         token = order // self.top  # (A,) each one's token
-        y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
+        # (A, C)
+        y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])
         y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
-        y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)
+        # a token's experts add in expert order; y's dtype (autocast)
+        y = y.new_zeros(B * T, C).index_add_(0, token, y)
         balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
         y = y.view(B, T, C)
         return y, balance_loss
@@ -269,29 +306,31 @@ class Attention(nn.Module):
 
     def forward(self, x, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None), enable_gqa=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None),
+                                               enable_gqa=True)
         elif k.size(2) == T:  # no cache: the plain causal mask
-            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, nh, 1, hd)
         else:  # T new queries after S - T cached positions
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device), enable_gqa=True)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=causal_mask(T, k.size(2), x.device),
+                                               enable_gqa=True)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.proj(y)
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Valid because the model is causal: no position reads a later one, so the past's
-    state never changes when a token is appended."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -299,10 +338,8 @@ class Cache:
         self.state = {}
 
     def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values
-        so far. The buffers are reserved once for the whole context and written in place: a
-        step copies its own token, never the past. (Latent attention writes its latent and
-        its rotary key: two widths.)"""
+        """Write k, v (B, nkv, T, hd) at pos .. pos + T in buffers reserved once for the context;
+        return the keys and values so far (latent attention: its latent and rotary key)."""
         if layer not in self.state:
             B, nkv = k.shape[:2]
             shape = (B, nkv, self.length)
@@ -339,13 +376,23 @@ class Dense(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past
+        # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the
+            # past
+            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width,
+                           state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv,
+                           chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps,
+                           dt_min=config.dt_min, dt_max=config.dt_max),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),
         ))
 
     def forward(self, x, cache):
@@ -359,20 +406,32 @@ class Routed(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width, state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max),  # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the past
+        # SSM (Mamba-1); residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # selective state-space mixer (Mamba-1): a fixed-size state per channel carries the
+            # past
+            ssm=MambaMixer(config.width, inner=config.ssm_expand * config.width,
+                           state=config.ssm_state, dt_rank=config.dt_rank, conv=config.ssm_conv,
+                           chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps,
+                           dt_min=config.dt_min, dt_max=config.dt_max),
         ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            moe=Moe(config.width, hidden=config.hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts
+        # MoE; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # mixture of experts: each token goes to its top experts
+            moe=Moe(config.width, hidden=config.hidden, experts=config.n_expert, top=config.top_k,
+                    bias=False, capacity=config.capacity, balance=config.balance),
         ))
 
     def forward(self, x, cache):
         """Returns x and this block's auxiliary losses and outputs, by name."""
         aux = {}
         x = x + self.mix.ssm(self.mix.norm(x), cache)  # mix: residual add, scaled init
-        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name
+        # its output and its load-balancing loss, kept by name
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))
         x = x + y  # burn: residual add, scaled init
         return x, aux
 
@@ -382,7 +441,7 @@ class Pair(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.stages = nn.ModuleList([Dense(config), Routed(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Dense(config), Routed(config)])
 
     def forward(self, x, cache):
         """Returns x and its stages' auxiliary losses and outputs, by path."""
@@ -398,13 +457,20 @@ class AttentionBlock(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads, head_dim=config.head_dim, bias=False),  # attention: the only place positions mix
+        # attention; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # attention: the only place positions mix
+            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads,
+                           head_dim=config.head_dim, bias=False),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),
         ))
 
     def forward(self, x, cache, mask=None):
@@ -414,12 +480,14 @@ class AttentionBlock(nn.Module):
 
 
 class JambaBlock(nn.Module):
-    """One `jamba_block` block, repeated config.n_jamba_block times: the stages pairs x config.n_pairs, attention, routed, last in turn."""
+    """One `jamba_block` block, repeated config.n_jamba_block times: the stages pairs x
+    config.n_pairs, attention, routed, last in turn."""
 
     def __init__(self, config):
         super().__init__()
         self.config = config  # the stages' counts
-        self.stages = nn.ModuleList([Pair(config) for _ in range(config.n_pairs)] + [AttentionBlock(config), Routed(config), Pair(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Pair(config) for _ in range(config.n_pairs)]
+                                    + [AttentionBlock(config), Routed(config), Pair(config)])
 
     def forward(self, x, cache, mask=None):
         """Returns x and its stages' auxiliary losses and outputs, by path."""
@@ -429,14 +497,16 @@ class JambaBlock(nn.Module):
             aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
         x = self.stages[self.config.n_pairs](x, cache, mask)  # block attention
         x, losses = self.stages[self.config.n_pairs + 1](x, cache)  # block routed
-        aux.update({f"stages.{self.config.n_pairs + 1}.{name}": loss for name, loss in losses.items()})
+        aux.update({f"stages.{self.config.n_pairs + 1}.{name}": loss for name,
+                    loss in losses.items()})
         x, losses = self.stages[self.config.n_pairs + 2](x, cache)  # block last
-        aux.update({f"stages.{self.config.n_pairs + 2}.{name}": loss for name, loss in losses.items()})
+        aux.update({f"stages.{self.config.n_pairs + 2}.{name}": loss for name,
+                    loss in losses.items()})
         return x, aux
 
 
 def learning_rate(step, config=None):
-    """The learning rate at `step` (the spec's schedule: constant)."""
+    """The learning rate at `step`: constant."""
     config = config or Config()
     return config.lr
 
@@ -448,7 +518,7 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding
-        self.stages = nn.ModuleList([JambaBlock(config) for _ in range(config.n_jamba_block)])  # one entry per stage instance
+        self.stages = nn.ModuleList([JambaBlock(config) for _ in range(config.n_jamba_block)])
         self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm
         self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head
         self.aux_losses = {}
@@ -456,7 +526,8 @@ class Model(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -524,12 +595,15 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
-            raise ValueError("attention_mask covers attention only: this engine's ssm would mix padded positions")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
+            raise ValueError("attention_mask covers attention only: this engine's ssm would "
+                             "mix padded positions")
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
-        aux = {}  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
+        # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
+        aux = {}
         for i, stage in enumerate(self.stages):  # block jamba_block
             x, losses = stage(x, cache, mask)
             aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
@@ -540,7 +614,8 @@ class Model(nn.Module):
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -557,7 +632,8 @@ class Model(nn.Module):
         ]
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
         peak = config.lr if config.lr > 0 else 1.0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -565,7 +641,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -577,14 +654,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

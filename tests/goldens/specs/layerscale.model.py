@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 from dataclasses import dataclass
@@ -59,7 +58,8 @@ class Config:
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head "
+                             f"({self.n_head}): the heads split the width evenly")
 
     @property
     def head_dim(self):
@@ -99,21 +99,24 @@ class Attention(nn.Module):
 
     def forward(self, x, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None))  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None))
         elif k.size(2) == T:  # no cache: the plain causal mask
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hd)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v)  # (B, nh, 1, hd)
         else:  # T new queries after S - T cached positions
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device))
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=causal_mask(T, k.size(2), x.device))
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.proj(y)
 
 
@@ -131,10 +134,7 @@ class Mlp(nn.Module):
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Valid because the model is causal: no position reads a later one, so the past's
-    state never changes when a token is appended."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -142,10 +142,8 @@ class Cache:
         self.state = {}
 
     def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values
-        so far. The buffers are reserved once for the whole context and written in place: a
-        step copies its own token, never the past. (Latent attention writes its latent and
-        its rotary key: two widths.)"""
+        """Write k, v (B, nkv, T, hd) at pos .. pos + T in buffers reserved once for the context;
+        return the keys and values so far (latent attention: its latent and rotary key)."""
         if layer not in self.state:
             B, nkv = k.shape[:2]
             shape = (B, nkv, self.length)
@@ -167,9 +165,13 @@ class BlockMix(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # Pre-LN: the norm is on the branch
-        self.attn = Attention(config.width, heads=config.n_head, kv_heads=config.n_head, head_dim=config.head_dim, bias=True)  # attention: the only place positions mix
-        self.scale = nn.Parameter(torch.full((config.width,), config.layerscale_init))  # LayerScale: per channel
+        # Pre-LN: the norm is on the branch
+        self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)
+        # attention: the only place positions mix
+        self.attn = Attention(config.width, heads=config.n_head, kv_heads=config.n_head,
+                              head_dim=config.head_dim, bias=True)
+        # LayerScale: per channel
+        self.scale = nn.Parameter(torch.full((config.width,), config.layerscale_init))
 
     def forward(self, x, cache, mask=None):
         x = self.norm(x)
@@ -182,9 +184,12 @@ class BlockBurn(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # Pre-LN: the norm is on the branch
-        self.mlp = Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True)  # MLP: applied at each position on its own
-        self.scale = nn.Parameter(torch.full((config.width,), config.layerscale_init))  # LayerScale: per channel
+        # Pre-LN: the norm is on the branch
+        self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)
+        # MLP: applied at each position on its own
+        self.mlp = Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True)
+        # LayerScale: per channel
+        self.scale = nn.Parameter(torch.full((config.width,), config.layerscale_init))
 
     def forward(self, x):
         x = self.norm(x)
@@ -197,8 +202,10 @@ class Block(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.mix = BlockMix(config)  # attention; residual add through a learned per-channel gain (LayerScale)
-        self.burn = BlockBurn(config)  # MLP; residual add through a learned per-channel gain (LayerScale)
+        # attention; residual add through a learned per-channel gain (LayerScale)
+        self.mix = BlockMix(config)
+        # MLP; residual add through a learned per-channel gain (LayerScale)
+        self.burn = BlockBurn(config)
 
     def forward(self, x, cache, mask=None):
         x = x + self.mix.scale * self.mix(x, cache, mask)  # mix: residual add, LayerScale
@@ -207,7 +214,7 @@ class Block(nn.Module):
 
 
 def learning_rate(step, config=None):
-    """The learning rate at `step` (the spec's schedule: constant)."""
+    """The learning rate at `step`: constant."""
     config = config or Config()
     return config.lr
 
@@ -219,14 +226,15 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.n_layer)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # final norm
         self.aux_losses = {}
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -251,9 +259,10 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
             mask = attention_mask.bool()  # (B, S): True for real tokens
-            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions
+            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx, past, pos)  # (B, T, C)
@@ -261,13 +270,15 @@ class Model(nn.Module):
         for stage in self.stages:  # block block
             x = stage(x, cache, mask)
         x = self.norm(x)  # final norm
-        logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
+        # (B, T, vocab): the LM head, tied to the token embedding
+        logits = F.linear(x, self.feed.tok.weight)
         if cache is not None:
             cache.pos += T
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -284,7 +295,8 @@ class Model(nn.Module):
         ]
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
         peak = config.lr if config.lr > 0 else 1.0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -292,7 +304,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -304,14 +317,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -22,10 +21,12 @@ def ssd_scan(x, dt, A, B, C, chunk, state=None):
     state: (b, h, p, n) from earlier positions, or None. The recurrence, per head:
         s_t = exp(dt_t A) s_{t-1} + dt_t x_t B_t^T        (b, h, p, n)
         y_t = s_t C_t                                     (b, h, p)
-    Returns y (b, T, h, p) in x's dtype and the state after the last position (float32 or wider)."""
+    Returns y (b, T, h, p) in x's dtype and the state after the last position (float32 or
+    wider)."""
     b, T, h, p = x.shape
     dtype = x.dtype
-    work = torch.promote_types(dtype, torch.float32)  # float32 at least, as transformers' scan; float64 stays
+    # float32 at least, as transformers' scan; float64 stays
+    work = torch.promote_types(dtype, torch.float32)
     x, dt, B, C = x.to(work), dt.to(work), B.to(work), C.to(work)
     if state is None:
         state = x.new_zeros(b, h, p, B.size(-1))
@@ -40,16 +41,26 @@ def ssd_scan(x, dt, A, B, C, chunk, state=None):
         ac, uc, Bc, Cc = a[:, start:end], u[:, start:end], B[:, start:end], C[:, start:end]
         l = end - start
         cum = ac.cumsum(dim=1)  # (b, l, h): decay from the chunk's start
-        # exp(a_{s+1} + ... + a_t) at (t, s), 0 for s > t: sums of masked copies, not a difference of cumulative
+        # exp(a_{s+1} + ... + a_t) at (t, s), 0 for s > t: sums of masked copies, not a difference
+        # of cumulative
         # sums, which would lose precision over a long chunk
         below = torch.ones(l, l, dtype=torch.bool, device=x.device).tril(-1)
-        sums = ac.transpose(1, 2)[..., None].expand(b, h, l, l).masked_fill(~below, 0).cumsum(dim=-2)  # (b, h, l, l)
-        decay = sums.masked_fill(~below.logical_or(torch.eye(l, dtype=torch.bool, device=x.device)), -float("inf")).exp()
-        scores = torch.einsum("bthn,bshn->bhts", Cc, Bc) * decay  # (b, h, l, l): masked, like causal attention
+        # (b, h, l, l)
+        sums = ac.transpose(1,
+                            2)[..., None].expand(b, h, l, l).masked_fill(~below, 0).cumsum(dim=-2)
+        decay = sums.masked_fill(
+            ~below.logical_or(torch.eye(l, dtype=torch.bool, device=x.device)),
+            -float("inf")).exp()
+        # (b, h, l, l): masked, like causal attention
+        scores = torch.einsum("bthn,bshn->bhts", Cc, Bc) * decay
         y = torch.einsum("bhts,bshp->bthp", scores, uc)  # what the chunk contributes to itself
-        y = y + torch.einsum("bthn,bhpn->bthp", Cc, state) * cum.exp()[..., None]  # what the state brings in
-        to_end = (cum[:, -1:] - cum).exp()  # (b, l, h): decay from each position to the chunk's end
-        state = state * cum[:, -1, :, None, None].exp() + torch.einsum("bshn,bshp->bhpn", Bc * to_end[..., None], uc)
+        # what the state brings in
+        y = y + torch.einsum("bthn,bhpn->bthp", Cc, state) * cum.exp()[..., None]
+        # (b, l, h): decay from each position to the chunk's end
+        to_end = (cum[:, -1:] - cum).exp()
+        state = state * cum[
+            :, -1, :, None,
+            None].exp() + torch.einsum("bshn,bshp->bhpn", Bc * to_end[..., None], uc)
         ys.append(y)
     return torch.cat(ys, dim=1).to(dtype), state
 
@@ -93,15 +104,21 @@ class Config:
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'depth', 'ssm_heads', 'ssm_expand', 'ssm_groups', 'ssm_state', 'ssm_conv', 'ssm_chunk'):
+        for name in ('vocab_size', 'context', 'width', 'depth', 'ssm_heads', 'ssm_expand',
+                     'ssm_groups', 'ssm_state', 'ssm_conv', 'ssm_chunk'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not ((self.ssm_expand * self.width) % self.ssm_heads == 0):
-            raise ValueError(f"Config: ssm_heads ({self.ssm_heads}) must divide ssm_expand x width ({self.ssm_expand * self.width}): the heads split the inner width evenly")
+            raise ValueError(f"Config: ssm_heads ({self.ssm_heads}) must divide ssm_expand x "
+                             f"width ({self.ssm_expand * self.width}): the heads split the "
+                             "inner width evenly")
         if not (self.ssm_heads % self.ssm_groups == 0):
-            raise ValueError(f"Config: ssm_heads ({self.ssm_heads}) must be divisible by ssm_groups ({self.ssm_groups}): each group of scan heads shares one B and one C")
+            raise ValueError(f"Config: ssm_heads ({self.ssm_heads}) must be divisible by "
+                             f"ssm_groups ({self.ssm_groups}): each group of scan heads shares "
+                             "one B and one C")
         if not (self.dt_min <= self.dt_max):
-            raise ValueError(f"Config: dt_min ({self.dt_min}) must be at most dt_max ({self.dt_max})")
+            raise ValueError(f"Config: dt_min ({self.dt_min}) must be at most dt_max "
+                             f"({self.dt_max})")
 
     @property
     def ssm_head_dim(self):
@@ -110,7 +127,8 @@ class Config:
 
     @property
     def cooling_std(self):
-        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.004082482904638631)."""
+        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec:
+        0.004082482904638631)."""
         return self.init_std / math.sqrt(self.depth)
 
 
@@ -122,8 +140,7 @@ class Feed(nn.Module):
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = self.tok(idx)  # (B, T, C)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class Ssm(nn.Module):
@@ -137,17 +154,26 @@ class Ssm(nn.Module):
 
     DT_FLOOR = 1e-4  # the smallest step size dt's bias starts at (mamba_ssm's dt_init_floor)
 
-    def __init__(self, width, heads, head_dim, state, groups, conv, chunk, bias, conv_bias, eps, dt_min, dt_max, dt_lo, dt_hi):
+    def __init__(self, width, heads, head_dim, state, groups, conv, chunk, bias, conv_bias, eps,
+                 dt_min, dt_max, dt_lo, dt_hi):
         super().__init__()
-        self.heads, self.head_dim, self.state, self.groups, self.chunk = heads, head_dim, state, groups, chunk
+        self.heads, self.head_dim, self.state, self.groups, self.chunk = (
+            heads, head_dim, state, groups, chunk)
         self.eps, self.dt_lo, self.dt_hi = eps, dt_lo, dt_hi
         self.inner = heads * head_dim
         self.conv_dim = self.inner + 2 * groups * state  # the conv mixes x, B and C
-        self.in_proj = nn.Linear(width, self.inner + self.conv_dim + heads, bias=bias)  # rows [z | x B C | dt]
-        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv, groups=self.conv_dim, bias=conv_bias)  # depthwise
-        dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=self.DT_FLOOR)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
-        self.A_log = nn.Parameter(torch.log(torch.arange(heads, dtype=torch.float32) + 1))  # A = -exp(A_log): -1 .. -heads (S4D real)
+        # rows [z | x B C | dt]
+        self.in_proj = nn.Linear(width, self.inner + self.conv_dim + heads, bias=bias)
+        # depthwise
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv, groups=self.conv_dim,
+                                bias=conv_bias)
+        dt = torch.exp(
+            torch.rand(heads) * (math.log(dt_max) - math.log(dt_min))
+            + math.log(dt_min)).clamp(min=self.DT_FLOOR)
+        # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        # A = -exp(A_log): -1 .. -heads (S4D real)
+        self.A_log = nn.Parameter(torch.log(torch.arange(heads, dtype=torch.float32) + 1))
         self.D = nn.Parameter(torch.ones(heads))  # the skip past the scan
         self.norm = nn.Parameter(torch.ones(self.inner))  # the gated RMSNorm's gain
         self.out_proj = nn.Linear(self.inner, width, bias=bias)
@@ -156,14 +182,22 @@ class Ssm(nn.Module):
         B, T, _ = x.size()
         z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, self.heads], dim=-1)
         K = self.conv1d.kernel_size[0]
-        h = xbc if cache is None else cache.extend_pool(self.conv1d, xbc, K - 1)  # (B, P + T, conv_dim): the conv window first
-        xbc = F.silu(self.conv1d(F.pad(h.transpose(1, 2), (K - 1, 0)))[..., -T:]).transpose(1, 2)  # (B, T, conv_dim)
-        u, b, c = xbc.split([self.inner, self.groups * self.state, self.groups * self.state], dim=-1)
+        # (B, P + T, conv_dim): the conv window first
+        h = xbc if cache is None else cache.extend_pool(self.conv1d, xbc, K - 1)
+        # (B, T, conv_dim)
+        xbc = F.silu(self.conv1d(F.pad(h.transpose(1, 2), (K - 1, 0)))[..., -T:]).transpose(1, 2)
+        u, b, c = xbc.split([self.inner, self.groups * self.state, self.groups * self.state],
+                            dim=-1)
         u = u.view(B, T, self.heads, self.head_dim)  # (B, T, nh, hd)
-        b = b.view(B, T, self.groups, self.state).repeat_interleave(self.heads // self.groups, dim=2)  # (B, T, nh, N)
-        c = c.view(B, T, self.groups, self.state).repeat_interleave(self.heads // self.groups, dim=2)  # (B, T, nh, N)
+        # (B, T, nh, N)
+        b = b.view(B, T, self.groups,
+                   self.state).repeat_interleave(self.heads // self.groups, dim=2)
+        # (B, T, nh, N)
+        c = c.view(B, T, self.groups,
+                   self.state).repeat_interleave(self.heads // self.groups, dim=2)
         dt = F.softplus(dt + self.dt_bias).clamp(min=self.dt_lo, max=self.dt_hi)  # (B, T, nh)
-        y, h = ssd_scan(u, dt, -torch.exp(self.A_log), b, c, self.chunk, None if cache is None else cache.recurrent(self))
+        y, h = ssd_scan(u, dt, -torch.exp(self.A_log), b, c, self.chunk,
+                        None if cache is None else cache.recurrent(self))
         if cache is not None:
             cache.keep(self, h)  # (B, nh, hd, N): all the scan remembers
         y = y + u * self.D[:, None]  # (B, T, nh, hd)
@@ -172,10 +206,7 @@ class Ssm(nn.Module):
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Valid because the model is causal: no position reads a later one, so the past's
-    state never changes when a token is appended."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -208,9 +239,15 @@ class Block(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # SSM; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            ssm=Ssm(config.width, heads=config.ssm_heads, head_dim=config.ssm_head_dim, state=config.ssm_state, groups=config.ssm_groups, conv=config.ssm_conv, chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps, dt_min=config.dt_min, dt_max=config.dt_max, dt_lo=config.dt_lo, dt_hi=None),  # selective state-space mixer: a fixed-size state carries the past
+        # SSM; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # selective state-space mixer: a fixed-size state carries the past
+            ssm=Ssm(config.width, heads=config.ssm_heads, head_dim=config.ssm_head_dim,
+                    state=config.ssm_state, groups=config.ssm_groups, conv=config.ssm_conv,
+                    chunk=config.ssm_chunk, bias=False, conv_bias=True, eps=config.norm_eps,
+                    dt_min=config.dt_min, dt_max=config.dt_max, dt_lo=config.dt_lo, dt_hi=None),
         ))
 
     def forward(self, x, cache):
@@ -219,7 +256,7 @@ class Block(nn.Module):
 
 
 def learning_rate(step, config=None):
-    """The learning rate at `step` (the spec's schedule: constant)."""
+    """The learning rate at `step`: constant."""
     config = config or Config()
     return config.lr
 
@@ -231,14 +268,15 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])
         self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm
         self.aux_losses = {}
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -266,8 +304,10 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
-            raise ValueError("attention_mask covers attention only: this engine's ssm would mix padded positions")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
+            raise ValueError("attention_mask covers attention only: this engine's ssm would "
+                             "mix padded positions")
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
@@ -275,13 +315,15 @@ class Model(nn.Module):
         for stage in self.stages:  # block block
             x = stage(x, cache)
         x = self.norm(x)  # final norm
-        logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
+        # (B, T, vocab): the LM head, tied to the token embedding
+        logits = F.linear(x, self.feed.tok.weight)
         if cache is not None:
             cache.pos += T
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -298,7 +340,8 @@ class Model(nn.Module):
         ]
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
         peak = config.lr if config.lr > 0 else 1.0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -306,7 +349,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -318,14 +362,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 from dataclasses import dataclass
@@ -68,8 +67,11 @@ class Pool(nn.Module):
         B, T, C = x.size()
         past = 0 if cache is None else cache.pos
         h = x if cache is None else cache.extend_pool(self, x, self.size - 1)  # (B, P + T, C)
-        sums = F.avg_pool1d(F.pad(h.transpose(1, 2), (self.size - 1, 0)), self.size, stride=1)  # (B, C, P + T)
-        count = torch.arange(past + 1, past + T + 1, device=x.device).clamp(max=self.size).to(x.dtype)  # (T,)
+        # (B, C, P + T)
+        sums = F.avg_pool1d(F.pad(h.transpose(1, 2), (self.size - 1, 0)), self.size, stride=1)
+        # (T,)
+        count = torch.arange(past + 1, past + T + 1,
+                             device=x.device).clamp(max=self.size).to(x.dtype)
         return sums[..., -T:].transpose(1, 2) * (self.size / count)[:, None] - x  # (B, T, C)
 
 
@@ -87,10 +89,7 @@ class Mlp(nn.Module):
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Valid because the model is causal: no position reads a later one, so the past's
-    state never changes when a token is appended."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -116,12 +115,15 @@ class Block(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # pool; residual add
-            norm=nn.LayerNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
+            # Pre-LN: the norm is on the branch
+            norm=nn.LayerNorm(config.width, eps=config.norm_eps),
             pool=Pool(size=config.pool_size),  # pooling: the mean over nearby positions
         ))
         self.burn = nn.ModuleDict(dict(  # MLP; residual add
-            norm=nn.LayerNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True),  # MLP: applied at each position on its own
+            # Pre-LN: the norm is on the branch
+            norm=nn.LayerNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True),
         ))
 
     def forward(self, x, cache):
@@ -131,7 +133,7 @@ class Block(nn.Module):
 
 
 def learning_rate(step, config=None):
-    """The learning rate at `step` (the spec's schedule: constant)."""
+    """The learning rate at `step`: constant."""
     config = config or Config()
     return config.lr
 
@@ -143,7 +145,7 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.n_layer)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # final norm
         self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head
         self.aux_losses = {}
@@ -151,7 +153,8 @@ class Model(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -176,8 +179,10 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
-            raise ValueError("attention_mask covers attention only: this engine's pool would mix padded positions")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
+            raise ValueError("attention_mask covers attention only: this engine's pool would "
+                             "mix padded positions")
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx, past, pos)  # (B, T, C)
@@ -191,7 +196,8 @@ class Model(nn.Module):
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -208,7 +214,8 @@ class Model(nn.Module):
         ]
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
         peak = config.lr if config.lr > 0 else 1.0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -216,7 +223,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -228,14 +236,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it (only for causal models; this one is bidirectional).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -18,7 +17,8 @@ from torch.nn import functional as F
 def sinusoids(length, width):
     """The original Transformer's fixed positions: sin on even channels, cos on odd."""
     pos = torch.arange(length, dtype=torch.float32)[:, None]  # (length, 1)
-    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))  # (width/2,)
+    # (width/2,)
+    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
     table = torch.zeros(length, width)
     table[:, 0::2] = torch.sin(pos * freq)
     table[:, 1::2] = torch.cos(pos * freq[: width // 2])
@@ -52,7 +52,8 @@ class Config:
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head "
+                             f"({self.n_head}): the heads split the width evenly")
 
     @property
     def head_dim(self):
@@ -77,7 +78,9 @@ class Feed(nn.Module):
 
     def forward(self, idx, past, pos=None):
         T = idx.size(1)
-        x = self.tok(idx) * self.scale + (self.pos[past : past + T] if pos is None else self.pos[pos])  # (B, T, C)
+        # (B, T, C)
+        x = self.tok(idx) * self.scale + (self.pos[past : past
+                                                   + T] if pos is None else self.pos[pos])
         x = self.drop(x)
         return x
 
@@ -95,12 +98,16 @@ class Attention(nn.Module):
 
     def forward(self, x):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+        # (B, nh, T, hd)
+        y = F.scaled_dot_product_attention(q, k, v,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.drop(self.proj(y))
 
 
@@ -124,13 +131,19 @@ class Layer(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.mix = nn.ModuleDict(dict(  # attention; residual add
-            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_head, head_dim=config.head_dim, bias=True, dropout=config.dropout),  # attention: the only place positions mix
+            # attention: the only place positions mix
+            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_head,
+                           head_dim=config.head_dim, bias=True, dropout=config.dropout),
         ))
-        self.norm1 = nn.LayerNorm(config.width, eps=config.norm_eps)  # Post-LN: the norm is on the residual stream
+        # Post-LN: the norm is on the residual stream
+        self.norm1 = nn.LayerNorm(config.width, eps=config.norm_eps)
         self.burn = nn.ModuleDict(dict(  # MLP; residual add
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True, dropout=config.dropout),  # MLP: applied at each position on its own
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True,
+                    dropout=config.dropout),
         ))
-        self.norm2 = nn.LayerNorm(config.width, eps=config.norm_eps)  # Post-LN: the norm is on the residual stream
+        # Post-LN: the norm is on the residual stream
+        self.norm2 = nn.LayerNorm(config.width, eps=config.norm_eps)
 
     def forward(self, x):
         x = x + self.mix.attn(x)  # mix: residual add
@@ -141,7 +154,7 @@ class Layer(nn.Module):
 
 
 def learning_rate(step, config=None):
-    """The learning rate at `step` (the spec's schedule: linear warmup, then constant)."""
+    """The learning rate at `step`: linear warmup, then constant."""
     config = config or Config()
     if step < config.warmup_steps:  # linear warmup
         return config.lr * (step + 1) / (config.warmup_steps + 1)
@@ -155,7 +168,7 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding
-        self.stages = nn.ModuleList([Layer(config) for _ in range(config.n_layer)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Layer(config) for _ in range(config.n_layer)])
         self.aux_losses = {}
         self.reset_parameters()
 
@@ -185,11 +198,13 @@ class Model(nn.Module):
         aux = {}
         for stage in self.stages:  # block layer
             x = stage(x)
-        logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
+        # (B, T, vocab): the LM head, tied to the token embedding
+        logits = F.linear(x, self.feed.tok.weight)
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -206,7 +221,8 @@ class Model(nn.Module):
         ]
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
         peak = config.lr if config.lr > 0 else 1.0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):

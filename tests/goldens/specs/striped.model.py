@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -17,8 +16,10 @@ from torch.nn import functional as F
 
 def rotary_tables(length, dims, base):
     """Rotary positions (RoFormer), computed once: cos and sin tables, each (length, dims)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
-    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)  # (length, dims/2)
+    # (dims/2,)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+    # (length, dims/2)
+    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (length, dims)
     return emb.cos(), emb.sin()
 
@@ -69,14 +70,16 @@ class Config:
     n_local: int = 3  # instances of stage local in each stripe
     norm_eps: float = 1e-06  # the norms' epsilon
     n_head: int = 8  # attention heads (query heads)
-    n_kv_head: int = 2  # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    n_kv_head: int = 2
     rotary_base: float = 10000.0  # rotary frequency base
     window: int = 128  # sliding-window attention: keys a query may see
     mlp_hidden: int = 704  # the MLP's hidden width
     n_expert: int = 4  # experts per MoE layer
     top_k: int = 2  # experts each token is routed to
     expert_hidden: int = 352  # each expert's hidden width
-    capacity: float = 1.25  # training: each expert takes at most capacity x its even share of assignments
+    # training: each expert takes at most capacity x its even share of assignments
+    capacity: float = 1.25
     balance: float = 0.01  # weight of the load-balancing loss (Switch Transformer)
     lr: float = 0.0006  # the peak learning rate (AdamW)
     warmup_steps: int = 1000  # steps of linear warmup
@@ -90,15 +93,20 @@ class Config:
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_stripe', 'n_local', 'n_head', 'n_kv_head', 'window', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden'):
+        for name in ('vocab_size', 'context', 'width', 'n_stripe', 'n_local', 'n_head',
+                     'n_kv_head', 'window', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head "
+                             f"({self.n_head}): the heads split the width evenly")
         if not (self.n_head % self.n_kv_head == 0):
-            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head}): each key/value head serves a whole group of query heads")
+            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head "
+                             f"({self.n_kv_head}): each key/value head serves a whole group of "
+                             "query heads")
         if not (self.top_k <= self.n_expert):
-            raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert ({self.n_expert}): a token's experts are distinct")
+            raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert "
+                             f"({self.n_expert}): a token's experts are distinct")
 
     @property
     def head_dim(self):
@@ -107,7 +115,8 @@ class Config:
 
     @property
     def cooling_std(self):
-        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.002886751345948129)."""
+        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec:
+        0.002886751345948129)."""
         return self.init_std / math.sqrt(2 * self.n_stripe * self.n_local + 2 * self.n_stripe)
 
 
@@ -119,14 +128,14 @@ class Feed(nn.Module):
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = self.tok(idx)  # (B, T, C)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class Attention(nn.Module):
     """Sliding-window causal self-attention: the only place positions mix.
 
-    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary positions.
+    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary
+    positions.
     """
 
     def __init__(self, width, heads, kv_heads, head_dim, bias, window):
@@ -138,7 +147,8 @@ class Attention(nn.Module):
 
     def forward(self, x, rope, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
@@ -146,13 +156,19 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, self.window), enable_gqa=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=padded_mask(mask, T, self.window),
+                                               enable_gqa=True)
         elif T == 1:  # one query (after the cache) sees the latest `window` keys: no mask
-            y = F.scaled_dot_product_attention(q, k[:, :, -self.window :], v[:, :, -self.window :], enable_gqa=True)  # (B, nh, 1, hd)
+            # (B, nh, 1, hd)
+            y = F.scaled_dot_product_attention(q, k[:, :, -self.window :], v[:, :, -self.window :],
+                                               enable_gqa=True)
         else:
             near = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=near, enable_gqa=True)  # (B, nh, T, hd)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=near, enable_gqa=True)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.proj(y)
 
 
@@ -173,7 +189,8 @@ class Mlp(nn.Module):
 class Attention2(nn.Module):
     """Causal self-attention: the only place positions mix.
 
-    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary positions.
+    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary
+    positions.
     """
 
     def __init__(self, width, heads, kv_heads, head_dim, bias):
@@ -184,7 +201,8 @@ class Attention2(nn.Module):
 
     def forward(self, x, rope, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
@@ -192,14 +210,18 @@ class Attention2(nn.Module):
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None), enable_gqa=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None),
+                                               enable_gqa=True)
         elif k.size(2) == T:  # no cache: the plain causal mask
-            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, nh, 1, hd)
         else:  # T new queries after S - T cached positions
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device), enable_gqa=True)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=causal_mask(T, k.size(2), x.device),
+                                               enable_gqa=True)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.proj(y)
 
 
@@ -228,34 +250,38 @@ class Moe(nn.Module):
         x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
         logits = self.router(x)  # (N, E)
-        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))  # (N, E), in float32 at least (as Mixtral routes)
+        # (N, E), in float32 at least (as Mixtral routes)
+        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
         weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
         weight = weight / weight.sum(dim=-1, keepdim=True)
-        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first
+        # (k * N, E) one-hot, first choices first
+        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)
         routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
         if self.training:  # eval is dropless: every expert may take every token
             limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)
-            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue
+            # (k * N,) place in its expert's queue
+            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)
             keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
             choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
         flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
-        order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
-        counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
+        # the assignments grouped by expert, dropped ones first
+        order = torch.argsort(flat, stable=True)
+        # [dropped, then per expert]: one host sync
+        counts = torch.bincount(flat + 1, minlength=E + 1).tolist()
         order = order[counts[0] :]  # (A,) the assignments the experts take
         token = order // self.top  # (A,) each one's token
-        y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
+        # (A, C)
+        y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])
         y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
-        y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)
+        # a token's experts add in expert order; y's dtype (autocast)
+        y = y.new_zeros(B * T, C).index_add_(0, token, y)
         balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
         y = y.view(B, T, C)
         return y, balance_loss
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Valid because the model is causal: no position reads a later one, so the past's
-    state never changes when a token is appended."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -263,10 +289,8 @@ class Cache:
         self.state = {}
 
     def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values
-        so far. The buffers are reserved once for the whole context and written in place: a
-        step copies its own token, never the past. (Latent attention writes its latent and
-        its rotary key: two widths.)"""
+        """Write k, v (B, nkv, T, hd) at pos .. pos + T in buffers reserved once for the context;
+        return the keys and values so far (latent attention: its latent and rotary key)."""
         if layer not in self.state:
             B, nkv = k.shape[:2]
             shape = (B, nkv, self.length)
@@ -288,17 +312,25 @@ class Local(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False, window=config.window),  # attention: the only place positions mix
+        # attention; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # attention: the only place positions mix
+            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head,
+                           head_dim=config.head_dim, bias=False, window=config.window),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            mlp=Mlp(config.width, hidden=config.mlp_hidden, bias=False),  # MLP: applied at each position on its own
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.mlp_hidden, bias=False),
         ))
 
     def forward(self, x, rope, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init
+        # mix: residual add, scaled init
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)
         x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init
         return x
 
@@ -308,31 +340,44 @@ class Global(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            attn=Attention2(config.width, heads=config.n_head, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False),  # attention: the only place positions mix
+        # attention; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # attention: the only place positions mix
+            attn=Attention2(config.width, heads=config.n_head, kv_heads=config.n_kv_head,
+                            head_dim=config.head_dim, bias=False),
         ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init)
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch
-            moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts
+        # MoE; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # mixture of experts: each token goes to its top experts
+            moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert,
+                    top=config.top_k, bias=False, capacity=config.capacity,
+                    balance=config.balance),
         ))
 
     def forward(self, x, rope, cache, mask=None):
         """Returns x and this block's auxiliary losses and outputs, by name."""
         aux = {}
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init
-        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name
+        # mix: residual add, scaled init
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)
+        # its output and its load-balancing loss, kept by name
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))
         x = x + y  # burn: residual add, scaled init
         return x, aux
 
 
 class Stripe(nn.Module):
-    """One `stripe` block, repeated config.n_stripe times: the stages local x config.n_local, global in turn."""
+    """One `stripe` block, repeated config.n_stripe times: the stages local x config.n_local,
+    global in turn."""
 
     def __init__(self, config):
         super().__init__()
         self.config = config  # the stages' counts
-        self.stages = nn.ModuleList([Local(config) for _ in range(config.n_local)] + [Global(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Local(config) for _ in range(config.n_local)]
+                                    + [Global(config)])
 
     def forward(self, x, rope, cache, mask=None):
         """Returns x and its stages' auxiliary losses and outputs, by path."""
@@ -345,7 +390,8 @@ class Stripe(nn.Module):
 
 
 def learning_rate(step, config=None):
-    """The learning rate at `step` (the spec's schedule: linear warmup, then cosine decay to config.min_lr by step config.lr_steps)."""
+    """The learning rate at `step`: linear warmup, then cosine decay to config.min_lr at
+    config.lr_steps."""
     config = config or Config()
     if step < config.warmup_steps:  # linear warmup
         return config.lr * (step + 1) / (config.warmup_steps + 1)
@@ -362,7 +408,7 @@ class Model(nn.Module):
         super().__init__()
         self.config = config = config or Config()
         self.feed = Feed(config)  # token embedding
-        self.stages = nn.ModuleList([Stripe(config) for _ in range(config.n_stripe)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Stripe(config) for _ in range(config.n_stripe)])
         self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm
         cos, sin = rotary_tables(config.context, config.head_dim, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
@@ -372,7 +418,8 @@ class Model(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -410,27 +457,31 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
             mask = attention_mask.bool()  # (B, S): True for real tokens
-            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions
+            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
-        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each: rotary cos and sin
+        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
-        aux = {}  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
+        # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
+        aux = {}
         for i, stage in enumerate(self.stages):  # block stripe
             x, losses = stage(x, rope, cache, mask)
             aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
         x = self.norm(x)  # final norm
-        logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
+        # (B, T, vocab): the LM head, tied to the token embedding
+        logits = F.linear(x, self.feed.tok.weight)
         if cache is not None:
             cache.pos += T
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -447,7 +498,8 @@ class Model(nn.Module):
         ]
         optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
         peak = config.lr if config.lr > 0 else 1.0
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -455,7 +507,8 @@ class Model(nn.Module):
         return torch.nn.utils.clip_grad_norm_(self.parameters(), self.config.grad_clip)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -467,14 +520,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
