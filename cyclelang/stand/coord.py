@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import sys
-import types
 from typing import Callable
 
 import torch

@@ -207,7 +207,7 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
             w("seen = None  # bidirectional: every key")
         else:
             win = "self.window" if v.window else "None"
-            near = f"sliding_mask(T, S, self.window, x.device)" if v.window else "causal_mask(T, S, x.device)"
+            near = "sliding_mask(T, S, self.window, x.device)" if v.window else "causal_mask(T, S, x.device)"
             w(f"seen = {near} if mask is None else padded_mask(mask, T, {win})  # (T, S) or (B, 1, T, S): True where a query may look"
               if v.causal else f"seen = {near}  # (T, S)")
         if v.alibi != "none":
