@@ -179,7 +179,7 @@ def test_a_run_writes_a_self_describing_folder(tmp_path, corpus_file):
     spec = tiny(tmp_path)
     r = run(cyclelang.load(spec), fast(data=[str(corpus_file)]), tmp_path / "run", spec_text=spec.read_text())
     d = tmp_path / "run"
-    assert (d / "spec.cycle").read_text() == spec.read_text() and (d / "model.py").read_text() == cyclelang.codegen(spec)
+    assert (d / "spec.cycle").read_text() == spec.read_text() and (d / "model.py").read_text() == cyclelang.codegen(spec, fast=True, parallel=True)
     recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert recs == json.loads(json.dumps(r.metrics))
     train = [x for x in recs if "loss" in x]
@@ -204,9 +204,11 @@ def test_the_lr_follows_the_spec_and_its_overrides(tmp_path, corpus_file):
     r = run(cyclelang.load(spec), fast(data=[str(corpus_file)], lr=1e-3, warmup=2, schedule="linear", lr_steps=6),
             tmp_path / "run", spec_text="")
     src = (tmp_path / "run" / "model.py").read_text()
-    assert "linear from 0.001 to 0.0003 by step 6" in src
+    assert "linear decay to config.min_lr" in src  # the schedule's constants are Config fields
+    assert "lr: float = 0.001" in src and "min_lr: float = 0.0003" in src and "lr_steps: int = 6" in src
+    assert "warmup_steps: int = 2" in src
     ns: dict = {}
-    exec(src[src.index("def learning_rate"): src.index("class Model")], {"math": math}, ns)
+    exec(compile(src, "model.py", "exec"), ns)
     assert [x["lr"] for x in r.metrics if "lr" in x] == pytest.approx([ns["learning_rate"](k) for k in range(6)])
 
 
