@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-GEN = "import sys; sys.path.insert(0, '.'); import cyclelang; print(cyclelang.codegen(cyclelang.parse(sys.stdin.read())), end='')"
+GEN = "import sys; sys.path.insert(0, '.'); import cyclelang; print(cyclelang.codegen(cyclelang.parse(sys.stdin.read()), fast=True), end='')"
 
 
 def source_at(rev: str, text: str, tmp: Path) -> str:

@@ -86,7 +86,7 @@ def models(name, torch):
     import cyclelang
     from cyclelang.interop import load_transformers
 
-    ours = cyclelang.build(cyclelang.parse(spec_text(name, SHRINK[name])), seed=0)
+    ours = cyclelang.build(cyclelang.parse(spec_text(name, SHRINK[name])), seed=0, fast=True)
     c = ours.config
     if name == "gpt2":
         ref = R.GPT(R.GPTConfig(vocab_size=c.vocab_size, block_size=c.context, n_layer=4, n_head=4, n_embd=256))
@@ -215,7 +215,7 @@ def bench_train(args, torch, compiled=False):
         check_same(name, ours, ref, hf, torch, idx, tgt)  # float32 on the CPU, then to the device under test
         import cyclelang
 
-        # the readable form (`cyclec build --readable`): the same model and weights, F.cross_entropy, one MoE path
+        # the readable form (`cyclec build`'s default): the same model and weights, F.cross_entropy, one MoE path
         readable = cyclelang.build(cyclelang.parse(spec_text(name, SHRINK[name])), seed=0, fast=False)
         readable.load_state_dict(ours.state_dict())
         dtype = getattr(torch, args.dtype)
@@ -374,7 +374,7 @@ def bench_first_step(args, torch):
 def bench_decode(args, torch):
     import cyclelang
 
-    model = cyclelang.build(cyclelang.parse(spec_text("llama", DECODE)), seed=0).eval()
+    model = cyclelang.build(cyclelang.parse(spec_text("llama", DECODE)), seed=0, fast=True).eval()
     model.to(device=args.device, dtype=getattr(torch, args.dtype))
     Cache = sys.modules[type(model).__module__].Cache
     prompt = torch.randint(0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0)).to(args.device)
@@ -493,7 +493,7 @@ def _imported_against_hf(name, prefix, config, args, torch):
             for m in hf.modules():
                 if hasattr(m, "e_score_correction_bias"):
                     m.e_score_correction_bias.normal_(0, 0.05)
-    ours = load_transformers(cyclelang.build(cyclelang.parse(import_config(hf.config)), seed=0), hf)  # the spec its config implies
+    ours = load_transformers(cyclelang.build(cyclelang.parse(import_config(hf.config)), seed=0, fast=True), hf)  # the spec its config implies
     try:
         return _train_against_hf(name, ours, hf, args, torch, ours.config)
     finally:
@@ -512,7 +512,7 @@ def bench_expander(args, torch):
     import cyclelang
     from cyclelang.interop import load_transformers
 
-    ours = cyclelang.build(cyclelang.parse(spec_text("mamba2", MAMBA2)), seed=0)
+    ours = cyclelang.build(cyclelang.parse(spec_text("mamba2", MAMBA2)), seed=0, fast=True)
     c = ours.config
     hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
         vocab_size=c.vocab_size, hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2, conv_kernel=4,
@@ -526,7 +526,7 @@ def bench_expander(args, torch):
             continue
         res[name] = _imported_against_hf(name, prefix, config, args, torch)
     for name in ("expander", "gpt2"):
-        res[name] = decode_growth(name, cyclelang.build(cyclelang.parse(spec_text(name, FLAT)), seed=0).eval(), args, torch)
+        res[name] = decode_growth(name, cyclelang.build(cyclelang.parse(spec_text(name, FLAT)), seed=0, fast=True).eval(), args, torch)
         d = res[name]
         print(f"  decode {name}: {d['ms_first']:.3f} ms per token around token 64, {d['ms_last']:.3f} ms around 4096 (x{d['growth']:.2f})", flush=True)
     return res
@@ -811,7 +811,7 @@ def bench_train_loop(args, torch):
     out = {"loop_ms": median(loops) * 1000, "bare_ms": median(bares) * 1000, "ratio": median(ratios), "ckpt_every": ckpt, "steps": n}
     from cyclelang.training import checkpoint
 
-    model = cyclelang.build(spec, seed=0)
+    model = cyclelang.build(spec, seed=0, fast=True)
     opt, sched = model.configure_optimizer()
     b = torch.randint(0, 256, (B, T + 1), generator=torch.Generator().manual_seed(0))
     model(b[:, :-1], b[:, 1:])[1].backward()
@@ -827,10 +827,10 @@ def bench_train_loop(args, torch):
 
     idx = torch.randint(0, 256, (B, T), generator=torch.Generator().manual_seed(0))
     tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
-    source = cyclelang.codegen(spec)
+    source = cyclelang.codegen(spec, fast=True, parallel=True)  # as cyclec train writes it
     mem = {}
     for mode in ("none", "stage", "selective"):
-        model = cyclelang.build(spec, seed=0)
+        model = cyclelang.build(spec, seed=0, fast=True)
         load_source(source, spec.engine.name).parallelize(model, None, fsdp=False, checkpointing=mode)
         base, peak = peak_step_bytes(model.train(), torch.optim.AdamW(model.parameters(), lr=1e-4), idx, tgt, torch)
         mem[mode] = {"base": base, "peak": peak}
@@ -995,7 +995,7 @@ def render(results) -> str:
     for key, title in (("train", "Training step (forward, backward, AdamW), eager"), ("compiled", "Training step, each side torch.compile'd")):
         if key not in results:
             continue
-        out += [f"### {title}", "", "cyclec is the default (`--fast`) form; readable is `cyclec build --readable` (F.cross_entropy, one plain MoE path), the same weights.", "",
+        out += [f"### {title}", "", "cyclec is the `--fast` form (what `cyclec train` runs); readable is the default `cyclec build` (F.cross_entropy, one plain MoE path), the same weights.", "",
                 "| spec | cyclec ms | readable ms | reference ms | transformers ms | cyclec / reference | cyclec / transformers | readable / cyclec | readable / reference |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for r in results[key]:

@@ -38,28 +38,29 @@ def draw(spec, **kwargs):
     return _draw(to_spec(spec), **kwargs)
 
 
-def codegen(spec, fast=True, comments="both") -> str:
+def codegen(spec, fast=False, comments="ml", parallel=False) -> str:
     """Standalone PyTorch source for a spec: see `cyclelang.backends.torch.codegen`."""
     from .backends.torch.codegen import codegen as _codegen
 
-    return _codegen(to_spec(spec), fast=fast, comments=comments)
+    return _codegen(to_spec(spec), fast=fast, comments=comments, parallel=parallel)
 
 
-def lower(spec, fast=True, comments="both"):
+def lower(spec, fast=False, comments="ml", parallel=False):
     """The generated source with its source map and name map: see `cyclelang.backends.torch.codegen.lower`."""
     from .backends.torch.codegen import lower as _lower
 
-    return _lower(to_spec(spec), fast=fast, comments=comments)
+    return _lower(to_spec(spec), fast=fast, comments=comments, parallel=parallel)
 
 
-def build(spec, seed=None, allow_large=False, weights=None, fast=True):
+def build(spec, seed=None, allow_large=False, weights=None, fast=False, parallel=False):
     """The spec as a torch.nn.Module: see `cyclelang.backends.torch.build` (imports torch).
 
     `weights`: a .safetensors file to load, checked name by name and shape by shape, or a
-    `cyclec train` run folder (its newest checkpoint's weights)."""
+    `cyclec train` run folder (its newest checkpoint's weights). `fast` and `parallel` as
+    `cyclec build --fast` and `--parallel`: the runtime's custom ops, `parallelize`."""
     from .backends.torch.build import build as _build, load_weights
 
-    model = _build(to_spec(spec), seed=seed, allow_large=allow_large, fast=fast)
+    model = _build(to_spec(spec), seed=seed, allow_large=allow_large, fast=fast, parallel=parallel)
     if weights is not None and os.path.isdir(weights):  # a run folder of `cyclec train`: its newest checkpoint
         from .training.checkpoint import weights as run_weights
 

@@ -49,7 +49,7 @@ def test_codegen_scale_source_grows_linearly():
 def test_codegen_scale_runs_of_single_stages_collapse_between_repeated_ones():
     src = _source(7, repeat=lambda k: "x 2" if k in (0, 4) else "")
     assert "nn.ModuleList([S0(config) for _ in range(config.n_s0)] + [S1(config), S2(config), S3(config)]"\
-           " + [S4(config) for _ in range(config.n_s4)] + [S5(config), S6(config)])" in src
+           " + [S4(config) for _ in range(config.n_s4)] + [S5(config), S6(config)])" in " ".join(src.split())  # wrapped
     assert "x = self.stages[self.config.n_s0 + 2](x)" in src
     assert "self.stages[self.config.n_s0 + 3 : self.config.n_s0 + 3 + self.config.n_s4]" in src
     assert "x = self.stages[self.config.n_s0 + 3 + self.config.n_s4 + 1](x)" in src

@@ -48,12 +48,12 @@ def moe_spec(act: str, bias: bool, capacity: float = 1.0, options: str = "capaci
 
 def op_name(act: str, op: str = "experts") -> str:
     """The name the generated source registers its `act` experts' op (or routed op) under."""
-    src = codegen(cyclelang.parse(moe_spec(act, False)))
+    src = codegen(cyclelang.parse(moe_spec(act, False)), fast=True)
     return next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith(f"{op}_{act} = "))
 
 
 def moe_module(act, bias, capacity=1.0, options="capacity={capacity} balance=0.01"):
-    model = build(cyclelang.parse(moe_spec(act, bias, capacity, options)), seed=0).double()
+    model = build(cyclelang.parse(moe_spec(act, bias, capacity, options)), seed=0, fast=True).double()
     return model, model.stages[0].burn.moe
 
 
@@ -191,13 +191,13 @@ def test_the_op_is_defined_once_per_process_and_named_by_its_code():
     """Two builds share the op (a second registration would raise); its name carries a digest
     of the op's source, so changed code can never reuse an op registered by older code."""
     name = op_name("silu")
-    a = build(cyclelang.parse(moe_spec("silu", False)), seed=0)
-    b = build(cyclelang.parse(moe_spec("silu", False)), seed=1)
+    a = build(cyclelang.parse(moe_spec("silu", False)), seed=0, fast=True)
+    b = build(cyclelang.parse(moe_spec("silu", False)), seed=1, fast=True)
     assert hasattr(torch.ops.cyclelang, name)
     op_a = type(a.stages[0].burn.moe).forward.__globals__["experts_silu"]
     op_b = type(b.stages[0].burn.moe).forward.__globals__["experts_silu"]
     assert op_a is op_b is getattr(torch.ops.cyclelang, name)
-    assert "experts_silu" not in codegen(cyclelang.parse(moe_spec("swiglu", False)))  # only the acts a spec uses
+    assert "experts_silu" not in codegen(cyclelang.parse(moe_spec("swiglu", False)), fast=True)  # only the acts a spec uses
 
 
 def test_autocast_casts_the_op_inputs_as_linear_would():

@@ -245,7 +245,7 @@ def test_the_generated_file_is_folded_and_readable():
     src = codegen(cyclelang.parse(nested(4, 3)))
     assert "class Group(nn.Module):" in src and "class Local(nn.Module):" in src and "class Global(nn.Module):" in src
     assert "self.stages = nn.ModuleList([Group(config) for _ in range(config.n_group)])" in src
-    assert "self.stages = nn.ModuleList([Local(config) for _ in range(config.n_local)] + [Global(config)])" in src
+    assert "self.stages = nn.ModuleList([Local(config) for _ in range(config.n_local)] + [Global(config)])" in " ".join(src.split())
     assert "for stage in self.stages[:self.config.n_local]:" in src and "x, losses = self.stages[self.config.n_local](" in src
     # the global layer's MoE returns its balance loss; each level files it under its path, explicitly
     assert 'aux.update({f"stages.{self.config.n_local}.{name}": loss for name, loss in losses.items()})' in src

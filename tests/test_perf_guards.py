@@ -194,7 +194,8 @@ class MatmulCounter(TorchDispatchMode):
 
 
 def small(path):
-    return build(cyclelang.parse(shrink(path)), seed=0).eval()
+    """The fast form, as `cyclec train` and the benchmarks run it."""
+    return build(cyclelang.parse(shrink(path)), seed=0, fast=True).eval()
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)

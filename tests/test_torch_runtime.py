@@ -60,14 +60,29 @@ def test_runtime_modules_speak_the_generated_files_vocabulary():
 
 def test_inlined_text_is_the_modules_text():
     """What a generated file holds is each definition exactly as its module has it."""
-    src = codegen(cyclelang.load(ROOT / "specs" / "moe.cycle")) + codegen(cyclelang.load(ROOT / "specs" / "mistral.cycle"))
+    src = "".join(codegen(cyclelang.load(ROOT / "specs" / f"{name}.cycle"), fast=True) for name in ("moe", "mistral", "jamba"))
     for name in ("next_token_loss_op", "table_lookup", "rotary_tables", "apply_rotary", "sliding_mask", "Cache", "expert_mlps", "swiglu_grad"):
         text = runtime.definition(name)
-        assert text.startswith(("def ", "class ")) and text in src, name
+        assert text.startswith(("def ", "class ")) and text in src, name  # jamba's Cache keeps every kind of state
     assert runtime.definition("sinusoids").endswith("return table  # (length, width)")  # a closing comment stays
     assert runtime.reads("sinusoids", "math") and not runtime.reads("Cache", "math")
     with pytest.raises(KeyError, match="no runtime definition 'nope'"):
         runtime.definition("nope")
+
+
+def test_the_cache_keeps_only_the_state_kinds_the_spec_uses():
+    """An attention-only model's Cache has keys and values only; every kind of state has its
+    methods in cache.STATES (the table codegen reads), and an unknown kind is named."""
+    assert runtime.cache_class(set(cache.STATES)) == runtime.definition("Cache")
+    llama = codegen(cyclelang.load(ROOT / "specs" / "llama.cycle"))
+    assert runtime.cache_class({"kv"}) in llama
+    assert "def extend(" in llama and "def extend_pool(" not in llama and "def recurrent(" not in llama and "def keep(" not in llama
+    mamba = codegen(cyclelang.load(ROOT / "specs" / "mamba2.cycle"))  # the conv's window and the scan's state, no keys
+    assert "def extend(" not in mamba and "def extend_pool(" in mamba and "def keep(" in mamba
+    listed = {m for methods in cache.STATES.values() for m in methods}
+    assert listed <= set(vars(cache.Cache)), "STATES names a method Cache lacks"
+    with pytest.raises(KeyError, match="state kind.*delta"):
+        runtime.cache_class({"kv", "delta"})
 
 
 def test_reading_the_runtime_and_lowering_import_no_torch():
@@ -148,7 +163,7 @@ def test_an_edited_loss_op_is_a_new_op():
     definition (a generated file is the user's to edit) must give the op another name."""
     from cyclelang.backends.torch.build import load_source
 
-    src = codegen(cyclelang.load(ROOT / "specs" / "gpt2.cycle"))
+    src = codegen(cyclelang.load(ROOT / "specs" / "gpt2.cycle"), fast=True)
     edited = src.replace("return g.mul_(", "return g.mul_(  # edited\n            ", 1)
     assert edited != src
     a, b = (load_source(s, "loss_edit").next_token_loss for s in (src, edited))

@@ -179,7 +179,7 @@ def test_a_run_writes_a_self_describing_folder(tmp_path, corpus_file):
     spec = tiny(tmp_path)
     r = run(cyclelang.load(spec), fast(data=[str(corpus_file)]), tmp_path / "run", spec_text=spec.read_text())
     d = tmp_path / "run"
-    assert (d / "spec.cycle").read_text() == spec.read_text() and (d / "model.py").read_text() == cyclelang.codegen(spec)
+    assert (d / "spec.cycle").read_text() == spec.read_text() and (d / "model.py").read_text() == cyclelang.codegen(spec, fast=True, parallel=True)
     recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert recs == json.loads(json.dumps(r.metrics))
     train = [x for x in recs if "loss" in x]
@@ -204,9 +204,11 @@ def test_the_lr_follows_the_spec_and_its_overrides(tmp_path, corpus_file):
     r = run(cyclelang.load(spec), fast(data=[str(corpus_file)], lr=1e-3, warmup=2, schedule="linear", lr_steps=6),
             tmp_path / "run", spec_text="")
     src = (tmp_path / "run" / "model.py").read_text()
-    assert "linear from 0.001 to 0.0003 by step 6" in src
+    assert "linear decay to config.min_lr" in src  # the schedule's constants are Config fields
+    assert "lr: float = 0.001" in src and "min_lr: float = 0.0003" in src and "lr_steps: int = 6" in src
+    assert "warmup_steps: int = 2" in src
     ns: dict = {}
-    exec(src[src.index("def learning_rate"): src.index("class Model")], {"math": math}, ns)
+    exec(compile(src, "model.py", "exec"), ns)
     assert [x["lr"] for x in r.metrics if "lr" in x] == pytest.approx([ns["learning_rate"](k) for k in range(6)])
 
 
@@ -403,15 +405,16 @@ def test_a_small_spec_learns_generated_text_down_to_its_entropy(tmp_path):
 
 
 def test_the_plan_lists_the_split_parts_by_their_layout_paths():
-    src = cyclelang.codegen(ROOT / "specs" / "llama.cycle")
+    src = cyclelang.codegen(ROOT / "specs" / "llama.cycle", parallel=True)
     plan = src[src.index("TP_PLAN = {"): src.index("}", src.index("TP_PLAN = {")) + 1]
     ns: dict = {}
     exec(plan, ns)
     lay = cyclelang.ir.layout.layout(cyclelang.load(ROOT / "specs" / "llama.cycle"))
     assert ns["TP_PLAN"] == {p.path: p.kind.tp for p in lay.parts() if p.kind.tp != "replicate"}
     assert set(ns["TP_PLAN"].values()) == {"heads", "hidden"}
-    moe = cyclelang.codegen(ROOT / "specs" / "moe.cycle")
+    moe = cyclelang.codegen(ROOT / "specs" / "moe.cycle", parallel=True)
     assert '"stages.0-3.burn.moe": "hidden",' in moe
+    assert "TP_PLAN" not in cyclelang.codegen(ROOT / "specs" / "moe.cycle")  # the model only, unless asked
 
 
 @pytest.mark.slow  # each mode is a fresh process that imports torch (about 3 s)
@@ -420,7 +423,7 @@ def test_activation_checkpointing_keeps_the_gradients(tmp_path, mode):
     """A standalone generated file (no cyclelang on the path) checkpoints each stage; the
     gradients equal those of the plain model's autograd."""
     spec = tiny(tmp_path)
-    (tmp_path / "gen.py").write_text(cyclelang.codegen(spec))
+    (tmp_path / "gen.py").write_text(cyclelang.codegen(spec, parallel=True))
     prog = f"""
 import sys, torch
 sys.path.insert(0, {str(tmp_path)!r})
@@ -444,7 +447,7 @@ print(worst)
 
 
 def test_parallelize_refuses_bad_arguments(tmp_path):
-    model = cyclelang.build(tiny(tmp_path), seed=0)
+    model = cyclelang.build(tiny(tmp_path), seed=0, parallel=True)
     module = sys.modules[type(model).__module__]
     with pytest.raises(ValueError, match="checkpointing must be none, stage or selective"):
         module.parallelize(model, None, fsdp=False, checkpointing="all")

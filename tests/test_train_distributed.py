@@ -152,7 +152,7 @@ def test_tp_splits_the_layers_of_a_nested_stage(setup, tmp_path):
     _, _, corpus, _ = setup
     spec = tmp_path / "nested.cycle"
     spec.write_text(MOE.replace("  stage block x 2 {\n", "  stage group x 2 {\n  stage block x 2 {\n").replace("\n  norm rmsnorm\n  nozzle", "\n  }\n  norm rmsnorm\n  nozzle"))
-    assert "stages.0-1.stages.0-1.mix.attn" in cyclelang.codegen(str(spec))
+    assert "stages.0-1.stages.0-1.mix.attn" in cyclelang.codegen(str(spec), parallel=True)
     common = [a if a != "1e-3" else "1e-4" for a in COMMON]
     launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *common)
     launch(2, spec, "--data", corpus, "--out", tmp_path / "tp", "--micro-batch", "4", "--tp", "2", *common)

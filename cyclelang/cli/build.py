@@ -16,14 +16,18 @@ from . import include_path_option, load_spec, output_option, refuse_output_over_
               help="Also write the initialised weights to this .safetensors file.")
 @seed_option(None, "Seed the initialisation (the same seed gives the same weights).")
 @click.option("--allow-large", is_flag=True, help="Build even above the parameter limit (E0219).")
-@click.option("--fast/--readable", default=True, show_default=True,
-              help="--fast (the default: benchmarks/run.py measures it faster) adds the fused next-token loss and the "
-                   "MoE experts' custom op in a runtime section at the end of the file; --readable leaves them out "
-                   "(F.cross_entropy, one plain MoE routing path). The same model either way.")
-@click.option("--comments", type=click.Choice(["ml", "both", "none"]), default="both", show_default=True,
+@click.option("--fast/--readable", default=False, show_default=True,
+              help="--fast (benchmarks/run.py measures it faster; cyclec train uses it) adds the fused next-token loss and "
+                   "the token lookup's and the MoE experts' custom ops in a runtime section at the end of the file; "
+                   "--readable (the default) leaves them out (F.cross_entropy, one plain MoE routing path). "
+                   "The same model either way.")
+@click.option("--parallel", is_flag=True,
+              help="Add the tensor-parallel plan (TP_PLAN) and `parallelize` (FSDP2, tensor parallelism, activation "
+                   "checkpointing) at the end of the file; cyclec train asks for them.")
+@click.option("--comments", type=click.Choice(["ml", "both", "none"]), default="ml", show_default=True,
               help="Comments in ML words (ml), with a tag of the spec line and the engine word (both), or none.")
 @include_path_option
-def build(spec, output, weights, seed, allow_large, fast, comments, include_path):
+def build(spec, output, weights, seed, allow_large, fast, parallel, comments, include_path):
     """Compile SPEC to standalone PyTorch source (stdout or -o) and print a summary.
 
     The source imports only torch and the standard library; `cyclelang.build`
@@ -41,7 +45,7 @@ def build(spec, output, weights, seed, allow_large, fast, comments, include_path
         if same_file(output, weights) or output == weights:
             raise click.UsageError("-o and --weights name the same file")
     s = load_spec(spec, include_path)
-    source = codegen(s, fast=fast, comments=comments)  # lowered once: the model runs the very text that is written
+    source = codegen(s, fast=fast, comments=comments, parallel=parallel)  # lowered once: the model runs the very text that is written
     model = build_source(s, source, seed=seed, allow_large=allow_large)
     payload = None
     if weights is not None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import sys
-import types
 from typing import Callable
 
 import torch
@@ -151,7 +150,7 @@ def coord_check(spec: ir.Spec, *, file: str, widths: list[int], steps: int = 5, 
         e = small.engine
         T = min(DEFAULT_SEQ, e.feed.context) if seq is None else seq
         src, objective, _, _ = propellant(small, None, T, seed)
-        model = build(small, seed=seed)
+        model = build(small, seed=seed, fast=True)
         sizes, scores, remove = _coords(model, small)
         logits_sizes = []
         gen, mask_gen = torch.Generator().manual_seed(20_000 + seed), torch.Generator().manual_seed(40_000 + seed)
@@ -242,7 +241,7 @@ def lr_sweep(spec: ir.Spec, *, file: str, widths: list[int], lrs: list[float], s
                 T = min(DEFAULT_SEQ, e.feed.context) if seq is None else seq
                 src, objective, floor, unigram = propellant(small, None, T, seed)
                 source_name = src.name
-                model = build(small, seed=seed)
+                model = build(small, seed=seed, fast=True)
                 cb = None if progress is None else (lambda step, n, v, _n=f"{kind} width {w} lr {lr:g}": progress(_n, step, n, v))
                 t = hot_fire(model, small, src, steps, batch, T, seed, floor, unigram, objective, progress=cb)
                 if t.interrupted:

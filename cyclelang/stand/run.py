@@ -114,7 +114,7 @@ def fire(specs, *, files=None, width: int | None = None, depth: int | None = Non
         T = min(DEFAULT_SEQ, e.feed.context) if seq is None else seq
         if not 1 <= T <= e.feed.context:
             raise _bad(f"--seq {T} does not fit {e.name}'s context of {e.feed.context}", f"use --seq {e.feed.context} or less")
-        model = build(small, seed=seed)
+        model = build(small, seed=seed, fast=True)
         if weights is not None:
             from ..backends.torch.build import WeightsError, load_weights
 

@@ -518,7 +518,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
         raise _bad("E0507", f"--tp {dist.tp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
     if s.tp > 1 and dist is None:
         raise _bad("E0513", f"--tp {s.tp} needs {s.tp} processes or more", f"launch with torchrun --nproc-per-node {s.tp} -m cyclelang train ...")
-    source = codegen(spec)
+    source = codegen(spec, fast=True, parallel=True)  # the runtime's custom ops and `parallelize`
     engine = engine_record(spec)
     check_run_dir(run_dir, engine, resume)  # every rank, before rank 0 writes anything
     if resume:

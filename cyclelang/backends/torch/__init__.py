@@ -12,10 +12,10 @@ from __future__ import annotations
 from .codegen import Lowered, codegen, lower
 
 
-def build(spec, seed=None, allow_large=False):
+def build(spec, seed=None, allow_large=False, fast=False, parallel=False):
     from .build import build as _build
 
-    return _build(spec, seed=seed, allow_large=allow_large)
+    return _build(spec, seed=seed, allow_large=allow_large, fast=fast, parallel=parallel)
 
 
 def build_source(spec, source, seed=None, allow_large=False):

@@ -92,7 +92,8 @@ class AttentionEmitter(OpEmitter):
         return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
 
     def deepnorm_init(self, a, op, beta):
-        return [f"{a}.qkv.weight[-{a}.kv_heads * {a}.head_dim :].mul_({beta})  # v: the last rows", f"{a}.proj.weight.mul_({beta})"]
+        return [f"v_rows = {a}.kv_heads * {a}.head_dim  # v: the last rows of qkv",
+                f"{a}.qkv.weight[-v_rows:].mul_({beta})", f"{a}.proj.weight.mul_({beta})"]
 
     def class_text(self, out: Writer, name: str, v: AttentionVariant, plan: Plan) -> None:
         w = out.line
@@ -179,7 +180,7 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
         sdpa = "y = F.scaled_dot_product_attention"
         if v.causal:  # a padded batch: no query sees a padded key (mask: (B, S), True for real tokens)
             win = "self.window" if v.window else "None"
-            out.nested("if mask is not None:", f"{sdpa}(q, k, v, attn_mask=padded_mask(mask, T, {win}){dp})  # (B, nh, T, hd)")
+            out.nested("if mask is not None:", f"{sdpa}(q, k, v, attn_mask=padded_mask(mask, T, {win}){dp})")
         if v.mask == "open":
             w(f"{sdpa}(q, k, v{dp})  # (B, nh, T, hd)")
         elif v.window:
@@ -188,7 +189,7 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
             out.nested("else:", "near = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)",
                        f"{sdpa}(q, k, v, attn_mask=near{dp})  # (B, nh, T, hd)")
         else:
-            out.nested(("elif" if v.causal else "if") + " k.size(2) == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v{dp}, is_causal=True)  # (B, nh, T, hd)")
+            out.nested(("elif" if v.causal else "if") + " k.size(2) == T:  # no cache: the plain causal mask", f"{sdpa}(q, k, v{dp}, is_causal=True)" + ("" if dp else "  # (B, nh, T, hd)"))
             if v.causal:
                 out.nested("elif T == 1:  # one query after the cache may see every key: no mask", f"{sdpa}(q, k, v{dp})  # (B, nh, 1, hd)")
             out.nested("else:  # T new queries after S - T cached positions",
@@ -206,7 +207,7 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
             w("seen = None  # bidirectional: every key")
         else:
             win = "self.window" if v.window else "None"
-            near = f"sliding_mask(T, S, self.window, x.device)" if v.window else "causal_mask(T, S, x.device)"
+            near = "sliding_mask(T, S, self.window, x.device)" if v.window else "causal_mask(T, S, x.device)"
             w(f"seen = {near} if mask is None else padded_mask(mask, T, {win})  # (T, S) or (B, 1, T, S): True where a query may look"
               if v.causal else f"seen = {near}  # (T, S)")
         if v.alibi != "none":

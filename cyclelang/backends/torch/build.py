@@ -105,16 +105,17 @@ def load_weights(model, path):
     return model
 
 
-def build(spec: ir.Spec, seed: int | None = None, allow_large: bool = False, fast: bool = True):
+def build(spec: ir.Spec, seed: int | None = None, allow_large: bool = False, fast: bool = False, parallel: bool = False):
     """The spec as a torch.nn.Module (the generated `Model`), initialised per its startup block.
 
     With `seed`, initialisation draws from torch.manual_seed(seed) without touching the
     caller's global RNG state; the same seed gives the same weights. Before anything is
     allocated the parameter estimate is checked (E0219, `cyclelang.limits`) unless
     `allow_large`; building under `torch.device("meta")` allocates nothing and skips it.
-    `fast=False` builds the readable form (`cyclec build --readable`): the same model, the
-    loss through F.cross_entropy and the MoE through its one plain routing path."""
-    return build_source(spec, codegen(engine_spec(spec), fast=fast), seed=seed, allow_large=allow_large)
+    `fast=True` builds the fast form (`cyclec build --fast`): the same model, the loss and,
+    under torch.compile, the token lookup and the MoE through the runtime's custom ops;
+    `parallel=True` adds `parallelize` to the module (`cyclec build --parallel`)."""
+    return build_source(spec, codegen(engine_spec(spec), fast=fast, parallel=parallel), seed=seed, allow_large=allow_large)
 
 
 def build_source(spec: ir.Spec, source: str, seed: int | None = None, allow_large: bool = False):

@@ -9,9 +9,12 @@ dataclass that holds every size (`config.py`: each module is built from it), one
 class per stage (a branch gets a class only where it is more than a short chain of
 ops and a merge; otherwise its ops sit in an nn.ModuleDict and the stage's residual
 line calls them), specialised turbine classes, shape comments, and a straight-line
-forward pass; nothing interprets the IR at run time. `fast` adds the fused loss and
-the MoE's custom op in a runtime section at the end; `comments` picks the comments. The output is a pure function of the IR (no timestamps, no
-absolute paths, no hash-order iteration), so golden files hold. It takes an
+forward pass; nothing interprets the IR at run time. By default the file is the model
+only (the config, the blocks, the model, `generate`); `fast` adds the fused loss, the
+token lookup's and the MoE's custom ops in a runtime section at the end, `parallel`
+the tensor-parallel plan and `parallelize`; `comments` picks the comments. The output
+is a pure function of the IR (no timestamps, no absolute paths, no hash-order
+iteration), so golden files hold. It takes an
 `ir.Spec` only (`cyclelang.codegen` is the façade that accepts paths and text).
 
 The lowering, by concern
@@ -104,10 +107,10 @@ from .merges import merge_emitter
 from .model import learning_rate, model_class, uses_math
 from .moe import expert_ops
 from .plan import Plan, make_plan
-from .runtime import definition, digest, reads
+from .runtime import cache_class, definition, digest, reads
 from .stages import classes, inline
 from .config import literal
-from .writer import COMMENT_MODES, COMMENTS, Writer, doc_tag, num, where
+from .writer import COMMENT_MODES, COMMENTS, Writer, doc_tag, num
 
 __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 
@@ -138,10 +141,10 @@ class Lowering:
     """One file for one engine: the plan first, then what the file needs (runtime helpers,
     the experts' ops, `math`), then the text, section by section."""
 
-    def __init__(self, spec: ir.Spec, fast: bool = True, comments: str = "both"):
+    def __init__(self, spec: ir.Spec, fast: bool = False, comments: str = "ml", parallel: bool = False):
         if comments not in COMMENT_MODES:
             raise ValueError(f"comments must be one of {', '.join(COMMENT_MODES)}, not {comments!r}")
-        self.e, self.fast, self.comments = spec.engine, fast, comments
+        self.e, self.fast, self.comments, self.parallel = spec.engine, fast, comments, parallel
         self.p: Plan = make_plan(spec)
         self.p.fast = fast
         self.out = Writer()
@@ -178,18 +181,20 @@ class Lowering:
             emitter_for(v.kind).class_text(out, name, v, p)
             out.blank(2)
         if p.causal:
-            out.block(definition("Cache"))
+            out.block(cache_class({k for o in p.ops() for k in emitter(o.op).cache_states(o.op)}))
             out.blank(2)
         classes(out, p)
         learning_rate(out, p)
         model_class(out, p)
-        self.parallel_plan()
+        if self.parallel:
+            self.parallel_plan()
         if self.fast:
             self.fast_runtime()
         return out.text()
 
     def parallel_plan(self) -> None:
-        """TP_PLAN from the kinds' records (`tp`), the runtime that applies it, and `parallelize`."""
+        """TP_PLAN from the kinds' records (`tp`), the runtime that applies it, and `parallelize`
+        (`cyclec build --parallel`; `cyclec train` asks for it)."""
         out, w = self.out, self.out.line
         out.blank(2)
         w("# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every")
@@ -227,8 +232,8 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
         out.blank(2)
         out.block("""
 # ====================================================================================
-# Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
-# out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
+# Runtime: performance pieces (cyclec build --fast; cyclec train asks for them).
+# next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
 # with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
 # custom op under torch.compile; the MoE's custom ops run its routing and experts as
 # one opaque op under torch.compile. Nothing above needs reading them to follow the model.
@@ -252,8 +257,7 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
         w("Every size is a field of `Config`: change it there, or edit this file freely. It")
         w("imports only torch and the standard library; `Model` is the model, `Model.generate`")
         w("samples from it" + (" with a KV cache (valid because attention is causal)." if p.causal else " (only for causal models; this one is bidirectional)."))
-        w("Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see")
-        w("cyclelang/backends/torch/codegen.py for the full scheme.")
+        w("Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).")
         w('"""')
         w()
         if self.math:
@@ -274,7 +278,7 @@ from torch.nn import functional as F""")
             w('"""Every size of the model: each module is built from these, so a smaller or larger')
             depth = next((f", {sp.n.name}=2" for sp in self.p.all_stages() if sp.n is not None), "")
             w(f"model is a different Config (`Model(Config(width={e.width // 2}{depth}))`). Defaults are the")
-            w(f'spec\'s; __post_init__ refuses sizes that break the spec\'s own constraints."""')
+            w('spec\'s; __post_init__ refuses sizes that break the spec\'s own constraints."""')
             w()
             w(f"vocab_size: int = {num(e.feed.vocab)}  # tokens in the vocabulary")
             w(f"context: int = {num(e.feed.context)}  # the longest sequence (positions, rotary tables, the KV cache)")
@@ -282,7 +286,8 @@ from torch.nn import functional as F""")
             for r in sz.fields():
                 typ = "float" if r.typ == "float" else "int"
                 w(f"{r.name}: {typ} = {literal(r)}  # {r.doc}")
-            counts = ["vocab_size", "context", "width"] + [r.name for r in sz.fields() if r.typ == "int"]
+            schedule = {r.name for r in self.p.schedule.values()}  # warmup_steps may be 0
+            counts = ["vocab_size", "context", "width"] + [r.name for r in sz.fields() if r.typ == "int" and r.name not in schedule]
             w()
             w("def __post_init__(self):")
             with self.out.indent():
@@ -328,6 +333,9 @@ from torch.nn import functional as F""")
                 tok = "lookup(self.tok, idx)" if opaque else "self.tok(idx)"
                 tok = tok if f.scale == 1.0 else f"{tok} * self.scale"
                 shape = "# (B, T, C): the token lookup, a custom op under torch.compile (runtime section)" if opaque else "# (B, T, C)"
+                if f.position == "none" and not f.dropout:
+                    w(f"return {tok}  {shape}")
+                    return out.blank(2)
                 if f.position == "none":
                     w(f"x = {tok}  {shape}")
                 else:
@@ -377,15 +385,17 @@ def engine_spec(spec) -> ir.Spec:
     return ir.validate(spec)  # an IR edited with model_copy skipped its models' checks: nothing unchecked is lowered
 
 
-def lower(spec: ir.Spec, fast: bool = True, comments: str = "both") -> Lowered:
+def lower(spec: ir.Spec, fast: bool = False, comments: str = "ml", parallel: bool = False) -> Lowered:
     """The generated source, its source map and its name map (see `Lowered`)."""
-    lw = Lowering(engine_spec(spec), fast=fast, comments=comments)
+    lw = Lowering(engine_spec(spec), fast=fast, comments=comments, parallel=parallel)
     text = lw.source()
     return Lowered(text, lw.out.source_map, lw.names())
 
 
-def codegen(spec: ir.Spec, fast: bool = True, comments: str = "both") -> str:
-    """Standalone PyTorch source for an `ir.Spec`: `fast` adds the fused loss and the MoE's
-    custom op in the runtime section at the end (benchmarks/run.py measures it faster, so it is
-    the default); `comments` is "both" (ML words and a spec tag), "ml" or "none"."""
-    return lower(spec, fast=fast, comments=comments).source
+def codegen(spec: ir.Spec, fast: bool = False, comments: str = "ml", parallel: bool = False) -> str:
+    """Standalone PyTorch source for an `ir.Spec`: by default the model only. `fast` adds the
+    fused loss and the custom ops of the token lookup and the MoE in a runtime section at the
+    end (benchmarks/run.py measures it faster: `cyclec train`, the stand and the benchmarks
+    ask for it); `parallel` adds TP_PLAN and `parallelize` (`cyclec train` asks for it);
+    `comments` is "ml" (ML words), "both" (and a spec tag) or "none"."""
+    return lower(spec, fast=fast, comments=comments, parallel=parallel).source

@@ -6,43 +6,48 @@ from __future__ import annotations
 from ... import ir
 from .emitters import emitter
 from .merges import merge_emitter
-from .plan import MoeVariant, OpPlan, Plan, StagePlan
+from .plan import OpPlan, Plan, StagePlan
 from contextlib import ExitStack
 
-from .stages import instances, module_list, stage_call, stage_params
+from .stages import instances, module_list, stage_call
 from .writer import Writer, comment, doc_tag, num
 
 
 def uses_math(p: Plan) -> bool:
     """Whether the code written here reads `math` (a cosine schedule does)."""
-    sch = p.engine.startup.schedule
-    return sch.kind == "cosine" and sch.steps is not None
+    return "steps" in p.schedule and p.engine.startup.schedule.kind == "cosine"
 
 
 def learning_rate(out: Writer, p: Plan) -> None:
+    """`learning_rate(step, config)`: the startup block's schedule over the Config's fields."""
     s = p.engine.startup
-    sch, w = s.schedule, out.line
-    w("def learning_rate(step):")
+    sch, w, t = s.schedule, out.line, p.schedule
+    w("def learning_rate(step, config=None):")
     with out.indent():
-        constant = sch.steps is None or sch.kind == "constant"
-        desc = f"warmup for {s.warmup} steps, then " if s.warmup else ""
-        desc += f"constant at {num(sch.lr)}" if constant else f"{sch.kind} from {num(sch.lr)} to {num(sch.min_lr)} by step {sch.steps}"
-        w(f'"""The learning-rate schedule: {desc}."""')
+        constant = "steps" not in t
+        desc = "linear warmup, then " if s.warmup else ""
+        desc += "constant" if constant else f"{sch.kind} decay to config.min_lr at config.lr_steps"
+        w(f'"""The learning rate at `step`: {desc}."""')
+        w("config = config or Config()")
+        lr = str(t["lr"])
         if s.warmup:
-            w(f"if step < {num(s.warmup)}:  # linear warmup")
+            warm = str(t["warmup"])
+            w(f"if step < {warm}:  # linear warmup")
             with out.indent():
-                w(f"return {num(sch.lr)} * (step + 1) / {num(s.warmup + 1)}")
+                w(f"return {lr} * (step + 1) / ({warm} + 1)")
         if constant:
-            w(f"return {num(sch.lr)}")
+            w(f"return {lr}")
         else:
-            w(f"if step >= {num(sch.steps)}:")
+            lo, steps = str(t["min_lr"]), str(t["steps"])
+            w(f"if step >= {steps}:")
             with out.indent():
-                w(f"return {num(sch.min_lr)}")
-            w(f"ratio = (step - {num(s.warmup)}) / {num(max(sch.steps - s.warmup, 1))}")
+                w(f"return {lo}")
+            start = str(t["warmup"]) if s.warmup else "0"
+            w(f"ratio = (step - {start}) / max({steps} - {start}, 1)" if s.warmup else f"ratio = step / {steps}")
             if sch.kind == "cosine":
-                w(f"return {num(sch.min_lr)} + 0.5 * (1.0 + math.cos(math.pi * ratio)) * ({num(sch.lr)} - {num(sch.min_lr)})")
+                w(f"return {lo} + 0.5 * (1.0 + math.cos(math.pi * ratio)) * ({lr} - {lo})")
             else:
-                w(f"return {num(sch.lr)} + ratio * ({num(sch.min_lr)} - {num(sch.lr)})")
+                w(f"return {lr} + ratio * ({lo} - {lr})")
     out.blank(2)
 
 
@@ -169,7 +174,7 @@ def reset_parameters(out: Writer, p: Plan) -> None:
     w("def reset_parameters(self):")
     with out.indent():
         if normal:
-            w(f'"""Initialisation: weights normal(0, {p.sizes.init_std()}), biases zero (GPT-2); then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
+            w(f'"""Weights normal(0, {p.sizes.init_std()}), biases zero (GPT-2); then the residual adds\' rules{doc_tag(None, "chill-down")}."""')
         else:
             w('"""Initialisation: xavier_uniform weights, biases zero, embeddings normal(0, width**-0.5);')
             w(f'then the residual adds\' own rules{doc_tag(None, "chill-down")}."""')
@@ -264,7 +269,7 @@ B, T = idx.size()''')
                     w(f'raise ValueError("attention_mask covers attention only: this engine\'s {" and ".join(mixers)} would mix padded positions")')
                 else:
                     w("mask = attention_mask.bool()  # (B, S): True for real tokens")
-                    w("pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions")
+                    w("pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)")
         if p.causal:
             w("if cache is not None and cache.length is None:")
             with out.indent():
@@ -289,7 +294,7 @@ B, T = idx.size()''')
                     out.nested(f"if n > {sc.original}:  # dynamic NTK: past the original context the rotary base grows with n",
                                f"{pre}_cos, {pre}_sin = scaled_rotary_tables(past + T, {dims}, {base}, {rotary_scaling(sc)}, seq_len=n)")
             pairs = [f"({t}_cos[past : past + T], {t}_sin[past : past + T])" for t in tables]
-            w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each: rotary cos and sin")
+            w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each")
             if p.causal:
                 padded = [f"({t}_cos[pos][:, None], {t}_sin[pos][:, None])" for t in tables]
                 w("if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions")
@@ -348,43 +353,46 @@ return logits, loss''')
 
 
 def optimizer(out: Writer, p: Plan) -> None:
-    s, w = p.engine.startup, out.line
-    lr = s.schedule.lr
+    w = out.line
     if ir.mup.is_mup(p.engine):
-        out.block(f'''
+        out.block('''
 def configure_optimizer(self):
     """AdamW from the startup block under μP: one group per rule (MUP_LR and MUP_DECAY multiply
     the spec's lr and decay), with a LambdaLR stepping `learning_rate` in every group.
     Matrices decay; biases, norms and gains do not. Returns (optimizer, scheduler).
     """
-    groups = {{}}
+    config, groups = self.config, {}
     for name, p in self.named_parameters():
         if not p.requires_grad:
             continue
         rule, decays = mup_rule(name, p), p.dim() >= 2
-        group = groups.setdefault((rule, decays), {{
-            "params": [], "rule": rule, "lr_mult": MUP_LR[rule], "lr": {num(lr)} * MUP_LR[rule],
-            "weight_decay": {num(s.decay)} * MUP_DECAY[rule] if decays else 0.0}})
+        group = groups.setdefault((rule, decays), {
+            "params": [], "rule": rule, "lr_mult": MUP_LR[rule], "lr": config.lr * MUP_LR[rule],
+            "weight_decay": config.weight_decay * MUP_DECAY[rule] if decays else 0.0})
         group["params"].append(p)
-    optimizer = torch.optim.AdamW(list(groups.values()), lr={num(lr)}, betas=({num(s.betas[0])}, {num(s.betas[1])}))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / {num(lr if lr > 0 else 1.0)})
+    betas = (config.beta1, config.beta2)
+    optimizer = torch.optim.AdamW(list(groups.values()), lr=config.lr, betas=betas)
+    peak = config.lr if config.lr > 0 else 1.0
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
     return optimizer, scheduler
 ''')
         w()
         clip(out, p)
         return
-    out.block(f'''
+    out.block('''
 def configure_optimizer(self):
     """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
     Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
     """
+    config = self.config
     params = [p for p in self.parameters() if p.requires_grad]
     groups = [
-        {{"params": [p for p in params if p.dim() >= 2], "weight_decay": {num(s.decay)}}},
-        {{"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}},
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr={num(lr)}, betas=({num(s.betas[0])}, {num(s.betas[1])}))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / {num(lr if lr > 0 else 1.0)})
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+    peak = config.lr if config.lr > 0 else 1.0
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, config) / peak)
     return optimizer, scheduler
 ''')
     w()
@@ -396,8 +404,8 @@ def clip(out: Writer, p: Plan) -> None:
     w("def clip_gradients(self):")
     with out.indent():
         if s.clip is not None:
-            w(f'"""Clip the global gradient norm at {num(s.clip)}; returns the norm."""')
-            w(f"return torch.nn.utils.clip_grad_norm_(self.parameters(), {num(s.clip)})")
+            w('"""Clip the global gradient norm at config.grad_clip; returns the norm."""')
+            w(f"return torch.nn.utils.clip_grad_norm_(self.parameters(), {str(p.schedule['clip']).replace('config.', 'self.config.')})")
         else:
             w('"""The spec sets no clip: nothing to do."""')
             w("return None")
@@ -428,14 +436,12 @@ context = self.config.context
 cache = None
 mask = attention_mask
 for _ in range(max_new_tokens):
-    if not use_cache:
-        logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-    elif cache is None or cache.pos >= context:
-        cache = Cache(context)
-        logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-    else:
-        logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-    logits = logits[:, -1, :]  # (B, vocab)
+    if not use_cache or cache is None or cache.pos >= context:  # the whole window (a new cache)
+        cache = Cache(context) if use_cache else None
+        x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+    else:  # the new token only
+        x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+    logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
     if temperature == 0:
         nxt = logits.argmax(dim=-1, keepdim=True)
     else:

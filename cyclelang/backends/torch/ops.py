@@ -66,6 +66,12 @@ class OpEmitter:
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
         return ()
 
+    def cache_states(self, op) -> tuple[str, ...]:
+        """The kinds of decoding state the op keeps in the Cache (runtime/cache.py's STATES):
+        its kind's `state_kind`; a mixer that keeps more says so (an ssm's conv window)."""
+        k = kind_of(op).state_kind
+        return (k,) if k else ()
+
     def needs_math(self, op) -> bool:
         return False
 

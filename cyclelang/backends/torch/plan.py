@@ -273,10 +273,11 @@ class Plan:
     turbine_classes: dict[Variant, str] = field(default_factory=dict)  # variant -> class name, in order of first use
     sizes: Sizes | None = None  # the Config's fields and what reads them
     head_width: object = None  # config.Ref of the nozzle's input width
-    fast: bool = True  # the fused loss and the MoE's custom op (the runtime section at the end)
+    fast: bool = False  # the fused loss and the custom ops (the runtime section at the end)
     rope_args: list = field(default_factory=list)  # (dims, base) config expressions per rotary table
     feed_args: dict = field(default_factory=dict)  # the feed's config values: scale, dropout
     logit_scale: object = None  # config.Ref of the nozzle's logit scale (None: 1)
+    schedule: dict = field(default_factory=dict)  # the startup block's Config fields (`schedule_sizes`)
 
     @property
     def causal(self) -> bool:
@@ -328,10 +329,15 @@ class Plan:
         return self.ropes.index(k)
 
 
-def _class_names() -> Names:
-    # turbine class names are numbered variants of fixed bases; reserve a generous set
+def class_names() -> frozenset[str]:
+    """Names no stage or branch class may take: the file's globals, the runtime's, and every
+    turbine class (numbered variants of fixed bases; a generous set reserved)."""
     bases = [v.base for v in variants().values()]
-    return Names(GLOBALS | set(bases) | {f"{b}{i}" for b in bases for i in range(2, 64)})
+    return GLOBALS | set(bases) | {f"{b}{i}" for b in bases for i in range(2, 64)}
+
+
+def _class_names() -> Names:
+    return Names(class_names())
 
 
 def attention_scale(e: ir.Engine, a) -> float | None:
@@ -457,7 +463,28 @@ def make_plan(spec: ir.Spec) -> Plan:
             value = e.width if r is WIDTH else r.value
             sizes.check(lambda r=r, value=value: f"{r.own} == {value}",
                         lambda r=r, value=value: f"{r.name} ({{{r.own}}}) must stay {value} under μP: MUP_PARTS was computed for the spec's sizes; change the spec and rebuild")
+    schedule_sizes(p)
     from .merges import merge_sizes
 
     merge_sizes(p)
     return p
+
+
+def schedule_sizes(p: Plan) -> None:
+    """The startup block's constants as Config fields (nanoGPT's train.py keeps them in its config):
+    the learning rate and its schedule, AdamW's decay and betas, the clip."""
+    s, c = p.engine.startup, p.sizes
+    sch = s.schedule
+    t = p.schedule
+    t["lr"] = c.named("lr", sch.lr, "the peak learning rate (AdamW)", "float", let=sch.let_of("lr"))
+    if s.warmup:
+        t["warmup"] = c.named("warmup_steps", s.warmup, "steps of linear warmup", let=s.let_of("warmup"))
+    if sch.steps is not None and sch.kind != "constant":
+        t["min_lr"] = c.named("min_lr", sch.min_lr, f"the learning rate at the end of the {sch.kind} decay", "float",
+                              let=sch.let_of("min_lr"))
+        t["steps"] = c.named("lr_steps", sch.steps, "the step at which the decay reaches min_lr", let=sch.let_of("steps"))
+    t["decay"] = c.named("weight_decay", s.decay, "AdamW's weight decay (matrices only)", "float", let=s.let_of("decay"))
+    t["beta1"] = c.named("beta1", s.betas[0], "AdamW's first-moment decay", "float")
+    t["beta2"] = c.named("beta2", s.betas[1], "AdamW's second-moment decay", "float")
+    if s.clip is not None:
+        t["clip"] = c.named("grad_clip", s.clip, "the global gradient norm is clipped at this", "float", let=s.let_of("clip"))

@@ -11,7 +11,7 @@ import math
 
 from ... import ir
 from .config import Expr, Sizes
-from .ops import OpEmitter, call_args, head_sizes, if_set
+from .ops import OpEmitter, call_args, head_sizes
 from .plan import OpPlan, Plan
 from .writer import Writer, num
 
@@ -40,8 +40,8 @@ class SsmEmitter(OpEmitter):
         out = {"width": width, "heads": heads}
         if s.inner % s.width == 0 and s.let_of("head_dim") is None:  # Mamba's expand: the inner width is expand x width
             expand = c.field("ssm_expand", s.inner // s.width, scope, "the scan's inner width = ssm_expand x width (Mamba's expand)", let=s.let_of("expand"))
-            out["head_dim"] = hd = c.prop("ssm_head_dim", s.head_dim, scope, "channels per scan head",
-                                          lambda: f"{expand.own} * {width.own} // {heads.own}")
+            out["head_dim"] = c.prop("ssm_head_dim", s.head_dim, scope, "channels per scan head",
+                                     lambda: f"{expand.own} * {width.own} // {heads.own}")
             c.check(lambda: f"({expand.own} * {width.own}) % {heads.own} == 0",
                     lambda: f"{heads.name} ({{{heads.own}}}) must divide {expand.name} x {width.name} ({{{expand.own} * {width.own}}}): the heads split the inner width evenly")
         else:
@@ -67,6 +67,9 @@ class SsmEmitter(OpEmitter):
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
         return ("ssd_scan", "gated_rms_norm")
+
+    def cache_states(self, op) -> tuple[str, ...]:
+        return ("window", "recurrent")  # the conv's last inputs, then the scan's state
 
     def needs_math(self, op) -> bool:
         return True  # the dt bias's log-uniform init
@@ -184,6 +187,9 @@ class Mamba1Emitter(OpEmitter):
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
         return ("selective_scan",)
+
+    def cache_states(self, op) -> tuple[str, ...]:
+        return ("window", "recurrent")  # the conv's last inputs, then the scan's state
 
     def needs_math(self, op) -> bool:
         return True  # the step size's log-uniform init

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import keyword
+
 from ... import ir
 from ...ir.kinds import kind_of
 from .emitters import emitter
 from .merges import merge_emitter
-from .plan import INPUTS, BranchPlan, FullflowPlan, OpPlan, Plan, StagePlan, signature
-from .writer import Writer, comment, doc_tag, num
+from .plan import INPUTS, BranchPlan, FullflowPlan, OpPlan, Plan, StagePlan, class_names, signature
+from .writer import Writer, camel, comment, doc_tag, num
 
 
 def branch_role(b: ir.Prechamber) -> str:
@@ -156,20 +158,24 @@ def branch_line(out: Writer, branches: list[BranchPlan], inp: str, span, phrase:
 
 
 def class_head(out: Writer, sp: StagePlan, what: str = "", word: str = "stage") -> None:
-    """`class Block(nn.Module):` and its docstring: the block, how often it repeats, `what` it holds."""
+    """`class Block(nn.Module):` and its docstring: the block, how often it repeats, `what` it holds.
+    A stage from a template is described by its template alone (no use of it, no spec line),
+    so every use of one structure writes the same text and shares one class (`classes`)."""
     st, w = sp.stage, out.line
-    rep = f", repeated config.{sp.n.name} times" if sp.n is not None else ""
-    if sp.parent is not None and sp.n is not None:
-        rep += f" in each {sp.parent.stage.name}"
     w(f"class {sp.cls}(nn.Module):", st.span)
-    tmpl = f", from template {st.template}" if st.template else ""
     with out.indent():
-        w(f'"""One `{st.name}` block{rep}{what}{doc_tag(st.span, word + tmpl)}."""')
+        if st.template:
+            w(f'"""One `{st.template}` block{what}{doc_tag(None, word + " template")}."""')
+        else:
+            rep = f", repeated config.{sp.n.name} times" if sp.n is not None else ""
+            if sp.parent is not None and sp.n is not None:
+                rep += f" in each {sp.parent.stage.name}"
+            w(f'"""One `{st.name}` block{rep}{what}{doc_tag(st.span, word)}."""')
         w()
 
 
 def stage_class(out: Writer, sp: StagePlan) -> None:
-    st, w = sp.stage, out.line
+    w = out.line
     class_head(out, sp)
     with out.indent():
         with out.constructor("config"):
@@ -244,7 +250,7 @@ def module_list(plans: list[StagePlan]) -> str:
         parts.append(f"[{sp.cls}(config) for _ in range({sp.n})]")
     if singles:
         parts.append("[" + ", ".join(singles) + "]")
-    return "nn.ModuleList(" + " + ".join(parts) + ")  # one entry per stage instance"
+    return "nn.ModuleList(" + " + ".join(parts) + ")"
 
 
 def stage_call(out: Writer, p: Plan, sp: StagePlan) -> None:
@@ -307,17 +313,58 @@ def fullflow_line(out: Writer, ff: FullflowPlan, temps: Temps) -> None:
 
 def classes(out: Writer, p: Plan) -> None:
     """Every stage's branch classes, then the stage's own class, in source order; a group's
-    class after its stages'."""
+    class after its stages'. One class per distinct structure: a class whose text (its name
+    aside) was written already is not written again, and its users take the first's name
+    (jamba's three `routed` stages, all `mamba_moe`, share one class). A stage's class is
+    named after the stage, or after its template where stages of other names are made from it
+    (jamba's `pairs` and `last`: `Pair`); `Block` is appended where the name is taken (a
+    turbine's class, a runtime name), and a number from 2 where another structure has it."""
+    seen: dict[tuple[str, ...], str] = {}  # the class's lines with its own name blanked -> its name
+    names = class_names() | {b.cls for sp in p.stages for b in sp.branches()}
+    finals: set[str] = set()
+
+    made: dict[str, set[str]] = {}  # template -> the names of the stages made from it
+    for sp in p.all_stages():
+        if sp.stage.template:
+            made.setdefault(sp.stage.template, set()).add(sp.stage.name)
+
+    def final_name(sp: StagePlan) -> str:
+        st = sp.stage
+        base = camel(st.template if st.template and len(made[st.template]) > 1 else st.name) or "Stage"
+        if base in names or not base.isidentifier() or keyword.iskeyword(base):
+            base = (base if base.isidentifier() else "Stage") + "Block"
+        name, k = base, 2
+        while name in names or name in finals:
+            name, k = f"{base}{k}", k + 1
+        finals.add(name)
+        return name
+
+    def once(obj, write, final=None) -> None:
+        sub = out.child()
+        write(sub)
+        head = f"class {obj.cls}("
+        assert sub.lines[0].lstrip().startswith(head), sub.lines[0]
+        key = (sub.lines[0].replace(head, "class (", 1), *sub.lines[1:])
+        if key in seen:
+            obj.cls = seen[key]
+            return
+        if final is not None:
+            name = final()
+            sub.lines[0] = sub.lines[0].replace(head, f"class {name}(", 1)
+            obj.cls = name
+        seen[key] = obj.cls
+        out.extend(sub)
+
     def write(sp: StagePlan) -> None:
         if sp.children:
             for c in sp.children:
                 write(c)
-            group_class(out, p, sp)
+            once(sp, lambda w: group_class(w, p, sp), lambda: final_name(sp))
             return
         for b in sp.branches():
             if not inline(b):
-                branch_class(out, b)
-        stage_class(out, sp)
+                once(b, lambda w, b=b: branch_class(w, b))
+        once(sp, lambda w: stage_class(w, sp), lambda: final_name(sp))
 
     for sp in p.top:
         write(sp)

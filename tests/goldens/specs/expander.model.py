@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -32,7 +31,9 @@ def linear_scan(q, k, v, chunk, state=None, log_decay=None):
         return q @ state, state
     ys = []
     for start in range(0, T, chunk):
-        qc, kc, vc = q[:, :, start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
+        qc, kc, vc = q[
+            :, :,
+            start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
         l = qc.size(2)
         t = torch.arange(l, device=q.device)
         gap = (t[:, None] - t[None, :]).to(q.dtype)  # (l, l): how far back each key is
@@ -43,9 +44,12 @@ def linear_scan(q, k, v, chunk, state=None, log_decay=None):
             state = state + kc.transpose(-2, -1) @ vc
         else:
             g = log_decay.to(q.dtype)[:, None, None]  # (nh, 1, 1)
-            weights = torch.exp(gap.clamp(min=0) * g).masked_fill(gap < 0, 0)  # (nh, l, l): g^(t - s) for s <= t
-            y = (scores * weights) @ vc + (qc * torch.exp((t + 1).to(q.dtype) * g[..., 0])[..., None]) @ state
-            state = state * torch.exp(l * g) + (kc * torch.exp((l - 1 - t).to(q.dtype) * g[..., 0])[..., None]).transpose(-2, -1) @ vc
+            # (nh, l, l): g^(t - s) for s <= t
+            weights = torch.exp(gap.clamp(min=0) * g).masked_fill(gap < 0, 0)
+            y = (scores * weights) @ vc + (qc * torch.exp((t + 1).to(q.dtype) * g[..., 0])[
+                ..., None]) @ state
+            state = state * torch.exp(l * g) + (kc * torch.exp((
+                l - 1 - t).to(q.dtype) * g[..., 0])[..., None]).transpose(-2, -1) @ vc
         ys.append(y)
     return torch.cat(ys, dim=2), state
 
@@ -64,6 +68,10 @@ class Config:
     n_head: int = 12  # attention heads (query heads)
     chunk: int = 64  # positions per chunk of the training scan
     mlp_ratio: int = 4  # the MLP's hidden width = mlp_ratio x width
+    lr: float = 0.001  # the peak learning rate (AdamW)
+    weight_decay: float = 0.01  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.999  # AdamW's second-moment decay
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
@@ -72,7 +80,8 @@ class Config:
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head "
+                             f"({self.n_head}): the heads split the width evenly")
 
     @property
     def head_dim(self):
@@ -81,24 +90,25 @@ class Config:
 
     @property
     def cooling_std(self):
-        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.004082482904638631)."""
+        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec:
+        0.004082482904638631)."""
         return self.init_std / math.sqrt(2 * self.depth)
 
 
 class Feed(nn.Module):
-    """Token embedding plus no positions (they come from rotary, or not at all) (expander.cycle:14 · tanks and pumps)."""
+    """Token embedding plus no positions (they come from rotary, or not at all)."""
 
     def __init__(self, config):
         super().__init__()
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = self.tok(idx)  # (B, T, C)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class LinearAttention(nn.Module):
-    """Causal linear attention (Katharopoulos et al. 2020): positions mix through a fixed-size state.
+    """Causal linear attention (Katharopoulos et al. 2020): positions mix through a fixed-size
+    state.
 
     softmax(q k^T) is replaced by phi(q) phi(k)^T with phi(x) = elu(x) + 1, so the keys and values
     fold into a state S_t = g S_{t-1} + phi(k_t)^T v_t of heads x head_dim x head_dim:
@@ -114,14 +124,19 @@ class LinearAttention(nn.Module):
         self.heads, self.head_dim, self.chunk = heads, head_dim, chunk
         self.qkv = nn.Linear(width, 3 * heads * head_dim, bias=bias)  # q, k, v fused
         self.proj = nn.Linear(heads * head_dim, width, bias=bias)
-        self.register_buffer("log_decay", torch.log(1 - 2.0 ** (-5.0 - torch.arange(heads))), persistent=False)  # (nh,)
+        # (nh,)
+        self.register_buffer("log_decay", torch.log(1 - 2.0 ** (-5.0 - torch.arange(heads))),
+                             persistent=False)
 
     def forward(self, x, cache):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, nh, T, hd) each
+        # (B, nh, T, hd) each
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = F.elu(q) + 1, F.elu(k) + 1  # the feature map phi: positive scores
-        v = torch.cat((v, v.new_ones(B, self.heads, T, 1)), dim=-1)  # a column of ones: the same sums give phi(q) z
-        y, state = linear_scan(q, k, v, self.chunk, None if cache is None else cache.recurrent(self), self.log_decay)
+        # a column of ones: the same sums give phi(q) z
+        v = torch.cat((v, v.new_ones(B, self.heads, T, 1)), dim=-1)
+        y, state = linear_scan(q, k, v, self.chunk,
+                               None if cache is None else cache.recurrent(self), self.log_decay)
         if cache is not None:
             cache.keep(self, state)  # (B, nh, hd, hd): all it remembers
         y = y[..., :-1] / (y[..., -1:] + self.EPS)  # divided by phi(q) z
@@ -130,7 +145,7 @@ class LinearAttention(nn.Module):
 
 
 class Mlp(nn.Module):
-    """Position-wise MLP (gelu): each position on its own (combustor)."""
+    """Position-wise MLP (gelu): each position on its own."""
 
     def __init__(self, width, hidden, bias):
         super().__init__()
@@ -143,40 +158,16 @@ class Mlp(nn.Module):
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Keys and values per attention; recent inputs per pool and conv (and the conv of an
-    ssm); a fixed-size recurrent state per ssm and linear attention. Valid because the
-    model is causal: no position reads a later one, so the past's state never changes when a
-    token is appended. Keys and values go into buffers reserved once for the whole
-    context and written in place: a step copies its own token, never the past. A window
-    keeps only its last size - 1 inputs and a recurrent state is replaced by the next,
-    so neither grows with the length."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
         self.length = length  # positions reserved per attention; None: the model's context
         self.state = {}
 
-    def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values so far.
-        (Latent attention writes its latent and its rotary key: two widths.)"""
-        if layer not in self.state:
-            B, nkv = k.shape[:2]
-            self.state[layer] = (k.new_empty(B, nkv, self.length, k.size(-1)), v.new_empty(B, nkv, self.length, v.size(-1)))
-        past_k, past_v = self.state[layer]  # (B, nkv, length, hd)
-        end = self.pos + k.size(2)
-        past_k[:, :, self.pos : end] = k
-        past_v[:, :, self.pos : end] = v
-        return past_k[:, :, :end], past_v[:, :, :end]  # (B, nkv, S, hd): views, no copy
-
-    def extend_pool(self, layer, x, keep):
-        h = torch.cat((self.state[layer], x), dim=1) if layer in self.state else x
-        self.state[layer] = h[:, max(h.size(1) - keep, 0) :]
-        return h
-
     def recurrent(self, layer):
-        """The state a recurrent mixer left after the positions so far, or None before the first."""
+        """The state a recurrent mixer (ssm, linear attention) left after the positions so
+        far, or None before the first: a fixed size, replaced by the next (`keep`)."""
         return self.state.get(layer)
 
     def keep(self, layer, state):
@@ -189,45 +180,54 @@ class Cache:
 
 
 class Block(nn.Module):
-    """One `block` block, repeated config.depth times (expander.cycle:16 · stage)."""
+    """One `block` block, repeated config.depth times."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # linear attention; residual add; the output projection starts small (GPT-2's scaled init) · expander.cycle:17 · prechamber mix
-            norm=nn.LayerNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · expander.cycle:18 · valve
-            attn=LinearAttention(config.width, heads=config.n_head, head_dim=config.head_dim, chunk=config.chunk, bias=True),  # linear attention: positions mix through a fixed-size state · expander.cycle:19 · expander injector
+        # linear attention; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.LayerNorm(config.width, eps=config.norm_eps),
+            # linear attention: positions mix through a fixed-size state
+            attn=LinearAttention(config.width, heads=config.n_head, head_dim=config.head_dim,
+                                 chunk=config.chunk, bias=True),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · expander.cycle:22 · prechamber burn
-            norm=nn.LayerNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · expander.cycle:23 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True),  # MLP: applied at each position on its own · expander.cycle:24 · combustor
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.LayerNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True),
         ))
 
     def forward(self, x, cache):
-        x = x + self.mix.attn(self.mix.norm(x), cache)  # mix: residual add, scaled init · expander.cycle:17 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · expander.cycle:22 · prechamber burn, cooling
+        x = x + self.mix.attn(self.mix.norm(x), cache)  # mix: residual add, scaled init
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init
         return x
 
 
-def learning_rate(step):
-    """The learning-rate schedule: constant at 0.001."""
-    return 0.001
+def learning_rate(step, config=None):
+    """The learning rate at `step`: constant."""
+    config = config or Config()
+    return config.lr
 
 
 class Model(nn.Module):
-    """expander: embeddings, blocks, LM head (expander.cycle:11 · feed, stages, nozzle)."""
+    """expander: embeddings, blocks, LM head."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · expander.cycle:14 · tanks and pumps
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])  # one entry per stage instance
-        self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # final norm · expander.cycle:29 · valve on the main line
+        self.feed = Feed(config)  # token embedding
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])
+        self.norm = nn.LayerNorm(config.width, eps=config.norm_eps)  # final norm
         self.aux_losses = {}
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules (chill-down)."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -236,7 +236,7 @@ class Model(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
-        for stage in self.stages:  # block block · expander.cycle:16 · stage
+        for stage in self.stages:  # block block
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
@@ -257,22 +257,26 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
-            raise ValueError("attention_mask covers attention only: this engine's linear_attention would mix padded positions")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
+            raise ValueError("attention_mask covers attention only: this engine's "
+                             "linear_attention would mix padded positions")
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
         aux = {}
-        for stage in self.stages:  # block block · expander.cycle:16 · stage
+        for stage in self.stages:  # block block
             x = stage(x, cache)
-        x = self.norm(x)  # final norm · expander.cycle:29 · valve on the main line
-        logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
+        x = self.norm(x)  # final norm
+        # (B, T, vocab): the LM head, tied to the token embedding
+        logits = F.linear(x, self.feed.tok.weight)
         if cache is not None:
             cache.pos += T
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = next_token_loss(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))[0]  # F.cross_entropy with a leaner backward (runtime section)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -281,13 +285,16 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.001, betas=(0.9, 0.999))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.001)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -295,7 +302,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -307,14 +315,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -327,192 +334,3 @@ class Model(nn.Module):
             if mask is not None:
                 mask = torch.cat((mask, mask.new_ones(mask.size(0), 1)), dim=1)
         return idx
-
-
-# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every
-# part not listed is replicated. See `parallelize`.
-TP_PLAN = {
-    "stages.0-11.burn.mlp": "hidden",
-}
-
-
-def unshard_rows(weight, blocks, degree):
-    """A gathered weight whose rows are rank by rank [b0_r | b1_r | ...] -> [b0 | b1 | ...]."""
-    per_rank = [c.split([b // degree for b in blocks], dim=0) for c in weight.chunk(degree, dim=0)]
-    return torch.cat([torch.cat([per_rank[r][i] for r in range(degree)], dim=0) for i in range(len(blocks))], dim=0)
-
-
-def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard `model` in place over `mesh` (a DeviceMesh; a 2-D mesh names its dims "dp" and
-    "tp"; None for checkpointing or compile alone) by `plan` and return it. fsdp: FSDP2's
-    fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor parallelism over the "tp" dim.
-    checkpointing: "none", "stage" (recompute a whole stage in the backward pass) or
-    "selective" (keep the matrix products' outputs, recompute the rest). compile:
-    torch.compile each stage instance."""
-    import functools
-
-    import torch.distributed.fsdp
-    import torch.distributed.tensor.parallel
-    import torch.utils.checkpoint
-
-    if checkpointing not in ("none", "stage", "selective"):
-        raise ValueError(f"checkpointing must be none, stage or selective, not {checkpointing!r}")
-    names = (mesh.mesh_dim_names or ()) if mesh is not None else ()
-    if (fsdp or tp) and mesh is None:
-        raise ValueError("FSDP and tensor parallelism need a DeviceMesh")
-    if fsdp and tp and not {"dp", "tp"} <= set(names):
-        raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' and 'tp'")
-
-    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
-        parts = path.split(".")
-        for k, part in enumerate(parts):
-            if k and parts[k - 1] == "stages" and "-" in part:
-                first, last = (int(i) for i in part.split("-"))
-                return [q for i in range(first, last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
-        return [path]
-
-    def mlps_of(module, path):
-        if hasattr(module, "experts"):
-            return [(f"{path}.experts.{e}", m) for e, m in enumerate(module.experts)]
-        return [(path, module)]
-
-    if tp:
-        tp_mesh = mesh["tp"] if "tp" in names else mesh
-        degree = tp_mesh.size()
-        why = []
-        for path, rule in plan.items():
-            module = model.get_submodule(instances(path)[0])
-            if rule == "heads":
-                why += [f"{path}: {n}={getattr(module, n)} is not divisible by the TP degree {degree}"
-                        for n in ("heads", "kv_heads") if getattr(module, n) % degree]
-            elif rule == "hidden":
-                hidden = mlps_of(module, path)[0][1].proj.in_features
-                if hidden % degree:
-                    why.append(f"{path}: the hidden width {hidden} is not divisible by the TP degree {degree}")
-                if compile and hasattr(module, "experts"):
-                    why.append(f"{path}: under compile the experts run in one custom op that takes whole weights")
-        if why:
-            raise ValueError("tensor parallelism cannot split this model:\n  " + "\n  ".join(why))
-        par = torch.distributed.tensor.parallel
-        model.tp_layout = {}
-
-        def colwise(owner, attr, prefix, blocks):
-            linear = getattr(owner, attr)
-            if len(blocks) > 1:  # fused rows: regroup so rank r's contiguous chunk is [b0_r | b1_r | ...]
-                with torch.no_grad():
-                    for pname in ("weight", "bias"):
-                        p = getattr(linear, pname)
-                        if p is not None:
-                            parts = [b.chunk(degree, dim=0) for b in p.split(blocks, dim=0)]
-                            p.copy_(torch.cat([q[r] for r in range(degree) for q in parts], dim=0))
-                            model.tp_layout[f"{prefix}.{pname}"] = (list(blocks), degree)
-            par.parallelize_module(owner, tp_mesh, {attr: par.ColwiseParallel()})
-
-        for path, rule in plan.items():
-            for inst in instances(path):
-                module = model.get_submodule(inst)
-                if rule == "heads":
-                    q, kv = module.heads * module.head_dim, module.kv_heads * module.head_dim
-                    colwise(module, "qkv", f"{inst}.qkv", [q, kv, kv])
-                    par.parallelize_module(module, tp_mesh, {"proj": par.RowwiseParallel()})
-                    module.heads, module.kv_heads = module.heads // degree, module.kv_heads // degree  # this rank's heads
-                elif rule == "hidden":
-                    for prefix, mlp in mlps_of(module, inst):
-                        hidden = mlp.proj.in_features
-                        colwise(mlp, "fc", f"{prefix}.fc", [hidden, hidden] if mlp.fc.out_features == 2 * hidden else [hidden])
-                        par.parallelize_module(mlp, tp_mesh, {"proj": par.RowwiseParallel()})
-
-    if checkpointing != "none":
-        ckpt = torch.utils.checkpoint
-        keep = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                torch.ops.aten._scaled_dot_product_flash_attention.default,
-                torch.ops.aten._scaled_dot_product_efficient_attention.default}
-
-        def policy(ctx, op, *args, **kwargs):
-            return ckpt.CheckpointPolicy.MUST_SAVE if op in keep else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
-
-        for stage in model.stages:
-            extra = {} if checkpointing == "stage" else {"context_fn": functools.partial(ckpt.create_selective_checkpoint_contexts, policy)}
-            stage.forward = functools.partial(ckpt.checkpoint, stage.forward, use_reentrant=False, **extra)
-    if compile:
-        for stage in model.stages:
-            stage.compile()
-    if fsdp:
-        dp_mesh = mesh["dp"] if "dp" in names else mesh
-        for stage in model.stages:
-            torch.distributed.fsdp.fully_shard(stage, mesh=dp_mesh)
-        torch.distributed.fsdp.fully_shard(model, mesh=dp_mesh)
-    return model
-
-
-def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard a Model over a DeviceMesh with torch.distributed: FSDP2 per stage instance and on
-    the root, tensor parallelism by TP_PLAN, activation checkpointing per stage ("none",
-    "stage", "selective"), per-stage compile. See apply_parallel_plan."""
-    return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)
-
-
-# ====================================================================================
-# Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
-# out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
-# custom op under torch.compile; the MoE's custom ops run its routing and experts as
-# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
-# ====================================================================================
-
-
-def next_token_loss_op(name):
-    """The custom op `cyclelang::{name}`: F.cross_entropy(logits.float(), targets,
-    ignore_index=-1) with the same forward and a leaner backward.
-
-    op(logits (N, vocab), targets (N,), -1: ignored) returns (loss, log-probabilities).
-    The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
-    buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
-    logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is plain torch ops, which torch.compile traces into the backward graph.
-    A custom op rather than an autograd.Function: torch.compile traces a Function as a
-    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
-    would redo the whole joint graph. The caches know the op by its name, and the backward
-    below is traced into them, so the name carries a digest of this function's source as
-    it stands (edit it and the name changes). Defined once per process.
-    """
-    import hashlib
-    import inspect
-
-    try:
-        name += "_" + hashlib.sha256(inspect.getsource(next_token_loss_op).encode()).hexdigest()[:8]
-    except (OSError, TypeError):  # no source to read (a frozen build): the name as given
-        pass
-    try:
-        return getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-        pass
-
-    @torch.library.custom_op("cyclelang::" + name, mutates_args=())
-    def run(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
-        return F.nll_loss(logp, targets, ignore_index=-1), logp  # the mean over the kept targets
-
-    @run.register_fake
-    def _(logits, targets):
-        return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
-
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output[1], inputs[1])
-        ctx.dtype = inputs[0].dtype
-        ctx.mark_non_differentiable(output[1])
-        ctx.set_materialize_grads(False)  # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
-
-    def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
-        logp, targets = ctx.saved_tensors
-        keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
-
-    run.register_autograd(backward, setup_context=setup_context)
-    return getattr(torch.ops.cyclelang, name)
-
-
-next_token_loss = next_token_loss_op("next_token_loss")

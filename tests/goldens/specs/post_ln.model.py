@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it (only for causal models; this one is bidirectional).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -18,7 +17,8 @@ from torch.nn import functional as F
 def sinusoids(length, width):
     """The original Transformer's fixed positions: sin on even channels, cos on odd."""
     pos = torch.arange(length, dtype=torch.float32)[:, None]  # (length, 1)
-    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))  # (width/2,)
+    # (width/2,)
+    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
     table = torch.zeros(length, width)
     table[:, 0::2] = torch.sin(pos * freq)
     table[:, 1::2] = torch.cos(pos * freq[: width // 2])
@@ -40,6 +40,11 @@ class Config:
     norm_eps: float = 1e-05  # the norms' epsilon
     mlp_ratio: int = 4  # the MLP's hidden width = mlp_ratio x width
     feed_dropout: float = 0.1  # dropout on the embeddings
+    lr: float = 0.0007  # the peak learning rate (AdamW)
+    warmup_steps: int = 4000  # steps of linear warmup
+    weight_decay: float = 0.0  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.98  # AdamW's second-moment decay
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
@@ -47,7 +52,8 @@ class Config:
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head "
+                             f"({self.n_head}): the heads split the width evenly")
 
     @property
     def head_dim(self):
@@ -61,7 +67,7 @@ class Config:
 
 
 class Feed(nn.Module):
-    """Token embedding plus sinusoidal positions (post_ln.cycle:13 · tanks and pumps)."""
+    """Token embedding plus sinusoidal positions."""
 
     def __init__(self, config):
         super().__init__()
@@ -72,13 +78,15 @@ class Feed(nn.Module):
 
     def forward(self, idx, past, pos=None):
         T = idx.size(1)
-        x = self.tok(idx) * self.scale + (self.pos[past : past + T] if pos is None else self.pos[pos])  # (B, T, C)
+        # (B, T, C)
+        x = self.tok(idx) * self.scale + (self.pos[past : past
+                                                   + T] if pos is None else self.pos[pos])
         x = self.drop(x)
         return x
 
 
 class Attention(nn.Module):
-    """Bidirectional self-attention: the only place positions mix (injector)."""
+    """Bidirectional self-attention: the only place positions mix."""
 
     def __init__(self, width, heads, kv_heads, head_dim, bias, dropout):
         super().__init__()
@@ -90,17 +98,21 @@ class Attention(nn.Module):
 
     def forward(self, x):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hd)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+        # (B, nh, T, hd)
+        y = F.scaled_dot_product_attention(q, k, v,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.drop(self.proj(y))
 
 
 class Mlp(nn.Module):
-    """Position-wise MLP (relu): each position on its own (combustor)."""
+    """Position-wise MLP (relu): each position on its own."""
 
     def __init__(self, width, hidden, bias, dropout):
         super().__init__()
@@ -114,49 +126,56 @@ class Mlp(nn.Module):
 
 
 class Layer(nn.Module):
-    """One `layer` block, repeated config.n_layer times (post_ln.cycle:15 · stage)."""
+    """One `layer` block, repeated config.n_layer times."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add · post_ln.cycle:16 · prechamber mix
-            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_head, head_dim=config.head_dim, bias=True, dropout=config.dropout),  # attention: the only place positions mix · post_ln.cycle:17 · injector
+        self.mix = nn.ModuleDict(dict(  # attention; residual add
+            # attention: the only place positions mix
+            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_head,
+                           head_dim=config.head_dim, bias=True, dropout=config.dropout),
         ))
-        self.norm1 = nn.LayerNorm(config.width, eps=config.norm_eps)  # Post-LN: the norm is on the residual stream · post_ln.cycle:19 · valve in series
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add · post_ln.cycle:20 · prechamber burn
-            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True, dropout=config.dropout),  # MLP: applied at each position on its own · post_ln.cycle:21 · combustor
+        # Post-LN: the norm is on the residual stream
+        self.norm1 = nn.LayerNorm(config.width, eps=config.norm_eps)
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.mlp_ratio * config.width, bias=True,
+                    dropout=config.dropout),
         ))
-        self.norm2 = nn.LayerNorm(config.width, eps=config.norm_eps)  # Post-LN: the norm is on the residual stream · post_ln.cycle:23 · valve in series
+        # Post-LN: the norm is on the residual stream
+        self.norm2 = nn.LayerNorm(config.width, eps=config.norm_eps)
 
     def forward(self, x):
-        x = x + self.mix.attn(x)  # mix: residual add · post_ln.cycle:16 · prechamber mix, closed cycle
-        x = self.norm1(x)  # Post-LN: the norm is on the residual stream · post_ln.cycle:19 · valve in series
-        x = x + self.burn.mlp(x)  # burn: residual add · post_ln.cycle:20 · prechamber burn, closed cycle
-        x = self.norm2(x)  # Post-LN: the norm is on the residual stream · post_ln.cycle:23 · valve in series
+        x = x + self.mix.attn(x)  # mix: residual add
+        x = self.norm1(x)  # Post-LN: the norm is on the residual stream
+        x = x + self.burn.mlp(x)  # burn: residual add
+        x = self.norm2(x)  # Post-LN: the norm is on the residual stream
         return x
 
 
-def learning_rate(step):
-    """The learning-rate schedule: warmup for 4000 steps, then constant at 0.0007."""
-    if step < 4000:  # linear warmup
-        return 0.0007 * (step + 1) / 4001
-    return 0.0007
+def learning_rate(step, config=None):
+    """The learning rate at `step`: linear warmup, then constant."""
+    config = config or Config()
+    if step < config.warmup_steps:  # linear warmup
+        return config.lr * (step + 1) / (config.warmup_steps + 1)
+    return config.lr
 
 
 class Model(nn.Module):
-    """post_ln: embeddings, blocks, LM head (post_ln.cycle:10 · feed, stages, nozzle)."""
+    """post_ln: embeddings, blocks, LM head."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · post_ln.cycle:13 · tanks and pumps
-        self.stages = nn.ModuleList([Layer(config) for _ in range(config.n_layer)])  # one entry per stage instance
+        self.feed = Feed(config)  # token embedding
+        self.stages = nn.ModuleList([Layer(config) for _ in range(config.n_layer)])
         self.aux_losses = {}
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self):
         """Initialisation: xavier_uniform weights, biases zero, embeddings normal(0, width**-0.5);
-        then the residual adds' own rules (chill-down)."""
+        then the residual adds' own rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -177,13 +196,15 @@ class Model(nn.Module):
         cache = None  # bidirectional: nothing to cache
         x = self.feed(idx, past)  # (B, T, C)
         aux = {}
-        for stage in self.stages:  # block layer · post_ln.cycle:15 · stage
+        for stage in self.stages:  # block layer
             x = stage(x)
-        logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
+        # (B, T, vocab): the LM head, tied to the token embedding
+        logits = F.linear(x, self.feed.tok.weight)
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = next_token_loss(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))[0]  # F.cross_entropy with a leaner backward (runtime section)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -192,13 +213,16 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.0},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.0007, betas=(0.9, 0.98))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.0007)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -212,193 +236,3 @@ class Model(nn.Module):
             "generate() needs a causal engine: this one has 'throat open', so each position "
             "depends on later ones and there is no next token to sample; use 'throat causal'"
         )
-
-
-# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every
-# part not listed is replicated. See `parallelize`.
-TP_PLAN = {
-    "stages.0-5.mix.attn": "heads",
-    "stages.0-5.burn.mlp": "hidden",
-}
-
-
-def unshard_rows(weight, blocks, degree):
-    """A gathered weight whose rows are rank by rank [b0_r | b1_r | ...] -> [b0 | b1 | ...]."""
-    per_rank = [c.split([b // degree for b in blocks], dim=0) for c in weight.chunk(degree, dim=0)]
-    return torch.cat([torch.cat([per_rank[r][i] for r in range(degree)], dim=0) for i in range(len(blocks))], dim=0)
-
-
-def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard `model` in place over `mesh` (a DeviceMesh; a 2-D mesh names its dims "dp" and
-    "tp"; None for checkpointing or compile alone) by `plan` and return it. fsdp: FSDP2's
-    fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor parallelism over the "tp" dim.
-    checkpointing: "none", "stage" (recompute a whole stage in the backward pass) or
-    "selective" (keep the matrix products' outputs, recompute the rest). compile:
-    torch.compile each stage instance."""
-    import functools
-
-    import torch.distributed.fsdp
-    import torch.distributed.tensor.parallel
-    import torch.utils.checkpoint
-
-    if checkpointing not in ("none", "stage", "selective"):
-        raise ValueError(f"checkpointing must be none, stage or selective, not {checkpointing!r}")
-    names = (mesh.mesh_dim_names or ()) if mesh is not None else ()
-    if (fsdp or tp) and mesh is None:
-        raise ValueError("FSDP and tensor parallelism need a DeviceMesh")
-    if fsdp and tp and not {"dp", "tp"} <= set(names):
-        raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' and 'tp'")
-
-    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
-        parts = path.split(".")
-        for k, part in enumerate(parts):
-            if k and parts[k - 1] == "stages" and "-" in part:
-                first, last = (int(i) for i in part.split("-"))
-                return [q for i in range(first, last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
-        return [path]
-
-    def mlps_of(module, path):
-        if hasattr(module, "experts"):
-            return [(f"{path}.experts.{e}", m) for e, m in enumerate(module.experts)]
-        return [(path, module)]
-
-    if tp:
-        tp_mesh = mesh["tp"] if "tp" in names else mesh
-        degree = tp_mesh.size()
-        why = []
-        for path, rule in plan.items():
-            module = model.get_submodule(instances(path)[0])
-            if rule == "heads":
-                why += [f"{path}: {n}={getattr(module, n)} is not divisible by the TP degree {degree}"
-                        for n in ("heads", "kv_heads") if getattr(module, n) % degree]
-            elif rule == "hidden":
-                hidden = mlps_of(module, path)[0][1].proj.in_features
-                if hidden % degree:
-                    why.append(f"{path}: the hidden width {hidden} is not divisible by the TP degree {degree}")
-                if compile and hasattr(module, "experts"):
-                    why.append(f"{path}: under compile the experts run in one custom op that takes whole weights")
-        if why:
-            raise ValueError("tensor parallelism cannot split this model:\n  " + "\n  ".join(why))
-        par = torch.distributed.tensor.parallel
-        model.tp_layout = {}
-
-        def colwise(owner, attr, prefix, blocks):
-            linear = getattr(owner, attr)
-            if len(blocks) > 1:  # fused rows: regroup so rank r's contiguous chunk is [b0_r | b1_r | ...]
-                with torch.no_grad():
-                    for pname in ("weight", "bias"):
-                        p = getattr(linear, pname)
-                        if p is not None:
-                            parts = [b.chunk(degree, dim=0) for b in p.split(blocks, dim=0)]
-                            p.copy_(torch.cat([q[r] for r in range(degree) for q in parts], dim=0))
-                            model.tp_layout[f"{prefix}.{pname}"] = (list(blocks), degree)
-            par.parallelize_module(owner, tp_mesh, {attr: par.ColwiseParallel()})
-
-        for path, rule in plan.items():
-            for inst in instances(path):
-                module = model.get_submodule(inst)
-                if rule == "heads":
-                    q, kv = module.heads * module.head_dim, module.kv_heads * module.head_dim
-                    colwise(module, "qkv", f"{inst}.qkv", [q, kv, kv])
-                    par.parallelize_module(module, tp_mesh, {"proj": par.RowwiseParallel()})
-                    module.heads, module.kv_heads = module.heads // degree, module.kv_heads // degree  # this rank's heads
-                elif rule == "hidden":
-                    for prefix, mlp in mlps_of(module, inst):
-                        hidden = mlp.proj.in_features
-                        colwise(mlp, "fc", f"{prefix}.fc", [hidden, hidden] if mlp.fc.out_features == 2 * hidden else [hidden])
-                        par.parallelize_module(mlp, tp_mesh, {"proj": par.RowwiseParallel()})
-
-    if checkpointing != "none":
-        ckpt = torch.utils.checkpoint
-        keep = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                torch.ops.aten._scaled_dot_product_flash_attention.default,
-                torch.ops.aten._scaled_dot_product_efficient_attention.default}
-
-        def policy(ctx, op, *args, **kwargs):
-            return ckpt.CheckpointPolicy.MUST_SAVE if op in keep else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
-
-        for stage in model.stages:
-            extra = {} if checkpointing == "stage" else {"context_fn": functools.partial(ckpt.create_selective_checkpoint_contexts, policy)}
-            stage.forward = functools.partial(ckpt.checkpoint, stage.forward, use_reentrant=False, **extra)
-    if compile:
-        for stage in model.stages:
-            stage.compile()
-    if fsdp:
-        dp_mesh = mesh["dp"] if "dp" in names else mesh
-        for stage in model.stages:
-            torch.distributed.fsdp.fully_shard(stage, mesh=dp_mesh)
-        torch.distributed.fsdp.fully_shard(model, mesh=dp_mesh)
-    return model
-
-
-def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard a Model over a DeviceMesh with torch.distributed: FSDP2 per stage instance and on
-    the root, tensor parallelism by TP_PLAN, activation checkpointing per stage ("none",
-    "stage", "selective"), per-stage compile. See apply_parallel_plan."""
-    return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)
-
-
-# ====================================================================================
-# Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
-# out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
-# custom op under torch.compile; the MoE's custom ops run its routing and experts as
-# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
-# ====================================================================================
-
-
-def next_token_loss_op(name):
-    """The custom op `cyclelang::{name}`: F.cross_entropy(logits.float(), targets,
-    ignore_index=-1) with the same forward and a leaner backward.
-
-    op(logits (N, vocab), targets (N,), -1: ignored) returns (loss, log-probabilities).
-    The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
-    buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
-    logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is plain torch ops, which torch.compile traces into the backward graph.
-    A custom op rather than an autograd.Function: torch.compile traces a Function as a
-    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
-    would redo the whole joint graph. The caches know the op by its name, and the backward
-    below is traced into them, so the name carries a digest of this function's source as
-    it stands (edit it and the name changes). Defined once per process.
-    """
-    import hashlib
-    import inspect
-
-    try:
-        name += "_" + hashlib.sha256(inspect.getsource(next_token_loss_op).encode()).hexdigest()[:8]
-    except (OSError, TypeError):  # no source to read (a frozen build): the name as given
-        pass
-    try:
-        return getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-        pass
-
-    @torch.library.custom_op("cyclelang::" + name, mutates_args=())
-    def run(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
-        return F.nll_loss(logp, targets, ignore_index=-1), logp  # the mean over the kept targets
-
-    @run.register_fake
-    def _(logits, targets):
-        return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
-
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output[1], inputs[1])
-        ctx.dtype = inputs[0].dtype
-        ctx.mark_non_differentiable(output[1])
-        ctx.set_materialize_grads(False)  # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
-
-    def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
-        logp, targets = ctx.saved_tensors
-        keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
-
-    run.register_autograd(backward, setup_context=setup_context)
-    return getattr(torch.ops.cyclelang, name)
-
-
-next_token_loss = next_token_loss_op("next_token_loss")

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -17,8 +16,10 @@ from torch.nn import functional as F
 
 def rotary_tables(length, dims, base):
     """Rotary positions (RoFormer), computed once: cos and sin tables, each (length, dims)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
-    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)  # (length, dims/2)
+    # (dims/2,)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+    # (length, dims/2)
+    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (length, dims)
     return emb.cos(), emb.sin()
 
@@ -69,28 +70,43 @@ class Config:
     n_local: int = 3  # instances of stage local in each stripe
     norm_eps: float = 1e-06  # the norms' epsilon
     n_head: int = 8  # attention heads (query heads)
-    n_kv_head: int = 2  # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    n_kv_head: int = 2
     rotary_base: float = 10000.0  # rotary frequency base
     window: int = 128  # sliding-window attention: keys a query may see
     mlp_hidden: int = 704  # the MLP's hidden width
     n_expert: int = 4  # experts per MoE layer
     top_k: int = 2  # experts each token is routed to
     expert_hidden: int = 352  # each expert's hidden width
-    capacity: float = 1.25  # training: each expert takes at most capacity x its even share of assignments
+    # training: each expert takes at most capacity x its even share of assignments
+    capacity: float = 1.25
     balance: float = 0.01  # weight of the load-balancing loss (Switch Transformer)
+    lr: float = 0.0006  # the peak learning rate (AdamW)
+    warmup_steps: int = 1000  # steps of linear warmup
+    min_lr: float = 6e-05  # the learning rate at the end of the cosine decay
+    lr_steps: int = 50000  # the step at which the decay reaches min_lr
+    weight_decay: float = 0.1  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.95  # AdamW's second-moment decay
+    grad_clip: float = 1.0  # the global gradient norm is clipped at this
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_stripe', 'n_local', 'n_head', 'n_kv_head', 'window', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden'):
+        for name in ('vocab_size', 'context', 'width', 'n_stripe', 'n_local', 'n_head',
+                     'n_kv_head', 'window', 'mlp_hidden', 'n_expert', 'top_k', 'expert_hidden'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head "
+                             f"({self.n_head}): the heads split the width evenly")
         if not (self.n_head % self.n_kv_head == 0):
-            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head}): each key/value head serves a whole group of query heads")
+            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head "
+                             f"({self.n_kv_head}): each key/value head serves a whole group of "
+                             "query heads")
         if not (self.top_k <= self.n_expert):
-            raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert ({self.n_expert}): a token's experts are distinct")
+            raise ValueError(f"Config: top_k ({self.top_k}) must be at most n_expert "
+                             f"({self.n_expert}): a token's experts are distinct")
 
     @property
     def head_dim(self):
@@ -99,26 +115,27 @@ class Config:
 
     @property
     def cooling_std(self):
-        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.002886751345948129)."""
+        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec:
+        0.002886751345948129)."""
         return self.init_std / math.sqrt(2 * self.n_stripe * self.n_local + 2 * self.n_stripe)
 
 
 class Feed(nn.Module):
-    """Token embedding plus no positions (they come from rotary, or not at all) (striped.cycle:28 · tanks and pumps)."""
+    """Token embedding plus no positions (they come from rotary, or not at all)."""
 
     def __init__(self, config):
         super().__init__()
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = self.tok(idx)  # (B, T, C)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class Attention(nn.Module):
-    """Sliding-window causal self-attention: the only place positions mix (injector).
+    """Sliding-window causal self-attention: the only place positions mix.
 
-    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary positions.
+    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary
+    positions.
     """
 
     def __init__(self, width, heads, kv_heads, head_dim, bias, window):
@@ -130,7 +147,8 @@ class Attention(nn.Module):
 
     def forward(self, x, rope, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
@@ -138,18 +156,24 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, self.window), enable_gqa=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=padded_mask(mask, T, self.window),
+                                               enable_gqa=True)
         elif T == 1:  # one query (after the cache) sees the latest `window` keys: no mask
-            y = F.scaled_dot_product_attention(q, k[:, :, -self.window :], v[:, :, -self.window :], enable_gqa=True)  # (B, nh, 1, hd)
+            # (B, nh, 1, hd)
+            y = F.scaled_dot_product_attention(q, k[:, :, -self.window :], v[:, :, -self.window :],
+                                               enable_gqa=True)
         else:
             near = sliding_mask(T, k.size(2), self.window, x.device)  # (T, S)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=near, enable_gqa=True)  # (B, nh, T, hd)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=near, enable_gqa=True)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.proj(y)
 
 
 class Mlp(nn.Module):
-    """Position-wise MLP (SwiGLU: silu(gate) * up): each position on its own (combustor)."""
+    """Position-wise MLP (SwiGLU: silu(gate) * up): each position on its own."""
 
     def __init__(self, width, hidden, bias):
         super().__init__()
@@ -163,9 +187,10 @@ class Mlp(nn.Module):
 
 
 class Attention2(nn.Module):
-    """Causal self-attention: the only place positions mix (injector).
+    """Causal self-attention: the only place positions mix.
 
-    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary positions.
+    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary
+    positions.
     """
 
     def __init__(self, width, heads, kv_heads, head_dim, bias):
@@ -176,7 +201,8 @@ class Attention2(nn.Module):
 
     def forward(self, x, rope, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
@@ -184,19 +210,23 @@ class Attention2(nn.Module):
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None), enable_gqa=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None),
+                                               enable_gqa=True)
         elif k.size(2) == T:  # no cache: the plain causal mask
-            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, nh, 1, hd)
         else:  # T new queries after S - T cached positions
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device), enable_gqa=True)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=causal_mask(T, k.size(2), x.device),
+                                               enable_gqa=True)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.proj(y)
 
 
 class Moe(nn.Module):
-    """Mixture of experts, top-k routed (liquid-liquid injector).
+    """Mixture of experts, top-k routed.
 
     Each token goes to its top experts (softmax, then top-k, renormalised).
     In training, capacity caps each expert at ceil(capacity * tokens * top /
@@ -220,66 +250,38 @@ class Moe(nn.Module):
         x = x.reshape(B * T, C)  # (N, C): every token of the batch
         E = len(self.experts)
         logits = self.router(x)  # (N, E)
-        if torch.compiler.is_compiling() and self.plain_experts():  # one graph: no shape may depend on the routing
-            y, balance_loss = self.compiled_experts(x, logits)  # (N, C), (): routing, experts and balance loss in a custom op (runtime section)
-        else:
-            probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))  # (N, E), in float32 at least (as Mixtral routes)
-            weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
-            weight = weight / weight.sum(dim=-1, keepdim=True)
-            onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)  # (k * N, E) one-hot, first choices first
-            routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
-            if self.training:  # eval is dropless: every expert may take every token
-                limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)
-                rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)  # (k * N,) place in its expert's queue
-                keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
-                choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
-            flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
-            order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, dropped ones first
-            counts = torch.bincount(flat + 1, minlength=E + 1).tolist()  # [dropped, then per expert]: one host sync
-            order = order[counts[0] :]  # (A,) the assignments the experts take
-            token = order // self.top  # (A,) each one's token
-            y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])  # (A, C)
-            y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
-            y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in expert order; y's dtype (autocast)
-            balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
+        # (N, E), in float32 at least (as Mixtral routes)
+        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        weight, choice = torch.topk(probs, self.top, dim=-1)  # (N, k)
+        weight = weight / weight.sum(dim=-1, keepdim=True)
+        # (k * N, E) one-hot, first choices first
+        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=x.device)
+        routed = onehot.float().mean(dim=0)  # (E,) fraction of assignments per expert
+        if self.training:  # eval is dropless: every expert may take every token
+            limit = min(math.ceil(self.capacity * B * T * self.top / E), B * T)
+            # (k * N,) place in its expert's queue
+            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)
+            keep = (rank <= limit).view(self.top, B * T).t()  # (N, k)
+            choice = torch.where(keep, choice, -1)  # dropped: no expert takes it
+        flat = choice.reshape(-1)  # (N * k,) each assignment's expert, token by token; -1: dropped
+        # the assignments grouped by expert, dropped ones first
+        order = torch.argsort(flat, stable=True)
+        # [dropped, then per expert]: one host sync
+        counts = torch.bincount(flat + 1, minlength=E + 1).tolist()
+        order = order[counts[0] :]  # (A,) the assignments the experts take
+        token = order // self.top  # (A,) each one's token
+        # (A, C)
+        y = torch.cat([expert(xe) for expert, xe in zip(self.experts, x[token].split(counts[1:]))])
+        y = y * weight.reshape(-1)[order, None]  # each assignment, weighted
+        # a token's experts add in expert order; y's dtype (autocast)
+        y = y.new_zeros(B * T, C).index_add_(0, token, y)
+        balance_loss = self.balance * E * torch.sum(routed * probs.mean(dim=0))
         y = y.view(B, T, C)
         return y, balance_loss
 
-    def compiled_experts(self, x, logits):
-        """The routing and the experts under torch.compile, in the custom op routed_swiglu,
-        opaque to the trace: from the router's logits it picks each token's top experts,
-        sorts the assignments by expert, runs them through the experts' op (which reads the
-        exact counts, one host sync, and so computes no padding) and adds each token's
-        weighted outputs up; the gradients come from its hand-written backward.
-        In training it drops the assignments past an expert's capacity.
-        Returns (y (N, C), the load-balancing loss ())."""
-        N, E = logits.shape
-        limit = min(math.ceil(self.capacity * N * self.top / E), N) if self.training else -1  # the most assignments an expert takes; -1: no limit
-        bias = self.experts[0].fc.bias is not None
-        weights = [w for ex in self.experts for w in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias) if w is not None]
-        if torch.is_autocast_enabled(x.device.type) and x.dtype != torch.float64:  # autocast cannot see into the op: cast as F.linear would
-            dtype = torch.get_autocast_dtype(x.device.type)
-            x, weights = x.to(dtype), [w.to(dtype) for w in weights]
-        return routed_swiglu(x, logits, weights, bias, self.top, limit, True, self.balance)[:2]
-
-    def plain_experts(self):
-        """Whether every expert is still this file's Mlp of two plain nn.Linear, whose weights the
-        custom op can read. A replaced layer (LoRA, quantised) takes the gather instead, which under
-        torch.compile costs a graph break. Forward hooks on the experts run on the gather path only.
-        """
-        return all(type(ex) is Mlp and type(ex.fc) is nn.Linear and type(ex.proj) is nn.Linear for ex in self.experts)
-
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Keys and values per attention; recent inputs per pool and conv (and the conv of an
-    ssm); a fixed-size recurrent state per ssm and linear attention. Valid because the
-    model is causal: no position reads a later one, so the past's state never changes when a
-    token is appended. Keys and values go into buffers reserved once for the whole
-    context and written in place: a step copies its own token, never the past. A window
-    keeps only its last size - 1 inputs and a recurrent state is replaced by the next,
-    so neither grows with the length."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -287,28 +289,17 @@ class Cache:
         self.state = {}
 
     def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values so far.
-        (Latent attention writes its latent and its rotary key: two widths.)"""
+        """Write k, v (B, nkv, T, hd) at pos .. pos + T in buffers reserved once for the context;
+        return the keys and values so far (latent attention: its latent and rotary key)."""
         if layer not in self.state:
             B, nkv = k.shape[:2]
-            self.state[layer] = (k.new_empty(B, nkv, self.length, k.size(-1)), v.new_empty(B, nkv, self.length, v.size(-1)))
+            shape = (B, nkv, self.length)
+            self.state[layer] = (k.new_empty(*shape, k.size(-1)), v.new_empty(*shape, v.size(-1)))
         past_k, past_v = self.state[layer]  # (B, nkv, length, hd)
         end = self.pos + k.size(2)
         past_k[:, :, self.pos : end] = k
         past_v[:, :, self.pos : end] = v
         return past_k[:, :, :end], past_v[:, :, :end]  # (B, nkv, S, hd): views, no copy
-
-    def extend_pool(self, layer, x, keep):
-        h = torch.cat((self.state[layer], x), dim=1) if layer in self.state else x
-        self.state[layer] = h[:, max(h.size(1) - keep, 0) :]
-        return h
-
-    def recurrent(self, layer):
-        """The state a recurrent mixer left after the positions so far, or None before the first."""
-        return self.state.get(layer)
-
-    def keep(self, layer, state):
-        self.state[layer] = state
 
     def nbytes(self):
         """Bytes of every tensor the cache holds (keys and values count their reserved buffers)."""
@@ -317,85 +308,108 @@ class Cache:
 
 
 class Local(nn.Module):
-    """One `local` block, repeated config.n_local times in each stripe (striped.cycle:31 · stage, from template local_layer)."""
+    """One `local_layer` block."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · striped.cycle:13 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · striped.cycle:14 · valve
-            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False, window=config.window),  # attention: the only place positions mix · striped.cycle:15 · injector
+        # attention; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # attention: the only place positions mix
+            attn=Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head,
+                           head_dim=config.head_dim, bias=False, window=config.window),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · striped.cycle:18 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · striped.cycle:19 · valve
-            mlp=Mlp(config.width, hidden=config.mlp_hidden, bias=False),  # MLP: applied at each position on its own · striped.cycle:20 · combustor
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.mlp_hidden, bias=False),
         ))
 
     def forward(self, x, rope, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · striped.cycle:13 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · striped.cycle:18 · prechamber burn, cooling
+        # mix: residual add, scaled init
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init
         return x
 
 
 class Global(nn.Module):
-    """One `global` block (striped.cycle:32 · stage)."""
+    """One `global` block."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · striped.cycle:33 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · striped.cycle:34 · valve
-            attn=Attention2(config.width, heads=config.n_head, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False),  # attention: the only place positions mix · striped.cycle:35 · injector
+        # attention; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # attention: the only place positions mix
+            attn=Attention2(config.width, heads=config.n_head, kv_heads=config.n_kv_head,
+                            head_dim=config.head_dim, bias=False),
         ))
-        self.burn = nn.ModuleDict(dict(  # MoE; residual add; the output projection starts small (GPT-2's scaled init) · striped.cycle:38 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · striped.cycle:39 · valve
-            moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert, top=config.top_k, bias=False, capacity=config.capacity, balance=config.balance),  # mixture of experts: each token goes to its top experts · striped.cycle:40 · liquid-liquid injector
+        # MoE; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # mixture of experts: each token goes to its top experts
+            moe=Moe(config.width, hidden=config.expert_hidden, experts=config.n_expert,
+                    top=config.top_k, bias=False, capacity=config.capacity,
+                    balance=config.balance),
         ))
 
     def forward(self, x, rope, cache, mask=None):
         """Returns x and this block's auxiliary losses and outputs, by name."""
         aux = {}
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · striped.cycle:33 · prechamber mix, cooling
-        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))  # its output and its load-balancing loss, kept by name · striped.cycle:40 · liquid-liquid injector
-        x = x + y  # burn: residual add, scaled init · striped.cycle:38 · prechamber burn, cooling
+        # mix: residual add, scaled init
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)
+        # its output and its load-balancing loss, kept by name
+        y, aux["burn.moe"] = self.burn.moe(self.burn.norm(x))
+        x = x + y  # burn: residual add, scaled init
         return x, aux
 
 
 class Stripe(nn.Module):
-    """One `stripe` block, repeated config.n_stripe times: the stages local x config.n_local, global in turn (striped.cycle:30 · nested stage)."""
+    """One `stripe` block, repeated config.n_stripe times: the stages local x config.n_local,
+    global in turn."""
 
     def __init__(self, config):
         super().__init__()
         self.config = config  # the stages' counts
-        self.stages = nn.ModuleList([Local(config) for _ in range(config.n_local)] + [Global(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Local(config) for _ in range(config.n_local)]
+                                    + [Global(config)])
 
     def forward(self, x, rope, cache, mask=None):
         """Returns x and its stages' auxiliary losses and outputs, by path."""
         aux = {}
-        for stage in self.stages[:self.config.n_local]:  # block local · striped.cycle:31 · stage
+        for stage in self.stages[:self.config.n_local]:  # block local
             x = stage(x, rope, cache, mask)
-        x, losses = self.stages[self.config.n_local](x, rope, cache, mask)  # block global · striped.cycle:32 · stage
+        x, losses = self.stages[self.config.n_local](x, rope, cache, mask)  # block global
         aux.update({f"stages.{self.config.n_local}.{name}": loss for name, loss in losses.items()})
         return x, aux
 
 
-def learning_rate(step):
-    """The learning-rate schedule: warmup for 1000 steps, then cosine from 0.0006 to 6e-05 by step 50000."""
-    if step < 1000:  # linear warmup
-        return 0.0006 * (step + 1) / 1001
-    if step >= 50000:
-        return 6e-05
-    ratio = (step - 1000) / 49000
-    return 6e-05 + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (0.0006 - 6e-05)
+def learning_rate(step, config=None):
+    """The learning rate at `step`: linear warmup, then cosine decay to config.min_lr at
+    config.lr_steps."""
+    config = config or Config()
+    if step < config.warmup_steps:  # linear warmup
+        return config.lr * (step + 1) / (config.warmup_steps + 1)
+    if step >= config.lr_steps:
+        return config.min_lr
+    ratio = (step - config.warmup_steps) / max(config.lr_steps - config.warmup_steps, 1)
+    return config.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (config.lr - config.min_lr)
 
 
 class Model(nn.Module):
-    """striped: embeddings, blocks, LM head (striped.cycle:25 · feed, stages, nozzle)."""
+    """striped: embeddings, blocks, LM head."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · striped.cycle:28 · tanks and pumps
-        self.stages = nn.ModuleList([Stripe(config) for _ in range(config.n_stripe)])  # one entry per stage instance
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · striped.cycle:46 · valve on the main line
+        self.feed = Feed(config)  # token embedding
+        self.stages = nn.ModuleList([Stripe(config) for _ in range(config.n_stripe)])
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm
         cos, sin = rotary_tables(config.context, config.head_dim, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -404,7 +418,8 @@ class Model(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules (chill-down)."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -413,14 +428,14 @@ class Model(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
-        for group in self.stages:  # block stripe · striped.cycle:30 · stage
-            for stage in group.stages[:config.n_local]:  # block local · striped.cycle:31 · stage
+        for group in self.stages:  # block stripe
+            for stage in group.stages[:config.n_local]:  # block local
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
                 nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
                 nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        for group in self.stages:  # block stripe · striped.cycle:30 · stage
-            stage = group.stages[config.n_local]  # block global · striped.cycle:32 · stage
+        for group in self.stages:  # block stripe
+            stage = group.stages[config.n_local]  # block global
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
@@ -442,27 +457,31 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
             mask = attention_mask.bool()  # (B, S): True for real tokens
-            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions
+            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
-        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each: rotary cos and sin
+        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
-        aux = {}  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
-        for i, stage in enumerate(self.stages):  # block stripe · striped.cycle:30 · stage
+        # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads
+        aux = {}
+        for i, stage in enumerate(self.stages):  # block stripe
             x, losses = stage(x, rope, cache, mask)
             aux.update({f"stages.{i}.{name}": loss for name, loss in losses.items()})
-        x = self.norm(x)  # final norm · striped.cycle:46 · valve on the main line
-        logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
+        x = self.norm(x)  # final norm
+        # (B, T, vocab): the LM head, tied to the token embedding
+        logits = F.linear(x, self.feed.tok.weight)
         if cache is not None:
             cache.pos += T
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = next_token_loss(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))[0]  # F.cross_entropy with a leaner backward (runtime section)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -471,21 +490,25 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.0006, betas=(0.9, 0.95))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.0006)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
-        """Clip the global gradient norm at 1.0; returns the norm."""
-        return torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
+        """Clip the global gradient norm at config.grad_clip; returns the norm."""
+        return torch.nn.utils.clip_grad_norm_(self.parameters(), self.config.grad_clip)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -497,14 +520,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -517,448 +539,3 @@ class Model(nn.Module):
             if mask is not None:
                 mask = torch.cat((mask, mask.new_ones(mask.size(0), 1)), dim=1)
         return idx
-
-
-# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every
-# part not listed is replicated. See `parallelize`.
-TP_PLAN = {
-    "stages.0-5.stages.0-2.mix.attn": "heads",
-    "stages.0-5.stages.0-2.burn.mlp": "hidden",
-    "stages.0-5.stages.3.mix.attn": "heads",
-    "stages.0-5.stages.3.burn.moe": "hidden",
-}
-
-
-def unshard_rows(weight, blocks, degree):
-    """A gathered weight whose rows are rank by rank [b0_r | b1_r | ...] -> [b0 | b1 | ...]."""
-    per_rank = [c.split([b // degree for b in blocks], dim=0) for c in weight.chunk(degree, dim=0)]
-    return torch.cat([torch.cat([per_rank[r][i] for r in range(degree)], dim=0) for i in range(len(blocks))], dim=0)
-
-
-def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard `model` in place over `mesh` (a DeviceMesh; a 2-D mesh names its dims "dp" and
-    "tp"; None for checkpointing or compile alone) by `plan` and return it. fsdp: FSDP2's
-    fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor parallelism over the "tp" dim.
-    checkpointing: "none", "stage" (recompute a whole stage in the backward pass) or
-    "selective" (keep the matrix products' outputs, recompute the rest). compile:
-    torch.compile each stage instance."""
-    import functools
-
-    import torch.distributed.fsdp
-    import torch.distributed.tensor.parallel
-    import torch.utils.checkpoint
-
-    if checkpointing not in ("none", "stage", "selective"):
-        raise ValueError(f"checkpointing must be none, stage or selective, not {checkpointing!r}")
-    names = (mesh.mesh_dim_names or ()) if mesh is not None else ()
-    if (fsdp or tp) and mesh is None:
-        raise ValueError("FSDP and tensor parallelism need a DeviceMesh")
-    if fsdp and tp and not {"dp", "tp"} <= set(names):
-        raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' and 'tp'")
-
-    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
-        parts = path.split(".")
-        for k, part in enumerate(parts):
-            if k and parts[k - 1] == "stages" and "-" in part:
-                first, last = (int(i) for i in part.split("-"))
-                return [q for i in range(first, last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
-        return [path]
-
-    def mlps_of(module, path):
-        if hasattr(module, "experts"):
-            return [(f"{path}.experts.{e}", m) for e, m in enumerate(module.experts)]
-        return [(path, module)]
-
-    if tp:
-        tp_mesh = mesh["tp"] if "tp" in names else mesh
-        degree = tp_mesh.size()
-        why = []
-        for path, rule in plan.items():
-            module = model.get_submodule(instances(path)[0])
-            if rule == "heads":
-                why += [f"{path}: {n}={getattr(module, n)} is not divisible by the TP degree {degree}"
-                        for n in ("heads", "kv_heads") if getattr(module, n) % degree]
-            elif rule == "hidden":
-                hidden = mlps_of(module, path)[0][1].proj.in_features
-                if hidden % degree:
-                    why.append(f"{path}: the hidden width {hidden} is not divisible by the TP degree {degree}")
-                if compile and hasattr(module, "experts"):
-                    why.append(f"{path}: under compile the experts run in one custom op that takes whole weights")
-        if why:
-            raise ValueError("tensor parallelism cannot split this model:\n  " + "\n  ".join(why))
-        par = torch.distributed.tensor.parallel
-        model.tp_layout = {}
-
-        def colwise(owner, attr, prefix, blocks):
-            linear = getattr(owner, attr)
-            if len(blocks) > 1:  # fused rows: regroup so rank r's contiguous chunk is [b0_r | b1_r | ...]
-                with torch.no_grad():
-                    for pname in ("weight", "bias"):
-                        p = getattr(linear, pname)
-                        if p is not None:
-                            parts = [b.chunk(degree, dim=0) for b in p.split(blocks, dim=0)]
-                            p.copy_(torch.cat([q[r] for r in range(degree) for q in parts], dim=0))
-                            model.tp_layout[f"{prefix}.{pname}"] = (list(blocks), degree)
-            par.parallelize_module(owner, tp_mesh, {attr: par.ColwiseParallel()})
-
-        for path, rule in plan.items():
-            for inst in instances(path):
-                module = model.get_submodule(inst)
-                if rule == "heads":
-                    q, kv = module.heads * module.head_dim, module.kv_heads * module.head_dim
-                    colwise(module, "qkv", f"{inst}.qkv", [q, kv, kv])
-                    par.parallelize_module(module, tp_mesh, {"proj": par.RowwiseParallel()})
-                    module.heads, module.kv_heads = module.heads // degree, module.kv_heads // degree  # this rank's heads
-                elif rule == "hidden":
-                    for prefix, mlp in mlps_of(module, inst):
-                        hidden = mlp.proj.in_features
-                        colwise(mlp, "fc", f"{prefix}.fc", [hidden, hidden] if mlp.fc.out_features == 2 * hidden else [hidden])
-                        par.parallelize_module(mlp, tp_mesh, {"proj": par.RowwiseParallel()})
-
-    if checkpointing != "none":
-        ckpt = torch.utils.checkpoint
-        keep = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                torch.ops.aten._scaled_dot_product_flash_attention.default,
-                torch.ops.aten._scaled_dot_product_efficient_attention.default}
-
-        def policy(ctx, op, *args, **kwargs):
-            return ckpt.CheckpointPolicy.MUST_SAVE if op in keep else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
-
-        for stage in model.stages:
-            extra = {} if checkpointing == "stage" else {"context_fn": functools.partial(ckpt.create_selective_checkpoint_contexts, policy)}
-            stage.forward = functools.partial(ckpt.checkpoint, stage.forward, use_reentrant=False, **extra)
-    if compile:
-        for stage in model.stages:
-            stage.compile()
-    if fsdp:
-        dp_mesh = mesh["dp"] if "dp" in names else mesh
-        for stage in model.stages:
-            torch.distributed.fsdp.fully_shard(stage, mesh=dp_mesh)
-        torch.distributed.fsdp.fully_shard(model, mesh=dp_mesh)
-    return model
-
-
-def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard a Model over a DeviceMesh with torch.distributed: FSDP2 per stage instance and on
-    the root, tensor parallelism by TP_PLAN, activation checkpointing per stage ("none",
-    "stage", "selective"), per-stage compile. See apply_parallel_plan."""
-    return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)
-
-
-# ====================================================================================
-# Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
-# out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
-# custom op under torch.compile; the MoE's custom ops run its routing and experts as
-# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
-# ====================================================================================
-
-
-def next_token_loss_op(name):
-    """The custom op `cyclelang::{name}`: F.cross_entropy(logits.float(), targets,
-    ignore_index=-1) with the same forward and a leaner backward.
-
-    op(logits (N, vocab), targets (N,), -1: ignored) returns (loss, log-probabilities).
-    The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
-    buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
-    logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is plain torch ops, which torch.compile traces into the backward graph.
-    A custom op rather than an autograd.Function: torch.compile traces a Function as a
-    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
-    would redo the whole joint graph. The caches know the op by its name, and the backward
-    below is traced into them, so the name carries a digest of this function's source as
-    it stands (edit it and the name changes). Defined once per process.
-    """
-    import hashlib
-    import inspect
-
-    try:
-        name += "_" + hashlib.sha256(inspect.getsource(next_token_loss_op).encode()).hexdigest()[:8]
-    except (OSError, TypeError):  # no source to read (a frozen build): the name as given
-        pass
-    try:
-        return getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-        pass
-
-    @torch.library.custom_op("cyclelang::" + name, mutates_args=())
-    def run(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
-        return F.nll_loss(logp, targets, ignore_index=-1), logp  # the mean over the kept targets
-
-    @run.register_fake
-    def _(logits, targets):
-        return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
-
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output[1], inputs[1])
-        ctx.dtype = inputs[0].dtype
-        ctx.mark_non_differentiable(output[1])
-        ctx.set_materialize_grads(False)  # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
-
-    def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
-        logp, targets = ctx.saved_tensors
-        keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
-
-    run.register_autograd(backward, setup_context=setup_context)
-    return getattr(torch.ops.cyclelang, name)
-
-
-next_token_loss = next_token_loss_op("next_token_loss")
-
-
-def swiglu_grad(h, g=None):
-    """swiglu(h) and, given g (the gradient of its output), the gradient at h."""
-    gate, up = h.chunk(2, dim=-1)
-    s = F.silu(gate)
-    a = s * up
-    if g is None:
-        return a, None
-    gh = torch.empty_like(h)  # [d gate | d up], both halves written in place (no cat)
-    d_gate, d_up = gh.chunk(2, dim=-1)
-    torch.mul(g, s, out=d_up)
-    torch.ops.aten.silu_backward.grad_input(g * up, gate, grad_input=d_gate)
-    return a, gh
-
-
-def expert_mlps(name, act_grad):
-    """The custom op `cyclelang::{name}`: every expert's MLP on the assignments sorted by expert.
-
-    torch.compile traces the routing (fixed shapes) and calls this op, which it cannot see
-    into, for the experts: inside, the exact row counts may steer Python (one host sync),
-    so no expert computes padding and the model stays one graph (fullgraph=True).
-    xs: (A, C) assignments sorted by expert, the dropped ones first; counts: (E + 1,)
-    [dropped, then per expert]; weights: per expert fc.weight, (fc.bias,) proj.weight,
-    (proj.bias). Returns the (A, C) outputs (zero for dropped rows) and the (A, fc rows)
-    pre-activations the hand-written backward reads. Defined once per process.
-    """
-    try:
-        return getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-        pass
-
-    def unpack(weights, e, bias):
-        if bias:
-            return weights[4 * e : 4 * e + 4]
-        fc, proj = weights[2 * e : 2 * e + 2]
-        return fc, None, proj, None
-
-    def linear_into(out, x, w, b):
-        return torch.mm(x, w.t(), out=out) if b is None else torch.addmm(b, x, w.t(), out=out)
-
-    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()  # a host sync inside
-
-    @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
-    def run(xs: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        sizes = counts.tolist()  # [dropped, then per expert]: the one host sync
-        out, h = torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
-        start = sizes[0]
-        out[:start].zero_(), h[:start].zero_()
-        for e, n in enumerate(sizes[1:]):
-            fc, fc_b, proj, proj_b = unpack(weights, e, bias)
-            rows = slice(start, start + n)
-            a, _ = act_grad(linear_into(h[rows], xs[rows], fc, fc_b))
-            linear_into(out[rows], a, proj, proj_b)
-            start += n
-        return out, h
-
-    @run.register_fake
-    def _(xs, counts, weights, bias):
-        return torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
-
-    @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
-    def run_backward(
-        grad: torch.Tensor, xs: torch.Tensor, h: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool, weight_grads: bool
-    ) -> list[torch.Tensor]:
-        sizes = counts.tolist()
-        gx = torch.empty_like(xs)
-        start = sizes[0]
-        gx[:start].zero_()
-        grads = []
-        for e, n in enumerate(sizes[1:]):
-            fc, fc_b, proj, proj_b = unpack(weights, e, bias)
-            rows = slice(start, start + n)
-            g = grad[rows]  # (n, C)
-            a, gh = act_grad(h[rows], g @ proj)  # (n, hidden), (n, fc rows)
-            if weight_grads:  # frozen experts skip two of the three matmuls
-                grads += [gh.t() @ xs[rows]] + ([gh.sum(dim=0)] if bias else []) + [g.t() @ a] + ([g.sum(dim=0)] if bias else [])
-            torch.mm(gh, fc, out=gx[rows])
-            start += n
-        return [gx] + grads
-
-    @run_backward.register_fake
-    def _(grad, xs, h, counts, weights, bias, weight_grads):
-        return [torch.empty_like(xs)] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
-
-    def setup_context(ctx, inputs, output):
-        xs, counts, weights, ctx.bias = inputs
-        ctx.weight_grads = any(w.requires_grad for w in weights)
-        ctx.save_for_backward(xs, output[1], counts, *weights)
-        ctx.mark_non_differentiable(output[1])
-
-    def backward(ctx, grad, _):
-        xs, h, counts, *weights = ctx.saved_tensors
-        gx, *gw = run_backward(grad.contiguous(), xs, h, counts, weights, ctx.bias, ctx.weight_grads)
-        return gx, None, gw if ctx.weight_grads else [None] * len(weights), None
-
-    run.register_autograd(backward, setup_context=setup_context)
-    return getattr(torch.ops.cyclelang, name)
-
-
-def routed_experts(name, experts_name):
-    """The custom op `cyclelang::{name}`: a MoE layer's routing, experts and combination in one.
-
-    torch.compile's trace sees only the router's logits go in and each token's output
-    and the balance loss come out, so it generates no kernels for the routing (the
-    softmax, top-k, capacity ranks, the sort by expert, the gathers and scatters, the
-    balance loss, forward and backward: each C++ kernel is about a second of a cold
-    compile); inside, eager kernels run it and the experts' op
-    `cyclelang::{experts_name}` (expert_mlps) does the rest. x: (N, C) tokens; logits:
-    (N, E) router logits; weights, bias: as for the experts' op; top: experts per token;
-    limit: the most assignments an expert takes (training with a capacity), -1 for none;
-    normalize: the chosen weights renormalised to sum to 1; balance: the weight of the
-    load-balancing loss. The probabilities are softmax(logits) in float32 at least, as the
-    eager path computes them. Returns y (N, C), each token's weighted expert outputs
-    summed in expert order, and the balance loss (Switch Transformer's: balance * E *
-    sum_e(fraction of assignments routed to e, before capacity, * mean probability of e)),
-    then what the hand-written backward reads. The logits' gradient flows through the
-    chosen weights and the mean probabilities, as autograd's through softmax and top-k
-    would. DeepSeek-V3's router, where its keyword arguments say so: router "sigmoid" scores each
-    expert on its own; with correction, the last tensor of weights is a bias (E,) added to
-    the scores for the choice only (a None argument would not survive torch's autograd
-    wrapper, so it rides in the list, and gets no gradient); with
-    groups > 1 a token keeps its top_groups best groups (scored by group_score, "top2" or
-    "max") and picks inside them; the weights are the unbiased scores of the chosen,
-    renormalised (sigmoid: over sum + 1e-20) and x scale. None of these moves a gradient but
-    through the chosen weights. Defined once per process.
-    """
-    try:
-        return getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-        pass
-    experts = getattr(torch.ops.cyclelang, experts_name)
-    experts_backward = getattr(torch.ops.cyclelang, experts_name + "_backward")
-    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()  # the experts' host sync
-
-    def routing(probs, top, limit, normalize, router="softmax", groups=1, top_groups=1, group_score="top2", scale=1.0, correction=None):
-        """(weight, choice): each token's top experts and their weights, (N, k) each; then
-        (order, counts, routed): the assignments sorted by expert (dropped ones first), the
-        count of dropped assignments and of each expert's, and the fraction per expert."""
-        N, E = probs.shape
-        if router == "softmax" and groups == 1 and scale == 1.0 and correction is None:  # Mixtral's
-            weight, choice = torch.topk(probs, top, dim=-1)
-            if normalize:
-                weight = weight / weight.sum(dim=-1, keepdim=True)
-        else:  # DeepSeek-V3's, op for op as the eager path's
-            pick = probs if correction is None else probs + correction
-            if groups > 1:
-                banks = pick.view(-1, groups, E // groups)
-                group = banks.topk(2, dim=-1).values.sum(dim=-1) if group_score == "top2" else banks.amax(dim=-1)
-                kept = torch.zeros_like(group, dtype=torch.bool).scatter_(1, torch.topk(group, top_groups, dim=-1).indices, True)
-                pick = pick.masked_fill(~kept.repeat_interleave(E // groups, dim=1), float("-inf"))
-            choice = torch.topk(pick, top, dim=-1).indices
-            weight = probs.gather(-1, choice)
-            if normalize:
-                weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20) if router == "sigmoid" else weight / weight.sum(dim=-1, keepdim=True)
-            if scale != 1.0:
-                weight = weight * scale
-        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=probs.device)  # (k * N, E), first choices first
-        routed = onehot.float().mean(dim=0)
-        kept = choice
-        if limit >= 0:  # GShard: a place in its expert's queue, first choices before second ones
-            rank = (torch.cumsum(onehot, dim=0) * onehot).sum(dim=-1)
-            kept = torch.where((rank <= limit).view(top, N).t(), choice, -1)
-        flat = kept.reshape(-1)
-        order = torch.argsort(flat, stable=True)
-        return weight, choice, order, torch.bincount(flat + 1, minlength=E + 1), routed
-
-    @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
-    def run(
-        x: torch.Tensor, logits: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool, balance: float, *,
-        router: str = "softmax", groups: int = 1, top_groups: int = 1, group_score: str = "top2", scale: float = 1.0, correction: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        if router == "sigmoid":
-            probs = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32)))
-        else:
-            probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
-        weights, bias_e = (weights[:-1], weights[-1]) if correction else (weights, None)
-        weight, choice, order, counts, routed = routing(probs, top, limit, normalize, router, groups, top_groups, group_score, scale, bias_e)
-        loss = balance * probs.size(1) * torch.sum(routed * probs.mean(dim=0))
-        token = order // top
-        e, h = experts(x[token], counts, weights, bias)  # (N * k, C), dropped rows zero
-        ew = e * weight.reshape(-1)[order, None]  # in the wider dtype under autocast, as the gather path's
-        y = ew.new_zeros(x.shape).index_add_(0, token, ew)
-        return y, loss, probs, routed, e, h, order, counts, choice, weight
-
-    @run.register_fake
-    def _(x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax", groups=1, top_groups=1, group_score="top2", scale=1.0, correction=False):
-        (N, E), n = logits.shape, logits.size(0) * top
-        p = torch.promote_types(logits.dtype, torch.float32)
-        index = logits.new_empty((n,), dtype=torch.int64)
-        return (x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, p)), logits.new_empty((), dtype=p), logits.new_empty(N, E, dtype=p),
-                logits.new_empty(E, dtype=torch.float32), x.new_empty(n, x.size(1)), x.new_empty(n, weights[0].size(0)), index, index.new_empty(E + 1),
-                index.new_empty(N, top), logits.new_empty(N, top, dtype=p))
-
-    @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
-    def run_backward(
-        grad: torch.Tensor, g_loss: torch.Tensor, x: torch.Tensor, saved: list[torch.Tensor], weights: list[torch.Tensor],
-        bias: bool, top: int, normalize: bool, balance: float, weight_grads: bool, router: str = "softmax", scale: float = 1.0
-    ) -> list[torch.Tensor]:
-        probs, routed, e, h, order, counts, choice, weight = saved
-        token = order // top
-        g = grad[token]  # (N * k, C): each assignment's share of its token's gradient
-        g_weight = torch.empty_like(weight)
-        g_weight.view(-1)[order] = (g * e).sum(dim=-1).to(weight.dtype)
-        if scale != 1.0 and normalize:  # W = s p / D: dp = (s dW - sum(dW * W)) / D, D = sum(p) (+ 1e-20 for sigmoid)
-            inner = (g_weight * weight).sum(dim=-1, keepdim=True)
-            total = probs.gather(-1, choice).sum(dim=-1, keepdim=True)
-            g_weight = (g_weight * scale - inner) / (total + 1e-20 if router == "sigmoid" else total)
-        elif scale != 1.0:
-            g_weight = g_weight * scale
-        elif normalize and router == "sigmoid":
-            g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / (probs.gather(-1, choice).sum(dim=-1, keepdim=True) + 1e-20)
-        elif normalize:  # w = p / sum(p) over the chosen: dp = (dw - sum(dw * w)) / sum(p)
-            g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / probs.gather(-1, choice).sum(dim=-1, keepdim=True)
-        g_probs = torch.zeros_like(probs).scatter_(-1, choice, g_weight)  # a token's choices are distinct
-        if balance:  # the loss reads probs through their mean over tokens (rounded as autograd rounds it)
-            g_probs += (g_loss * (balance * probs.size(1))) * routed.to(probs.dtype) / probs.size(0)
-        if router == "sigmoid":
-            g_logits = torch.ops.aten.sigmoid_backward(g_probs, probs)  # autograd's kernel for the sigmoid
-        else:
-            g_logits = torch._softmax_backward_data(g_probs, probs, -1, probs.dtype)  # autograd's kernel for the softmax
-        g_e = (g * weight.reshape(-1)[order, None]).to(e.dtype)
-        gx_a, *gw = experts_backward(g_e, x[token], h, counts, weights, bias, weight_grads)
-        return [torch.zeros_like(x).index_add_(0, token, gx_a), g_logits] + gw
-
-    @run_backward.register_fake
-    def _(grad, g_loss, x, saved, weights, bias, top, normalize, balance, weight_grads, router="softmax", scale=1.0):
-        return [torch.empty_like(x), torch.empty_like(saved[0])] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
-
-    def setup_context(ctx, inputs, keyword_only_inputs, output):
-        x, logits, weights, ctx.bias, ctx.top, _, ctx.normalize, ctx.balance = inputs
-        ctx.router, ctx.scale, ctx.correction = (keyword_only_inputs[k] for k in ("router", "scale", "correction"))
-        ctx.logits_dtype = logits.dtype
-        weights = weights[:-1] if ctx.correction else weights  # the selection bias is not saved: the trim may move it before the backward
-        ctx.weight_grads = any(w.requires_grad for w in weights)
-        ctx.save_for_backward(x, *output[2:], *weights)
-        ctx.mark_non_differentiable(*output[2:])
-
-    def backward(ctx, grad, g_loss, *_):
-        x, *rest = ctx.saved_tensors
-        saved, weights = rest[:8], rest[8:]
-        g_loss = torch.zeros((), dtype=saved[0].dtype, device=x.device) if g_loss is None else g_loss
-        gx, g_logits, *gw = run_backward(grad.contiguous(), g_loss, x, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.balance, ctx.weight_grads,
-                                         ctx.router, ctx.scale)
-        gw = (gw if ctx.weight_grads else [None] * len(weights)) + ([None] if ctx.correction else [])  # none for the selection bias
-        return gx, g_logits.to(ctx.logits_dtype), gw, None, None, None, None, None
-
-    run.register_autograd(backward, setup_context=setup_context)
-    return getattr(torch.ops.cyclelang, name)
-
-
-experts_swiglu = expert_mlps("experts_swiglu_ab5b3017", swiglu_grad)
-routed_swiglu = routed_experts("routed_swiglu_f74c38a7", "experts_swiglu_ab5b3017")

@@ -4,7 +4,8 @@
     embedding   table_lookup: the Feed's embedding lookups, a custom op under torch.compile
     positions   sinusoids, rotary_tables, scaled_rotary_tables, alibi_slopes, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
     masks       causal_mask, sliding_mask, padded_mask
-    cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states)
+    cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states);
+                STATES: which of its methods each kind of state needs (`cache_class`)
     scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan: the recurrent mixers' scans
     experts     {act}_grad for every activation, expert_mlps and routed_experts (the MoE custom ops)
     norms       OffsetRMSNorm, OffsetLayerNorm: RMSNorm (Gemma) and LayerNorm (Nemotron) with an (offset + w) gain;
@@ -77,3 +78,30 @@ def digest(*texts: str) -> str:
     an op (and torch.compile's caches, which know an op by its name) only when its code is
     the same. Each definition is framed by newlines, as the generated file holds them."""
     return hashlib.sha256("".join(f"\n{t}\n" for t in texts).encode()).hexdigest()[:8]
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_states() -> dict[str, tuple[str, ...]]:
+    """cache.py's STATES (state kind -> the Cache methods that keep it), read from its text."""
+    for node in ast.parse((HERE / "cache.py").read_text("utf-8")).body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["STATES"]:
+            return ast.literal_eval(node.value)
+    raise ValueError("runtime/cache.py defines no STATES")
+
+
+def cache_class(states) -> str:
+    """The Cache class with only the methods of these state kinds (`cache.STATES`) and those
+    every cache has; a kind STATES lacks is an internal error naming it."""
+    table = _cache_states()
+    unknown = sorted(set(states) - set(table))
+    if unknown:
+        raise KeyError(f"no Cache methods for state kind(s) {', '.join(unknown)}: add them to runtime/cache.py's STATES")
+    drop = {m for kind, methods in table.items() if kind not in states for m in methods}
+    text = definition("Cache")
+    lines = text.split("\n")
+    cls = ast.parse(text).body[0]
+    cut: set[int] = set()
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name in drop:
+            cut.update(range(node.lineno - 2, node.end_lineno))  # the blank line before it, then the method
+    return "\n".join(ln for k, ln in enumerate(lines) if k not in cut)

@@ -32,8 +32,10 @@ def table_lookup(name):
             return weight.new_empty((*idx.shape, weight.size(1)))
 
         @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=())
-        def run_backward(grad: torch.Tensor, idx: torch.Tensor, rows: int, padding: int) -> torch.Tensor:
-            return torch.ops.aten.embedding_dense_backward(grad, idx, rows, padding, False)  # the padding row: zero
+        def run_backward(grad: torch.Tensor, idx: torch.Tensor, rows: int,
+                         padding: int) -> torch.Tensor:
+            # the padding row: zero
+            return torch.ops.aten.embedding_dense_backward(grad, idx, rows, padding, False)
 
         @run_backward.register_fake
         def _(grad, idx, rows, padding):
@@ -54,8 +56,10 @@ def table_lookup(name):
         op = getattr(torch.ops.cyclelang, name)
 
     def lookup(table, idx):
-        plain = type(table) is torch.nn.Embedding and table.max_norm is None and not table.sparse and not table.scale_grad_by_freq
-        if torch.compiler.is_compiling() and plain and not (table._forward_hooks or table._forward_pre_hooks):
+        plain = (type(table) is torch.nn.Embedding and table.max_norm is None and not table.sparse
+                 and not table.scale_grad_by_freq)
+        if torch.compiler.is_compiling() and plain and not (
+            table._forward_hooks or table._forward_pre_hooks):
             return op(idx, table.weight, -1 if table.padding_idx is None else table.padding_idx)
         return table(idx)
 

@@ -38,7 +38,8 @@ def relu_grad(h, g=None):
 
 
 def relu2_grad(h, g=None):
-    """relu(h)^2 (squared ReLU) and, given g (the gradient of its output), the gradient at h: 2 relu(h) g."""
+    """relu(h)^2 (squared ReLU) and, given g (the gradient of its output), the gradient at h: 2
+    relu(h) g."""
     r = F.relu(h)
     a = r.square()
     if g is None:
@@ -83,7 +84,8 @@ def geglu_grad(h, g=None):
 
 
 def geglu_tanh_grad(h, g=None):
-    """geglu_tanh(h) (the gate's GELU with the tanh approximation, Gemma) and, given g, the gradient at h."""
+    """geglu_tanh(h) (the gate's GELU with the tanh approximation, Gemma) and, given g, the
+    gradient at h."""
     gate, up = h.chunk(2, dim=-1)
     s = F.gelu(gate, approximate="tanh")
     a = s * up
@@ -121,10 +123,12 @@ def expert_mlps(name, act_grad):
     def linear_into(out, x, w, b):
         return torch.mm(x, w.t(), out=out) if b is None else torch.addmm(b, x, w.t(), out=out)
 
-    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()  # a host sync inside
+    # a host sync inside
+    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
 
     @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
-    def run(xs: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(xs: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor],
+            bias: bool) -> tuple[torch.Tensor, torch.Tensor]:
         sizes = counts.tolist()  # [dropped, then per expert]: the one host sync
         out, h = torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
         start = sizes[0]
@@ -173,7 +177,8 @@ def expert_mlps(name, act_grad):
 
     def backward(ctx, grad, _):
         xs, h, counts, *weights = ctx.saved_tensors
-        gx, *gw = run_backward(grad.contiguous(), xs, h, counts, weights, ctx.bias, ctx.weight_grads)
+        gx, *gw = run_backward(grad.contiguous(), xs, h, counts, weights, ctx.bias,
+                               ctx.weight_grads)
         return gx, None, gw if ctx.weight_grads else [None] * len(weights), None
 
     run.register_autograd(backward, setup_context=setup_context)
@@ -213,14 +218,17 @@ def routed_experts(name, experts_name):
         pass
     experts = getattr(torch.ops.cyclelang, experts_name)
     experts_backward = getattr(torch.ops.cyclelang, experts_name + "_backward")
-    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()  # the experts' host sync
+    # the experts' host sync
+    unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
 
-    def routing(probs, top, limit, normalize, router="softmax", groups=1, top_groups=1, group_score="top2", scale=1.0, correction=None):
+    def routing(probs, top, limit, normalize, router="softmax", groups=1, top_groups=1,
+                group_score="top2", scale=1.0, correction=None):
         """(weight, choice): each token's top experts and their weights, (N, k) each; then
         (order, counts, routed): the assignments sorted by expert (dropped ones first), the
         count of dropped assignments and of each expert's, and the fraction per expert."""
         N, E = probs.shape
-        if router == "softmax" and groups == 1 and scale == 1.0 and correction is None:  # Mixtral's
+        # Mixtral's
+        if router == "softmax" and groups == 1 and scale == 1.0 and correction is None:
             weight, choice = torch.topk(probs, top, dim=-1)
             if normalize:
                 weight = weight / weight.sum(dim=-1, keepdim=True)
@@ -228,16 +236,21 @@ def routed_experts(name, experts_name):
             pick = probs if correction is None else probs + correction
             if groups > 1:
                 banks = pick.view(-1, groups, E // groups)
-                group = banks.topk(2, dim=-1).values.sum(dim=-1) if group_score == "top2" else banks.amax(dim=-1)
-                kept = torch.zeros_like(group, dtype=torch.bool).scatter_(1, torch.topk(group, top_groups, dim=-1).indices, True)
+                group = banks.topk(
+                    2, dim=-1).values.sum(dim=-1) if group_score == "top2" else banks.amax(dim=-1)
+                kept = torch.zeros_like(group, dtype=torch.bool).scatter_(
+                    1, torch.topk(group, top_groups, dim=-1).indices, True)
                 pick = pick.masked_fill(~kept.repeat_interleave(E // groups, dim=1), float("-inf"))
             choice = torch.topk(pick, top, dim=-1).indices
             weight = probs.gather(-1, choice)
             if normalize:
-                weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20) if router == "sigmoid" else weight / weight.sum(dim=-1, keepdim=True)
+                weight = weight / (
+                    weight.sum(dim=-1, keepdim=True)
+                    + 1e-20) if router == "sigmoid" else weight / weight.sum(dim=-1, keepdim=True)
             if scale != 1.0:
                 weight = weight * scale
-        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=probs.device)  # (k * N, E), first choices first
+        # (k * N, E), first choices first
+        onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=probs.device)
         routed = onehot.float().mean(dim=0)
         kept = choice
         if limit >= 0:  # GShard: a place in its expert's queue, first choices before second ones
@@ -255,23 +268,31 @@ def routed_experts(name, experts_name):
         if router == "sigmoid":
             probs = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32)))
         else:
-            probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+            probs = torch.softmax(logits, dim=-1,
+                                  dtype=torch.promote_types(logits.dtype, torch.float32))
         weights, bias_e = (weights[:-1], weights[-1]) if correction else (weights, None)
-        weight, choice, order, counts, routed = routing(probs, top, limit, normalize, router, groups, top_groups, group_score, scale, bias_e)
+        weight, choice, order, counts, routed = routing(probs, top, limit, normalize, router,
+                                                        groups, top_groups, group_score, scale,
+                                                        bias_e)
         loss = balance * probs.size(1) * torch.sum(routed * probs.mean(dim=0))
         token = order // top
         e, h = experts(x[token], counts, weights, bias)  # (N * k, C), dropped rows zero
-        ew = e * weight.reshape(-1)[order, None]  # in the wider dtype under autocast, as the gather path's
+        # in the wider dtype under autocast, as the gather path's
+        ew = e * weight.reshape(-1)[order, None]
         y = ew.new_zeros(x.shape).index_add_(0, token, ew)
         return y, loss, probs, routed, e, h, order, counts, choice, weight
 
     @run.register_fake
-    def _(x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax", groups=1, top_groups=1, group_score="top2", scale=1.0, correction=False):
+    def _(x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax", groups=1,
+          top_groups=1, group_score="top2", scale=1.0, correction=False):
         (N, E), n = logits.shape, logits.size(0) * top
         p = torch.promote_types(logits.dtype, torch.float32)
         index = logits.new_empty((n,), dtype=torch.int64)
-        return (x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, p)), logits.new_empty((), dtype=p), logits.new_empty(N, E, dtype=p),
-                logits.new_empty(E, dtype=torch.float32), x.new_empty(n, x.size(1)), x.new_empty(n, weights[0].size(0)), index, index.new_empty(E + 1),
+        return (x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, p)), logits.new_empty(
+            (), dtype=p), logits.new_empty(N, E, dtype=p),
+                logits.new_empty(E, dtype=torch.float32), x.new_empty(
+                    n,
+                    x.size(1)), x.new_empty(n, weights[0].size(0)), index, index.new_empty(E + 1),
                 index.new_empty(N, top), logits.new_empty(N, top, dtype=p))
 
     @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
@@ -284,36 +305,47 @@ def routed_experts(name, experts_name):
         g = grad[token]  # (N * k, C): each assignment's share of its token's gradient
         g_weight = torch.empty_like(weight)
         g_weight.view(-1)[order] = (g * e).sum(dim=-1).to(weight.dtype)
-        if scale != 1.0 and normalize:  # W = s p / D: dp = (s dW - sum(dW * W)) / D, D = sum(p) (+ 1e-20 for sigmoid)
+        # W = s p / D: dp = (s dW - sum(dW * W)) / D, D = sum(p) (+ 1e-20 for sigmoid)
+        if scale != 1.0 and normalize:
             inner = (g_weight * weight).sum(dim=-1, keepdim=True)
             total = probs.gather(-1, choice).sum(dim=-1, keepdim=True)
-            g_weight = (g_weight * scale - inner) / (total + 1e-20 if router == "sigmoid" else total)
+            g_weight = (g_weight * scale
+                        - inner) / (total + 1e-20 if router == "sigmoid" else total)
         elif scale != 1.0:
             g_weight = g_weight * scale
         elif normalize and router == "sigmoid":
-            g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / (probs.gather(-1, choice).sum(dim=-1, keepdim=True) + 1e-20)
+            g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / (
+                probs.gather(-1, choice).sum(dim=-1, keepdim=True) + 1e-20)
         elif normalize:  # w = p / sum(p) over the chosen: dp = (dw - sum(dw * w)) / sum(p)
-            g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / probs.gather(-1, choice).sum(dim=-1, keepdim=True)
-        g_probs = torch.zeros_like(probs).scatter_(-1, choice, g_weight)  # a token's choices are distinct
-        if balance:  # the loss reads probs through their mean over tokens (rounded as autograd rounds it)
+            g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / probs.gather(
+                -1, choice).sum(dim=-1, keepdim=True)
+        # a token's choices are distinct
+        g_probs = torch.zeros_like(probs).scatter_(-1, choice, g_weight)
+        # the loss reads probs through their mean over tokens (rounded as autograd rounds it)
+        if balance:
             g_probs += (g_loss * (balance * probs.size(1))) * routed.to(probs.dtype) / probs.size(0)
         if router == "sigmoid":
-            g_logits = torch.ops.aten.sigmoid_backward(g_probs, probs)  # autograd's kernel for the sigmoid
+            # autograd's kernel for the sigmoid
+            g_logits = torch.ops.aten.sigmoid_backward(g_probs, probs)
         else:
-            g_logits = torch._softmax_backward_data(g_probs, probs, -1, probs.dtype)  # autograd's kernel for the softmax
+            # autograd's kernel for the softmax
+            g_logits = torch._softmax_backward_data(g_probs, probs, -1, probs.dtype)
         g_e = (g * weight.reshape(-1)[order, None]).to(e.dtype)
         gx_a, *gw = experts_backward(g_e, x[token], h, counts, weights, bias, weight_grads)
         return [torch.zeros_like(x).index_add_(0, token, gx_a), g_logits] + gw
 
     @run_backward.register_fake
-    def _(grad, g_loss, x, saved, weights, bias, top, normalize, balance, weight_grads, router="softmax", scale=1.0):
+    def _(grad, g_loss, x, saved, weights, bias, top, normalize, balance, weight_grads,
+          router="softmax", scale=1.0):
         return [torch.empty_like(x), torch.empty_like(saved[0])] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
 
     def setup_context(ctx, inputs, keyword_only_inputs, output):
         x, logits, weights, ctx.bias, ctx.top, _, ctx.normalize, ctx.balance = inputs
-        ctx.router, ctx.scale, ctx.correction = (keyword_only_inputs[k] for k in ("router", "scale", "correction"))
+        ctx.router, ctx.scale, ctx.correction = (keyword_only_inputs[k] for k in (
+            "router", "scale", "correction"))
         ctx.logits_dtype = logits.dtype
-        weights = weights[:-1] if ctx.correction else weights  # the selection bias is not saved: the trim may move it before the backward
+        # the selection bias is not saved: the trim may move it before the backward
+        weights = weights[:-1] if ctx.correction else weights
         ctx.weight_grads = any(w.requires_grad for w in weights)
         ctx.save_for_backward(x, *output[2:], *weights)
         ctx.mark_non_differentiable(*output[2:])
@@ -321,10 +353,12 @@ def routed_experts(name, experts_name):
     def backward(ctx, grad, g_loss, *_):
         x, *rest = ctx.saved_tensors
         saved, weights = rest[:8], rest[8:]
-        g_loss = torch.zeros((), dtype=saved[0].dtype, device=x.device) if g_loss is None else g_loss
+        g_loss = torch.zeros((), dtype=saved[0].dtype,
+                             device=x.device) if g_loss is None else g_loss
         gx, g_logits, *gw = run_backward(grad.contiguous(), g_loss, x, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.balance, ctx.weight_grads,
                                          ctx.router, ctx.scale)
-        gw = (gw if ctx.weight_grads else [None] * len(weights)) + ([None] if ctx.correction else [])  # none for the selection bias
+        # none for the selection bias
+        gw = (gw if ctx.weight_grads else [None] * len(weights)) + ([None] if ctx.correction else [])
         return gx, g_logits.to(ctx.logits_dtype), gw, None, None, None, None, None
 
     run.register_autograd(backward, setup_context=setup_context)

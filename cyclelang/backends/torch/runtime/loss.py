@@ -43,13 +43,15 @@ def next_token_loss_op(name):
 
     @run.register_fake
     def _(logits, targets):
-        return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
+        return logits.new_empty(
+            (), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(output[1], inputs[1])
         ctx.dtype = inputs[0].dtype
         ctx.mark_non_differentiable(output[1])
-        ctx.set_materialize_grads(False)  # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
+        # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
+        ctx.set_materialize_grads(False)
 
     def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
         logp, targets = ctx.saved_tensors

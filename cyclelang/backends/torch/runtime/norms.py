@@ -34,10 +34,13 @@ class OffsetLayerNorm(torch.nn.Module):
 
 
 class HeadNorm(torch.nn.Module):
-    """A qk-norm with each head's own gain (and bias): q (or k) as (B, heads, T, head_dim), each head
-    normalised over its channels, a LayerNorm or (rms) an RMSNorm, then gain offset + weight of head h
+    """A qk-norm with each head's own gain (and bias): q (or k) as (B, heads, T, head_dim), each
+    head
+    normalised over its channels, a LayerNorm or (rms) an RMSNorm, then gain offset + weight of
+    head h
     (StableLM's per-head LayerNorms, Cohere's (heads, head_dim) gain). The gains are one vector of
-    heads * head_dim, head by head, so that they stay vectors to weight decay and μP (a gain is not a
+    heads * head_dim, head by head, so that they stay vectors to weight decay and μP (a gain is not
+    a
     matrix); the weight starts at 1 - offset."""
 
     def __init__(self, heads, head_dim, eps, rms=False, bias=False, offset=0.0):
@@ -48,6 +51,8 @@ class HeadNorm(torch.nn.Module):
 
     def forward(self, x):
         d = (x.size(-1),)
-        x = F.rms_norm(x, d, None, self.eps) if self.rms else F.layer_norm(x, d, None, None, self.eps)
-        x = x * (self.offset + self.weight).view(self.heads, 1, -1)  # (B, heads, T, head_dim): head h's gain on head h
+        x = F.rms_norm(x, d, None,
+                       self.eps) if self.rms else F.layer_norm(x, d, None, None, self.eps)
+        # (B, heads, T, head_dim): head h's gain on head h
+        x = x * (self.offset + self.weight).view(self.heads, 1, -1)
         return x if self.bias is None else x + self.bias.view(self.heads, 1, -1)

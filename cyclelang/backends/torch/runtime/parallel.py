@@ -31,13 +31,17 @@ import torch
 def unshard_rows(weight, blocks, degree):
     """A gathered weight whose rows are rank by rank [b0_r | b1_r | ...] -> [b0 | b1 | ...]."""
     per_rank = [c.split([b // degree for b in blocks], dim=0) for c in weight.chunk(degree, dim=0)]
-    return torch.cat([torch.cat([per_rank[r][i] for r in range(degree)], dim=0) for i in range(len(blocks))], dim=0)
+    return torch.cat(
+        [torch.cat([per_rank[r][i] for r in range(degree)], dim=0) for i in range(len(blocks))],
+        dim=0)
 
 
-def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing="none", compile=False):
+def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing="none",
+                        compile=False):
     """Shard `model` in place over `mesh` (a DeviceMesh; a 2-D mesh names its dims "dp" and
     "tp"; None for checkpointing or compile alone) by `plan` and return it. fsdp: FSDP2's
-    fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor parallelism over the "tp" dim.
+    fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor
+    parallelism over the "tp" dim.
     checkpointing: "none", "stage" (recompute a whole stage in the backward pass) or
     "selective" (keep the matrix products' outputs, recompute the rest). compile:
     torch.compile each stage instance."""
@@ -53,14 +57,18 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
     if (fsdp or tp) and mesh is None:
         raise ValueError("FSDP and tensor parallelism need a DeviceMesh")
     if fsdp and tp and not {"dp", "tp"} <= set(names):
-        raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' and 'tp'")
+        raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' "
+                         "and 'tp'")
 
-    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
+    # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
+    def instances(path):
         parts = path.split(".")
         for k, part in enumerate(parts):
             if k and parts[k - 1] == "stages" and "-" in part:
                 first, last = (int(i) for i in part.split("-"))
-                return [q for i in range(first, last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
+                return [q for i in range(
+                    first,
+                    last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
         return [path]
 
     def mlps_of(module, path):
@@ -80,9 +88,11 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
             elif rule == "hidden":
                 hidden = mlps_of(module, path)[0][1].proj.in_features
                 if hidden % degree:
-                    why.append(f"{path}: the hidden width {hidden} is not divisible by the TP degree {degree}")
+                    why.append(f"{path}: the hidden width {hidden} is not divisible by the TP "
+                               f"degree {degree}")
                 if compile and hasattr(module, "experts"):
-                    why.append(f"{path}: under compile the experts run in one custom op that takes whole weights")
+                    why.append(f"{path}: under compile the experts run in one custom op that "
+                               "takes whole weights")
         if why:
             raise ValueError("tensor parallelism cannot split this model:\n  " + "\n  ".join(why))
         par = torch.distributed.tensor.parallel
@@ -90,7 +100,8 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
 
         def colwise(owner, attr, prefix, blocks):
             linear = getattr(owner, attr)
-            if len(blocks) > 1:  # fused rows: regroup so rank r's contiguous chunk is [b0_r | b1_r | ...]
+            # fused rows: regroup so rank r's contiguous chunk is [b0_r | b1_r | ...]
+            if len(blocks) > 1:
                 with torch.no_grad():
                     for pname in ("weight", "bias"):
                         p = getattr(linear, pname)
@@ -107,11 +118,15 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
                     q, kv = module.heads * module.head_dim, module.kv_heads * module.head_dim
                     colwise(module, "qkv", f"{inst}.qkv", [q, kv, kv])
                     par.parallelize_module(module, tp_mesh, {"proj": par.RowwiseParallel()})
-                    module.heads, module.kv_heads = module.heads // degree, module.kv_heads // degree  # this rank's heads
+                    # this rank's heads
+                    module.heads, module.kv_heads = (module.heads // degree,
+                                                     module.kv_heads // degree)
                 elif rule == "hidden":
                     for prefix, mlp in mlps_of(module, inst):
                         hidden = mlp.proj.in_features
-                        colwise(mlp, "fc", f"{prefix}.fc", [hidden, hidden] if mlp.fc.out_features == 2 * hidden else [hidden])
+                        colwise(
+                            mlp, "fc", f"{prefix}.fc",
+                            [hidden, hidden] if mlp.fc.out_features == 2 * hidden else [hidden])
                         par.parallelize_module(mlp, tp_mesh, {"proj": par.RowwiseParallel()})
 
     if checkpointing != "none":
@@ -124,8 +139,10 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
             return ckpt.CheckpointPolicy.MUST_SAVE if op in keep else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
 
         for stage in model.stages:
-            extra = {} if checkpointing == "stage" else {"context_fn": functools.partial(ckpt.create_selective_checkpoint_contexts, policy)}
-            stage.forward = functools.partial(ckpt.checkpoint, stage.forward, use_reentrant=False, **extra)
+            extra = {} if checkpointing == "stage" else {"context_fn": functools.partial(
+                ckpt.create_selective_checkpoint_contexts, policy)}
+            stage.forward = functools.partial(ckpt.checkpoint, stage.forward, use_reentrant=False,
+                                              **extra)
     if compile:
         for stage in model.stages:
             stage.compile()

@@ -12,7 +12,8 @@ import torch
 def sinusoids(length, width):
     """The original Transformer's fixed positions: sin on even channels, cos on odd."""
     pos = torch.arange(length, dtype=torch.float32)[:, None]  # (length, 1)
-    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))  # (width/2,)
+    # (width/2,)
+    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
     table = torch.zeros(length, width)
     table[:, 0::2] = torch.sin(pos * freq)
     table[:, 1::2] = torch.cos(pos * freq[: width // 2])
@@ -21,8 +22,10 @@ def sinusoids(length, width):
 
 def rotary_tables(length, dims, base):
     """Rotary positions (RoFormer), computed once: cos and sin tables, each (length, dims)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
-    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)  # (length, dims/2)
+    # (dims/2,)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+    # (length, dims/2)
+    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (length, dims)
     return emb.cos(), emb.sin()
 
@@ -38,23 +41,29 @@ def scaled_rotary_tables(length, dims, base, scaling, seq_len=None):
         # over 2 dims the one pair turns at base**0 = 1 whatever the base: NTK's exponent
         # dims / (dims - 2) is unbounded there, and the limit is the plain tables
         n = torch.tensor(seq_len)  # transformers computes the grown base in float32
-        base = base * ((scaling["factor"] * n / scaling["original"]) - (scaling["factor"] - 1)) ** (dims / (dims - 2))
-    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
+        base = base * ((scaling["factor"] * n / scaling["original"])
+                       - (scaling["factor"] - 1)) ** (dims / (dims - 2))
+    # (dims/2,)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
     gain = 1.0
     if kind == "linear":
         inv_freq = inv_freq / scaling["factor"]
-    elif kind == "llama3":  # keep the short wavelengths, divide the long ones by factor, blend between
-        factor, original, low, high = scaling["factor"], scaling["original"], scaling["low"], scaling["high"]
+    # keep the short wavelengths, divide the long ones by factor, blend between
+    elif kind == "llama3":
+        factor, original, low, high = (scaling["factor"], scaling["original"], scaling["low"],
+                                       scaling["high"])
         wavelen = 2 * math.pi / inv_freq
         scaled = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
         smooth = (original / wavelen - low) / (high - low)
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < original / high) * ~(wavelen > original / low)
         inv_freq = torch.where(medium, smoothed, scaled)
-    elif kind == "yarn":  # interpolate the frequencies that turn few times over the original context, keep the fast ones
+    # interpolate the frequencies that turn few times over the original context, keep the fast ones
+    elif kind == "yarn":
         factor, original = scaling["factor"], scaling["original"]
 
-        def turns_at(rotations):  # the dim at which a frequency turns `rotations` times over the original context
+        # the dim at which a frequency turns `rotations` times over the original context
+        def turns_at(rotations):
             return (dims * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
 
         low = max(math.floor(turns_at(scaling["beta_fast"])), 0)
@@ -63,10 +72,12 @@ def scaled_rotary_tables(length, dims, base, scaling, seq_len=None):
             high += 0.001  # no empty ramp
         ramp = ((torch.arange(dims // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
         pos_freqs = base ** (torch.arange(0, dims, 2).float() / dims)
-        keep = 1 - ramp  # 1: extrapolate (the frequency as it is), 0: interpolate (divided by factor)
+        # 1: extrapolate (the frequency as it is), 0: interpolate (divided by factor)
+        keep = 1 - ramp
         inv_freq = 1.0 / (factor * pos_freqs) * (1 - keep) + 1.0 / pos_freqs * keep
         gain = scaling["gain"]
-    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)  # (length, dims/2)
+    # (length, dims/2)
+    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (length, dims)
     return emb.cos() * gain, emb.sin() * gain
 
@@ -100,8 +111,11 @@ def alibi_slopes(heads):
     series from 2^(-8/n) for the nearest power of two n, the odd powers of the next one's
     base for the heads beyond it."""
     n = 2 ** math.floor(math.log2(heads))
-    slopes = torch.pow(torch.tensor(2 ** (-(2 ** -(math.log2(n) - 3)))), torch.arange(1, 1 + n, dtype=torch.int32))
+    slopes = torch.pow(torch.tensor(2 ** (-(2 ** -(math.log2(n) - 3)))),
+                       torch.arange(1, 1 + n, dtype=torch.int32))
     if n != heads:
         extra = torch.tensor(2 ** (-(2 ** -(math.log2(2 * n) - 3))))
-        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * min(n, heads - n), 2, dtype=torch.int32))])
+        slopes = torch.cat([
+            slopes,
+            torch.pow(extra, torch.arange(1, 1 + 2 * min(n, heads - n), 2, dtype=torch.int32))])
     return slopes  # (heads,)

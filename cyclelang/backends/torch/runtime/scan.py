@@ -18,10 +18,12 @@ def ssd_scan(x, dt, A, B, C, chunk, state=None):
     state: (b, h, p, n) from earlier positions, or None. The recurrence, per head:
         s_t = exp(dt_t A) s_{t-1} + dt_t x_t B_t^T        (b, h, p, n)
         y_t = s_t C_t                                     (b, h, p)
-    Returns y (b, T, h, p) in x's dtype and the state after the last position (float32 or wider)."""
+    Returns y (b, T, h, p) in x's dtype and the state after the last position (float32 or
+    wider)."""
     b, T, h, p = x.shape
     dtype = x.dtype
-    work = torch.promote_types(dtype, torch.float32)  # float32 at least, as transformers' scan; float64 stays
+    # float32 at least, as transformers' scan; float64 stays
+    work = torch.promote_types(dtype, torch.float32)
     x, dt, B, C = x.to(work), dt.to(work), B.to(work), C.to(work)
     if state is None:
         state = x.new_zeros(b, h, p, B.size(-1))
@@ -36,16 +38,26 @@ def ssd_scan(x, dt, A, B, C, chunk, state=None):
         ac, uc, Bc, Cc = a[:, start:end], u[:, start:end], B[:, start:end], C[:, start:end]
         l = end - start
         cum = ac.cumsum(dim=1)  # (b, l, h): decay from the chunk's start
-        # exp(a_{s+1} + ... + a_t) at (t, s), 0 for s > t: sums of masked copies, not a difference of cumulative
+        # exp(a_{s+1} + ... + a_t) at (t, s), 0 for s > t: sums of masked copies, not a difference
+        # of cumulative
         # sums, which would lose precision over a long chunk
         below = torch.ones(l, l, dtype=torch.bool, device=x.device).tril(-1)
-        sums = ac.transpose(1, 2)[..., None].expand(b, h, l, l).masked_fill(~below, 0).cumsum(dim=-2)  # (b, h, l, l)
-        decay = sums.masked_fill(~below.logical_or(torch.eye(l, dtype=torch.bool, device=x.device)), -float("inf")).exp()
-        scores = torch.einsum("bthn,bshn->bhts", Cc, Bc) * decay  # (b, h, l, l): masked, like causal attention
+        # (b, h, l, l)
+        sums = ac.transpose(1,
+                            2)[..., None].expand(b, h, l, l).masked_fill(~below, 0).cumsum(dim=-2)
+        decay = sums.masked_fill(
+            ~below.logical_or(torch.eye(l, dtype=torch.bool, device=x.device)),
+            -float("inf")).exp()
+        # (b, h, l, l): masked, like causal attention
+        scores = torch.einsum("bthn,bshn->bhts", Cc, Bc) * decay
         y = torch.einsum("bhts,bshp->bthp", scores, uc)  # what the chunk contributes to itself
-        y = y + torch.einsum("bthn,bhpn->bthp", Cc, state) * cum.exp()[..., None]  # what the state brings in
-        to_end = (cum[:, -1:] - cum).exp()  # (b, l, h): decay from each position to the chunk's end
-        state = state * cum[:, -1, :, None, None].exp() + torch.einsum("bshn,bshp->bhpn", Bc * to_end[..., None], uc)
+        # what the state brings in
+        y = y + torch.einsum("bthn,bhpn->bthp", Cc, state) * cum.exp()[..., None]
+        # (b, l, h): decay from each position to the chunk's end
+        to_end = (cum[:, -1:] - cum).exp()
+        state = state * cum[
+            :, -1, :, None,
+            None].exp() + torch.einsum("bshn,bshp->bhpn", Bc * to_end[..., None], uc)
         ys.append(y)
     return torch.cat(ys, dim=1).to(dtype), state
 
@@ -78,7 +90,9 @@ def linear_scan(q, k, v, chunk, state=None, log_decay=None):
         return q @ state, state
     ys = []
     for start in range(0, T, chunk):
-        qc, kc, vc = q[:, :, start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
+        qc, kc, vc = q[
+            :, :,
+            start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
         l = qc.size(2)
         t = torch.arange(l, device=q.device)
         gap = (t[:, None] - t[None, :]).to(q.dtype)  # (l, l): how far back each key is
@@ -89,9 +103,12 @@ def linear_scan(q, k, v, chunk, state=None, log_decay=None):
             state = state + kc.transpose(-2, -1) @ vc
         else:
             g = log_decay.to(q.dtype)[:, None, None]  # (nh, 1, 1)
-            weights = torch.exp(gap.clamp(min=0) * g).masked_fill(gap < 0, 0)  # (nh, l, l): g^(t - s) for s <= t
-            y = (scores * weights) @ vc + (qc * torch.exp((t + 1).to(q.dtype) * g[..., 0])[..., None]) @ state
-            state = state * torch.exp(l * g) + (kc * torch.exp((l - 1 - t).to(q.dtype) * g[..., 0])[..., None]).transpose(-2, -1) @ vc
+            # (nh, l, l): g^(t - s) for s <= t
+            weights = torch.exp(gap.clamp(min=0) * g).masked_fill(gap < 0, 0)
+            y = (scores * weights) @ vc + (qc * torch.exp((t + 1).to(q.dtype) * g[..., 0])[
+                ..., None]) @ state
+            state = state * torch.exp(l * g) + (kc * torch.exp((
+                l - 1 - t).to(q.dtype) * g[..., 0])[..., None]).transpose(-2, -1) @ vc
         ys.append(y)
     return torch.cat(ys, dim=2), state
 
@@ -110,26 +127,32 @@ def selective_scan(x, dt, A, B, C, chunk, state=None):
     in x's dtype and the state after the last position (float32 or wider)."""
     b, T, d = x.shape
     dtype = x.dtype
-    work = torch.promote_types(dtype, torch.float32)  # float32 at least, as transformers' scan; float64 stays
+    # float32 at least, as transformers' scan; float64 stays
+    work = torch.promote_types(dtype, torch.float32)
     x, dt, B, C, A = x.to(work), dt.to(work), B.to(work), C.to(work), A.to(work)
     if state is None:
         state = x.new_zeros(b, d, A.size(-1))
     if T == 1:  # decoding: the recurrence itself, one step
-        state = torch.exp(dt[:, 0, :, None] * A) * state + (dt[:, 0] * x[:, 0])[..., None] * B[:, 0, None, :]
+        state = torch.exp(dt[:, 0, :, None] * A) * state + (dt[:, 0] * x[:, 0])[
+            ..., None] * B[:, 0, None, :]
         return torch.einsum("bdn,bn->bd", state, C[:, 0])[:, None].to(dtype), state
     ys = []
     for start in range(0, T, chunk):
         dtc = dt[:, start : start + chunk]
         l = dtc.size(1)
         a = torch.exp(dtc[..., None] * A)  # (b, l, d, n): each step's decay
-        u = (dtc * x[:, start : start + chunk])[..., None] * B[:, start : start + chunk, None, :]  # (b, l, d, n): what enters
-        u = torch.cat((u[:, :1] + a[:, :1] * state[:, None], u[:, 1:]), dim=1)  # the carried state enters at the first position
+        # (b, l, d, n): what enters
+        u = (dtc * x[:, start : start + chunk])[..., None] * B[:, start : start + chunk, None, :]
+        # the carried state enters at the first position
+        u = torch.cat((u[:, :1] + a[:, :1] * state[:, None], u[:, 1:]), dim=1)
         k = 1
         while k < l:  # after this step, u_t holds the last 2k inputs, each decayed to t
             u = torch.cat((u[:, :k], u[:, k:] + a[:, k:] * u[:, :-k]), dim=1)
             if 2 * k < l:
-                a = torch.cat((a[:, :k], a[:, k:] * a[:, :-k]), dim=1)  # the decay over the last 2k steps
+                # the decay over the last 2k steps
+                a = torch.cat((a[:, :k], a[:, k:] * a[:, :-k]), dim=1)
             k *= 2
-        ys.append(torch.einsum("btdn,btn->btd", u, C[:, start : start + chunk]))  # (b, l, d): the state read by C
+        # (b, l, d): the state read by C
+        ys.append(torch.einsum("btdn,btn->btd", u, C[:, start : start + chunk]))
         state = u[:, -1]
     return torch.cat(ys, dim=1).to(dtype), state
