@@ -147,7 +147,7 @@ class Lowering:
         self.out = Writer()
         ops = list(self.p.ops())
         self.helpers = self.runtime(ops)
-        self.acts = sorted({o.op.act for o in ops if isinstance(o.op, ir.Moe)}) if fast else []
+        self.acts = sorted({o.op.act for o in ops if isinstance(o.op, ir.Moe)} - {"swiglu_clamp"}) if fast else []  # gpt-oss's: no custom op
         # decided before the header is written: every piece says whether it reads `math`
         self.math = (any(reads(h, "math") for h in self.helpers) or any(emitter(o.op).needs_math(o.op) for o in ops)
                      or uses_math(self.p) or any("math." in r.formula() for r in self.p.sizes.props()))
