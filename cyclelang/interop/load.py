@@ -884,6 +884,56 @@ def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fu
     return plan
 
 
+# --- gpt-oss (families_sinks.py): q, k, v, o biased, a sink per head, a biased router, the experts' fused tensors
+# stored (in, out) with gate and up interleaved column by column, and biased ---------------------------------------
+
+
+@dataclass(frozen=True)
+class _Interleaved(_Index):
+    """One expert's slice of gpt-oss's gate_up_proj (E, in, 2 x hidden) or its bias (E, 2 x hidden), whose gate and up
+    alternate (gate the even columns, up the odd ones): ours is [gate | up] by rows, (2 x hidden, in) or (2 x hidden,)."""
+
+    def __call__(self, t):
+        import torch
+
+        t = t[self.x].t() if t.dim() == 3 else t[self.x]
+        return torch.cat((t[0::2], t[1::2]), dim=0)
+
+    def inverse(self, t):
+        import torch
+
+        gate, up = t.chunk(2, dim=0)
+        both = torch.stack((gate, up), dim=1).reshape(t.shape)  # rows gate_0, up_0, gate_1, ...
+        return [both.t() if t.dim() == 2 else both]
+
+
+def _plan_gpt_oss(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    for i, st in sorted(layout.items()):
+        if st.attn is None or st.moe is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i}: a gpt-oss layer is attention then routed experts"
+            continue
+        a, m, h = st.attn_node, st.work_node, f"layers.{i}."
+        put(f"{st.valves.get(st.attn, _parent(st.attn) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.moe, _parent(st.moe) + 'norm')}.weight", h + "post_attention_layernorm.weight")
+        qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
+        for p in ("weight", "bias"):
+            put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"], qkv)
+            put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
+            put(f"{st.moe}.router.{p}", h + f"mlp.router.{p}")
+        put(f"{st.attn}.sinks", h + "self_attn.sinks")
+        e = h + "mlp.experts."
+        for x in range(m.experts):
+            ours = f"{st.moe}.experts.{x}"
+            put(f"{ours}.fc.weight", e + "gate_up_proj", _Interleaved(x, m.experts))
+            put(f"{ours}.fc.bias", e + "gate_up_proj_bias", _Interleaved(x, m.experts))
+            put(f"{ours}.proj.weight", e + "down_proj", _IndexT(x, m.experts))
+            put(f"{ours}.proj.bias", e + "down_proj_bias", _Index(x, m.experts))
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
 _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2, "deepseek_v3": _plan_deepseek_v3,
                    "falcon_mamba": _plan_mamba,
                    "sarvam_mla": _plan_deepseek_v3,
@@ -891,6 +941,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
                    "axk1": _plan_axk1,
                    "bamba": _plan_bamba,
                    "granitemoehybrid": _plan_granitemoehybrid,
+                   "gpt_oss": _plan_gpt_oss,
                    }
 
 

@@ -55,7 +55,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "gemma4_unified_text": ("gemma2", "a weightless RMSNorm on values; a fixed per-layer output scale (layer_scalar)"),
     "glm_moe_dsa": ("deepseek_v2", "DeepSeek-V3.2 sparse attention (an indexer keeps the top-k keys, its choice reused by the layers after it)"),
     "got_ocr2": ("qwen2", "a vision encoder (this is an OCR vision-language model: import its text config (qwen2) alone)"),
-    "gpt_oss": ("mixtral", "learned attention sinks; gpt-oss's clamped SwiGLU (gate·σ(1.702·gate)·(up + 1)); a biased router; YaRN without rounding its range (truncate=false)"),
     "granite_swa": ("granite", "learned attention sinks"),
     "granitemoe_swa": ("granite", "learned attention sinks"),
     "hrm_text": ("llama", "hierarchical recurrence: two weight-shared stacks looped in nested cycles over two states; a sigmoid gate on the attention output"),
