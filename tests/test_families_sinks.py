@@ -1,4 +1,4 @@
-"""The families with attention sinks (interop/families_sinks.py): gpt-oss (gpt_oss).
+"""The families with attention sinks (interop/families_sinks.py): gpt-oss (gpt_oss), Granite SWA (granite_swa).
 
 Each family's round trip (tests/roundtrip.py) at a tiny config where what makes it matters: sinks (perturbed away
 from their init), windows smaller than the 12 tokens on alternating layers, YaRN with truncate=false, a router bias,
@@ -37,6 +37,18 @@ FAMILIES = {
                                                            attention_bias=False, tie_word_embeddings=True,
                                                            rope_parameters={"rope_type": "default", "rope_theta": 7000.0}, pad_token_id=0,
                                                            bos_token_id=0, eos_token_id=1),
+    "granite_swa": lambda: transformers.GraniteSWAConfig(vocab_size=V, hidden_size=32, intermediate_size=24, num_hidden_layers=4,
+                                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40,
+                                                         rms_norm_eps=1e-5, sliding_window=5, layer_rope_theta=[5000.0, 0, 7000.0, 5000.0],
+                                                         embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+                                                         logits_scaling=4.0, attention_bias=True, mlp_bias=False, tie_word_embeddings=True,
+                                                         pad_token_id=0, bos_token_id=0, eos_token_id=1),
+    "granite_swa_one_base": lambda: transformers.GraniteSWAConfig(vocab_size=V, hidden_size=32, intermediate_size=20, num_hidden_layers=3,
+                                                                  num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=40,
+                                                                  sliding_window=4, rope_parameters={"rope_type": "default", "rope_theta": 3000.0},
+                                                                  embedding_multiplier=2.0, residual_multiplier=0.7, attention_multiplier=0.3,
+                                                                  logits_scaling=2.0, mlp_bias=True, tie_word_embeddings=False,
+                                                                  pad_token_id=None, bos_token_id=0, eos_token_id=1),
     # YaRN with truncate=false is the language's now for every family that reads rope_parameters (Llama's here)
     "llama_yarn_untruncated": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=24, num_hidden_layers=2,
                                                                num_attention_heads=4, num_key_value_heads=2, head_dim=12,
@@ -65,12 +77,17 @@ def test_the_default_config_reads_gpt_oss_yarn_and_alternation():
     assert b.rotary_scaling == a.rotary_scaling and b.rotary_base == 150000.0
 
 
-@pytest.mark.parametrize("edit", [(" sinks", ""), ("clamp=0.2", "clamp=100"), (" rotary_truncate=false", ""), (" router_bias", "")],
-                         ids=["sinks", "clamp", "truncate", "router_bias"])
-def test_each_quirk_matters(tmp_path, edit):
+QUIRKS = {"gpt_oss-sinks": ("gpt_oss", (" sinks", "")), "gpt_oss-clamp": ("gpt_oss", ("clamp=0.2", "clamp=100")),
+          "gpt_oss-truncate": ("gpt_oss", (" rotary_truncate=false", "")), "gpt_oss-router_bias": ("gpt_oss", (" router_bias", "")),
+          "granite_swa-sinks": ("granite_swa", (" sinks", "")), "granite_swa-nope": ("granite_swa", ("kv_heads=2 window=5 sinks", "kv_heads=2 rotary window=5 sinks"))}
+
+
+@pytest.mark.parametrize("quirk", sorted(QUIRKS))
+def test_each_quirk_matters(tmp_path, quirk):
     """The spec with one of gpt-oss's quirks edited out, the imported weights in it (less the edited-out ones), computes
     other logits; load_transformers refuses such a spec for the checkpoint (its config implies another engine)."""
-    cfg = FAMILIES["gpt_oss"]()
+    name, edit = QUIRKS[quirk]
+    cfg = FAMILIES[name]()
     ref = roundtrip.hf(cfg)
     ckpt = tmp_path / "ckpt"
     ref.save_pretrained(ckpt)

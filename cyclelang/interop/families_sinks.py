@@ -8,9 +8,14 @@ What makes each one (transformers 5.24's modeling files):
   softmax over every expert renormalised over the chosen), and biased experts of the clamped SwiGLU, the gate capped at
   swiglu_limit and up clamped to [-limit, limit], out = (up + 1) * gate * sigmoid(swiglu_alpha * gate), gate and up
   interleaved column by column in the fused gate_up_proj (load.py's _Interleaved). hidden_act is read by nothing.
+- granite_swa: Granite's block (its four multipliers) with a learned sink per head (the eager path's
+  o * sigmoid(logsumexp(s) - sink), the same function), sliding windows on the layers layer_types names (by default all
+  but every fourth, i % 4 == 0), and a rotary base per layer (layer_rope_theta; 0: no rotary on that layer, NoPE).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from .closed import Config, Keys, Unsupported, _show
 from .families import (_LLAMA, Arch, _count, _eps, _kv, _padding, _partial, _rope, _rope_config, _rope_scaling, _sliding,
@@ -28,7 +33,10 @@ KEYS: dict[str, Keys] = {
                     {"hidden_act": "gpt-oss's experts compute their own clamped SwiGLU (GptOssExperts._apply_gate); nothing reads hidden_act"}),
 }
 
-CAUSAL_LM = {"gpt_oss": "GptOssForCausalLM"}
+_GRANITE = _LLAMA | {"attention_bias", "mlp_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"}
+KEYS["granite_swa"] = Keys(_GRANITE | {"sliding_window", "layer_types", "layer_rope_theta"})
+
+CAUSAL_LM = {"gpt_oss": "GptOssForCausalLM", "granite_swa": "GraniteSWAForCausalLM"}
 
 
 def _number(c: Config, key: str) -> float:
@@ -75,7 +83,64 @@ def _gpt_oss(c: Config) -> Arch:
                 tied=bool(c["tie_word_embeddings"]), padding=_padding(c), sources=sources)
 
 
-READERS = {"gpt_oss": _gpt_oss}
+def _layer_ropes(c: Config, a: Arch, layers: int, windows: list) -> dict:
+    """The Arch's per-layer attention fields for layer_rope_theta (each layer's rotary base; 0: NoPE) and these windows."""
+    thetas = c["layer_rope_theta"]
+    if thetas is None:  # __post_init__: rope_theta on every layer
+        thetas = [a.rotary_base] * layers
+    if not isinstance(thetas, list) or len(thetas) != layers or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf")
+                                                                    for t in thetas):
+        raise Unsupported("layer_rope_theta", f"a rotary base per layer ({layers}), each a number from 0 (0: no rotary on that layer)")
+    per = [(w, 1.0 if t else 0.0, float(t) if t else 10000.0, a.rotary_scaling if t else None) for w, t in zip(windows, thetas)]
+    if len({p[1:] for p in per}) > 1:
+        first = per[0]
+        return {"layer_attn": tuple(per), "window": first[0], "rotary": first[1], "rotary_base": first[2], "rotary_scaling": first[3]}
+    if not per[0][1]:  # every layer NoPE
+        return {"rotary": 0.0, "rotary_base": 10000.0, "rotary_scaling": None, **_windowed(windows)}
+    return {"rotary_base": per[0][2], **_windowed(windows)}
+
+
+def _windowed(windows: list) -> dict:
+    return {"window": windows[0], "layer_windows": ()} if len(set(windows)) == 1 else {"window": None, "layer_windows": tuple(windows)}
+
+
+def _granite_swa(c: Config) -> Arch:
+    """Granite's reader for the block, then the sinks, the windows and the rotary base per layer."""
+    from .families import _decoder
+
+    layers = c["num_hidden_layers"]
+    a = _decoder("granite")(c)
+    sw = _sliding(c)
+    types = _types(c, layers, lambda: ["full_attention" if i % 4 == 0 else "sliding_attention" for i in range(layers)])
+    if "sliding_attention" in types and sw is None:
+        raise Unsupported("sliding_window", "layer_types has sliding layers, but sliding_window is null")
+    windows = [sw if t == "sliding_attention" else None for t in types]
+    sources = {**a.sources, "window": "sliding_window, layer_types", "rotary_base": "layer_rope_theta, rope_parameters", "sinks": "self_attn.sinks"}
+    return replace(a, family="granite_swa", sinks=True, sources=sources, **_layer_ropes(c, a, layers, windows))
+
+
+READERS = {"gpt_oss": _gpt_oss, "granite_swa": _granite_swa}
+
+
+def _granite_swa_config(a: Arch) -> dict:
+    from .families import _per_layer, config_of as plain
+
+    if not a.sinks:
+        raise Unsupported("sinks", "granite_swa's attention has a learned sink per head (sinks)")
+    per = _per_layer(a)
+    local = {w for w, *_ in per if w is not None}
+    if len(local) > 1:
+        raise Unsupported("window", f"granite_swa has one sliding_window; the spec's layers have {sorted(local)}")
+    ropes = {(sc, rot) for _, rot, _, sc in per if rot}
+    if len(ropes) > 1 or any(rot not in (0.0, 1.0) for _, rot, _, _ in per):
+        raise Unsupported("rotary", "granite_swa's layers rotate whole heads by one rope_parameters (their own base, layer_rope_theta) or not at all")
+    (sc, _), = ropes or {(None, 1.0)}
+    base = next((b for _, rot, b, _ in per if rot), 10000.0)
+    cfg = plain(replace(a, family="granite", sinks=False, window=None, layer_windows=(), layer_attn=(), rotary=1.0, rotary_base=base,
+                        rotary_scaling=sc))
+    return {**cfg, "model_type": "granite_swa", "architectures": [CAUSAL_LM["granite_swa"]], "sliding_window": local.pop() if local else None,
+            "layer_types": ["sliding_attention" if w is not None else "full_attention" for w, *_ in per],
+            "layer_rope_theta": [b if rot else 0 for _, rot, b, _ in per]}
 
 
 def _gpt_oss_config(a: Arch) -> dict:
@@ -102,4 +167,6 @@ def _gpt_oss_config(a: Arch) -> dict:
 
 def config_of(a: Arch) -> dict:
     """The transformers config of an Arch of these families; export then checks that importing it gives back the engine."""
+    if a.family == "granite_swa":
+        return _granite_swa_config(a)
     return _gpt_oss_config(a)

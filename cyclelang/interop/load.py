@@ -459,6 +459,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
             else:
                 put(f"{st.attn}.qkv.{p}", [h + f"{ks.q.format(n)}.{p}" for n in "qkv"], _Turned(qkv.sizes, a.head_dim) if ks.turned else qkv)
             put(f"{st.attn}.proj.{p}", h + f"{ks.o}.{p}")
+            if a.sinks:  # a learned sink per head (granite_swa, flint)
+                put(f"{st.attn}.sinks", h + "self_attn.sinks")
             if moe:
                 continue
             if not gated:
