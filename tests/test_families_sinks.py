@@ -1,4 +1,5 @@
-"""The families with attention sinks (interop/families_sinks.py): gpt-oss (gpt_oss), Granite SWA (granite_swa).
+"""The families with attention sinks (interop/families_sinks.py): gpt-oss (gpt_oss), Granite SWA (granite_swa), Granite MoE SWA
+(granitemoe_swa).
 
 Each family's round trip (tests/roundtrip.py) at a tiny config where what makes it matters: sinks (perturbed away
 from their init), windows smaller than the 12 tokens on alternating layers, YaRN with truncate=false, a router bias,
@@ -49,6 +50,19 @@ FAMILIES = {
                                                                   embedding_multiplier=2.0, residual_multiplier=0.7, attention_multiplier=0.3,
                                                                   logits_scaling=2.0, mlp_bias=True, tie_word_embeddings=False,
                                                                   pad_token_id=None, bos_token_id=0, eos_token_id=1),
+    "granitemoe_swa": lambda: transformers.GraniteMoeSWAConfig(vocab_size=V, hidden_size=32, intermediate_size=12, num_hidden_layers=3,
+                                                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40,
+                                                               sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                                               layer_rope_theta=[0, 6000.0, 6000.0], num_local_experts=6, num_experts_per_tok=2,
+                                                               shared_intermediate_size=16, embedding_multiplier=2.5, residual_multiplier=0.6,
+                                                               attention_multiplier=0.25, logits_scaling=3.0, attention_bias=False,
+                                                               tie_word_embeddings=True, pad_token_id=0, bos_token_id=0, eos_token_id=1),
+    "granitemoe_swa_unshared": lambda: transformers.GraniteMoeSWAConfig(vocab_size=V, hidden_size=32, intermediate_size=12, num_hidden_layers=2,
+                                                                        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=40,
+                                                                        sliding_window=3, num_local_experts=4, num_experts_per_tok=2,
+                                                                        embedding_multiplier=1.5, residual_multiplier=0.8, attention_multiplier=0.35,
+                                                                        logits_scaling=2.0, tie_word_embeddings=False, pad_token_id=None,
+                                                                        bos_token_id=0, eos_token_id=1),
     # YaRN with truncate=false is the language's now for every family that reads rope_parameters (Llama's here)
     "llama_yarn_untruncated": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=24, num_hidden_layers=2,
                                                                num_attention_heads=4, num_key_value_heads=2, head_dim=12,

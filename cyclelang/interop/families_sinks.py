@@ -11,6 +11,7 @@ What makes each one (transformers 5.24's modeling files):
 - granite_swa: Granite's block (its four multipliers) with a learned sink per head (the eager path's
   o * sigmoid(logsumexp(s) - sink), the same function), sliding windows on the layers layer_types names (by default all
   but every fourth, i % 4 == 0), and a rotary base per layer (layer_rope_theta; 0: no rotary on that layer, NoPE).
+- granitemoe_swa: the same attention in GraniteMoeShared's layer (its routed experts and optional shared expert).
 """
 
 from __future__ import annotations
@@ -34,9 +35,13 @@ KEYS: dict[str, Keys] = {
 }
 
 _GRANITE = _LLAMA | {"attention_bias", "mlp_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"}
-KEYS["granite_swa"] = Keys(_GRANITE | {"sliding_window", "layer_types", "layer_rope_theta"})
+_SWA = frozenset({"sliding_window", "layer_types", "layer_rope_theta"})
+KEYS["granite_swa"] = Keys(_GRANITE | _SWA)
+KEYS["granitemoe_swa"] = Keys(_LLAMA | {"attention_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier",
+                                        "logits_scaling", "num_local_experts", "num_experts_per_tok", "shared_intermediate_size"} | _SWA)
+_BASE = {"granite_swa": "granite", "granitemoe_swa": "granitemoeshared"}  # the block each reads as, then its sinks and windows
 
-CAUSAL_LM = {"gpt_oss": "GptOssForCausalLM", "granite_swa": "GraniteSWAForCausalLM"}
+CAUSAL_LM = {"gpt_oss": "GptOssForCausalLM", "granite_swa": "GraniteSWAForCausalLM", "granitemoe_swa": "GraniteMoeSWAForCausalLM"}
 
 
 def _number(c: Config, key: str) -> float:
@@ -105,40 +110,41 @@ def _windowed(windows: list) -> dict:
 
 
 def _granite_swa(c: Config) -> Arch:
-    """Granite's reader for the block, then the sinks, the windows and the rotary base per layer."""
-    from .families import _decoder
+    """Granite's (or GraniteMoeShared's) reader for the block, then the sinks, the windows and the rotary base per layer."""
+    from .families import READERS as BLOCKS
 
     layers = c["num_hidden_layers"]
-    a = _decoder("granite")(c)
+    family = c.family
+    a = BLOCKS[_BASE[family]](c)
     sw = _sliding(c)
     types = _types(c, layers, lambda: ["full_attention" if i % 4 == 0 else "sliding_attention" for i in range(layers)])
     if "sliding_attention" in types and sw is None:
         raise Unsupported("sliding_window", "layer_types has sliding layers, but sliding_window is null")
     windows = [sw if t == "sliding_attention" else None for t in types]
     sources = {**a.sources, "window": "sliding_window, layer_types", "rotary_base": "layer_rope_theta, rope_parameters", "sinks": "self_attn.sinks"}
-    return replace(a, family="granite_swa", sinks=True, sources=sources, **_layer_ropes(c, a, layers, windows))
+    return replace(a, family=family, sinks=True, sources=sources, **_layer_ropes(c, a, layers, windows))
 
 
-READERS = {"gpt_oss": _gpt_oss, "granite_swa": _granite_swa}
+READERS = {"gpt_oss": _gpt_oss, "granite_swa": _granite_swa, "granitemoe_swa": _granite_swa}
 
 
 def _granite_swa_config(a: Arch) -> dict:
     from .families import _per_layer, config_of as plain
 
     if not a.sinks:
-        raise Unsupported("sinks", "granite_swa's attention has a learned sink per head (sinks)")
+        raise Unsupported("sinks", f"{a.family}'s attention has a learned sink per head (sinks)")
     per = _per_layer(a)
     local = {w for w, *_ in per if w is not None}
     if len(local) > 1:
-        raise Unsupported("window", f"granite_swa has one sliding_window; the spec's layers have {sorted(local)}")
+        raise Unsupported("window", f"{a.family} has one sliding_window; the spec's layers have {sorted(local)}")
     ropes = {(sc, rot) for _, rot, _, sc in per if rot}
     if len(ropes) > 1 or any(rot not in (0.0, 1.0) for _, rot, _, _ in per):
-        raise Unsupported("rotary", "granite_swa's layers rotate whole heads by one rope_parameters (their own base, layer_rope_theta) or not at all")
+        raise Unsupported("rotary", f"{a.family}'s layers rotate whole heads by one rope_parameters (their own base, layer_rope_theta) or not at all")
     (sc, _), = ropes or {(None, 1.0)}
     base = next((b for _, rot, b, _ in per if rot), 10000.0)
-    cfg = plain(replace(a, family="granite", sinks=False, window=None, layer_windows=(), layer_attn=(), rotary=1.0, rotary_base=base,
+    cfg = plain(replace(a, family=_BASE[a.family], sinks=False, window=None, layer_windows=(), layer_attn=(), rotary=1.0, rotary_base=base,
                         rotary_scaling=sc))
-    return {**cfg, "model_type": "granite_swa", "architectures": [CAUSAL_LM["granite_swa"]], "sliding_window": local.pop() if local else None,
+    return {**cfg, "model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "sliding_window": local.pop() if local else None,
             "layer_types": ["sliding_attention" if w is not None else "full_attention" for w, *_ in per],
             "layer_rope_theta": [b if rot else 0 for _, rot, b, _ in per]}
 
@@ -167,6 +173,6 @@ def _gpt_oss_config(a: Arch) -> dict:
 
 def config_of(a: Arch) -> dict:
     """The transformers config of an Arch of these families; export then checks that importing it gives back the engine."""
-    if a.family == "granite_swa":
+    if a.family in _BASE:
         return _granite_swa_config(a)
     return _gpt_oss_config(a)

@@ -563,6 +563,7 @@ ROUTED = {
     "solar_open": ("mlp.", "gate.weight", "split"),
     "sarvam_moe": ("mlp.", "gate.weight", "split"),
     "hy_v3": ("mlp.", "gate.weight", "split"),
+    "granitemoe_swa": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
 }
 # DeepSeek-V3's routers (families_routed.py): the selection-only bias's name inside the block; their dense layers
 CORRECTION = {"glm4_moe": "gate.e_score_correction_bias", "dots1": "gate.e_score_correction_bias", "solar_open": "gate.e_score_correction_bias",
@@ -601,7 +602,7 @@ def _put_routed(put, arch: str, reactor: str, h: str, node, state, fused) -> Non
         names = CORRECTION[arch] if isinstance(CORRECTION[arch], tuple) else (CORRECTION[arch],)
         name = next((n for n in names if b + n in state), names[0])
         put(f"{reactor}.correction", b + name, _Row() if arch == "ernie4_5_moe" else _SAME)
-    if node.shared and arch == "granitemoeshared":  # one fused [gate | up] matrix, as ours
+    if node.shared and arch in ("granitemoeshared", "granitemoe_swa"):  # one fused [gate | up] matrix, as ours
         put(f"{reactor}.shared.fc.weight", h + "shared_mlp.input_linear.weight")
         put(f"{reactor}.shared.proj.weight", h + "shared_mlp.output_linear.weight")
     elif node.shared:

@@ -55,7 +55,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "gemma4_unified_text": ("gemma2", "a weightless RMSNorm on values; a fixed per-layer output scale (layer_scalar)"),
     "glm_moe_dsa": ("deepseek_v2", "DeepSeek-V3.2 sparse attention (an indexer keeps the top-k keys, its choice reused by the layers after it)"),
     "got_ocr2": ("qwen2", "a vision encoder (this is an OCR vision-language model: import its text config (qwen2) alone)"),
-    "granitemoe_swa": ("granite", "learned attention sinks"),
     "hrm_text": ("llama", "hierarchical recurrence: two weight-shared stacks looped in nested cycles over two states; a sigmoid gate on the attention output"),
     "hy_v4": ("deepseek_v2", "hyper-connections (several residual streams); DeepSeek-V3.2 sparse attention on latent attention, with attention sinks and a sigmoid output gate"),
     "inkling2_loop_text": ("deepseek_v2", "attention residuals (each sublayer reads an attention over earlier blocks' outputs); learned relative-position biases; residual short convolutions on keys, values and sublayer outputs; a soft-capped SwiGLU; a looped (weight-shared) middle span with gated messages between passes"),
