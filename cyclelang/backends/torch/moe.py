@@ -76,6 +76,9 @@ class MoeEmitter(OpEmitter):
                 self.routing_doc(out, v)
             else:
                 w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.normalize else ")."))
+            if v.router_bias or v.clamped:  # gpt-oss
+                w("gpt-oss's:" + (" the router's logits are biased (the softmax of the top-k logits is these weights);" if v.router_bias else "")
+                  + (" the experts are the clamped SwiGLU." if v.clamped else ""))
             if v.shared:
                 w("Every token also visits the shared expert" + (", throttled by sigmoid(w . x)." if v.shared_gate else "."))
             if v.capacity:
