@@ -1,5 +1,5 @@
 """The families with attention sinks (interop/families_sinks.py): gpt-oss (gpt_oss), Granite SWA (granite_swa), Granite MoE SWA
-(granitemoe_swa).
+(granitemoe_swa), Flint (flint).
 
 Each family's round trip (tests/roundtrip.py) at a tiny config where what makes it matters: sinks (perturbed away
 from their init), windows smaller than the 12 tokens on alternating layers, YaRN with truncate=false, a router bias,
@@ -63,6 +63,17 @@ FAMILIES = {
                                                                         embedding_multiplier=1.5, residual_multiplier=0.8, attention_multiplier=0.35,
                                                                         logits_scaling=2.0, tie_word_embeddings=False, pad_token_id=None,
                                                                         bos_token_id=0, eos_token_id=1),
+    "flint": lambda: transformers.FlintConfig(vocab_size=V, hidden_size=32, intermediate_size=24, num_hidden_layers=4, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=12, max_position_embeddings=40, rms_norm_eps=1e-5, sliding_window=5,
+                                              moe_intermediate_size=12, num_experts=6, num_experts_per_tok=2, shared_expert_intermediate_size=16,
+                                              norm_topk_prob=True, mlp_only_layers=[0], attention_bias=True,
+                                              rope_parameters={"rope_type": "default", "rope_theta": 4000.0}, pad_token_id=0,
+                                              bos_token_id=0, eos_token_id=1),
+    "flint_default_pattern": lambda: transformers.FlintConfig(vocab_size=V, hidden_size=32, intermediate_size=20, num_hidden_layers=6,
+                                                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=40,
+                                                              sliding_window=3, moe_intermediate_size=8, num_experts=4, num_experts_per_tok=3,
+                                                              shared_expert_intermediate_size=8, norm_topk_prob=False, tie_word_embeddings=True,
+                                                              pad_token_id=None, bos_token_id=0, eos_token_id=1),
     # YaRN with truncate=false is the language's now for every family that reads rope_parameters (Llama's here)
     "llama_yarn_untruncated": lambda: transformers.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=24, num_hidden_layers=2,
                                                                num_attention_heads=4, num_key_value_heads=2, head_dim=12,
@@ -93,7 +104,8 @@ def test_the_default_config_reads_gpt_oss_yarn_and_alternation():
 
 QUIRKS = {"gpt_oss-sinks": ("gpt_oss", (" sinks", "")), "gpt_oss-clamp": ("gpt_oss", ("clamp=0.2", "clamp=100")),
           "gpt_oss-truncate": ("gpt_oss", (" rotary_truncate=false", "")), "gpt_oss-router_bias": ("gpt_oss", (" router_bias", "")),
-          "granite_swa-sinks": ("granite_swa", (" sinks", "")), "granite_swa-nope": ("granite_swa", ("kv_heads=2 window=5 sinks", "kv_heads=2 rotary window=5 sinks"))}
+          "granite_swa-sinks": ("granite_swa", (" sinks", "")), "flint-sinks": ("flint", (" sinks", "")),
+          "flint-nope": ("flint", ("head_dim=12 sinks", "head_dim=12 rotary rotary_base=4000 sinks")), "granite_swa-nope": ("granite_swa", ("kv_heads=2 window=5 sinks", "kv_heads=2 rotary window=5 sinks"))}
 
 
 @pytest.mark.parametrize("quirk", sorted(QUIRKS))

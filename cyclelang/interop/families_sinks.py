@@ -12,6 +12,10 @@ What makes each one (transformers 5.24's modeling files):
   o * sigmoid(logsumexp(s) - sink), the same function), sliding windows on the layers layer_types names (by default all
   but every fourth, i % 4 == 0), and a rotary base per layer (layer_rope_theta; 0: no rotary on that layer, NoPE).
 - granitemoe_swa: the same attention in GraniteMoeShared's layer (its routed experts and optional shared expert).
+- flint: Qwen3-MoE's attention (a per-head qk RMSNorm, attention_bias on q, k, v and o) with a sink per head, rotary on
+  the sliding layers only (the full ones NoPE; by default layers 0, 1, every i % 4 == 1 and the last are full), and
+  Qwen2-MoE's layers (dense MLPs on mlp_only_layers, by default [0, 1], and off decoder_sparse_step) whose router takes
+  the top-k of each expert's sigmoid (renormalised by norm_topk_prob) beside an ungated shared expert.
 """
 
 from __future__ import annotations
@@ -39,9 +43,12 @@ _SWA = frozenset({"sliding_window", "layer_types", "layer_rope_theta"})
 KEYS["granite_swa"] = Keys(_GRANITE | _SWA)
 KEYS["granitemoe_swa"] = Keys(_LLAMA | {"attention_bias", "embedding_multiplier", "residual_multiplier", "attention_multiplier",
                                         "logits_scaling", "num_local_experts", "num_experts_per_tok", "shared_intermediate_size"} | _SWA)
+KEYS["flint"] = Keys(_LLAMA | {"head_dim", "attention_bias", "sliding_window", "layer_types", "decoder_sparse_step", "mlp_only_layers",
+                               "moe_intermediate_size", "norm_topk_prob", "num_experts", "num_experts_per_tok", "shared_expert_intermediate_size"})
 _BASE = {"granite_swa": "granite", "granitemoe_swa": "granitemoeshared"}  # the block each reads as, then its sinks and windows
 
-CAUSAL_LM = {"gpt_oss": "GptOssForCausalLM", "granite_swa": "GraniteSWAForCausalLM", "granitemoe_swa": "GraniteMoeSWAForCausalLM"}
+CAUSAL_LM = {"gpt_oss": "GptOssForCausalLM", "granite_swa": "GraniteSWAForCausalLM", "granitemoe_swa": "GraniteMoeSWAForCausalLM",
+             "flint": "FlintForCausalLM"}
 
 
 def _number(c: Config, key: str) -> float:
@@ -125,7 +132,94 @@ def _granite_swa(c: Config) -> Arch:
     return replace(a, family=family, sinks=True, sources=sources, **_layer_ropes(c, a, layers, windows))
 
 
-READERS = {"gpt_oss": _gpt_oss, "granite_swa": _granite_swa, "granitemoe_swa": _granite_swa}
+def _flint(c: Config) -> Arch:
+    from .families import _GATED_ACTS
+
+    width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    act = _GATED_ACTS.get(c["hidden_act"])
+    if act is None:
+        raise Unsupported("hidden_act", f"a gated MLP with {c['hidden_act']!r} has no counterpart (swiglu = silu, geglu = gelu)")
+    head_dim = c["head_dim"]
+    if head_dim is None:
+        head_dim = width // heads
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise Unsupported("head_dim", f"{_show(head_dim)} is not a head width")
+    if _partial(c) != 1.0:
+        raise Unsupported("rope_parameters.partial_rotary_factor", f"{_partial(c)}: Flint rotates every dim of its sliding layers' heads")
+    sw = _sliding(c)
+    types = _types(c, layers, lambda: ["full_attention" if i < 2 or i % 4 == 1 or i == layers - 1 else "sliding_attention" for i in range(layers)])
+    if "sliding_attention" in types and sw is None:
+        raise Unsupported("sliding_window", "layer_types has sliding layers, but sliding_window is null")
+    step, only = _count(c, "decoder_sparse_step"), c["mlp_only_layers"]
+    only = [0, 1] if only is None else only  # __post_init__
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise Unsupported("mlp_only_layers", f"{_show(only)} is not a list of layer numbers")
+    dense = tuple(i in set(only) or (i + 1) % step != 0 for i in range(layers))
+    if all(dense):
+        raise Unsupported("mlp_only_layers", "every layer is dense: Flint's model without experts is not a family the language exports")
+    experts, top = _count(c, "num_experts"), _count(c, "num_experts_per_tok")
+    if top > experts:
+        raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+    context = c["max_position_embeddings"]
+    base, scaling = _rope(c), _rope_scaling(c, context)
+    per = tuple((sw, 1.0, base, scaling) if t == "sliding_attention" else (None, 0.0, 10000.0, None) for t in types)
+    first = per[0]
+    ropes = {"layer_attn": per} if len({p[1:] for p in per}) > 1 else {"rotary_base": base, "rotary_scaling": scaling, **_windowed([p[0] for p in per])}
+    if len({p[1:] for p in per}) > 1:
+        ropes.update(window=first[0], rotary=first[1], rotary_base=first[2], rotary_scaling=first[3])
+    elif not first[1]:
+        ropes.update(rotary=0.0, rotary_base=10000.0, rotary_scaling=None)
+    else:
+        ropes.update(rotary=1.0)
+    eps = _eps(c, "rms_norm_eps")
+    bias = bool(c["attention_bias"])
+    sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+               "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "hidden": "moe_intermediate_size", "act": "hidden_act",
+               "eps": "rms_norm_eps", "rotary_base": "rope_parameters", "window": "sliding_window, layer_types", "experts": "num_experts",
+               "top": "num_experts_per_tok", "router": "norm_topk_prob; sigmoid scores", "sinks": "self_attn.sinks",
+               "tied": "tie_word_embeddings", "dense_hidden": "intermediate_size, mlp_only_layers, decoder_sparse_step"}
+    return Arch("flint", vocab=c["vocab_size"], context=context, width=width, layers=layers, heads=heads, kv_heads=_kv(c, heads),
+                head_dim=head_dim, hidden=_count(c, "moe_intermediate_size"), act=act, norm="rmsnorm", eps=eps, qkv_bias=bias, out_bias=bias,
+                qk_norm="head", qk_eps=eps, experts=experts, top=top, normalize=bool(c["norm_topk_prob"]),
+                shared=_count(c, "shared_expert_intermediate_size"), router="sigmoid", sinks=True,
+                layer_dense=dense if any(dense) else (), dense_hidden=_count(c, "intermediate_size") if any(dense) else 0,
+                tied=bool(c["tie_word_embeddings"]), padding=_padding(c), sources=sources, **ropes)
+
+
+def _flint_config(a: Arch) -> dict:
+    from .families import _HF_GATED, _per_layer
+
+    if not a.sinks or a.router != "sigmoid" or a.correction or a.groups > 1 or a.route_scale != 1.0 or a.router_bias:
+        raise Unsupported("router", "Flint's attention has sinks, its router the top-k of each expert's sigmoid, unbiased and unscaled")
+    if not a.shared or a.shared_gate or a.mlp_bias or a.qk_norm != "head" or a.qk_eps != a.eps or a.qkv_bias != a.out_bias:
+        raise Unsupported("shared", "Flint's layers have an ungated, unbiased shared expert, a per-head qk-norm with the norms' eps, "
+                          "attention_bias on q, k, v and o alike")
+    act = _HF_GATED.get(a.act)
+    if act is None:
+        raise Unsupported("act", f"Flint's MLPs are swiglu or geglu, not {a.act}")
+    per = _per_layer(a)
+    if any((w is None) == bool(rot) for w, rot, _, _ in per):
+        raise Unsupported("rotary", "Flint rotates its sliding layers (whole heads) and leaves its full layers without rotary")
+    local = {w for w, *_ in per if w is not None}
+    ropes = {(b, sc) for w, rot, b, sc in per if rot}
+    if len(local) > 1 or len(ropes) > 1:
+        raise Unsupported("window", "Flint has one sliding_window and one rope for its sliding layers")
+    base, sc = ropes.pop() if ropes else (a.rotary_base, None)
+    from .families import _rope_config
+
+    dense = a.layer_dense or (False,) * a.layers
+    return {"model_type": "flint", "architectures": [CAUSAL_LM["flint"]], "vocab_size": a.vocab, "tie_word_embeddings": a.tied,
+            "hidden_size": a.width, "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+            "head_dim": a.head_dim, "hidden_act": act, "max_position_embeddings": a.context, "rms_norm_eps": a.eps,
+            "pad_token_id": a.padding, "attention_bias": a.qkv_bias, "attention_dropout": 0.0,
+            "intermediate_size": a.dense_hidden if a.layer_dense else a.hidden, "moe_intermediate_size": a.hidden, "num_experts": a.experts,
+            "num_experts_per_tok": a.top, "norm_topk_prob": a.normalize, "shared_expert_intermediate_size": a.shared,
+            "decoder_sparse_step": 1, "mlp_only_layers": [i for i, d in enumerate(dense) if d],
+            "sliding_window": local.pop() if local else None, "layer_types": ["sliding_attention" if w is not None else "full_attention" for w, *_ in per],
+            "rope_parameters": _rope_config(replace(a, rotary_scaling=sc), {"rope_type": "default", "rope_theta": base})}
+
+
+READERS = {"gpt_oss": _gpt_oss, "granite_swa": _granite_swa, "granitemoe_swa": _granite_swa, "flint": _flint}
 
 
 def _granite_swa_config(a: Arch) -> dict:
@@ -175,4 +269,6 @@ def config_of(a: Arch) -> dict:
     """The transformers config of an Arch of these families; export then checks that importing it gives back the engine."""
     if a.family in _BASE:
         return _granite_swa_config(a)
+    if a.family == "flint":
+        return _flint_config(a)
     return _gpt_oss_config(a)

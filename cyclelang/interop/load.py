@@ -386,7 +386,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe", "hunyuan_v1_moe", "minimax_m2") or arch in ROUTED
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe", "hunyuan_v1_moe", "minimax_m2", "flint") or arch in ROUTED
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
@@ -397,7 +397,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
     if arch in families.lineage.READERS:  # the GPT-2 lineage's layers (lineage.py)
         return families.lineage.plan(arch, plan, put, spec, _SAME, _TRANSPOSE, _Cat, _NeoxQkv)
     for i, st in sorted(layout.items()):
-        moe = family_moe and not ((arch in ("qwen2_moe", "qwen3_moe", "mellum") or arch in DENSE_AMONG) and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
+        moe = family_moe and not ((arch in ("qwen2_moe", "qwen3_moe", "mellum", "flint") or arch in DENSE_AMONG) and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
@@ -459,8 +459,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
             else:
                 put(f"{st.attn}.qkv.{p}", [h + f"{ks.q.format(n)}.{p}" for n in "qkv"], _Turned(qkv.sizes, a.head_dim) if ks.turned else qkv)
             put(f"{st.attn}.proj.{p}", h + f"{ks.o}.{p}")
-            if a.sinks:  # a learned sink per head (granite_swa, flint)
-                put(f"{st.attn}.sinks", h + "self_attn.sinks")
+            if a.sinks:  # a learned sink per head (granite_swa, flint; Flint's files name it softmax_offset)
+                put(f"{st.attn}.sinks", h + ("self_attn.softmax_offset" if h + "self_attn.softmax_offset" in state else "self_attn.sinks"))
             if moe:
                 continue
             if not gated:
@@ -493,7 +493,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
                 put(f"{reactor}.experts.{x}.proj.weight", b + "down_proj.weight")
             continue
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
-        qwen = arch in ("qwen2_moe", "cohere2_moe")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
+        qwen = arch in ("qwen2_moe", "cohere2_moe", "flint")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
         put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused or qwen else "block_sparse_moe.gate.weight"))
         if arch == "minimax_m2" and st.work_node.correction:  # Mixtral's names, and the selection-only bias on the block
             put(f"{reactor}.correction", h + ("mlp." if is_fused else "block_sparse_moe.") + "e_score_correction_bias")
