@@ -506,9 +506,7 @@ class Model(nn.Module):
 # How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every
 # part not listed is replicated. See `parallelize`.
 TP_PLAN = {
-    "stages.0-1.stages.0.mix.attn": "heads",
     "stages.0-1.stages.0.burn.moe": "hidden",
-    "stages.0-1.stages.1.mix.attn": "heads",
     "stages.0-1.stages.1.burn.moe": "hidden",
 }
 
