@@ -409,7 +409,7 @@ def test_gemma_and_granite_never_load_as_llama(model_type):
     assert words in str(err), str(err)
 
 
-@pytest.mark.parametrize("model_type", ["gemma3", "granitemoe_swa", "jetmoe"])
+@pytest.mark.parametrize("model_type", ["gemma3", "jetmoe"])
 def test_families_not_yet_supported_are_refused_by_name(model_type):
     with pytest.raises(Unsupported) as info:
         import_config({"model_type": model_type})
