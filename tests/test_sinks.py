@@ -11,6 +11,7 @@ cache equals recomputing; yarn with truncate=false is transformers' own table.
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 
@@ -167,6 +168,10 @@ def test_decoding_with_the_cache_equals_recomputing(opts):
         for _ in range(12):
             want = torch.cat((want, model(want)[:, -1:].argmax(-1)), 1)
         assert torch.equal(model.generate(idx, 12, temperature=0), want)
+        full = model(want)  # (B, 16, V): every position at once
+        cache = sys.modules[type(model).__module__].Cache(40)  # the generated file's Cache
+        steps = [model(want[:, :4], cache=cache)] + [model(want[:, t : t + 1], cache=cache) for t in range(4, want.size(1))]
+        assert (torch.cat(steps, 1) - full).abs().max().item() < 1e-10 * full.abs().max().item()
 
 
 def test_yarn_without_truncation_is_transformers_table():
