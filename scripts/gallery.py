@@ -84,6 +84,14 @@ FAMILY_NOTES: dict[str, str] = {
                   "sigmoid scores with a selection-only correction bias, renormalised and scaled by 2.5, beside a shared expert.",
     "glm4_moe_lite": "GLM-4.7-Flash: DeepSeek-V3's latent attention and router (sigmoid scores, a selection-only correction bias, "
                      "scaled by 1.8) beside a shared expert, its one dense layer said by mlp_layer_types.",
+    "gpt_oss": "gpt-oss: attention with a learned sink per head in every softmax, sliding and global layers in turn, YaRN rotary "
+               "left unrounded, and an MoE in every layer: a biased router, experts of the clamped SwiGLU with biases.",
+    "granite_swa": "Granite SWA: Granite's block (its four multipliers) with a sink per head, sliding windows on three layers in "
+                   "four, and a rotary base per layer (0: NoPE).",
+    "granitemoe_swa": "Granite MoE SWA: GraniteMoeShared's routed experts under Granite SWA's attention (sinks, windows, a rotary "
+                      "base per layer).",
+    "flint": "Flint: Qwen3-MoE's attention with a sink per head, rotary on the sliding layers only, and Qwen2-MoE's layers with a "
+             "sigmoid router beside an ungated shared expert.",
     "axk1": "A.X-K1: DeepSeek-V3 (latent attention, a grouped sigmoid router with a correction bias, a shared expert) with one "
             "more RMSNorm on each MoE block's output before the residual.",
     "deepseek_v2": "DeepSeek-V2: latent attention (the cache keeps a latent and one rotary key per token) and DeepSeekMoE, "
@@ -303,6 +311,13 @@ CONCEPTS: dict[str, tuple[str, str]] = {
         "MetaFormer's PoolFormer block, made causal for a language model: the token mixer is `avgpool(x) - x` over the "
         "past 3 positions. MetaFormer's point is that the block's general shape (norm, mixer, residual, MLP, residual) "
         "carries much of the performance; the table shows every turbine parameter in the reactors.",
+    ),
+    "sinks": (
+        "A bleed valve on every injector: each head's softmax takes one more, learned logit, whose share of the flow vents "
+        "unburnt, so a head may read nothing; the layers alternate a narrow and a full injector.",
+        "gpt-oss's shape, small: attention sinks (a learned logit per head in every softmax's denominator), a 16-token window "
+        "and global attention in turn, YaRN rotary with its range unrounded, and gpt-oss's MoE: a biased router, softmax over "
+        "the chosen top 2, experts of the clamped SwiGLU gate·σ(1.702·gate)·(up + 1) with biases.",
     ),
     "expander": (
         "An expander cycle's ceiling is set by how heat grows with size; here the injector's n-squared mixing is swapped "

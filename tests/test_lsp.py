@@ -220,7 +220,7 @@ def test_completion_keywords_kinds_and_values(client):
     # a choice option's values
     text2 = text.replace("turbine mlp\n", "turbine mlp act=\n")
     _change(client, uri, text2, 2)
-    assert labels(_at(text2, "act=", 4)) == {"gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu", "geglu_tanh"}
+    assert labels(_at(text2, "act=", 4)) == {"gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu", "geglu_tanh", "swiglu_clamp"}
     # after `merge`: the merge kinds; after a merge kind: only its options
     text3 = text.replace("      \n    }", "      merge layerscale \n    }")
     _change(client, uri, text3, 3)

@@ -78,13 +78,14 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
         if isinstance(op, ir.Attention):
             h, kv, d, C = op.heads, op.kv_heads, op.head_dim, op.width
             count += 3  # qkv, the fused attention kernel, proj
+            count += 1 if op.sinks else 0  # sinks: the scores and the weighted sum, two matmuls of the same FLOPs as the kernel
             flops += 2 * N * C * (h + 2 * kv) * d + 2 * N * h * d * C + 4 * B * h * T * T * d
         elif isinstance(op, ir.Mlp):
-            g = 2 if op.act in ("swiglu", "geglu") else 1
+            g = 2 if op.act in ("swiglu", "geglu", "swiglu_clamp") else 1
             count += 2
             flops += 2 * N * op.width * op.hidden * g + 2 * N * op.hidden * op.width
         elif isinstance(op, ir.Moe):
-            g = 2 if op.act in ("swiglu", "geglu") else 1
+            g = 2 if op.act in ("swiglu", "geglu", "swiglu_clamp") else 1
             count += 1 + 2 * op.experts
             flops += 2 * N * op.width * op.experts + 2 * N * op.top * (op.width * op.hidden * g + op.hidden * op.width)
             if op.shared:  # the shared expert every token visits (and its gate)

@@ -105,6 +105,11 @@ CLASSES = {
     "nanochat": "NanoChatConfig",
     "hunyuan_v1_dense": "HunYuanDenseV1Config",
     "hunyuan_v1_moe": "HunYuanMoEV1Config",
+    # issue 34's sinks (families_sinks.py)
+    "gpt_oss": "GptOssConfig",
+    "granite_swa": "GraniteSWAConfig",
+    "granitemoe_swa": "GraniteMoeSWAConfig",
+    "flint": "FlintConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).
@@ -112,6 +117,7 @@ ALIASES = {
     "gpt2": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
     "gptj": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
     "mixtral": {"num_experts": "num_local_experts"},
+    "gpt_oss": {"num_experts": "num_local_experts"},
     "hunyuan_v1_moe": {"num_local_experts": "num_experts", "num_experts_per_tok": "moe_topk"},
     "jamba": {"num_local_experts": "num_experts"},
     "deepseek_v2": {"num_experts": "n_routed_experts"},
@@ -158,6 +164,7 @@ DEFAULT_THETA["minimax_m2"] = 5000000.0
 DEFAULT_THETA["solar_open"] = 1000000.0
 DEFAULT_THETA["sarvam_moe"] = 8000000.0
 DEFAULT_THETA["hy_v3"] = 11158840.0
+DEFAULT_THETA["gpt_oss"] = 150000.0  # GptOssConfig.default_theta
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"

@@ -104,11 +104,15 @@ WORDS: dict[str, tuple[str, str]] = {
     "softcap": ("logit soft-cap", "softcap="),
     "alibi": ("ALiBi positions", "turbine attention alibi"),
     "alibi_scaled": ("ALiBi bias scaled with the logits (Falcon)", "turbine attention alibi_scaled"),
+    "rotary_truncate": ("YaRN's correction range rounded out (truncate)", "turbine attention rotary_truncate="),
+    "sinks": ("attention sinks (a learned logit per head)", "turbine attention sinks"),
+    "router_bias": ("the router's bias", "turbine moe router_bias"),
+    "clamp": ("the clamped SwiGLU's bound (swiglu_limit)", "clamp="),
 }
 
 # what each rotary scaling reads (the rest of an ir.RotaryScaling is its defaults, never compared)
 _SCALING_FIELDS = {"linear": ("factor",), "dynamic": ("factor", "original"), "llama3": ("factor", "original", "low", "high"),
-                   "yarn": ("factor", "original", "beta_fast", "beta_slow", "gain")}
+                   "yarn": ("factor", "original", "beta_fast", "beta_slow", "gain", "truncate")}
 
 
 @dataclass(frozen=True)

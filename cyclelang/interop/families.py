@@ -98,6 +98,9 @@ class Arch:
     top_groups: int = 1  # ... topk_group
     route_scale: float = 1.0  # ... routed_scaling_factor
     correction: bool = False  # ... a selection-only bias per expert (e_score_correction_bias)
+    sinks: bool = False  # gpt-oss (families_sinks.py): a learned logit per head in every softmax
+    router_bias: bool = False  # gpt-oss: the router's linear has a bias
+    clamp: float = 7.0  # gpt-oss: the experts' swiglu_clamp bound (swiglu_limit)
     sources: dict = field(default_factory=dict, compare=False)  # Arch field -> the config field it came from
 
 
@@ -126,6 +129,8 @@ def _rope_config(a: Arch, rope: dict) -> dict:
         rope.update(low_freq_factor=sc.low, high_freq_factor=sc.high)
     if sc.type == "yarn":
         rope.update(beta_fast=sc.beta_fast, beta_slow=sc.beta_slow, attention_factor=sc.gain())
+        if not sc.truncate:
+            rope["truncate"] = False
     return rope
 
 
@@ -147,6 +152,8 @@ def _scaling_text(sc: ir.RotaryScaling | None) -> str:
         out += "".join(f" rotary_{k}={_num(getattr(sc, k))}" for k, d in (("beta_fast", 32.0), ("beta_slow", 1.0)) if getattr(sc, k) != d)
         if sc.attention_factor is not None:
             out += f" rotary_attention_factor={_num(sc.attention_factor)}"
+        if not sc.truncate:
+            out += " rotary_truncate=false"
     return out
 
 
@@ -483,8 +490,9 @@ def _rope_scaling(c: Config, context: int) -> ir.RotaryScaling | None:
         factor = context / original
     if not isinstance(original, int) or isinstance(original, bool) or original < 1:
         raise Unsupported(f + "original_max_position_embeddings", f"{original!r} is not a context length")
-    if kind == "yarn" and rope.get("truncate", True) is False:
-        raise Unsupported(f + "truncate", "YaRN without truncating its correction range is not in the language")
+    truncate = rope.get("truncate", True)
+    if kind == "yarn" and not isinstance(truncate, bool):
+        raise Unsupported(f + "truncate", f"{truncate!r} is not true or false")
     gain = None
     if kind == "yarn":
         def mscale(scale, m=1.0):
@@ -495,7 +503,7 @@ def _rope_scaling(c: Config, context: int) -> ir.RotaryScaling | None:
     return ir.RotaryScaling(type=kind, factor=float(factor), original=None if kind == "linear" else int(original),
                             low=float(rope.get("low_freq_factor", 1.0)), high=float(rope.get("high_freq_factor", 4.0)),
                             beta_fast=float(rope.get("beta_fast") or 32.0), beta_slow=float(rope.get("beta_slow") or 1.0),
-                            attention_factor=None if gain is None else float(gain))
+                            attention_factor=None if gain is None else float(gain), truncate=kind != "yarn" or truncate)
 # --- the readers: one per family, each reading only the keys its Keys declare (closed.py) ------------
 
 _GPT2_HEADS = "GPT2DoubleHeadsModel's multiple-choice head; the causal LM has none"
@@ -2389,6 +2397,10 @@ READERS["deepseek_v3"] = _deepseek_v3
 READERS["sarvam_mla"] = _sarvam_mla
 READERS["glm4_moe_lite"] = _glm4_moe_lite
 READERS["axk1"] = _axk1
+from . import families_sinks as _sinks  # noqa: E402  (gpt-oss, ...: attention sinks)
+
+KEYS.update(_sinks.KEYS)
+READERS.update(_sinks.READERS)
 
 
 # HunYuan's dense and MoE decoders (HunYuanDenseV1, HunYuanMoEV1): Llama's layer, its per-head qk RMSNorms (query_layernorm,
@@ -2487,6 +2499,7 @@ CAUSAL_LM.update({"hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM", "hunyuan_v1_m
 CAUSAL_LM.update(CAUSAL_LM_H2)
 CAUSAL_LM.update(_parallel.CAUSAL_LM)
 CAUSAL_LM.update(_routed_v3.CAUSAL_LM)
+CAUSAL_LM.update(_sinks.CAUSAL_LM)
 CAUSAL_LM.update(lineage.CAUSAL_LM)
 CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
 CAUSAL_LM.update({"minicpm3": "MiniCPM3ForCausalLM", "youtu": "YoutuForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
@@ -2624,6 +2637,9 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     if a.softcap is not None:
         att.append(f"softcap={_num(float(a.softcap))}")
         keys.append("softcap")
+    if a.sinks:  # gpt-oss's learned sink per head
+        att.append("sinks")
+        keys.append("sinks")
     if a.qk_norm != "none":
         att.append("qk_norm" + (" qk_norm_across" if a.qk_norm == "all" else "") + (f" qk_norm_eps={_num(a.qk_eps)}" if a.qk_eps != 1e-6 else "")
                    + _qk_shape_text(a))
@@ -2745,6 +2761,8 @@ def _router_words(a: Arch) -> str:
         words += f" groups={a.groups} top_groups={a.top_groups}"
     if a.route_scale != 1.0:
         words += f" scale={_num(a.route_scale)}"
+    words += " router_bias" if a.router_bias else ""  # gpt-oss's biased router and clamped experts
+    words += f" clamp={_num(a.clamp)}" if a.act == "swiglu_clamp" else ""
     return words + (" correction=true" if a.correction else "")
 
 
@@ -2944,7 +2962,8 @@ def arch_of(engine: ir.Engine) -> Arch:
                 layer_dense=dense if any(dense) and not all(dense) else (), layer_attn=_layer_attn(stages, windows),
                 dense_hidden=next((r.hidden for r in reactors if isinstance(r, ir.Mlp)), 0) if any(dense) and not all(dense) else 0,
                 qk_type=attn.qk_norm_type, qk_bias=attn.qk_norm_bias, qk_offset=attn.qk_norm_offset, qk_affine=attn.qk_norm_affine,
-                qk_late=attn.qk_norm_after_rotary, qk_heads=attn.qk_norm_head_gains, **_router_of(work if moe else None), **ropes)
+                qk_late=attn.qk_norm_after_rotary, qk_heads=attn.qk_norm_head_gains, **_router_of(work if moe else None), **ropes,
+                sinks=attn.sinks)
 
 
 def _router_of(work) -> dict:
@@ -2953,7 +2972,7 @@ def _router_of(work) -> dict:
     if work is None:
         return {}
     return {"router": work.router, "groups": work.groups, "top_groups": work.top_groups, "route_scale": work.scale,
-            "correction": work.correction}
+            "correction": work.correction, "router_bias": work.router_bias, "clamp": work.clamp}
 
 
 def _layer_ropes(stages: list) -> dict:
@@ -3038,6 +3057,8 @@ def config_of(a: Arch) -> dict:
         return _parallel.config_of(a)
     if a.family in _routed_v3.READERS:
         return _routed_v3.config_of(a)
+    if a.family in _sinks.READERS:
+        return _sinks.config_of(a)
     if a.family == "persimmon":
         return _persimmon_config(a)
     if a.family == "bloom":

@@ -386,7 +386,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         srcs = (srcs,) if isinstance(srcs, str) else tuple(srcs)
         e[ours] = (srcs, fn)
 
-    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe", "hunyuan_v1_moe", "minimax_m2") or arch in ROUTED
+    gpt2, family_moe = arch == "gpt2", arch in ("mixtral", "qwen2_moe", "cohere2_moe", "hunyuan_v1_moe", "minimax_m2", "flint") or arch in ROUTED
     layout, final = _layout(spec), _final_valve(spec)
     if arch == "mamba2":
         return _plan_mamba2(plan, put, layout, final)
@@ -397,7 +397,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
     if arch in families.lineage.READERS:  # the GPT-2 lineage's layers (lineage.py)
         return families.lineage.plan(arch, plan, put, spec, _SAME, _TRANSPOSE, _Cat, _NeoxQkv)
     for i, st in sorted(layout.items()):
-        moe = family_moe and not ((arch in ("qwen2_moe", "qwen3_moe", "mellum") or arch in DENSE_AMONG) and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
+        moe = family_moe and not ((arch in ("qwen2_moe", "qwen3_moe", "mellum", "flint") or arch in DENSE_AMONG) and st.moe is None and st.mlp is not None)  # their dense layers: a gated MLP
         if st.attn is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} has no attention turbine; transformers' {arch} layer {i} has one"
             continue
@@ -459,6 +459,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
             else:
                 put(f"{st.attn}.qkv.{p}", [h + f"{ks.q.format(n)}.{p}" for n in "qkv"], _Turned(qkv.sizes, a.head_dim) if ks.turned else qkv)
             put(f"{st.attn}.proj.{p}", h + f"{ks.o}.{p}")
+            if a.sinks:  # a learned sink per head (granite_swa, flint; Flint's files name it softmax_offset)
+                put(f"{st.attn}.sinks", h + ("self_attn.softmax_offset" if h + "self_attn.softmax_offset" in state else "self_attn.sinks"))
             if moe:
                 continue
             if not gated:
@@ -491,7 +493,7 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
                 put(f"{reactor}.experts.{x}.proj.weight", b + "down_proj.weight")
             continue
         is_fused = (h + "mlp.experts.gate_up_proj" in state) if fused is None else fused
-        qwen = arch in ("qwen2_moe", "cohere2_moe")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
+        qwen = arch in ("qwen2_moe", "cohere2_moe", "flint")  # their saved files: mlp.experts.{e}.gate_proj/up_proj/down_proj, the router mlp.gate
         put(f"{reactor}.router.weight", h + ("mlp.gate.weight" if is_fused or qwen else "block_sparse_moe.gate.weight"))
         if arch == "minimax_m2" and st.work_node.correction:  # Mixtral's names, and the selection-only bias on the block
             put(f"{reactor}.correction", h + ("mlp." if is_fused else "block_sparse_moe.") + "e_score_correction_bias")
@@ -561,6 +563,7 @@ ROUTED = {
     "solar_open": ("mlp.", "gate.weight", "split"),
     "sarvam_moe": ("mlp.", "gate.weight", "split"),
     "hy_v3": ("mlp.", "gate.weight", "split"),
+    "granitemoe_swa": ("block_sparse_moe.", "router.weight", ("input_linear.weight", "output_linear.weight", "router.layer.weight")),
 }
 # DeepSeek-V3's routers (families_routed.py): the selection-only bias's name inside the block; their dense layers
 CORRECTION = {"glm4_moe": "gate.e_score_correction_bias", "dots1": "gate.e_score_correction_bias", "solar_open": "gate.e_score_correction_bias",
@@ -599,7 +602,7 @@ def _put_routed(put, arch: str, reactor: str, h: str, node, state, fused) -> Non
         names = CORRECTION[arch] if isinstance(CORRECTION[arch], tuple) else (CORRECTION[arch],)
         name = next((n for n in names if b + n in state), names[0])
         put(f"{reactor}.correction", b + name, _Row() if arch == "ernie4_5_moe" else _SAME)
-    if node.shared and arch == "granitemoeshared":  # one fused [gate | up] matrix, as ours
+    if node.shared and arch in ("granitemoeshared", "granitemoe_swa"):  # one fused [gate | up] matrix, as ours
         put(f"{reactor}.shared.fc.weight", h + "shared_mlp.input_linear.weight")
         put(f"{reactor}.shared.proj.weight", h + "shared_mlp.output_linear.weight")
     elif node.shared:
@@ -884,6 +887,56 @@ def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fu
     return plan
 
 
+# --- gpt-oss (families_sinks.py): q, k, v, o biased, a sink per head, a biased router, the experts' fused tensors
+# stored (in, out) with gate and up interleaved column by column, and biased ---------------------------------------
+
+
+@dataclass(frozen=True)
+class _Interleaved(_Index):
+    """One expert's slice of gpt-oss's gate_up_proj (E, in, 2 x hidden) or its bias (E, 2 x hidden), whose gate and up
+    alternate (gate the even columns, up the odd ones): ours is [gate | up] by rows, (2 x hidden, in) or (2 x hidden,)."""
+
+    def __call__(self, t):
+        import torch
+
+        t = t[self.x].t() if t.dim() == 3 else t[self.x]
+        return torch.cat((t[0::2], t[1::2]), dim=0)
+
+    def inverse(self, t):
+        import torch
+
+        gate, up = t.chunk(2, dim=0)
+        both = torch.stack((gate, up), dim=1).reshape(t.shape)  # rows gate_0, up_0, gate_1, ...
+        return [both.t() if t.dim() == 2 else both]
+
+
+def _plan_gpt_oss(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    for i, st in sorted(layout.items()):
+        if st.attn is None or st.moe is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i}: a gpt-oss layer is attention then routed experts"
+            continue
+        a, m, h = st.attn_node, st.work_node, f"layers.{i}."
+        put(f"{st.valves.get(st.attn, _parent(st.attn) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.moe, _parent(st.moe) + 'norm')}.weight", h + "post_attention_layernorm.weight")
+        qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
+        for p in ("weight", "bias"):
+            put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"], qkv)
+            put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
+            put(f"{st.moe}.router.{p}", h + f"mlp.router.{p}")
+        put(f"{st.attn}.sinks", h + "self_attn.sinks")
+        e = h + "mlp.experts."
+        for x in range(m.experts):
+            ours = f"{st.moe}.experts.{x}"
+            put(f"{ours}.fc.weight", e + "gate_up_proj", _Interleaved(x, m.experts))
+            put(f"{ours}.fc.bias", e + "gate_up_proj_bias", _Interleaved(x, m.experts))
+            put(f"{ours}.proj.weight", e + "down_proj", _IndexT(x, m.experts))
+            put(f"{ours}.proj.bias", e + "down_proj_bias", _Index(x, m.experts))
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
 _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2, "deepseek_v3": _plan_deepseek_v3,
                    "falcon_mamba": _plan_mamba,
                    "sarvam_mla": _plan_deepseek_v3,
@@ -891,6 +944,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
                    "axk1": _plan_axk1,
                    "bamba": _plan_bamba,
                    "granitemoehybrid": _plan_granitemoehybrid,
+                   "gpt_oss": _plan_gpt_oss,
                    }
 
 

@@ -50,7 +50,7 @@ ROLE_WORDS = {
     "nozzle": ("nozzle", "the head; 0 when tied to the feed"),
 }
 
-GATED = ("swiglu", "geglu", "geglu_tanh")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
+GATED = ("swiglu", "geglu", "geglu_tanh", "swiglu_clamp")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
 GATE_OF = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh"}
 
 
@@ -207,6 +207,8 @@ def _attention_params(a: ir.Attention, w: int) -> int:
         n += per * (q + kv)  # each head its own gain (and bias): StableLM, Cohere
     elif a.qk_norm:
         n += per * 2 * a.head_dim  # one qk-norm per head dim, shared by the heads, for q and for k
+    if a.sinks:
+        n += a.heads  # gpt-oss's sinks: one learned logit per head
     return n
 
 
@@ -273,7 +275,8 @@ def _mlp_activations(width: int, hidden: int, act: str) -> int:
 
 
 def _moe_params(m: ir.Moe, w: int) -> int:
-    n = m.width * m.experts + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)  # router: no bias
+    n = m.width * m.experts + m.experts * mlp_params(m.width, m.hidden, m.act, m.bias)  # router: no bias ...
+    n += m.experts if m.router_bias else 0  # ... but gpt-oss's
     if m.shared:  # the shared expert every token visits, and its gate (one bias-free row)
         n += mlp_params(m.width, m.shared, m.act, m.bias) + (m.width if m.shared_gate else 0)
     return n

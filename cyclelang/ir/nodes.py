@@ -154,7 +154,8 @@ class Norm(Node):
 
 # --- turbines: the work done on a split-off flow -------------------------------
 
-Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu", "geglu_tanh"]  # relu2: relu(x)^2 (So et al. 2021, Primer)
+Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu", "geglu_tanh",
+                     "swiglu_clamp"]  # relu2: relu(x)^2 (So et al. 2021, Primer); swiglu_clamp: gpt-oss's, gate·σ(1.702·gate)·(up + 1), clamped
 Router = Literal["softmax", "sigmoid"]  # an MoE router's scores: softmax over the experts (Mixtral), or each expert's sigmoid (DeepSeek-V3)
 GroupScore = Literal["top2", "max"]  # a group of experts' score: the sum of its two best (DeepSeek-V3), or its best (DeepSeek-V2)
 ROUTERS, GROUP_SCORES = get_args(Router), get_args(GroupScore)  # the options' choice lists read these
@@ -179,12 +180,15 @@ class RotaryScaling(Node):
     beta_fast: Positive = 32.0  # yarn
     beta_slow: Positive = 1.0  # yarn
     attention_factor: Positive | None = None  # yarn: the cos/sin gain; None: 0.1 ln(factor) + 1
+    truncate: bool = True  # yarn: the blend's dims rounded out to whole ones (floor, ceil); false: as computed (gpt-oss)
 
     _checked = checked()
 
     def check(self) -> None:
         if (self.type == "linear") != (self.original is None):
             raise ValueError("linear rotary scaling has no original context; dynamic, llama3 and yarn need one")
+        if not self.truncate and self.type != "yarn":
+            raise ValueError("truncate says how yarn rounds its blend's range; only yarn scaling has one")
         if self.type == "llama3" and self.high <= self.low:
             raise ValueError(f"llama3 rotary scaling needs high ({self.high:g}) above low ({self.low:g})")
 
@@ -227,6 +231,7 @@ class Attention(Node):
     softcap: Positive | None = None  # the logits pass through cap * tanh(s / cap) before the mask (Gemma 2); None: none
     alibi: bool = False  # ALiBi: each head's scores get -slope * distance (Press et al.; BLOOM, MPT, Falcon)
     alibi_scaled: bool = False  # the ALiBi bias is multiplied by the logits' scale too (Falcon); false: added after it (BLOOM, MPT)
+    sinks: bool = False  # a learned logit per head joins every softmax's denominator (gpt-oss's attention sinks)
 
     _checked = checked()
 
@@ -271,6 +276,13 @@ class Mlp(Node):
     act: Activation
     bias: bool
     dropout: Rate
+    clamp: Positive = 7.0  # swiglu_clamp: gate <= clamp, |up| <= clamp (gpt-oss's swiglu_limit); other activations ignore it
+
+    _checked = checked()
+
+    def check(self) -> None:
+        if self.clamp != 7.0 and self.act != "swiglu_clamp":
+            raise ValueError("clamp bounds swiglu_clamp's gate and up, but the activation is another")
 
 
 class Moe(Node):
@@ -298,6 +310,8 @@ class Moe(Node):
     scale: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0  # the chosen weights x this (routed_scaling_factor)
     correction: bool = False  # a per-expert bias added to the scores for the selection only (a buffer, e_score_correction_bias)
     correction_rate: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.0  # each training forward: b += rate * sign(mean load - load)
+    router_bias: bool = False  # the router's linear has a bias (gpt-oss), which, unlike correction, reaches the weights
+    clamp: Positive = 7.0  # the experts' swiglu_clamp bound (gpt-oss's swiglu_limit); other activations ignore it
 
     _checked = checked()
 
@@ -318,6 +332,8 @@ class Moe(Node):
             raise ValueError("correction_rate updates the correction bias, but there is none (correction=true)")
         if self.router == "sigmoid" and self.balance:
             raise ValueError("balance= is the Switch loss over softmax probabilities; sigmoid scores do not sum to 1 (use correction_rate=)")
+        if self.clamp != 7.0 and self.act != "swiglu_clamp":
+            raise ValueError("clamp bounds swiglu_clamp's gate and up, but the experts' activation is another")
 
     @property
     def deepseek(self) -> bool:

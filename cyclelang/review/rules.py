@@ -642,6 +642,46 @@ def alibi_with_other_positions(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnost
     return out
 
 
+# --- W138: attention sinks in an open throat; W139: a clamped SwiGLU clamped under 1 (gpt-oss's options) ---------
+
+
+@rule("W138", "attention sinks on bidirectional attention", """
+`turbine attention sinks` gives each head a learned logit that joins every softmax's
+denominator, so a query may attend to nothing (gpt-oss). It answers a causal problem:
+a query must spread all of its attention over the keys it sees, and what it has
+nowhere to put lands on the first tokens, which every query sees (the attention-sink
+effect). A bidirectional query sees every token, itself included; there the sink only
+thins what each head reads. A bleed valve on an injector that is never starved.""", "throat open ... turbine attention heads=4 sinks")
+def sinks_open(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        a = p.node
+        if isinstance(a, ir.Attention) and a.sinks and a.mask == "open":
+            out.append(_w("W138", "attention sinks on bidirectional attention", a.span, "drop sinks, or make this attention causal",
+                          ["a sink is where a causal query puts the attention it has nowhere to put (gpt-oss; without one it "
+                           "lands on the first tokens, which every query sees); a bidirectional query sees every token, "
+                           "itself included, and the sink only thins what it reads"]))
+    return out
+
+
+@rule("W139", "clamped SwiGLU clamped under 1", """
+`act=swiglu_clamp` (gpt-oss's experts) caps the gate at `clamp` and holds up within
++-clamp before they meet as gate·σ(1.702·gate)·(up + 1). gpt-oss clamps at 7, where
+only outliers are cut. Under 1 every hidden unit is bounded by clamp·(clamp + 1), most
+units are clamped, and a clamped unit passes no gradient: the reactor hardly reacts.
+A pressure limiter set below the working pressure.""", "turbine moe experts=8 act=swiglu_clamp clamp=0.5")
+def clamp_under_one(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        m = p.node
+        if isinstance(m, (ir.Mlp, ir.Moe)) and m.act == "swiglu_clamp" and m.clamp < 1.0:
+            out.append(_w("W139", f"clamp={m.clamp:g} bounds the clamped SwiGLU's gate and up under 1", m.span,
+                          "gpt-oss clamps at 7 (swiglu_limit); raise clamp=",
+                          [f"every hidden unit then lies under {m.clamp * (m.clamp + 1):g} in size: the reactor barely reacts, and "
+                           "the gradient of every clamped unit is 0"]))
+    return out
+
+
 # --- W111: a mixture that routes every token to every expert ----------------------------------
 
 

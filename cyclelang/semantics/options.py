@@ -269,7 +269,9 @@ class Opt:
 _DROPOUT = dict(type="float", default=0.0, lo=0.0, hi=1.0, hi_open=True)
 _RATIO = Opt("ratio", "float", "hidden width = ratio x width (must come out whole); not with hidden=", "the reactor's size", default=None, default_text="4", lo=0.0, lo_open=True)
 _HIDDEN = Opt("hidden", "int", "the hidden width, directly (not with ratio=)", "the reactor's size", max=MAX_WIDTH * 64)
-_ACT = Opt("act", "choice", "the activation: gelu, gelu_tanh (GPT-2's), relu, relu2 (squared: relu(x)^2, Primer's), silu; swiglu, geglu and geglu_tanh (Gemma's) are gated", "", default="gelu", choices=ACTIVATIONS)
+_ACT = Opt("act", "choice", "the activation: gelu, gelu_tanh (GPT-2's), relu, relu2 (squared: relu(x)^2, Primer's), silu; swiglu, geglu and geglu_tanh (Gemma's) are gated; swiglu_clamp is gpt-oss's, gate·σ(1.702·gate)·(up + 1) with gate and up clamped", "", default="gelu", choices=ACTIVATIONS)
+_CLAMP = Opt("clamp", "float", "with act=swiglu_clamp: gate <= clamp and |up| <= clamp before they meet (gpt-oss's swiglu_limit)", "a pressure limiter on the gate", default=7.0,
+             lo=0.0, lo_open=True, hi=1e6)
 _BIAS = Opt("bias", "bool", "biases on the projections", "", default=True)
 
 TABLE: dict[str, tuple[Opt, ...]] = {
@@ -333,6 +335,9 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("softcap", "float", "logit soft-cap: scores become cap * tanh(scores / cap) before the mask (Gemma 2's attn_logit_softcapping)", "a pressure-relief valve on the injector", lo=0.0, lo_open=True, hi=1e6),
         Opt("alibi", "bool", "ALiBi positions: each head's scores fall linearly with the distance to the key (BLOOM, Falcon, MPT)", "", default=False),
         Opt("alibi_scaled", "bool", "with alibi: the bias is multiplied by the logits' scale too, as Falcon does (BLOOM and MPT add it after)", "", default=False),
+        Opt("rotary_truncate", "bool", "yarn scaling: round the blend's range out to whole dims (false: as computed, gpt-oss)", "", default=True),
+        Opt("sinks", "bool", "attention sinks: a learned logit per head joins every softmax's denominator, so a query may attend to nothing (gpt-oss)",
+            "a bleed valve on the injector: some flow vents, unburnt, and the rest is thinned", default=False),
     ),
     "turbine ssm": (
         Opt("heads", "int", "heads, each with its own A, D and step size", "", required=True, max=MAX_WIDTH),
@@ -363,7 +368,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("chunk", "int", "positions per chunk of the training form", "", default=64, max=MAX_CONTEXT),
         _BIAS,
     ),
-    "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT)),
+    "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT), _CLAMP),
     "turbine moe": (
         Opt("experts", "int", "number of experts", "injector elements", required=True, max=MAX_EXPERTS),
         Opt("top", "int", "experts each token is routed to", "", default_text="2 (1 with one expert)"),
@@ -380,6 +385,8 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("correction", "bool", "a per-expert bias added to the scores for the selection only; the weights come from the unbiased scores (DeepSeek-V3's e_score_correction_bias, a buffer)", "trim orifices on the injector elements", default=False),
         Opt("correction_rate", "float", "with correction: each training forward, b_i += rate * sign(mean load - load_i) (auxiliary-loss-free balancing); 0: the bias is held", "the trim turned each firing, toward an even flow", default=0.0, lo=0.0, hi=1.0),
         _RATIO, _HIDDEN, _ACT, _BIAS,
+        Opt("router_bias", "bool", "a bias on the router's linear, in the logits the top-k picks from and the weights come from (gpt-oss)", "", default=False),
+        _CLAMP,
     ),
     "turbine pool": (Opt("size", "int", "pooling window, at least 2: size 1 averages a position alone, and pool(x) - x is zero (causal engines pool only the past)", "", default=3, min=2, max=MAX_CONTEXT),),
     "turbine conv": (

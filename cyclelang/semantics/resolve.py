@@ -955,11 +955,12 @@ class _Resolver:
         return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
                             rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
                             qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved,
-                            rotary_scaling=scaling, softcap=softcap, alibi=alibi, alibi_scaled=alibi_scaled, **qk_shape, span=d.span)
+                            rotary_scaling=scaling, softcap=softcap, alibi=alibi, alibi_scaled=alibi_scaled, **qk_shape,
+                            sinks=bool(o.get("sinks")), span=d.span)  # sinks: gpt-oss's learned logit per head in every softmax
 
     _SCALING_OPTIONS = {"rotary_factor": ("linear", "dynamic", "llama3", "yarn"), "rotary_original": ("dynamic", "llama3", "yarn"),
                         "rotary_low": ("llama3",), "rotary_high": ("llama3",), "rotary_beta_fast": ("yarn",),
-                        "rotary_beta_slow": ("yarn",), "rotary_attention_factor": ("yarn",)}
+                        "rotary_beta_slow": ("yarn",), "rotary_attention_factor": ("yarn",), "rotary_truncate": ("yarn",)}
 
     def _rotary_scaling(self, o: Options, ctx, rotary):
         """The attention's RotaryScaling, None for plain rotary, False after an error."""
@@ -992,7 +993,7 @@ class _Resolver:
             return False
         return ir.RotaryScaling(type=kind, factor=values["rotary_factor"], original=original, low=values["rotary_low"], high=values["rotary_high"],
                                 beta_fast=values["rotary_beta_fast"], beta_slow=values["rotary_beta_slow"],
-                                attention_factor=values["rotary_attention_factor"])
+                                attention_factor=values["rotary_attention_factor"], truncate=values["rotary_truncate"])
 
     def _head_dim(self, o: Options, w: int, heads: int, head_dim: int | None) -> int | None:
         """head_dim as given, or the width split into the heads (E0207 when they do not divide it)."""
@@ -1066,9 +1067,19 @@ class _Resolver:
         act = o.get("act")
         bias = o.get("bias")
         dropout = o.get("dropout")
-        if None in (hidden, act, dropout, w):
+        clamp = self._clamp(o, act)
+        if None in (hidden, act, dropout, w, clamp):
             return None
-        return ir.Mlp(width=w, hidden=hidden, act=act, bias=bias, dropout=dropout, span=d.span)
+        return ir.Mlp(width=w, hidden=hidden, act=act, bias=bias, dropout=dropout, clamp=clamp, span=d.span)
+
+    def _clamp(self, o: Options, act):
+        """swiglu_clamp's bound (clamp=), None after an error: it bounds that activation only."""
+        clamp = o.get("clamp")
+        if o.has("clamp") and act is not None and act != "swiglu_clamp":
+            self.out.error("E0211", f"clamp= bounds swiglu_clamp's gate and up, but the activation is {act}", o.span_of("clamp"),
+                           "add act=swiglu_clamp, or drop clamp=")
+            return None
+        return clamp
 
     def t_moe(self, o: Options, ctx, w, d):
         experts = o.get("experts")
@@ -1090,10 +1101,11 @@ class _Resolver:
             self.out.error("E0205", f"top={top} routes to more experts than the {experts} there are", o.span_of("top"))
             return None
         routing = self._routing(o, experts, top, balance)
-        if routing is None:
+        clamp = self._clamp(o, act)  # gpt-oss's experts (act=swiglu_clamp) and its biased router (router_bias)
+        if routing is None or clamp is None:
             return None
         return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, normalize=normalize, shared=shared,
-                      shared_gate=shared_gate, **routing, span=d.span)
+                      shared_gate=shared_gate, **routing, router_bias=bool(o.get("router_bias")), clamp=clamp, span=d.span)
 
     def _routing(self, o: Options, experts: int, top: int, balance: float) -> dict | None:
         """The router's DeepSeek-V3 options (scores, groups, scale, correction bias), each checked

@@ -71,6 +71,8 @@ def _attention_title(op: ir.Attention) -> tuple[str, str]:
         bits.append(("qk-norm across heads" if op.qk_norm_across else "qk-norm") + (f" ({', '.join(shape)})" if shape else ""))
     if op.scale is not None:
         bits.append(f"scale {num(op.scale)}")
+    if op.sinks:  # gpt-oss: a learned logit per head in every softmax
+        bits.append("sinks")
     return title, DOT.join(bits)
 
 
@@ -92,6 +94,10 @@ def _moe_title(op: ir.Moe) -> tuple[str, str]:
         bits.append("bias-trimmed" if op.correction_rate else "bias for choice")
     if op.shared:
         bits.append(f"shared {op.shared}" + (" gated" if op.shared_gate else ""))
+    if op.router_bias:  # gpt-oss's router and experts
+        bits.append("router bias")
+    if op.act == "swiglu_clamp":
+        bits.append(f"clamp {num(op.clamp)}")
     return f"MoE{DOT}{op.experts} experts{DOT}top {op.top}", DOT.join(bits)
 
 
@@ -99,7 +105,8 @@ def _moe_title(op: ir.Moe) -> tuple[str, str]:
 # is titled by its kinds-table word alone (a new kind needs no entry to be drawn).
 TITLES = {
     ir.Attention: _attention_title,
-    ir.Mlp: lambda op: (f"MLP {op.width}{ARROW}{op.hidden}{ARROW}{op.width} {op.act.upper() if op.act in ('gelu', 'relu') else op.act}", ""),
+    ir.Mlp: lambda op: (f"MLP {op.width}{ARROW}{op.hidden}{ARROW}{op.width} {op.act.upper() if op.act in ('gelu', 'relu') else op.act}",
+                        f"clamp {num(op.clamp)}" if op.act == "swiglu_clamp" else ""),
     ir.Moe: _moe_title,
     ir.Pool: lambda op: (f"Pool{DOT}size {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
     ir.Conv: lambda op: (f"Conv{DOT}depthwise {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),

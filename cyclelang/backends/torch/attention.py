@@ -113,6 +113,8 @@ class AttentionEmitter(OpEmitter):
                 extra.append("scores soft-capped: softcap * tanh(scores / softcap) (Gemma 2)")
             if v.alibi != "none":
                 extra.append("ALiBi positions (a per-head bias linear in the key's position" + (", scaled with the logits as Falcon does)" if v.alibi == "scaled" else ")"))
+            if v.sinks:  # gpt-oss
+                extra.append("attention sinks (a learned logit per head joins every softmax's denominator: a query may attend to nothing)")
             head = f"{kind[0].upper() + kind[1:]} self-attention: the only place positions mix{doc_tag(None, 'injector')}."
             if extra:
                 out.block(f'"""{head}\n\nWith {", ".join(extra)}.\n"""')
@@ -141,6 +143,8 @@ class AttentionEmitter(OpEmitter):
                     w("self.softcap = softcap")
                 if v.alibi != "none":
                     w('self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # (nh,): ALiBi\'s slope per head')
+                if v.sinks:
+                    w("self.sinks = nn.Parameter(torch.zeros(heads))  # (nh,): each head's sink logit (gpt-oss)")
                 for name in optional:
                     w(f"self.{name} = {name}")
                 if v.dropout:
@@ -169,7 +173,7 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
             w("q, k = self.q_norm(q), self.k_norm(k)  # after rotary: the rotated q and k")
         if v.causal:
             out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
-        if v.softcap or v.alibi != "none":
+        if v.softcap or v.alibi != "none" or v.sinks:
             self.scores(out, v)
             return
         dp = ", dropout_p=self.dropout if self.training else 0.0" if v.dropout else ""
@@ -199,7 +203,8 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
 
     def scores(self, out: Writer, v: AttentionVariant) -> None:
         """The forward's end when the scores need more than the fused kernel gives: a soft-cap
-        (computed here, as transformers' eager attention does) or an ALiBi bias (a float mask)."""
+        (computed here, as transformers' eager attention does), an ALiBi bias (a float mask), or
+        sinks (an extra logit per head in the softmax, computed here)."""
         w = out.line
         scale = "self.scale" if v.scaled else "self.head_dim ** -0.5"
         w("S = k.size(2)")
@@ -214,16 +219,21 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
             w("bias = self.slopes[:, None, None] * torch.arange(S, device=x.device)  # (nh, 1, S): ALiBi, linear in the key's position")
             if v.alibi == "scaled":
                 w(f"bias = bias * {scale}  # Falcon scales the bias with the logits")
-        if v.softcap:
+        if v.softcap or v.sinks:
             if v.gqa:
                 w("k, v = k.repeat_interleave(self.heads // self.kv_heads, 1), v.repeat_interleave(self.heads // self.kv_heads, 1)  # (B, nh, S, hd)")
             w(f"s = (q @ k.transpose(-2, -1)) * {scale}  # (B, nh, T, S)")
-            w("s = self.softcap * torch.tanh(s / self.softcap)  # soft-capped: |s| < softcap")
+            if v.softcap:
+                w("s = self.softcap * torch.tanh(s / self.softcap)  # soft-capped: |s| < softcap")
             if v.alibi != "none":
                 w("s = s + bias")
             if v.mask != "open":
                 w('s = s.masked_fill(~seen, float("-inf"))')
-            w("a = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)")
+            if v.sinks:  # gpt-oss's sinks: one more logit per head in each softmax, whose share is dropped
+                w("sink = self.sinks.to(s.dtype).view(1, -1, 1, 1).expand(s.size(0), -1, T, 1)  # (B, nh, T, 1)")
+                w("a = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1, dtype=torch.promote_types(s.dtype, torch.float32))[..., :-1].to(q.dtype)  # the sink's share vents")
+            else:
+                w("a = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)")
             if v.dropout:
                 w("a = F.dropout(a, self.dropout, self.training)")
             w("y = a @ v  # (B, nh, T, hd)")

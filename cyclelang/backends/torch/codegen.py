@@ -150,7 +150,7 @@ class Lowering:
         self.out = Writer()
         ops = list(self.p.ops())
         self.helpers = self.runtime(ops)
-        self.acts = sorted({o.op.act for o in ops if isinstance(o.op, ir.Moe)}) if fast else []
+        self.acts = sorted({o.op.act for o in ops if isinstance(o.op, ir.Moe)} - {"swiglu_clamp"}) if fast else []  # gpt-oss's: no custom op
         # decided before the header is written: every piece says whether it reads `math`
         self.math = (any(reads(h, "math") for h in self.helpers) or any(emitter(o.op).needs_math(o.op) for o in ops)
                      or uses_math(self.p) or any("math." in r.formula() for r in self.p.sizes.props()))
@@ -199,7 +199,8 @@ class Lowering:
         out.blank(2)
         w("# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every")
         w("# part not listed is replicated. See `parallelize`.")
-        plan = [(part.path, part.kind.tp) for part in self.p.layout.parts() if part.kind.tp != "replicate"]
+        plan = [(part.path, part.kind.tp) for part in self.p.layout.parts() if part.kind.tp != "replicate"
+                and not getattr(part.node, "sinks", False)]  # attention with sinks: replicated (its per-head sinks are not split yet)
         if plan:
             w("TP_PLAN = {")
             with out.indent():

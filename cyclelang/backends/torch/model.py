@@ -233,6 +233,8 @@ def rotary_scaling(sc) -> str:
         d.update(low=sc.low, high=sc.high)
     if sc.type == "yarn":
         d.update(beta_fast=sc.beta_fast, beta_slow=sc.beta_slow, gain=sc.gain())
+        if not sc.truncate:
+            d["truncate"] = False
     return "{" + ", ".join(f'"{k}": {v!r}' for k, v in d.items()) + "}"
 
 

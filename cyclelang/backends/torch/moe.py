@@ -49,7 +49,7 @@ class MoeEmitter(OpEmitter):
         m, s = o.op, o.args
         opt = {k: str(s[k]) if k in s else None for k in ("capacity", "balance", "shared")}
         route = {"groups": if_set(m.groups, m.groups > 1), "top_groups": if_set(m.top_groups, m.groups > 1), "scale": if_set(m.scale, m.scale != 1.0),
-                 "correction_rate": if_set(m.correction_rate, m.correction_rate > 0)}
+                 "correction_rate": if_set(m.correction_rate, m.correction_rate > 0), "clamp": if_set(m.clamp, m.act == "swiglu_clamp")}
         return f"{o.cls}({call_args(str(s['width']), hidden=str(s['hidden']), experts=str(s['experts']), top=str(s['top']), bias=num(m.bias), **opt, **route)})"
 
     def needs_math(self, op) -> bool:
@@ -76,6 +76,9 @@ class MoeEmitter(OpEmitter):
                 self.routing_doc(out, v)
             else:
                 w("Each token goes to its top experts (softmax, then top-k" + (", renormalised)." if v.normalize else ")."))
+            if v.router_bias or v.clamped:  # gpt-oss
+                w("gpt-oss's:" + (" the router's logits are biased (the softmax of the top-k logits is these weights);" if v.router_bias else "")
+                  + (" the experts are the clamped SwiGLU." if v.clamped else ""))
             if v.shared:
                 w("Every token also visits the shared expert" + (", throttled by sigmoid(w . x)." if v.shared_gate else "."))
             if v.capacity:
@@ -91,30 +94,31 @@ balance * experts * sum_e(fraction routed to e * mean router probability of e)."
             w('"""')
             w()
             optional = [name for name, on in (("capacity", v.capacity), ("balance", v.balance), ("shared", v.shared), ("groups", v.groups),
-                                              ("top_groups", v.groups), ("scale", v.scale), ("correction_rate", v.trim)) if on]
+                                              ("top_groups", v.groups), ("scale", v.scale), ("correction_rate", v.trim), ("clamp", v.clamped)) if on]
             with out.constructor("width", "hidden", "experts", "top", "bias", *optional):
                 w("self.top = top")
                 for name in optional:
-                    if name != "shared":
+                    if name not in ("shared", "clamp"):
                         w(f"self.{name} = {name}")
-                w("self.router = nn.Linear(width, experts, bias=False)")
+                w(f"self.router = nn.Linear(width, experts, bias={v.router_bias})" + ("  # gpt-oss's router has a bias" if v.router_bias else ""))
                 if v.correction:
                     w("# per expert, added to the scores for the choice only (DeepSeek-V3's e_score_correction_bias): a buffer, saved")
                     w("# with the weights, that no optimizer moves" + (" (the load rule does: trim)" if v.trim else ""))
                     w('self.register_buffer("correction", torch.zeros(experts, dtype=torch.float32))  # (E,)')
-                w(f"self.experts = nn.ModuleList([{expert}(width, hidden, bias) for _ in range(experts)])")
+                c = ", clamp" if v.clamped else ""  # gpt-oss's experts: the clamped SwiGLU's bound
+                w(f"self.experts = nn.ModuleList([{expert}(width, hidden, bias{c}) for _ in range(experts)])")
                 if v.shared:
-                    w(f"self.shared = {expert}(width, shared, bias)  # the shared expert: every token visits it")
+                    w(f"self.shared = {expert}(width, shared, bias{c})  # the shared expert: every token visits it")
                 if v.shared_gate:
                     w("self.shared_gate = nn.Linear(width, 1, bias=False)  # its throttle: sigmoid(w . x)")
             w()
             w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
             with out.indent():
-                self.forward(out, v, plan.fast)
+                self.forward(out, v, plan.fast and not v.clamped)  # the clamped SwiGLU has no custom op: the gather, eager
             if v.trim:
                 w()
                 self.trim_text(out)
-            if plan.fast:
+            if plan.fast and not v.clamped:
                 w()
                 self.compiled(out, v, expert)
 

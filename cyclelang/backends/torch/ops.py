@@ -19,6 +19,7 @@ from .writer import Writer, doc_tag, num
 # gate(first half) * second half, with the gate from ir.kinds.GATE_OF.
 ACTIVATIONS = {"gelu": "F.gelu({})", "gelu_tanh": 'F.gelu({}, approximate="tanh")', "relu": "F.relu({})", "relu2": "F.relu({}).square()", "silu": "F.silu({})"}
 GLU_NAMES = {"swiglu": "SwiGLU", "geglu": "GeGLU", "geglu_tanh": "GeGLU (tanh GELU)"}
+CLAMPED = "swiglu_clamp"  # gpt-oss's clamped SwiGLU: its own lines (`clamped_glu`), its bound a constructor argument
 
 
 def call_args(*positional: str, **keywords: str | None) -> str:
@@ -170,7 +171,7 @@ class MlpEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         m, s = o.op, o.args
-        return f"{o.cls}({call_args(str(s['width']), hidden=str(s['hidden']), bias=num(m.bias), dropout=str(s['dropout']) if 'dropout' in s else None)})"
+        return f"{o.cls}({call_args(str(s['width']), hidden=str(s['hidden']), bias=num(m.bias), dropout=str(s['dropout']) if 'dropout' in s else None, clamp=if_set(m.clamp, m.act == CLAMPED))})"
 
     def output_init(self, a, op, std):
         return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
@@ -183,10 +184,10 @@ class MlpEmitter(OpEmitter):
         gated = is_gated(v.act)
         w(f"class {name}(nn.Module):")
         with out.indent():
-            doc = f"{GLU_NAMES[v.act]}: {GATE_OF[v.act]}(gate) * up" if gated else v.act
+            doc = "gpt-oss's clamped SwiGLU" if v.act == CLAMPED else f"{GLU_NAMES[v.act]}: {GATE_OF[v.act]}(gate) * up" if gated else v.act
             w(f'"""Position-wise MLP ({doc}): each position on its own{doc_tag(None, "combustor")}."""')
             w()
-            with out.constructor("width", "hidden", "bias", *(["dropout"] if v.dropout else [])):
+            with out.constructor("width", "hidden", "bias", *(["dropout"] if v.dropout else []), *(["clamp"] if v.act == CLAMPED else [])):
                 if gated:
                     w("self.fc = nn.Linear(width, 2 * hidden, bias=bias)  # rows [gate | up]")
                 else:
@@ -194,15 +195,27 @@ class MlpEmitter(OpEmitter):
                 w("self.proj = nn.Linear(hidden, width, bias=bias)")
                 if v.dropout:
                     w("self.drop = nn.Dropout(dropout)")
+                if v.act == CLAMPED:
+                    w("self.clamp = clamp")
             w()
             w("def forward(self, x):")
             with out.indent():
-                if gated:
+                if v.act == CLAMPED:
+                    clamped_glu(out)
+                elif gated:
                     w("gate, up = self.fc(x).chunk(2, dim=-1)  # (B, T, hidden) each")
                     w(f"x = {ACTIVATIONS[GATE_OF[v.act]].format('gate')} * up")
                 else:
                     w(f"x = {ACTIVATIONS[v.act].format('self.fc(x)')}  # (B, T, hidden)")
                 w("return self.drop(self.proj(x))" if v.dropout else "return self.proj(x)")
+
+
+def clamped_glu(out: Writer) -> None:
+    """gpt-oss's clamped SwiGLU on self.fc(x), into x: the gate capped above, up clamped both ways, alpha 1.702."""
+    out.block("""
+gate, up = self.fc(x).chunk(2, dim=-1)  # (B, T, hidden) each
+gate, up = gate.clamp(max=self.clamp), up.clamp(-self.clamp, self.clamp)  # swiglu_limit
+x = gate * torch.sigmoid(1.702 * gate) * (up + 1)  # gpt-oss: glu = gate * sigmoid(alpha * gate), times (up + 1)""")
 
 
 class PoolEmitter(OpEmitter):

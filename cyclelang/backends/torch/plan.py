@@ -62,6 +62,7 @@ class AttentionVariant:
     qk_affine: bool = True  # false: weightless qk-norms (nanochat)
     qk_late: bool = False  # the qk-norms act after rotary (nanochat)
     qk_heads: bool = False  # each head its own qk-norm gain (StableLM, Cohere)
+    sinks: bool = False  # a learned logit per head in every softmax (gpt-oss): the scores computed here, not in the fused kernel
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
@@ -70,7 +71,7 @@ class AttentionVariant:
                    a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
                    alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
                    qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
-                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains)
+                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -106,11 +107,17 @@ class MoeVariant:
     scale: bool = False  # the chosen weights x routed_scaling_factor
     correction: bool = False  # a selection-only bias per expert (a buffer)
     trim: bool = False  # ... moved toward an even load each training forward
+    router_bias: bool = False  # the router's linear has a bias (gpt-oss)
 
     @classmethod
     def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
         return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize, m.shared > 0, m.shared_gate, m.router,
-                   m.group_score if m.groups > 1 else "", m.scale != 1.0, m.correction, m.correction_rate > 0)
+                   m.group_score if m.groups > 1 else "", m.scale != 1.0, m.correction, m.correction_rate > 0, m.router_bias)
+
+    @property
+    def clamped(self) -> bool:
+        """Its experts are gpt-oss's clamped SwiGLU (their bound a constructor argument; no custom op: eager gather)."""
+        return self.act == "swiglu_clamp"
 
     @property
     def deepseek(self) -> bool:

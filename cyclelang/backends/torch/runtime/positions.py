@@ -35,7 +35,7 @@ def scaled_rotary_tables(length, dims, base, scaling, seq_len=None):
     rope_utils computes it: {"type": "linear", "factor"}; {"type": "dynamic", "factor",
     "original"} (NTK: the base grows once seq_len, the sequence's length, passes original);
     {"type": "llama3", "factor", "original", "low", "high"}; {"type": "yarn", "factor",
-    "original", "beta_fast", "beta_slow", "gain"} (cos and sin are multiplied by gain)."""
+    "original", "beta_fast", "beta_slow", "gain"(, "truncate")} (cos and sin are multiplied by gain)."""
     kind = scaling["type"]
     if kind == "dynamic" and seq_len is not None and seq_len > scaling["original"] and dims > 2:
         # over 2 dims the one pair turns at base**0 = 1 whatever the base: NTK's exponent
@@ -66,8 +66,10 @@ def scaled_rotary_tables(length, dims, base, scaling, seq_len=None):
         def turns_at(rotations):
             return (dims * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
 
-        low = max(math.floor(turns_at(scaling["beta_fast"])), 0)
-        high = min(math.ceil(turns_at(scaling["beta_slow"])), dims - 1)
+        low, high = turns_at(scaling["beta_fast"]), turns_at(scaling["beta_slow"])
+        if scaling.get("truncate", True):  # rounded out to whole dims; gpt-oss keeps them as computed (truncate: false)
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dims - 1)
         if low == high:
             high += 0.001  # no empty ramp
         ramp = ((torch.arange(dims // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
