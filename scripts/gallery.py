@@ -35,7 +35,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      ["rezero", "layerscale", "highway"]),
     ("Injectors: how positions mix",
      "Attention is the injector, the one place where positions meet; its baffles (heads, KV heads), its reach (a window) and its very form can change.",
-     ["llama", "mqa", "mistral", "moe", "poolformer"]),
+     ["llama", "mqa", "mistral", "moe", "sinks", "poolformer"]),
     ("The expander cycle: changing the exponent",
      "Attention's cost grows as n squared and its KV cache with n; linear attention and the SSM carry the past in a state of fixed size, so a sequence costs n and decoding keeps the same few bytes at any length. Latent attention keeps the n-squared injector and shrinks what its cache keeps per token.",
      ["expander", "mamba2", "deepseek_v2", "jamba"]),
