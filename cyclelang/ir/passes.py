@@ -122,6 +122,8 @@ class _Scaler:
             return op.model_copy(update=dict(width=self.dim(op.width), head_dim=self.dim(op.head_dim)))
         if isinstance(op, ir.Mamba1):  # state and the step's rank kept, the channels narrower
             return op.model_copy(update=dict(width=self.dim(op.width), inner=self.dim(op.inner)))
+        if isinstance(op, ir.GatedDelta):  # heads and key heads kept, each head (key and value) narrower
+            return op.model_copy(update=dict(width=self.dim(op.width), head_dim=self.dim(op.head_dim), v_dim=self.dim(op.v_dim)))
         if isinstance(op, ir.Linear):
             return op.model_copy(update=dict(width=self.dim(op.width), out=op.out if op.out == self.vocab else self.dim(op.out)))
         if isinstance(op, ir.OP_TYPES):  # a kind whose only width-like field is its width (norm, pool, conv)

@@ -331,6 +331,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("rotary_attention_factor", "float", "yarn scaling: the gain on cos and sin (attention_factor)", "", default_text="0.1 ln(factor) + 1", lo=0.0, lo_open=True, hi=1e2),
         Opt("softcap", "float", "logit soft-cap: scores become cap * tanh(scores / cap) before the mask (Gemma 2's attn_logit_softcapping)", "a pressure-relief valve on the injector", lo=0.0, lo_open=True, hi=1e6),
         Opt("alibi", "bool", "ALiBi positions: each head's scores fall linearly with the distance to the key (BLOOM, Falcon, MPT)", "", default=False),
+        Opt("gate", "choice", "an output gate before the output projection, y * sigmoid(W x): one per channel of every head (Qwen3-Next) or one per head", "a throttle valve on each injector element", default="none", choices=("none", "channel", "head")),
         Opt("alibi_scaled", "bool", "with alibi: the bias is multiplied by the logits' scale too, as Falcon does (BLOOM and MPT add it after)", "", default=False),
     ),
     "turbine ssm": (
@@ -361,6 +362,15 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("retention", "bool", "a fixed decay per head, 1 - 2^(-5 - head) (RetNet); causal only", "the state cools", default=False),
         Opt("chunk", "int", "positions per chunk of the training form", "", default=64, max=MAX_CONTEXT),
         _BIAS,
+    ),
+    "turbine delta": (
+        Opt("heads", "int", "value heads, each with its own state, decay and write strength (num_v_heads)", "the pintle's sleeves", required=True, max=MAX_WIDTH),
+        Opt("k_heads", "int", "query/key heads, each read by heads/k_heads value heads (num_k_heads); must divide heads", "", default_text="heads", max=MAX_WIDTH),
+        Opt("head_dim", "int", "each query/key head's width", "", default_text="width/heads", max=MAX_WIDTH),
+        Opt("v_dim", "int", "each value head's width", "", default_text="head_dim", max=MAX_WIDTH),
+        Opt("conv", "int", "kernel of the short causal depthwise conv on q, k and v", "", default=4, min=1, max=MAX_CONTEXT),
+        Opt("chunk", "int", "positions per chunk of the training form", "", default=64, max=MAX_CONTEXT),
+        Opt("eps", "float", "the output's gated RMSNorm epsilon", "", default=1e-6, lo=0.0, lo_open=True, hi=1.0),
     ),
     "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT)),
     "turbine moe": (

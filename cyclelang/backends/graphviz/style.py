@@ -115,6 +115,10 @@ for _t, _extra in (("light", {"q": "#3b6fb6", "kv": "#2a9d8f", "mask_on": "#1f29
 # Each kind's fill, by its kinds-table attr; a kind missing here is drawn in "other" and its
 # legend entry still names it by its kinds-table word (a new kind needs only this entry).
 KIND_FILL = {"attn": "attention", "mlp": "mlp", "moe": "moe", "pool": "pool", "conv": "conv", "ssm": "ssm", "linear": "linear", "norm": "norm"}
+# gated DeltaNet (turbine delta): a rose, apart from the ssm's lavender and attention's blue
+KIND_FILL["delta"] = "delta"
+THEMES["light"]["delta"] = "#f7e1ec"
+THEMES["dark"]["delta"] = "#52283f"
 
 
 def kind_style(attr: str) -> tuple[str, str]:

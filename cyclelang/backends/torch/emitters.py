@@ -11,6 +11,7 @@ from typing import TypeVar
 from ... import ir
 from .attention import AttentionEmitter
 from .conv import ConvEmitter
+from .delta import GatedDeltaEmitter
 from .mla import LatentAttentionEmitter
 from .moe import MoeEmitter
 from .ops import LinearEmitter, MlpEmitter, NormEmitter, OpEmitter, PoolEmitter
@@ -30,6 +31,7 @@ EMITTERS: dict[type, OpEmitter] = {
     ir.LinearAttention: LinearAttentionEmitter(),
     ir.Mamba1: Mamba1Emitter(),
     ir.Linear: LinearEmitter(),
+    ir.GatedDelta: GatedDeltaEmitter(),
 }
 
 
