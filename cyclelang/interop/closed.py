@@ -105,6 +105,10 @@ CLASSES = {
     "nanochat": "NanoChatConfig",
     "hunyuan_v1_dense": "HunYuanDenseV1Config",
     "hunyuan_v1_moe": "HunYuanMoEV1Config",
+    # gated DeltaNet hybrids (issue 34: families_delta.py)
+    "qwen3_next": "Qwen3NextConfig",
+    "qwen3_5_text": "Qwen3_5TextConfig",
+    "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).

@@ -394,6 +394,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         return _plan_latent_dense(plan, put, layout, final, arch == "minicpm3" or bool(halves))
     if arch in _EXPANDER_PLANS:
         return _EXPANDER_PLANS[arch](plan, put, layout, final, state, fused)
+    if arch in families._delta.READERS:  # the gated DeltaNet hybrids (families_delta.py)
+        return families._delta.plan(arch, plan, put, spec, state, fused)
     if arch in families.lineage.READERS:  # the GPT-2 lineage's layers (lineage.py)
         return families.lineage.plan(arch, plan, put, spec, _SAME, _TRANSPOSE, _Cat, _NeoxQkv)
     for i, st in sorted(layout.items()):
@@ -1121,6 +1123,7 @@ def export_state_dict(model_state: Mapping, spec, family: str) -> dict:
         raise InteropError(where, why)
     out: dict = {}
     stacks: dict = {}
+    pieces: dict = {}
     for key, value in model_state.items():
         if key not in plan.entries:
             raise InteropError(key, f"the module has it; transformers' {family} has no place for it")
@@ -1129,7 +1132,12 @@ def export_state_dict(model_state: Mapping, spec, family: str) -> dict:
             stacks.setdefault(srcs[0], [None] * fn.count)[fn.x] = fn.inverse(value)[0]
             continue
         for s, t in zip(srcs, fn.inverse(value.detach())):
+            if isinstance(t, families._delta.Piece):  # a share of a checkpoint tensor several module tensors split (Qwen3-Next's)
+                pieces.setdefault(s, []).append(t)
+                continue
             out[s] = t
+    for s, shares in pieces.items():
+        out[s] = families._delta.Piece.join(shares)
     for s, parts in stacks.items():
         out[s] = torch.stack([p.detach() for p in parts]).contiguous()
     pre = _prefix(family)

@@ -1,0 +1,331 @@
+"""The gated DeltaNet hybrids (`turbine delta` beside output-gated attention), each read closed-world (closed.py):
+Qwen3-Next (qwen3_next) and Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text).
+
+What makes them (transformers 5.24's modeling files):
+- layer_types says each layer's mixer, linear_attention (a gated DeltaNet: linear_num_value_heads value heads of
+  linear_value_head_dim, linear_num_key_heads query/key heads of linear_key_head_dim, a short causal conv of
+  linear_conv_kernel_dim with silu on [q | k | v], L2-normalised q and k, the gated delta rule, a gated RMSNorm
+  per head with rms_norm_eps, out_proj; no biases) or full_attention (num_attention_heads of head_dim, q_proj
+  emitting an output gate per channel beside each head's query, sigmoid(gate) * o before o_proj; per-head qk
+  RMSNorms with a (1 + w) gain; rotary on partial_rotary_factor of each head, 0.25 by default; attention_bias on
+  q, k, v and o). Without layer_types: full attention every full_attention_interval-th layer (4).
+- every RMSNorm outside the DeltaNet is (1 + w), its weight starting at 0: `norm rmsnorm offset=1`.
+- the MLP: a swiglu MLP (qwen3_5_text), or Qwen2-MoE's routed experts (softmax top-k, renormalised when
+  norm_topk_prob) beside a shared expert scaled by sigmoid(w . x) (qwen3_next; qwen3_5_moe_text in every layer);
+  Qwen3-Next's dense layers (mlp_only_layers, decoder_sparse_step) a swiglu MLP of intermediate_size.
+- the weights: Qwen3.5's DeltaNet names are ours (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a); Qwen3-Next fuses
+  them head group by head group (in_proj_qkvz: per key head [q | k | v | z of its value heads]; in_proj_ba: per
+  key head [b | a]), and every q_proj interleaves each head's query with its gate: the load plan regroups them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ir
+from . import families as _f
+from .closed import FAMILY_ROPE_KEYS, PARTIAL_DEFAULT, Config, Keys, Unsupported, _show
+
+PARTIAL_DEFAULT.update({"qwen3_next": 0.25, "qwen3_5_text": 0.25, "qwen3_5_moe_text": 0.25})  # their __post_init__'s setdefault
+# Qwen3.5's multimodal rotary (mrope): per-section positions for image and video tokens; a text model's positions
+# are the same in every section, so the sections turn every pair by the same angle plain rotary does
+_MROPE = frozenset({"mrope_section", "mrope_interleaved"})
+FAMILY_ROPE_KEYS.update({"qwen3_5_text": _MROPE, "qwen3_5_moe_text": _MROPE})
+
+_COMMON = frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_act",
+                     "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings", "rope_parameters", "attention_bias", "head_dim",
+                     "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+                     "linear_num_value_heads", "layer_types", "pad_token_id"})
+_MOE = frozenset({"moe_intermediate_size", "shared_expert_intermediate_size", "num_experts_per_tok", "num_experts"})
+
+KEYS: dict[str, Keys] = {
+    "qwen3_next": Keys(_COMMON | _MOE | {"intermediate_size", "decoder_sparse_step", "norm_topk_prob", "mlp_only_layers"}),
+    "qwen3_5_text": Keys(_COMMON | {"intermediate_size"}),
+    "qwen3_5_moe_text": Keys(_COMMON | _MOE),
+}
+CAUSAL_LM = {"qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"}
+
+
+@dataclass(frozen=True)
+class DeltaHybrid:
+    """A gated DeltaNet hybrid checkpoint: per layer (mixer, reactor), mixer "delta" or "attention", reactor "mlp" or "moe"."""
+
+    family: str
+    vocab: int
+    context: int
+    width: int
+    pattern: tuple
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rotary: float
+    rotary_base: float
+    attn_bias: bool
+    delta: str  # the `turbine delta` options
+    hidden: int  # the dense MLP's
+    eps: float
+    tied: bool
+    padding: int | None
+    experts: int = 0
+    top: int = 0
+    moe_hidden: int = 0
+    shared: int = 0
+    normalize: bool = True
+    sources: dict = field(default_factory=dict, compare=False)
+
+
+def _whole(c: Config, key: str) -> int:
+    return _f._count(c, key)
+
+
+def _layer_types(c: Config, layers: int) -> list[str]:
+    types = c["layer_types"]
+    types = ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)] if types is None else types
+    if not isinstance(types, list) or len(types) != layers or any(t not in ("linear_attention", "full_attention") for t in types):
+        raise Unsupported("layer_types", f"{_show(types)}: linear_attention or full_attention, one per layer ({layers})")
+    return types
+
+
+def _delta_options(c: Config, eps: float) -> str:
+    nv, nk = _whole(c, "linear_num_value_heads"), _whole(c, "linear_num_key_heads")
+    if nv % nk:
+        raise Unsupported("linear_num_key_heads", f"{nk} key heads do not divide {nv} value heads")
+    dk, dv, conv = _whole(c, "linear_key_head_dim"), _whole(c, "linear_value_head_dim"), _whole(c, "linear_conv_kernel_dim")
+    return f"heads={nv} k_heads={nk} head_dim={dk} v_dim={dv} conv={conv} eps={_f._num(eps)}"
+
+
+def _read(family: str):
+    def read(c: Config) -> DeltaHybrid:
+        width, heads, layers = _whole(c, "hidden_size"), _whole(c, "num_attention_heads"), _whole(c, "num_hidden_layers")
+        if c["hidden_act"] not in ("silu", "swish"):
+            raise Unsupported("hidden_act", f"{_show(c['hidden_act'])}: the DeltaNet's conv and the MLPs are silu (swiglu) here; "
+                              "another activation has no counterpart")
+        kv = _f._kv(c, heads)
+        head_dim = _whole(c, "head_dim")
+        rope, where, kind = _f._rope_kind(c)
+        if kind != "default":
+            raise Unsupported(f"{where}.rope_type", "rotary scaling in these hybrids' attention layers is not mapped")
+        eps = _f._eps(c, "rms_norm_eps")
+        types = _layer_types(c, layers)
+        moe = family != "qwen3_5_text"
+        dense = [False] * layers
+        if family == "qwen3_next":
+            step, only = _whole(c, "decoder_sparse_step"), c["mlp_only_layers"]
+            if only is not None and (not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only)):
+                raise Unsupported("mlp_only_layers", f"{_show(only)} is not a list of layer numbers")
+            experts = c["num_experts"]
+            if isinstance(experts, bool) or not isinstance(experts, int) or experts < 0:
+                raise Unsupported("num_experts", f"{_show(experts)} is not a number of experts")
+            dense = [i in set(only or ()) or experts == 0 or (i + 1) % step != 0 for i in range(layers)]
+            moe = not all(dense)
+        mixers = ["delta" if t == "linear_attention" else "attention" for t in types]
+        pattern = tuple((m, "mlp" if d or not moe else "moe") for m, d in zip(mixers, dense))
+        extra: dict = {}
+        if moe:
+            experts, top = _whole(c, "num_experts"), _whole(c, "num_experts_per_tok")
+            if top > experts:
+                raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+            extra = {"experts": experts, "top": top, "moe_hidden": _whole(c, "moe_intermediate_size"),
+                     "shared": _whole(c, "shared_expert_intermediate_size"),
+                     "normalize": bool(c["norm_topk_prob"]) if family == "qwen3_next" else True}
+        hidden = _whole(c, "intermediate_size") if any(r == "mlp" for _, r in pattern) else 0
+        src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "pattern": "layer_types",
+               "attn": "num_attention_heads, num_key_value_heads, head_dim, rope_parameters (partial_rotary_factor 0.25 unless given), "
+                       "attention_bias; the output gate from q_proj",
+               "delta": "linear_num_value_heads, linear_num_key_heads, linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim",
+               "hidden": "intermediate_size", "moe": "num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size"
+               + (", norm_topk_prob" if family == "qwen3_next" else ""), "eps": "rms_norm_eps; (1 + w) gains", "tied": "tie_word_embeddings",
+               "padding": "pad_token_id"}
+        return DeltaHybrid(family, c["vocab_size"], c["max_position_embeddings"], width, pattern, heads, kv, head_dim,
+                           _f._rotary(_f._partial(c), head_dim), _f._rope(c), bool(c["attention_bias"]), _delta_options(c, eps), hidden, eps,
+                           bool(c["tie_word_embeddings"]), _f._padding(c), sources=src, **extra)
+    return read
+
+
+READERS = {f: _read(f) for f in KEYS}
+
+
+def spec_text(a: DeltaHybrid, source: str) -> str:
+    src, num, comment = a.sources, _f._num, _f._comment
+    norm = f"norm rmsnorm offset=1 eps={num(a.eps)}"
+    kv = f" kv_heads={a.kv_heads}" if a.kv_heads != a.heads else ""
+    rot = "" if not a.rotary else " rotary" if a.rotary == 1.0 else f" rotary={num(a.rotary)}"
+    rot += f" rotary_base={num(a.rotary_base)}" if a.rotary and a.rotary_base != 10000.0 else ""
+    mixers = {"attention": f"turbine attention heads={a.heads}{kv} head_dim={a.head_dim}{rot} qk_norm qk_norm_offset=1 "
+                           f"qk_norm_eps={num(a.eps)} gate=channel bias={num(a.attn_bias)}{comment(src, 'attn')}",
+              "delta": f"turbine delta {a.delta}{comment(src, 'delta')}"}
+    reactors = {"mlp": f"turbine mlp hidden={a.hidden} act=swiglu bias=false{comment(src, 'hidden')}",
+                "moe": f"turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false shared={a.shared} "
+                       f"shared_gate normalize={num(a.normalize)}{comment(src, 'moe')}"}
+    templates: list[str] = []
+    for m, r in dict.fromkeys(a.pattern):
+        templates += [f"stage {m}_{r} {{", "  prechamber mix {", f"    {norm}", f"    {mixers[m]}", "  }",
+                      "  prechamber burn {", f"    {norm}", f"    {reactors[r]}", "  }", "}", ""]
+    feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
+    return "\n".join([
+        *_f._header(a.family, source),
+        f"let d_model = {a.width}  # {src['width']}",
+        "",
+        f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: each a mixer (a gated DeltaNet, or",
+        f"# attention with an output gate), then a swiglu MLP{' or routed experts beside a gated shared one' if a.experts else ''},",
+        f"# each with its (1 + w) RMSNorm in front ({src['eps']})",
+        *templates,
+        *_f._engine_lines(a, src, f"{feed}{comment(src, 'vocab', 'padding')}", _f._jamba_body(a), norm)])
+
+
+# --- export: the config of an engine of these families ----------------------------------------------------
+
+
+def engine_config(engine: ir.Engine) -> dict:
+    """The transformers config of an engine with gated DeltaNet layers; export then checks, field by field, that
+    importing it gives back the engine. Unsupported says why not."""
+    layers = _f._layer_list(engine)
+    if engine.nozzle.bias or engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0 or engine.feed.position != "none":
+        raise Unsupported("feed / nozzle", "these families have no positions table, no embedding or logit multiplier and no head bias")
+    if not all(len(layer) == 2 for layer in layers):
+        raise Unsupported("stages", "a Qwen3-Next or Qwen3.5 layer is a mixer branch, then an MLP branch")
+    mixers, reactors = [ly[0][1] for ly in layers], [ly[1][1] for ly in layers]
+    if not all(isinstance(m, (ir.GatedDelta, ir.Attention)) for m in mixers) or not all(isinstance(r, (ir.Mlp, ir.Moe)) for r in reactors):
+        raise Unsupported("stages", "a Qwen3-Next or Qwen3.5 layer is a gated DeltaNet or attention, then an MLP or routed experts")
+    d = next(m for m in mixers if isinstance(m, ir.GatedDelta))
+    attn = next((m for m in mixers if isinstance(m, ir.Attention)), None)
+    moe = next((r for r in reactors if isinstance(r, ir.Moe)), None)
+    mlp = next((r for r in reactors if isinstance(r, ir.Mlp)), None)
+    family = engine.name if engine.name in KEYS else "qwen3_next" if moe is not None else "qwen3_5_text"
+    cfg = {"model_type": family, "architectures": [CAUSAL_LM[family]], "vocab_size": engine.feed.vocab, "hidden_size": engine.width,
+           "num_hidden_layers": len(layers), "tie_word_embeddings": engine.nozzle.tied, "pad_token_id": engine.feed.padding,
+           "max_position_embeddings": engine.feed.context, "rms_norm_eps": engine.body[-1].eps, "hidden_act": "silu",
+           "layer_types": ["linear_attention" if isinstance(m, ir.GatedDelta) else "full_attention" for m in mixers],
+           "linear_num_value_heads": d.heads, "linear_num_key_heads": d.k_heads, "linear_key_head_dim": d.head_dim,
+           "linear_value_head_dim": d.v_dim, "linear_conv_kernel_dim": d.conv,
+           "num_attention_heads": attn.heads if attn else 1, "num_key_value_heads": attn.kv_heads if attn else 1,
+           "head_dim": attn.head_dim if attn else d.head_dim, "attention_bias": attn.bias if attn else False,
+           "rope_parameters": {"rope_type": "default", "rope_theta": attn.rotary_base if attn else 10000.0,
+                               "partial_rotary_factor": attn.rotary_dims / attn.head_dim if attn else 0.25}}
+    if mlp is not None:
+        cfg["intermediate_size"] = mlp.hidden
+    if moe is not None:
+        cfg.update({"num_experts": moe.experts, "num_experts_per_tok": moe.top, "moe_intermediate_size": moe.hidden,
+                    "shared_expert_intermediate_size": moe.shared})
+        if family == "qwen3_next":
+            cfg.update({"norm_topk_prob": moe.normalize, "decoder_sparse_step": 1,
+                        "mlp_only_layers": [i for i, r in enumerate(reactors) if isinstance(r, ir.Mlp)]})
+    return cfg
+
+
+# --- the weights: transformers' names and groupings -> ours (and back, for export) ---------------------------
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Segments `take` of a checkpoint tensor whose rows come in `groups` equal groups, each the segments `sizes` in
+    turn (Qwen3-Next's in_proj_qkvz: per key head [q | k | v | z]); ours: each segment taken, of every group, segment
+    after segment. Export gives back a Piece, joined with the other tensors' pieces of the same checkpoint tensor."""
+
+    groups: int
+    sizes: tuple
+    take: tuple
+
+    def __call__(self, t):
+        import torch
+
+        g = t.reshape(self.groups, sum(self.sizes), *t.shape[1:])
+        parts = g.split(list(self.sizes), dim=1)
+        return torch.cat([parts[j].reshape(-1, *t.shape[1:]) for j in self.take])
+
+    def inverse(self, t):
+        return [Piece(self, t)]
+
+
+@dataclass(frozen=True, eq=False)
+class Piece:
+    """One module tensor's share of a checkpoint tensor (`Rows`); `join` puts a tensor's shares back together."""
+
+    rows: Rows
+    value: object
+
+    @staticmethod
+    def join(pieces: list) -> object:
+        import torch
+
+        r, seg = pieces[0].rows, {}
+        for p in pieces:
+            for j, part in zip(p.rows.take, p.value.split([r.groups * r.sizes[j] for j in p.rows.take])):
+                seg[j] = part.reshape(r.groups, r.sizes[j], *part.shape[1:])
+        if sorted(seg) != list(range(len(r.sizes))):
+            raise ValueError(f"segments {sorted(seg)} of {len(r.sizes)}: a share of the checkpoint tensor has no module tensor")
+        return torch.cat([seg[j] for j in range(len(r.sizes))], dim=1).reshape(-1, *pieces[0].value.shape[1:]).contiguous()
+
+
+@dataclass(frozen=True)
+class QkvGate:
+    """Ours [q | k | v] from q_proj (each head's query, then its gate: the query half), k_proj and v_proj."""
+
+    heads: int
+    head_dim: int
+    kv: int  # k's (and v's) rows
+
+    def __call__(self, q, k, v):
+        import torch
+
+        return torch.cat((Rows(self.heads, (self.head_dim, self.head_dim), (0,))(q), k, v))
+
+    def inverse(self, t):
+        q, k, v = t.split([self.heads * self.head_dim, self.kv, self.kv])
+        return [Piece(Rows(self.heads, (self.head_dim, self.head_dim), (0,)), q), k.contiguous(), v.contiguous()]
+
+
+_DELTA_PARAMS = ("conv1d.weight", "dt_bias", "A_log", "out_proj.weight")
+
+
+def plan(arch: str, plan_, put, spec, state, fused):
+    """Layer i is stage i: a gated DeltaNet (`linear_attn.`) or output-gated attention (`self_attn.`), then a swiglu MLP or
+    routed experts beside a gated shared expert (`mlp.`), each with its (1 + w) RMSNorm in front."""
+    from . import load as L
+
+    nodes = {path: part.node for part in ir.layout.layout(spec).parts() for path in part.instances()}
+    for i, st in sorted(L._layout(spec).items()):
+        h = f"layers.{i}."
+        delta = next((p for p, v in st.valves.items() if isinstance(nodes.get(p), ir.GatedDelta)), None)
+        mixer, reactor = st.attn or delta, st.moe or st.mlp
+        if mixer is None or reactor is None or mixer not in st.valves or reactor not in st.valves:
+            plan_.reasons[f"stages.{i}"] = (f"stage {i} lacks a delta or attention mixer, or an mlp or moe, each with its rmsnorm in front; "
+                                            f"transformers' {arch} layer {i} has both")
+            continue
+        put(f"{st.valves[mixer]}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves[reactor]}.weight", h + "post_attention_layernorm.weight")
+        if st.attn is not None:
+            a, s = st.attn_node, h + "self_attn."
+            for p in ("weight", "bias"):
+                put(f"{st.attn}.qkv.{p}", [s + f"{n}_proj.{p}" for n in "qkv"], QkvGate(a.heads, a.head_dim, a.kv_heads * a.head_dim))
+                put(f"{st.attn}.gate.{p}", s + f"q_proj.{p}", Rows(a.heads, (a.head_dim, a.head_dim), (1,)))
+                put(f"{st.attn}.proj.{p}", s + f"o_proj.{p}")
+            put(f"{st.attn}.q_norm.weight", s + "q_norm.weight")
+            put(f"{st.attn}.k_norm.weight", s + "k_norm.weight")
+        else:
+            d, s = nodes[delta], h + "linear_attn."
+            if arch == "qwen3_next":  # fused head group by head group
+                r = d.heads // d.k_heads
+                qkvz = Rows(d.k_heads, (d.head_dim, d.head_dim, r * d.v_dim, r * d.v_dim), (0, 1, 2))
+                put(f"{delta}.in_proj_qkv.weight", s + "in_proj_qkvz.weight", qkvz)
+                put(f"{delta}.in_proj_z.weight", s + "in_proj_qkvz.weight", Rows(qkvz.groups, qkvz.sizes, (3,)))
+                put(f"{delta}.in_proj_b.weight", s + "in_proj_ba.weight", Rows(d.k_heads, (r, r), (0,)))
+                put(f"{delta}.in_proj_a.weight", s + "in_proj_ba.weight", Rows(d.k_heads, (r, r), (1,)))
+            else:
+                for n in ("qkv", "z", "b", "a"):
+                    put(f"{delta}.in_proj_{n}.weight", s + f"in_proj_{n}.weight")
+            for n in _DELTA_PARAMS:
+                put(f"{delta}.{n}", s + n)
+            put(f"{delta}.norm", s + "norm.weight")
+        if st.moe is not None:
+            m, b = st.work_node, h + "mlp."
+            put(f"{st.moe}.router.weight", b + "gate.weight")
+            L._put_experts(put, st.moe, b, m, state, fused)
+            L._put_gated(put, f"{st.moe}.shared", b + "shared_expert.", m.shared)
+            put(f"{st.moe}.shared_gate.weight", b + "shared_expert_gate.weight")
+        else:
+            L._put_gated(put, st.mlp, h + "mlp.", st.work_node.hidden)
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{L._final_valve(spec)}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan_
