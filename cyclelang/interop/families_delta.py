@@ -170,7 +170,8 @@ def spec_text(a: DeltaHybrid, source: str) -> str:
         f"# attention with an output gate), then a swiglu MLP{' or routed experts beside a gated shared one' if a.experts else ''},",
         f"# each with its (1 + w) RMSNorm in front ({src['eps']})",
         *templates,
-        *_f._engine_lines(a, src, f"{feed}{comment(src, 'vocab', 'padding')}", _f._jamba_body(a), norm)])
+        *_f._engine_lines(a, src, f"{feed}{comment(src, 'vocab', 'padding')}",
+                          [ln.replace("stage jamba_block", "stage hybrid_block", 1) for ln in _f._jamba_body(a)], norm)])
 
 
 # --- export: the config of an engine of these families ----------------------------------------------------
