@@ -215,3 +215,45 @@ def test_an_open_throat_and_uneven_heads_are_diagnostics():
     with pytest.raises(cyclelang.CycleError) as err:
         _spec("heads=5")  # 24 / 5, no head_dim
     assert "E0230" in {d.code for d in err.value.diagnostics}
+
+
+# --- attention's output gate (gate=channel|head, Qwen3-Next) ----------------------------------------------
+
+GATED = """
+engine gated {{
+  chamber width=24
+  throat causal
+  feed tokens vocab=40 context=64 position=none
+  stage block x 2 {{
+    prechamber mix {{ norm rmsnorm  turbine attention heads=4 kv_heads=2 rotary gate={gate} bias=true  merge cooling }}
+    prechamber burn {{ norm rmsnorm  turbine mlp ratio=2  merge cooling }}
+  }}
+  norm rmsnorm
+  nozzle head
+}}
+"""
+
+
+@pytest.mark.parametrize("gate", ["channel", "head"])
+def test_the_output_gate_is_sigmoid_of_a_projection_times_each_head(gate):
+    spec = cyclelang.parse(GATED.format(gate=gate))
+    model = _model(spec)
+    layer = model.stages[0].mix.attn
+    seen = {}
+    layer.proj.register_forward_hook(lambda m, i, o: seen.setdefault("y", i[0]))
+    plain = cyclelang.parse(GATED.format(gate="none"))
+    ungated = _model(plain)
+    ungated.load_state_dict({k: v for k, v in model.state_dict().items() if ".gate." not in k})
+    ungated.stages[0].mix.attn.proj.register_forward_hook(lambda m, i, o: seen.setdefault("plain", i[0]))
+    idx = torch.randint(0, 40, (2, 7), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        model(idx), ungated(idx)
+    g = torch.sigmoid(layer.gate(model.stages[0].mix.norm(model.feed(idx))))  # from the branch's input: the first layer's normed embedding
+    want = seen["plain"] * (g if gate == "channel" else g.repeat_interleave(6, dim=-1))
+    assert torch.allclose(seen["y"], want, atol=1e-12, rtol=0)
+    part = ir.layout.layout(spec).part_of("stages.0.mix.attn.gate.weight")
+    rows = 24 if gate == "channel" else 4
+    assert part.params == sum(p.numel() for p in layer.parameters())
+    assert part.params == ir.kinds.params(part.node.model_copy(update={"gate": "none"})) + rows * 25
+    assert part.kind.flops(part.node, 7)[0] == part.kind.flops(part.node.model_copy(update={"gate": "none"}), 7)[0] + 2 * 24 * rows
+    assert f"output gate per {gate}" in cyclelang.draw(spec).source
