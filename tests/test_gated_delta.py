@@ -61,7 +61,7 @@ def _model(spec):
     return model
 
 
-def _reference(x, layer, heads, k_heads, dk, dv, eps=1e-6):
+def _reference(x, layer, heads, k_heads, dk, dv, eps=1e-6, beta_max=1.0):
     """The mixer from its equations: projections, the conv, the norms, the rule token by token."""
     B, T, _ = x.shape
     qkv = x @ layer.in_proj_qkv.weight.T
@@ -73,7 +73,7 @@ def _reference(x, layer, heads, k_heads, dk, dv, eps=1e-6):
     q, k, v = conv.split([k_heads * dk, k_heads * dk, heads * dv], dim=-1)
     q, k, v = q.reshape(B, T, k_heads, dk), k.reshape(B, T, k_heads, dk), v.reshape(B, T, heads, dv)
     z = (x @ layer.in_proj_z.weight.T).reshape(B, T, heads, dv)
-    beta = torch.sigmoid(x @ layer.in_proj_b.weight.T)  # (B, T, heads)
+    beta = beta_max * torch.sigmoid(x @ layer.in_proj_b.weight.T)  # (B, T, heads); 2 x: negative eigenvalues allowed
     alpha = torch.exp(-layer.A_log.exp() * F.softplus(x @ layer.in_proj_a.weight.T + layer.dt_bias))
     eye = torch.eye(dk, dtype=x.dtype)
     out = [[[None] * heads for _ in range(T)] for _ in range(B)]
@@ -91,7 +91,7 @@ def _reference(x, layer, heads, k_heads, dk, dv, eps=1e-6):
     return y.reshape(B, T, heads * dv) @ layer.out_proj.weight.T
 
 
-CASES = [(GQA, 4, 2, 6, 5), ("heads=3 conv=2", 3, 3, 8, 8)]
+CASES = [(GQA, 4, 2, 6, 5), ("heads=3 conv=2", 3, 3, 8, 8), ("heads=2 k_heads=1 head_dim=12 negative_eigenvalues eps=1e-5", 2, 1, 12, 12)]
 
 
 @pytest.mark.parametrize("options,heads,k_heads,dk,dv", CASES)
@@ -100,7 +100,8 @@ def test_equals_the_recurrent_equations(options, heads, k_heads, dk, dv, chunk):
     model = _model(_spec(f"{options} chunk={chunk}"))
     layer = model.stages[0].mix.delta
     x = torch.randn(2, 11, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    want = _reference(x, layer, heads, k_heads, dk, dv)
+    negative = "negative_eigenvalues" in options
+    want = _reference(x, layer, heads, k_heads, dk, dv, 1e-5 if negative else 1e-6, 2.0 if negative else 1.0)
     assert torch.allclose(layer(x, None), want, atol=1e-10, rtol=0)
 
 

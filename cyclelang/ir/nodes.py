@@ -506,6 +506,7 @@ class GatedDelta(Node):
     conv: Count  # kernel of the short depthwise causal conv
     chunk: Count  # positions per chunk of the training form
     eps: Positive  # of the gated RMSNorm
+    negative_eigenvalues: bool = False  # beta = 2 sigmoid(b), in (0, 2) (OLMo Hybrid's allow_neg_eigval); false: sigmoid(b)
 
     _checked = checked()
 

@@ -371,6 +371,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("conv", "int", "kernel of the short causal depthwise conv on q, k and v", "", default=4, min=1, max=MAX_CONTEXT),
         Opt("chunk", "int", "positions per chunk of the training form", "", default=64, max=MAX_CONTEXT),
         Opt("eps", "float", "the output's gated RMSNorm epsilon", "", default=1e-6, lo=0.0, lo_open=True, hi=1.0),
+        Opt("negative_eigenvalues", "bool", "beta = 2 sigmoid(b), in (0, 2): a write may overshoot, so I - beta k k^T may turn a direction over (OLMo Hybrid's allow_neg_eigval)", "", default=False),
     ),
     "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT)),
     "turbine moe": (

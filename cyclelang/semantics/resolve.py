@@ -1261,6 +1261,7 @@ class _Resolver:
         conv = o.get("conv")
         chunk = o.get("chunk")
         eps = o.get("eps")
+        negative = o.get("negative_eigenvalues")
         head_dim = self._inner_heads(o, w, heads, "width")
         if None in (head_dim, conv, chunk, eps, w) or (v_dim is None and o.has("v_dim")) or (k_heads is None and o.has("k_heads")):
             return None
@@ -1274,7 +1275,7 @@ class _Resolver:
                            "each group of value heads reads one query/key head; pick a divisor of heads")
             return None
         return ir.GatedDelta(width=w, heads=heads, k_heads=k_heads, head_dim=head_dim, v_dim=v_dim or head_dim, conv=conv,
-                             chunk=chunk, eps=eps, span=d.span)
+                             chunk=chunk, eps=eps, negative_eigenvalues=bool(negative), span=d.span)
 
     def t_linear(self, o: Options, ctx, w, d):
         out = o.get("out", w)

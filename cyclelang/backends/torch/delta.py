@@ -19,10 +19,11 @@ class GatedDeltaVariant:
     kind: ClassVar[type] = ir.GatedDelta
     base: ClassVar[str] = "GatedDeltaNet"
     causal: bool  # always, by the resolver (E0284): the forward takes a cache
+    negative: bool = False  # beta = 2 sigmoid(b) (OLMo Hybrid's allow_neg_eigval)
 
     @classmethod
     def of(cls, d: ir.GatedDelta, causal: bool) -> "GatedDeltaVariant":
-        return cls(causal)
+        return cls(causal, d.negative_eigenvalues)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -89,6 +90,8 @@ self.out_proj = nn.Linear(self.value_dim, width, bias=False)''')
             w()
             w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
             with out.indent():
+                beta = ("beta = 2 * torch.sigmoid(self.in_proj_b(x)).transpose(1, 2)  # (B, nh, T): in (0, 2), negative eigenvalues allowed"
+                        if v.negative else "beta = torch.sigmoid(self.in_proj_b(x)).transpose(1, 2)  # (B, nh, T)")
                 out.block('''
 B, T, _ = x.size()
 qkv = self.in_proj_qkv(x)
@@ -104,9 +107,9 @@ group = self.heads // self.k_heads
 q = q.view(B, T, self.k_heads, self.head_dim).transpose(1, 2).repeat_interleave(group, dim=1)  # (B, nh, T, hd)
 k = k.view(B, T, self.k_heads, self.head_dim).transpose(1, 2).repeat_interleave(group, dim=1)  # (B, nh, T, hd)
 v = v.view(B, T, self.heads, self.v_dim).transpose(1, 2)  # (B, nh, T, vd)
-beta = torch.sigmoid(self.in_proj_b(x)).transpose(1, 2)  # (B, nh, T)
+BETA
 work = torch.promote_types(x.dtype, torch.float32)  # the decay in float32 at least (float64 stays)
-g = (-self.A_log.to(work).exp() * F.softplus(self.in_proj_a(x).to(work) + self.dt_bias.to(work))).transpose(1, 2)  # (B, nh, T): log decay''')
+g = (-self.A_log.to(work).exp() * F.softplus(self.in_proj_a(x).to(work) + self.dt_bias.to(work))).transpose(1, 2)  # (B, nh, T): log decay'''.replace("BETA", beta))
                 if v.causal:
                     w("o, state = gated_delta_scan(q, k, v, g, beta, self.chunk, None if cache is None else cache.recurrent(self))")
                     out.nested("if cache is not None:", "cache.keep(self, state)  # (B, nh, hd, vd): all the rule remembers")
