@@ -66,6 +66,15 @@ def _mild_decays(monkeypatch):
     monkeypatch.setattr(roundtrip, "hf", hf)
 
 
+def olmo_hybrid(**over):
+    return transformers.OlmoHybridConfig(**{"vocab_size": V, "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 4,
+                                            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+                                            "rms_norm_eps": 1e-5, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                                            "linear_key_head_dim": 8, "linear_value_head_dim": 6, "linear_conv_kernel_dim": 3,
+                                            "rope_parameters": {"rope_type": "default", "rope_theta": 30000.0},
+                                            "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 1, **over})
+
+
 FAMILIES = {
     "qwen3_5_text": lambda: qwen3_5_text(),
     "qwen3_5_text_tied_pattern": lambda: qwen3_5_text(tie_word_embeddings=True, num_hidden_layers=3, attention_bias=True,
@@ -75,6 +84,12 @@ FAMILIES = {
     "qwen3_next_raw_weights": lambda: qwen3_next(norm_topk_prob=False, mlp_only_layers=None, attention_bias=True,
                                                  layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"]),
     "qwen3_5_moe_text": lambda: qwen3_5_moe_text(),
+    "olmo_hybrid": lambda: olmo_hybrid(),
+    "olmo_hybrid_nope_defaults": lambda: olmo_hybrid(rope_parameters={"rope_type": "default", "rope_theta": None}, linear_num_key_heads=None,
+                                                     linear_num_value_heads=None, linear_key_head_dim=None, linear_value_head_dim=None,
+                                                     linear_allow_neg_eigval=False, tie_word_embeddings=True,
+                                                     layer_types=["linear_attention", "full_attention", "linear_attention"],
+                                                     num_hidden_layers=3),
 }
 
 
@@ -137,6 +152,17 @@ def test_the_default_pattern_is_three_deltas_then_attention():
     assert "stage delta_mlp {" in text and "stage attention_mlp {" in text and "x 2 {" in text
 
 
+def test_olmo_hybrid_quirks_are_in_the_spec_and_matter():
+    ref = hf(olmo_hybrid())
+    text = import_config(ref.config)
+    assert "negative_eigenvalues" in text and "eps=1e-05" in text and "qk_norm_across" in text and "gate=" not in text
+    with torch.no_grad():
+        want = ref(ids()).logits
+    assert rel(_logits(text, ref), want) < 1e-5
+    assert rel(_logits(text.replace(" negative_eigenvalues", ""), ref), want) > 1e-4
+    assert rel(_logits(text.replace("rotary_base=30000", "rotary_base=10000"), ref), want) > 1e-4
+
+
 UNEXPRESSIBLE = {
     "gelu": (qwen3_5_text, dict(hidden_act="gelu"), "hidden_act"),
     "scaled rope": (qwen3_5_text, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "rope_parameters.rope_type"),
@@ -146,6 +172,10 @@ UNEXPRESSIBLE = {
                    "partial_rotary_factor"),
     "next top past experts": (qwen3_next, dict(num_experts_per_tok=7), "num_experts_per_tok"),
     "next sparse step": (qwen3_next, dict(decoder_sparse_step=0), "decoder_sparse_step"),
+    "olmo gelu": (olmo_hybrid, dict(hidden_act="gelu"), "hidden_act"),
+    "olmo scaled rope": (olmo_hybrid, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "rope_parameters.rope_type"),
+    "olmo nope with a factor": (olmo_hybrid, dict(rope_parameters={"rope_type": "default", "rope_theta": None, "factor": 2.0}), "rope_parameters"),
+    "olmo key heads": (olmo_hybrid, dict(linear_num_key_heads=3), "linear_num_key_heads"),
 }
 
 

@@ -109,6 +109,7 @@ CLASSES = {
     "qwen3_next": "Qwen3NextConfig",
     "qwen3_5_text": "Qwen3_5TextConfig",
     "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
+    "olmo_hybrid": "OlmoHybridConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).

@@ -38,12 +38,22 @@ _COMMON = frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_atte
                      "linear_num_value_heads", "layer_types", "pad_token_id"})
 _MOE = frozenset({"moe_intermediate_size", "shared_expert_intermediate_size", "num_experts_per_tok", "num_experts"})
 
+_INIT = "the spread of a freshly initialised {} (its uniform or log-uniform range); an import loads every weight"
+_OLMO = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                   "hidden_act", "max_position_embeddings", "rms_norm_eps", "pad_token_id", "tie_word_embeddings", "rope_parameters",
+                   "attention_bias", "layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                   "linear_value_head_dim", "linear_conv_kernel_dim", "linear_allow_neg_eigval"})
+
 KEYS: dict[str, Keys] = {
     "qwen3_next": Keys(_COMMON | _MOE | {"intermediate_size", "decoder_sparse_step", "norm_topk_prob", "mlp_only_layers"}),
     "qwen3_5_text": Keys(_COMMON | {"intermediate_size"}),
     "qwen3_5_moe_text": Keys(_COMMON | _MOE),
+    "olmo_hybrid": Keys(_OLMO, {"linear_a_log_min": _INIT.format("A_log"), "linear_a_log_max": _INIT.format("A_log"),
+                                "linear_dt_min": _INIT.format("dt_bias"), "linear_dt_max": _INIT.format("dt_bias"),
+                                "linear_dt_init_floor": _INIT.format("dt_bias")}),
 }
-CAUSAL_LM = {"qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"}
+CAUSAL_LM = {"qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
+             "olmo_hybrid": "OlmoHybridForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class DeltaHybrid:
     shared: int = 0
     normalize: bool = True
     sources: dict = field(default_factory=dict, compare=False)
+    olmo: bool = False  # OLMo Hybrid: plain gains; its attention layers OLMo-3's (post-norms, qk-norms across heads, no gate)
 
 
 def _whole(c: Config, key: str) -> int:
@@ -142,10 +153,61 @@ def _read(family: str):
     return read
 
 
-READERS = {f: _read(f) for f in KEYS}
+def _olmo_hybrid(c: Config) -> DeltaHybrid:
+    """OLMo Hybrid: OLMo-3's attention layers (each branch's RMSNorm after it, a qk RMSNorm across the heads, rotary unless
+    rope_theta is null: the released checkpoints' NoPE) among Llama-style pre-norm gated DeltaNet layers (separate q, k, v,
+    g, a, b projections, beta x 2 when linear_allow_neg_eigval, its gated norm's eps 1e-5 always); a swiglu MLP in every layer."""
+    width, heads, layers = _whole(c, "hidden_size"), _whole(c, "num_attention_heads"), _whole(c, "num_hidden_layers")
+    _f._divides(width, heads, "num_attention_heads", "hidden_size")
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"{_show(c['hidden_act'])}: the DeltaNet's conv and the MLP are silu (swiglu) here")
+    kv = _f._kv(c, heads)
+    rope = c["rope_parameters"]
+    if isinstance(rope, dict) and "rope_theta" in rope and rope["rope_theta"] is None:  # no rotary at all (transformers skips it)
+        if rope.get("rope_type", "default") != "default" or set(rope) - {"rope_type", "rope_theta"}:
+            raise Unsupported("rope_parameters", f"{_show(rope)}: a null rope_theta turns rotary off; its other parameters would do nothing")
+        rotary, base = 0.0, 10000.0
+    else:
+        _, where, kind = _f._rope_kind(c)
+        if kind != "default":
+            raise Unsupported(f"{where}.rope_type", "rotary scaling in OLMo Hybrid's attention layers is not mapped")
+        rotary, base = _f._rotary(_f._partial(c), width // heads), _f._rope(c)
+    types = c["layer_types"]
+    if types is None:
+        types = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(layers)]
+        if "full_attention" not in types:
+            types[-1] = "full_attention"
+    if not isinstance(types, list) or len(types) != layers or any(t not in ("linear_attention", "full_attention") for t in types):
+        raise Unsupported("layer_types", f"{_show(types)}: linear_attention or full_attention, one per layer ({layers})")
+    nk = heads if c["linear_num_key_heads"] is None else _whole(c, "linear_num_key_heads")
+    nv = heads if c["linear_num_value_heads"] is None else _whole(c, "linear_num_value_heads")
+    if nv % nk:
+        raise Unsupported("linear_num_key_heads", f"{nk} key heads do not divide {nv} value heads")
+    dk = int(0.75 * width / nk) if c["linear_key_head_dim"] is None else _whole(c, "linear_key_head_dim")
+    dv = 2 * dk if c["linear_value_head_dim"] is None else _whole(c, "linear_value_head_dim")
+    if dk < 1:
+        raise Unsupported("linear_key_head_dim", f"null: 0.75 x hidden_size / linear_num_key_heads is {dk}, no width")
+    delta = f"heads={nv} k_heads={nk} head_dim={dk} v_dim={dv} conv={_whole(c, 'linear_conv_kernel_dim')} eps=1e-05"
+    delta += " negative_eigenvalues" if c["linear_allow_neg_eigval"] else ""
+    eps = _f._eps(c, "rms_norm_eps")
+    pattern = tuple(("delta" if t == "linear_attention" else "attention", "mlp") for t in types)
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "pattern": "layer_types",
+           "attn": "num_attention_heads, num_key_value_heads, rope_parameters (null rope_theta: no rotary), attention_bias",
+           "delta": "linear_num_value_heads, linear_num_key_heads, linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim, "
+                    "linear_allow_neg_eigval; the gated norm's eps is 1e-5",
+           "hidden": "intermediate_size", "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "padding": "pad_token_id"}
+    return DeltaHybrid("olmo_hybrid", c["vocab_size"], c["max_position_embeddings"], width, pattern, heads, kv, width // heads, rotary, base,
+                       bool(c["attention_bias"]), delta, _whole(c, "intermediate_size"), eps, bool(c["tie_word_embeddings"]), _f._padding(c),
+                       sources=src, olmo=True)
+
+
+READERS = {f: _read(f) for f in KEYS if f != "olmo_hybrid"}
+READERS["olmo_hybrid"] = _olmo_hybrid
 
 
 def spec_text(a: DeltaHybrid, source: str) -> str:
+    if a.olmo:
+        return _olmo_text(a, source)
     src, num, comment = a.sources, _f._num, _f._comment
     norm = f"norm rmsnorm offset=1 eps={num(a.eps)}"
     kv = f" kv_heads={a.kv_heads}" if a.kv_heads != a.heads else ""
@@ -174,18 +236,48 @@ def spec_text(a: DeltaHybrid, source: str) -> str:
                           [ln.replace("stage jamba_block", "stage hybrid_block", 1) for ln in _f._jamba_body(a)], norm)])
 
 
+def _olmo_text(a: DeltaHybrid, source: str) -> str:
+    src, num, comment = a.sources, _f._num, _f._comment
+    norm = f"norm rmsnorm eps={num(a.eps)}"
+    kv = f" kv_heads={a.kv_heads}" if a.kv_heads != a.heads else ""
+    rot = "" if not a.rotary else " rotary" if a.rotary == 1.0 else f" rotary={num(a.rotary)}"
+    rot += f" rotary_base={num(a.rotary_base)}" if a.rotary and a.rotary_base != 10000.0 else ""
+    mlp = f"turbine mlp hidden={a.hidden} act=swiglu bias=false{comment(src, 'hidden')}"
+    templates: list[str] = []
+    for m, _ in dict.fromkeys(a.pattern):
+        if m == "attention":  # OLMo-3's layer: each branch's norm after its turbine
+            templates += ["stage attention_mlp {", "  prechamber mix {",
+                          f"    turbine attention heads={a.heads}{kv}{rot} qk_norm qk_norm_across qk_norm_eps={num(a.eps)} bias={num(a.attn_bias)}"
+                          f"{comment(src, 'attn')}", f"    {norm}", "  }", "  prechamber burn {", f"    {mlp}", f"    {norm}", "  }", "}", ""]
+        else:
+            templates += ["stage delta_mlp {", "  prechamber mix {", f"    {norm}", f"    turbine delta {a.delta}{comment(src, 'delta')}", "  }",
+                          "  prechamber burn {", f"    {norm}", f"    {mlp}", "  }", "}", ""]
+    feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
+    return "\n".join([
+        *_f._header(a.family, source),
+        f"let d_model = {a.width}  # {src['width']}",
+        "",
+        f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: a gated DeltaNet with its RMSNorm in front, or",
+        f"# OLMo-3's attention with its RMSNorm after it; then a swiglu MLP, its norm on the same side ({src['eps']})",
+        *templates,
+        *_f._engine_lines(a, src, f"{feed}{comment(src, 'vocab', 'padding')}",
+                          [ln.replace("stage jamba_block", "stage hybrid_block", 1) for ln in _f._jamba_body(a)], norm)])
+
+
 # --- export: the config of an engine of these families ----------------------------------------------------
 
 
 def engine_config(engine: ir.Engine) -> dict:
     """The transformers config of an engine with gated DeltaNet layers; export then checks, field by field, that
     importing it gives back the engine. Unsupported says why not."""
-    layers = _f._layer_list(engine)
+    layers = _layers(engine)
     if engine.nozzle.bias or engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0 or engine.feed.position != "none":
         raise Unsupported("feed / nozzle", "these families have no positions table, no embedding or logit multiplier and no head bias")
     if not all(len(layer) == 2 for layer in layers):
         raise Unsupported("stages", "a Qwen3-Next or Qwen3.5 layer is a mixer branch, then an MLP branch")
     mixers, reactors = [ly[0][1] for ly in layers], [ly[1][1] for ly in layers]
+    if engine.name == "olmo_hybrid" or any(post for ly in layers for _, _, post in ly):
+        return _olmo_config(engine, layers, mixers, reactors)
     if not all(isinstance(m, (ir.GatedDelta, ir.Attention)) for m in mixers) or not all(isinstance(r, (ir.Mlp, ir.Moe)) for r in reactors):
         raise Unsupported("stages", "a Qwen3-Next or Qwen3.5 layer is a gated DeltaNet or attention, then an MLP or routed experts")
     d = next(m for m in mixers if isinstance(m, ir.GatedDelta))
@@ -212,6 +304,54 @@ def engine_config(engine: ir.Engine) -> dict:
             cfg.update({"norm_topk_prob": moe.normalize, "decoder_sparse_step": 1,
                         "mlp_only_layers": [i for i, r in enumerate(reactors) if isinstance(r, ir.Mlp)]})
     return cfg
+
+
+def _layers(engine: ir.Engine) -> list:
+    """Every layer (stage instance) as its branches' (norm, turbine, norm after the turbine) triples; Unsupported where a
+    layer is not plain residual branches of an rmsnorm and a turbine."""
+    main = [op for op in engine.body if not isinstance(op, ir.Stage)]
+    if len(main) != 1 or not isinstance(engine.body[-1], ir.Norm) or engine.body[-1].type != "rmsnorm":
+        raise Unsupported("main line", "these families' decoders end with one rmsnorm on the main line, before the head")
+    layers: list = []
+
+    def walk(st: ir.Stage) -> None:
+        if st.is_group:
+            for _ in range(st.repeat):
+                for inner in st.ops:
+                    walk(inner)
+            return
+        branches = []
+        for b in st.ops:
+            ok = isinstance(b, ir.Prechamber) and not b.detach and not b.overboard and isinstance(b.merge, (ir.PlainMerge, ir.CoolingMerge))
+            ops = b.ops if ok else []
+            post = len(ops) == 2 and not isinstance(ops[0], ir.Norm)
+            norm, turbine = (ops[1], ops[0]) if post else (ops[0], ops[1]) if len(ops) == 2 else (None, None)
+            if not isinstance(norm, ir.Norm) or norm.type != "rmsnorm" or isinstance(turbine, ir.Norm):
+                raise Unsupported(f"stage {st.name}", "a layer of these families is plain residual branches (an rmsnorm and a turbine), nothing else")
+            branches.append((norm, turbine, post))
+        layers.extend([branches] * st.repeat)
+
+    for st in (op for op in engine.body if isinstance(op, ir.Stage)):
+        walk(st)
+    if not layers:
+        raise Unsupported("stages", "the engine has no layers")
+    return layers
+
+
+def _olmo_config(engine: ir.Engine, layers: list, mixers: list, reactors: list) -> dict:
+    d = next(m for m in mixers if isinstance(m, ir.GatedDelta))
+    attn = next((m for m in mixers if isinstance(m, ir.Attention)), None)
+    if attn is None or not all(isinstance(r, ir.Mlp) for r in reactors):
+        raise Unsupported("stages", "OLMo Hybrid has at least one attention layer, and a swiglu MLP in every layer")
+    rope = {"rope_type": "default", "rope_theta": attn.rotary_base if attn.rotary_dims else None}
+    return {"model_type": "olmo_hybrid", "architectures": [CAUSAL_LM["olmo_hybrid"]], "vocab_size": engine.feed.vocab,
+            "hidden_size": engine.width, "intermediate_size": reactors[0].hidden, "num_hidden_layers": len(layers),
+            "num_attention_heads": attn.heads, "num_key_value_heads": attn.kv_heads, "hidden_act": "silu",
+            "max_position_embeddings": engine.feed.context, "rms_norm_eps": engine.body[-1].eps, "pad_token_id": engine.feed.padding,
+            "tie_word_embeddings": engine.nozzle.tied, "rope_parameters": rope, "attention_bias": attn.bias,
+            "layer_types": ["linear_attention" if isinstance(m, ir.GatedDelta) else "full_attention" for m in mixers],
+            "linear_num_key_heads": d.k_heads, "linear_num_value_heads": d.heads, "linear_key_head_dim": d.head_dim,
+            "linear_value_head_dim": d.v_dim, "linear_conv_kernel_dim": d.conv, "linear_allow_neg_eigval": d.negative_eigenvalues}
 
 
 # --- the weights: transformers' names and groupings -> ours (and back, for export) ---------------------------
@@ -285,6 +425,8 @@ def plan(arch: str, plan_, put, spec, state, fused):
     from . import load as L
 
     nodes = {path: part.node for part in ir.layout.layout(spec).parts() for path in part.instances()}
+    if arch == "olmo_hybrid":
+        return _plan_olmo(plan_, put, spec, nodes, state)
     for i, st in sorted(L._layout(spec).items()):
         h = f"layers.{i}."
         delta = next((p for p, v in st.valves.items() if isinstance(nodes.get(p), ir.GatedDelta)), None)
@@ -326,6 +468,48 @@ def plan(arch: str, plan_, put, spec, state, fused):
             put(f"{st.moe}.shared_gate.weight", b + "shared_expert_gate.weight")
         else:
             L._put_gated(put, st.mlp, h + "mlp.", st.work_node.hidden)
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{L._final_valve(spec)}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan_
+
+
+def _plan_olmo(plan_, put, spec, nodes, state):
+    """OLMo Hybrid: a DeltaNet layer's norms in front (input_layernorm, post_attention_layernorm) and its separate projections
+    (q, k, v fused into ours in_proj_qkv; g_proj is the gate z; o_norm the gated norm); an attention layer's norms after its
+    branches (post_attention_layernorm, post_feedforward_layernorm), its qk-norms across the heads."""
+    from . import load as L
+
+    for i, st in sorted(L._layout(spec).items()):
+        h = f"layers.{i}."
+        delta = next((p for p in st.valves if isinstance(nodes.get(p), ir.GatedDelta)), None)
+        if delta is not None and st.mlp is not None and st.mlp in st.valves:
+            d, s = nodes[delta], h + "linear_attn."
+            put(f"{st.valves[delta]}.weight", h + "input_layernorm.weight")
+            put(f"{st.valves[st.mlp]}.weight", h + "post_attention_layernorm.weight")
+            put(f"{delta}.in_proj_qkv.weight", [s + f"{n}_proj.weight" for n in "qkv"], L._Cat((d.key_dim, d.key_dim, d.value_dim)))
+            for ours, theirs in (("in_proj_z.weight", "g_proj.weight"), ("in_proj_b.weight", "b_proj.weight"), ("in_proj_a.weight", "a_proj.weight"),
+                                 ("out_proj.weight", "o_proj.weight"), ("norm", "o_norm.weight"), ("dt_bias", "dt_bias"), ("A_log", "A_log")):
+                put(f"{delta}.{ours}", s + theirs)
+            if s + "q_conv1d.weight" in state:  # as saved: one conv each for q, k, v
+                put(f"{delta}.conv1d.weight", [s + f"{n}_conv1d.weight" for n in "qkv"], L._Cat((d.key_dim, d.key_dim, d.value_dim)))
+            else:
+                put(f"{delta}.conv1d.weight", s + "conv1d.weight")
+        elif st.attn is not None and st.mlp is not None and st.attn in st.posts and st.mlp in st.posts:
+            a, s = st.attn_node, h + "self_attn."
+            put(f"{st.posts[st.attn]}.weight", h + "post_attention_layernorm.weight")
+            put(f"{st.posts[st.mlp]}.weight", h + "post_feedforward_layernorm.weight")
+            for p in ("weight", "bias"):
+                put(f"{st.attn}.qkv.{p}", [s + f"{n}_proj.{p}" for n in "qkv"],
+                    L._Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+                put(f"{st.attn}.proj.{p}", s + f"o_proj.{p}")
+            put(f"{st.attn}.q_norm.weight", s + "q_norm.weight")
+            put(f"{st.attn}.k_norm.weight", s + "k_norm.weight")
+        else:
+            plan_.reasons[f"stages.{i}"] = (f"stage {i} is neither a delta layer (rmsnorms in front of the delta and the mlp) nor an "
+                                            f"attention layer (rmsnorms after the attention and the mlp); transformers' olmo_hybrid layer {i} is one")
+            continue
+        L._put_gated(put, st.mlp, h + "mlp.", st.work_node.hidden)
     put("feed.tok.weight", "embed_tokens.weight")
     put(f"{L._final_valve(spec)}.weight", "norm.weight")
     put("head.weight", "lm_head.weight")

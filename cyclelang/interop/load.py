@@ -217,6 +217,9 @@ _RENAMES["sarvam_moe"] = ((r"^model\.word_embeddings\.", "model.embed_tokens."),
 _RENAMES["hy_v3"] = ((r"\.mlp\.expert_bias$", ".mlp.e_score_correction_bias"), (r"\.mlp\.router\.gate\.", ".mlp.gate."),
                      (r"\.mlp\.shared_mlp\.", ".mlp.shared_experts."))
 
+# OLMo Hybrid's files: its DeltaNet layers' norms under OLMo-core's names (families_delta.py)
+_RENAMES["olmo_hybrid"] = ((r"\.attention_layer_norm\.", ".input_layernorm."), (r"\.feedforward_layer_norm\.", ".post_attention_layernorm."))
+
 
 def _renamed(state: dict, renames) -> dict:
     """The state dict under transformers' names; two keys that land on one name are refused (which one is the checkpoint's?)."""
