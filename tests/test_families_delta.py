@@ -75,6 +75,13 @@ def olmo_hybrid(**over):
                                             "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 1, **over})
 
 
+def lara_mini(**over):
+    return transformers.LaraMiniConfig(**{**{k: v for k, v in _COMMON.items() if k != "rope_parameters"}, "num_hidden_layers": 5,
+                                          "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 12,
+                                          "shared_expert_intermediate_size": 20, "sliding_window": 5, "tie_word_embeddings": False,
+                                          "rope_parameters": {"rope_type": "default", "rope_theta": 20000.0}, **over})
+
+
 FAMILIES = {
     "qwen3_5_text": lambda: qwen3_5_text(),
     "qwen3_5_text_tied_pattern": lambda: qwen3_5_text(tie_word_embeddings=True, num_hidden_layers=3, attention_bias=True,
@@ -85,6 +92,7 @@ FAMILIES = {
                                                  layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"]),
     "qwen3_5_moe_text": lambda: qwen3_5_moe_text(),
     "olmo_hybrid": lambda: olmo_hybrid(),
+    "lara_mini": lambda: lara_mini(),
     "olmo_hybrid_nope_defaults": lambda: olmo_hybrid(rope_parameters={"rope_type": "default", "rope_theta": None}, linear_num_key_heads=None,
                                                      linear_num_value_heads=None, linear_key_head_dim=None, linear_value_head_dim=None,
                                                      linear_allow_neg_eigval=False, tie_word_embeddings=True,
@@ -163,6 +171,18 @@ def test_olmo_hybrid_quirks_are_in_the_spec_and_matter():
     assert rel(_logits(text.replace("rotary_base=30000", "rotary_base=10000"), ref), want) > 1e-4
 
 
+def test_lara_mini_window_and_unrotated_full_layers_matter():
+    ref = hf(lara_mini())
+    text = import_config(ref.config)
+    assert "window=5" in text and "# no rotary" in text and "shared_gate" not in text and "offset=1" not in text
+    with torch.no_grad():
+        want = ref(ids()).logits
+    assert rel(_logits(text, ref), want) < 1e-5
+    assert rel(_logits(text.replace(" window=5", ""), ref), want) > 1e-4
+    full = next(ln for ln in text.splitlines() if "# no rotary" in ln)
+    assert rel(_logits(text.replace(full, full.replace(" qk_norm ", " rotary rotary_base=20000 qk_norm ", 1)), ref), want) > 1e-4
+
+
 UNEXPRESSIBLE = {
     "gelu": (qwen3_5_text, dict(hidden_act="gelu"), "hidden_act"),
     "scaled rope": (qwen3_5_text, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "rope_parameters.rope_type"),
@@ -176,6 +196,9 @@ UNEXPRESSIBLE = {
     "olmo scaled rope": (olmo_hybrid, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "rope_parameters.rope_type"),
     "olmo nope with a factor": (olmo_hybrid, dict(rope_parameters={"rope_type": "default", "rope_theta": None, "factor": 2.0}), "rope_parameters"),
     "olmo key heads": (olmo_hybrid, dict(linear_num_key_heads=3), "linear_num_key_heads"),
+    "lara layer kind": (lara_mini, dict(layer_types=["linear_attention", "chunked_attention", "linear_attention", "full_attention",
+                                                    "linear_attention"]), "layer_types"),
+    "lara scaled rope": (lara_mini, dict(rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}), "rope_parameters.rope_type"),
 }
 
 

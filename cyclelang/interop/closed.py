@@ -110,6 +110,7 @@ CLASSES = {
     "qwen3_5_text": "Qwen3_5TextConfig",
     "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
     "olmo_hybrid": "OlmoHybridConfig",
+    "lara_mini": "LaraMiniConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).

@@ -1,5 +1,6 @@
-"""The gated DeltaNet hybrids (`turbine delta` beside output-gated attention), each read closed-world (closed.py):
-Qwen3-Next (qwen3_next) and Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text).
+"""The gated DeltaNet hybrids (`turbine delta` beside attention), each read closed-world (closed.py): Qwen3-Next
+(qwen3_next), Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text), OLMo Hybrid (olmo_hybrid) and Lara Mini
+(lara_mini); the last two in `_olmo_hybrid` and `_lara_mini` (their differences said there).
 
 What makes them (transformers 5.24's modeling files):
 - layer_types says each layer's mixer, linear_attention (a gated DeltaNet: linear_num_value_heads value heads of
@@ -44,6 +45,8 @@ _OLMO = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden
                    "attention_bias", "layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                    "linear_value_head_dim", "linear_conv_kernel_dim", "linear_allow_neg_eigval"})
 
+_LARA = (_COMMON | _MOE | {"norm_topk_prob", "sliding_window"})
+
 KEYS: dict[str, Keys] = {
     "qwen3_next": Keys(_COMMON | _MOE | {"intermediate_size", "decoder_sparse_step", "norm_topk_prob", "mlp_only_layers"}),
     "qwen3_5_text": Keys(_COMMON | {"intermediate_size"}),
@@ -51,9 +54,10 @@ KEYS: dict[str, Keys] = {
     "olmo_hybrid": Keys(_OLMO, {"linear_a_log_min": _INIT.format("A_log"), "linear_a_log_max": _INIT.format("A_log"),
                                 "linear_dt_min": _INIT.format("dt_bias"), "linear_dt_max": _INIT.format("dt_bias"),
                                 "linear_dt_init_floor": _INIT.format("dt_bias")}),
+    "lara_mini": Keys(_LARA),
 }
 CAUSAL_LM = {"qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
-             "olmo_hybrid": "OlmoHybridForCausalLM"}
+             "olmo_hybrid": "OlmoHybridForCausalLM", "lara_mini": "LaraMiniForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,9 @@ class DeltaHybrid:
     normalize: bool = True
     sources: dict = field(default_factory=dict, compare=False)
     olmo: bool = False  # OLMo Hybrid: plain gains; its attention layers OLMo-3's (post-norms, qk-norms across heads, no gate)
+    lara: bool = False  # Lara Mini: plain gains, no output gate; sliding layers (window, rotary) and full ones (no rotary)
+    window: int | None = None
+    shared_gate: bool = True
 
 
 def _whole(c: Config, key: str) -> int:
@@ -201,24 +208,65 @@ def _olmo_hybrid(c: Config) -> DeltaHybrid:
                        sources=src, olmo=True)
 
 
-READERS = {f: _read(f) for f in KEYS if f != "olmo_hybrid"}
+def _lara_mini(c: Config) -> DeltaHybrid:
+    """Lara Mini: Qwen3.5's gated DeltaNet among Qwen3 attention layers (per-head qk RMSNorms, no output gate), sliding ones
+    (sliding_window, rotary) and full ones (no rotary: transformers gives them no position embeddings); plain RMSNorm gains; routed
+    experts in every layer beside an ungated shared expert."""
+    width, heads, layers = _whole(c, "hidden_size"), _whole(c, "num_attention_heads"), _whole(c, "num_hidden_layers")
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("hidden_act", f"{_show(c['hidden_act'])}: the DeltaNet's conv and the experts are silu (swiglu) here")
+    kv = _f._kv(c, heads)
+    head_dim = _whole(c, "head_dim")
+    _, where, kind = _f._rope_kind(c)
+    if kind != "default":
+        raise Unsupported(f"{where}.rope_type", "rotary scaling in Lara Mini's sliding layers is not mapped")
+    eps = _f._eps(c, "rms_norm_eps")
+    types = c["layer_types"]
+    if types is None:
+        period = ["linear_attention", "sliding_attention", "linear_attention", "full_attention", "sliding_attention"]
+        types = [period[i % 5] for i in range(layers)]
+    names = {"linear_attention": "delta", "sliding_attention": "sliding", "full_attention": "full"}
+    if not isinstance(types, list) or len(types) != layers or any(t not in names for t in types):
+        raise Unsupported("layer_types", f"{_show(types)}: linear_attention, sliding_attention or full_attention, one per layer ({layers})")
+    window = _f._sliding(c) if "sliding_attention" in types else None
+    experts, top = _whole(c, "num_experts"), _whole(c, "num_experts_per_tok")
+    if top > experts:
+        raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers", "pattern": "layer_types",
+           "attn": "num_attention_heads, num_key_value_heads, head_dim, rope_parameters, attention_bias; sliding_window on the sliding layers",
+           "delta": "linear_num_value_heads, linear_num_key_heads, linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim",
+           "moe": "num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size (ungated), norm_topk_prob",
+           "eps": "rms_norm_eps", "tied": "tie_word_embeddings", "padding": "pad_token_id"}
+    return DeltaHybrid("lara_mini", c["vocab_size"], c["max_position_embeddings"], width, tuple((names[t], "moe") for t in types), heads, kv,
+                       head_dim, _f._rotary(_f._partial(c), head_dim), _f._rope(c), bool(c["attention_bias"]), _delta_options(c, eps), 0, eps,
+                       bool(c["tie_word_embeddings"]), _f._padding(c), experts=experts, top=top, moe_hidden=_whole(c, "moe_intermediate_size"),
+                       shared=_whole(c, "shared_expert_intermediate_size"), normalize=bool(c["norm_topk_prob"]), sources=src, lara=True,
+                       window=window, shared_gate=False)
+
+
+READERS = {f: _read(f) for f in KEYS if f not in ("olmo_hybrid", "lara_mini")}
 READERS["olmo_hybrid"] = _olmo_hybrid
+READERS["lara_mini"] = _lara_mini
 
 
 def spec_text(a: DeltaHybrid, source: str) -> str:
     if a.olmo:
         return _olmo_text(a, source)
     src, num, comment = a.sources, _f._num, _f._comment
-    norm = f"norm rmsnorm offset=1 eps={num(a.eps)}"
+    offset = "" if a.lara else " offset=1"
+    norm = f"norm rmsnorm{offset} eps={num(a.eps)}"
     kv = f" kv_heads={a.kv_heads}" if a.kv_heads != a.heads else ""
     rot = "" if not a.rotary else " rotary" if a.rotary == 1.0 else f" rotary={num(a.rotary)}"
     rot += f" rotary_base={num(a.rotary_base)}" if a.rotary and a.rotary_base != 10000.0 else ""
-    mixers = {"attention": f"turbine attention heads={a.heads}{kv} head_dim={a.head_dim}{rot} qk_norm qk_norm_offset=1 "
-                           f"qk_norm_eps={num(a.eps)} gate=channel bias={num(a.attn_bias)}{comment(src, 'attn')}",
+    attn = f"turbine attention heads={a.heads}{kv} head_dim={a.head_dim}"
+    qk = f"qk_norm{offset.replace('offset', 'qk_norm_offset')} qk_norm_eps={num(a.eps)}"
+    mixers = {"attention": f"{attn}{rot} {qk} gate=channel bias={num(a.attn_bias)}{comment(src, 'attn')}",
+              "sliding": f"{attn}{rot}{f' window={a.window}' if a.window is not None else ''} {qk} bias={num(a.attn_bias)}{comment(src, 'attn')}",
+              "full": f"{attn} {qk} bias={num(a.attn_bias)}  # no rotary: transformers gives the full layers no positions",
               "delta": f"turbine delta {a.delta}{comment(src, 'delta')}"}
     reactors = {"mlp": f"turbine mlp hidden={a.hidden} act=swiglu bias=false{comment(src, 'hidden')}",
-                "moe": f"turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false shared={a.shared} "
-                       f"shared_gate normalize={num(a.normalize)}{comment(src, 'moe')}"}
+                "moe": f"turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false shared={a.shared}"
+                       f"{' shared_gate' if a.shared_gate else ''} normalize={num(a.normalize)}{comment(src, 'moe')}"}
     templates: list[str] = []
     for m, r in dict.fromkeys(a.pattern):
         templates += [f"stage {m}_{r} {{", "  prechamber mix {", f"    {norm}", f"    {mixers[m]}", "  }",
@@ -229,8 +277,9 @@ def spec_text(a: DeltaHybrid, source: str) -> str:
         f"let d_model = {a.width}  # {src['width']}",
         "",
         f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: each a mixer (a gated DeltaNet, or",
-        f"# attention with an output gate), then a swiglu MLP{' or routed experts beside a gated shared one' if a.experts else ''},",
-        f"# each with its (1 + w) RMSNorm in front ({src['eps']})",
+        ("# sliding or full attention), then routed experts beside an ungated shared one," if a.lara else
+         f"# attention with an output gate), then a swiglu MLP{' or routed experts beside a gated shared one' if a.experts else ''},"),
+        f"# each with its {'' if a.lara else '(1 + w) '}RMSNorm in front ({src['eps']})",
         *templates,
         *_f._engine_lines(a, src, f"{feed}{comment(src, 'vocab', 'padding')}",
                           [ln.replace("stage jamba_block", "stage hybrid_block", 1) for ln in _f._jamba_body(a)], norm)])
@@ -278,6 +327,8 @@ def engine_config(engine: ir.Engine) -> dict:
     mixers, reactors = [ly[0][1] for ly in layers], [ly[1][1] for ly in layers]
     if engine.name == "olmo_hybrid" or any(post for ly in layers for _, _, post in ly):
         return _olmo_config(engine, layers, mixers, reactors)
+    if engine.name == "lara_mini" or any(isinstance(m, ir.Attention) and m.gate == "none" for m in mixers):
+        return _lara_config(engine, layers, mixers, reactors)
     if not all(isinstance(m, (ir.GatedDelta, ir.Attention)) for m in mixers) or not all(isinstance(r, (ir.Mlp, ir.Moe)) for r in reactors):
         raise Unsupported("stages", "a Qwen3-Next or Qwen3.5 layer is a gated DeltaNet or attention, then an MLP or routed experts")
     d = next(m for m in mixers if isinstance(m, ir.GatedDelta))
@@ -336,6 +387,29 @@ def _layers(engine: ir.Engine) -> list:
     if not layers:
         raise Unsupported("stages", "the engine has no layers")
     return layers
+
+
+def _lara_config(engine: ir.Engine, layers: list, mixers: list, reactors: list) -> dict:
+    d = next(m for m in mixers if isinstance(m, ir.GatedDelta))
+    attn = [m for m in mixers if isinstance(m, ir.Attention)]
+    moe = next((r for r in reactors if isinstance(r, ir.Moe)), None)
+    if not attn or moe is None:
+        raise Unsupported("stages", "Lara Mini has attention layers beside its gated DeltaNet ones, and routed experts in every layer")
+    rotated = next((a for a in attn if a.rotary_dims), attn[0])
+    windows = {a.window for a in attn if a.window is not None}
+    return {"model_type": "lara_mini", "architectures": [CAUSAL_LM["lara_mini"]], "vocab_size": engine.feed.vocab, "hidden_size": engine.width,
+            "num_hidden_layers": len(layers), "tie_word_embeddings": engine.nozzle.tied, "pad_token_id": engine.feed.padding,
+            "max_position_embeddings": engine.feed.context, "rms_norm_eps": engine.body[-1].eps, "hidden_act": "silu",
+            "layer_types": ["linear_attention" if isinstance(m, ir.GatedDelta) else "sliding_attention" if m.window is not None or m.rotary_dims
+                            else "full_attention" for m in mixers],
+            "sliding_window": windows.pop() if len(windows) == 1 else 512,
+            "linear_num_value_heads": d.heads, "linear_num_key_heads": d.k_heads, "linear_key_head_dim": d.head_dim,
+            "linear_value_head_dim": d.v_dim, "linear_conv_kernel_dim": d.conv, "num_attention_heads": attn[0].heads,
+            "num_key_value_heads": attn[0].kv_heads, "head_dim": attn[0].head_dim, "attention_bias": attn[0].bias,
+            "rope_parameters": {"rope_type": "default", "rope_theta": rotated.rotary_base,
+                                "partial_rotary_factor": rotated.rotary_dims / rotated.head_dim if rotated.rotary_dims else 1.0},
+            "num_experts": moe.experts, "num_experts_per_tok": moe.top, "moe_intermediate_size": moe.hidden,
+            "shared_expert_intermediate_size": moe.shared, "norm_topk_prob": moe.normalize}
 
 
 def _olmo_config(engine: ir.Engine, layers: list, mixers: list, reactors: list) -> dict:
@@ -437,7 +511,15 @@ def plan(arch: str, plan_, put, spec, state, fused):
             continue
         put(f"{st.valves[mixer]}.weight", h + "input_layernorm.weight")
         put(f"{st.valves[reactor]}.weight", h + "post_attention_layernorm.weight")
-        if st.attn is not None:
+        if st.attn is not None and arch == "lara_mini":  # Qwen3's attention: no gate in q_proj
+            a, s = st.attn_node, h + "self_attn."
+            for p in ("weight", "bias"):
+                put(f"{st.attn}.qkv.{p}", [s + f"{n}_proj.{p}" for n in "qkv"],
+                    L._Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+                put(f"{st.attn}.proj.{p}", s + f"o_proj.{p}")
+            put(f"{st.attn}.q_norm.weight", s + "q_norm.weight")
+            put(f"{st.attn}.k_norm.weight", s + "k_norm.weight")
+        elif st.attn is not None:
             a, s = st.attn_node, h + "self_attn."
             for p in ("weight", "bias"):
                 put(f"{st.attn}.qkv.{p}", [s + f"{n}_proj.{p}" for n in "qkv"], QkvGate(a.heads, a.head_dim, a.kv_heads * a.head_dim))
@@ -454,18 +536,25 @@ def plan(arch: str, plan_, put, spec, state, fused):
                 put(f"{delta}.in_proj_z.weight", s + "in_proj_qkvz.weight", Rows(qkvz.groups, qkvz.sizes, (3,)))
                 put(f"{delta}.in_proj_b.weight", s + "in_proj_ba.weight", Rows(d.k_heads, (r, r), (0,)))
                 put(f"{delta}.in_proj_a.weight", s + "in_proj_ba.weight", Rows(d.k_heads, (r, r), (1,)))
+            elif arch == "lara_mini" and (s + "in_proj.weight" in state or s + "in_proj_qkv.weight" not in state):
+                # as saved (and exported): one in_proj, rows [q | k | v | z | b | a]; its gated norm's gain out_norm
+                fused = (d.conv_dim, d.value_dim, d.heads, d.heads)
+                for j, n in enumerate(("qkv", "z", "b", "a")):
+                    put(f"{delta}.in_proj_{n}.weight", s + "in_proj.weight", Rows(1, fused, (j,)))
             else:
                 for n in ("qkv", "z", "b", "a"):
                     put(f"{delta}.in_proj_{n}.weight", s + f"in_proj_{n}.weight")
             for n in _DELTA_PARAMS:
                 put(f"{delta}.{n}", s + n)
-            put(f"{delta}.norm", s + "norm.weight")
+            saved_norm = arch == "lara_mini" and (s + "out_norm.weight" in state or s + "norm.weight" not in state)
+            put(f"{delta}.norm", s + ("out_norm.weight" if saved_norm else "norm.weight"))
         if st.moe is not None:
             m, b = st.work_node, h + "mlp."
             put(f"{st.moe}.router.weight", b + "gate.weight")
             L._put_experts(put, st.moe, b, m, state, fused)
             L._put_gated(put, f"{st.moe}.shared", b + "shared_expert.", m.shared)
-            put(f"{st.moe}.shared_gate.weight", b + "shared_expert_gate.weight")
+            if m.shared_gate:
+                put(f"{st.moe}.shared_gate.weight", b + "shared_expert_gate.weight")
         else:
             L._put_gated(put, st.mlp, h + "mlp.", st.work_node.hidden)
     put("feed.tok.weight", "embed_tokens.weight")

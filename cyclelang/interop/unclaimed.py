@@ -67,7 +67,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "kimi_linear": ("deepseek_v2", "Kimi Delta Attention (a gated delta rule with a per-channel decay, short convolutions, a gated output norm); latent attention without rotary"),
     "kolibri1": ("deepseek_v2", "its correction bias is added to the router's raw logits for the choice (top-k of logits + b), the weights then sigmoid(logits): the language's correction= adds to the sigmoid scores, another choice"),
     "laguna": ("qwen2_moe", "a softplus gate on the attention output (per head)"),
-    "lara_mini": ("qwen2_moe", "a gated DeltaNet mixer (gated delta rule, short convolutions, a gated output norm)"),
     "lfm2": ("llama", "LFM2's gated short convolution (input-gated depthwise causal conv, output-gated)"),
     "lfm2_moe": ("mixtral", "LFM2's gated short convolution (input-gated depthwise causal conv, output-gated)"),
     "lfm3": ("llama", "LFM2's gated short convolution (input-gated depthwise causal conv, output-gated); a sigmoid per-head gate on the attention output"),
