@@ -31,6 +31,7 @@ LIBRARY = {
     "layerscale", "deepnet", "highway", "llama", "mqa", "mistral", "moe", "poolformer", "throat",
     "mamba2", "expander", "deepseek_v2", "jamba", "striped",
 }
+LIBRARY.add("gated_delta")  # issue 34: the gated DeltaNet hybrid
 
 
 def test_the_library_is_complete():
