@@ -62,7 +62,7 @@ class GatedDeltaEmitter(OpEmitter):
         w = out.line
         w(f"class {name}(nn.Module):")
         with out.indent():
-            out.block('''"""Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024): a pintle injector, a metered state.
+            out.block('''"""Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024): positions mix through a decaying state written key by key.
 
 Projections to q, k, v, an output gate z, and per value head b and a; a short depthwise causal
 conv with silu over [q | k | v]; q and k L2-normalised; per value head the gated delta rule
@@ -72,6 +72,8 @@ heads // k_heads value heads read one query/key head. A gated RMSNorm per head, 
 then out_proj. Parameter names follow transformers' Qwen3_5GatedDeltaNet. Chunked for a sequence,
 one step at a time when decoding; the Cache keeps the conv window and S only.
 """''')
+            w()
+            w("A_RANGE = (1.0, 16.0)  # exp(A_log), the decay's rate per head, starts uniform in this range")
             w()
             with out.constructor("width", "heads", "k_heads", "head_dim", "v_dim", "conv", "chunk", "eps"):
                 out.block('''
@@ -84,7 +86,7 @@ self.in_proj_b = nn.Linear(width, heads, bias=False)  # beta = sigmoid(b): how s
 self.in_proj_a = nn.Linear(width, heads, bias=False)  # the decay's input
 self.conv1d = nn.Conv1d(conv_dim, conv_dim, conv, groups=conv_dim, bias=False)  # depthwise
 self.dt_bias = nn.Parameter(torch.ones(heads))
-self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(1, 16)))  # the decay's rate per head: exp(A_log) in [1, 16]
+self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(*self.A_RANGE)))  # the decay's rate per head
 self.norm = nn.Parameter(torch.ones(v_dim))  # the gated RMSNorm's gain, shared by the heads
 self.out_proj = nn.Linear(self.value_dim, width, bias=False)''')
             w()

@@ -50,20 +50,6 @@ def padded_mask(keys, T, window=None):
     return (seen & keys[:, None, None, :]) | (i == j)
 
 
-class OffsetRMSNorm(torch.nn.Module):
-    """RMSNorm whose gain is offset + weight (Gemma: offset 1, the weight starting at 0),
-    so a checkpoint's weight is stored as it was trained. The weight starts at 1 - offset:
-    an identity gain, as nn.RMSNorm's ones."""
-
-    def __init__(self, width, eps, offset):
-        super().__init__()
-        self.eps, self.offset = eps, offset
-        self.weight = torch.nn.Parameter(torch.full((width,), 1.0 - offset))
-
-    def forward(self, x):
-        return F.rms_norm(x, (x.size(-1),), None, self.eps) * (self.offset + self.weight)
-
-
 def gated_delta_scan(q, k, v, g, beta, chunk, state=None):
     """The gated delta rule (Yang, Kautz & Hatamizadeh 2024), chunk by chunk, in float32 or wider.
 
@@ -127,7 +113,6 @@ class Config:
     n_block: int = 2  # instances of stage block
     n_deltas: int = 3  # instances of stage deltas in each block
     norm_eps: float = 1e-06  # the norms' epsilon
-    norm_offset: float = 1.0  # the norms' gain is norm_offset + w (Gemma, Nemotron: 1, w starting at 0)
     heads: int = 8  # the gated delta rule's value heads, each with its own state (num_v_heads)
     delta_k_heads: int = 4  # its query/key heads, each read by delta_heads // delta_k_heads value heads
     delta_head_dim: int = 64  # each query/key head's width
@@ -140,7 +125,6 @@ class Config:
     rotary_dims: int = 16  # rotated channels of each head (partial rotary)
     rotary_base: float = 10000000.0  # rotary frequency base
     qk_norm_eps: float = 1e-06  # the qk-norms' epsilon
-    qk_norm_offset: float = 1.0  # the qk-norms' gain is qk_norm_offset + w (Gemma 3: 1)
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
@@ -169,7 +153,7 @@ class Config:
 
 
 class Feed(nn.Module):
-    """Token embedding plus no positions (they come from rotary, or not at all) (gated_delta.cycle:45 · tanks and pumps)."""
+    """Token embedding plus no positions (they come from rotary, or not at all) (gated_delta.cycle:46 · tanks and pumps)."""
 
     def __init__(self, config):
         super().__init__()
@@ -181,7 +165,7 @@ class Feed(nn.Module):
 
 
 class GatedDeltaNet(nn.Module):
-    """Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024): a pintle injector, a metered state.
+    """Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024): positions mix through a decaying state written key by key.
 
     Projections to q, k, v, an output gate z, and per value head b and a; a short depthwise causal
     conv with silu over [q | k | v]; q and k L2-normalised; per value head the gated delta rule
@@ -191,6 +175,8 @@ class GatedDeltaNet(nn.Module):
     then out_proj. Parameter names follow transformers' Qwen3_5GatedDeltaNet. Chunked for a sequence,
     one step at a time when decoding; the Cache keeps the conv window and S only.
     """
+
+    A_RANGE = (1.0, 16.0)  # exp(A_log), the decay's rate per head, starts uniform in this range
 
     def __init__(self, width, heads, k_heads, head_dim, v_dim, conv, chunk, eps):
         super().__init__()
@@ -203,7 +189,7 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_a = nn.Linear(width, heads, bias=False)  # the decay's input
         self.conv1d = nn.Conv1d(conv_dim, conv_dim, conv, groups=conv_dim, bias=False)  # depthwise
         self.dt_bias = nn.Parameter(torch.ones(heads))
-        self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(1, 16)))  # the decay's rate per head: exp(A_log) in [1, 16]
+        self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(*self.A_RANGE)))  # the decay's rate per head
         self.norm = nn.Parameter(torch.ones(v_dim))  # the gated RMSNorm's gain, shared by the heads
         self.out_proj = nn.Linear(self.value_dim, width, bias=False)
 
@@ -248,17 +234,17 @@ class Mlp(nn.Module):
 class Attention(nn.Module):
     """Causal self-attention: the only place positions mix (injector).
 
-    With grouped-query attention (kv_heads < heads: query heads share keys and values), partial rotary positions, qk-norm (gain qk_offset + w), an output gate per channel, y * sigmoid(W x) before the output projection (Qwen3-Next).
+    With grouped-query attention (kv_heads < heads: query heads share keys and values), partial rotary positions, qk-norm, an output gate per channel, y * sigmoid(W x) before the output projection (Qwen3-Next).
     """
 
-    def __init__(self, width, heads, kv_heads, head_dim, bias, qk_eps, qk_offset):
+    def __init__(self, width, heads, kv_heads, head_dim, bias, qk_eps):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused
         self.proj = nn.Linear(heads * head_dim, width, bias=bias)
         self.gate = nn.Linear(width, heads * head_dim, bias=bias)  # the output gate's logits
-        self.q_norm = OffsetRMSNorm(head_dim, eps=qk_eps, offset=qk_offset)
-        self.k_norm = OffsetRMSNorm(head_dim, eps=qk_eps, offset=qk_offset)
+        self.q_norm = nn.RMSNorm(head_dim, eps=qk_eps)
+        self.k_norm = nn.RMSNorm(head_dim, eps=qk_eps)
 
     def forward(self, x, rope, cache, mask=None):
         B, T, C = x.size()
@@ -330,47 +316,47 @@ class Cache:
 
 
 class Deltas(nn.Module):
-    """One `deltas` block, repeated config.n_deltas times in each block (gated_delta.cycle:49 · stage, from template delta_layer)."""
+    """One `deltas` block, repeated config.n_deltas times in each block (gated_delta.cycle:50 · stage, from template delta_layer)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # gated DeltaNet; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:17 · prechamber mix
-            norm=OffsetRMSNorm(config.width, eps=config.norm_eps, offset=config.norm_offset),  # Pre-LN: the norm is on the branch · gated_delta.cycle:18 · valve
-            delta=GatedDeltaNet(config.width, heads=config.heads, k_heads=config.delta_k_heads, head_dim=config.delta_head_dim, v_dim=config.delta_v_dim, conv=config.delta_conv, chunk=config.delta_chunk, eps=config.delta_eps),  # gated DeltaNet: the delta rule writes a decaying fixed-size state key by key · gated_delta.cycle:19 · pintle injector
+        self.mix = nn.ModuleDict(dict(  # gated DeltaNet; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:18 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · gated_delta.cycle:19 · valve
+            delta=GatedDeltaNet(config.width, heads=config.heads, k_heads=config.delta_k_heads, head_dim=config.delta_head_dim, v_dim=config.delta_v_dim, conv=config.delta_conv, chunk=config.delta_chunk, eps=config.delta_eps),  # gated DeltaNet: the delta rule writes a decaying fixed-size state key by key · gated_delta.cycle:20 · pintle injector
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:22 · prechamber burn
-            norm=OffsetRMSNorm(config.width, eps=config.norm_eps, offset=config.norm_offset),  # Pre-LN: the norm is on the branch · gated_delta.cycle:23 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · gated_delta.cycle:24 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:23 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · gated_delta.cycle:24 · valve
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · gated_delta.cycle:25 · combustor
         ))
 
     def forward(self, x, cache):
-        x = x + self.mix.delta(self.mix.norm(x), cache)  # mix: residual add, scaled init · gated_delta.cycle:17 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · gated_delta.cycle:22 · prechamber burn, cooling
+        x = x + self.mix.delta(self.mix.norm(x), cache)  # mix: residual add, scaled init · gated_delta.cycle:18 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · gated_delta.cycle:23 · prechamber burn, cooling
         return x
 
 
 class Attention_(nn.Module):
-    """One `attention` block (gated_delta.cycle:50 · stage, from template attention_layer)."""
+    """One `attention` block (gated_delta.cycle:51 · stage, from template attention_layer)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:30 · prechamber mix
-            norm=OffsetRMSNorm(config.width, eps=config.norm_eps, offset=config.norm_offset),  # Pre-LN: the norm is on the branch · gated_delta.cycle:31 · valve
-            attn=Attention(config.width, heads=config.heads, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps, qk_offset=config.qk_norm_offset),  # attention: the only place positions mix · gated_delta.cycle:32 · injector
+        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:31 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · gated_delta.cycle:32 · valve
+            attn=Attention(config.width, heads=config.heads, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),  # attention: the only place positions mix · gated_delta.cycle:33 · injector
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:35 · prechamber burn
-            norm=OffsetRMSNorm(config.width, eps=config.norm_eps, offset=config.norm_offset),  # Pre-LN: the norm is on the branch · gated_delta.cycle:36 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · gated_delta.cycle:37 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:36 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · gated_delta.cycle:37 · valve
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · gated_delta.cycle:38 · combustor
         ))
 
     def forward(self, x, rope, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · gated_delta.cycle:30 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · gated_delta.cycle:35 · prechamber burn, cooling
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · gated_delta.cycle:31 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · gated_delta.cycle:36 · prechamber burn, cooling
         return x
 
 
 class Block(nn.Module):
-    """One `block` block, repeated config.n_block times: the stages deltas x config.n_deltas, attention in turn (gated_delta.cycle:48 · nested stage)."""
+    """One `block` block, repeated config.n_block times: the stages deltas x config.n_deltas, attention in turn (gated_delta.cycle:49 · nested stage)."""
 
     def __init__(self, config):
         super().__init__()
@@ -378,9 +364,9 @@ class Block(nn.Module):
         self.stages = nn.ModuleList([Deltas(config) for _ in range(config.n_deltas)] + [Attention_(config)])  # one entry per stage instance
 
     def forward(self, x, rope, cache, mask=None):
-        for stage in self.stages[:self.config.n_deltas]:  # block deltas · gated_delta.cycle:49 · stage
+        for stage in self.stages[:self.config.n_deltas]:  # block deltas · gated_delta.cycle:50 · stage
             x = stage(x, cache)
-        x = self.stages[self.config.n_deltas](x, rope, cache, mask)  # block attention · gated_delta.cycle:50 · stage
+        x = self.stages[self.config.n_deltas](x, rope, cache, mask)  # block attention · gated_delta.cycle:51 · stage
         return x
 
 
@@ -390,18 +376,18 @@ def learning_rate(step):
 
 
 class Model(nn.Module):
-    """gated_delta: embeddings, blocks, LM head (gated_delta.cycle:42 · feed, stages, nozzle)."""
+    """gated_delta: embeddings, blocks, LM head (gated_delta.cycle:43 · feed, stages, nozzle)."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · gated_delta.cycle:45 · tanks and pumps
+        self.feed = Feed(config)  # token embedding · gated_delta.cycle:46 · tanks and pumps
         self.stages = nn.ModuleList([Block(config) for _ in range(config.n_block)])  # one entry per stage instance
-        self.norm = OffsetRMSNorm(config.width, eps=config.norm_eps, offset=config.norm_offset)  # final norm · gated_delta.cycle:53 · valve on the main line
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · gated_delta.cycle:54 · valve on the main line
         cos, sin = rotary_tables(config.context, config.rotary_dims, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · gated_delta.cycle:54 · nozzle
+        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · gated_delta.cycle:55 · nozzle
         self.aux_losses = {}
         self.reset_parameters()
 
@@ -416,14 +402,14 @@ class Model(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
-        for group in self.stages:  # block block · gated_delta.cycle:48 · stage
-            for stage in group.stages[:config.n_deltas]:  # block deltas · gated_delta.cycle:49 · stage
+        for group in self.stages:  # block block · gated_delta.cycle:49 · stage
+            for stage in group.stages[:config.n_deltas]:  # block deltas · gated_delta.cycle:50 · stage
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
                 nn.init.normal_(stage.mix.delta.out_proj.weight, mean=0.0, std=config.cooling_std)
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
                 nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        for group in self.stages:  # block block · gated_delta.cycle:48 · stage
-            stage = group.stages[config.n_deltas]  # block attention · gated_delta.cycle:50 · stage
+        for group in self.stages:  # block block · gated_delta.cycle:49 · stage
+            stage = group.stages[config.n_deltas]  # block attention · gated_delta.cycle:51 · stage
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
@@ -453,9 +439,9 @@ class Model(nn.Module):
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
         aux = {}
-        for stage in self.stages:  # block block · gated_delta.cycle:48 · stage
+        for stage in self.stages:  # block block · gated_delta.cycle:49 · stage
             x = stage(x, rope, cache, mask)
-        x = self.norm(x)  # final norm · gated_delta.cycle:53 · valve on the main line
+        x = self.norm(x)  # final norm · gated_delta.cycle:54 · valve on the main line
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:
             cache.pos += T
