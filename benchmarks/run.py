@@ -474,7 +474,14 @@ DEEPSEEK_V3 = dict(DEEPSEEK_V2, num_key_value_heads=4, n_group=4, topk_group=2, 
 QWEN3_MOE = dict(hidden_size=256, intermediate_size=704, moe_intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
                  max_position_embeddings=256, tie_word_embeddings=False)
-IMPORTED = (("deepseek_v2", "DeepseekV2", DEEPSEEK_V2), ("deepseek_v3", "DeepseekV3", DEEPSEEK_V3), ("qwen3_moe", "Qwen3Moe", QWEN3_MOE))
+# Qwen3-Next at width 256: 3 gated DeltaNet layers (8 value heads over 4 key heads, 64 wide, conv 4) then 1 attention layer
+# (4 heads of 64 over 2, the output gate, quarter rotary), 8 experts (top 2, 128 wide) beside a gated shared one (256)
+QWEN3_NEXT = dict(hidden_size=256, intermediate_size=704, moe_intermediate_size=128, shared_expert_intermediate_size=256,
+                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64, linear_num_value_heads=8,
+                  linear_num_key_heads=4, linear_key_head_dim=64, linear_value_head_dim=64, num_experts=8, num_experts_per_tok=2,
+                  max_position_embeddings=256, tie_word_embeddings=False)
+IMPORTED = (("deepseek_v2", "DeepseekV2", DEEPSEEK_V2), ("deepseek_v3", "DeepseekV3", DEEPSEEK_V3), ("qwen3_moe", "Qwen3Moe", QWEN3_MOE),
+            ("qwen3_next", "Qwen3Next", QWEN3_NEXT))
 
 
 def _imported_against_hf(name, prefix, config, args, torch):
@@ -525,8 +532,11 @@ def bench_expander(args, torch):
         if args.families and name not in args.families.split(","):
             continue
         res[name] = _imported_against_hf(name, prefix, config, args, torch)
-    for name in ("expander", "gpt2"):
-        res[name] = decode_growth(name, cyclelang.build(cyclelang.parse(spec_text(name, FLAT)), seed=0, fast=True).eval(), args, torch)
+    # gated DeltaNet: expander.cycle's engine with the linear attention swapped for `turbine delta` (4 heads of 32)
+    delta = spec_text("expander", FLAT).replace("turbine linear_attention heads=4 retention chunk=64", "turbine delta heads=4 chunk=64")
+    for name in ("expander", "gpt2", "gated_delta"):
+        text = delta if name == "gated_delta" else spec_text(name, FLAT)
+        res[name] = decode_growth(name, cyclelang.build(cyclelang.parse(text), seed=0, fast=True).eval(), args, torch)
         d = res[name]
         print(f"  decode {name}: {d['ms_first']:.3f} ms per token around token 64, {d['ms_last']:.3f} ms around 4096 (x{d['growth']:.2f})", flush=True)
     return res
@@ -1078,13 +1088,17 @@ def render(results) -> str:
         for key, label in (("eager", "Mamba-2 training step, eager"), ("compiled", "Mamba-2 training step, both torch.compile'd")):
             ms = x[key]["ms"]
             out.append(f"| {label} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x[key]['vs_hf']:.3f}** |")
-        for name, label in (("deepseek_v2", "DeepSeek-V2"), ("deepseek_v3", "DeepSeek-V3 (its router)"), ("qwen3_moe", "Qwen3-MoE")):
+        for name, label in (("deepseek_v2", "DeepSeek-V2"), ("deepseek_v3", "DeepSeek-V3 (its router)"), ("qwen3_moe", "Qwen3-MoE"),
+                            ("qwen3_next", "Qwen3-Next (gated DeltaNet, transformers' torch path)")):
             for key, how in (("eager", "eager"), ("compiled", "both torch.compile'd")):
                 if name in x:
                     ms = x[name][key]["ms"]
                     out.append(f"| {label} training step, {how} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x[name][key]['vs_hf']:.3f}** |")
         out += ["", "| decoding, width 128, 2 blocks, batch 1 | around token 64 | around token 4,096 | growth |", "|---|---|---|---|"]
-        for key, label in (("expander", "linear attention (expander.cycle)"), ("gpt2", "attention (gpt2.cycle)")):
+        for key, label in (("expander", "linear attention (expander.cycle)"), ("gpt2", "attention (gpt2.cycle)"),
+                           ("gated_delta", "gated DeltaNet (expander.cycle's engine)")):
+            if key not in x:
+                continue
             d = x[key]
             out.append(f"| {label} | {d['ms_first']:.3f} ms | {d['ms_last']:.3f} ms | **x{d['growth']:.2f}** |")
         out.append("")
@@ -1157,7 +1171,7 @@ def render(results) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="sections, comma-separated (default: train,compiled,first-step,decode,memory,ops,frontend,lsp,expander; on cuda train,compiled,decode)")
-    ap.add_argument("--families", help="with expander: only these imported families' training steps (deepseek_v2,deepseek_v3,qwen3_moe)")
+    ap.add_argument("--families", help="with expander: only these imported families' training steps (deepseek_v2,deepseek_v3,qwen3_moe,qwen3_next)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=7)

@@ -47,6 +47,8 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      ["striped"]),
 ]
 
+SECTIONS[[s[0] for s in SECTIONS].index("The expander cycle: changing the exponent")][2].append("gated_delta")  # issue 34
+
 # specs/families/: what `cyclec import` writes for each transformers family's default config
 # (scripts/family_specs.py); each is drawn and reported like the library's specs.
 FAMILY_STEMS = sorted(f"families/{p.stem}" for p in (ROOT / "specs" / "families").glob("*.cycle"))
@@ -381,6 +383,25 @@ CONCEPTS: dict[str, tuple[str, str]] = {
         "the KV cache each layer needs: the last 128 positions in the 18 local layers, the whole context in the 6 global ones.",
     ),
 }
+# the gated DeltaNet hybrids (issue 34, families_delta.py)
+FAMILY_NOTES.update({
+    "qwen3_next": "Qwen3-Next: three gated DeltaNet layers to one attention layer with an output gate and (1 + w) norms, routed "
+                  "experts beside a gated shared one.",
+    "qwen3_5_text": "Qwen3.5: Qwen3-Next's 3:1 pattern of gated DeltaNet and output-gated attention, with a SwiGLU MLP.",
+    "qwen3_5_moe_text": "Qwen3.5-MoE: Qwen3.5's layers with routed experts beside a gated shared one in every layer.",
+    "olmo_hybrid": "OLMo Hybrid: pre-norm gated DeltaNet layers (beta up to 2) with OLMo-3's post-norm attention every fourth layer.",
+    "lara_mini": "Lara Mini: Qwen3.5's gated DeltaNet between sliding and unrotated full attention layers, routed experts beside "
+                 "an ungated shared one.",
+})
+CONCEPTS["gated_delta"] = (
+    "Three of every four stages carry the past in a pintle injector: each head meters how much of a token's value its "
+    "state takes in and how fast the old charge cools, so the state stays one fixed size; the fourth stage keeps a full "
+    "injector, with a throttle valve on its exhaust (the output gate).",
+    "Qwen3-Next's 3:1 pattern at a small size: gated DeltaNet (Yang et al. 2024: short causal convs on q, k and v, "
+    "L2-normalised q and k, the delta rule with a decay and a write strength per head, a gated RMSNorm) trained in "
+    "chunks of 64 and decoded one step at a time, beside attention whose output passes sigmoid(W x) per channel. "
+    "Decoding keeps 420 KiB of recurrent state per sequence (2-byte values) plus the two attention layers' KV cache.",
+)
 CONCEPTS.update({stem: (FAMILY_ENGINE, FAMILY_NOTES.get(stem.split("/", 1)[1], "")) for stem in FAMILY_STEMS})  # a new family needs its note
 
 ROLE_HEADS = {  # table columns: the role and its engine part

@@ -624,6 +624,7 @@ DOCUMENTED = {
     "attention_yarn": ["heads=2", "rotary", "rotary_scaling=yarn", "rotary_factor=2", "rotary_beta_fast=16", "rotary_beta_slow=2",
                        "rotary_attention_factor=1.1", "rotary_truncate=false", "sinks"],
     "attention_caps": ["heads=2", "softcap=30", "alibi", "alibi_scaled"],
+    "attention_gate": ["heads=2", "gate=head"],
     "mlp": ["ratio=2", "act=gelu_tanh", "bias=false", "dropout=0.1"],
     "mlp_hidden": ["hidden=24", "act=swiglu_clamp", "clamp=3"],
     "moe": ["experts=4", "top=2", "capacity=1.25", "balance=0.01", "ratio=2", "act=swiglu", "bias=false"],
@@ -635,6 +636,7 @@ DOCUMENTED = {
     "ssm_v1": ["version=1", "state=4", "expand=2", "dt_rank=2", "conv=3", "chunk=4", "bias=false", "conv_bias=true", "norms", "norms_affine=false", "eps=1e-5",
                "dt_min=0.001", "dt_max=0.1"],
     "linear_attention": ["heads=2", "feature=relu", "normalize=false", "chunk=4"],
+    "delta": ["heads=2", "k_heads=1", "head_dim=4", "v_dim=3", "conv=3", "chunk=4", "eps=1e-5", "negative_eigenvalues"],
     "latent_attention": ["heads=2", "latent=4", "q_latent=4", "rotary_dims=2", "v_dim=4"],
     "layernorm": ["eps=1e-5", "bias=false", "offset=1"],
     "rmsnorm": ["eps=1e-6"],
@@ -653,9 +655,10 @@ def _engine(stage_body: str, feed: str = "vocab=16 context=8", nozzle: str = "",
 def test_d13_every_documented_option_can_be_written():
     texts = [_engine("prechamber p { turbine mlp }", feed=" ".join(DOCUMENTED["feed"]))]
     for kind in ("attention", "attention_qk", "attention_qk_shapes", "attention_qk_weightless", "attention_llama3", "attention_yarn", "attention_caps",
-                 "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
+                 "attention_gate", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
         texts.append(_engine(f"prechamber p {{ turbine {kind.split('_')[0]} {' '.join(DOCUMENTED[kind])} }}"))
-    for kind, turbine in (("ssm", "ssm"), ("ssm_v1", "ssm"), ("linear_attention", "linear_attention"), ("latent_attention", "attention")):
+    for kind, turbine in (("ssm", "ssm"), ("ssm_v1", "ssm"), ("linear_attention", "linear_attention"), ("latent_attention", "attention"),
+                          ("delta", "delta")):
         texts.append(_engine(f"prechamber p {{ turbine {turbine} {' '.join(DOCUMENTED[kind])} }}"))
     for kind in ("layernorm", "rmsnorm"):
         texts.append(_engine(f"prechamber p {{ norm {kind} {' '.join(DOCUMENTED[kind])} turbine mlp }}"))

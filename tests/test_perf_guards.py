@@ -80,6 +80,9 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
             count += 3  # qkv, the fused attention kernel, proj
             count += 1 if op.sinks else 0  # sinks: the scores and the weighted sum, two matmuls of the same FLOPs as the kernel
             flops += 2 * N * C * (h + 2 * kv) * d + 2 * N * h * d * C + 4 * B * h * T * T * d
+            if op.gate != "none":  # the output gate's projection (Qwen3-Next)
+                count += 1
+                flops += 2 * N * C * (h * d if op.gate == "channel" else h)
         elif isinstance(op, ir.Mlp):
             g = 2 if op.act in ("swiglu", "geglu", "swiglu_clamp") else 1
             count += 2
@@ -108,6 +111,13 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
             for l in chunks(T, op.chunk):
                 count += 4
                 flops += 2 * B * h * l * l * (n + p) + 4 * B * h * l * p * n
+        elif isinstance(op, ir.GatedDelta):
+            h, dk, dv, C = op.heads, op.head_dim, op.v_dim, op.width
+            count += 6  # in_proj_qkv, the conv, in_proj_b, in_proj_a, in_proj_z, out_proj
+            flops += 2 * N * C * (op.conv_dim + 2 * h + h * dv) + 2 * B * op.conv_dim * T * op.conv + 2 * N * h * dv * C
+            for l in chunks(T, op.chunk):
+                count += 6  # k.k and q.k scores, the state read twice, the scores' sum, the state written
+                flops += B * h * (4 * l * l * dk + 2 * l * l * dv + 6 * l * dk * dv)
         elif isinstance(op, ir.Mamba1):
             i, n, R, C = op.inner, op.state, op.dt_rank, op.width
             count += 5  # in_proj, the conv, x_proj, the step's projection, out_proj

@@ -32,6 +32,7 @@ LIBRARY = {
     "mamba2", "expander", "deepseek_v2", "jamba", "striped",
     "sinks",
 }
+LIBRARY.add("gated_delta")  # issue 34: the gated DeltaNet hybrid
 
 
 def test_the_library_is_complete():

@@ -110,6 +110,12 @@ CLASSES = {
     "granite_swa": "GraniteSWAConfig",
     "granitemoe_swa": "GraniteMoeSWAConfig",
     "flint": "FlintConfig",
+    # gated DeltaNet hybrids (issue 34: families_delta.py)
+    "qwen3_next": "Qwen3NextConfig",
+    "qwen3_5_text": "Qwen3_5TextConfig",
+    "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
+    "olmo_hybrid": "OlmoHybridConfig",
+    "lara_mini": "LaraMiniConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).

@@ -2477,6 +2477,10 @@ def _hunyuan_config(a: Arch, cfg: dict) -> dict:
 
 _HUNYUAN = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 READERS.update({f: _hunyuan(f) for f in _HUNYUAN})
+from . import families_delta as _delta  # noqa: E402  (Qwen3-Next, Qwen3.5: gated DeltaNet hybrids)
+
+KEYS.update(_delta.KEYS)
+READERS.update(_delta.READERS)
 FAMILIES = tuple(READERS)
 assert set(READERS) == set(KEYS) <= set(CLASSES), "every claimed family has a reader, its Keys and its transformers class"
 
@@ -2500,6 +2504,7 @@ CAUSAL_LM.update(CAUSAL_LM_H2)
 CAUSAL_LM.update(_parallel.CAUSAL_LM)
 CAUSAL_LM.update(_routed_v3.CAUSAL_LM)
 CAUSAL_LM.update(_sinks.CAUSAL_LM)
+CAUSAL_LM.update(_delta.CAUSAL_LM)
 CAUSAL_LM.update(lineage.CAUSAL_LM)
 CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
 CAUSAL_LM.update({"minicpm3": "MiniCPM3ForCausalLM", "youtu": "YoutuForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
@@ -2598,6 +2603,8 @@ def _comment(src: dict, *keys: str) -> str:
 
 def spec_text(a: Arch, source: str = "config.json") -> str:
     """A formatted, commented spec that builds to the architecture `a` describes."""
+    if isinstance(a, _delta.DeltaHybrid):
+        return _delta.spec_text(a, source)
     if isinstance(a, Mamba2):
         return _mamba2_text(a, source)
     if isinstance(a, lineage.Gpt):
@@ -3315,6 +3322,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
     if any(isinstance(o, ir.LinearAttention) for o in ops):
         raise Unsupported("turbine linear_attention", "no transformers model family computes linear attention "
                           "(Katharopoulos et al.): there is no config to write it as")
+    if any(isinstance(o, ir.GatedDelta) for o in ops):  # Qwen3-Next, Qwen3.5 (families_delta.py)
+        return _delta.engine_config(engine)
     if not any(isinstance(o, _EXPANDER_KINDS) for o in ops):
         return None
     latent = any(isinstance(o, ir.LatentAttention) for o in ops)  # MiniCPM3 scales its branches

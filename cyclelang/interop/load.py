@@ -217,6 +217,9 @@ _RENAMES["sarvam_moe"] = ((r"^model\.word_embeddings\.", "model.embed_tokens."),
 _RENAMES["hy_v3"] = ((r"\.mlp\.expert_bias$", ".mlp.e_score_correction_bias"), (r"\.mlp\.router\.gate\.", ".mlp.gate."),
                      (r"\.mlp\.shared_mlp\.", ".mlp.shared_experts."))
 
+# OLMo Hybrid's files: its DeltaNet layers' norms under OLMo-core's names (families_delta.py)
+_RENAMES["olmo_hybrid"] = ((r"\.attention_layer_norm\.", ".input_layernorm."), (r"\.feedforward_layer_norm\.", ".post_attention_layernorm."))
+
 
 def _renamed(state: dict, renames) -> dict:
     """The state dict under transformers' names; two keys that land on one name are refused (which one is the checkpoint's?)."""
@@ -394,6 +397,8 @@ def _plan(arch: str, spec, state: dict, fused: bool | None = None, halves: bool 
         return _plan_latent_dense(plan, put, layout, final, arch == "minicpm3" or bool(halves))
     if arch in _EXPANDER_PLANS:
         return _EXPANDER_PLANS[arch](plan, put, layout, final, state, fused)
+    if arch in families._delta.READERS:  # the gated DeltaNet hybrids (families_delta.py)
+        return families._delta.plan(arch, plan, put, spec, state, fused)
     if arch in families.lineage.READERS:  # the GPT-2 lineage's layers (lineage.py)
         return families.lineage.plan(arch, plan, put, spec, _SAME, _TRANSPOSE, _Cat, _NeoxQkv)
     for i, st in sorted(layout.items()):
@@ -1175,6 +1180,7 @@ def export_state_dict(model_state: Mapping, spec, family: str) -> dict:
         raise InteropError(where, why)
     out: dict = {}
     stacks: dict = {}
+    pieces: dict = {}
     for key, value in model_state.items():
         if key not in plan.entries:
             raise InteropError(key, f"the module has it; transformers' {family} has no place for it")
@@ -1183,7 +1189,12 @@ def export_state_dict(model_state: Mapping, spec, family: str) -> dict:
             stacks.setdefault(srcs[0], [None] * fn.count)[fn.x] = fn.inverse(value)[0]
             continue
         for s, t in zip(srcs, fn.inverse(value.detach())):
+            if isinstance(t, families._delta.Piece):  # a share of a checkpoint tensor several module tensors split (Qwen3-Next's)
+                pieces.setdefault(s, []).append(t)
+                continue
             out[s] = t
+    for s, shares in pieces.items():
+        out[s] = families._delta.Piece.join(shares)
     for s, parts in stacks.items():
         out[s] = torch.stack([p.detach() for p in parts]).contiguous()
     pre = _prefix(family)

@@ -148,6 +148,10 @@ def _shrink_heads(op, s):  # ssm, linear attention: heads (and groups, state) ke
     return op.model_copy(update=dict(width=s.dim(op.width), head_dim=s.dim(op.head_dim)))
 
 
+def _shrink_delta(op, s):  # heads and key heads kept, each head (key and value) narrower
+    return op.model_copy(update=dict(width=s.dim(op.width), head_dim=s.dim(op.head_dim), v_dim=s.dim(op.v_dim)))
+
+
 def _shrink_mamba1(op, s):  # state and the step's rank kept, the channels narrower
     return op.model_copy(update=dict(width=s.dim(op.width), inner=s.dim(op.inner)))
 
@@ -209,7 +213,13 @@ def _attention_params(a: ir.Attention, w: int) -> int:
         n += per * 2 * a.head_dim  # one qk-norm per head dim, shared by the heads, for q and for k
     if a.sinks:
         n += a.heads  # gpt-oss's sinks: one learned logit per head
+    n += _gate_rows(a) * (a.width + a.bias)  # the output gate's projection (biased as q, k, v are)
     return n
+
+
+def _gate_rows(a: ir.Attention) -> int:
+    """The output gate's projection rows: one per channel of every head, one per head, or none."""
+    return {"none": 0, "channel": a.heads * a.head_dim, "head": a.heads}[getattr(a, "gate", "none")]
 
 
 def attended(a, n: int) -> int:
@@ -220,12 +230,12 @@ def attended(a, n: int) -> int:
 
 def _attention_flops(a: ir.Attention, n: int, w: int = 0) -> tuple[int, int]:
     q, kv = _qkv(a)
-    return 2 * (a.width * (q + 2 * kv) + q * a.width), 4 * q * attended(a, n)
+    return 2 * (a.width * (q + 2 * kv + _gate_rows(a)) + q * a.width), 4 * q * attended(a, n)
 
 
 def _attention_activations(a: ir.Attention, n: int = 0) -> tuple[int, int]:
     q, kv = _qkv(a)
-    return a.width + 2 * q + 2 * kv, a.heads
+    return a.width + 2 * q + 2 * kv + 2 * _gate_rows(a), a.heads  # the gate's logits and the gated output
 
 
 def _attention_state(a: ir.Attention, n: int) -> int:
@@ -349,6 +359,31 @@ def _la_state(a: ir.LinearAttention, n: int) -> int:
     return a.heads * a.head_dim * _la_values(a) if a.causal else 0
 
 
+def _delta_in(d: ir.GatedDelta) -> int:
+    return 2 * d.key_dim + 2 * d.value_dim + 2 * d.heads  # in_proj rows: q, k, v, the gate z, b and a
+
+
+def _delta_params(d: ir.GatedDelta, w: int) -> int:
+    # the projections (no biases, as Qwen3-Next), the depthwise conv (no bias), dt_bias and A_log
+    # per value head, the gated norm's gain (v_dim, shared by the heads)
+    return d.width * _delta_in(d) + d.value_dim * d.width + d.conv_dim * d.conv + 2 * d.heads + d.v_dim
+
+
+def _delta_flops(d: ir.GatedDelta, n: int, w: int = 0) -> tuple[int, int]:
+    # mixing per value head and token: inside a chunk the q.k and k.k scores (2 x chunk x 2 head_dim)
+    # and the scores' weighted sum of the new values (2 x chunk x v_dim); across chunks the state read
+    # by the decayed keys and by q and written by k (3 x 2 x head_dim x v_dim): a fixed cost once n
+    # passes the chunk. The triangular solve for the new values is not a matrix product FlopCounterMode
+    # counts (about chunk x (head_dim + v_dim) per token), so it is left out, as the counter leaves it.
+    proj = 2 * (d.width * _delta_in(d) + d.value_dim * d.width) + 2 * d.conv_dim * d.conv
+    inside = 2 * min(n, d.chunk) * d.heads * (2 * d.head_dim + d.v_dim)
+    return proj, inside + 6 * d.heads * d.head_dim * d.v_dim
+
+
+def _delta_state(d: ir.GatedDelta, n: int) -> int:
+    return d.conv_dim * (d.conv - 1) + d.heads * d.head_dim * d.v_dim  # the conv window and S per value head
+
+
 def _gate_params(m: ir.GateMerge, w: int) -> int:
     return w * w + w  # g = sigmoid(W x + b), one gate per channel
 
@@ -398,6 +433,14 @@ OPS: tuple[Kind, ...] = (
          out_proj=True, params=_la_params, flops=_la_flops, state=_la_state, buffers=lambda x: x.heads if x.decay else 0,
          activations=lambda x, n=0: (x.width + 5 * x.heads * x.head_dim, 0),
          mixes_positions=True, masked=True, state_kind="recurrent", shrink=_shrink_heads, ml_phrase='linear attention: positions mix through a fixed-size state'),
+    Kind(ir.GatedDelta, "delta", "delta", "mixer", "pintle injector", "gated DeltaNet",
+         "pintle injector: a metered, decaying state written key by key carries the flow along",
+         out_proj=True, params=_delta_params, flops=_delta_flops, state=_delta_state,
+         activations=lambda x, n=0: (x.width + 2 * _delta_in(x) + 2 * x.conv_dim + 4 * x.value_dim + 2 * x.heads, 0),
+         mixes_positions=True, masked=True, state_kind="recurrent", shrink=_shrink_delta,
+         # replicated under TP: q and k are shared by groups of value heads and the conv runs over the fused
+         # [q | k | v] channels, so a split by heads needs its own row plan (not written yet)
+         mup_sub=(("conv1d", "vector"),), ml_phrase='gated DeltaNet: the delta rule writes a decaying fixed-size state key by key'),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
          out_proj=True, params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
          activations=lambda x, n=0: (x.width, 0), shrink=_shrink_linear, ml_phrase='a linear projection'),

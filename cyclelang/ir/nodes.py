@@ -44,7 +44,7 @@ IR_VERSION = 2  # 2: merges keep what was asked (`*_asked`) apart from what was 
 
 __all__ = [
     "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
-    "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling",
+    "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling", "GatedDelta",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Param", "Router", "GroupScore", "ROUTERS", "GROUP_SCORES", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
@@ -232,6 +232,9 @@ class Attention(Node):
     alibi: bool = False  # ALiBi: each head's scores get -slope * distance (Press et al.; BLOOM, MPT, Falcon)
     alibi_scaled: bool = False  # the ALiBi bias is multiplied by the logits' scale too (Falcon); false: added after it (BLOOM, MPT)
     sinks: bool = False  # a learned logit per head joins every softmax's denominator (gpt-oss's attention sinks)
+    # an output gate before the output projection, y * sigmoid(W_g x) (Qwen3-Next, Qwen3.5): one per channel of every head,
+    # or one per head; "none": no gate
+    gate: Literal["none", "channel", "head"] = Field("none", exclude_if=lambda v: v == "none")  # out of the dump when none: older IR stays as it was
 
     _checked = checked()
 
@@ -500,9 +503,50 @@ class LatentAttention(Node):
             raise ValueError(f"rotary_dims={self.rotary_dims} must be even")
 
 
+class GatedDelta(Node):
+    """Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024), as transformers' Qwen3NextGatedDeltaNet:
+    projections to q, k (k_heads x head_dim), v (heads x v_dim), a gate z (heads x v_dim), and
+    per value head b and a; a short depthwise causal conv with silu over [q | k | v]; q and k
+    L2-normalised (q then scaled by head_dim^-1/2); per value head the gated delta rule
+        S_t = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T,   o_t = S_t q_t
+    with g_t = -exp(A_log) softplus(a_t + dt_bias) and beta_t = sigmoid(b_t); each group of
+    heads / k_heads value heads reads one key head; a gated RMSNorm per head, norm(o) * silu(z);
+    out_proj. `turbine delta`. Causal only: decoding keeps the conv window and S (heads x
+    head_dim x v_dim), whatever the length."""
+
+    op: Literal["gated_delta"] = "gated_delta"
+    width: Count
+    heads: Count  # value heads (num_v_heads): each its own state, decay and write strength
+    k_heads: Count  # query/key heads (num_k_heads); divides heads
+    head_dim: Count  # each query/key head's width (linear_key_head_dim)
+    v_dim: Count  # each value head's width (linear_value_head_dim)
+    conv: Count  # kernel of the short depthwise causal conv
+    chunk: Count  # positions per chunk of the training form
+    eps: Positive  # of the gated RMSNorm
+    negative_eigenvalues: bool = False  # beta = 2 sigmoid(b), in (0, 2) (OLMo Hybrid's allow_neg_eigval); false: sigmoid(b)
+
+    _checked = checked()
+
+    @property
+    def key_dim(self) -> int:
+        return self.k_heads * self.head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.heads * self.v_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim  # the conv mixes q, k and v
+
+    def check(self) -> None:
+        if self.heads % self.k_heads:
+            raise ValueError(f"k_heads={self.k_heads} does not divide heads={self.heads}")
+
+
 # The one list of turbine kinds: every union below is built from it, so a new kind is
 # added here (and given its record in kinds.py), nowhere else in the IR.
-TURBINE_TYPES = (Attention, LatentAttention, Mlp, Moe, Pool, Conv, Ssm, LinearAttention, Linear, Mamba1)
+TURBINE_TYPES = (Attention, LatentAttention, Mlp, Moe, Pool, Conv, Ssm, LinearAttention, Linear, Mamba1, GatedDelta)
 OP_TYPES = (Norm, *TURBINE_TYPES)
 
 Turbine = Annotated[Union[TURBINE_TYPES], Field(discriminator="op")]

@@ -901,6 +901,7 @@ class _Resolver:
         softcap = o.get("softcap")
         alibi = o.get("alibi")
         alibi_scaled = o.get("alibi_scaled")
+        gate = o.get("gate")
         if alibi_scaled and not alibi:
             self.out.error("E0211", "alibi_scaled says how ALiBi positions are scaled, but alibi is off", o.span_of("alibi_scaled"), "add alibi")
             return None
@@ -956,7 +957,7 @@ class _Resolver:
                             rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
                             qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved,
                             rotary_scaling=scaling, softcap=softcap, alibi=alibi, alibi_scaled=alibi_scaled, **qk_shape,
-                            sinks=bool(o.get("sinks")), span=d.span)  # sinks: gpt-oss's learned logit per head in every softmax
+                            sinks=bool(o.get("sinks")), gate=gate or "none", span=d.span)  # sinks: gpt-oss's learned logit per head in every softmax
 
     _SCALING_OPTIONS = {"rotary_factor": ("linear", "dynamic", "llama3", "yarn"), "rotary_original": ("dynamic", "llama3", "yarn"),
                         "rotary_low": ("llama3",), "rotary_high": ("llama3",), "rotary_beta_fast": ("yarn",),
@@ -1263,6 +1264,29 @@ class _Resolver:
             return None
         return ir.LinearAttention(width=w, heads=heads, head_dim=head_dim, feature=feature, normalize=normalize, decay=decay,
                                   chunk=chunk, bias=bias, causal=ctx.throat == "causal", span=d.span)
+
+    def t_delta(self, o: Options, ctx, w, d):
+        heads = o.get("heads")
+        k_heads = o.get("k_heads")
+        v_dim = o.get("v_dim")
+        conv = o.get("conv")
+        chunk = o.get("chunk")
+        eps = o.get("eps")
+        negative = o.get("negative_eigenvalues")
+        head_dim = self._inner_heads(o, w, heads, "width")
+        if None in (head_dim, conv, chunk, eps, w) or (v_dim is None and o.has("v_dim")) or (k_heads is None and o.has("k_heads")):
+            return None
+        if ctx.throat != "causal":
+            self.out.error("E0284", "the gated delta rule reads only the past: it has no bidirectional form", d.span,
+                           "make the engine 'throat causal', or use attention in an open engine")
+            return None
+        k_heads = heads if k_heads is None else k_heads
+        if heads % k_heads:
+            self.out.error("E0285", f"k_heads={k_heads} does not divide heads={heads}", o.span_of("k_heads"),
+                           "each group of value heads reads one query/key head; pick a divisor of heads")
+            return None
+        return ir.GatedDelta(width=w, heads=heads, k_heads=k_heads, head_dim=head_dim, v_dim=v_dim or head_dim, conv=conv,
+                             chunk=chunk, eps=eps, negative_eigenvalues=bool(negative), span=d.span)
 
     def t_linear(self, o: Options, ctx, w, d):
         out = o.get("out", w)

@@ -118,6 +118,10 @@ for _t, _extra in (("light", {"q": "#3b6fb6", "kv": "#2a9d8f", "mask_on": "#1f29
 # Each kind's fill, by its kinds-table attr, a colour of every theme; the legend names a kind by its
 # kinds-table word (a new kind needs only this entry, and a kind without one fails at import).
 KIND_FILL = {"attn": "attention", "mlp": "mlp", "moe": "moe", "pool": "pool", "conv": "conv", "ssm": "ssm", "linear": "linear", "norm": "norm"}
+# gated DeltaNet (turbine delta): a rose, apart from the ssm's lavender and attention's blue
+KIND_FILL["delta"] = "delta"
+THEMES["light"]["delta"] = "#f7e1ec"
+THEMES["dark"]["delta"] = "#52283f"
 registered(lambda cls: KINDS[cls].attr in KIND_FILL, "cyclelang/backends/graphviz/style.py KIND_FILL", ir.OP_TYPES)
 registered(lambda cls: all(KIND_FILL[KINDS[cls].attr] in th for th in THEMES.values()),
            "every theme of cyclelang/backends/graphviz/style.py THEMES", ir.OP_TYPES)

@@ -73,6 +73,8 @@ def _attention_title(op: ir.Attention) -> tuple[str, str]:
         bits.append(f"scale {num(op.scale)}")
     if op.sinks:  # gpt-oss: a learned logit per head in every softmax
         bits.append("sinks")
+    if op.gate != "none":  # Qwen3-Next's output gate
+        bits.append(f"output gate per {op.gate}")
     return title, DOT.join(bits)
 
 
@@ -119,6 +121,9 @@ TITLES = {
                            DOT.join([f"dt rank {op.dt_rank}", f"conv {op.conv}"] + (["dt/B/C norms"] if op.norms else []))),
     ir.LinearAttention: lambda op: (f"Linear attention{DOT}{op.heads} heads{DOT}{'causal' if op.causal else 'bidirectional'}",
                                     DOT.join(["elu+1" if op.feature == "elu" else op.feature] + (["retention"] if op.decay else []))),
+    ir.GatedDelta: lambda op: (f"Gated DeltaNet{DOT}{op.heads} heads{DOT}causal",
+                               DOT.join(([f"{op.k_heads} key heads"] if op.k_heads != op.heads else []) + [f"conv {op.conv}", f"chunk {op.chunk}", "gated norm"]
+                                        + (["\u03b2 in (0, 2)"] if op.negative_eigenvalues else []))),
     ir.Norm: lambda op: ("LayerNorm" if op.type == "layernorm" else "RMSNorm", ""),
     ir.Feed: lambda f: (f"Embedding {f.vocab:,}{TIMES}{f.width}",
                         {"learned": f"+ learned positions {TIMES}{f.context}", "sinusoidal": "+ sinusoidal positions", "none": "no position table"}[f.position]

@@ -11,6 +11,11 @@ from .writer import Writer, doc_tag, num
 
 ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved"}
 
+# The output gate (`gate=`, Qwen3-Next and Qwen3.5): its projection's rows, and the line that gates y (B, T, nh * hd).
+GATE_ROWS = {"channel": "heads * head_dim", "head": "heads"}
+GATE_LINE = {"channel": "y = y * torch.sigmoid(self.gate(x))  # the output gate, one per channel of every head",
+             "head": "y = (y.view(B, T, self.heads, self.head_dim) * torch.sigmoid(self.gate(x))[..., None]).view(B, T, -1)  # one gate per head"}
+
 
 def qk_module(v: AttentionVariant, dim: str) -> str:
     """The constructor of one qk-norm over `dim` channels, as the variant shapes it."""
@@ -111,6 +116,8 @@ class AttentionEmitter(OpEmitter):
                 extra.append("scores scaled by `scale`, not 1/sqrt(head_dim)")
             if v.softcap:
                 extra.append("scores soft-capped: softcap * tanh(scores / softcap) (Gemma 2)")
+            if v.gate != "none":
+                extra.append(f"an output gate per {v.gate}, y * sigmoid(W x) before the output projection (Qwen3-Next)")
             if v.alibi != "none":
                 extra.append("ALiBi positions (a per-head bias linear in the key's position" + (", scaled with the logits as Falcon does)" if v.alibi == "scaled" else ")"))
             if v.sinks:  # gpt-oss
@@ -128,6 +135,8 @@ class AttentionEmitter(OpEmitter):
                 w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
                 w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
                 w(f"self.proj = nn.Linear(heads * head_dim, width, bias={'out_bias' if v.split_bias else 'bias'})")
+                if v.gate != "none":
+                    w(f"self.gate = nn.Linear(width, {GATE_ROWS[v.gate]}, bias=bias)  # the output gate's logits")
                 if v.qk_across:
                     w(f"self.q_norm = {qk_module(v, 'heads * head_dim')}  # across all heads")
                     w(f"self.k_norm = {qk_module(v, 'kv_heads * head_dim')}")
@@ -199,6 +208,8 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
             out.nested("else:  # T new queries after S - T cached positions",
                        f"{sdpa}(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device){dp})")
         w("y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
+        if v.gate != "none":
+            w(GATE_LINE[v.gate])
         w("return self.drop(self.proj(y))" if v.dropout else "return self.proj(y)")
 
     def scores(self, out: Writer, v: AttentionVariant) -> None:
@@ -247,4 +258,6 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
                 w('bias = bias.masked_fill(~seen, float("-inf"))  # (nh, T, S) or (B, nh, T, S)')
             w(f"y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias{dp})  # (B, nh, T, hd)")
         w("y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
+        if v.gate != "none":
+            w(GATE_LINE[v.gate])
         w("return self.drop(self.proj(y))" if v.dropout else "return self.proj(y)")

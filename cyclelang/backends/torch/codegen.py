@@ -116,7 +116,8 @@ __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 
 # The runtime definitions the file may inline before its classes, in the order they appear.
 HELPERS = ("sinusoids", "rotary_tables", "scaled_rotary_tables", "alibi_slopes", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "causal_mask", "sliding_mask", "padded_mask",
-           "OffsetRMSNorm", "OffsetLayerNorm", "HeadNorm", "ssd_scan", "gated_rms_norm", "linear_scan", "selective_scan")
+           "OffsetRMSNorm", "OffsetLayerNorm", "HeadNorm", "ssd_scan", "gated_rms_norm", "linear_scan", "selective_scan",
+           "gated_delta_scan")
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,8 @@ class Lowering:
         w("# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every")
         w("# part not listed is replicated. See `parallelize`.")
         plan = [(part.path, part.kind.tp) for part in self.p.layout.parts() if part.kind.tp != "replicate"
-                and not getattr(part.node, "sinks", False)]  # attention with sinks: replicated (its per-head sinks are not split yet)
+                and not getattr(part.node, "sinks", False)
+                and getattr(part.node, "gate", "none") == "none"]  # attention with sinks or an output gate: replicated (its per-head sinks are not split yet)
         if plan:
             w("TP_PLAN = {")
             with out.indent():

@@ -12,6 +12,7 @@ from ... import ir
 from ...ir.kinds import registered
 from .attention import AttentionEmitter
 from .conv import ConvEmitter
+from .delta import GatedDeltaEmitter
 from .mla import LatentAttentionEmitter
 from .moe import MoeEmitter
 from .ops import LinearEmitter, MlpEmitter, NormEmitter, OpEmitter, PoolEmitter
@@ -31,6 +32,7 @@ EMITTERS: dict[type, OpEmitter] = {
     ir.LinearAttention: LinearAttentionEmitter(),
     ir.Mamba1: Mamba1Emitter(),
     ir.Linear: LinearEmitter(),
+    ir.GatedDelta: GatedDeltaEmitter(),
 }
 
 

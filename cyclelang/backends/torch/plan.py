@@ -63,6 +63,7 @@ class AttentionVariant:
     qk_late: bool = False  # the qk-norms act after rotary (nanochat)
     qk_heads: bool = False  # each head its own qk-norm gain (StableLM, Cohere)
     sinks: bool = False  # a learned logit per head in every softmax (gpt-oss): the scores computed here, not in the fused kernel
+    gate: str = "none"  # an output gate, y * sigmoid(gate(x)): "channel" (Qwen3-Next), "head", or "none"
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
@@ -71,7 +72,7 @@ class AttentionVariant:
                    a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
                    alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
                    qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
-                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks)
+                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate)
 
     @property
     def inputs(self) -> tuple[str, ...]:

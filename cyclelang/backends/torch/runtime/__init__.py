@@ -6,7 +6,7 @@
     masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states);
                 STATES: which of its methods each kind of state needs (`cache_class`)
-    scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan: the recurrent mixers' scans
+    scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan, gated_delta_scan: the recurrent mixers' scans
     experts     {act}_grad for every activation, expert_mlps and routed_experts (the MoE custom ops)
     norms       OffsetRMSNorm, OffsetLayerNorm: RMSNorm (Gemma) and LayerNorm (Nemotron) with an (offset + w) gain;
                 HeadNorm: a qk-norm with each head's own gain (StableLM, Cohere)

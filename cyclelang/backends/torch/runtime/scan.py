@@ -156,3 +156,54 @@ def selective_scan(x, dt, A, B, C, chunk, state=None):
         ys.append(torch.einsum("btdn,btn->btd", u, C[:, start : start + chunk]))
         state = u[:, -1]
     return torch.cat(ys, dim=1).to(dtype), state
+
+
+def gated_delta_scan(q, k, v, g, beta, chunk, state=None):
+    """The gated delta rule (Yang, Kautz & Hatamizadeh 2024), chunk by chunk, in float32 or wider.
+
+    q, k: (b, h, T, dk) as projected (L2-normalised here; q then scaled by dk^-1/2); v: (b, h, T, dv);
+    g: (b, h, T) log decays (<= 0); beta: (b, h, T) write strengths in (0, 1); state: (b, h, dk, dv)
+    from earlier positions, or None. The recurrence, per head (S maps a key to a value):
+        S_t = exp(g_t) S_{t-1} + k_t u_t^T,   u_t = beta_t (v_t - exp(g_t) S_{t-1}^T k_t)
+        o_t = S_t^T q_t
+    which is S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T. Inside a chunk the
+    writes u depend on each other through a unit lower-triangular system, (I + A) U = beta V -
+    beta Gamma K S_0 with A_ts = beta_t exp(g_{s+1} + ... + g_t) k_t.k_s for s < t, solved once
+    per chunk; between chunks only S is carried, so the cost per token stops growing with T.
+    Returns o (b, h, T, dv) in v's dtype and the state after the last position."""
+    b, h, T, dk = k.shape
+    dtype = v.dtype
+    work = torch.promote_types(dtype, torch.float32)  # float32 at least; float64 stays
+    q, k, v, g, beta = q.to(work), k.to(work), v.to(work), g.to(work), beta.to(work)
+    q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6) * dk**-0.5  # L2-normalised, then the usual scale
+    k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    if state is None:
+        state = v.new_zeros(b, h, dk, v.size(-1))
+    state = state.to(work)
+    if T == 1:  # decoding: the recurrence itself, one step
+        state = state * g[:, :, 0, None, None].exp()
+        u = beta[:, :, 0, None] * (v[:, :, 0] - torch.einsum("bhkv,bhk->bhv", state, k[:, :, 0]))  # (b, h, dv)
+        state = state + k[:, :, 0, :, None] * u[:, :, None, :]
+        return torch.einsum("bhkv,bhk->bhv", state, q[:, :, 0])[:, :, None].to(dtype), state
+    ys = []
+    for start in range(0, T, chunk):
+        qc, kc, vc = q[:, :, start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
+        gc, bc = g[:, :, start : start + chunk], beta[:, :, start : start + chunk]
+        l = gc.size(-1)
+        cum = gc.cumsum(dim=-1)  # (b, h, l): log decay from the chunk's start
+        # log decay from s to t, g_{s+1} + ... + g_t at (t, s) for s <= t: sums of masked copies, not a difference
+        # of cumulative sums, which would lose precision over a long chunk
+        below = torch.ones(l, l, dtype=torch.bool, device=q.device).tril(-1)
+        sums = gc[..., None].expand(b, h, l, l).masked_fill(~below, 0).cumsum(dim=-2)  # (b, h, l, l)
+        decay = sums.masked_fill(~below.logical_or(torch.eye(l, dtype=torch.bool, device=q.device)), -float("inf")).exp()
+        kk = (kc @ kc.transpose(-2, -1)) * decay * bc[..., None]  # (b, h, l, l): beta_t decay(t, s) k_t.k_s
+        system = kk.masked_fill(~below, 0) + torch.eye(l, dtype=work, device=q.device)  # I + A, unit lower-triangular
+        start_decay = cum.exp()[..., None]  # (b, h, l, 1): decay from the chunk's start to t
+        rhs = torch.cat((vc * bc[..., None], kc * (bc[..., None] * start_decay)), dim=-1)  # [beta V | beta Gamma K]
+        sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+        u = sol[..., : vc.size(-1)] - sol[..., vc.size(-1) :] @ state  # (b, h, l, dv): what each position writes
+        scores = (qc @ kc.transpose(-2, -1)) * decay  # (b, h, l, l): masked, like causal attention
+        ys.append(scores @ u + (qc * start_decay) @ state)
+        to_end = (cum[..., -1:] - cum).exp()[..., None]  # (b, h, l, 1): decay from each position to the chunk's end
+        state = state * cum[..., -1, None, None].exp() + (kc * to_end).transpose(-2, -1) @ u
+    return torch.cat(ys, dim=2).to(dtype), state
