@@ -33,6 +33,9 @@ class GatedDeltaVariant:
 class GatedDeltaEmitter(OpEmitter):
     variant = GatedDeltaVariant
 
+    def cache_states(self, op) -> tuple[str, ...]:
+        return ("window", "recurrent")  # the short convs' last inputs, then the delta rule's state
+
     def sizes(self, d: ir.GatedDelta, c: Sizes, scope) -> dict:
         width = c.width(d.width, scope)
         heads = c.field("delta_heads", d.heads, scope, "the gated delta rule's value heads, each with its own state (num_v_heads)", let=d.let_of("heads"))
