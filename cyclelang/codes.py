@@ -481,6 +481,13 @@ main line whose embeddings were scaled to 0. Only what holds for any weights is
 decided here; overflow through the product of many layers' random weights is not.""",
      "stage s { turbine linear out=1  norm layernorm eps=1e-50 } ...")
 
+_add("W140", "short conv that mixes no positions", """
+A short gated convolution (`turbine short_conv`) of size 1 convolves each channel of
+B·x with its own position alone: the layer is C·(w·B·x), a gated unit at each
+position, and no position reads another. It is built as written, but the mixer in
+that prechamber mixes nothing; LFM2's layers use 3 taps (conv_L_cache). In engine
+terms: a pintle injector with no stroke.""",
+     "turbine short_conv size=1")
 
 def explanation(c: Code) -> str:
     """What `cyclec explain CODE` prints (the language server shows the same)."""

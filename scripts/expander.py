@@ -32,6 +32,7 @@ MIXERS = {
     "latent attention (MLA)": "turbine attention heads=4 latent=64 head_dim=64 rotary_dims=16 bias=false",
     "linear attention": "turbine linear_attention heads=4 retention chunk=64 bias=false",
     "SSM (Mamba-2)": "turbine ssm heads=8 state=64 chunk=256",
+    "short conv (LFM2)": "turbine short_conv size=3",
 }
 SPEC = """
 engine cmp {{

@@ -38,6 +38,7 @@ TURBINES = {
     ir.Mamba1: "turbine ssm version=1 state=4 dt_rank=2 chunk=4",
     ir.LinearAttention: "turbine linear_attention heads=2 chunk=4",
     ir.Linear: "turbine linear",
+    ir.ShortConv: "turbine short_conv size=3",
 }
 MERGE_TEXT = {k.cls: "merge " + (k.keyword + "=0.5" if k.keyword == "scale" else k.keyword) for k in MERGES}
 

@@ -271,6 +271,15 @@ def _la_state(a: ir.LinearAttention, n: int) -> int:
     return a.heads * a.head_dim * _la_values(a) if a.causal else 0
 
 
+def _short_conv_params(c: ir.ShortConv, w: int) -> int:
+    # in_proj to [B | C | x], the depthwise filters, out_proj; bias (LFM2's conv_bias) on all three
+    return 4 * c.width * c.width + c.width * c.size + (5 * c.width if c.bias else 0)
+
+
+def _short_conv_state(c: ir.ShortConv, n: int) -> int:
+    return c.width * min(n, c.size - 1) if c.causal else 0  # the last size - 1 values of B * x
+
+
 def _gate_params(m: ir.GateMerge, w: int) -> int:
     return w * w + w  # g = sigmoid(W x + b), one gate per channel
 
@@ -319,6 +328,12 @@ OPS: tuple[Kind, ...] = (
          out_proj=True, params=_la_params, flops=_la_flops, state=_la_state,
          activations=lambda x, n=0: (x.width + 5 * x.heads * x.head_dim, 0),
          mixes_positions=True, masked=True, state_kind="recurrent", ml_phrase='linear attention: positions mix through a fixed-size state'),
+    Kind(ir.ShortConv, "short_conv", "short_conv", "mixer", "pintle injector", "short conv",
+         "pintle injector: a gated swirl of a few neighbouring positions",
+         out_proj=True, params=_short_conv_params, flops=lambda x, n, w=0: (2 * 4 * x.width * x.width + 2 * x.width * x.size, 0),
+         activations=lambda x, n=0: (7 * x.width, 0), state=_short_conv_state,  # x, [B | C | x], B·x, the conv's output, C·y
+         mixes_positions=True, masked=True, state_kind="window", mup_sub=(("conv", "vector"),),  # depthwise filters, as conv's
+         ml_phrase='short gated convolution: B·x convolved over a few neighbouring positions, times C'),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
          out_proj=True, params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
          activations=lambda x, n=0: (x.width, 0), ml_phrase='a linear projection'),

@@ -44,7 +44,7 @@ IR_VERSION = 2  # 2: merges keep what was asked (`*_asked`) apart from what was 
 
 __all__ = [
     "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
-    "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling",
+    "Ssm", "Mamba1", "LinearAttention", "ShortConv", "FeatureMap", "LatentAttention", "RotaryScaling",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Param", "Router", "GroupScore", "ROUTERS", "GROUP_SCORES", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
@@ -354,6 +354,20 @@ class Conv(Node):
     causal: bool  # follows the engine's throat: only the past is mixed
 
 
+class ShortConv(Node):
+    """A short gated convolution (LFM2's ShortConv; the order-2 gate of H3 and Hyena):
+    in_proj to B, C and x (each `width` wide), the depthwise convolution of B * x over
+    its own last `size` positions (centred on each one with an open throat), C times its
+    output, out_proj. `bias` is on all three (LFM2's conv_bias). A mixer with a bounded
+    state: decoding keeps the last size - 1 values of B * x."""
+
+    op: Literal["short_conv"] = "short_conv"
+    width: Count
+    size: Count
+    bias: bool
+    causal: bool  # follows the engine's throat: only the past is mixed
+
+
 class Ssm(Node):
     """A selective state-space mixer (Mamba-2, Dao & Gu 2024), as transformers' Mamba2Mixer:
     in_proj to a gate z, the conv input (x, B, C) and a step size dt per head; a depthwise
@@ -485,7 +499,7 @@ class LatentAttention(Node):
 
 # The one list of turbine kinds: every union below is built from it, so a new kind is
 # added here (and given its record in kinds.py), nowhere else in the IR.
-TURBINE_TYPES = (Attention, LatentAttention, Mlp, Moe, Pool, Conv, Ssm, LinearAttention, Linear, Mamba1)
+TURBINE_TYPES = (Attention, LatentAttention, Mlp, Moe, Pool, Conv, Ssm, LinearAttention, Linear, Mamba1, ShortConv)
 OP_TYPES = (Norm, *TURBINE_TYPES)
 
 Turbine = Annotated[Union[TURBINE_TYPES], Field(discriminator="op")]
@@ -892,7 +906,7 @@ class Engine(Node):
         for op in _all_ops(self.body):
             if isinstance(op, (Attention, LatentAttention)) and causal and op.mask == "open":
                 raise ValueError("a bidirectional attention inside a causal engine would leak the future")
-            if isinstance(op, (Pool, Conv, LinearAttention)) and op.causal != causal:
+            if isinstance(op, (Pool, Conv, LinearAttention, ShortConv)) and op.causal != causal:
                 raise ValueError(f"a {op.op}'s causal flag follows the engine's throat")
         for b in (b for st, _ in leaves for b in st.branch_list()):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:

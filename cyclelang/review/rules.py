@@ -485,6 +485,20 @@ def moe_without_sparsity(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     return out
 
 
+# --- W140: a short conv of one tap ------------------------------------------------------------
+
+
+def short_conv_without_mixing(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        c = p.node
+        if isinstance(c, ir.ShortConv) and c.size == 1:
+            out.append(_w("W140", "a short conv of size 1: each position is convolved with itself alone, so no positions mix", c.span,
+                          "size=3 (LFM2's conv_L_cache) or more",
+                          ["the layer is C·(w·B·x) at each position: a gated unit, not a mixer"]))
+    return out
+
+
 # --- W112: legal but unwise values -------------------------------------------------------------
 
 
@@ -725,10 +739,11 @@ RULES: tuple[Rule, ...] = (
     rotary_scaling_idle,
     softcap_too_low,
     alibi_with_other_positions,
+    short_conv_without_mixing,
 )
 
 # The codes each rule may emit, for the docs test and `cyclec explain`.
-REVIEW_CODES = ("E0301", "E0302", "E0303", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "W129", "W130", "W131", "N101", "N102", "N103", "N110")
+REVIEW_CODES = ("E0301", "E0302", "E0303", "W101", "W102", "W103", "W104", "W105", "W106", "W107", "W108", "W109", "W110", "W111", "W112", "W125", "W126", "W127", "W128", "W129", "W130", "W131", "W140", "N101", "N102", "N103", "N110")
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:
