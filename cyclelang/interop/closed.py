@@ -105,6 +105,9 @@ CLASSES = {
     "nanochat": "NanoChatConfig",
     "hunyuan_v1_dense": "HunYuanDenseV1Config",
     "hunyuan_v1_moe": "HunYuanMoEV1Config",
+    "lfm2": "Lfm2Config",
+    "lfm2_moe": "Lfm2MoeConfig",
+    "lfm3": "Lfm3Config",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).
@@ -158,6 +161,8 @@ DEFAULT_THETA["minimax_m2"] = 5000000.0
 DEFAULT_THETA["solar_open"] = 1000000.0
 DEFAULT_THETA["sarvam_moe"] = 8000000.0
 DEFAULT_THETA["hy_v3"] = 11158840.0
+DEFAULT_THETA["lfm2"] = 1000000.0
+DEFAULT_THETA["lfm2_moe"] = 1000000.0
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"
