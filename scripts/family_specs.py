@@ -47,7 +47,9 @@ SKIP = {"ministral3": "its default rope scales queries by Llama 4's rule (llama_
         "cohere_compass_text": "its default rope_parameters name no layer type, and transformers cannot build the model without them",
         "hunyuan_v1_moe": "its default head_dim is null, and transformers' HunYuan MoE attention cannot build without one",
         "lfm2_moe": "its default layer_types is null (transformers cannot build it), and its norm_topk_prob renormalises by the sum + 1e-6, "
-                    "which the language's sigmoid router does not say"}
+                    "which the language's sigmoid router does not say",
+        "lfm3": "its default gates each attention head's output (use_attention_gate) and turns its global layers by a proportional "
+                "rotary, neither of which the language says"}
 
 
 def texts() -> dict[str, str]:

@@ -1,9 +1,10 @@
-"""The short-convolution families (interop/families_conv.py): LFM2 (lfm2) and LFM2-MoE (lfm2_moe).
+"""The short-convolution families (interop/families_conv.py): LFM2 (lfm2), LFM2-MoE (lfm2_moe) and LFM3 (lfm3).
 
 Each family's round trip (tests/roundtrip.py) at a tiny config where the short conv's taps matter (conv_L_cache > 1
 over 12 tokens), conv layers among attention layers, GQA, a non-default eps and rotary base, conv_bias on and off;
 LFM2's adjusted MLP width (2/3, the multiplier, the rounding); LFM2-MoE's sigmoid router with its selection-only
-expert bias, its scale and its first dense layers. Then each quirk is shown to matter (the spec with it edited out
+expert bias, its scale and its first dense layers; LFM3's sandwich norms, biased Qwen3 attention, sliding layers with a
+window below 12 tokens and a rotary base per layer type. Then each quirk is shown to matter (the spec with it edited out
 computes other logits), and each option the language cannot say is refused by name.
 """
 
@@ -42,6 +43,16 @@ def _lfm2_moe(**kw):
     return transformers.Lfm2MoeConfig(**{**base, **kw})
 
 
+_LFM3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 7000.0}, "full_attention": {"rope_type": "default", "rope_theta": 90000.0}}
+
+
+def _lfm3(**kw):
+    base = dict(vocab_size=V, hidden_size=32, intermediate_size=40, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=12, conv_L_cache=3, max_position_embeddings=40, sliding_window=5, use_attention_gate=False, attention_bias=True,
+                norm_eps=1e-5, rope_parameters=_LFM3_ROPE, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return transformers.Lfm3Config(**{**base, **kw})
+
+
 def _spread_expert_bias(model, seed=8):
     """transformers leaves expert_bias zero: spread it, so that it changes which experts are chosen."""
     gen = torch.Generator().manual_seed(seed)
@@ -69,6 +80,10 @@ FAMILIES = {
     "lfm2_moe": lambda: _lfm2_moe(),
     "lfm2_moe_unbiased_tied": lambda: _lfm2_moe(use_expert_bias=False, routed_scaling_factor=1.0, num_dense_layers=2, tie_word_embeddings=True,
                                                 num_key_value_heads=2, conv_bias=True),
+    "lfm3": lambda: _lfm3(),
+    "lfm3_plain_untied": lambda: _lfm3(use_sandwich_norm=False, attention_bias=False, tie_word_embeddings=False, conv_L_cache=4,
+                                       conv_bias=True, layer_types=["conv", "sliding_attention", "conv", "full_attention"], num_hidden_layers=4,
+                                       head_dim=8, sliding_window=3),
 }
 
 
@@ -139,6 +154,33 @@ def test_each_quirk_matters(tmp_path, edit):
     assert rel(got, want) > 1e-3
 
 
+@pytest.mark.parametrize("edit", ["local rotary base", "window", "sandwich"])
+def test_each_lfm3_quirk_matters(tmp_path, edit):
+    from .roundtrip import hf
+
+    ref = hf(_lfm3())
+    ckpt = tmp_path / "ckpt"
+    ref.save_pretrained(ckpt)
+    text = import_config(ckpt)
+    idx = ids()
+    with torch.no_grad():
+        want = ref(idx).logits
+    assert rel(_logits(text, ckpt, idx), want) < 1e-5
+    if edit == "local rotary base":
+        text2 = text.replace("rotary_base=7000 window=5", "rotary_base=90000 window=5")
+    elif edit == "window":
+        text2 = text.replace(" window=5", "")
+    else:
+        text2 = text.replace("turbine mlp hidden=40 act=swiglu bias=false  # intermediate_size\n    norm rmsnorm eps=1e-05",
+                             "turbine mlp hidden=40 act=swiglu bias=false  # intermediate_size")
+    assert text2 != text
+    try:
+        got = _logits(text2, ckpt, idx)
+    except Exception:
+        return  # the weights no longer fit
+    assert rel(got, want) > 1e-3
+
+
 def test_the_expert_bias_matters(tmp_path):
     """LFM2-MoE's selection-only bias changes which experts are chosen: a spec without correction= gives other logits."""
     from .roundtrip import hf
@@ -168,9 +210,12 @@ def test_the_expert_bias_matters(tmp_path):
     ("lfm2", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 5000.0}), "rope_parameters.rope_type"),
     ("lfm2", dict(num_attention_heads=8), "num_attention_heads"),  # heads of 6 dims: fine; 48 / 8 = 6 is even, so use 16 heads below
     ("lfm2_moe", dict(num_dense_layers=4), "num_dense_layers"),
+    ("lfm3", dict(use_attention_gate=True), "use_attention_gate"),
+    ("lfm3", dict(rope_parameters=None), "rope_parameters.full_attention.rope_type"),  # the class's default: proportional
+    ("lfm3", dict(sliding_window=None), "sliding_window"),
 ])
 def test_unexpressible_options_are_refused_by_name(family, kw, key):
-    make = {"lfm2": _lfm2, "lfm2_moe": _lfm2_moe}[family]
+    make = {"lfm2": _lfm2, "lfm2_moe": _lfm2_moe, "lfm3": _lfm3}[family]
     if key == "num_attention_heads":
         kw = dict(num_attention_heads=16, num_key_value_heads=16)  # 48 / 16 = 3 dims a head: rotary pairs an even number
     cfg = make(**kw).to_dict()

@@ -146,6 +146,7 @@ ALIASES = {
     "minimax_m2": {"num_experts": "num_local_experts"},
     "ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
     "granitemoehybrid": {"layers_block_type": "layer_types"},
+    "lfm3": {"rms_norm_eps": "norm_eps"},
     "ctrl": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as

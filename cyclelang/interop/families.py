@@ -3306,7 +3306,7 @@ def expander_config(engine: ir.Engine) -> dict | None:
     latent = any(isinstance(o, ir.LatentAttention) for o in ops)  # MiniCPM3 scales its branches
     granite = any(isinstance(o, ir.Ssm) for o in ops) and any(isinstance(o, (ir.Attention, ir.Mlp, ir.Moe)) for o in ops)  # ... and GraniteMoeHybrid
     layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent or granite else (ir.PlainMerge, ir.CoolingMerge),
-                         post=latent and engine.name == "axk1")
+                         post=latent and engine.name == "axk1" or any(isinstance(o, ir.ShortConv) for o in ops))  # LFM3's sandwich
     turbines = [t for layer in layers for _, t in layer]
     final = engine.body[-1]
     base = {"vocab_size": engine.feed.vocab, "hidden_size": engine.width, "num_hidden_layers": len(layers),

@@ -1,5 +1,5 @@
-"""The short-convolution families (turbine short_conv), each read closed-world (closed.py): LFM2 (lfm2) and
-LFM2-MoE (lfm2_moe).
+"""The short-convolution families (turbine short_conv), each read closed-world (closed.py): LFM2 (lfm2),
+LFM2-MoE (lfm2_moe) and LFM3 (lfm3).
 
 What makes each one (transformers 5.24's modeling files):
 - lfm2: layer i mixes with grouped-query attention where layer_types[i] is full_attention and with a short gated
@@ -14,9 +14,13 @@ What makes each one (transformers 5.24's modeling files):
   routed experts: sigmoid scores, top-k chosen on the scores plus a selection-only bias per expert (expert_bias, a
   buffer; use_expert_bias), the weights the unbiased scores, renormalised (norm_topk_prob), times
   routed_scaling_factor. layer_types must be given (the class has no default pattern).
+- lfm3: the short conv beside Qwen3's attention (q, k, v, o biased by attention_bias; q_norm, k_norm per head; head_dim) in
+  full_attention and sliding_attention layers, each type with its own rope_parameters; a SwiGLU MLP of
+  intermediate_size; use_sandwich_norm adds an RMSNorm after each turbine (post_operator_norm, post_ffn_norm).
 
 Refused by name: lfm2_moe's norm_topk_prob=true (it divides by the sum + 1e-6, the language's sigmoid router by the
-sum + 1e-20: a different function where the chosen scores are small); rotary scaling (rope_type other than default).
+sum + 1e-20: a different function where the chosen scores are small); rotary scaling (rope_type other than default);
+lfm3's use_attention_gate=true (a sigmoid gate per head on the attention output) and its proportional rotary.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ KEYS: dict[str, Keys] = {
     "lfm2_moe": Keys(_COMMON | {"moe_intermediate_size", "num_dense_layers", "num_experts_per_tok", "num_experts", "use_expert_bias",
                                 "routed_scaling_factor", "norm_topk_prob"},
                      legacy={"tie_embedding": "tie_word_embeddings"}),
+    "lfm3": Keys(_COMMON | {"head_dim", "sliding_window", "use_sandwich_norm", "use_attention_gate", "attention_bias"}),
 }
 
-CAUSAL_LM = {"lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM"}
+CAUSAL_LM = {"lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM", "lfm3": "Lfm3ForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,12 @@ class ConvFamily:
     normalize: bool = False
     route_scale: float = 1.0
     correction: bool = False
+    # LFM3: a norm after each turbine too (use_sandwich_norm), attention_bias on q, k, v and o, sliding layers (mixer
+    # "sliding") with their window and rotary base
+    sandwich: bool = False
+    attn_bias: bool = False
+    window: int | None = None
+    local_base: float = 10000.0
 
 
 def _legacy(c: Config, key: str, old: str):
@@ -177,7 +188,79 @@ def _read(c: Config) -> ConvFamily:
                       F._padding(c), sources, **extra)
 
 
-READERS = {"lfm2": _read, "lfm2_moe": _read}
+_LFM3_TYPES = ("full_attention", "sliding_attention", "conv")
+_LFM3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},  # Lfm3Config.__post_init__'s
+              "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5}}
+
+
+def _lfm3_rope(c: Config, types: list) -> dict:
+    """Each attention layer type's rotary base. Lfm3Config keeps rope parameters per layer type; each must be the plain
+    rotary (transformers' default for a layer type turns every dim of the head_dim, whatever partial_rotary_factor says)."""
+    for old in ("rope_scaling", "rope_theta", "partial_rotary_factor"):
+        if c.given(old):
+            raise Unsupported(old, "LFM3 keeps its rotary parameters per layer type in rope_parameters; a top-level key is not mapped")
+    rope = c["rope_parameters"]
+    rope = _LFM3_ROPE if rope is None else rope
+    if not isinstance(rope, dict):
+        raise Unsupported("rope_parameters", f"{_show(rope)} is not an object of rotary parameters per layer type")
+    out = {}
+    for t in dict.fromkeys(x for x in types if x != "conv"):
+        p = rope.get(t)
+        where = f"rope_parameters.{t}"
+        if not isinstance(p, dict):
+            raise Unsupported(where, f"{_show(p)}: transformers' LFM3 reads the rotary of each attention layer type from here")
+        extra = set(p) - {"rope_type", "rope_theta", "partial_rotary_factor"}
+        if extra:
+            raise Unsupported(f"{where}.{sorted(extra)[0]}", "not a rotary parameter the importer maps")
+        if p.get("rope_type") == "proportional":
+            raise Unsupported(f"{where}.rope_type", "proportional rotary (the first partial_rotary_factor of each head's frequency pairs "
+                              "at base^(-2i/head_dim), the rest unturned) is not in the language: its partial rotary spaces the "
+                              "frequencies over the turned dims")
+        if p.get("rope_type") != "default":
+            raise Unsupported(f"{where}.rope_type", f"{_show(p.get('rope_type'))}: only the plain rotary is mapped for LFM3")
+        theta = p.get("rope_theta")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 < theta < float("inf"):
+            raise Unsupported(f"{where}.rope_theta", f"{_show(theta)} is not a positive number")
+        out[t] = float(theta)
+    return out
+
+
+def _read_lfm3(c: Config) -> ConvFamily:
+    """LFM3: LFM2's short convs beside Qwen3's attention (per-head qk RMSNorm, attention_bias on q, k, v and o, head_dim)
+    in full and sliding layers, each layer type with its own rotary; a SwiGLU MLP of intermediate_size; with
+    use_sandwich_norm an RMSNorm after each turbine too (post_operator_norm, post_ffn_norm)."""
+    width, heads, layers = F._count(c, "hidden_size"), F._count(c, "num_attention_heads"), F._count(c, "num_hidden_layers")
+    if _bool(c, "use_attention_gate"):
+        raise Unsupported("use_attention_gate", "a sigmoid gate per head on the attention output (g_proj, from the layer's input) is "
+                          "not in the language here")
+    head_dim = F._count(c, "head_dim")
+    if head_dim % 2:
+        raise Unsupported("head_dim", f"{head_dim}: rotary pairs an even number of dims")
+    types = c["layer_types"]
+    if types is None:  # __post_init__
+        types = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i > 0 else "conv" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or any(t not in _LFM3_TYPES for t in types):
+        raise Unsupported("layer_types", f"{_show(types)}: full_attention, sliding_attention or conv, one per layer ({layers})")
+    window = F._sliding(c)
+    if "sliding_attention" in types and window is None:
+        raise Unsupported("sliding_window", "null beside sliding_attention layers: transformers' sliding mask needs a window")
+    bases = _lfm3_rope(c, types)
+    names = {"full_attention": "attention", "sliding_attention": "sliding", "conv": "conv"}
+    pattern = tuple((names[t], "mlp") for t in types)
+    sources = {"vocab": "vocab_size", "context": "max_position_embeddings", "width": "hidden_size", "layers": "num_hidden_layers",
+               "pattern": "layer_types",
+               "attn": "num_attention_heads, num_key_value_heads, head_dim, attention_bias, rope_parameters.full_attention",
+               "sliding": "sliding_window, rope_parameters.sliding_attention",
+               "conv": "conv_L_cache, conv_bias", "hidden": "intermediate_size", "eps": "norm_eps",
+               "tied": "tie_word_embeddings", "padding": "pad_token_id"}
+    return ConvFamily("lfm3", c["vocab_size"], c["max_position_embeddings"], width, pattern, heads, F._kv(c, heads), head_dim,
+                      bases.get("full_attention", 1000000.0), F._count(c, "conv_L_cache"), _bool(c, "conv_bias"),
+                      F._count(c, "intermediate_size"), F._eps(c, "norm_eps"), _bool(c, "tie_word_embeddings"), F._padding(c), sources,
+                      sandwich=_bool(c, "use_sandwich_norm"), attn_bias=_bool(c, "attention_bias"),
+                      window=window if "sliding_attention" in types else None, local_base=bases.get("sliding_attention", 10000.0))
+
+
+READERS = {"lfm2": _read, "lfm2_moe": _read, "lfm3": _read_lfm3}
 
 
 # --- the spec ------------------------------------------------------------------------------------
@@ -190,7 +273,10 @@ def spec_text(a: ConvFamily, source: str) -> str:
     hd = f" head_dim={a.head_dim}" if a.head_dim * a.heads != a.width else ""
     base = f" rotary_base={F._num(a.rotary_base)}" if a.rotary_base != 10000.0 else ""
     qk = " qk_norm" + (f" qk_norm_eps={F._num(a.eps)}" if a.eps != 1e-6 else "")
-    mixers = {"attention": f"turbine attention heads={a.heads}{kv}{hd} rotary{base}{qk} bias=false{F._comment(src, 'attn')}",
+    bias = f" bias={F._num(a.attn_bias)}"
+    local = f" rotary_base={F._num(a.local_base)}" if a.local_base != 10000.0 else ""
+    mixers = {"attention": f"turbine attention heads={a.heads}{kv}{hd} rotary{base}{qk}{bias}{F._comment(src, 'attn')}",
+              "sliding": f"turbine attention heads={a.heads}{kv}{hd} rotary{local} window={a.window}{qk}{bias}{F._comment(src, 'sliding')}",
               "conv": f"turbine short_conv size={a.conv} bias={F._num(a.conv_bias)}{F._comment(src, 'conv')}"}
     reactors = {"mlp": f"turbine mlp hidden={a.hidden} act=swiglu bias=false{F._comment(src, 'hidden')}",
                 "moe": f"turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false normalize=false "
@@ -198,15 +284,17 @@ def spec_text(a: ConvFamily, source: str) -> str:
                        + (" correction=true" if a.correction else "") + F._comment(src, "moe")}
     templates: list[str] = []
     for m, r in dict.fromkeys(a.pattern):
-        templates += [f"stage {m}_{r} {{", "  prechamber mix {", f"    {norm}", f"    {mixers[m]}", "  }",
-                      "  prechamber burn {", f"    {norm}", f"    {reactors[r]}", "  }", "}", ""]
+        post = [f"    {norm}"] if a.sandwich else []  # LFM3's use_sandwich_norm: post_operator_norm, post_ffn_norm
+        templates += [f"stage {m}_{r} {{", "  prechamber mix {", f"    {norm}", f"    {mixers[m]}", *post, "  }",
+                      "  prechamber burn {", f"    {norm}", f"    {reactors[r]}", *post, "  }", "}", ""]
     feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
     return "\n".join([
         *F._header(a.family, source),
         f"let d_model = {a.width}  # {src['width']}",
         "",
         f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: each a mixer (attention or",
-        f"# a short gated conv), then a SwiGLU MLP{' or routed experts' if a.experts else ''}, each with its RMSNorm in front ({src['eps']})",
+        f"# a short gated conv), then a SwiGLU MLP{' or routed experts' if a.experts else ''}, each with its RMSNorm in front"
+        f"{' and behind' if a.sandwich else ''} ({src['eps']})",
         *templates,
         *F._engine_lines(a, src, f"{feed}{F._comment(src, 'vocab', 'padding')}", F._jamba_body(a), norm)])
 
@@ -227,6 +315,11 @@ def engine_config(engine: ir.Engine, layers: list, base: dict, common: dict) -> 
     moe = next((r for r in reactors if isinstance(r, ir.Moe)), None)
     mlp = next((r for r in reactors if isinstance(r, ir.Mlp)), None)
     types = ["full_attention" if isinstance(m, ir.Attention) else "conv" for m in mixers]
+    sandwich = any(len(b.ops) == 3 for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list())
+    attns = [m for m in mixers if isinstance(m, ir.Attention)]
+    if moe is None and (engine.name == "lfm3" or sandwich or any(m.window is not None or m.bias or m.head_dim * m.heads != engine.width
+                                                                   for m in attns)):
+        return _lfm3_config(engine, mixers, mlp, conv, attns, sandwich, base, common)
     cfg = {**base, "num_attention_heads": attn.heads if attn else 1, "num_key_value_heads": attn.kv_heads if attn else 1,
            "norm_eps": common["rms_norm_eps"], "max_position_embeddings": common["max_position_embeddings"],
            "rope_parameters": {"rope_type": "default", "rope_theta": attn.rotary_base if attn else 1000000.0},
@@ -245,12 +338,31 @@ def engine_config(engine: ir.Engine, layers: list, base: dict, common: dict) -> 
             "use_expert_bias": moe.correction, "routed_scaling_factor": moe.scale, "norm_topk_prob": False}
 
 
+def _lfm3_config(engine: ir.Engine, mixers: list, mlp, conv, attns: list, sandwich: bool, base: dict, common: dict) -> dict:
+    windows = {m.window for m in attns if m.window is not None}
+    if len(windows) > 1:
+        raise Unsupported("window", f"LFM3 has one sliding_window; the spec's layers have {sorted(windows)}")
+    types = ["conv" if isinstance(m, ir.ShortConv) else "sliding_attention" if m.window is not None else "full_attention" for m in mixers]
+    rope = {}
+    for m, t in zip(mixers, types):
+        if t != "conv":
+            rope.setdefault(t, {"rope_type": "default", "rope_theta": m.rotary_base})
+    attn = attns[0] if attns else None
+    return {"model_type": "lfm3", "architectures": [CAUSAL_LM["lfm3"]], **base, "num_attention_heads": attn.heads if attn else 1,
+            "num_key_value_heads": attn.kv_heads if attn else 1, "head_dim": attn.head_dim if attn else engine.width,
+            "attention_bias": attn.bias if attn else False, "norm_eps": common["rms_norm_eps"],
+            "max_position_embeddings": common["max_position_embeddings"], "conv_bias": conv.bias, "conv_L_cache": conv.size,
+            "layer_types": types, "intermediate_size": mlp.hidden, "use_sandwich_norm": sandwich, "use_attention_gate": False,
+            "sliding_window": windows.pop() if windows else None, "rope_parameters": rope}
+
+
 # --- weights: transformers' names, layer by layer ----------------------------------------------------
 
 
-def plan(plan, put, layout: dict, final: str, state, fused):
-    """LFM2 and LFM2-MoE: layer i is stage i: attention (q, k, v, out_proj, the qk layernorms) or the short conv (its
-    names are transformers' own), then a SwiGLU MLP (w1, w3, w2) or routed experts, each with its valve."""
+def plan(plan, put, layout: dict, final: str, state, fused, lfm3: bool = False):
+    """LFM2, LFM2-MoE and LFM3: layer i is stage i: attention (q, k, v, out_proj, the qk layernorms; LFM3's Qwen3 names
+    o_proj, q_norm, k_norm) or the short conv (its names are transformers' own), then a SwiGLU MLP (w1, w3, w2) or routed
+    experts, each with its valve (and LFM3's norms behind them)."""
     from .load import _Cat, _Index, _parent
 
     for i, st in sorted(layout.items()):
@@ -261,13 +373,18 @@ def plan(plan, put, layout: dict, final: str, state, fused):
             continue
         put(f"{st.valves.get(mixer, _parent(mixer) + 'norm')}.weight", h + "operator_norm.weight")
         put(f"{st.valves.get(reactor, _parent(reactor) + 'norm')}.weight", h + "ffn_norm.weight")
+        for turbine, name in ((mixer, "post_operator_norm"), (reactor, "post_ffn_norm")):  # LFM3's sandwich
+            if turbine in st.posts:
+                put(f"{st.posts[turbine]}.weight", h + f"{name}.weight")
         if st.attn is not None:
             a = st.attn_node
-            put(f"{st.attn}.qkv.weight", [h + f"self_attn.{n}_proj.weight" for n in "qkv"],
-                _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
-            put(f"{st.attn}.proj.weight", h + "self_attn.out_proj.weight")
-            put(f"{st.attn}.q_norm.weight", h + "self_attn.q_layernorm.weight")
-            put(f"{st.attn}.k_norm.weight", h + "self_attn.k_layernorm.weight")
+            o, qn, kn = ("o_proj", "q_norm", "k_norm") if lfm3 else ("out_proj", "q_layernorm", "k_layernorm")
+            for p in ("weight", "bias"):  # LFM3's attention_bias on all four
+                put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"],
+                    _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+                put(f"{st.attn}.proj.{p}", h + f"self_attn.{o}.{p}")
+            put(f"{st.attn}.q_norm.weight", h + f"self_attn.{qn}.weight")
+            put(f"{st.attn}.k_norm.weight", h + f"self_attn.{kn}.weight")
         else:
             for name in ("in_proj", "conv", "out_proj"):
                 for p in ("weight", "bias"):
@@ -297,4 +414,4 @@ def plan(plan, put, layout: dict, final: str, state, fused):
     return plan
 
 
-PLANS = {"lfm2": plan, "lfm2_moe": plan}
+PLANS = {"lfm2": plan, "lfm2_moe": plan, "lfm3": lambda *a: plan(*a, lfm3=True)}

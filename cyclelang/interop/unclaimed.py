@@ -68,7 +68,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "kolibri1": ("deepseek_v2", "its correction bias is added to the router's raw logits for the choice (top-k of logits + b), the weights then sigmoid(logits): the language's correction= adds to the sigmoid scores, another choice"),
     "laguna": ("qwen2_moe", "a softplus gate on the attention output (per head)"),
     "lara_mini": ("qwen2_moe", "a gated DeltaNet mixer (gated delta rule, short convolutions, a gated output norm)"),
-    "lfm3": ("llama", "a sigmoid per-head gate on the attention output (use_attention_gate); rotary parameters per layer type, the global layers' proportional rotary over half of each head"),
     "llama4": ("llama", "a vision encoder (this is a vision-language model: import its text config (llama4_text) alone)"),
     "llama4_text": ("llama", "chunked attention (fixed blocks, not a sliding window); a log-position query temperature on NoPE layers; sigmoid router scores that scale the expert's input"),
     "longcat_flash": ("deepseek_v2", "a shortcut MoE (read mid-block, added at the block's end) beside two attention+MLP sublayers; zero-computation (identity) experts"),
