@@ -67,7 +67,7 @@ class Config:
     heads: int = 8  # attention heads (query heads)
     kv_heads: int = 4  # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
     rotary_base: float = 1000000.0  # rotary frequency base
-    qk_norm_eps: float = 1e-06  # the qk-norms' epsilon
+    qk_norm_eps: float = 1e-05  # the qk-norms' epsilon
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
@@ -92,7 +92,7 @@ class Config:
 
 
 class Feed(nn.Module):
-    """Token embedding plus no positions (they come from rotary, or not at all) (short_conv.cycle:59 · tanks and pumps)."""
+    """Token embedding plus no positions (they come from rotary, or not at all) (short_conv.cycle:61 · tanks and pumps)."""
 
     def __init__(self, config):
         super().__init__()
@@ -224,47 +224,47 @@ class Cache:
 
 
 class Convs(nn.Module):
-    """One `convs` block, repeated config.n_convs times in each triples (short_conv.cycle:46 · stage, from template conv_layer)."""
+    """One `convs` block, repeated config.n_convs times in each triples (short_conv.cycle:48 · stage, from template conv_layer)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # short conv; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:19 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:20 · valve
-            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),  # short gated convolution: B·x convolved over a few neighbouring positions, times C · short_conv.cycle:21 · pintle injector
+        self.mix = nn.ModuleDict(dict(  # short conv; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:21 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:22 · valve
+            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),  # short gated convolution: B·x convolved over a few neighbouring positions, times C · short_conv.cycle:23 · pintle injector
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:24 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:25 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:26 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:26 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:27 · valve
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:28 · combustor
         ))
 
     def forward(self, x, cache):
-        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init · short_conv.cycle:19 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:24 · prechamber burn, cooling
+        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init · short_conv.cycle:21 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:26 · prechamber burn, cooling
         return x
 
 
 class Attention_(nn.Module):
-    """One `attention` block (short_conv.cycle:47 · stage, from template attention_layer)."""
+    """One `attention` block (short_conv.cycle:49 · stage, from template attention_layer)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:32 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:33 · valve
-            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads, head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),  # attention: the only place positions mix · short_conv.cycle:34 · injector
+        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:34 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:35 · valve
+            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads, head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),  # attention: the only place positions mix · short_conv.cycle:36 · injector
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:37 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:38 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:39 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:39 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:40 · valve
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:41 · combustor
         ))
 
     def forward(self, x, rope, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · short_conv.cycle:32 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:37 · prechamber burn, cooling
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · short_conv.cycle:34 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:39 · prechamber burn, cooling
         return x
 
 
 class Triples(nn.Module):
-    """One `triples` block, repeated config.n_triples times: the stages convs x config.n_convs, attention in turn (short_conv.cycle:61 · nested stage, from template triple)."""
+    """One `triples` block, repeated config.n_triples times: the stages convs x config.n_convs, attention in turn (short_conv.cycle:63 · nested stage, from template triple)."""
 
     def __init__(self, config):
         super().__init__()
@@ -272,82 +272,82 @@ class Triples(nn.Module):
         self.stages = nn.ModuleList([Convs(config) for _ in range(config.n_convs)] + [Attention_(config)])  # one entry per stage instance
 
     def forward(self, x, rope, cache, mask=None):
-        for stage in self.stages[:self.config.n_convs]:  # block convs · short_conv.cycle:46 · stage
+        for stage in self.stages[:self.config.n_convs]:  # block convs · short_conv.cycle:48 · stage
             x = stage(x, cache)
-        x = self.stages[self.config.n_convs](x, rope, cache, mask)  # block attention · short_conv.cycle:47 · stage
+        x = self.stages[self.config.n_convs](x, rope, cache, mask)  # block attention · short_conv.cycle:49 · stage
         return x
 
 
 class Conv_(nn.Module):
-    """One `conv` block (short_conv.cycle:52 · stage, from template conv_layer)."""
+    """One `conv` block (short_conv.cycle:54 · stage, from template conv_layer)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # short conv; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:19 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:20 · valve
-            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),  # short gated convolution: B·x convolved over a few neighbouring positions, times C · short_conv.cycle:21 · pintle injector
+        self.mix = nn.ModuleDict(dict(  # short conv; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:21 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:22 · valve
+            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),  # short gated convolution: B·x convolved over a few neighbouring positions, times C · short_conv.cycle:23 · pintle injector
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:24 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:25 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:26 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:26 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:27 · valve
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:28 · combustor
         ))
 
     def forward(self, x, cache):
-        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init · short_conv.cycle:19 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:24 · prechamber burn, cooling
+        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init · short_conv.cycle:21 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:26 · prechamber burn, cooling
         return x
 
 
 class Attention__(nn.Module):
-    """One `attention` block (short_conv.cycle:53 · stage, from template attention_layer)."""
+    """One `attention` block (short_conv.cycle:55 · stage, from template attention_layer)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:32 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:33 · valve
-            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads, head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),  # attention: the only place positions mix · short_conv.cycle:34 · injector
+        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:34 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:35 · valve
+            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads, head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),  # attention: the only place positions mix · short_conv.cycle:36 · injector
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:37 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:38 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:39 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:39 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:40 · valve
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:41 · combustor
         ))
 
     def forward(self, x, rope, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · short_conv.cycle:32 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:37 · prechamber burn, cooling
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · short_conv.cycle:34 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:39 · prechamber burn, cooling
         return x
 
 
 class Pairs(nn.Module):
-    """One `pairs` block, repeated config.n_pairs times: the stages conv, attention in turn (short_conv.cycle:62 · nested stage, from template pair)."""
+    """One `pairs` block, repeated config.n_pairs times: the stages conv, attention in turn (short_conv.cycle:64 · nested stage, from template pair)."""
 
     def __init__(self, config):
         super().__init__()
         self.stages = nn.ModuleList([Conv_(config), Attention__(config)])  # one entry per stage instance
 
     def forward(self, x, rope, cache, mask=None):
-        x = self.stages[0](x, cache)  # block conv · short_conv.cycle:52 · stage
-        x = self.stages[1](x, rope, cache, mask)  # block attention · short_conv.cycle:53 · stage
+        x = self.stages[0](x, cache)  # block conv · short_conv.cycle:54 · stage
+        x = self.stages[1](x, rope, cache, mask)  # block attention · short_conv.cycle:55 · stage
         return x
 
 
 class Last(nn.Module):
-    """One `last` block (short_conv.cycle:63 · stage, from template conv_layer)."""
+    """One `last` block (short_conv.cycle:65 · stage, from template conv_layer)."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # short conv; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:19 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:20 · valve
-            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),  # short gated convolution: B·x convolved over a few neighbouring positions, times C · short_conv.cycle:21 · pintle injector
+        self.mix = nn.ModuleDict(dict(  # short conv; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:21 · prechamber mix
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:22 · valve
+            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),  # short gated convolution: B·x convolved over a few neighbouring positions, times C · short_conv.cycle:23 · pintle injector
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:24 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:25 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:26 · combustor
+        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:26 · prechamber burn
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:27 · valve
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:28 · combustor
         ))
 
     def forward(self, x, cache):
-        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init · short_conv.cycle:19 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:24 · prechamber burn, cooling
+        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init · short_conv.cycle:21 · prechamber mix, cooling
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:26 · prechamber burn, cooling
         return x
 
 
@@ -357,14 +357,14 @@ def learning_rate(step):
 
 
 class Model(nn.Module):
-    """short_conv: embeddings, blocks, LM head (short_conv.cycle:56 · feed, stages, nozzle)."""
+    """short_conv: embeddings, blocks, LM head (short_conv.cycle:58 · feed, stages, nozzle)."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · short_conv.cycle:59 · tanks and pumps
+        self.feed = Feed(config)  # token embedding · short_conv.cycle:61 · tanks and pumps
         self.stages = nn.ModuleList([Triples(config) for _ in range(config.n_triples)] + [Pairs(config) for _ in range(config.n_pairs)] + [Last(config)])  # one entry per stage instance
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · short_conv.cycle:65 · valve on the main line
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · short_conv.cycle:67 · valve on the main line
         cos, sin = rotary_tables(config.context, config.head_dim, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -382,31 +382,31 @@ class Model(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
-        for group in self.stages[:config.n_triples]:  # block triples · short_conv.cycle:61 · stage
-            for stage in group.stages[:config.n_convs]:  # block convs · short_conv.cycle:46 · stage
+        for group in self.stages[:config.n_triples]:  # block triples · short_conv.cycle:63 · stage
+            for stage in group.stages[:config.n_convs]:  # block convs · short_conv.cycle:48 · stage
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
                 nn.init.normal_(stage.mix.short_conv.out_proj.weight, mean=0.0, std=config.cooling_std)
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
                 nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        for group in self.stages[:config.n_triples]:  # block triples · short_conv.cycle:61 · stage
-            stage = group.stages[config.n_convs]  # block attention · short_conv.cycle:47 · stage
+        for group in self.stages[:config.n_triples]:  # block triples · short_conv.cycle:63 · stage
+            stage = group.stages[config.n_convs]  # block attention · short_conv.cycle:49 · stage
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        for group in self.stages[config.n_triples : config.n_triples + config.n_pairs]:  # block pairs · short_conv.cycle:62 · stage
-            stage = group.stages[0]  # block conv · short_conv.cycle:52 · stage
+        for group in self.stages[config.n_triples : config.n_triples + config.n_pairs]:  # block pairs · short_conv.cycle:64 · stage
+            stage = group.stages[0]  # block conv · short_conv.cycle:54 · stage
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.short_conv.out_proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        for group in self.stages[config.n_triples : config.n_triples + config.n_pairs]:  # block pairs · short_conv.cycle:62 · stage
-            stage = group.stages[1]  # block attention · short_conv.cycle:53 · stage
+        for group in self.stages[config.n_triples : config.n_triples + config.n_pairs]:  # block pairs · short_conv.cycle:64 · stage
+            stage = group.stages[1]  # block attention · short_conv.cycle:55 · stage
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[config.n_triples + config.n_pairs]  # block last · short_conv.cycle:63 · stage
+        stage = self.stages[config.n_triples + config.n_pairs]  # block last · short_conv.cycle:65 · stage
         # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
         nn.init.normal_(stage.mix.short_conv.out_proj.weight, mean=0.0, std=config.cooling_std)
         # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
@@ -436,12 +436,12 @@ class Model(nn.Module):
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
         aux = {}
-        for stage in self.stages[:self.config.n_triples]:  # block triples · short_conv.cycle:61 · stage
+        for stage in self.stages[:self.config.n_triples]:  # block triples · short_conv.cycle:63 · stage
             x = stage(x, rope, cache, mask)
-        for stage in self.stages[self.config.n_triples : self.config.n_triples + self.config.n_pairs]:  # block pairs · short_conv.cycle:62 · stage
+        for stage in self.stages[self.config.n_triples : self.config.n_triples + self.config.n_pairs]:  # block pairs · short_conv.cycle:64 · stage
             x = stage(x, rope, cache, mask)
-        x = self.stages[self.config.n_triples + self.config.n_pairs](x, cache)  # block last · short_conv.cycle:63 · stage
-        x = self.norm(x)  # final norm · short_conv.cycle:65 · valve on the main line
+        x = self.stages[self.config.n_triples + self.config.n_pairs](x, cache)  # block last · short_conv.cycle:65 · stage
+        x = self.norm(x)  # final norm · short_conv.cycle:67 · valve on the main line
         logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
         if cache is not None:
             cache.pos += T
