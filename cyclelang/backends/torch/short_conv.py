@@ -47,7 +47,7 @@ class ShortConvEmitter(OpEmitter):
         w(f"class {name}(nn.Module):")
         with out.indent():
             where = "its latest `size` positions (this one included)" if v.causal else "a window of `size` positions around each one"
-            w('"""Short gated convolution (LFM2\'s ShortConv): a pintle injector.')
+            w('"""Short gated convolution (LFM2\'s ShortConv).')
             w()
             w("in_proj gives B, C and x; each channel of B * x is convolved over")
             w(where + "; C gates the result; out_proj.")

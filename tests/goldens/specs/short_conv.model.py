@@ -104,7 +104,7 @@ class Feed(nn.Module):
 
 
 class ShortConv(nn.Module):
-    """Short gated convolution (LFM2's ShortConv): a pintle injector.
+    """Short gated convolution (LFM2's ShortConv).
 
     in_proj gives B, C and x; each channel of B * x is convolved over
     its latest `size` positions (this one included); C gates the result; out_proj.
