@@ -55,6 +55,20 @@ SHRINK = {
 MAMBA2 = {r"width=\d+": "width=256", r"heads=24": "heads=8", r"state=128": "state=64", r"chunk=256": "chunk=128",
           r"let depth = \d+": "let depth = 4", r"vocab=\d+": "vocab=8192", r"context=\d+": "context=256"}
 FLAT = {r"width=\d+": "width=128", r"heads=12": "heads=4", r"let depth = \d+": "let depth = 2", r"vocab=\d+": "vocab=2048", r"context=\d+": "context=4160"}
+# the short conv's decoding engine: specs/short_conv.cycle's conv layer alone, at FLAT's width, depth, vocab and context
+SHORT_CONV = """
+engine short_conv {
+  chamber width=128
+  throat causal
+  feed tokens vocab=2048 context=4160 position=none
+  stage block x 2 {
+    prechamber mix { norm rmsnorm eps=1e-5  turbine short_conv size=3 bias=false  merge cooling }
+    prechamber burn { norm rmsnorm eps=1e-5  turbine mlp hidden=352 act=swiglu bias=false  merge cooling }
+  }
+  norm rmsnorm eps=1e-5
+  nozzle head tied
+}
+"""
 DECODE = {r"width=\d+": "width=128", r"heads=8": "heads=4", r"hidden=\d+": "hidden=352", r"\) x 8": ") x 2", r"vocab=\d+": "vocab=2048", r"context=\d+": "context=1280"}
 
 
@@ -512,8 +526,8 @@ def bench_expander(args, torch):
     """Mamba-2's, DeepSeek-V2's, DeepSeek-V3's and Qwen3-MoE's training steps against transformers'
     Mamba2ForCausalLM (its torch path: no mamba_ssm kernels), DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
     and Qwen3MoeForCausalLM (eager attention), eager and both compiled, at the same config and weights; then the per-token decoding time of linear
-    attention (expander.cycle) and of attention (gpt2.cycle) at the same width, around token 64
-    and around token 4,096."""
+    attention (expander.cycle), of attention (gpt2.cycle) and of the short gated conv (SHORT_CONV) at the same width, around
+    token 64 and around token 4,096."""
     import transformers
 
     import cyclelang
@@ -534,8 +548,8 @@ def bench_expander(args, torch):
         res[name] = _imported_against_hf(name, prefix, config, args, torch)
     # gated DeltaNet: expander.cycle's engine with the linear attention swapped for `turbine delta` (4 heads of 32)
     delta = spec_text("expander", FLAT).replace("turbine linear_attention heads=4 retention chunk=64", "turbine delta heads=4 chunk=64")
-    for name in ("expander", "gpt2", "gated_delta"):
-        text = delta if name == "gated_delta" else spec_text(name, FLAT)
+    for name in ("expander", "gpt2", "gated_delta", "short_conv"):
+        text = {"gated_delta": delta, "short_conv": SHORT_CONV}.get(name) or spec_text(name, FLAT)
         res[name] = decode_growth(name, cyclelang.build(cyclelang.parse(text), seed=0, fast=True).eval(), args, torch)
         d = res[name]
         print(f"  decode {name}: {d['ms_first']:.3f} ms per token around token 64, {d['ms_last']:.3f} ms around 4096 (x{d['growth']:.2f})", flush=True)
@@ -1096,7 +1110,8 @@ def render(results) -> str:
                     out.append(f"| {label} training step, {how} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x[name][key]['vs_hf']:.3f}** |")
         out += ["", "| decoding, width 128, 2 blocks, batch 1 | around token 64 | around token 4,096 | growth |", "|---|---|---|---|"]
         for key, label in (("expander", "linear attention (expander.cycle)"), ("gpt2", "attention (gpt2.cycle)"),
-                           ("gated_delta", "gated DeltaNet (expander.cycle's engine)")):
+                           ("gated_delta", "gated DeltaNet (expander.cycle's engine)"),
+                           ("short_conv", "short gated conv (LFM2's, size 3)")):
             if key not in x:
                 continue
             d = x[key]

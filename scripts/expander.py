@@ -33,6 +33,7 @@ MIXERS = {
     "linear attention": "turbine linear_attention heads=4 retention chunk=64 bias=false",
     "SSM (Mamba-2)": "turbine ssm heads=8 state=64 chunk=256",
     "gated DeltaNet": "turbine delta heads=4 chunk=64",
+    "short conv (LFM2)": "turbine short_conv size=3",
 }
 SPEC = """
 engine cmp {{

@@ -28,6 +28,13 @@ OVERRIDES["dots1"] = {"n_routed_experts": 128, "n_shared_experts": 2, "num_exper
                       "norm_topk_prob": True, "routed_scaling_factor": 2.5}
 
 
+# Lfm2Config's default makes every layer attention (no full_attn_idxs, no layer_types): the library shows the pattern of
+# LFM2's released checkpoints instead, 16 layers with attention at layers 2, 5, 8, 10, 12 and 14, short convs elsewhere.
+_LFM2_ATTN = (2, 5, 8, 10, 12, 14)
+OVERRIDES["lfm2"] = {"num_hidden_layers": 16, "full_attn_idxs": list(_LFM2_ATTN),
+                     "layer_types": ["full_attention" if i in _LFM2_ATTN else "conv" for i in range(16)]}
+
+
 def default_config(family: str) -> dict:
     import transformers
 
@@ -38,7 +45,11 @@ def default_config(family: str) -> dict:
 # config avoids it).
 SKIP = {"ministral3": "its default rope scales queries by Llama 4's rule (llama_4_scaling_beta), which the language lacks",
         "cohere_compass_text": "its default rope_parameters name no layer type, and transformers cannot build the model without them",
-        "hunyuan_v1_moe": "its default head_dim is null, and transformers' HunYuan MoE attention cannot build without one"}
+        "hunyuan_v1_moe": "its default head_dim is null, and transformers' HunYuan MoE attention cannot build without one",
+        "lfm2_moe": "its default layer_types is null (transformers cannot build it), and its norm_topk_prob renormalises by the sum + 1e-6, "
+                    "which the language's sigmoid router does not say",
+        "lfm3": "its default gates each attention head's output (use_attention_gate) and turns its global layers by a proportional "
+                "rotary, neither of which the language says"}
 
 
 def texts() -> dict[str, str]:

@@ -38,7 +38,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      ["llama", "mqa", "mistral", "moe", "sinks", "poolformer"]),
     ("The expander cycle: changing the exponent",
      "Attention's cost grows as n squared and its KV cache with n; linear attention and the SSM carry the past in a state of fixed size, so a sequence costs n and decoding keeps the same few bytes at any length. Latent attention keeps the n-squared injector and shrinks what its cache keeps per token.",
-     ["expander", "mamba2", "deepseek_v2", "jamba"]),
+     ["expander", "mamba2", "deepseek_v2", "jamba", "short_conv"]),
     ("A throat on the main line",
      "The narrowest width on the main path caps what the engine can carry past it.",
      ["throat"]),
@@ -109,6 +109,8 @@ FAMILY_NOTES: dict[str, str] = {
     "granite": "Granite: the Llama block with four multipliers: the embedding, each residual branch, the attention logits and "
                "the logits.",
     "jamba": "Jamba: Mamba layers with one attention layer in each group, experts on every other MLP.",
+    "lfm2": "LFM2: short gated convolutions (B·x through 3 taps, gated by C) in most layers, grouped-query attention with "
+            "per-head qk-norms in six of sixteen, SwiGLU MLPs.",
     "llama": "Llama: Pre-RMSNorm blocks, rotary on every dim, SwiGLU, an untied head.",
     "mamba": "Mamba: a stack of selective state-space mixers, each with an RMSNorm in front; no attention, no KV cache.",
     "mamba2": "Mamba-2: a stack of selective state-space (SSD) mixers, each with an RMSNorm in front; no attention, no KV cache.",
@@ -362,6 +364,15 @@ CONCEPTS: dict[str, tuple[str, str]] = {
         "fixed states of 1,024 channels x (16 + a conv window of 3), 532 KiB per sequence (2-byte values) at any "
         "length, beside the two attention layers' keys and values: 1,024 bytes per token, where sixteen such "
         "attention layers would keep 8,192.",
+    ),
+    "short_conv": (
+        "A hybrid engine of pintle injectors: ten of its sixteen stages mix positions through a short swirl (each channel "
+        "of B·x convolved over its last 3 positions) whose pintle, C, throttles what enters the chamber; six keep a full "
+        "injector that mixes every position with every other. The swirl's reach is short, so its state is tiny.",
+        "LFM2's layer pattern at 16 layers (attention at layers 2, 5, 8, 10, 12, 14; width 512): `turbine short_conv size=3` "
+        "is LFM2's ShortConv (in_proj to B, C, x; a depthwise causal conv of B·x; C·; out_proj), the attention layers GQA "
+        "with per-head qk RMSNorms and rotary at base 1,000,000. Decoding keeps 2 values of B·x per channel in each conv "
+        "layer (1,024 values a layer, 10,240 in all, flat in n) beside the six attention layers' keys and values, which grow with n.",
     ),
     "throat": (
         "A choked throat fixes the mass flow whatever lies downstream: the main line narrows from 256 to 64 and widens "

@@ -39,6 +39,7 @@ TURBINES = {
     ir.LinearAttention: "turbine linear_attention heads=2 chunk=4",
     ir.GatedDelta: "turbine delta heads=2 chunk=4",
     ir.Linear: "turbine linear",
+    ir.ShortConv: "turbine short_conv size=3",
 }
 MERGE_TEXT = {k.cls: "merge " + (k.keyword + "=0.5" if k.keyword == "scale" else k.keyword) for k in MERGES}
 

@@ -125,6 +125,10 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
             for l in chunks(T, op.chunk):
                 count += 1  # the state read by C
                 flops += 2 * B * l * i * n
+        elif isinstance(op, ir.ShortConv):
+            C = op.width
+            count += 3  # in_proj, the depthwise conv, out_proj
+            flops += 2 * N * C * 3 * C + 2 * B * C * T * op.size + 2 * N * C * C
         elif isinstance(op, ir.LinearAttention):
             h, d, C = op.heads, op.head_dim, op.width
             e = d + (1 if op.normalize else 0)

@@ -116,6 +116,9 @@ CLASSES = {
     "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",
     "olmo_hybrid": "OlmoHybridConfig",
     "lara_mini": "LaraMiniConfig",
+    "lfm2": "Lfm2Config",
+    "lfm2_moe": "Lfm2MoeConfig",
+    "lfm3": "Lfm3Config",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).
@@ -155,6 +158,7 @@ ALIASES = {
     "minimax_m2": {"num_experts": "num_local_experts"},
     "ernie4_5_moe": {"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
     "granitemoehybrid": {"layers_block_type": "layer_types"},
+    "lfm3": {"rms_norm_eps": "norm_eps"},
     "ctrl": {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"},
 }
 # Classes whose attribute_map points from the field to another name (Qwen3-MoE's num_experts is stored as
@@ -171,6 +175,8 @@ DEFAULT_THETA["solar_open"] = 1000000.0
 DEFAULT_THETA["sarvam_moe"] = 8000000.0
 DEFAULT_THETA["hy_v3"] = 11158840.0
 DEFAULT_THETA["gpt_oss"] = 150000.0  # GptOssConfig.default_theta
+DEFAULT_THETA["lfm2"] = 1000000.0
+DEFAULT_THETA["lfm2_moe"] = 1000000.0
 
 _DROPOUT = "dropout: inactive in evaluation, and cyclelang trains without it"
 _GENERATION = "a generation setting (transformers moves it to the generation config); the forward does not read it"

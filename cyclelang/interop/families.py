@@ -2383,6 +2383,10 @@ from . import families_routed as _routed_v3  # noqa: E402  (GLM-4.5, dots.llm1, 
 
 KEYS.update(_routed_v3.KEYS)
 READERS.update(_routed_v3.READERS)
+from . import families_conv as _conv  # noqa: E402  (LFM2, LFM2-MoE: the short gated convolution)
+
+KEYS.update(_conv.KEYS)
+READERS.update(_conv.READERS)
 READERS.update({**lineage.READERS, "gpt-sw3": _gpt2})
 READERS.update({"minicpm3": _latent_dense("minicpm3"), "youtu": _latent_dense("youtu"), "falcon_mamba": _falcon_mamba, "bamba": _bamba,
                 "granitemoehybrid": _granitemoehybrid})
@@ -2505,6 +2509,7 @@ CAUSAL_LM.update(_parallel.CAUSAL_LM)
 CAUSAL_LM.update(_routed_v3.CAUSAL_LM)
 CAUSAL_LM.update(_sinks.CAUSAL_LM)
 CAUSAL_LM.update(_delta.CAUSAL_LM)
+CAUSAL_LM.update(_conv.CAUSAL_LM)
 CAUSAL_LM.update(lineage.CAUSAL_LM)
 CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
 CAUSAL_LM.update({"minicpm3": "MiniCPM3ForCausalLM", "youtu": "YoutuForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
@@ -2613,6 +2618,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         return _latent_dense_text(a, source)
     if isinstance(a, HybridFamily):
         return _hybrid_text(a, source)
+    if isinstance(a, _conv.ConvFamily):
+        return _conv.spec_text(a, source)
     if isinstance(a, (MambaFamily, JambaFamily, DeepseekV2Family)):
         return {MambaFamily: _mamba_text, JambaFamily: _jamba_text, DeepseekV2Family: _deepseek_v2_text}[type(a)](a, source)
     src = a.sources
@@ -3254,7 +3261,7 @@ def _plain_config(a: Arch) -> dict:
 
 # --- the config an engine of the expander families implies (export) -------------------------------
 
-_EXPANDER_KINDS = (ir.Ssm, ir.Mamba1, ir.LatentAttention)
+_EXPANDER_KINDS = (ir.Ssm, ir.Mamba1, ir.LatentAttention, ir.ShortConv)
 
 
 def _layer_list(engine: ir.Engine, merges: tuple = (ir.PlainMerge, ir.CoolingMerge), post: bool = False) -> list[list[tuple[ir.Norm, object]]]:
@@ -3329,7 +3336,7 @@ def expander_config(engine: ir.Engine) -> dict | None:
     latent = any(isinstance(o, ir.LatentAttention) for o in ops)  # MiniCPM3 scales its branches
     granite = any(isinstance(o, ir.Ssm) for o in ops) and any(isinstance(o, (ir.Attention, ir.Mlp, ir.Moe)) for o in ops)  # ... and GraniteMoeHybrid
     layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent or granite else (ir.PlainMerge, ir.CoolingMerge),
-                         post=latent and engine.name == "axk1")
+                         post=latent and engine.name == "axk1" or any(isinstance(o, ir.ShortConv) for o in ops))  # LFM3's sandwich
     turbines = [t for layer in layers for _, t in layer]
     final = engine.body[-1]
     base = {"vocab_size": engine.feed.vocab, "hidden_size": engine.width, "num_hidden_layers": len(layers),
@@ -3363,6 +3370,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
     mlps = [r for r in reactors if isinstance(r, ir.Mlp)]
     moe, mlp = (moes or [None])[0], (mlps or [None])[0]
     common = {"hidden_act": "silu", "rms_norm_eps": final.eps, "max_position_embeddings": engine.feed.context}
+    if any(isinstance(m, ir.ShortConv) for m in mixers):  # LFM2's short convs among attention layers
+        return _conv.engine_config(engine, layers, base, common)
     if any(isinstance(m, ir.Ssm) for m in mixers):  # Mamba-2 mixers among attention layers
         return _hybrid_config(engine, layers, base, common)
     if isinstance(first, ir.LatentAttention):

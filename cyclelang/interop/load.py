@@ -249,6 +249,7 @@ class _Stage:
     ssm: str | None = None  # "stages.0.mix.ssm"
     mamba1: str | None = None  # "stages.0.mix.ssm" (version=1)
     latent: str | None = None  # "stages.0.mix.attn" (latent attention)
+    short_conv: str | None = None  # "stages.0.mix.short_conv"
     attn_node: object = None
     work_node: object = None
     experts: int = 0
@@ -298,6 +299,8 @@ def _layout(spec) -> dict[int, _Stage]:
                     st.mamba1 = path
                 elif isinstance(part.node, ir.LatentAttention) and st.latent is None:
                     st.latent, st.attn_node = path, part.node
+                elif isinstance(part.node, ir.ShortConv) and st.short_conv is None:
+                    st.short_conv = path
     return stages
 
 
@@ -951,6 +954,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
                    "granitemoehybrid": _plan_granitemoehybrid,
                    "gpt_oss": _plan_gpt_oss,
                    }
+_EXPANDER_PLANS.update(families._conv.PLANS)  # LFM2, LFM2-MoE (families_conv.py)
 
 
 def _prefix(arch: str) -> str:

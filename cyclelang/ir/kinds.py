@@ -382,6 +382,13 @@ def _delta_flops(d: ir.GatedDelta, n: int, w: int = 0) -> tuple[int, int]:
 
 def _delta_state(d: ir.GatedDelta, n: int) -> int:
     return d.conv_dim * (d.conv - 1) + d.heads * d.head_dim * d.v_dim  # the conv window and S per value head
+def _short_conv_params(c: ir.ShortConv, w: int) -> int:
+    # in_proj to [B | C | x], the depthwise filters, out_proj; bias (LFM2's conv_bias) on all three
+    return 4 * c.width * c.width + c.width * c.size + (5 * c.width if c.bias else 0)
+
+
+def _short_conv_state(c: ir.ShortConv, n: int) -> int:
+    return c.width * min(n, c.size - 1) if c.causal else 0  # the last size - 1 values of B * x
 
 
 def _gate_params(m: ir.GateMerge, w: int) -> int:
@@ -441,6 +448,12 @@ OPS: tuple[Kind, ...] = (
          # replicated under TP: q and k are shared by groups of value heads and the conv runs over the fused
          # [q | k | v] channels, so a split by heads needs its own row plan (not written yet)
          mup_sub=(("conv1d", "vector"),), ml_phrase='gated DeltaNet: the delta rule writes a decaying fixed-size state key by key'),
+    Kind(ir.ShortConv, "short_conv", "short_conv", "mixer", "pintle injector", "short conv",
+         "pintle injector: a gated swirl of a few neighbouring positions",
+         out_proj=True, params=_short_conv_params, flops=lambda x, n, w=0: (2 * 4 * x.width * x.width + 2 * x.width * x.size, 0),
+         activations=lambda x, n=0: (7 * x.width, 0), state=_short_conv_state,  # x, [B | C | x], B·x, the conv's output, C·y
+         mixes_positions=True, masked=True, state_kind="window", shrink=_shrink_width, mup_sub=(("conv", "vector"),),  # depthwise filters, as conv's
+         ml_phrase='short gated convolution: B·x convolved over a few neighbouring positions, times C'),
     Kind(ir.Linear, "linear", "linear", "projection", "duct", "linear", "a single projection",
          out_proj=True, params=lambda x, w: x.width * x.out + (x.out if x.bias else 0), flops=lambda x, n, w=0: (2 * x.width * x.out, 0),
          activations=lambda x, n=0: (x.width, 0), shrink=_shrink_linear, ml_phrase='a linear projection'),

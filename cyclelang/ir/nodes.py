@@ -44,7 +44,7 @@ IR_VERSION = 2  # 2: merges keep what was asked (`*_asked`) apart from what was 
 
 __all__ = [
     "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
-    "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling", "GatedDelta",
+    "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling", "GatedDelta", "ShortConv",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
     "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Param", "Router", "GroupScore", "ROUTERS", "GROUP_SCORES", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
@@ -374,6 +374,20 @@ class Conv(Node):
     causal: bool  # follows the engine's throat: only the past is mixed
 
 
+class ShortConv(Node):
+    """A short gated convolution (LFM2's ShortConv; the order-2 gate of H3 and Hyena):
+    in_proj to B, C and x (each `width` wide), the depthwise convolution of B * x over
+    its own last `size` positions (centred on each one with an open throat), C times its
+    output, out_proj. `bias` is on all three (LFM2's conv_bias). A mixer with a bounded
+    state: decoding keeps the last size - 1 values of B * x."""
+
+    op: Literal["short_conv"] = "short_conv"
+    width: Count
+    size: Count
+    bias: bool
+    causal: bool  # follows the engine's throat: only the past is mixed
+
+
 class Ssm(Node):
     """A selective state-space mixer (Mamba-2, Dao & Gu 2024), as transformers' Mamba2Mixer:
     in_proj to a gate z, the conv input (x, B, C) and a step size dt per head; a depthwise
@@ -546,7 +560,7 @@ class GatedDelta(Node):
 
 # The one list of turbine kinds: every union below is built from it, so a new kind is
 # added here (and given its record in kinds.py), nowhere else in the IR.
-TURBINE_TYPES = (Attention, LatentAttention, Mlp, Moe, Pool, Conv, Ssm, LinearAttention, Linear, Mamba1, GatedDelta)
+TURBINE_TYPES = (Attention, LatentAttention, Mlp, Moe, Pool, Conv, Ssm, LinearAttention, Linear, Mamba1, GatedDelta, ShortConv)
 OP_TYPES = (Norm, *TURBINE_TYPES)
 
 Turbine = Annotated[Union[TURBINE_TYPES], Field(discriminator="op")]

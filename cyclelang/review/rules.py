@@ -707,6 +707,27 @@ def moe_without_sparsity(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     return out
 
 
+# --- W140: a short conv of one tap ------------------------------------------------------------
+
+
+@rule("W140", "short conv that mixes no positions", """
+A short gated convolution (`turbine short_conv`) of size 1 convolves each channel of
+B·x with its own position alone: the layer is C·(w·B·x), a gated unit at each
+position, and no position reads another. It is built as written, but the mixer in
+that prechamber mixes nothing; LFM2's layers use 3 taps (conv_L_cache). In engine
+terms: a pintle injector with no stroke.""",
+     "turbine short_conv size=1")
+def short_conv_without_mixing(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    out = []
+    for p in parts(e):
+        c = p.node
+        if isinstance(c, ir.ShortConv) and c.size == 1:
+            out.append(_w("W140", "a short conv of size 1: each position is convolved with itself alone, so no positions mix", c.span,
+                          "size=3 (LFM2's conv_L_cache) or more",
+                          ["the layer is C·(w·B·x) at each position: a gated unit, not a mixer"]))
+    return out
+
+
 # --- W112: legal but unwise values -------------------------------------------------------------
 
 

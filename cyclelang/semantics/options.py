@@ -404,6 +404,10 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("size", "int", "kernel size: how many neighbouring positions mix", "", default=4, max=MAX_CONTEXT),
         _BIAS,
     ),
+    "turbine short_conv": (
+        Opt("size", "int", "kernel size: how many of its latest positions each channel of B·x mixes (LFM2's conv_L_cache); 1 mixes none", "the pintle's stroke", default=3, max=MAX_CONTEXT),
+        Opt("bias", "bool", "biases on in_proj, the conv and out_proj (LFM2's conv_bias)", "", default=False),
+    ),
     "turbine linear": (
         Opt("out", "int", "output width; narrower than the stream is a bottleneck", "a narrow duct is a throat", default_text="the width where it sits", max=MAX_VOCAB),
         _BIAS,

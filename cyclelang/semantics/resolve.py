@@ -1149,6 +1149,13 @@ class _Resolver:
             return None
         return ir.Conv(width=w, size=size, bias=bias, causal=ctx.throat == "causal", span=d.span)
 
+    def t_short_conv(self, o: Options, ctx, w, d):
+        size = o.get("size")
+        bias = o.get("bias")
+        if size is None or w is None:
+            return None
+        return ir.ShortConv(width=w, size=size, bias=bias, causal=ctx.throat == "causal", span=d.span)
+
     def _inner_heads(self, o: Options, w, heads, inner_what: str, inner=None):
         """head_dim: given, or the inner width (`inner`, else the chamber's) split into heads (E0230)."""
         head_dim = o.get("head_dim")

@@ -37,6 +37,7 @@ THEMES: dict[str, dict[str, str]] = {
         "moe": "#fbd5d5",
         "pool": "#dcf1d8",
         "conv": "#e3f4ee",
+        "short_conv": "#d3efe6",
         "ssm": "#e8e0f7",
         "linear": "#e6e9ee",
         "feed": "#dfe9f5",
@@ -64,6 +65,7 @@ THEMES: dict[str, dict[str, str]] = {
         "moe": "#5c2020",
         "pool": "#1f4a2a",
         "conv": "#1d4a40",
+        "short_conv": "#175c4c",
         "ssm": "#3a2d5c",
         "linear": "#2d3640",
         "feed": "#1d3047",
@@ -118,6 +120,7 @@ for _t, _extra in (("light", {"q": "#3b6fb6", "kv": "#2a9d8f", "mask_on": "#1f29
 # Each kind's fill, by its kinds-table attr, a colour of every theme; the legend names a kind by its
 # kinds-table word (a new kind needs only this entry, and a kind without one fails at import).
 KIND_FILL = {"attn": "attention", "mlp": "mlp", "moe": "moe", "pool": "pool", "conv": "conv", "ssm": "ssm", "linear": "linear", "norm": "norm"}
+KIND_FILL["short_conv"] = "short_conv"  # LFM2's short gated conv
 # gated DeltaNet (turbine delta): a rose, apart from the ssm's lavender and attention's blue
 KIND_FILL["delta"] = "delta"
 THEMES["light"]["delta"] = "#f7e1ec"

@@ -112,6 +112,7 @@ TITLES = {
     ir.Moe: _moe_title,
     ir.Pool: lambda op: (f"Pool{DOT}size {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
     ir.Conv: lambda op: (f"Conv{DOT}depthwise {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
+    ir.ShortConv: lambda op: (f"Short conv{DOT}{op.size} taps" + (f"{DOT}causal" if op.causal else ""), f"C{DOT}conv(B{DOT}x), gated"),
     ir.Linear: lambda op: (f"Linear {op.width}{ARROW}{op.out}", ""),
     ir.LatentAttention: lambda op: (f"Latent attention{DOT}{op.heads} heads{DOT}{'causal' if op.mask == 'causal' else 'bidirectional'}",
                                     DOT.join([f"latent {op.latent}"] + ([f"q latent {op.q_latent}"] if op.q_latent else []) + [f"rotary {op.rotary_dims}"])),

@@ -17,6 +17,7 @@ from .mla import LatentAttentionEmitter
 from .moe import MoeEmitter
 from .ops import LinearEmitter, MlpEmitter, NormEmitter, OpEmitter, PoolEmitter
 from .recurrent import LinearAttentionEmitter, Mamba1Emitter, SsmEmitter
+from .short_conv import ShortConvEmitter
 
 E = TypeVar("E")
 
@@ -31,6 +32,7 @@ EMITTERS: dict[type, OpEmitter] = {
     ir.Ssm: SsmEmitter(),
     ir.LinearAttention: LinearAttentionEmitter(),
     ir.Mamba1: Mamba1Emitter(),
+    ir.ShortConv: ShortConvEmitter(),
     ir.Linear: LinearEmitter(),
     ir.GatedDelta: GatedDeltaEmitter(),
 }

@@ -14,7 +14,7 @@ parallelism, activation checkpointing, compile and FSDP2, with torch.distributed
                the router replicated (eager only: the experts' compiled op takes whole weights),
                and its correction bias with it: every rank routes the same tokens the same
                way, and the load rule sums the counts over all ranks, so the copies stay equal
-    replicate  norms, embeddings, the head, linear turbines, pool/conv mixers and the
+    replicate  norms, embeddings, the head, linear turbines, pool/conv/short_conv mixers and the
                merges' parameters: computed whole on every rank of the TP group
 
 A part that cannot be split at the degree asked (heads, kv_heads or a hidden width not
