@@ -105,6 +105,8 @@ CLASSES = {
     "nanochat": "NanoChatConfig",
     "hunyuan_v1_dense": "HunYuanDenseV1Config",
     "hunyuan_v1_moe": "HunYuanMoEV1Config",
+    "falcon_h1": "FalconH1Config",
+    "nemotron_h": "NemotronHConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).

@@ -2375,6 +2375,10 @@ from . import families_routed as _routed_v3  # noqa: E402  (GLM-4.5, dots.llm1, 
 
 KEYS.update(_routed_v3.KEYS)
 READERS.update(_routed_v3.READERS)
+from . import families_hybrid as _hybrid  # noqa: E402  (Falcon-H1: Mamba-2 beside attention in one block)
+
+KEYS.update(_hybrid.KEYS)
+READERS.update(_hybrid.READERS)
 READERS.update({**lineage.READERS, "gpt-sw3": _gpt2})
 READERS.update({"minicpm3": _latent_dense("minicpm3"), "youtu": _latent_dense("youtu"), "falcon_mamba": _falcon_mamba, "bamba": _bamba,
                 "granitemoehybrid": _granitemoehybrid})
@@ -2487,6 +2491,7 @@ CAUSAL_LM.update({"hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM", "hunyuan_v1_m
 CAUSAL_LM.update(CAUSAL_LM_H2)
 CAUSAL_LM.update(_parallel.CAUSAL_LM)
 CAUSAL_LM.update(_routed_v3.CAUSAL_LM)
+CAUSAL_LM.update(_hybrid.CAUSAL_LM)
 CAUSAL_LM.update(lineage.CAUSAL_LM)
 CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
 CAUSAL_LM.update({"minicpm3": "MiniCPM3ForCausalLM", "youtu": "YoutuForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
@@ -2593,6 +2598,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         return _latent_dense_text(a, source)
     if isinstance(a, HybridFamily):
         return _hybrid_text(a, source)
+    if isinstance(a, _hybrid.ParallelHybrid):
+        return _hybrid.spec_text(a, source)
     if isinstance(a, (MambaFamily, JambaFamily, DeepseekV2Family)):
         return {MambaFamily: _mamba_text, JambaFamily: _jamba_text, DeepseekV2Family: _deepseek_v2_text}[type(a)](a, source)
     src = a.sources
@@ -3296,6 +3303,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
                           "(Katharopoulos et al.): there is no config to write it as")
     if not any(isinstance(o, _EXPANDER_KINDS) for o in ops):
         return None
+    if _hybrid.is_parallel_hybrid(engine):  # Falcon-H1's block: a Mamba-2 ssm beside attention (families_hybrid.py)
+        return _hybrid.engine_config(engine)
     latent = any(isinstance(o, ir.LatentAttention) for o in ops)  # MiniCPM3 scales its branches
     granite = any(isinstance(o, ir.Ssm) for o in ops) and any(isinstance(o, (ir.Attention, ir.Mlp, ir.Moe)) for o in ops)  # ... and GraniteMoeHybrid
     layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent or granite else (ir.PlainMerge, ir.CoolingMerge),

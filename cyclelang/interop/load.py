@@ -884,6 +884,25 @@ def _plan_granitemoehybrid(plan: _Plan, put, layout: dict, final: str, state, fu
     return plan
 
 
+def _plan_falcon_h1(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """Falcon-H1: layer i is stage i: one norm before both the Mamba-2 mixer (`mamba.`, transformers' names) and attention
+    (q, k, v, o), then a gated MLP (`feed_forward.`) with its own valve."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        if st.attn is None or st.ssm is None or st.mlp is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks its ssm, attention or mlp; transformers' falcon_h1 layer {i} has all three"
+            continue
+        put(f"{st.valves.get(st.ssm, _parent(st.ssm) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.mlp, _parent(st.mlp) + 'norm')}.weight", h + "pre_ff_layernorm.weight")
+        _put_hybrid_mixer(put, replace(st, attn=None), h)  # the Mamba-2 mixer ...
+        _put_hybrid_mixer(put, st, h)  # ... and attention
+        _put_gated(put, st.mlp, h + "feed_forward.", st.work_node.hidden)
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "final_layernorm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
 _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2, "deepseek_v3": _plan_deepseek_v3,
                    "falcon_mamba": _plan_mamba,
                    "sarvam_mla": _plan_deepseek_v3,
@@ -891,6 +910,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
                    "axk1": _plan_axk1,
                    "bamba": _plan_bamba,
                    "granitemoehybrid": _plan_granitemoehybrid,
+                   "falcon_h1": _plan_falcon_h1,
                    }
 
 
@@ -935,6 +955,7 @@ KEYS = {
     "falcon_mamba": _Keys(embed="embeddings", final="norm_f"),
     "jamba": _Keys(final="final_layernorm"),
     "bamba": _Keys(final="final_layernorm"),
+    "falcon_h1": _Keys(final="final_layernorm"),
     "gemma2": _Keys(mlp_norm="pre_feedforward_layernorm"),
     "arcee": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
     "gemma3_text": _Keys(mlp_norm="pre_feedforward_layernorm"),

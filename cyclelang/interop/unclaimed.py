@@ -41,7 +41,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "dots3_note": ("deepseek_v2", "vision and audio encoders (this is a multimodal model: import its text config (dots3_note_text) alone)"),
     "dots3_note_text": ("deepseek_v2", "DeepSeek-V3.2 sparse attention on latent attention (an indexer keeps the top-k keys); sliding-window latent layers; an RMSNorm on the rotary key; a sigmoid per-head output gate"),
     "emu3": ("llama", "a VQ image tokenizer whose image tokens share the text vocabulary (this is a multimodal model: AutoModelForCausalLM builds Emu3ForCausalLM from its text_config alone, a Llama, but saves that as model_type emu3_text_model, which AutoModelForCausalLM does not load back, so no exported checkpoint would load)"),
-    "falcon_h1": ("mamba2", "a Mamba-2 mixer whose output is gated but not normalised (mamba_rms_norm=false), or normalised before the gate"),
     "flint": ("qwen2_moe", "learned attention sinks"),
     "fuyu": ("gpt_neox", "image inputs (this is a vision-language model that projects image patches straight into its decoder: import its text config (persimmon) alone)"),
     "gemma3": ("gemma2", "a vision encoder (this is a vision-language model: import its text config (gemma3_text) alone)"),
