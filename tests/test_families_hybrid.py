@@ -13,7 +13,7 @@ import pytest
 import cyclelang
 
 from .conftest import need
-from .roundtrip import V, hf, ids, imported, rel, round_trip
+from .roundtrip import V, hf, ids, rel, round_trip
 
 torch = need("torch")
 transformers = need("transformers")
