@@ -290,3 +290,81 @@ engine e {
   nozzle head
 }""")
     assert "gate_scale" in str(info.value)
+
+
+# --- Nemotron-H: one mixer a layer -----------------------------------------------------------------------
+
+
+def nemotron_h(**over):
+    kw = dict(vocab_size=V, hidden_size=16, layers_block_type=["linear_attention", "full_attention", "mlp", "linear_attention", "mlp"],
+              num_attention_heads=4, num_key_value_heads=2, head_dim=6, intermediate_size=20, mamba_num_heads=4, mamba_head_dim=6,
+              n_groups=2, ssm_state_size=5, chunk_size=4, conv_kernel=3, time_step_min=0.3, use_bias=True, mlp_bias=True,
+              layer_norm_epsilon=1e-4, max_position_embeddings=64, pad_token_id=None, bos_token_id=None, eos_token_id=None)
+    return transformers.NemotronHConfig(**{**kw, **over})
+
+
+NEMOTRON_H = {
+    "nemotron_h": lambda: nemotron_h(),
+    # MHA at the width's own head size, one group, a low step floor, gelu MLPs, a padding row; tie_word_embeddings, which ties
+    # nothing in transformers' NemotronH; runs of one kind fold
+    "nemotron_h_tied_gelu": lambda: nemotron_h(layers_block_type=["linear_attention", "linear_attention", "mlp", "full_attention"],
+                                               num_key_value_heads=4, head_dim=4, n_groups=1, time_step_min=0.01, mlp_hidden_act="gelu",
+                                               use_bias=False, mlp_bias=False, use_conv_bias=False, tie_word_embeddings=True,
+                                               pad_token_id=3),
+}
+
+
+@pytest.mark.parametrize("name", list(NEMOTRON_H))
+def test_nemotron_h_round_trip(tmp_path, name):
+    round_trip(tmp_path, NEMOTRON_H[name]())
+
+
+def test_nemotron_h_pattern_step_floor_and_relu2_matter():
+    ref = hf(nemotron_h())
+    text = import_config(ref.config)
+    with torch.no_grad():
+        want = ref(ids()).logits
+    assert rel(_logits(text, ref), want) < 1e-5
+    assert "dt_lo=0.3" in text and "act=relu2" in text
+    for old, new in ((" dt_lo=0.3", ""), ("act=relu2", "act=relu")):
+        assert rel(_logits(text.replace(old, new), ref), want) > 1e-4, old
+    rotary = text.replace("head_dim=6 bias=false", "head_dim=6 rotary bias=false")  # its attention has no positions
+    assert rotary != text and rel(_logits(rotary, ref), want) > 1e-4
+
+
+def test_nemotron_h_reads_hybrid_override_pattern_and_legacy_names():
+    """A released config.json's hybrid_override_pattern (M, *, -) and mamba_* names, as NemotronHConfig.__post_init__ reads them."""
+    config = nemotron_h().to_dict()
+    del config["layers_block_type"]
+    config.update(hybrid_override_pattern="M*-M-", mamba_n_groups=2, mamba_d_conv=3, mamba_chunk_size=4, num_hidden_layers=5)
+    for k in ("n_groups", "conv_kernel", "chunk_size"):
+        del config[k]
+    assert import_config(config) == import_config(nemotron_h().to_dict())
+    assert transformers.NemotronHConfig(**{k: v for k, v in config.items() if k != "model_type"}).layers_block_type == \
+        nemotron_h().layers_block_type
+
+
+NEMOTRON_H_REFUSED = {
+    "moe layers": (dict(layers_block_type=["linear_attention", "moe"]), "layers_block_type"),
+    "the default's moe layer": (dict(layers_block_type=None), "layers_block_type"),
+    "mamba gelu": (dict(mamba_hidden_act="gelu"), "mamba_hidden_act"),
+    "an unknown mlp act": (dict(mlp_hidden_act="tanh"), "mlp_hidden_act"),
+    "multi-token prediction": (dict(num_nextn_predict_layers=1), "num_nextn_predict_layers"),
+    "groups not dividing heads": (dict(n_groups=3), "n_groups"),
+    "no step floor": (dict(time_step_min=0.0), "time_step_min"),
+}
+
+
+@pytest.mark.parametrize("case", list(NEMOTRON_H_REFUSED))
+def test_nemotron_h_unexpressible_option_refused_by_name(case):
+    over, key = NEMOTRON_H_REFUSED[case]
+    config = nemotron_h().to_dict()
+    config.update(over)
+    if config["layers_block_type"] is None:
+        del config["layers_block_type"]
+    with pytest.raises(Unsupported) as info:
+        import_config(config)
+    assert info.value.field == key, str(info.value)
+
+
+CONFIGS = {**FAMILIES, **NEMOTRON_H}  # for tests/test_closed_world.py's property over every claimed family

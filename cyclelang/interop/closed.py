@@ -140,6 +140,7 @@ ALIASES = {
     "dots1": {"num_local_experts": "n_routed_experts"},
     "solar_open": {"num_local_experts": "n_routed_experts"},
     "hy_v3": {"num_local_experts": "num_experts"},
+    "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
     "sarvam_moe": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers", "num_experts": "n_routed_experts",
                    "num_shared_experts": "n_shared_experts", "use_qkv_bias": "attention_bias"},
     "minimax_m2": {"num_experts": "num_local_experts"},

@@ -2600,6 +2600,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         return _hybrid_text(a, source)
     if isinstance(a, _hybrid.ParallelHybrid):
         return _hybrid.spec_text(a, source)
+    if isinstance(a, _hybrid.SingleMixerHybrid):
+        return _hybrid.single_mixer_text(a, source)
     if isinstance(a, (MambaFamily, JambaFamily, DeepseekV2Family)):
         return {MambaFamily: _mamba_text, JambaFamily: _jamba_text, DeepseekV2Family: _deepseek_v2_text}[type(a)](a, source)
     src = a.sources
@@ -3319,6 +3321,9 @@ def expander_config(engine: ir.Engine) -> dict | None:
     if engine.nozzle.bias or (engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0) and not granite or engine.feed.position != "none":
         raise Unsupported("feed / nozzle", "these families have no positions table, no embedding or logit multiplier and no head bias")
     first = turbines[0]
+    if all(len(layer) == 1 for layer in layers) and any(isinstance(t, ir.Ssm) for t in turbines) \
+            and any(isinstance(t, (ir.Attention, ir.Mlp)) for t in turbines):  # Nemotron-H: one mixer a layer (families_hybrid.py)
+        return _hybrid.single_mixer_config(engine, layers, base)
     if all(len(layer) == 1 for layer in layers) and isinstance(first, ir.Ssm):
         s = first
         lo_hi = {} if (s.dt_lo, s.dt_hi) == (0.0, None) else {"time_step_limit": [s.dt_lo, s.dt_hi if s.dt_hi is not None else float("inf")]}

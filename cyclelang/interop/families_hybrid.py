@@ -16,6 +16,10 @@ What makes each one (transformers 5.24's modeling files):
   mamba_norm_before_gate): `turbine ssm out_norm=none | before_gate | gated`.
   Export writes the multipliers back from the spec: attention_in_multiplier and ssm_in_multiplier as 1, their factor
   already inside key_multiplier, attention_out_multiplier and ssm_multipliers (the same function, said once).
+- nemotron_h: each layer ONE mixer behind its RMSNorm, as layers_block_type (or hybrid_override_pattern's M, *, -, E)
+  says: a Mamba-2 mixer (Bamba's, its gated norm per group, dt clamped from time_step_min: transformers' mixer reads
+  no time_step_limit), attention without positions and without biases (Jamba's), or an ungated MLP (relu2 by
+  default); its MoE layers (E) are refused by name.
 """
 
 from __future__ import annotations
@@ -42,7 +46,37 @@ KEYS: dict[str, Keys] = {
                       {"num_logits_to_keep": _LOGITS_TO_KEEP}),
 }
 
-CAUSAL_LM = {"falcon_h1": "FalconH1ForCausalLM"}
+_NEMOTRON_H_LEGACY = {"hybrid_override_pattern": "layers_block_type", "mamba_n_groups": "n_groups", "mamba_d_conv": "conv_kernel",
+                      "mamba_expand": "expand", "mamba_dt_min": "time_step_min", "mamba_dt_max": "time_step_max",
+                      "mamba_dt_limit": "time_step_limit", "mamba_dt_init_floor": "time_step_floor", "mamba_conv_bias": "use_conv_bias",
+                      "mamba_chunk_size": "chunk_size"}
+_NOT_READ = "transformers' NemotronH model does not read it"
+KEYS["nemotron_h"] = Keys(
+    frozenset({"vocab_size", "hidden_size", "layers_block_type", "pad_token_id", "num_attention_heads",
+               "num_key_value_heads", "head_dim", "max_position_embeddings", "intermediate_size", "mlp_hidden_act", "mlp_bias",
+               "ssm_state_size", "mamba_num_heads", "mamba_head_dim", "mamba_hidden_act", "n_groups", "conv_kernel", "time_step_min",
+               "use_conv_bias", "chunk_size", "use_bias", "layer_norm_epsilon", "num_nextn_predict_layers"}),
+    {"num_logits_to_keep": _LOGITS_TO_KEEP,
+     "tie_word_embeddings": "NemotronHForCausalLM declares no tied weights (its _tied_weights_keys is empty): the head is its own "
+                            "matrix whatever this says",
+     "attention_bias": "Nemotron-H's attention (Jamba's) builds q, k, v and o without biases whatever this says; " + _NOT_READ,
+     "sliding_window": "Nemotron-H's attention (Jamba's) attends to every earlier position whatever this says; " + _NOT_READ,
+     "expand": "the mixer's inner width is mamba_num_heads x mamba_head_dim; " + _NOT_READ,
+     "time_step_limit": "the mixer clamps its step from time_step_min up, without limit; " + _NOT_READ,
+     "time_step_max": "the upper end of the step bias's init range; an import loads every weight",
+     "time_step_floor": "the smallest step the step bias's init starts at; an import loads every weight",
+     "mamba_proj_bias": _NOT_READ + " (use_bias puts the biases on the mixer's projections)",
+     "mamba_ssm_cache_dtype": "the dtype transformers' generation keeps the scan's state in; the forward does not read it",
+     "use_mamba_kernels": "deprecated and without effect (transformers picks the kernels itself)",
+     "residual_in_fp32": _NOT_READ, "rescale_prenorm_residual": "an init rule for the output projections; an import loads every weight",
+     "mtp_layers_block_type": "the multi-token prediction layers' kinds; transformers' causal LM builds no such layer",
+     "num_hidden_layers": "a property: the length of layers_block_type; its setter ignores what config.json says",
+     **{k: "read for the MoE layers (E), which are refused by name" for k in (
+         "n_routed_experts", "n_shared_experts", "moe_intermediate_size", "moe_shared_expert_intermediate_size", "moe_latent_size",
+         "moe_shared_expert_overlap", "num_experts_per_tok", "routed_scaling_factor", "n_group", "topk_group", "norm_topk_prob")}},
+    legacy=_NEMOTRON_H_LEGACY)
+
+CAUSAL_LM = {"falcon_h1": "FalconH1ForCausalLM", "nemotron_h": "NemotronHForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -177,7 +211,133 @@ def _falcon_h1(c: Config) -> ParallelHybrid:
                           _number(c, "embedding_multiplier"), _number(c, "lm_head_multiplier"), src)
 
 
-READERS = {"falcon_h1": _falcon_h1}
+_NEMOTRON_LAYERS = {"linear_attention": "mamba", "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
+_PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
+_PLAIN_ACTS = {"relu2": "relu2", "relu": "relu", "silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+               "gelu_new": "gelu_tanh"}
+
+
+@dataclass(frozen=True)
+class SingleMixerHybrid:
+    """A Nemotron-H checkpoint: each layer one RMSNorm, then one mixer (`pattern`: mamba, attention or mlp), added back."""
+
+    family: str
+    vocab: int
+    context: int
+    width: int
+    pattern: tuple  # per layer (kind, "layer")
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    act: str
+    mlp_bias: bool
+    ssm: str
+    eps: float
+    tied: bool
+    padding: int | None
+    sources: dict = field(default_factory=dict, compare=False)
+
+
+def _legacy(c: Config, key: str):
+    """A field, or the older name transformers' __post_init__ moves into it (it wins, as the pop does)."""
+    old = next((k for k, to in _NEMOTRON_H_LEGACY.items() if to == key), None)
+    return c[old] if old is not None and c.given(old) else c[key]
+
+
+def _nemotron_h(c: Config) -> SingleMixerHybrid:
+    width = c["hidden_size"]
+    types = c["layers_block_type"]
+    if types is None:
+        pattern = c["hybrid_override_pattern"] if c.given("hybrid_override_pattern") else None
+        if pattern is not None and (not isinstance(pattern, str) or any(ch not in _PATTERN for ch in pattern) or not pattern):
+            raise Unsupported("hybrid_override_pattern", f"{pattern!r} is not a string of M, *, - and E")
+        types = [_PATTERN[ch] for ch in pattern] if pattern is not None else ["linear_attention", "moe", "full_attention", "mlp"]
+    if not isinstance(types, list) or not types or any(t not in _NEMOTRON_LAYERS for t in types):
+        raise Unsupported("layers_block_type", f"{types!r}: a list of linear_attention, full_attention, mlp and moe")
+    if "moe" in types:
+        raise Unsupported("layers_block_type", "moe layers (E): Nemotron-H's routed experts (a sigmoid router with its correction "
+                          "bias, ungated experts, latent projections) are not mapped yet")
+    if c["num_nextn_predict_layers"]:
+        raise Unsupported("num_nextn_predict_layers", "multi-token prediction layers are not in the language")
+    if c["mamba_hidden_act"] not in ("silu", "swish"):
+        raise Unsupported("mamba_hidden_act", f"the ssm's conv and gate use silu; {c['mamba_hidden_act']!r} has no counterpart")
+    act = _PLAIN_ACTS.get(c["mlp_hidden_act"])
+    if act is None:
+        raise Unsupported("mlp_hidden_act", f"{c['mlp_hidden_act']!r} has no ungated counterpart (relu2, relu, silu, gelu, the tanh gelu)")
+    heads, head_dim = c["num_attention_heads"], c["head_dim"]
+    kv = _kv(c, heads)
+    eps = _eps(c, "layer_norm_epsilon")
+    mheads, mdim, groups = c["mamba_num_heads"], c["mamba_head_dim"], _legacy(c, "n_groups")
+    inner = mheads * mdim
+    for key, v in (("n_groups", groups), ("conv_kernel", _legacy(c, "conv_kernel")), ("chunk_size", _legacy(c, "chunk_size"))):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise Unsupported(key, f"{v!r} is not a whole number from 1")
+    if mheads % groups or inner % groups:
+        raise Unsupported("n_groups", f"{groups} groups do not divide {mheads} heads and the inner width {inner}")
+    lo = _legacy(c, "time_step_min")
+    if isinstance(lo, bool) or not isinstance(lo, (int, float)) or not 0 < lo < math.inf:
+        raise Unsupported("time_step_min", f"{lo!r}: the step's floor (and the log of its init range) is a positive number; "
+                          "transformers' model cannot build with another")
+    ssm = (f"heads={mheads} head_dim={mdim} state={c['ssm_state_size']} groups={groups} conv={_legacy(c, 'conv_kernel')} "
+           f"chunk={_legacy(c, 'chunk_size')} bias={_num(bool(c['use_bias']))} conv_bias={_num(bool(_legacy(c, 'use_conv_bias')))} "
+           f"eps={_num(eps)} dt_lo={_num(float(lo))}")
+    src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "len(layers_block_type)", "pattern": "layers_block_type",
+           "attn": "num_attention_heads, num_key_value_heads, head_dim (no positions, no biases)",
+           "ssm": "mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size, use_bias, use_conv_bias, "
+                  "time_step_min (the step's floor)",
+           "hidden": "intermediate_size, mlp_hidden_act, mlp_bias", "eps": "layer_norm_epsilon",
+           "tied": "its own matrix (tie_word_embeddings ties nothing in transformers' NemotronH)", "padding": "pad_token_id"}
+    return SingleMixerHybrid("nemotron_h", c["vocab_size"], c["max_position_embeddings"], width,
+                             tuple((_NEMOTRON_LAYERS[t], "layer") for t in types), heads, kv, head_dim, c["intermediate_size"], act,
+                             bool(c["mlp_bias"]), ssm, eps, False, _padding(c), src)
+
+
+READERS = {"falcon_h1": _falcon_h1, "nemotron_h": _nemotron_h}
+
+
+def single_mixer_text(a: SingleMixerHybrid, source: str) -> str:
+    from .families import _engine_lines, _jamba_body
+
+    src = a.sources
+    norm = "norm rmsnorm" + (f" eps={_num(a.eps)}" if a.eps != 1e-6 else "")
+    kv = f" kv_heads={a.kv_heads}" if a.kv_heads != a.heads else ""
+    hd = f" head_dim={a.head_dim}" if a.head_dim * a.heads != a.width else ""
+    turbines = {"mamba": f"turbine ssm {a.ssm}{_comment(src, 'ssm')}",
+                "attention": f"turbine attention heads={a.heads}{kv}{hd} bias=false{_comment(src, 'attn')}",
+                "mlp": f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}{_comment(src, 'hidden')}"}
+    templates: list[str] = []
+    for kind, tag in dict.fromkeys(a.pattern):
+        templates += [f"stage {kind}_{tag} {{", "  prechamber mix {", f"    {norm}", f"    {turbines[kind]}", "  }", "}", ""]
+    feed = f"feed tokens vocab={a.vocab} context={a.context} position=none" + (f" padding={a.padding}" if a.padding is not None else "")
+    return "\n".join([
+        *_header(a.family, source),
+        f"let d_model = {a.width}  # {src['width']}",
+        "",
+        f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: each one RMSNorm ({src['eps']}), then one",
+        "# mixer (a Mamba-2 ssm, attention or an MLP), added back",
+        *templates,
+        *_engine_lines(a, src, f"{feed}{_comment(src, 'vocab', 'padding')}", _jamba_body(a), norm)])
+
+
+def single_mixer_config(engine: ir.Engine, layers: list, base: dict) -> dict:
+    """The nemotron_h config of an engine whose every layer is one branch: a Mamba-2 ssm, attention or an MLP."""
+    turbines = [ly[0][1] for ly in layers]
+    s = next(t for t in turbines if isinstance(t, ir.Ssm))
+    at = next((t for t in turbines if isinstance(t, ir.Attention)), None)
+    mlp = next((t for t in turbines if isinstance(t, ir.Mlp)), None)
+    kinds = {ir.Ssm: "linear_attention", ir.Attention: "full_attention", ir.Mlp: "mlp"}
+    if any(type(t) not in kinds for t in turbines):
+        raise Unsupported("stages", "a Nemotron-H layer is one Mamba-2 ssm, attention or MLP branch")
+    acts = {v: k for k, v in _PLAIN_ACTS.items() if k not in ("swish", "gelu_new")}
+    return {"model_type": "nemotron_h", "architectures": [CAUSAL_LM["nemotron_h"]], **{k: v for k, v in base.items() if k != "num_hidden_layers"},
+            "max_position_embeddings": engine.feed.context, "layers_block_type": [kinds[type(t)] for t in turbines],
+            "layer_norm_epsilon": engine.body[-1].eps, "num_attention_heads": at.heads if at else 1,
+            "num_key_value_heads": at.kv_heads if at else 1, "head_dim": at.head_dim if at else 1,
+            "intermediate_size": mlp.hidden if mlp else 1, "mlp_hidden_act": acts.get(mlp.act, mlp.act) if mlp else "relu2",
+            "mlp_bias": mlp.bias if mlp else False, "mamba_num_heads": s.heads, "mamba_head_dim": s.head_dim, "ssm_state_size": s.state,
+            "n_groups": s.groups, "conv_kernel": s.conv, "chunk_size": s.chunk, "use_bias": s.bias, "use_conv_bias": s.conv_bias,
+            "time_step_min": s.dt_lo, "mamba_hidden_act": "silu", "num_nextn_predict_layers": 0}
 
 
 def _num(x) -> str:

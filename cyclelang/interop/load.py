@@ -217,6 +217,9 @@ _RENAMES["sarvam_moe"] = ((r"^model\.word_embeddings\.", "model.embed_tokens."),
 _RENAMES["hy_v3"] = ((r"\.mlp\.expert_bias$", ".mlp.e_score_correction_bias"), (r"\.mlp\.router\.gate\.", ".mlp.gate."),
                      (r"\.mlp\.shared_mlp\.", ".mlp.shared_experts."))
 
+# Nemotron-H's files keep the released names under `backbone.` (transformers renames them to `model.` on load, and back on saving)
+_RENAMES["nemotron_h"] = ((r"^backbone\.", "model."),)
+
 
 def _renamed(state: dict, renames) -> dict:
     """The state dict under transformers' names; two keys that land on one name are refused (which one is the checkpoint's?)."""
@@ -903,6 +906,34 @@ def _plan_falcon_h1(plan: _Plan, put, layout: dict, final: str, state, fused) ->
     return plan
 
 
+def _plan_nemotron_h(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """Nemotron-H: layer i is stage i: its valve (`norm`) and one mixer (`mixer.`): a Mamba-2 mixer, attention or an ungated MLP."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        turbine = st.ssm or st.attn or st.mlp
+        if turbine is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} has no ssm, attention or mlp; transformers' nemotron_h layer {i} has one"
+            continue
+        put(f"{st.valves.get(turbine, _parent(turbine) + 'norm')}.weight", h + "norm.weight")
+        if st.ssm is not None:
+            for name in MAMBA2_MIXER:
+                put(f"{st.ssm}.{name}", h + "mixer." + name)
+            put(f"{st.ssm}.norm", h + "mixer.norm.weight")
+        elif st.attn is not None:
+            a = st.attn_node
+            put(f"{st.attn}.qkv.weight", [h + f"mixer.{n}_proj.weight" for n in "qkv"],
+                _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+            put(f"{st.attn}.proj.weight", h + "mixer.o_proj.weight")
+        else:
+            for p in ("weight", "bias"):
+                put(f"{st.mlp}.fc.{p}", h + f"mixer.up_proj.{p}")
+                put(f"{st.mlp}.proj.{p}", h + f"mixer.down_proj.{p}")
+    put("feed.tok.weight", "embeddings.weight")
+    put(f"{final}.weight", "norm_f.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
 _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _plan_deepseek_v2, "deepseek_v3": _plan_deepseek_v3,
                    "falcon_mamba": _plan_mamba,
                    "sarvam_mla": _plan_deepseek_v3,
@@ -911,6 +942,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
                    "bamba": _plan_bamba,
                    "granitemoehybrid": _plan_granitemoehybrid,
                    "falcon_h1": _plan_falcon_h1,
+                   "nemotron_h": _plan_nemotron_h,
                    }
 
 
@@ -956,6 +988,7 @@ KEYS = {
     "jamba": _Keys(final="final_layernorm"),
     "bamba": _Keys(final="final_layernorm"),
     "falcon_h1": _Keys(final="final_layernorm"),
+    "nemotron_h": _Keys(embed="embeddings", final="norm_f"),
     "gemma2": _Keys(mlp_norm="pre_feedforward_layernorm"),
     "arcee": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
     "gemma3_text": _Keys(mlp_norm="pre_feedforward_layernorm"),

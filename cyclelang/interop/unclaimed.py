@@ -78,7 +78,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "minimax_m3_vl_text": ("mixtral", "block-sparse attention (an indexer keeps the top-k key blocks); gpt-oss's clamped SwiGLU"),
     "mllama": ("llama", "a vision encoder and cross-attention to it (this is a vision-language model whose gated cross-attention layers are skipped for text alone: import its text config (mllama_text_model) alone)"),
     "modernbert-decoder": ("gemma2", "a head transform (dense, GELU, LayerNorm) before the tied output projection"),
-    "nemotron_h": ("mamba2", None),
     "olmo_hybrid": ("olmo2", "a gated DeltaNet mixer (gated delta rule, short convolutions, a gated output norm)"),
     "phi4_multimodal": ("phi3", "image and audio encoders (this is a multimodal model around a Phi-3 decoder: import its decoder's fields alone, as a phi3 config)"),
     "phimoe": ("mixtral", "SparseMixer routing (each of the top-2 weights a softmax over the logits within a threshold of its expert's)"),
