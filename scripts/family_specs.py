@@ -38,8 +38,7 @@ def default_config(family: str) -> dict:
 # config avoids it).
 SKIP = {"ministral3": "its default rope scales queries by Llama 4's rule (llama_4_scaling_beta), which the language lacks",
         "cohere_compass_text": "its default rope_parameters name no layer type, and transformers cannot build the model without them",
-        "hunyuan_v1_moe": "its default head_dim is null, and transformers' HunYuan MoE attention cannot build without one",
-        "nemotron_h": "its default layers_block_type holds an MoE layer, whose routed experts are not mapped yet"}
+        "hunyuan_v1_moe": "its default head_dim is null, and transformers' HunYuan MoE attention cannot build without one"}
 
 
 def texts() -> dict[str, str]:

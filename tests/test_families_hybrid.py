@@ -311,12 +311,22 @@ NEMOTRON_H = {
                                                num_key_value_heads=4, head_dim=4, n_groups=1, time_step_min=0.01, mlp_hidden_act="gelu",
                                                use_bias=False, mlp_bias=False, use_conv_bias=False, tie_word_embeddings=True,
                                                pad_token_id=3),
+    # routed experts: DeepSeek-V3's sigmoid router (groups, top groups, the scale, renormalised) over ungated relu2 experts, a shared one
+    "nemotron_h_moe": lambda: nemotron_h(layers_block_type=["linear_attention", "moe", "full_attention", "moe"], mlp_bias=False,
+                                         n_routed_experts=6, num_experts_per_tok=2, moe_intermediate_size=8,
+                                         moe_shared_expert_intermediate_size=10, n_group=3, topk_group=2, routed_scaling_factor=1.7),
 }
 
 
 @pytest.mark.parametrize("name", list(NEMOTRON_H))
-def test_nemotron_h_round_trip(tmp_path, name):
+def test_nemotron_h_round_trip(tmp_path, name, spread_bias):
     round_trip(tmp_path, NEMOTRON_H[name]())
+
+
+def test_nemotron_h_default_config_imports_and_exports_back():
+    text = import_config(transformers.NemotronHConfig().to_dict())
+    assert "stage layer1 = moe_layer" in text and "router=sigmoid" in text and "act=relu2" in text
+    assert import_config(export_config(cyclelang.parse(text))) == text
 
 
 def test_nemotron_h_pattern_step_floor_and_relu2_matter():
@@ -345,8 +355,11 @@ def test_nemotron_h_reads_hybrid_override_pattern_and_legacy_names():
 
 
 NEMOTRON_H_REFUSED = {
-    "moe layers": (dict(layers_block_type=["linear_attention", "moe"]), "layers_block_type"),
-    "the default's moe layer": (dict(layers_block_type=None), "layers_block_type"),
+    "moe layers reading a latent": (dict(layers_block_type=["linear_attention", "moe"], mlp_bias=False, moe_latent_size=8),
+                                    "moe_latent_size"),
+    "moe layers with mlp_bias": (dict(layers_block_type=["linear_attention", "moe"]), "mlp_bias"),
+    "moe groups of one expert": (dict(layers_block_type=["linear_attention", "moe"], mlp_bias=False, n_group=8), "n_group"),
+    "an unknown layer kind": (dict(layers_block_type=["linear_attention", "sliding_attention"]), "layers_block_type"),
     "mamba gelu": (dict(mamba_hidden_act="gelu"), "mamba_hidden_act"),
     "an unknown mlp act": (dict(mlp_hidden_act="tanh"), "mlp_hidden_act"),
     "multi-token prediction": (dict(num_nextn_predict_layers=1), "num_nextn_predict_layers"),
@@ -360,8 +373,6 @@ def test_nemotron_h_unexpressible_option_refused_by_name(case):
     over, key = NEMOTRON_H_REFUSED[case]
     config = nemotron_h().to_dict()
     config.update(over)
-    if config["layers_block_type"] is None:
-        del config["layers_block_type"]
     with pytest.raises(Unsupported) as info:
         import_config(config)
     assert info.value.field == key, str(info.value)

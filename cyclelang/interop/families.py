@@ -3322,7 +3322,7 @@ def expander_config(engine: ir.Engine) -> dict | None:
         raise Unsupported("feed / nozzle", "these families have no positions table, no embedding or logit multiplier and no head bias")
     first = turbines[0]
     if all(len(layer) == 1 for layer in layers) and any(isinstance(t, ir.Ssm) for t in turbines) \
-            and any(isinstance(t, (ir.Attention, ir.Mlp)) for t in turbines):  # Nemotron-H: one mixer a layer (families_hybrid.py)
+            and any(isinstance(t, (ir.Attention, ir.Mlp, ir.Moe)) for t in turbines):  # Nemotron-H: one mixer a layer (families_hybrid.py)
         return _hybrid.single_mixer_config(engine, layers, base)
     if all(len(layer) == 1 for layer in layers) and isinstance(first, ir.Ssm):
         s = first

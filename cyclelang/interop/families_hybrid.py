@@ -55,7 +55,9 @@ KEYS["nemotron_h"] = Keys(
     frozenset({"vocab_size", "hidden_size", "layers_block_type", "pad_token_id", "num_attention_heads",
                "num_key_value_heads", "head_dim", "max_position_embeddings", "intermediate_size", "mlp_hidden_act", "mlp_bias",
                "ssm_state_size", "mamba_num_heads", "mamba_head_dim", "mamba_hidden_act", "n_groups", "conv_kernel", "time_step_min",
-               "use_conv_bias", "chunk_size", "use_bias", "layer_norm_epsilon", "num_nextn_predict_layers"}),
+               "use_conv_bias", "chunk_size", "use_bias", "layer_norm_epsilon", "num_nextn_predict_layers", "n_routed_experts",
+               "moe_intermediate_size", "moe_shared_expert_intermediate_size", "moe_latent_size", "num_experts_per_tok",
+               "routed_scaling_factor", "n_group", "topk_group", "norm_topk_prob"}),
     {"num_logits_to_keep": _LOGITS_TO_KEEP,
      "tie_word_embeddings": "NemotronHForCausalLM declares no tied weights (its _tied_weights_keys is empty): the head is its own "
                             "matrix whatever this says",
@@ -71,9 +73,8 @@ KEYS["nemotron_h"] = Keys(
      "residual_in_fp32": _NOT_READ, "rescale_prenorm_residual": "an init rule for the output projections; an import loads every weight",
      "mtp_layers_block_type": "the multi-token prediction layers' kinds; transformers' causal LM builds no such layer",
      "num_hidden_layers": "a property: the length of layers_block_type; its setter ignores what config.json says",
-     **{k: "read for the MoE layers (E), which are refused by name" for k in (
-         "n_routed_experts", "n_shared_experts", "moe_intermediate_size", "moe_shared_expert_intermediate_size", "moe_latent_size",
-         "moe_shared_expert_overlap", "num_experts_per_tok", "routed_scaling_factor", "n_group", "topk_group", "norm_topk_prob")}},
+     "n_shared_experts": "the MoE layers' shared expert is one MLP moe_shared_expert_intermediate_size wide; " + _NOT_READ,
+     "moe_shared_expert_overlap": _NOT_READ},
     legacy=_NEMOTRON_H_LEGACY)
 
 CAUSAL_LM = {"falcon_h1": "FalconH1ForCausalLM", "nemotron_h": "NemotronHForCausalLM"}
@@ -237,6 +238,41 @@ class SingleMixerHybrid:
     tied: bool
     padding: int | None
     sources: dict = field(default_factory=dict, compare=False)
+    moe: str = ""  # the MoE layers' `turbine moe ...` options
+
+
+def _nemotron_moe(c: Config, act: str) -> str:
+    """The `turbine moe` options of Nemotron-H's MoE layers: DeepSeek-V3's sigmoid router (its correction bias, groups, top groups,
+    renormalised top-k + 1e-20, the scale) over ungated experts, beside one ungated shared expert."""
+    if c["moe_latent_size"] is not None:
+        raise Unsupported("moe_latent_size", "the experts reading a down-projected latent (fc1_latent_proj, fc2_latent_proj) are not "
+                          "in the language")
+    if c["mlp_bias"]:
+        raise Unsupported("mlp_bias", "with MoE layers: their shared expert would be biased and the routed experts not; turbine moe's "
+                          "bias= is one switch for both")
+    values = {}
+    for k in ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "moe_shared_expert_intermediate_size", "n_group",
+              "topk_group"):
+        v = c[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise Unsupported(k, f"{v!r} is not a whole number from 1")
+        values[k] = v
+    experts, top, groups, keep = values["n_routed_experts"], values["num_experts_per_tok"], values["n_group"], values["topk_group"]
+    if experts % groups or experts // groups < 2:
+        raise Unsupported("n_group", f"{experts} experts in {groups} groups: the router views them as equal groups and scores each by "
+                          "its two best, so each holds 2 or more")
+    if keep > groups:
+        raise Unsupported("topk_group", f"{keep} of {groups} groups")
+    if top > keep * (experts // groups):
+        raise Unsupported("num_experts_per_tok", f"top-{top} of the {keep * (experts // groups)} experts in the {keep} kept groups")
+    scale = c["routed_scaling_factor"]
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        raise Unsupported("routed_scaling_factor", f"{scale!r} is not a positive number")
+    t = (f"experts={experts} top={top} hidden={values['moe_intermediate_size']} act={act} bias=false"
+         f"{'' if c['norm_topk_prob'] else ' normalize=false'} shared={values['moe_shared_expert_intermediate_size']} router=sigmoid")
+    t += f" groups={groups} top_groups={keep}" if groups > 1 else ""
+    t += f" scale={_num(float(scale))}" if scale != 1.0 else ""
+    return t + " correction=true"
 
 
 def _legacy(c: Config, key: str):
@@ -255,9 +291,6 @@ def _nemotron_h(c: Config) -> SingleMixerHybrid:
         types = [_PATTERN[ch] for ch in pattern] if pattern is not None else ["linear_attention", "moe", "full_attention", "mlp"]
     if not isinstance(types, list) or not types or any(t not in _NEMOTRON_LAYERS for t in types):
         raise Unsupported("layers_block_type", f"{types!r}: a list of linear_attention, full_attention, mlp and moe")
-    if "moe" in types:
-        raise Unsupported("layers_block_type", "moe layers (E): Nemotron-H's routed experts (a sigmoid router with its correction "
-                          "bias, ungated experts, latent projections) are not mapped yet")
     if c["num_nextn_predict_layers"]:
         raise Unsupported("num_nextn_predict_layers", "multi-token prediction layers are not in the language")
     if c["mamba_hidden_act"] not in ("silu", "swish"):
@@ -282,7 +315,10 @@ def _nemotron_h(c: Config) -> SingleMixerHybrid:
     ssm = (f"heads={mheads} head_dim={mdim} state={c['ssm_state_size']} groups={groups} conv={_legacy(c, 'conv_kernel')} "
            f"chunk={_legacy(c, 'chunk_size')} bias={_num(bool(c['use_bias']))} conv_bias={_num(bool(_legacy(c, 'use_conv_bias')))} "
            f"eps={_num(eps)} dt_lo={_num(float(lo))}")
+    moe = _nemotron_moe(c, act) if "moe" in types else ""
     src = {"vocab": "vocab_size", "width": "hidden_size", "layers": "len(layers_block_type)", "pattern": "layers_block_type",
+           "moe": "n_routed_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob, moe_shared_expert_intermediate_size, "
+                  "routed_scaling_factor, n_group, topk_group; the sigmoid router's correction bias",
            "attn": "num_attention_heads, num_key_value_heads, head_dim (no positions, no biases)",
            "ssm": "mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size, use_bias, use_conv_bias, "
                   "time_step_min (the step's floor)",
@@ -290,7 +326,7 @@ def _nemotron_h(c: Config) -> SingleMixerHybrid:
            "tied": "its own matrix (tie_word_embeddings ties nothing in transformers' NemotronH)", "padding": "pad_token_id"}
     return SingleMixerHybrid("nemotron_h", c["vocab_size"], c["max_position_embeddings"], width,
                              tuple((_NEMOTRON_LAYERS[t], "layer") for t in types), heads, kv, head_dim, c["intermediate_size"], act,
-                             bool(c["mlp_bias"]), ssm, eps, False, _padding(c), src)
+                             bool(c["mlp_bias"]), ssm, eps, False, _padding(c), src, moe)
 
 
 READERS = {"falcon_h1": _falcon_h1, "nemotron_h": _nemotron_h}
@@ -305,7 +341,8 @@ def single_mixer_text(a: SingleMixerHybrid, source: str) -> str:
     hd = f" head_dim={a.head_dim}" if a.head_dim * a.heads != a.width else ""
     turbines = {"mamba": f"turbine ssm {a.ssm}{_comment(src, 'ssm')}",
                 "attention": f"turbine attention heads={a.heads}{kv}{hd} bias=false{_comment(src, 'attn')}",
-                "mlp": f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}{_comment(src, 'hidden')}"}
+                "mlp": f"turbine mlp hidden={a.hidden} act={a.act} bias={_num(a.mlp_bias)}{_comment(src, 'hidden')}",
+                "moe": f"turbine moe {a.moe}{_comment(src, 'moe')}"}
     templates: list[str] = []
     for kind, tag in dict.fromkeys(a.pattern):
         templates += [f"stage {kind}_{tag} {{", "  prechamber mix {", f"    {norm}", f"    {turbines[kind]}", "  }", "}", ""]
@@ -315,7 +352,7 @@ def single_mixer_text(a: SingleMixerHybrid, source: str) -> str:
         f"let d_model = {a.width}  # {src['width']}",
         "",
         f"# the {len(a.pattern)} layers ({src['layers']}) follow {src['pattern']}: each one RMSNorm ({src['eps']}), then one",
-        "# mixer (a Mamba-2 ssm, attention or an MLP), added back",
+        "# mixer (a Mamba-2 ssm, attention, an MLP or routed experts), added back",
         *templates,
         *_engine_lines(a, src, f"{feed}{_comment(src, 'vocab', 'padding')}", _jamba_body(a), norm)])
 
@@ -326,10 +363,17 @@ def single_mixer_config(engine: ir.Engine, layers: list, base: dict) -> dict:
     s = next(t for t in turbines if isinstance(t, ir.Ssm))
     at = next((t for t in turbines if isinstance(t, ir.Attention)), None)
     mlp = next((t for t in turbines if isinstance(t, ir.Mlp)), None)
-    kinds = {ir.Ssm: "linear_attention", ir.Attention: "full_attention", ir.Mlp: "mlp"}
+    moe = next((t for t in turbines if isinstance(t, ir.Moe)), None)
+    kinds = {ir.Ssm: "linear_attention", ir.Attention: "full_attention", ir.Mlp: "mlp", ir.Moe: "moe"}
     if any(type(t) not in kinds for t in turbines):
-        raise Unsupported("stages", "a Nemotron-H layer is one Mamba-2 ssm, attention or MLP branch")
+        raise Unsupported("stages", "a Nemotron-H layer is one Mamba-2 ssm, attention, MLP or routed-experts branch")
     acts = {v: k for k, v in _PLAIN_ACTS.items() if k not in ("swish", "gelu_new")}
+    experts = {} if moe is None else {
+        "n_routed_experts": moe.experts, "num_experts_per_tok": moe.top, "moe_intermediate_size": moe.hidden,
+        "moe_shared_expert_intermediate_size": moe.shared or 1, "norm_topk_prob": moe.normalize, "routed_scaling_factor": moe.scale,
+        "n_group": moe.groups, "topk_group": moe.top_groups, "moe_latent_size": None}
+    if moe is not None and mlp is None:
+        mlp = ir.Mlp(width=moe.width, hidden=1, act=moe.act, bias=False, dropout=0.0)  # the act the experts share
     return {"model_type": "nemotron_h", "architectures": [CAUSAL_LM["nemotron_h"]], **{k: v for k, v in base.items() if k != "num_hidden_layers"},
             "max_position_embeddings": engine.feed.context, "layers_block_type": [kinds[type(t)] for t in turbines],
             "layer_norm_epsilon": engine.body[-1].eps, "num_attention_heads": at.heads if at else 1,
@@ -337,7 +381,7 @@ def single_mixer_config(engine: ir.Engine, layers: list, base: dict) -> dict:
             "intermediate_size": mlp.hidden if mlp else 1, "mlp_hidden_act": acts.get(mlp.act, mlp.act) if mlp else "relu2",
             "mlp_bias": mlp.bias if mlp else False, "mamba_num_heads": s.heads, "mamba_head_dim": s.head_dim, "ssm_state_size": s.state,
             "n_groups": s.groups, "conv_kernel": s.conv, "chunk_size": s.chunk, "use_bias": s.bias, "use_conv_bias": s.conv_bias,
-            "time_step_min": s.dt_lo, "mamba_hidden_act": "silu", "num_nextn_predict_layers": 0}
+            "time_step_min": s.dt_lo, "mamba_hidden_act": "silu", "num_nextn_predict_layers": 0, **experts}
 
 
 def _num(x) -> str:

@@ -910,9 +910,9 @@ def _plan_nemotron_h(plan: _Plan, put, layout: dict, final: str, state, fused) -
     """Nemotron-H: layer i is stage i: its valve (`norm`) and one mixer (`mixer.`): a Mamba-2 mixer, attention or an ungated MLP."""
     for i, st in sorted(layout.items()):
         h = f"layers.{i}."
-        turbine = st.ssm or st.attn or st.mlp
+        turbine = st.ssm or st.attn or st.mlp or st.moe
         if turbine is None:
-            plan.reasons[f"stages.{i}"] = f"stage {i} has no ssm, attention or mlp; transformers' nemotron_h layer {i} has one"
+            plan.reasons[f"stages.{i}"] = f"stage {i} has no ssm, attention, mlp or moe; transformers' nemotron_h layer {i} has one"
             continue
         put(f"{st.valves.get(turbine, _parent(turbine) + 'norm')}.weight", h + "norm.weight")
         if st.ssm is not None:
@@ -924,6 +924,19 @@ def _plan_nemotron_h(plan: _Plan, put, layout: dict, final: str, state, fused) -
             put(f"{st.attn}.qkv.weight", [h + f"mixer.{n}_proj.weight" for n in "qkv"],
                 _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
             put(f"{st.attn}.proj.weight", h + "mixer.o_proj.weight")
+        elif st.moe is not None:  # a sigmoid router with its correction buffer, fused ungated experts, one shared expert
+            n = st.work_node.experts
+            put(f"{st.moe}.router.weight", h + "mixer.gate.weight")
+            put(f"{st.moe}.correction", h + "mixer.gate.e_score_correction_bias")
+            mem = (h + "mixer.experts.up_proj" in state) if fused is None else fused  # the model's 3-D tensors, or one expert a key as saved
+            for x in range(n):
+                for ours, theirs in (("fc", "up_proj"), ("proj", "down_proj")):
+                    if mem:
+                        put(f"{st.moe}.experts.{x}.{ours}.weight", h + f"mixer.experts.{theirs}", _Index(x, n))
+                    else:
+                        put(f"{st.moe}.experts.{x}.{ours}.weight", h + f"mixer.experts.{x}.{theirs}.weight")
+            put(f"{st.moe}.shared.fc.weight", h + "mixer.shared_experts.up_proj.weight")
+            put(f"{st.moe}.shared.proj.weight", h + "mixer.shared_experts.down_proj.weight")
         else:
             for p in ("weight", "bias"):
                 put(f"{st.mlp}.fc.{p}", h + f"mixer.up_proj.{p}")
