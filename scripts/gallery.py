@@ -136,6 +136,10 @@ FAMILY_NOTES: dict[str, str] = {
              "after each.",
     "granitemoehybrid": "Granite 4.0 hybrid: Mamba-2 and attention layers as layer_types says, routed experts beside a shared MLP, "
                         "Granite's four multipliers.",
+    "falcon_h1": "Falcon-H1: a Mamba-2 mixer (its output gated, not normalised) and attention in parallel in every layer, one "
+                 "norm before both, then a SwiGLU MLP; its muP multipliers as scales.",
+    "nemotron_h": "Nemotron-H: one mixer a layer, as layers_block_type says: Mamba-2, position-free attention, a squared-ReLU MLP, "
+                  "or sigmoid-routed squared-ReLU experts beside a shared one.",
     "aria_text": "Aria's text decoder: routed experts (renormalised top-k) beside an ungated shared expert in every layer.",
     "biogpt": "BioGPT: learned positions offset by two rows, embeddings times sqrt(width), biased Pre-LN blocks with a GELU MLP.",
     "codegen": "CodeGen: GPT-J's parallel block; its checkpoint fuses q, v, k in four row groups, regrouped on load.",

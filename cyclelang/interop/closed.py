@@ -119,6 +119,8 @@ CLASSES = {
     "lfm2": "Lfm2Config",
     "lfm2_moe": "Lfm2MoeConfig",
     "lfm3": "Lfm3Config",
+    "falcon_h1": "FalconH1Config",
+    "nemotron_h": "NemotronHConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).
@@ -153,6 +155,7 @@ ALIASES = {
     "dots1": {"num_local_experts": "n_routed_experts"},
     "solar_open": {"num_local_experts": "n_routed_experts"},
     "hy_v3": {"num_local_experts": "num_experts"},
+    "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
     "sarvam_moe": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers", "num_experts": "n_routed_experts",
                    "num_shared_experts": "n_shared_experts", "use_qkv_bias": "attention_bias"},
     "minimax_m2": {"num_experts": "num_local_experts"},

@@ -2387,6 +2387,10 @@ from . import families_conv as _conv  # noqa: E402  (LFM2, LFM2-MoE: the short g
 
 KEYS.update(_conv.KEYS)
 READERS.update(_conv.READERS)
+from . import families_hybrid as _hybrid  # noqa: E402  (Falcon-H1: Mamba-2 beside attention in one block)
+
+KEYS.update(_hybrid.KEYS)
+READERS.update(_hybrid.READERS)
 READERS.update({**lineage.READERS, "gpt-sw3": _gpt2})
 READERS.update({"minicpm3": _latent_dense("minicpm3"), "youtu": _latent_dense("youtu"), "falcon_mamba": _falcon_mamba, "bamba": _bamba,
                 "granitemoehybrid": _granitemoehybrid})
@@ -2510,6 +2514,7 @@ CAUSAL_LM.update(_routed_v3.CAUSAL_LM)
 CAUSAL_LM.update(_sinks.CAUSAL_LM)
 CAUSAL_LM.update(_delta.CAUSAL_LM)
 CAUSAL_LM.update(_conv.CAUSAL_LM)
+CAUSAL_LM.update(_hybrid.CAUSAL_LM)
 CAUSAL_LM.update(lineage.CAUSAL_LM)
 CAUSAL_LM["gpt-sw3"] = "GPT2LMHeadModel"
 CAUSAL_LM.update({"minicpm3": "MiniCPM3ForCausalLM", "youtu": "YoutuForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
@@ -2620,6 +2625,10 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         return _hybrid_text(a, source)
     if isinstance(a, _conv.ConvFamily):
         return _conv.spec_text(a, source)
+    if isinstance(a, _hybrid.ParallelHybrid):
+        return _hybrid.spec_text(a, source)
+    if isinstance(a, _hybrid.SingleMixerHybrid):
+        return _hybrid.single_mixer_text(a, source)
     if isinstance(a, (MambaFamily, JambaFamily, DeepseekV2Family)):
         return {MambaFamily: _mamba_text, JambaFamily: _jamba_text, DeepseekV2Family: _deepseek_v2_text}[type(a)](a, source)
     src = a.sources
@@ -3333,6 +3342,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
         return _delta.engine_config(engine)
     if not any(isinstance(o, _EXPANDER_KINDS) for o in ops):
         return None
+    if _hybrid.is_parallel_hybrid(engine):  # Falcon-H1's block: a Mamba-2 ssm beside attention (families_hybrid.py)
+        return _hybrid.engine_config(engine)
     latent = any(isinstance(o, ir.LatentAttention) for o in ops)  # MiniCPM3 scales its branches
     granite = any(isinstance(o, ir.Ssm) for o in ops) and any(isinstance(o, (ir.Attention, ir.Mlp, ir.Moe)) for o in ops)  # ... and GraniteMoeHybrid
     layers = _layer_list(engine, (ir.PlainMerge, ir.CoolingMerge, ir.ScaleMerge) if latent or granite else (ir.PlainMerge, ir.CoolingMerge),
@@ -3347,6 +3358,9 @@ def expander_config(engine: ir.Engine) -> dict | None:
     if engine.nozzle.bias or (engine.nozzle.scale != 1.0 or engine.feed.scale != 1.0) and not granite or engine.feed.position != "none":
         raise Unsupported("feed / nozzle", "these families have no positions table, no embedding or logit multiplier and no head bias")
     first = turbines[0]
+    if all(len(layer) == 1 for layer in layers) and any(isinstance(t, ir.Ssm) for t in turbines) \
+            and any(isinstance(t, (ir.Attention, ir.Mlp, ir.Moe)) for t in turbines):  # Nemotron-H: one mixer a layer (families_hybrid.py)
+        return _hybrid.single_mixer_config(engine, layers, base)
     if all(len(layer) == 1 for layer in layers) and isinstance(first, ir.Ssm):
         s = first
         lo_hi = {} if (s.dt_lo, s.dt_hi) == (0.0, None) else {"time_step_limit": [s.dt_lo, s.dt_hi if s.dt_hi is not None else float("inf")]}

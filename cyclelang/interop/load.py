@@ -219,6 +219,8 @@ _RENAMES["hy_v3"] = ((r"\.mlp\.expert_bias$", ".mlp.e_score_correction_bias"), (
 
 # OLMo Hybrid's files: its DeltaNet layers' norms under OLMo-core's names (families_delta.py)
 _RENAMES["olmo_hybrid"] = ((r"\.attention_layer_norm\.", ".input_layernorm."), (r"\.feedforward_layer_norm\.", ".post_attention_layernorm."))
+# Nemotron-H's files keep the released names under `backbone.` (transformers renames them to `model.` on load, and back on saving)
+_RENAMES["nemotron_h"] = ((r"^backbone\.", "model."),)
 
 
 def _renamed(state: dict, renames) -> dict:
@@ -941,6 +943,65 @@ def _plan_gpt_oss(plan: _Plan, put, layout: dict, final: str, state, fused) -> _
             put(f"{ours}.proj.bias", e + "down_proj_bias", _Index(x, m.experts))
     put("feed.tok.weight", "embed_tokens.weight")
     put(f"{final}.weight", "norm.weight")
+    return plan
+
+
+def _plan_falcon_h1(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """Falcon-H1: layer i is stage i: one norm before both the Mamba-2 mixer (`mamba.`, transformers' names) and attention
+    (q, k, v, o), then a gated MLP (`feed_forward.`) with its own valve."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        if st.attn is None or st.ssm is None or st.mlp is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks its ssm, attention or mlp; transformers' falcon_h1 layer {i} has all three"
+            continue
+        put(f"{st.valves.get(st.ssm, _parent(st.ssm) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.mlp, _parent(st.mlp) + 'norm')}.weight", h + "pre_ff_layernorm.weight")
+        _put_hybrid_mixer(put, replace(st, attn=None), h)  # the Mamba-2 mixer ...
+        _put_hybrid_mixer(put, st, h)  # ... and attention
+        _put_gated(put, st.mlp, h + "feed_forward.", st.work_node.hidden)
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "final_layernorm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
+def _plan_nemotron_h(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """Nemotron-H: layer i is stage i: its valve (`norm`) and one mixer (`mixer.`): a Mamba-2 mixer, attention or an ungated MLP."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        turbine = st.ssm or st.attn or st.mlp or st.moe
+        if turbine is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} has no ssm, attention, mlp or moe; transformers' nemotron_h layer {i} has one"
+            continue
+        put(f"{st.valves.get(turbine, _parent(turbine) + 'norm')}.weight", h + "norm.weight")
+        if st.ssm is not None:
+            for name in MAMBA2_MIXER:
+                put(f"{st.ssm}.{name}", h + "mixer." + name)
+            put(f"{st.ssm}.norm", h + "mixer.norm.weight")
+        elif st.attn is not None:
+            a = st.attn_node
+            put(f"{st.attn}.qkv.weight", [h + f"mixer.{n}_proj.weight" for n in "qkv"],
+                _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+            put(f"{st.attn}.proj.weight", h + "mixer.o_proj.weight")
+        elif st.moe is not None:  # a sigmoid router with its correction buffer, fused ungated experts, one shared expert
+            n = st.work_node.experts
+            put(f"{st.moe}.router.weight", h + "mixer.gate.weight")
+            put(f"{st.moe}.correction", h + "mixer.gate.e_score_correction_bias")
+            mem = (h + "mixer.experts.up_proj" in state) if fused is None else fused  # the model's 3-D tensors, or one expert a key as saved
+            for x in range(n):
+                for ours, theirs in (("fc", "up_proj"), ("proj", "down_proj")):
+                    if mem:
+                        put(f"{st.moe}.experts.{x}.{ours}.weight", h + f"mixer.experts.{theirs}", _Index(x, n))
+                    else:
+                        put(f"{st.moe}.experts.{x}.{ours}.weight", h + f"mixer.experts.{x}.{theirs}.weight")
+            put(f"{st.moe}.shared.fc.weight", h + "mixer.shared_experts.up_proj.weight")
+            put(f"{st.moe}.shared.proj.weight", h + "mixer.shared_experts.down_proj.weight")
+        else:
+            for p in ("weight", "bias"):
+                put(f"{st.mlp}.fc.{p}", h + f"mixer.up_proj.{p}")
+                put(f"{st.mlp}.proj.{p}", h + f"mixer.down_proj.{p}")
+    put("feed.tok.weight", "embeddings.weight")
+    put(f"{final}.weight", "norm_f.weight")
     put("head.weight", "lm_head.weight")
     return plan
 
@@ -953,6 +1014,8 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
                    "bamba": _plan_bamba,
                    "granitemoehybrid": _plan_granitemoehybrid,
                    "gpt_oss": _plan_gpt_oss,
+                   "falcon_h1": _plan_falcon_h1,
+                   "nemotron_h": _plan_nemotron_h,
                    }
 _EXPANDER_PLANS.update(families._conv.PLANS)  # LFM2, LFM2-MoE (families_conv.py)
 
@@ -998,6 +1061,8 @@ KEYS = {
     "falcon_mamba": _Keys(embed="embeddings", final="norm_f"),
     "jamba": _Keys(final="final_layernorm"),
     "bamba": _Keys(final="final_layernorm"),
+    "falcon_h1": _Keys(final="final_layernorm"),
+    "nemotron_h": _Keys(embed="embeddings", final="norm_f"),
     "gemma2": _Keys(mlp_norm="pre_feedforward_layernorm"),
     "arcee": _Keys(plain=("mlp.up_proj", "mlp.down_proj")),
     "gemma3_text": _Keys(mlp_norm="pre_feedforward_layernorm"),

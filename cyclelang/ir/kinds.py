@@ -306,7 +306,7 @@ def _ssm_params(s: ir.Ssm, w: int) -> int:
     if s.bias:
         proj += s.inner + s.conv_dim + s.heads + s.width
     conv = s.conv_dim * s.conv + (s.conv_dim if s.conv_bias else 0)
-    return proj + conv + 3 * s.heads + s.inner  # dt_bias, A_log, D per head; the gated norm's gain
+    return proj + conv + 3 * s.heads + (s.inner if s.out_norm != "none" else 0)  # dt_bias, A_log, D per head; the gated norm's gain
 
 
 def _ssm_flops(s: ir.Ssm, n: int, w: int = 0) -> tuple[int, int]:

@@ -280,12 +280,15 @@ class Mlp(Node):
     bias: bool
     dropout: Rate
     clamp: Positive = 7.0  # swiglu_clamp: gate <= clamp, |up| <= clamp (gpt-oss's swiglu_limit); other activations ignore it
+    gate_scale: Finite = 1.0  # a gated MLP's gate is act(gate_scale * gate(x)) (Falcon-H1's mlp_multipliers[0]); 1: none
 
     _checked = checked()
 
     def check(self) -> None:
         if self.clamp != 7.0 and self.act != "swiglu_clamp":
             raise ValueError("clamp bounds swiglu_clamp's gate and up, but the activation is another")
+        if self.gate_scale != 1.0 and self.act not in ("swiglu", "geglu", "geglu_tanh"):
+            raise ValueError("gate_scale scales a gated MLP's gate; this MLP has none (act is not swiglu or geglu)")
 
 
 class Moe(Node):
@@ -411,6 +414,10 @@ class Ssm(Node):
     dt_max: Positive
     dt_lo: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]  # dt is clamped to [dt_lo, dt_hi]
     dt_hi: Positive | None  # None: no upper limit
+    # how y meets the gate z: gated, rmsnorm(y * silu(z)) (Mamba-2); before_gate, rmsnorm(y) * silu(z); none, y * silu(z)
+    # unnormalised, no gain (Falcon-H1's mamba_norm_before_gate, mamba_rms_norm false)
+    out_norm: Literal["gated", "before_gate", "none"] = "gated"
+    scales: tuple[Finite, Finite, Finite, Finite, Finite] = (1.0, 1.0, 1.0, 1.0, 1.0)  # in_proj's rows z, x, B, C, dt times these (Falcon-H1's ssm_multipliers)
 
     _checked = checked()
 

@@ -359,6 +359,9 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("dt_rank", "int", "version=1: the low-rank step projection's width", "", default_text="ceil(width/16)", max=MAX_WIDTH),
         Opt("norms", "bool", "version=1: RMSNorms on dt, B and C (Jamba); their eps is eps=", "", default=False),
         Opt("norms_affine", "bool", "version=1, with norms: false gives those norms no weight (Falcon-Mamba)", "", default=True),
+        Opt("out_norm", "choice", "how the scan's output y meets the gate z: gated, rmsnorm(y x silu(z)) per group (Mamba-2); before_gate, rmsnorm(y) x silu(z); none, y x silu(z) unnormalised (Falcon-H1)", "", default="gated", choices=("gated", "before_gate", "none")),
+        *(Opt(f"{part}_scale", "float", f"in_proj's {what} rows' output times this (Falcon-H1's ssm_multipliers)", "", default=1.0, lo=-1e6, hi=1e6)
+          for part, what in (("z", "gate z"), ("x", "scan input x"), ("b", "B"), ("c", "C"), ("dt", "step dt"))),
     ),
     "turbine linear_attention": (
         Opt("heads", "int", "heads, each with its own state", "", required=True, max=MAX_WIDTH),
@@ -379,7 +382,9 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("eps", "float", "the output's gated RMSNorm epsilon", "", default=1e-6, lo=0.0, lo_open=True, hi=1.0),
         Opt("negative_eigenvalues", "bool", "beta = 2 sigmoid(b), in (0, 2): a write may overshoot, so I - beta k k^T may turn a direction over (OLMo Hybrid's allow_neg_eigval)", "", default=False),
     ),
-    "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT), _CLAMP),
+    "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT), _CLAMP,
+                    Opt("gate_scale", "float", "a gated MLP's gate pre-activation times this: act(gate_scale x gate(x)) x up(x) (Falcon-H1's mlp_multipliers)", "", default=1.0, lo=-1e6, hi=1e6)),
+
     "turbine moe": (
         Opt("experts", "int", "number of experts", "injector elements", required=True, max=MAX_EXPERTS),
         Opt("top", "int", "experts each token is routed to", "", default_text="2 (1 with one expert)"),

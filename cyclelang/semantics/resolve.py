@@ -1069,9 +1069,14 @@ class _Resolver:
         bias = o.get("bias")
         dropout = o.get("dropout")
         clamp = self._clamp(o, act)
-        if None in (hidden, act, dropout, w, clamp):
+        gate_scale = o.get("gate_scale")
+        if None in (hidden, act, dropout, w, clamp, gate_scale):
             return None
-        return ir.Mlp(width=w, hidden=hidden, act=act, bias=bias, dropout=dropout, clamp=clamp, span=d.span)
+        if gate_scale != 1.0 and act not in ("swiglu", "geglu", "geglu_tanh"):  # swiglu_clamp's gate is not scaled
+            self.out.error("E0211", f"gate_scale scales a gated MLP's gate; act={act} has none", o.span_of("gate_scale"),
+                           "use a gated act (swiglu, geglu), or drop gate_scale=")
+            return None
+        return ir.Mlp(width=w, hidden=hidden, act=act, bias=bias, dropout=dropout, clamp=clamp, gate_scale=gate_scale, span=d.span)
 
     def _clamp(self, o: Options, act):
         """swiglu_clamp's bound (clamp=), None after an error: it bounds that activation only."""
@@ -1192,7 +1197,9 @@ class _Resolver:
         dt_max = o.get("dt_max")
         dt_lo = o.get("dt_lo")
         dt_hi = o.get("dt_hi")
-        if None in (heads, state, groups, expand, conv, chunk, eps, dt_min, dt_max, dt_lo, w):
+        out_norm = o.get("out_norm")
+        scales = tuple(o.get(f"{p}_scale") for p in ("z", "x", "b", "c", "dt"))
+        if None in (heads, state, groups, expand, conv, chunk, eps, dt_min, dt_max, dt_lo, w, out_norm, *scales):
             return None
         inner = expand * w
         if abs(inner - round(inner)) > 1e-6:
@@ -1216,10 +1223,11 @@ class _Resolver:
             self.out.error("E0211", f"dt_hi={dt_hi:g} must be above dt_lo={dt_lo:g}", o.span_of("dt_hi"))
             return None
         return ir.Ssm(width=w, heads=heads, head_dim=head_dim, state=state, groups=groups, conv=conv, chunk=chunk, bias=bias,
-                      conv_bias=conv_bias, eps=eps, dt_min=dt_min, dt_max=dt_max, dt_lo=dt_lo, dt_hi=dt_hi, span=d.span)
+                      conv_bias=conv_bias, eps=eps, dt_min=dt_min, dt_max=dt_max, dt_lo=dt_lo, dt_hi=dt_hi, out_norm=out_norm,
+                      scales=scales, span=d.span)
 
     def t_mamba1(self, o: Options, ctx, w, d):
-        for name in ("heads", "head_dim", "groups", "dt_lo", "dt_hi"):  # Mamba-2's: read, so they are refused once, here
+        for name in ("heads", "head_dim", "groups", "dt_lo", "dt_hi", "out_norm", "z_scale", "x_scale", "b_scale", "c_scale", "dt_scale"):  # Mamba-2's: read, so they are refused once, here
             if o.has(name):
                 o.known.append(name)
                 self.out.error("E0280", f"{name}= belongs to Mamba-2's mixer; version=1 has one state per channel, no heads"

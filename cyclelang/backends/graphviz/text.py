@@ -109,6 +109,7 @@ TITLES = {
     ir.Attention: _attention_title,
     ir.Mlp: lambda op: (f"MLP {op.width}{ARROW}{op.hidden}{ARROW}{op.width} {op.act.upper() if op.act in ('gelu', 'relu') else op.act}",
                         f"clamp {num(op.clamp)}" if op.act == "swiglu_clamp" else ""),
+                        f"gate {TIMES}{num(op.gate_scale)}" if op.gate_scale != 1.0 else ""),
     ir.Moe: _moe_title,
     ir.Pool: lambda op: (f"Pool{DOT}size {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
     ir.Conv: lambda op: (f"Conv{DOT}depthwise {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
@@ -117,7 +118,9 @@ TITLES = {
     ir.LatentAttention: lambda op: (f"Latent attention{DOT}{op.heads} heads{DOT}{'causal' if op.mask == 'causal' else 'bidirectional'}",
                                     DOT.join([f"latent {op.latent}"] + ([f"q latent {op.q_latent}"] if op.q_latent else []) + [f"rotary {op.rotary_dims}"])),
     ir.Ssm: lambda op: (f"SSM{DOT}{op.heads} heads{DOT}state {op.state}",
-                        DOT.join(([f"{op.groups} groups"] if op.groups > 1 else []) + [f"conv {op.conv}", f"chunk {op.chunk}"])),
+                        DOT.join(([f"{op.groups} groups"] if op.groups > 1 else []) + [f"conv {op.conv}", f"chunk {op.chunk}"]
+                                 + ({"gated": [], "before_gate": ["norm, then gate"], "none": ["gate, no norm"]}[op.out_norm])
+                                 + ([f"in_proj {TIMES}(" + ", ".join(num(x) for x in op.scales) + ")"] if op.scales != (1.0,) * 5 else []))),
     ir.Mamba1: lambda op: (f"SSM (Mamba-1){DOT}{op.inner} channels{DOT}state {op.state}",
                            DOT.join([f"dt rank {op.dt_rank}", f"conv {op.conv}"] + (["dt/B/C norms"] if op.norms else []))),
     ir.LinearAttention: lambda op: (f"Linear attention{DOT}{op.heads} heads{DOT}{'causal' if op.causal else 'bidirectional'}",

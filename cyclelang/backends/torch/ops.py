@@ -204,6 +204,8 @@ class MlpEmitter(OpEmitter):
                     clamped_glu(out)
                 elif gated:
                     w("gate, up = self.fc(x).chunk(2, dim=-1)  # (B, T, hidden) each")
+                    if v.gate_scale != 1.0:
+                        w(f"gate = gate * {num(v.gate_scale)}  # the gate's multiplier (gate_scale)")
                     w(f"x = {ACTIVATIONS[GATE_OF[v.act]].format('gate')} * up")
                 else:
                     w(f"x = {ACTIVATIONS[v.act].format('self.fc(x)')}  # (B, T, hidden)")

@@ -85,10 +85,11 @@ class MlpVariant:
     base: ClassVar[str] = "Mlp"
     act: str
     dropout: bool
+    gate_scale: float = 1.0  # the gate's pre-activation times this (Falcon-H1's mlp_multipliers)
 
     @classmethod
     def of(cls, m: ir.Mlp, causal: bool) -> "MlpVariant":
-        return cls(m.act, m.dropout > 0)
+        return cls(m.act, m.dropout > 0, m.gate_scale)
 
     inputs: ClassVar[tuple[str, ...]] = ()
 

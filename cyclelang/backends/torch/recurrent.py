@@ -21,10 +21,12 @@ class SsmVariant:
     kind: ClassVar[type] = ir.Ssm
     base: ClassVar[str] = "Ssm"
     causal: bool  # the engine's throat: the forward takes a cache
+    out_norm: str = "gated"  # gated: rmsnorm(y * silu(z)); before_gate: rmsnorm(y) * silu(z); none: y * silu(z)
+    scales: tuple = ()  # in_proj's rows z, x, B, C, dt times these (Falcon-H1's ssm_multipliers); (): none
 
     @classmethod
     def of(cls, s: ir.Ssm, causal: bool) -> "SsmVariant":
-        return cls(causal)
+        return cls(causal, s.out_norm, () if s.scales == (1.0,) * 5 else tuple(s.scales))
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -106,16 +108,23 @@ self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv, groups=self.conv_dim
 dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=self.DT_FLOOR)
 self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt, log-uniform in [dt_min, dt_max]
 self.A_log = nn.Parameter(torch.log(torch.arange(heads, dtype=torch.float32) + 1))  # A = -exp(A_log): -1 .. -heads (S4D real)
-self.D = nn.Parameter(torch.ones(heads))  # the skip past the scan
-self.norm = nn.Parameter(torch.ones(self.inner))  # the gated RMSNorm's gain
-self.out_proj = nn.Linear(self.inner, width, bias=bias)''')
+self.D = nn.Parameter(torch.ones(heads))  # the skip past the scan''')
+                if v.out_norm != "none":
+                    w("self.norm = nn.Parameter(torch.ones(self.inner))  # the gated RMSNorm's gain")
+                w("self.out_proj = nn.Linear(self.inner, width, bias=bias)")
+                if v.scales:
+                    w(f"scales = ({', '.join(num(float(x)) for x in v.scales)})  # z, x, B, C, dt")
+                    w("rows = (self.inner, self.inner, groups * state, groups * state, heads)")
+                    w("self.register_buffer(\"scales\", torch.cat([torch.full((n,), s) for n, s in zip(rows, scales)]), persistent=False)  # in_proj's rows, section by section")
             w()
             w(f"def forward(self, {', '.join(['x', *v.inputs])}):")
             with out.indent():
-                out.block('''
-B, T, _ = x.size()
-z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, self.heads], dim=-1)
-K = self.conv1d.kernel_size[0]''')
+                w("B, T, _ = x.size()")
+                if v.scales:
+                    w("z, xbc, dt = (self.in_proj(x) * self.scales).split([self.inner, self.conv_dim, self.heads], dim=-1)  # each section scaled")
+                else:
+                    w("z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, self.heads], dim=-1)")
+                w("K = self.conv1d.kernel_size[0]")
                 if v.causal:
                     w("h = xbc if cache is None else cache.extend_pool(self.conv1d, xbc, K - 1)  # (B, P + T, conv_dim): the conv window first")
                 else:
@@ -133,9 +142,18 @@ dt = F.softplus(dt + self.dt_bias).clamp(min=self.dt_lo, max=self.dt_hi)  # (B, 
                 else:
                     w("y, _ = ssd_scan(u, dt, -torch.exp(self.A_log), b, c, self.chunk)")
                 out.block('''
-y = y + u * self.D[:, None]  # (B, T, nh, hd)
-y = gated_rms_norm(y.reshape(B, T, self.inner), z, self.norm, self.groups, self.eps)
-return self.out_proj(y.to(x.dtype))''')
+y = y + u * self.D[:, None]  # (B, T, nh, hd)''')
+                if v.out_norm == "gated":
+                    w("y = gated_rms_norm(y.reshape(B, T, self.inner), z, self.norm, self.groups, self.eps)")
+                elif v.out_norm == "before_gate":
+                    out.block('''
+work = torch.promote_types(y.dtype, torch.float32)  # float32 or wider
+h = y.reshape(B, T, self.groups, -1).to(work)
+h = self.norm * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).reshape(B, T, self.inner)  # rmsnorm(y) per group
+y = h * F.silu(z.to(work))  # then the gate''')
+                else:
+                    w("y = y.reshape(B, T, self.inner) * F.silu(z)  # gated, not normalised")
+                w("return self.out_proj(y.to(x.dtype))")
 
 
 @dataclass(frozen=True)
