@@ -361,8 +361,9 @@ def _hyper_params(m: ir.HyperMerge, w: int) -> int:
 
 
 def _hyper_flops(m: ir.HyperMerge, t: int, w: int) -> tuple[int, int]:
-    """Per token: the read (n x width) and the write (post: n x width; res: n x n x width); dynamic:
-    the projection onto the weights (hyper: per stream, (2 + n) x width; manifold: (2 + n) n x n width)."""
+    """Per token: the read (n x width) and the streams' mixing (n x n x width; writing the output into
+    each stream is elementwise); dynamic: the projection onto the weights (hyper: per stream,
+    (2 + n) x width; manifold: (2 + n) n x n width)."""
     n = m.streams
     mix = 2 * (n * w + n * n * w)
     if m.connections == "manifold":

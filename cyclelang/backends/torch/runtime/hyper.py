@@ -80,10 +80,11 @@ class ManifoldConnection(torch.nn.Module):
     def forward(self, x):
         """x: (B, T, n, C). Returns what the branch reads (B, T, C), and the (post, res) that `write` takes."""
         n, eps = self.streams, self.eps
-        flat = F.rms_norm(x.flatten(-2).float(), (x.size(-1) * n,), None, eps)  # (B, T, n * C), in float32
-        w_pre, w_post, w_res = F.linear(flat, self.fn.float()).split([n, n, n * n], dim=-1)
-        b_pre, b_post, b_res = self.base.float().split([n, n, n * n])
-        s_pre, s_post, s_res = self.scale.float().unbind(0)
+        f = torch.promote_types(x.dtype, torch.float32)  # the weights in float32 or wider, as DeepSeek-V4 computes them
+        flat = F.rms_norm(x.flatten(-2).to(f), (x.size(-1) * n,), None, eps)  # (B, T, n * C)
+        w_pre, w_post, w_res = F.linear(flat, self.fn.to(f)).split([n, n, n * n], dim=-1)
+        b_pre, b_post, b_res = self.base.to(f).split([n, n, n * n])
+        s_pre, s_post, s_res = self.scale.to(f).unbind(0)
         pre = torch.sigmoid(w_pre * s_pre + b_pre) + eps  # (B, T, n)
         post = 2 * torch.sigmoid(w_post * s_post + b_post)  # (B, T, n)
         res = torch.softmax((w_res * s_res + b_res).unflatten(-1, (n, n)), dim=-1) + eps  # (B, T, n, n)
