@@ -304,3 +304,20 @@ def test_a_scale_model_keeps_the_streams_and_fires():
     assert ir.chamber_streams(small.engine.body).streams == 3
     report = cyclelang.fire(spec, width=8, depth=2, seq=8, batch=2)
     assert not report.failed
+
+
+def test_W160_streams_no_branch_reads_at_init():
+    text = SPEC.format(chamber=" streams=8 connections=hyper")
+    diags = [d for d in review(cyclelang.parse(text, "hc.cycle")) if d.code == "W160"]
+    assert len(diags) == 1 and "streams 6 to 7 start unread" in diags[0].message and diags[0].span.line == 5
+    for chamber in (" streams=6 connections=hyper", " streams=8 connections=manifold"):
+        assert "W160" not in {d.code for d in review(cyclelang.parse(SPEC.format(chamber=chamber)))}
+
+
+def test_the_diagram_draws_several_chambers():
+    dot = cyclelang.draw(_spec(CHAMBERS["manifold"])).source
+    assert "chambers side by side" in dot and "4 streams: read, write, mix (mHC, Sinkhorn 7)" in dot
+    plain = cyclelang.draw(_spec("")).source
+    lines = 'class="main stages.0-2'
+    assert dot.count(lines) == 4 * plain.count(lines) > 0  # each wire of the stages' chamber drawn once per stream
+    assert "chambers side by side" not in plain

@@ -913,6 +913,32 @@ def needless_nesting(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     return out
 
 
+# --- W160: hyper-connections whose static reads leave streams unread ----------------------------
+
+
+@rule("W160", "streams no branch reads at init", """
+In a chamber of several streams (`chamber streams=N connections=hyper`) branch k starts
+reading stream k mod N, as Zhu et al. (2024) start layer k, and writes every stream. An
+engine of fewer branches than streams leaves the streams past the last branch unread at
+initialisation: they start as copies of the others and only the learned mixing can ever
+make them differ, so they widen the chamber by their cost (N x N mixing per junction)
+and add nothing at the start. Fewer streams, or more layers, make every stream a chamber
+that some branch reads. A manifold connection (mHC) reads every stream at init.""",
+     "chamber width=64 streams=8 connections=hyper\n  stage block x 2 { prechamber mix {...}  prechamber burn {...} }")
+def streams_never_read(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    hyper = ir.chamber_streams(e.body)
+    if hyper is None or hyper.connections != "hyper":
+        return []
+    branches = sum(n * sum(not b.overboard for b in st.branch_list()) for st, n in ir.leaf_stages(e.body))
+    if branches >= hyper.streams:
+        return []
+    first = next(iter(ir.leaf_stages(e.body)))[0]
+    return [_w("W160", f"{hyper.streams} streams, but only {branches} branch{'' if branches == 1 else 'es'} read them: streams {branches} to {hyper.streams - 1} "
+                       "start unread", first.span,
+               f"use streams={max(1, branches)} or fewer, or connections=manifold (its reads start on every stream)",
+               [f"branch k starts reading stream k mod {hyper.streams} (Zhu et al. 2024); an unread stream starts as a copy of the others"])]
+
+
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:
     """Every design-rule diagnostic of a spec, sorted by position."""
     if spec.engine is None:
