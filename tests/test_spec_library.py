@@ -30,6 +30,7 @@ LIBRARY = {
     "pressure_fed", "gas_generator", "gpt2", "gpt2_medium", "post_ln", "full_flow", "sandwich", "rezero",
     "layerscale", "deepnet", "highway", "llama", "mqa", "mistral", "moe", "poolformer", "throat",
     "mamba2", "expander", "deepseek_v2", "jamba", "striped",
+    "hyper",
 }
 
 
