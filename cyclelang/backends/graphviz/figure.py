@@ -61,7 +61,7 @@ def html_label(lines: list[Line], t: dict, glyph: str = "", align: str = "") -> 
 
 
 # The densest level's shorter legend words, where the usual ones run long.
-TERSE = {"main": ("stream, width \u221d d", "chamber"), "branch": ("branch", "prechamber"), "cut": ("detached", "cut"), "split": ("reads x", "tap"),
+TERSE = {"main": ("stream, width \u221d d", "chamber"), "streams": ("n streams", "n chambers"), "merge_hyper": ("read, write, mix", "manifold"), "branch": ("branch", "prechamber"), "cut": ("detached", "cut"), "split": ("reads x", "tap"),
          "vent": ("side output", "overboard"), "repeat": ("\u00d7N: N times", "\u00d7N: N times"), "elided": ("left out", "left out"),
          "heads": ("Q heads", "elements"), "kv_heads": ("KV heads", "elements"), "experts": ("experts, top k", "elements"), "merge_cooling": ("x + f(x), init \u03c3", "cooling")}
 

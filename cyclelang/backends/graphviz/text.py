@@ -277,7 +277,7 @@ def merge_note(m) -> str:
         return f"gate \u03c3(Wx+b), b={num(m.bias)}"
     if isinstance(m, ir.HyperMerge):  # reads a mix of the streams, writes into each, mixes them
         what = f"mHC, Sinkhorn {m.sinkhorn}" if m.connections == "manifold" else "dynamic" if m.dynamic else "static"
-        return f"{m.streams} streams: read, write, mix ({what})"
+        return f"{m.streams} streams, {what}"
     return ir.kinds.kind_of(m).formula
 
 
