@@ -321,3 +321,12 @@ def test_the_diagram_draws_several_chambers():
     lines = 'class="main stages.0-2'
     assert dot.count(lines) == 4 * plain.count(lines) > 0  # each wire of the stages' chamber drawn once per stream
     assert "chambers side by side" not in plain
+
+
+def test_a_deep_chamber_of_streams_is_not_told_to_cool_what_it_cannot():
+    """W102 asks for `merge cooling`, which a chamber of several streams refuses (E0290)."""
+    def deep(chamber):
+        return cyclelang.parse(SPEC.format(chamber=chamber).replace("x 3", "x 40"))
+
+    assert "W102" in {d.code for d in review(deep(""))}
+    assert "W102" not in {d.code for d in review(deep(" streams=4 connections=manifold"))}

@@ -439,7 +439,9 @@ MERGES: tuple[Kind, ...] = (
          cooled=True, fields=("gate",), ml_phrase='highway gate: a learned mix of the stream and the branch'),
     # hyper-connections: the branch reads a mix of the chamber's n streams and writes into each; its
     # projections map the width onto a fixed number of stream weights (μP: an output layer's rule, as
-    # an MoE's router); the weights are computed whole on every rank (tp: replicate)
+    # an MoE's router); the weights are computed whole on every rank (tp: replicate). Activations: none counted
+    # (a merge's record is not told the width; the streams the junction keeps, n x width per token, are missing
+    # from the report's activation figure)
     Kind(ir.HyperMerge, "hyper", "hyper", "merge", "chamber manifold", "hyper-connection", "chamber manifold: reads and feeds several chambers",
          params=_hyper_params, flops=_hyper_flops, formula="x\u2096 \u2190 post\u2096\u00b7f(\u03a3 pre\u2c7c x\u2c7c) + \u03a3 res\u2c7c\u2096 x\u2c7c",
          fields=("hyper",), mup="output",

@@ -106,6 +106,8 @@ chamber's norm grows with every one of them at initialisation, and so do the
 gradients. `merge cooling` starts each output projection at std/sqrt(merges)
 (GPT-2's rule); rezero and layerscale start each branch near zero.""", "stage block x 12 { prechamber mix { ... }  prechamber burn { ... } }")
 def deep_without_cooling(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    if ir.chamber_streams(e.body) is not None:  # hyper-connections: the junction is the chamber's, no merge can be written (E0290)
+        return []
     merges = merges_into_main_line(e)
     # a norm in series on the main line (Post-LN, BERT) renormalises the chamber after every
     # layer, so its merges do not add up: the stand measures its chamber at RMS 1 at every depth
