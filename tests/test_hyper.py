@@ -330,3 +330,16 @@ def test_a_deep_chamber_of_streams_is_not_told_to_cool_what_it_cannot():
 
     assert "W102" in {d.code for d in review(deep(""))}
     assert "W102" not in {d.code for d in review(deep(" streams=4 connections=manifold"))}
+
+
+def test_mup_rules_of_a_junction_and_the_streams_let():
+    text = SPEC.format(chamber=" streams=4 connections=manifold").replace("  nozzle head\n", "  nozzle head\n  startup { param mup base_width=8 }\n")
+    spec = cyclelang.parse(text)
+    assert {r["path"]: r["rule"] for r in ir.mup.table(spec.engine) if ".hyper" in r["path"]} == {
+        "stages.0-2.mix.hyper": "output", "stages.0-2.burn.hyper": "output"}  # width onto a fixed number of weights
+    model = cyclelang.build(spec, seed=0)
+    rule = sys.modules[type(model).__module__].mup_rule
+    assert {n.rsplit(".", 1)[1]: rule(n, p) for n, p in model.named_parameters() if n.startswith("stages.0.mix.hyper")} == {
+        "fn": "output", "base": "vector", "scale": "vector"}
+    source = cyclelang.codegen(cyclelang.parse("let n = 3\n" + SPEC.format(chamber=" streams=n connections=hyper")))
+    assert "    n: int = 3  # residual streams" in source and "HyperConnection(config.width, config.n)" in source

@@ -146,7 +146,7 @@ class HyperEmitter(MergeEmitter):
         return "ManifoldConnection" if m.connections == "manifold" else "HyperConnection"
 
     def sizes(self, m, b, c, totals):
-        out = {"streams": c.field("streams", m.streams, (), "residual streams the chamber holds (hyper-connections)")}
+        out = {"streams": c.field("streams", m.streams, (), "residual streams the chamber holds (hyper-connections)", let=c.e.let_of("streams"))}
         if m.connections == "manifold":
             out["sinkhorn"] = c.field("sinkhorn", m.sinkhorn, (), "Sinkhorn iterations keeping the streams' mixing doubly stochastic (mHC)")
             out["eps"] = c.field("hyper_eps", m.eps, (), "mHC: the streams' RMSNorm eps and the weights' floor", "float")
