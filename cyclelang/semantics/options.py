@@ -276,7 +276,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
     "chamber": (Opt("width", "int", "the residual stream's width d", "the chamber's pressure vessel", required=True, max=MAX_WIDTH),
                 # hyper-connections (Zhu et al. 2024; mHC, DeepSeek-V4): several residual streams
                 Opt("streams", "int", "residual streams the chamber holds (hyper-connections: each branch reads a learned mix of them and writes into each)", "several chambers side by side, fed by one manifold", default=1, max=64),
-                Opt("connections", "choice", "how branches join the streams: hyper (Zhu et al. 2024) or manifold (mHC: the streams' mixing kept doubly stochastic, DeepSeek-V4)", "the manifold between the chambers", default_text="hyper where streams > 1, else none", choices=("hyper", "manifold")),
+                Opt("connections", "choice", "how branches join the streams: hyper (Zhu et al. 2024) or manifold (mHC: the streams' mixing kept doubly stochastic, DeepSeek-V4)", "the manifold between the chambers", default_text="hyper where streams > 1, else none", choices=get_args(irn.Connections)),
                 Opt("dynamic", "bool", "hyper: the weights also depend on each position's streams (tanh of a projection, a small learned scale); manifold: always", "", default=False),
                 Opt("sinkhorn", "int", "manifold: Sinkhorn iterations that make the streams' mixing doubly stochastic", "", default=20, max=1000)),
     "throat causal": (),
