@@ -659,7 +659,8 @@ def test_template_only_file_is_a_diagnostic():
 #   jamba's group, its layers one box each on two lines, is three frames deep (541×737).
 #   striped fits as blocks of its group.
 FITS_COLUMN = {"deepnet", "expander", "full_flow", "gpt2", "gpt2_medium", "highway", "layerscale", "llama", "mamba2", "mistral", "moe", "mqa",
-               "poolformer", "post_ln", "pressure_fed", "rezero", "sandwich"}
+               "poolformer", "post_ln", "pressure_fed", "rezero", "sandwich",
+               "hyper"}
 DOES_NOT_FIT = {"slide": set(), "column": {p.stem for p in SPECS} - FITS_COLUMN,
                 "page": {"jamba"}}
 # The graph view: the same layout with each part's parameter count (a dense figure sets it after
@@ -669,11 +670,12 @@ DOES_NOT_FIT = {"slide": set(), "column": {p.stem for p in SPECS} - FITS_COLUMN,
 # logits' shape; a full-flow stage keeps its frame at every level (a line of cells would read its
 # parallel branches as one after the other). Slide: all but jamba (1044×515: its summarised layers with their counts). Page:
 # all but gas_generator (565×584: its detached read and overboard branch keep their frame) and
-# jamba (580×935). Column: 14 of the 22; not deepseek_v2 (222×915), full_flow (234×673), gas_generator (351×955),
+# jamba (580×935). Column: 15 of the 23; not deepseek_v2 (222×915), full_flow (234×673), gas_generator (351×955),
 # gpt2_medium (237×635), jamba (623×1877), sandwich (215×672), striped (235×965) and
 # throat (207×1096: its narrowing stages keep their frames).
 GRAPH_FITS_COLUMN = {"deepnet", "expander", "gpt2", "highway", "layerscale", "llama", "mamba2", "mistral", "moe", "mqa",
-                     "poolformer", "post_ln", "pressure_fed", "rezero"}
+                     "poolformer", "post_ln", "pressure_fed", "rezero",
+                     "hyper"}
 GRAPH_DOES_NOT_FIT = {"slide": {"jamba"}, "column": {p.stem for p in SPECS} - GRAPH_FITS_COLUMN,
                       "page": {"gas_generator", "jamba"}}
 

@@ -613,7 +613,7 @@ def test_d8_stand_reports_a_non_finite_model_as_such():
 
 # Every option docs/language.md documents, written on its statement. `init` is also startup's keyword.
 DOCUMENTED = {
-    "chamber": ["width=8"],
+    "chamber": ["width=8", "streams=2", "connections=manifold", "sinkhorn=3"],
     "feed": ["vocab=16", "context=8", "position=sinusoidal", "scale=2", "dropout=0.1"],
     "attention": ["heads=2", "kv_heads=1", "head_dim=4", "mask=causal", "window=4", "rotary=0.5", "rotary_base=500", "qk_norm", "bias=false", "dropout=0.1"],
     "attention_qk": ["heads=2", "qk_norm", "qk_norm_eps=1e-6", "bias=true", "out_bias=false"],
@@ -665,6 +665,7 @@ def test_d13_every_documented_option_can_be_written():
     for m in DOCUMENTED["merge"]:
         post = " norm layernorm" if "deepnorm" in m else ""
         texts.append(_engine(f"prechamber p {{ turbine mlp merge {m} }}{post}"))
+    texts.append(_engine("prechamber p { turbine mlp }").replace("chamber width=8", "chamber " + " ".join(DOCUMENTED["chamber"])))
     texts.append(_engine("prechamber p detach { turbine mlp }  prechamber q overboard loss=0.1 { turbine linear out=vocab }"))
     texts.append(_engine("prechamber p { turbine mlp }", nozzle="tied bias=true"))
     texts.append(_engine("prechamber p { turbine mlp }", nozzle="softcap=30"))

@@ -145,6 +145,12 @@ def expected(spec: ir.Spec, B: int, T: int) -> tuple[int, int]:
         if isinstance(p.merge, ir.GateMerge):
             count += 1
             flops += 2 * N * p.width * p.width
+        if isinstance(p.merge, ir.HyperMerge):  # the read (pre) and the streams' mixing (res); dynamic: the projection onto them
+            n, C = p.merge.streams, p.width
+            count += 3 if p.merge.dynamic else 2
+            flops += 2 * N * n * C + 2 * N * n * n * C
+            if p.merge.dynamic:
+                flops += 2 * N * (2 + n) * n * n * C if p.merge.connections == "manifold" else 2 * N * n * (2 + n) * C
 
     def stage(st: ir.Stage):  # every instance, and a nested stage's in every instance of its group
         for _ in range(st.repeat):

@@ -30,7 +30,7 @@ LIBRARY = {
     "pressure_fed", "gas_generator", "gpt2", "gpt2_medium", "post_ln", "full_flow", "sandwich", "rezero",
     "layerscale", "deepnet", "highway", "llama", "mqa", "mistral", "moe", "poolformer", "throat",
     "mamba2", "expander", "deepseek_v2", "jamba", "striped",
-    "sinks", "short_conv",
+    "sinks", "short_conv", "hyper",
 }
 LIBRARY.add("gated_delta")  # issue 34: the gated DeltaNet hybrid
 

@@ -395,6 +395,27 @@ def _gate_params(m: ir.GateMerge, w: int) -> int:
     return w * w + w  # g = sigmoid(W x + b), one gate per channel
 
 
+def _hyper_params(m: ir.HyperMerge, w: int) -> int:
+    """[pre | post | res] (n + n + n x n); dynamic: the projection onto them and its scales (hyper:
+    (2 + n) x width, 2 scales and the LayerNorm's gain and bias; manifold: (2 + n) n x n width, 3 scales)."""
+    n = m.streams
+    base = (2 + n) * n
+    if m.connections == "manifold":
+        return base + base * n * w + 3
+    return base + ((2 + n) * w + 2 + 2 * w if m.dynamic else 0)
+
+
+def _hyper_flops(m: ir.HyperMerge, t: int, w: int) -> tuple[int, int]:
+    """Per token: the read (n x width) and the streams' mixing (n x n x width; writing the output into
+    each stream is elementwise); dynamic: the projection onto the weights (hyper: per stream,
+    (2 + n) x width; manifold: (2 + n) n x n width)."""
+    n = m.streams
+    mix = 2 * (n * w + n * n * w)
+    if m.connections == "manifold":
+        return mix + 2 * (2 + n) * n * n * w, 0
+    return mix + (2 * n * (2 + n) * w if m.dynamic else 0), 0
+
+
 # --- the table -----------------------------------------------------------------------------
 
 OPS: tuple[Kind, ...] = (
@@ -475,6 +496,15 @@ MERGES: tuple[Kind, ...] = (
     Kind(ir.GateMerge, "gate", "gate", "merge", "gate", "highway gate", "a gated return (highway)",
          params=_gate_params, flops=lambda m, n, w: (2 * w * w, 0), formula="x + g\u00b7(f(x) \u2212 x), g = \u03c3(Wx + b)",
          cooled=True, fields=("gate",), ml_phrase='highway gate: a learned mix of the stream and the branch'),
+    # hyper-connections: the branch reads a mix of the chamber's n streams and writes into each; its
+    # projections map the width onto a fixed number of stream weights (μP: an output layer's rule, as
+    # an MoE's router); the weights are computed whole on every rank (tp: replicate). Activations: none counted
+    # (a merge's record is not told the width; the streams the junction keeps, n x width per token, are missing
+    # from the report's activation figure)
+    Kind(ir.HyperMerge, "hyper", "hyper", "merge", "chamber manifold", "hyper-connection", "chamber manifold: reads and feeds several chambers",
+         params=_hyper_params, flops=_hyper_flops, formula="x\u2096 \u2190 post\u2096\u00b7f(\u03a3 pre\u2c7c x\u2c7c) + \u03a3 res\u2c7c\u2096 x\u2c7c",
+         fields=("hyper",), mup="output",
+         ml_phrase="hyper-connection: the branch reads a learned mix of the residual streams, writes into each, and the streams are mixed"),
 )
 
 ENDS: tuple[Kind, ...] = (

@@ -46,7 +46,7 @@ __all__ = [
     "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
     "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling", "GatedDelta", "ShortConv",
     "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
-    "DeepnormMerge", "GateMerge", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
+    "DeepnormMerge", "GateMerge", "HyperMerge", "Connections", "chamber_streams", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
     "Nozzle", "Schedule", "Init", "Param", "Router", "GroupScore", "ROUTERS", "GROUP_SCORES", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
     "MAX_STAGE_DEPTH", "MAX_LAYERS", "MAX_REPEATED_STAGES", "leaf_stages", "repeated_stages",
 ]
@@ -625,7 +625,67 @@ class GateMerge(Node):
     bias: Finite
 
 
-MERGE_TYPES = (PlainMerge, ScaleMerge, CoolingMerge, RezeroMerge, LayerscaleMerge, DeepnormMerge, GateMerge)
+# --- hyper-connections: a chamber of several streams (Zhu et al. 2024; mHC, DeepSeek-V4) ---------
+
+Connections = Literal["hyper", "manifold"]
+
+
+class HyperMerge(Node):
+    """A branch's junction with a chamber of `streams` residual streams (`chamber streams=N
+    connections=hyper|manifold`): the branch reads a learned mix of the streams (pre), its output
+    is written into each stream (post) and the streams are mixed by an n x n matrix (res).
+    `hyper`: Zhu et al. 2024, static or `dynamic`; `manifold`: mHC (DeepSeek-V4), always dynamic,
+    res kept doubly stochastic by `sinkhorn` iterations. A static read starts on stream k mod n, k the
+    branch's place among every branch that runs (the paper's layer index): the init, not the IR, says it."""
+
+    kind: Literal["hyper"] = "hyper"
+    streams: Count
+    connections: Connections
+    dynamic: bool  # hyper: weights computed per position from the normalised streams; manifold: always
+    sinkhorn: Count = 20  # manifold: Sinkhorn iterations (DeepSeek-V4's hc_sinkhorn_iters)
+    eps: Positive = 1e-6  # manifold: the streams' RMSNorm eps and the weights' floor (hc_eps); hyper dynamic: its LayerNorm's
+
+    _checked = checked()
+
+    def check(self) -> None:
+        if self.connections == "manifold" and not self.dynamic:
+            raise ValueError("a manifold-constrained connection is always dynamic")
+
+
+def chamber_streams(body) -> HyperMerge | None:
+    """The first hyper-connection of a main line (every returning branch has one, alike), or None:
+    the chamber then holds one stream and every junction is an add."""
+    for st, _ in leaf_stages(body):
+        for b in st.branch_list():
+            if isinstance(b.merge, HyperMerge):
+                return b.merge
+    return None
+
+
+def _check_streams(body) -> None:
+    """A chamber of several streams: every branch joins it through a hyper-connection of the same
+    streams and kind; the stages come first on the main line and hold only prechambers that return."""
+    first = chamber_streams(body)
+    if first is None:
+        return
+    seen_op = False
+    for op in body:
+        if not isinstance(op, Stage):
+            seen_op = True
+            continue
+        if seen_op:
+            raise ValueError(f"stage '{op.name}' comes after an op on the main line, where the streams are already summed")
+    for st, _ in leaf_stages(body):
+        for op in st.ops:
+            if not isinstance(op, Prechamber) or op.overboard:
+                raise ValueError(f"stage '{st.name}': a chamber of {first.streams} streams holds only prechambers that return (not {op.op}"
+                                 + (" overboard" if isinstance(op, Prechamber) else "") + ")")
+            m = op.merge
+            if not isinstance(m, HyperMerge) or (m.streams, m.connections, m.dynamic) != (first.streams, first.connections, first.dynamic):
+                raise ValueError(f"prechamber '{op.name}': every branch joins the {first.streams} streams through the same kind of hyper-connection")
+
+
+MERGE_TYPES = (PlainMerge, ScaleMerge, CoolingMerge, RezeroMerge, LayerscaleMerge, DeepnormMerge, GateMerge, HyperMerge)
 Merge = Annotated[Union[MERGE_TYPES], Field(discriminator="kind")]
 
 
@@ -979,6 +1039,7 @@ class Engine(Node):
         for b in (b for st, _ in leaves for b in st.branch_list()):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:
                 raise ValueError(f"overboard branch '{b.name}' has a loss, so it must end at width vocab={self.feed.vocab}, not {b.out_width}")
+        _check_streams(self.body)  # hyper-connections: a chamber of several streams
         from .passes import derived_values, merge_totals  # the formulas live with the pass that applies them
 
         totals = merge_totals(self.body)

@@ -106,6 +106,8 @@ chamber's norm grows with every one of them at initialisation, and so do the
 gradients. `merge cooling` starts each output projection at std/sqrt(merges)
 (GPT-2's rule); rezero and layerscale start each branch near zero.""", "stage block x 12 { prechamber mix { ... }  prechamber burn { ... } }")
 def deep_without_cooling(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    if ir.chamber_streams(e.body) is not None:  # hyper-connections: the junction is the chamber's, no merge can be written (E0290)
+        return []
     merges = merges_into_main_line(e)
     # a norm in series on the main line (Post-LN, BERT) renormalises the chamber after every
     # layer, so its merges do not add up: the stand measures its chamber at RMS 1 at every depth
@@ -972,6 +974,32 @@ def needless_nesting(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
                           f"write stage '{inner.name}' in its place" + (f" (x {inner.repeat})" if inner.repeat > 1 else ""),
                           ["a stage of stages pays off when it repeats a pattern of several stages, e.g. stage group x 4 { stage a x 3 {...} stage b {...} }"]))
     return out
+
+
+# --- W160: hyper-connections whose static reads leave streams unread ----------------------------
+
+
+@rule("W160", "streams no branch reads at init", """
+In a chamber of several streams (`chamber streams=N connections=hyper`) branch k starts
+reading stream k mod N, as Zhu et al. (2024) start layer k, and writes every stream. An
+engine of fewer branches than streams leaves the streams past the last branch unread at
+initialisation: they start as copies of the others and only the learned mixing can ever
+make them differ, so they widen the chamber by their cost (N x N mixing per junction)
+and add nothing at the start. Fewer streams, or more layers, make every stream a chamber
+that some branch reads. A manifold connection (mHC) reads every stream at init.""",
+     "chamber width=64 streams=8 connections=hyper\n  stage block x 2 { prechamber mix {...}  prechamber burn {...} }")
+def streams_never_read(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
+    hyper = ir.chamber_streams(e.body)
+    if hyper is None or hyper.connections != "hyper":
+        return []
+    branches = sum(n * sum(not b.overboard for b in st.branch_list()) for st, n in ir.leaf_stages(e.body))
+    if branches >= hyper.streams:
+        return []
+    first = next(iter(ir.leaf_stages(e.body)))[0]
+    return [_w("W160", f"{hyper.streams} streams, but only {branches} branch{'' if branches == 1 else 'es'} read them: streams {branches} to {hyper.streams - 1} "
+                       "start unread", first.span,
+               f"use streams={max(1, branches)} or fewer, or connections=manifold (its reads start on every stream)",
+               [f"branch k starts reading stream k mod {hyper.streams} (Zhu et al. 2024); an unread stream starts as a copy of the others"])]
 
 
 def review(spec: ir.Spec, config: ReviewConfig = ReviewConfig()) -> list[Diagnostic]:

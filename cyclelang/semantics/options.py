@@ -275,7 +275,12 @@ _CLAMP = Opt("clamp", "float", "with act=swiglu_clamp: gate <= clamp and |up| <=
 _BIAS = Opt("bias", "bool", "biases on the projections", "", default=True)
 
 TABLE: dict[str, tuple[Opt, ...]] = {
-    "chamber": (Opt("width", "int", "the residual stream's width d", "the chamber's pressure vessel", required=True, max=MAX_WIDTH),),
+    "chamber": (Opt("width", "int", "the residual stream's width d", "the chamber's pressure vessel", required=True, max=MAX_WIDTH),
+                # hyper-connections (Zhu et al. 2024; mHC, DeepSeek-V4): several residual streams
+                Opt("streams", "int", "residual streams the chamber holds (hyper-connections: each branch reads a learned mix of them and writes into each)", "several chambers side by side, fed by one manifold", default=1, max=64),
+                Opt("connections", "choice", "how branches join the streams: hyper (Zhu et al. 2024) or manifold (mHC: the streams' mixing kept doubly stochastic, DeepSeek-V4)", "the manifold between the chambers", default_text="hyper where streams > 1, else none", choices=get_args(irn.Connections)),
+                Opt("dynamic", "bool", "hyper: the weights also depend on each position's streams (tanh of a projection, a small learned scale); manifold: always", "", default=False),
+                Opt("sinkhorn", "int", "manifold: Sinkhorn iterations that make the streams' mixing doubly stochastic", "", default=20, max=1000)),
     "throat causal": (),
     "throat open": (),
     "feed tokens": (
@@ -438,6 +443,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("beta", "float", "DeepNet's init gain of the branch's projections", "", default_text="(8N)^(-1/4)", lo=0.0, lo_open=True, hi=1e3),
     ),
     "merge gate": (Opt("bias", "float", "highway gate's starting bias: g = sigmoid(Wx + b)", "a throttle valve", default=-1.0, lo=-100.0, hi=100.0),),
+    "merge hyper": (),
     "param standard": (),
     "param mup": (
         Opt("base_width", "int", "the width whose learning rates and init std are the spec's own (Tensor Programs V)", "the reference engine a bigger one is scaled from", default_text="the chamber's width", max=MAX_WIDTH),

@@ -317,13 +317,14 @@ class _Resolver:
             else:
                 body_items.append(item)
 
-        width = None
+        width = hyper = None
         if "chamber" not in singles:
             self.out.error("E0213", f"engine '{e.name.name}' has no chamber", e.name.span, "add 'chamber width=N' (the residual stream's width)")
         else:
             c = singles["chamber"]
             o = Options("chamber", c.options, scope, self.out, c.span)
             width = o.get("width")
+            hyper = self.chamber_streams(o)  # hyper-connections: a chamber of several streams
             o.finish()
         throat = "causal"
         if "throat" in singles:
@@ -356,6 +357,7 @@ class _Resolver:
         full = _Chain(scope, inner)
 
         ctx = _EngineCtx(throat=throat, vocab=feed.vocab if feed else None, context=feed.context if feed else None, width=width)
+        ctx.hyper = hyper
         body: list = []
         stage_names: dict[str, ast.Ident] = {}
         w = width
@@ -390,6 +392,8 @@ class _Resolver:
         nozzle = self.nozzle(nozzle_d, full, w, width, feed) if nozzle_d is not None else None
         startup = self.startup(singles.get("startup"), full, width)
         if self.out.has_errors or width is None or feed is None or nozzle is None or startup is None:
+            return None
+        if hyper is not None and not self.streams_fit(body, hyper, singles["chamber"].span):
             return None
         body = ir.passes.finalize_merges(body, startup.init)
         chamber = singles["chamber"]
@@ -797,6 +801,9 @@ class _Resolver:
             merge = self.merge(merge_d, scope) if merge_d is not None else ir.PlainMerge()
             if merge is None:
                 return None
+            merge = self.hyper_merge(merge, ctx, merge_d)
+            if merge is None:
+                return None
         return ir.Prechamber(name=name, width=w, out_width=bw, detach=detach, overboard=overboard, loss=loss, ops=ops, merge=merge, span=p.span)
 
     def merge(self, d: ast.Directive, scope) -> ir.Merge | None:
@@ -831,8 +838,79 @@ class _Resolver:
             m = ir.DeepnormMerge(alpha_asked=alpha, beta_asked=beta, span=d.span)
         elif kind == "gate":
             m = ir.GateMerge(bias=o.get("bias"), span=d.span)
+        elif kind == "hyper":  # the chamber's options say which (hyper_merge)
+            m = ir.HyperMerge(streams=1, connections="hyper", dynamic=False, span=d.span)
         o.finish()
         return m.model_copy(update=dict(let_names=o.lets())) if m is not None and o.lets() else m
+
+    # hyper-connections: a chamber of several streams ------------------------------------------
+    def chamber_streams(self, o: Options) -> ir.HyperMerge | None:
+        """`chamber streams=N connections=hyper|manifold [dynamic] [sinkhorn=K]`: the junction every
+        branch gets, or None (one stream, plain junctions)."""
+        streams = o.get("streams")
+        connections = o.get("connections")
+        dynamic = o.get("dynamic")
+        sinkhorn = o.get("sinkhorn")
+        if connections is None and streams is not None and streams > 1:
+            connections = "hyper"
+        if connections is None:
+            for name in ("dynamic", "sinkhorn"):
+                if o.has(name):
+                    self.out.error("E0290", f"{name}= describes hyper-connections, but the chamber holds one stream", o.span_of(name),
+                                   "add streams=N (and connections=hyper|manifold), or drop it")
+            return None
+        if connections == "manifold":
+            if o.has("dynamic") and not dynamic:
+                self.out.error("E0290", "a manifold-constrained connection computes its weights from the streams: it is always dynamic",
+                               o.span_of("dynamic"), "drop dynamic=false, or use connections=hyper")
+                return None
+            dynamic = True
+        elif o.has("sinkhorn"):
+            self.out.error("E0290", "sinkhorn= keeps the manifold connection's mixing doubly stochastic; connections=hyper has none",
+                           o.span_of("sinkhorn"), "use connections=manifold, or drop sinkhorn=")
+            return None
+        if streams is None or sinkhorn is None or dynamic is None:
+            return None
+        return ir.HyperMerge(streams=streams, connections=connections, dynamic=dynamic, sinkhorn=sinkhorn,
+                             eps=1e-6 if connections == "manifold" else 1e-5)
+
+    def hyper_merge(self, merge, ctx: "_EngineCtx", d) -> object:
+        """A branch's junction in a chamber of several streams: the chamber's hyper-connection, which
+        replaces the add; any other merge is refused there, and `merge hyper` without streams."""
+        if ctx.hyper is None:
+            if isinstance(merge, ir.HyperMerge):
+                self.out.error("E0290", "merge hyper joins a chamber of several streams, but this chamber holds one", d.span,
+                               "say it on the chamber: chamber width=N streams=4 connections=hyper")
+                return None
+            return merge
+        if d is not None and not isinstance(merge, ir.HyperMerge):
+            self.out.error("E0290", f"merge {merge.kind}: in a chamber of {ctx.hyper.streams} streams every branch joins through the "
+                           "chamber's hyper-connection", d.span, "drop the merge (or write 'merge hyper')")
+            return None
+        return ctx.hyper.model_copy(update=dict(span=d.span if d is not None else None))
+
+    def streams_fit(self, body, hyper: ir.HyperMerge, span) -> bool:
+        """The main line of a chamber of several streams: the stages first (their streams are summed where they
+        end), each holding prechambers that return; E0291 otherwise."""
+        ok, after = True, None
+        for op in body:
+            if not isinstance(op, ir.Stage):
+                after = after or op
+                continue
+            if after is not None:
+                self.out.error("E0291", f"stage '{op.name}' comes after a {after.op} on the main line, where the {hyper.streams} streams are "
+                               "already summed", op.span or span, "put the main line's own ops after the last stage")
+                ok = False
+        for st, _ in ir.leaf_stages(body):
+            for op in st.ops:
+                if isinstance(op, ir.Prechamber) and not op.overboard:
+                    continue
+                what = f"prechamber '{op.name}' overboard" if isinstance(op, ir.Prechamber) else (
+                    f"fullflow '{op.name}'" if isinstance(op, ir.Fullflow) else f"a {op.op} on the main line")
+                self.out.error("E0291", f"stage '{st.name}': {what} in a chamber of {hyper.streams} streams", op.span or st.span or span,
+                               "a chamber of several streams holds prechambers that return: each reads a mix of the streams and writes into each")
+                ok = False
+        return ok
 
     def missing_kind(self, d: ast.Directive, kinds) -> bool:
         """`norm turbine mlp`: the kind was left out and the next keyword was read as one."""
@@ -1327,6 +1405,7 @@ class _EngineCtx:
     vocab: int | None
     context: int | None
     width: int | None
+    hyper: "ir.HyperMerge | None" = None  # a chamber of several streams: every branch's junction
 
 
 class _Chain(Scope):

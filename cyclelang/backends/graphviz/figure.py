@@ -11,6 +11,7 @@ what it would need, never shrunk.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ... import ir
 from . import params, text
@@ -60,7 +61,7 @@ def html_label(lines: list[Line], t: dict, glyph: str = "", align: str = "") -> 
 
 
 # The densest level's shorter legend words, where the usual ones run long.
-TERSE = {"main": ("stream, width \u221d d", "chamber"), "branch": ("branch", "prechamber"), "cut": ("detached", "cut"), "split": ("reads x", "tap"),
+TERSE = {"main": ("stream, width \u221d d", "chamber"), "streams": ("n streams", "n chambers"), "merge_hyper": ("read, write, mix", "manifold"), "branch": ("branch", "prechamber"), "cut": ("detached", "cut"), "split": ("reads x", "tap"),
          "vent": ("side output", "overboard"), "repeat": ("\u00d7N: N times", "\u00d7N: N times"), "elided": ("left out", "left out"),
          "heads": ("Q heads", "elements"), "kv_heads": ("KV heads", "elements"), "experts": ("experts, top k", "elements"), "merge_cooling": ("x + f(x), init \u03c3", "cooling")}
 
@@ -76,6 +77,7 @@ def legend_words(key: str, terse: bool = False, one: bool = False) -> dict[str, 
 
     fixed = {
         "main": say("residual stream, width \u221d d", "chamber"),
+        "streams": say("several residual streams (hyper-connections)", "chambers side by side"),
         "branch": say("residual branch", "prechamber"),
         "cut": say("detached: no gradient", "cut"),
         "split": say("branch reads the stream", "tap"),
@@ -107,7 +109,7 @@ def legend_words(key: str, terse: bool = False, one: bool = False) -> dict[str, 
     return say(key, key)
 
 
-LEGEND_ORDER = ("main", "branch", "split", "cut", "vent", "stage", "repeat", "elided", "tokens", "feed", "head")
+LEGEND_ORDER = ("main", "streams", "branch", "split", "cut", "vent", "stage", "repeat", "elided", "tokens", "feed", "head")
 
 
 class Figure:
@@ -542,8 +544,16 @@ class Figure:
         """A wire's pen width: the main line's in proportion to the chamber's width."""
         return {"main": max(1.5, 8.0 * w.width / max(1, s.max_width)), "link": 1.5, "branch": 2.0, "cut": 2.0, "vent": 2.0, "spark": 1.5}[w.kind]
 
-    def wire(self, s: Scene, w: Wire, dx: float, dy: float) -> None:
+    STREAM_GAP = 3.5  # points between the streams of a chamber of several (hyper-connections)
+
+    def wire(self, s: Scene, w: Wire, dx: float, dy: float, pen: float | None = None) -> None:
         t = self.t
+        if pen is None and w.kind == "main" and s.streams > 1 and w.path.startswith("stages"):
+            # a chamber of several streams: one thin line per stream, side by side across the main line
+            for k in range(s.streams):
+                off = (k - (s.streams - 1) / 2) * self.STREAM_GAP
+                self.wire(s, replace(w, id=f"{w.id}.s{k}", pts=[(u, v + off) for u, v in w.pts]), dx, dy, pen=1.4)
+            return
         pts = [self.xy(s, u, v) for u, v in w.pts]
         pts = [(X + dx, Y + dy) for X, Y in pts]
         pts = [p for i, p in enumerate(pts) if i == 0 or (abs(p[0] - pts[i - 1][0]) + abs(p[1] - pts[i - 1][1])) > 0.05]
@@ -551,7 +561,7 @@ class Figure:
             return
         attrs = {"class": f"{w.kind} {w.path}".strip(), "arrowhead": "none"}
         color = {"main": t["chamber"], "branch": t["branch"], "cut": t["cut"], "vent": t["vent"], "spark": t["spark"], "link": t["chamber"]}[w.kind]
-        width = self.pen(s, w)
+        width = self.pen(s, w) if pen is None else pen
         if w.value is not None:
             color = ZERO if w.value == 0 else colour(log_pos(w.value, self.scale))
             what = "\u2016dL/dx\u2016" if w.table == "chain" else "gradient norm"
@@ -631,6 +641,14 @@ class Figure:
     def swatch(self, key: str, X: float, Y: float) -> None:
         t = self.t
         nid = f"legend.{key}"
+        if key == "streams":  # thin lines side by side, as the figure draws a chamber of several streams
+            for k in range(3):
+                a, b, y = f"{nid}.{k}.a", f"{nid}.{k}.b", Y + (k - 1) * self.STREAM_GAP
+                for n2, XX in ((a, X - 11), (b, X + 11)):
+                    self.nodes.append((n2, {"pos": f"{XX:.1f},{y:.1f}!", "shape": "point", "style": "invis", "width": "0.01", "height": "0.01", "label": ""}))
+                self.edges.append((a, b, {"pos": f"{X - 11:.1f},{y:.1f} {X - 4:.1f},{y:.1f} {X + 4:.1f},{y:.1f} {X + 11:.1f},{y:.1f}",
+                                          "color": t["chamber"], "penwidth": "1.4", "arrowhead": "none", "class": f"legend {key}"}))
+            return
         if key in ("main", "branch", "cut", "vent", "spark"):
             x0, x1 = (X - 13, X - 3) if key == "vent" else (X - 11, X + 11)
             color = {"main": t["chamber"], "branch": t["branch"], "cut": t["cut"], "vent": t["vent"], "spark": t["spark"]}[key]

@@ -285,6 +285,8 @@ class Scene:
         self.wires: list[Wire] = []
         self.frames: list[Frame] = []
         self.max_width = max([engine.width] + [p.width for p in self.lay.parts()])
+        hyper = ir.chamber_streams(engine.body)  # hyper-connections: the stages' chamber is several, drawn side by side
+        self.streams = hyper.streams if hyper is not None else 1
         self.n = 0
         self.build()
 
@@ -521,6 +523,8 @@ class Scene:
         w = Wire(self.nid("line"), [(float(u), float(v)) for u, v in pts], kind, width, path, arrow=arrow, table=table)
         b.wires.append(w)
         self.used.add(kind if kind != "link" else "main")
+        if self.streams > 1 and kind == "main" and path.startswith("stages"):
+            self.used.add("streams")
         return w
 
     def hang(self, b: Block, boxes: list[Box]) -> None:

@@ -108,8 +108,8 @@ def _moe_title(op: ir.Moe) -> tuple[str, str]:
 TITLES = {
     ir.Attention: _attention_title,
     ir.Mlp: lambda op: (f"MLP {op.width}{ARROW}{op.hidden}{ARROW}{op.width} {op.act.upper() if op.act in ('gelu', 'relu') else op.act}",
-                        f"clamp {num(op.clamp)}" if op.act == "swiglu_clamp" else ""),
-                        f"gate {TIMES}{num(op.gate_scale)}" if op.gate_scale != 1.0 else ""),
+                        " · ".join(x for x in (f"clamp {num(op.clamp)}" if op.act == "swiglu_clamp" else "",
+                                                f"gate {TIMES}{num(op.gate_scale)}" if op.gate_scale != 1.0 else "") if x)),
     ir.Moe: _moe_title,
     ir.Pool: lambda op: (f"Pool{DOT}size {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
     ir.Conv: lambda op: (f"Conv{DOT}depthwise {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
@@ -291,6 +291,9 @@ def merge_note(m) -> str:
         return f"init \u03b2={num(m.beta)}"
     if isinstance(m, ir.GateMerge):
         return f"gate \u03c3(Wx+b), b={num(m.bias)}"
+    if isinstance(m, ir.HyperMerge):  # reads a mix of the streams, writes into each, mixes them
+        what = f"mHC, Sinkhorn {m.sinkhorn}" if m.connections == "manifold" else "dynamic" if m.dynamic else "static"
+        return f"{m.streams} streams, {what}"
     return ir.kinds.kind_of(m).formula
 
 

@@ -117,7 +117,7 @@ __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 # The runtime definitions the file may inline before its classes, in the order they appear.
 HELPERS = ("sinusoids", "rotary_tables", "scaled_rotary_tables", "alibi_slopes", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "causal_mask", "sliding_mask", "padded_mask",
            "OffsetRMSNorm", "OffsetLayerNorm", "HeadNorm", "ssd_scan", "gated_rms_norm", "linear_scan", "selective_scan",
-           "gated_delta_scan")
+           "gated_delta_scan", "HyperConnection", "ManifoldConnection")
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,9 @@ class Lowering:
         want = {"sinusoids"} if self.e.feed.position == "sinusoidal" else set()
         for o in ops:
             want.update(emitter(o.op).runtime(o.op, self.p.causal))
+        hyper = ir.chamber_streams(self.e.body)  # hyper-connections: their junction's class
+        if hyper is not None:
+            want.add("ManifoldConnection" if hyper.connections == "manifold" else "HyperConnection")
         return [h for h in HELPERS if h in want]
 
     def source(self) -> str:
@@ -366,7 +369,7 @@ from torch.nn import functional as F""")
                 out[b.path] = "nn.ModuleDict" if inline(b) else b.cls
                 m = b.br.merge
                 if m is not None and merge_emitter(m).module:
-                    out[b.merge.path] = merge_emitter(m).module
+                    out[b.merge.path] = merge_emitter(m).module_of(m)
         for o in p.ops():
             out[o.path] = emitter(o.op).module(o)
         if not self.e.nozzle.tied:

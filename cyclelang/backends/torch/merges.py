@@ -26,6 +26,10 @@ class MergeEmitter:
     def attr(self, m) -> str:
         return kind_of(m).fields[0]
 
+    def module_of(self, m) -> str:
+        """The class of this merge's own parameters, for the name map ("" when it has none)."""
+        return self.module
+
     def sizes(self, m, b: BranchPlan, c: Sizes, totals: "Totals") -> dict:
         """What the merge reads from the config: {name: Ref or Expr} (its width is always there)."""
         return {}
@@ -133,6 +137,37 @@ class DeepnormEmitter(MergeEmitter):
         return ["# deepnorm: v, the output projection and the reactor start with gain beta = (8N)^-1/4 (DeepNet)", *out]
 
 
+class HyperEmitter(MergeEmitter):
+    """Hyper-connections (runtime/hyper.py): the branch's junction with a chamber of several streams. The
+    stage reads and writes the streams itself (`stages.hyper_line`): `delta` is never asked."""
+
+    module = "HyperConnection"
+
+    def module_of(self, m) -> str:
+        return "ManifoldConnection" if m.connections == "manifold" else "HyperConnection"
+
+    def sizes(self, m, b, c, totals):
+        out = {"streams": c.field("streams", m.streams, (), "residual streams the chamber holds (hyper-connections)", let=c.e.let_of("streams"))}
+        if m.connections == "manifold":
+            out["sinkhorn"] = c.field("sinkhorn", m.sinkhorn, (), "Sinkhorn iterations keeping the streams' mixing doubly stochastic (mHC)")
+            out["eps"] = c.field("hyper_eps", m.eps, (), "mHC: the streams' RMSNorm eps and the weights' floor", "float")
+            out["std"] = c.init_std() if c.e.startup.init.kind == "normal" else "0.02"
+        elif m.dynamic:
+            out["eps"] = c.field("hyper_eps", m.eps, (), "dynamic hyper-connections: their LayerNorm's eps", "float")
+        return out
+
+    def ctor(self, m, args):
+        if m.connections == "manifold":
+            return (f"ManifoldConnection({args['width']}, {args['streams']}, {args['sinkhorn']}, {args['eps']}, {args['std']})"
+                    "  # mHC: weights from the streams, their mixing doubly stochastic")
+        if m.dynamic:
+            return f"HyperConnection({args['width']}, {args['streams']}, dynamic=True, eps={args['eps']})  # dynamic hyper-connection"
+        return f"HyperConnection({args['width']}, {args['streams']})  # static hyper-connection: learned read, write and mixing weights"
+
+    def delta(self, m, attr, f):
+        raise NotImplementedError("a hyper-connection is no add: stages.hyper_line writes its junction")
+
+
 MERGE_EMITTERS: dict[type, MergeEmitter] = {
     ir.PlainMerge: MergeEmitter(),
     ir.ScaleMerge: ScaleEmitter(),
@@ -141,6 +176,7 @@ MERGE_EMITTERS: dict[type, MergeEmitter] = {
     ir.LayerscaleMerge: LearnedGainEmitter(),
     ir.DeepnormMerge: DeepnormEmitter(),
     ir.GateMerge: GateEmitter(),
+    ir.HyperMerge: HyperEmitter(),
 }
 registered(MERGE_EMITTERS, "cyclelang/backends/torch/merges.py MERGE_EMITTERS", ir.MERGE_TYPES)
 

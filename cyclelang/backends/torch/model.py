@@ -193,6 +193,10 @@ for module in self.modules():
             w(f"self.feed.tok.weight[{num(e.feed.padding)}].zero_()  # the padding token's embedding")
         for sp in p.stages:
             merge_init(out, p, sp)
+        hyper = ir.chamber_streams(e.body)
+        if hyper is not None and hyper.connections == "hyper":
+            w("for k, hyper in enumerate(m for m in self.modules() if isinstance(m, HyperConnection)):")
+            w("    hyper.reset(k)  # hyper-connections: branch k reads stream k mod streams at init (Zhu et al. 2024)")
         if ir.mup.is_mup(e):
             w("for name, p in self.named_parameters():  # μP: the standard init, scaled per rule")
             with out.indent():
@@ -303,7 +307,14 @@ B, T = idx.size()''')
                 w("    rope = [" + ", ".join(padded) + "]")
         has_aux = any(sp.aux for sp in p.stages) or any(it.aux for it in p.main if isinstance(it, OpPlan))
         w("aux = {}" + ("  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads" if has_aux else ""))
+        hyper = ir.chamber_streams(e.body)  # hyper-connections: a chamber of several streams, from the feed to the last stage
+        if hyper is not None:
+            n = str(next(b.margs["streams"] for sp in p.stages for b in sp.branches() if "streams" in b.margs)).replace("config.", "self.config.")
+            w(f"x = x.unsqueeze(2).expand(-1, -1, {n}, -1)  # (B, T, streams, C): the input copied into each stream")
         for it in p.main:
+            if hyper is not None and not isinstance(it, StagePlan):
+                w("x = x.sum(2)  # (B, T, C): the streams summed")
+                hyper = None
             if isinstance(it, StagePlan):
                 stage_call(out, p, it)
             else:
@@ -312,6 +323,8 @@ B, T = idx.size()''')
                     w(f'x, aux["{it.attr}"] = {x.call(it, "self", "x")}' + comment(it.op.span, *x.phrase(it.op, "engine")), it.op.span)
                 else:
                     w(f"x = {x.call(it, 'self', 'x')}" + comment(it.op.span, *x.phrase(it.op, "engine")), it.op.span)
+        if hyper is not None:
+            w("x = x.sum(2)  # (B, T, C): the streams summed")
         nz = e.nozzle
         if nz.tied:
             bias = ", self.head_bias" if nz.bias else ""

@@ -152,9 +152,22 @@ def branch_line(out: Writer, branches: list[BranchPlan], inp: str, span, phrase:
             call = branch_call(out, b, inp, temps)
             out.line(f'aux["{b.attr}"] = {call}' + comment(b.br.span, f"{b.br.name}: {merge_phrase(b.br)}", merge_rocket(b.br)), b.br.span)
     merged = [b for b in branches if not b.br.overboard]
+    for b in [b for b in merged if isinstance(b.br.merge, ir.HyperMerge)]:
+        hyper_line(out, b, inp, temps)
+    merged = [b for b in merged if not isinstance(b.br.merge, ir.HyperMerge)]
     if merged:
         line = merge_line(out, merged, inp, temps)
         out.line(line + comment(span, *phrase), span)
+
+
+def hyper_line(out: Writer, b: BranchPlan, inp: str, temps: Temps) -> None:
+    """A branch's junction with a chamber of several streams (hyper-connections): it reads a learned
+    mix of the streams, and its output is written into each, the streams mixed."""
+    m, hc = b.br.merge, f"self.{b.attr}.{kind_of(b.br.merge).fields[0]}"
+    word = "manifold-constrained hyper-connection" if m.connections == "manifold" else "hyper-connection"
+    out.line(f"h, post, res = {hc}({inp})" + comment(b.br.span, f"{b.br.name}: reads a learned mix of the streams ({word})", f"prechamber {b.br.name}, chamber manifold"), b.br.span)
+    y = branch_call(out, b, "h", temps)
+    out.line(f"{inp} = {hc}.write({inp}, {y}, post, res)" + comment(m.span or b.br.span, "its output into each stream, the streams mixed", "chamber manifold"), m.span or b.br.span)
 
 
 def class_head(out: Writer, sp: StagePlan, what: str = "", word: str = "stage") -> None:

@@ -10,6 +10,7 @@
     experts     {act}_grad for every activation, expert_mlps and routed_experts (the MoE custom ops)
     norms       OffsetRMSNorm, OffsetLayerNorm: RMSNorm (Gemma) and LayerNorm (Nemotron) with an (offset + w) gain;
                 HeadNorm: a qk-norm with each head's own gain (StableLM, Cohere)
+    hyper       HyperConnection, ManifoldConnection: a branch's junction with a chamber of several streams
     parallel    parallelize: FSDP2, tensor parallelism by the file's TP_PLAN, activation
                 checkpointing, per-stage compile
 
@@ -33,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 # Where each definition the generated file may inline lives.
-MODULES = ("loss", "embedding", "positions", "masks", "cache", "experts", "norms", "parallel", "scan")
+MODULES = ("loss", "embedding", "positions", "masks", "cache", "experts", "norms", "parallel", "scan", "hyper")
 
 
 @functools.lru_cache(maxsize=None)
