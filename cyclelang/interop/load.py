@@ -943,6 +943,7 @@ def _plan_gpt_oss(plan: _Plan, put, layout: dict, final: str, state, fused) -> _
             put(f"{ours}.proj.bias", e + "down_proj_bias", _Index(x, m.experts))
     put("feed.tok.weight", "embed_tokens.weight")
     put(f"{final}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
     return plan
 
 
