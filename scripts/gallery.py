@@ -26,7 +26,7 @@ COMMAND = "python scripts/gallery.py"
 SECTIONS: list[tuple[str, str, list[str]]] = [
     ("Open, closed and full-flow cycles",
      "How the flow is split off the main line and whether it comes back: the residual connection is the closed cycle.",
-     ["pressure_fed", "gas_generator", "gpt2", "gpt2_medium", "full_flow"]),
+     ["pressure_fed", "gas_generator", "gpt2", "gpt2_medium", "full_flow", "hyper"]),
     ("Where the valves sit",
      "The same turbines with the norms moved: on the branch, in series on the main line, or on both sides of the turbine.",
      ["post_ln", "sandwich", "deepnet"]),
@@ -222,6 +222,13 @@ CONCEPTS: dict[str, tuple[str, str]] = {
         "`cyclec check` notes (N103) that with 16 KV heads of 64 dims in 24 layers the KV cache holds 96 KiB per token: "
         "at this size grouped-query attention starts to pay.",
     ),
+    "hyper": (
+        "The full-flow engine taken further: several chambers side by side, fed by one manifold. Each preburner draws a "
+        "learned mix of the chambers and returns its exhaust into every one of them through its own valves; the chambers "
+        "are mixed into one another at each junction and recombined before the nozzle.",
+        "Hyper-connections (Zhu et al. 2024): n residual streams instead of one. Each branch reads a learned mix of the "
+        "streams, writes its output into each with learned weights, and the streams are mixed by a learned n x n matrix; "
+        "`connections=manifold` keeps that matrix doubly stochastic by Sinkhorn iterations (mHC, DeepSeek-V4)."),
     "full_flow": (
         "Full-flow staged combustion: two preburners fed from the same state, all the flow passing through turbines, "
         "both exhausts returning at one junction. One valve serves both prechambers, and both run cool at ignition.",

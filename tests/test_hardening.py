@@ -626,7 +626,8 @@ DOCUMENTED = {
     "attention_caps": ["heads=2", "softcap=30", "alibi", "alibi_scaled"],
     "attention_gate": ["heads=2", "gate=head"],
     "mlp": ["ratio=2", "act=gelu_tanh", "bias=false", "dropout=0.1"],
-    "mlp_hidden": ["hidden=24", "act=swiglu_clamp", "clamp=3", "gate_scale=0.5"],
+    "mlp_hidden": ["hidden=24", "act=swiglu_clamp", "clamp=3"],
+    "mlp_gated": ["hidden=24", "act=swiglu", "gate_scale=0.5"],
     "moe": ["experts=4", "top=2", "capacity=1.25", "balance=0.01", "ratio=2", "act=swiglu", "bias=false"],
     "pool": ["size=3"],
     "conv": ["size=4", "bias=false"],
@@ -655,7 +656,7 @@ def _engine(stage_body: str, feed: str = "vocab=16 context=8", nozzle: str = "",
 def test_d13_every_documented_option_can_be_written():
     texts = [_engine("prechamber p { turbine mlp }", feed=" ".join(DOCUMENTED["feed"]))]
     for kind in ("attention", "attention_qk", "attention_qk_shapes", "attention_qk_weightless", "attention_llama3", "attention_yarn", "attention_caps",
-                 "attention_gate", "mlp", "mlp_hidden", "moe", "pool", "conv", "linear"):
+                 "attention_gate", "mlp", "mlp_hidden", "mlp_gated", "moe", "pool", "conv", "linear"):
         texts.append(_engine(f"prechamber p {{ turbine {kind.split('_')[0]} {' '.join(DOCUMENTED[kind])} }}"))
     for kind, turbine in (("ssm", "ssm"), ("ssm_v1", "ssm"), ("linear_attention", "linear_attention"), ("latent_attention", "attention"),
                           ("delta", "delta")):

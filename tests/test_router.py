@@ -44,7 +44,7 @@ def spec(options: str, experts: int = 8, top: int = 3) -> str:
 
 
 def moe_of(options: str, experts: int = 8, top: int = 3, seed: int = 0):
-    model = build(cyclelang.parse(spec(options, experts, top)), seed=seed).double()
+    model = build(cyclelang.parse(spec(options, experts, top)), seed=seed, fast=True).double()
     moe = model.stages[0].burn.moe
     with torch.no_grad():  # scores far from even, so a wrong choice or weight shows
         moe.router.weight.mul_(8.0)
@@ -243,7 +243,7 @@ def test_the_bias_is_a_buffer_saved_with_the_weights():
 
 def test_the_softmax_path_is_unchanged():
     """Mixtral's routing writes none of the DeepSeek lines, and takes the op with its old arguments."""
-    src = codegen(cyclelang.parse(spec("")))
+    src = codegen(cyclelang.parse(spec("")), fast=True)
     src = src[src.index("class Moe("):src.index("def plain_experts")]
     assert "self.correction" not in src and "def trim" not in src and "self.groups" not in src and "router=" not in src
     assert "return routed_swiglu(x, logits, weights, bias, self.top, limit, True, 0.0)[:2]" in src

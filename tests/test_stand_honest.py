@@ -78,8 +78,8 @@ def test_a_nan_is_a_flameout_and_says_why(tmp_path):
 
     real_build = build_mod.build
 
-    def build(s, seed=0):
-        m = real_build(s, seed=seed)
+    def build(s, seed=0, **kw):
+        m = real_build(s, seed=seed, **kw)
         m.feed.register_forward_hook(poison)
         return m
 

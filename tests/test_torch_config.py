@@ -183,7 +183,9 @@ def constructor_literals(source: str) -> list[tuple[int, int]]:
     held = {v for v in fields if type(v) is int}
     held_floats = {v for v in fields if type(v) is float and v != 0.0}
     found = []
-    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name != "Config"):
+    from cyclelang.backends.torch.codegen import HELPERS  # the runtime's classes, inlined verbatim: their constants are the method's
+
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name != "Config" and n.name not in HELPERS):
         for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "reset_parameters", "forward")):
             found += [(n.lineno, n.value) for n in ast.walk(fn) if isinstance(n, ast.Constant) and type(n.value) is float and n.value in held_floats]
             if fn.name == "forward":

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -17,8 +16,10 @@ from torch.nn import functional as F
 
 def rotary_tables(length, dims, base):
     """Rotary positions (RoFormer), computed once: cos and sin tables, each (length, dims)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
-    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)  # (length, dims/2)
+    # (dims/2,)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+    # (length, dims/2)
+    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (length, dims)
     return emb.cos(), emb.sin()
 
@@ -53,8 +54,10 @@ def padded_mask(keys, T, window=None):
 def gated_delta_scan(q, k, v, g, beta, chunk, state=None):
     """The gated delta rule (Yang, Kautz & Hatamizadeh 2024), chunk by chunk, in float32 or wider.
 
-    q, k: (b, h, T, dk) as projected (L2-normalised here; q then scaled by dk^-1/2); v: (b, h, T, dv);
-    g: (b, h, T) log decays (<= 0); beta: (b, h, T) write strengths in (0, 1); state: (b, h, dk, dv)
+    q, k: (b, h, T, dk) as projected (L2-normalised here; q then scaled by dk^-1/2); v: (b, h, T,
+    dv);
+    g: (b, h, T) log decays (<= 0); beta: (b, h, T) write strengths in (0, 1); state: (b, h, dk,
+    dv)
     from earlier positions, or None. The recurrence, per head (S maps a key to a value):
         S_t = exp(g_t) S_{t-1} + k_t u_t^T,   u_t = beta_t (v_t - exp(g_t) S_{t-1}^T k_t)
         o_t = S_t^T q_t
@@ -67,36 +70,49 @@ def gated_delta_scan(q, k, v, g, beta, chunk, state=None):
     dtype = v.dtype
     work = torch.promote_types(dtype, torch.float32)  # float32 at least; float64 stays
     q, k, v, g, beta = q.to(work), k.to(work), v.to(work), g.to(work), beta.to(work)
-    q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6) * dk**-0.5  # L2-normalised, then the usual scale
+    # L2-normalised, then the usual scale
+    q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6) * dk**-0.5
     k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
     if state is None:
         state = v.new_zeros(b, h, dk, v.size(-1))
     state = state.to(work)
     if T == 1:  # decoding: the recurrence itself, one step
         state = state * g[:, :, 0, None, None].exp()
-        u = beta[:, :, 0, None] * (v[:, :, 0] - torch.einsum("bhkv,bhk->bhv", state, k[:, :, 0]))  # (b, h, dv)
+        # (b, h, dv)
+        u = beta[:, :, 0, None] * (v[:, :, 0] - torch.einsum("bhkv,bhk->bhv", state, k[:, :, 0]))
         state = state + k[:, :, 0, :, None] * u[:, :, None, :]
         return torch.einsum("bhkv,bhk->bhv", state, q[:, :, 0])[:, :, None].to(dtype), state
     ys = []
     for start in range(0, T, chunk):
-        qc, kc, vc = q[:, :, start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
+        qc, kc, vc = q[
+            :, :,
+            start : start + chunk], k[:, :, start : start + chunk], v[:, :, start : start + chunk]
         gc, bc = g[:, :, start : start + chunk], beta[:, :, start : start + chunk]
         l = gc.size(-1)
         cum = gc.cumsum(dim=-1)  # (b, h, l): log decay from the chunk's start
-        # log decay from s to t, g_{s+1} + ... + g_t at (t, s) for s <= t: sums of masked copies, not a difference
+        # log decay from s to t, g_{s+1} + ... + g_t at (t, s) for s <= t: sums of masked copies,
+        # not a difference
         # of cumulative sums, which would lose precision over a long chunk
         below = torch.ones(l, l, dtype=torch.bool, device=q.device).tril(-1)
-        sums = gc[..., None].expand(b, h, l, l).masked_fill(~below, 0).cumsum(dim=-2)  # (b, h, l, l)
-        decay = sums.masked_fill(~below.logical_or(torch.eye(l, dtype=torch.bool, device=q.device)), -float("inf")).exp()
-        kk = (kc @ kc.transpose(-2, -1)) * decay * bc[..., None]  # (b, h, l, l): beta_t decay(t, s) k_t.k_s
-        system = kk.masked_fill(~below, 0) + torch.eye(l, dtype=work, device=q.device)  # I + A, unit lower-triangular
+        # (b, h, l, l)
+        sums = gc[..., None].expand(b, h, l, l).masked_fill(~below, 0).cumsum(dim=-2)
+        decay = sums.masked_fill(
+            ~below.logical_or(torch.eye(l, dtype=torch.bool, device=q.device)),
+            -float("inf")).exp()
+        # (b, h, l, l): beta_t decay(t, s) k_t.k_s
+        kk = (kc @ kc.transpose(-2, -1)) * decay * bc[..., None]
+        # I + A, unit lower-triangular
+        system = kk.masked_fill(~below, 0) + torch.eye(l, dtype=work, device=q.device)
         start_decay = cum.exp()[..., None]  # (b, h, l, 1): decay from the chunk's start to t
-        rhs = torch.cat((vc * bc[..., None], kc * (bc[..., None] * start_decay)), dim=-1)  # [beta V | beta Gamma K]
+        # [beta V | beta Gamma K]
+        rhs = torch.cat((vc * bc[..., None], kc * (bc[..., None] * start_decay)), dim=-1)
         sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
-        u = sol[..., : vc.size(-1)] - sol[..., vc.size(-1) :] @ state  # (b, h, l, dv): what each position writes
+        # (b, h, l, dv): what each position writes
+        u = sol[..., : vc.size(-1)] - sol[..., vc.size(-1) :] @ state
         scores = (qc @ kc.transpose(-2, -1)) * decay  # (b, h, l, l): masked, like causal attention
         ys.append(scores @ u + (qc * start_decay) @ state)
-        to_end = (cum[..., -1:] - cum).exp()[..., None]  # (b, h, l, 1): decay from each position to the chunk's end
+        # (b, h, l, 1): decay from each position to the chunk's end
+        to_end = (cum[..., -1:] - cum).exp()[..., None]
         state = state * cum[..., -1, None, None].exp() + (kc * to_end).transpose(-2, -1) @ u
     return torch.cat(ys, dim=2).to(dtype), state
 
@@ -114,32 +130,47 @@ class Config:
     n_deltas: int = 3  # instances of stage deltas in each block
     norm_eps: float = 1e-06  # the norms' epsilon
     heads: int = 8  # the gated delta rule's value heads, each with its own state (num_v_heads)
-    delta_k_heads: int = 4  # its query/key heads, each read by delta_heads // delta_k_heads value heads
+    # its query/key heads, each read by delta_heads // delta_k_heads value heads
+    delta_k_heads: int = 4
     delta_head_dim: int = 64  # each query/key head's width
     delta_v_dim: int = 64  # each value head's width
     delta_conv: int = 4  # the short depthwise causal conv's kernel
     delta_chunk: int = 64  # positions per chunk of the training form
     delta_eps: float = 1e-06  # the gated RMSNorm's epsilon
     hidden: int = 1408  # the MLP's hidden width
-    n_kv_head: int = 2  # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    n_kv_head: int = 2
     rotary_dims: int = 16  # rotated channels of each head (partial rotary)
     rotary_base: float = 10000000.0  # rotary frequency base
     qk_norm_eps: float = 1e-06  # the qk-norms' epsilon
+    lr: float = 0.001  # the peak learning rate (AdamW)
+    weight_decay: float = 0.01  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.999  # AdamW's second-moment decay
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_block', 'n_deltas', 'heads', 'delta_k_heads', 'delta_head_dim', 'delta_v_dim', 'delta_conv', 'delta_chunk', 'hidden', 'n_kv_head', 'rotary_dims'):
+        for name in ('vocab_size', 'context', 'width', 'n_block', 'n_deltas', 'heads',
+                     'delta_k_heads', 'delta_head_dim', 'delta_v_dim', 'delta_conv', 'delta_chunk',
+                     'hidden', 'n_kv_head', 'rotary_dims'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.heads % self.delta_k_heads == 0):
-            raise ValueError(f"Config: heads ({self.heads}) must be divisible by delta_k_heads ({self.delta_k_heads}): each group of value heads reads one query/key head")
+            raise ValueError(f"Config: heads ({self.heads}) must be divisible by delta_k_heads "
+                             f"({self.delta_k_heads}): each group of value heads reads one "
+                             "query/key head")
         if not (self.width % self.heads == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by heads ({self.heads}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by heads "
+                             f"({self.heads}): the heads split the width evenly")
         if not (self.heads % self.n_kv_head == 0):
-            raise ValueError(f"Config: heads ({self.heads}) must be divisible by n_kv_head ({self.n_kv_head}): each key/value head serves a whole group of query heads")
+            raise ValueError(f"Config: heads ({self.heads}) must be divisible by n_kv_head "
+                             f"({self.n_kv_head}): each key/value head serves a whole group of "
+                             "query heads")
         if not (self.rotary_dims % 2 == 0 and self.rotary_dims <= self.head_dim):
-            raise ValueError(f"Config: rotary_dims ({self.rotary_dims}) must be even and at most head_dim ({self.head_dim}): rotary turns channel pairs of a head")
+            raise ValueError(f"Config: rotary_dims ({self.rotary_dims}) must be even and at "
+                             f"most head_dim ({self.head_dim}): rotary turns channel pairs of "
+                             "a head")
 
     @property
     def head_dim(self):
@@ -148,31 +179,35 @@ class Config:
 
     @property
     def cooling_std(self):
-        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.005)."""
+        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec:
+        0.005)."""
         return self.init_std / math.sqrt(2 * self.n_block * self.n_deltas + 2 * self.n_block)
 
 
 class Feed(nn.Module):
-    """Token embedding plus no positions (they come from rotary, or not at all) (gated_delta.cycle:46 · tanks and pumps)."""
+    """Token embedding plus no positions (they come from rotary, or not at all)."""
 
     def __init__(self, config):
         super().__init__()
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = lookup(self.tok, idx)  # (B, T, C): the token lookup, a custom op under torch.compile (runtime section)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class GatedDeltaNet(nn.Module):
-    """Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024): positions mix through a decaying state written key by key.
+    """Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024): positions mix through a decaying state
+    written key by key.
 
     Projections to q, k, v, an output gate z, and per value head b and a; a short depthwise causal
     conv with silu over [q | k | v]; q and k L2-normalised; per value head the gated delta rule
     S_t = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T, o_t = S_t q_t, with the decay
-    g_t = -exp(A_log) softplus(a_t + dt_bias) and the write strength beta_t = sigmoid(b_t); groups of
-    heads // k_heads value heads read one query/key head. A gated RMSNorm per head, norm(o) * silu(z),
-    then out_proj. Parameter names follow transformers' Qwen3_5GatedDeltaNet. Chunked for a sequence,
+    g_t = -exp(A_log) softplus(a_t + dt_bias) and the write strength beta_t = sigmoid(b_t); groups
+    of
+    heads // k_heads value heads read one query/key head. A gated RMSNorm per head, norm(o) *
+    silu(z),
+    then out_proj. Parameter names follow transformers' Qwen3_5GatedDeltaNet. Chunked for a
+    sequence,
     one step at a time when decoding; the Cache keeps the conv window and S only.
     """
 
@@ -180,45 +215,61 @@ class GatedDeltaNet(nn.Module):
 
     def __init__(self, width, heads, k_heads, head_dim, v_dim, conv, chunk, eps):
         super().__init__()
-        self.heads, self.k_heads, self.head_dim, self.v_dim, self.chunk, self.eps = heads, k_heads, head_dim, v_dim, chunk, eps
+        self.heads, self.k_heads, self.head_dim, self.v_dim, self.chunk, self.eps = (
+            heads, k_heads, head_dim, v_dim, chunk, eps)
         self.key_dim, self.value_dim = k_heads * head_dim, heads * v_dim
         conv_dim = 2 * self.key_dim + self.value_dim  # the conv mixes q, k and v
         self.in_proj_qkv = nn.Linear(width, conv_dim, bias=False)  # rows [q | k | v]
         self.in_proj_z = nn.Linear(width, self.value_dim, bias=False)  # the output gate
-        self.in_proj_b = nn.Linear(width, heads, bias=False)  # beta = sigmoid(b): how strongly each head writes
+        # beta = sigmoid(b): how strongly each head writes
+        self.in_proj_b = nn.Linear(width, heads, bias=False)
         self.in_proj_a = nn.Linear(width, heads, bias=False)  # the decay's input
         self.conv1d = nn.Conv1d(conv_dim, conv_dim, conv, groups=conv_dim, bias=False)  # depthwise
         self.dt_bias = nn.Parameter(torch.ones(heads))
-        self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(*self.A_RANGE)))  # the decay's rate per head
-        self.norm = nn.Parameter(torch.ones(v_dim))  # the gated RMSNorm's gain, shared by the heads
+        # the decay's rate per head
+        self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(*self.A_RANGE)))
+        # the gated RMSNorm's gain, shared by the heads
+        self.norm = nn.Parameter(torch.ones(v_dim))
         self.out_proj = nn.Linear(self.value_dim, width, bias=False)
 
     def forward(self, x, cache):
         B, T, _ = x.size()
         qkv = self.in_proj_qkv(x)
         K = self.conv1d.kernel_size[0]
-        h = qkv if cache is None else cache.extend_pool(self.conv1d, qkv, K - 1)  # (B, P + T, conv_dim): the conv window first
-        qkv = F.silu(self.conv1d(F.pad(h.transpose(1, 2), (K - 1, 0)))[..., -T:]).transpose(1, 2)  # (B, T, conv_dim)
+        # (B, P + T, conv_dim): the conv window first
+        h = qkv if cache is None else cache.extend_pool(self.conv1d, qkv, K - 1)
+        # (B, T, conv_dim)
+        qkv = F.silu(self.conv1d(F.pad(h.transpose(1, 2), (K - 1, 0)))[..., -T:]).transpose(1, 2)
         q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         group = self.heads // self.k_heads
-        q = q.view(B, T, self.k_heads, self.head_dim).transpose(1, 2).repeat_interleave(group, dim=1)  # (B, nh, T, hd)
-        k = k.view(B, T, self.k_heads, self.head_dim).transpose(1, 2).repeat_interleave(group, dim=1)  # (B, nh, T, hd)
+        # (B, nh, T, hd)
+        q = q.view(B, T, self.k_heads,
+                   self.head_dim).transpose(1, 2).repeat_interleave(group, dim=1)
+        # (B, nh, T, hd)
+        k = k.view(B, T, self.k_heads,
+                   self.head_dim).transpose(1, 2).repeat_interleave(group, dim=1)
         v = v.view(B, T, self.heads, self.v_dim).transpose(1, 2)  # (B, nh, T, vd)
         beta = torch.sigmoid(self.in_proj_b(x)).transpose(1, 2)  # (B, nh, T)
-        work = torch.promote_types(x.dtype, torch.float32)  # the decay in float32 at least (float64 stays)
-        g = (-self.A_log.to(work).exp() * F.softplus(self.in_proj_a(x).to(work) + self.dt_bias.to(work))).transpose(1, 2)  # (B, nh, T): log decay
-        o, state = gated_delta_scan(q, k, v, g, beta, self.chunk, None if cache is None else cache.recurrent(self))
+        # the decay in float32 at least (float64 stays)
+        work = torch.promote_types(x.dtype, torch.float32)
+        # (B, nh, T): log decay
+        g = (-self.A_log.to(work).exp() * F.softplus(self.in_proj_a(x).to(work)
+                                                     + self.dt_bias.to(work))).transpose(1, 2)
+        o, state = gated_delta_scan(q, k, v, g, beta, self.chunk,
+                                    None if cache is None else cache.recurrent(self))
         if cache is not None:
             cache.keep(self, state)  # (B, nh, hd, vd): all the rule remembers
         o = o.transpose(1, 2)  # (B, T, nh, vd)
         o = o.to(work)
-        o = (o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.norm  # the RMSNorm per head
-        o = o * F.silu(self.in_proj_z(x).view(B, T, self.heads, self.v_dim).to(work))  # the output gate
+        # the RMSNorm per head
+        o = (o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.norm
+        # the output gate
+        o = o * F.silu(self.in_proj_z(x).view(B, T, self.heads, self.v_dim).to(work))
         return self.out_proj(o.reshape(B, T, self.value_dim).to(x.dtype))
 
 
 class Mlp(nn.Module):
-    """Position-wise MLP (SwiGLU: silu(gate) * up): each position on its own (combustor)."""
+    """Position-wise MLP (SwiGLU: silu(gate) * up): each position on its own."""
 
     def __init__(self, width, hidden, bias):
         super().__init__()
@@ -232,9 +283,11 @@ class Mlp(nn.Module):
 
 
 class Attention(nn.Module):
-    """Causal self-attention: the only place positions mix (injector).
+    """Causal self-attention: the only place positions mix.
 
-    With grouped-query attention (kv_heads < heads: query heads share keys and values), partial rotary positions, qk-norm, an output gate per channel, y * sigmoid(W x) before the output projection (Qwen3-Next).
+    With grouped-query attention (kv_heads < heads: query heads share keys and values), partial
+    rotary positions, qk-norm, an output gate per channel, y * sigmoid(W x) before the output
+    projection (Qwen3-Next).
     """
 
     def __init__(self, width, heads, kv_heads, head_dim, bias, qk_eps):
@@ -248,7 +301,8 @@ class Attention(nn.Module):
 
     def forward(self, x, rope, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
@@ -257,28 +311,24 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None), enable_gqa=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None),
+                                               enable_gqa=True)
         elif k.size(2) == T:  # no cache: the plain causal mask
-            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, nh, 1, hd)
         else:  # T new queries after S - T cached positions
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device), enable_gqa=True)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=causal_mask(T, k.size(2), x.device),
+                                               enable_gqa=True)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         y = y * torch.sigmoid(self.gate(x))  # the output gate, one per channel of every head
         return self.proj(y)
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Keys and values per attention; recent inputs per pool and conv (and the conv of an
-    ssm); a fixed-size recurrent state per ssm and linear attention. Valid because the
-    model is causal: no position reads a later one, so the past's state never changes when a
-    token is appended. Keys and values go into buffers reserved once for the whole
-    context and written in place: a step copies its own token, never the past. A window
-    keeps only its last size - 1 inputs and a recurrent state is replaced by the next,
-    so neither grows with the length."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -286,11 +336,12 @@ class Cache:
         self.state = {}
 
     def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values so far.
-        (Latent attention writes its latent and its rotary key: two widths.)"""
+        """Write k, v (B, nkv, T, hd) at pos .. pos + T in buffers reserved once for the context;
+        return the keys and values so far (latent attention: its latent and rotary key)."""
         if layer not in self.state:
             B, nkv = k.shape[:2]
-            self.state[layer] = (k.new_empty(B, nkv, self.length, k.size(-1)), v.new_empty(B, nkv, self.length, v.size(-1)))
+            shape = (B, nkv, self.length)
+            self.state[layer] = (k.new_empty(*shape, k.size(-1)), v.new_empty(*shape, v.size(-1)))
         past_k, past_v = self.state[layer]  # (B, nkv, length, hd)
         end = self.pos + k.size(2)
         past_k[:, :, self.pos : end] = k
@@ -298,12 +349,15 @@ class Cache:
         return past_k[:, :, :end], past_v[:, :, :end]  # (B, nkv, S, hd): views, no copy
 
     def extend_pool(self, layer, x, keep):
+        """The remembered inputs then x (B, T, C), for a window over positions (pool, conv);
+        only the last `keep` inputs are kept, so the state never grows with the length."""
         h = torch.cat((self.state[layer], x), dim=1) if layer in self.state else x
         self.state[layer] = h[:, max(h.size(1) - keep, 0) :]
         return h
 
     def recurrent(self, layer):
-        """The state a recurrent mixer left after the positions so far, or None before the first."""
+        """The state a recurrent mixer (ssm, linear attention) left after the positions so
+        far, or None before the first: a fixed size, replaced by the next (`keep`)."""
         return self.state.get(layer)
 
     def keep(self, layer, state):
@@ -316,84 +370,105 @@ class Cache:
 
 
 class Deltas(nn.Module):
-    """One `deltas` block, repeated config.n_deltas times in each block (gated_delta.cycle:50 · stage, from template delta_layer)."""
+    """One `delta_layer` block."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # gated DeltaNet; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:18 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · gated_delta.cycle:19 · valve
-            delta=GatedDeltaNet(config.width, heads=config.heads, k_heads=config.delta_k_heads, head_dim=config.delta_head_dim, v_dim=config.delta_v_dim, conv=config.delta_conv, chunk=config.delta_chunk, eps=config.delta_eps),  # gated DeltaNet: the delta rule writes a decaying fixed-size state key by key · gated_delta.cycle:20 · pintle injector
+        # gated DeltaNet; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # gated DeltaNet: the delta rule writes a decaying fixed-size state key by key
+            delta=GatedDeltaNet(config.width, heads=config.heads, k_heads=config.delta_k_heads,
+                                head_dim=config.delta_head_dim, v_dim=config.delta_v_dim,
+                                conv=config.delta_conv, chunk=config.delta_chunk,
+                                eps=config.delta_eps),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:23 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · gated_delta.cycle:24 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · gated_delta.cycle:25 · combustor
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),
         ))
 
     def forward(self, x, cache):
-        x = x + self.mix.delta(self.mix.norm(x), cache)  # mix: residual add, scaled init · gated_delta.cycle:18 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · gated_delta.cycle:23 · prechamber burn, cooling
+        x = x + self.mix.delta(self.mix.norm(x), cache)  # mix: residual add, scaled init
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init
         return x
 
 
-class Attention_(nn.Module):
-    """One `attention` block (gated_delta.cycle:51 · stage, from template attention_layer)."""
+class AttentionBlock(nn.Module):
+    """One `attention_layer` block."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:31 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · gated_delta.cycle:32 · valve
-            attn=Attention(config.width, heads=config.heads, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),  # attention: the only place positions mix · gated_delta.cycle:33 · injector
+        # attention; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # attention: the only place positions mix
+            attn=Attention(config.width, heads=config.heads, kv_heads=config.n_kv_head,
+                           head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · gated_delta.cycle:36 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · gated_delta.cycle:37 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · gated_delta.cycle:38 · combustor
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),
         ))
 
     def forward(self, x, rope, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · gated_delta.cycle:31 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · gated_delta.cycle:36 · prechamber burn, cooling
+        # mix: residual add, scaled init
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init
         return x
 
 
 class Block(nn.Module):
-    """One `block` block, repeated config.n_block times: the stages deltas x config.n_deltas, attention in turn (gated_delta.cycle:49 · nested stage)."""
+    """One `block` block, repeated config.n_block times: the stages deltas x config.n_deltas,
+    attention in turn."""
 
     def __init__(self, config):
         super().__init__()
         self.config = config  # the stages' counts
-        self.stages = nn.ModuleList([Deltas(config) for _ in range(config.n_deltas)] + [Attention_(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([Deltas(config) for _ in range(config.n_deltas)]
+                                    + [AttentionBlock(config)])
 
     def forward(self, x, rope, cache, mask=None):
-        for stage in self.stages[:self.config.n_deltas]:  # block deltas · gated_delta.cycle:50 · stage
+        for stage in self.stages[:self.config.n_deltas]:  # block deltas
             x = stage(x, cache)
-        x = self.stages[self.config.n_deltas](x, rope, cache, mask)  # block attention · gated_delta.cycle:51 · stage
+        x = self.stages[self.config.n_deltas](x, rope, cache, mask)  # block attention
         return x
 
 
-def learning_rate(step):
-    """The learning-rate schedule: constant at 0.001."""
-    return 0.001
+def learning_rate(step, config=None):
+    """The learning rate at `step`: constant."""
+    config = config or Config()
+    return config.lr
 
 
 class Model(nn.Module):
-    """gated_delta: embeddings, blocks, LM head (gated_delta.cycle:43 · feed, stages, nozzle)."""
+    """gated_delta: embeddings, blocks, LM head."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · gated_delta.cycle:46 · tanks and pumps
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.n_block)])  # one entry per stage instance
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · gated_delta.cycle:54 · valve on the main line
+        self.feed = Feed(config)  # token embedding
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.n_block)])
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm
         cos, sin = rotary_tables(config.context, config.rotary_dims, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · gated_delta.cycle:55 · nozzle
+        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head
         self.aux_losses = {}
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules (chill-down)."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -402,14 +477,14 @@ class Model(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
-        for group in self.stages:  # block block · gated_delta.cycle:49 · stage
-            for stage in group.stages[:config.n_deltas]:  # block deltas · gated_delta.cycle:50 · stage
+        for group in self.stages:  # block block
+            for stage in group.stages[:config.n_deltas]:  # block deltas
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
                 nn.init.normal_(stage.mix.delta.out_proj.weight, mean=0.0, std=config.cooling_std)
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
                 nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        for group in self.stages:  # block block · gated_delta.cycle:49 · stage
-            stage = group.stages[config.n_deltas]  # block attention · gated_delta.cycle:51 · stage
+        for group in self.stages:  # block block
+            stage = group.stages[config.n_deltas]  # block attention
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
@@ -430,25 +505,28 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
-            raise ValueError("attention_mask covers attention only: this engine's delta would mix padded positions")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
+            raise ValueError("attention_mask covers attention only: this engine's delta would "
+                             "mix padded positions")
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
-        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each: rotary cos and sin
+        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
         aux = {}
-        for stage in self.stages:  # block block · gated_delta.cycle:49 · stage
+        for stage in self.stages:  # block block
             x = stage(x, rope, cache, mask)
-        x = self.norm(x)  # final norm · gated_delta.cycle:54 · valve on the main line
+        x = self.norm(x)  # final norm
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:
             cache.pos += T
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = next_token_loss(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))[0]  # F.cross_entropy with a leaner backward (runtime section)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -457,13 +535,16 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.001, betas=(0.9, 0.999))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.001)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -471,7 +552,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -483,14 +565,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -503,250 +584,3 @@ class Model(nn.Module):
             if mask is not None:
                 mask = torch.cat((mask, mask.new_ones(mask.size(0), 1)), dim=1)
         return idx
-
-
-# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every
-# part not listed is replicated. See `parallelize`.
-TP_PLAN = {
-    "stages.0-1.stages.0-2.burn.mlp": "hidden",
-    "stages.0-1.stages.3.burn.mlp": "hidden",
-}
-
-
-def unshard_rows(weight, blocks, degree):
-    """A gathered weight whose rows are rank by rank [b0_r | b1_r | ...] -> [b0 | b1 | ...]."""
-    per_rank = [c.split([b // degree for b in blocks], dim=0) for c in weight.chunk(degree, dim=0)]
-    return torch.cat([torch.cat([per_rank[r][i] for r in range(degree)], dim=0) for i in range(len(blocks))], dim=0)
-
-
-def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard `model` in place over `mesh` (a DeviceMesh; a 2-D mesh names its dims "dp" and
-    "tp"; None for checkpointing or compile alone) by `plan` and return it. fsdp: FSDP2's
-    fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor parallelism over the "tp" dim.
-    checkpointing: "none", "stage" (recompute a whole stage in the backward pass) or
-    "selective" (keep the matrix products' outputs, recompute the rest). compile:
-    torch.compile each stage instance."""
-    import functools
-
-    import torch.distributed.fsdp
-    import torch.distributed.tensor.parallel
-    import torch.utils.checkpoint
-
-    if checkpointing not in ("none", "stage", "selective"):
-        raise ValueError(f"checkpointing must be none, stage or selective, not {checkpointing!r}")
-    names = (mesh.mesh_dim_names or ()) if mesh is not None else ()
-    if (fsdp or tp) and mesh is None:
-        raise ValueError("FSDP and tensor parallelism need a DeviceMesh")
-    if fsdp and tp and not {"dp", "tp"} <= set(names):
-        raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' and 'tp'")
-
-    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
-        parts = path.split(".")
-        for k, part in enumerate(parts):
-            if k and parts[k - 1] == "stages" and "-" in part:
-                first, last = (int(i) for i in part.split("-"))
-                return [q for i in range(first, last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
-        return [path]
-
-    def mlps_of(module, path):
-        if hasattr(module, "experts"):
-            return [(f"{path}.experts.{e}", m) for e, m in enumerate(module.experts)]
-        return [(path, module)]
-
-    if tp:
-        tp_mesh = mesh["tp"] if "tp" in names else mesh
-        degree = tp_mesh.size()
-        why = []
-        for path, rule in plan.items():
-            module = model.get_submodule(instances(path)[0])
-            if rule == "heads":
-                why += [f"{path}: {n}={getattr(module, n)} is not divisible by the TP degree {degree}"
-                        for n in ("heads", "kv_heads") if getattr(module, n) % degree]
-            elif rule == "hidden":
-                hidden = mlps_of(module, path)[0][1].proj.in_features
-                if hidden % degree:
-                    why.append(f"{path}: the hidden width {hidden} is not divisible by the TP degree {degree}")
-                if compile and hasattr(module, "experts"):
-                    why.append(f"{path}: under compile the experts run in one custom op that takes whole weights")
-        if why:
-            raise ValueError("tensor parallelism cannot split this model:\n  " + "\n  ".join(why))
-        par = torch.distributed.tensor.parallel
-        model.tp_layout = {}
-
-        def colwise(owner, attr, prefix, blocks):
-            linear = getattr(owner, attr)
-            if len(blocks) > 1:  # fused rows: regroup so rank r's contiguous chunk is [b0_r | b1_r | ...]
-                with torch.no_grad():
-                    for pname in ("weight", "bias"):
-                        p = getattr(linear, pname)
-                        if p is not None:
-                            parts = [b.chunk(degree, dim=0) for b in p.split(blocks, dim=0)]
-                            p.copy_(torch.cat([q[r] for r in range(degree) for q in parts], dim=0))
-                            model.tp_layout[f"{prefix}.{pname}"] = (list(blocks), degree)
-            par.parallelize_module(owner, tp_mesh, {attr: par.ColwiseParallel()})
-
-        for path, rule in plan.items():
-            for inst in instances(path):
-                module = model.get_submodule(inst)
-                if rule == "heads":
-                    q, kv = module.heads * module.head_dim, module.kv_heads * module.head_dim
-                    colwise(module, "qkv", f"{inst}.qkv", [q, kv, kv])
-                    par.parallelize_module(module, tp_mesh, {"proj": par.RowwiseParallel()})
-                    module.heads, module.kv_heads = module.heads // degree, module.kv_heads // degree  # this rank's heads
-                elif rule == "hidden":
-                    for prefix, mlp in mlps_of(module, inst):
-                        hidden = mlp.proj.in_features
-                        colwise(mlp, "fc", f"{prefix}.fc", [hidden, hidden] if mlp.fc.out_features == 2 * hidden else [hidden])
-                        par.parallelize_module(mlp, tp_mesh, {"proj": par.RowwiseParallel()})
-
-    if checkpointing != "none":
-        ckpt = torch.utils.checkpoint
-        keep = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                torch.ops.aten._scaled_dot_product_flash_attention.default,
-                torch.ops.aten._scaled_dot_product_efficient_attention.default}
-
-        def policy(ctx, op, *args, **kwargs):
-            return ckpt.CheckpointPolicy.MUST_SAVE if op in keep else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
-
-        for stage in model.stages:
-            extra = {} if checkpointing == "stage" else {"context_fn": functools.partial(ckpt.create_selective_checkpoint_contexts, policy)}
-            stage.forward = functools.partial(ckpt.checkpoint, stage.forward, use_reentrant=False, **extra)
-    if compile:
-        for stage in model.stages:
-            stage.compile()
-    if fsdp:
-        dp_mesh = mesh["dp"] if "dp" in names else mesh
-        for stage in model.stages:
-            torch.distributed.fsdp.fully_shard(stage, mesh=dp_mesh)
-        torch.distributed.fsdp.fully_shard(model, mesh=dp_mesh)
-    return model
-
-
-def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard a Model over a DeviceMesh with torch.distributed: FSDP2 per stage instance and on
-    the root, tensor parallelism by TP_PLAN, activation checkpointing per stage ("none",
-    "stage", "selective"), per-stage compile. See apply_parallel_plan."""
-    return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)
-
-
-# ====================================================================================
-# Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
-# out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
-# custom op under torch.compile; the MoE's custom ops run its routing and experts as
-# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
-# ====================================================================================
-
-
-def next_token_loss_op(name):
-    """The custom op `cyclelang::{name}`: F.cross_entropy(logits.float(), targets,
-    ignore_index=-1) with the same forward and a leaner backward.
-
-    op(logits (N, vocab), targets (N,), -1: ignored) returns (loss, log-probabilities).
-    The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
-    buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
-    logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is plain torch ops, which torch.compile traces into the backward graph.
-    A custom op rather than an autograd.Function: torch.compile traces a Function as a
-    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
-    would redo the whole joint graph. The caches know the op by its name, and the backward
-    below is traced into them, so the name carries a digest of this function's source as
-    it stands (edit it and the name changes). Defined once per process.
-    """
-    import hashlib
-    import inspect
-
-    try:
-        name += "_" + hashlib.sha256(inspect.getsource(next_token_loss_op).encode()).hexdigest()[:8]
-    except (OSError, TypeError):  # no source to read (a frozen build): the name as given
-        pass
-    try:
-        return getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-        pass
-
-    @torch.library.custom_op("cyclelang::" + name, mutates_args=())
-    def run(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
-        return F.nll_loss(logp, targets, ignore_index=-1), logp  # the mean over the kept targets
-
-    @run.register_fake
-    def _(logits, targets):
-        return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
-
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output[1], inputs[1])
-        ctx.dtype = inputs[0].dtype
-        ctx.mark_non_differentiable(output[1])
-        ctx.set_materialize_grads(False)  # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
-
-    def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
-        logp, targets = ctx.saved_tensors
-        keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
-
-    run.register_autograd(backward, setup_context=setup_context)
-    return getattr(torch.ops.cyclelang, name)
-
-
-next_token_loss = next_token_loss_op("next_token_loss")
-
-
-def table_lookup(name):
-    """`lookup(table, idx)`: table(idx) for the Feed's nn.Embedding tables; under
-    torch.compile, for a plain table, the custom op `cyclelang::{name}` instead.
-
-    The op runs F.embedding and its backward (aten's embedding_dense_backward, a custom
-    op of its own) as eager kernels, opaque to the trace: a gather and a scatter-add, the
-    same work inductor's code would do, but a cold compile builds no C++ kernel for them
-    (each is about a second). Eager mode, and a table that is not a plain nn.Embedding
-    (a subclass, a replaced or hooked layer, max_norm, sparse or frequency-scaled
-    gradients), call the table itself. Defined once per process.
-    """
-    try:
-        op = getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-
-        @torch.library.custom_op("cyclelang::" + name, mutates_args=())
-        def run(idx: torch.Tensor, weight: torch.Tensor, padding: int) -> torch.Tensor:
-            return F.embedding(idx, weight, padding_idx=None if padding < 0 else padding)
-
-        @run.register_fake
-        def _(idx, weight, padding):
-            return weight.new_empty((*idx.shape, weight.size(1)))
-
-        @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=())
-        def run_backward(grad: torch.Tensor, idx: torch.Tensor, rows: int, padding: int) -> torch.Tensor:
-            return torch.ops.aten.embedding_dense_backward(grad, idx, rows, padding, False)  # the padding row: zero
-
-        @run_backward.register_fake
-        def _(grad, idx, rows, padding):
-            return grad.new_empty((rows, grad.size(-1)))
-
-        def setup_context(ctx, inputs, output):
-            idx, weight, ctx.padding = inputs
-            ctx.rows = weight.size(0)
-            ctx.save_for_backward(idx)
-
-        def backward(ctx, grad):
-            if not ctx.needs_input_grad[1]:  # a frozen table
-                return None, None, None
-            (idx,) = ctx.saved_tensors
-            return None, run_backward(grad.contiguous(), idx, ctx.rows, ctx.padding), None
-
-        run.register_autograd(backward, setup_context=setup_context)
-        op = getattr(torch.ops.cyclelang, name)
-
-    def lookup(table, idx):
-        plain = type(table) is torch.nn.Embedding and table.max_norm is None and not table.sparse and not table.scale_grad_by_freq
-        if torch.compiler.is_compiling() and plain and not (table._forward_hooks or table._forward_pre_hooks):
-            return op(idx, table.weight, -1 if table.padding_idx is None else table.padding_idx)
-        return table(idx)
-
-    return lookup
-
-
-lookup = table_lookup("lookup_9be06dbe")

@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 from dataclasses import dataclass
@@ -16,8 +15,10 @@ from torch.nn import functional as F
 
 def rotary_tables(length, dims, base):
     """Rotary positions (RoFormer), computed once: cos and sin tables, each (length, dims)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
-    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)  # (length, dims/2)
+    # (dims/2,)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+    # (length, dims/2)
+    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (length, dims)
     return emb.cos(), emb.sin()
 
@@ -61,24 +62,29 @@ class HyperConnection(torch.nn.Module):
         self.reset(start)
         if dynamic:
             self.norm = torch.nn.LayerNorm(width, eps=eps)  # each stream normalised on its own
-            self.fn = torch.nn.Parameter(torch.zeros(2 + n, width))  # rows: pre, post, res_1 .. res_n
-            self.scale = torch.nn.Parameter(torch.full((2,), 0.01))  # s_alpha (pre and res), s_beta (post)
+            # rows: pre, post, res_1 .. res_n
+            self.fn = torch.nn.Parameter(torch.zeros(2 + n, width))
+            # s_alpha (pre and res), s_beta (post)
+            self.scale = torch.nn.Parameter(torch.full((2,), 0.01))
 
     @torch.no_grad()
     def reset(self, start):
-        """The plain residual: read stream start mod n, write every stream, no mixing (pre = e_start, post = 1, res = I)."""
+        """The plain residual: read stream start mod n, write every stream, no mixing (pre =
+        e_start, post = 1, res = I)."""
         n = self.streams
         pre = torch.zeros(n)
         pre[start % n] = 1.0
         self.base.copy_(torch.cat([pre, torch.ones(n), torch.eye(n).flatten()]))
 
     def forward(self, x):
-        """x: (B, T, n, C). Returns what the branch reads (B, T, C), and the (post, res) that `write` takes."""
+        """x: (B, T, n, C). Returns what the branch reads (B, T, C), and the (post, res) that
+        `write` takes."""
         n = self.streams
         pre, post, res = self.base.to(x.dtype).split([n, n, n * n])
         res = res.view(n, n)
         if self.dynamic:
-            w = torch.tanh(F.linear(self.norm(x), self.fn.to(x.dtype)))  # (B, T, n, 2 + n): per stream
+            # (B, T, n, 2 + n): per stream
+            w = torch.tanh(F.linear(self.norm(x), self.fn.to(x.dtype)))
             s_alpha, s_beta = self.scale.to(x.dtype).unbind(0)
             pre = pre + s_alpha * w[..., 0]  # (B, T, n)
             post = post + s_beta * w[..., 1]  # (B, T, n)
@@ -87,7 +93,8 @@ class HyperConnection(torch.nn.Module):
         return h, post, res
 
     def write(self, x, y, post, res):
-        """The depth connection: y (B, T, C) into each stream through post, the streams mixed by res."""
+        """The depth connection: y (B, T, C) into each stream through post, the streams mixed by
+        res."""
         return post.unsqueeze(-1) * y.unsqueeze(-2) + torch.einsum("...jk,...jc->...kc", res, x)
 
 
@@ -103,22 +110,31 @@ class Config:
     depth: int = 8  # instances of stage block
     norm_eps: float = 1e-06  # the norms' epsilon
     n_head: int = 8  # attention heads (query heads)
-    n_kv_head: int = 2  # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    n_kv_head: int = 2
     rotary_base: float = 10000.0  # rotary frequency base
     mlp_hidden: int = 1408  # the MLP's hidden width
+    lr: float = 0.001  # the peak learning rate (AdamW)
+    weight_decay: float = 0.01  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.999  # AdamW's second-moment decay
     streams: int = 4  # residual streams the chamber holds (hyper-connections)
     hyper_eps: float = 1e-05  # dynamic hyper-connections: their LayerNorm's eps
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'depth', 'n_head', 'n_kv_head', 'mlp_hidden', 'streams'):
+        for name in ('vocab_size', 'context', 'width', 'depth', 'n_head', 'n_kv_head',
+                     'mlp_hidden', 'streams'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.n_head == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head ({self.n_head}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by n_head "
+                             f"({self.n_head}): the heads split the width evenly")
         if not (self.n_head % self.n_kv_head == 0):
-            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head ({self.n_kv_head}): each key/value head serves a whole group of query heads")
+            raise ValueError(f"Config: n_head ({self.n_head}) must be divisible by n_kv_head "
+                             f"({self.n_kv_head}): each key/value head serves a whole group of "
+                             "query heads")
 
     @property
     def head_dim(self):
@@ -127,21 +143,21 @@ class Config:
 
 
 class Feed(nn.Module):
-    """Token embedding plus no positions (they come from rotary, or not at all) (hyper.cycle:17 · tanks and pumps)."""
+    """Token embedding plus no positions (they come from rotary, or not at all)."""
 
     def __init__(self, config):
         super().__init__()
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = lookup(self.tok, idx)  # (B, T, C): the token lookup, a custom op under torch.compile (runtime section)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class Attention(nn.Module):
-    """Causal self-attention: the only place positions mix (injector).
+    """Causal self-attention: the only place positions mix.
 
-    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary positions.
+    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary
+    positions.
     """
 
     def __init__(self, width, heads, kv_heads, head_dim, bias):
@@ -152,7 +168,8 @@ class Attention(nn.Module):
 
     def forward(self, x, rope, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
@@ -160,19 +177,23 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None), enable_gqa=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None),
+                                               enable_gqa=True)
         elif k.size(2) == T:  # no cache: the plain causal mask
-            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, nh, 1, hd)
         else:  # T new queries after S - T cached positions
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device), enable_gqa=True)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=causal_mask(T, k.size(2), x.device),
+                                               enable_gqa=True)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.proj(y)
 
 
 class Mlp(nn.Module):
-    """Position-wise MLP (SwiGLU: silu(gate) * up): each position on its own (combustor)."""
+    """Position-wise MLP (SwiGLU: silu(gate) * up): each position on its own."""
 
     def __init__(self, width, hidden, bias):
         super().__init__()
@@ -186,15 +207,7 @@ class Mlp(nn.Module):
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Keys and values per attention; recent inputs per pool and conv (and the conv of an
-    ssm); a fixed-size recurrent state per ssm and linear attention. Valid because the
-    model is causal: no position reads a later one, so the past's state never changes when a
-    token is appended. Keys and values go into buffers reserved once for the whole
-    context and written in place: a step copies its own token, never the past. A window
-    keeps only its last size - 1 inputs and a recurrent state is replaced by the next,
-    so neither grows with the length."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -202,28 +215,17 @@ class Cache:
         self.state = {}
 
     def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values so far.
-        (Latent attention writes its latent and its rotary key: two widths.)"""
+        """Write k, v (B, nkv, T, hd) at pos .. pos + T in buffers reserved once for the context;
+        return the keys and values so far (latent attention: its latent and rotary key)."""
         if layer not in self.state:
             B, nkv = k.shape[:2]
-            self.state[layer] = (k.new_empty(B, nkv, self.length, k.size(-1)), v.new_empty(B, nkv, self.length, v.size(-1)))
+            shape = (B, nkv, self.length)
+            self.state[layer] = (k.new_empty(*shape, k.size(-1)), v.new_empty(*shape, v.size(-1)))
         past_k, past_v = self.state[layer]  # (B, nkv, length, hd)
         end = self.pos + k.size(2)
         past_k[:, :, self.pos : end] = k
         past_v[:, :, self.pos : end] = v
         return past_k[:, :, :end], past_v[:, :, :end]  # (B, nkv, S, hd): views, no copy
-
-    def extend_pool(self, layer, x, keep):
-        h = torch.cat((self.state[layer], x), dim=1) if layer in self.state else x
-        self.state[layer] = h[:, max(h.size(1) - keep, 0) :]
-        return h
-
-    def recurrent(self, layer):
-        """The state a recurrent mixer left after the positions so far, or None before the first."""
-        return self.state.get(layer)
-
-    def keep(self, layer, state):
-        self.state[layer] = state
 
     def nbytes(self):
         """Bytes of every tensor the cache holds (keys and values count their reserved buffers)."""
@@ -232,13 +234,19 @@ class Cache:
 
 
 class BlockMix(nn.Module):
-    """Branch mix: attention; hyper-connection: the branch reads a learned mix of the residual streams, writes into each, and the streams are mixed (hyper.cycle:20 · prechamber)."""
+    """Branch mix: attention; hyper-connection: the branch reads a learned mix of the residual
+    streams, writes into each, and the streams are mixed."""
 
     def __init__(self, config):
         super().__init__()
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # Pre-LN: the norm is on the branch · hyper.cycle:21 · valve
-        self.attn = Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head, head_dim=config.head_dim, bias=False)  # attention: the only place positions mix · hyper.cycle:22 · injector
-        self.hyper = HyperConnection(config.width, config.streams, dynamic=True, eps=config.hyper_eps)  # dynamic hyper-connection
+        # Pre-LN: the norm is on the branch
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)
+        # attention: the only place positions mix
+        self.attn = Attention(config.width, heads=config.n_head, kv_heads=config.n_kv_head,
+                              head_dim=config.head_dim, bias=False)
+        # dynamic hyper-connection
+        self.hyper = HyperConnection(config.width, config.streams, dynamic=True,
+                                     eps=config.hyper_eps)
 
     def forward(self, x, rope, cache, mask=None):
         x = self.norm(x)
@@ -247,13 +255,18 @@ class BlockMix(nn.Module):
 
 
 class BlockBurn(nn.Module):
-    """Branch burn: MLP; hyper-connection: the branch reads a learned mix of the residual streams, writes into each, and the streams are mixed (hyper.cycle:24 · prechamber)."""
+    """Branch burn: MLP; hyper-connection: the branch reads a learned mix of the residual streams,
+    writes into each, and the streams are mixed."""
 
     def __init__(self, config):
         super().__init__()
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # Pre-LN: the norm is on the branch · hyper.cycle:25 · valve
-        self.mlp = Mlp(config.width, hidden=config.mlp_hidden, bias=False)  # MLP: applied at each position on its own · hyper.cycle:26 · combustor
-        self.hyper = HyperConnection(config.width, config.streams, dynamic=True, eps=config.hyper_eps)  # dynamic hyper-connection
+        # Pre-LN: the norm is on the branch
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)
+        # MLP: applied at each position on its own
+        self.mlp = Mlp(config.width, hidden=config.mlp_hidden, bias=False)
+        # dynamic hyper-connection
+        self.hyper = HyperConnection(config.width, config.streams, dynamic=True,
+                                     eps=config.hyper_eps)
 
     def forward(self, x):
         x = self.norm(x)
@@ -262,45 +275,55 @@ class BlockBurn(nn.Module):
 
 
 class Block(nn.Module):
-    """One `block` block, repeated config.depth times (hyper.cycle:19 · stage)."""
+    """One `block` block, repeated config.depth times."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = BlockMix(config)  # attention; hyper-connection: the branch reads a learned mix of the residual streams, writes into each, and the streams are mixed · hyper.cycle:20 · prechamber mix
-        self.burn = BlockBurn(config)  # MLP; hyper-connection: the branch reads a learned mix of the residual streams, writes into each, and the streams are mixed · hyper.cycle:24 · prechamber burn
+        # attention; hyper-connection: the branch reads a learned mix of the residual streams,
+        # writes into each, and the streams are mixed
+        self.mix = BlockMix(config)
+        # MLP; hyper-connection: the branch reads a learned mix of the residual streams, writes
+        # into each, and the streams are mixed
+        self.burn = BlockBurn(config)
 
     def forward(self, x, rope, cache, mask=None):
-        h, post, res = self.mix.hyper(x)  # mix: reads a learned mix of the streams (hyper-connection) · hyper.cycle:20 · prechamber mix, chamber manifold
-        x = self.mix.hyper.write(x, self.mix(h, rope, cache, mask), post, res)  # its output into each stream, the streams mixed · hyper.cycle:20 · chamber manifold
-        h, post, res = self.burn.hyper(x)  # burn: reads a learned mix of the streams (hyper-connection) · hyper.cycle:24 · prechamber burn, chamber manifold
-        x = self.burn.hyper.write(x, self.burn(h), post, res)  # its output into each stream, the streams mixed · hyper.cycle:24 · chamber manifold
+        # mix: reads a learned mix of the streams (hyper-connection)
+        h, post, res = self.mix.hyper(x)
+        # its output into each stream, the streams mixed
+        x = self.mix.hyper.write(x, self.mix(h, rope, cache, mask), post, res)
+        # burn: reads a learned mix of the streams (hyper-connection)
+        h, post, res = self.burn.hyper(x)
+        # its output into each stream, the streams mixed
+        x = self.burn.hyper.write(x, self.burn(h), post, res)
         return x
 
 
-def learning_rate(step):
-    """The learning-rate schedule: constant at 0.001."""
-    return 0.001
+def learning_rate(step, config=None):
+    """The learning rate at `step`: constant."""
+    config = config or Config()
+    return config.lr
 
 
 class Model(nn.Module):
-    """hyper: embeddings, blocks, LM head (hyper.cycle:14 · feed, stages, nozzle)."""
+    """hyper: embeddings, blocks, LM head."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · hyper.cycle:17 · tanks and pumps
-        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])  # one entry per stage instance
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · hyper.cycle:30 · valve on the main line
+        self.feed = Feed(config)  # token embedding
+        self.stages = nn.ModuleList([Block(config) for _ in range(config.depth)])
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm
         cos, sin = rotary_tables(config.context, config.head_dim, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head · hyper.cycle:31 · nozzle
+        self.head = nn.Linear(config.width, config.vocab_size, bias=False)  # LM head
         self.aux_losses = {}
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules (chill-down)."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -310,7 +333,8 @@ class Model(nn.Module):
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
         for k, hyper in enumerate(m for m in self.modules() if isinstance(m, HyperConnection)):
-            hyper.reset(k)  # hyper-connections: branch k reads stream k mod streams at init (Zhu et al. 2024)
+            # hyper-connections: branch k reads stream k mod streams at init (Zhu et al. 2024)
+            hyper.reset(k)
 
     def forward(self, idx, targets=None, cache=None, attention_mask=None):
         """idx: (B, T) token ids; targets: (B, T) next tokens (-1: ignored).
@@ -327,28 +351,31 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
             mask = attention_mask.bool()  # (B, S): True for real tokens
-            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T): each row's own positions
+            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
-        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each: rotary cos and sin
+        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
         aux = {}
-        x = x.unsqueeze(2).expand(-1, -1, self.config.streams, -1)  # (B, T, streams, C): the input copied into each stream
-        for stage in self.stages:  # block block · hyper.cycle:19 · stage
+        # (B, T, streams, C): the input copied into each stream
+        x = x.unsqueeze(2).expand(-1, -1, self.config.streams, -1)
+        for stage in self.stages:  # block block
             x = stage(x, rope, cache, mask)
         x = x.sum(2)  # (B, T, C): the streams summed
-        x = self.norm(x)  # final norm · hyper.cycle:30 · valve on the main line
+        x = self.norm(x)  # final norm
         logits = self.head(x)  # (B, T, vocab)
         if cache is not None:
             cache.pos += T
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = next_token_loss(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))[0]  # F.cross_entropy with a leaner backward (runtime section)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -357,13 +384,16 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.001, betas=(0.9, 0.999))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.001)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -371,7 +401,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -383,14 +414,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -403,250 +433,3 @@ class Model(nn.Module):
             if mask is not None:
                 mask = torch.cat((mask, mask.new_ones(mask.size(0), 1)), dim=1)
         return idx
-
-
-# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every
-# part not listed is replicated. See `parallelize`.
-TP_PLAN = {
-    "stages.0-7.mix.attn": "heads",
-    "stages.0-7.burn.mlp": "hidden",
-}
-
-
-def unshard_rows(weight, blocks, degree):
-    """A gathered weight whose rows are rank by rank [b0_r | b1_r | ...] -> [b0 | b1 | ...]."""
-    per_rank = [c.split([b // degree for b in blocks], dim=0) for c in weight.chunk(degree, dim=0)]
-    return torch.cat([torch.cat([per_rank[r][i] for r in range(degree)], dim=0) for i in range(len(blocks))], dim=0)
-
-
-def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard `model` in place over `mesh` (a DeviceMesh; a 2-D mesh names its dims "dp" and
-    "tp"; None for checkpointing or compile alone) by `plan` and return it. fsdp: FSDP2's
-    fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor parallelism over the "tp" dim.
-    checkpointing: "none", "stage" (recompute a whole stage in the backward pass) or
-    "selective" (keep the matrix products' outputs, recompute the rest). compile:
-    torch.compile each stage instance."""
-    import functools
-
-    import torch.distributed.fsdp
-    import torch.distributed.tensor.parallel
-    import torch.utils.checkpoint
-
-    if checkpointing not in ("none", "stage", "selective"):
-        raise ValueError(f"checkpointing must be none, stage or selective, not {checkpointing!r}")
-    names = (mesh.mesh_dim_names or ()) if mesh is not None else ()
-    if (fsdp or tp) and mesh is None:
-        raise ValueError("FSDP and tensor parallelism need a DeviceMesh")
-    if fsdp and tp and not {"dp", "tp"} <= set(names):
-        raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' and 'tp'")
-
-    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
-        parts = path.split(".")
-        for k, part in enumerate(parts):
-            if k and parts[k - 1] == "stages" and "-" in part:
-                first, last = (int(i) for i in part.split("-"))
-                return [q for i in range(first, last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
-        return [path]
-
-    def mlps_of(module, path):
-        if hasattr(module, "experts"):
-            return [(f"{path}.experts.{e}", m) for e, m in enumerate(module.experts)]
-        return [(path, module)]
-
-    if tp:
-        tp_mesh = mesh["tp"] if "tp" in names else mesh
-        degree = tp_mesh.size()
-        why = []
-        for path, rule in plan.items():
-            module = model.get_submodule(instances(path)[0])
-            if rule == "heads":
-                why += [f"{path}: {n}={getattr(module, n)} is not divisible by the TP degree {degree}"
-                        for n in ("heads", "kv_heads") if getattr(module, n) % degree]
-            elif rule == "hidden":
-                hidden = mlps_of(module, path)[0][1].proj.in_features
-                if hidden % degree:
-                    why.append(f"{path}: the hidden width {hidden} is not divisible by the TP degree {degree}")
-                if compile and hasattr(module, "experts"):
-                    why.append(f"{path}: under compile the experts run in one custom op that takes whole weights")
-        if why:
-            raise ValueError("tensor parallelism cannot split this model:\n  " + "\n  ".join(why))
-        par = torch.distributed.tensor.parallel
-        model.tp_layout = {}
-
-        def colwise(owner, attr, prefix, blocks):
-            linear = getattr(owner, attr)
-            if len(blocks) > 1:  # fused rows: regroup so rank r's contiguous chunk is [b0_r | b1_r | ...]
-                with torch.no_grad():
-                    for pname in ("weight", "bias"):
-                        p = getattr(linear, pname)
-                        if p is not None:
-                            parts = [b.chunk(degree, dim=0) for b in p.split(blocks, dim=0)]
-                            p.copy_(torch.cat([q[r] for r in range(degree) for q in parts], dim=0))
-                            model.tp_layout[f"{prefix}.{pname}"] = (list(blocks), degree)
-            par.parallelize_module(owner, tp_mesh, {attr: par.ColwiseParallel()})
-
-        for path, rule in plan.items():
-            for inst in instances(path):
-                module = model.get_submodule(inst)
-                if rule == "heads":
-                    q, kv = module.heads * module.head_dim, module.kv_heads * module.head_dim
-                    colwise(module, "qkv", f"{inst}.qkv", [q, kv, kv])
-                    par.parallelize_module(module, tp_mesh, {"proj": par.RowwiseParallel()})
-                    module.heads, module.kv_heads = module.heads // degree, module.kv_heads // degree  # this rank's heads
-                elif rule == "hidden":
-                    for prefix, mlp in mlps_of(module, inst):
-                        hidden = mlp.proj.in_features
-                        colwise(mlp, "fc", f"{prefix}.fc", [hidden, hidden] if mlp.fc.out_features == 2 * hidden else [hidden])
-                        par.parallelize_module(mlp, tp_mesh, {"proj": par.RowwiseParallel()})
-
-    if checkpointing != "none":
-        ckpt = torch.utils.checkpoint
-        keep = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                torch.ops.aten._scaled_dot_product_flash_attention.default,
-                torch.ops.aten._scaled_dot_product_efficient_attention.default}
-
-        def policy(ctx, op, *args, **kwargs):
-            return ckpt.CheckpointPolicy.MUST_SAVE if op in keep else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
-
-        for stage in model.stages:
-            extra = {} if checkpointing == "stage" else {"context_fn": functools.partial(ckpt.create_selective_checkpoint_contexts, policy)}
-            stage.forward = functools.partial(ckpt.checkpoint, stage.forward, use_reentrant=False, **extra)
-    if compile:
-        for stage in model.stages:
-            stage.compile()
-    if fsdp:
-        dp_mesh = mesh["dp"] if "dp" in names else mesh
-        for stage in model.stages:
-            torch.distributed.fsdp.fully_shard(stage, mesh=dp_mesh)
-        torch.distributed.fsdp.fully_shard(model, mesh=dp_mesh)
-    return model
-
-
-def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard a Model over a DeviceMesh with torch.distributed: FSDP2 per stage instance and on
-    the root, tensor parallelism by TP_PLAN, activation checkpointing per stage ("none",
-    "stage", "selective"), per-stage compile. See apply_parallel_plan."""
-    return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)
-
-
-# ====================================================================================
-# Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
-# out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
-# custom op under torch.compile; the MoE's custom ops run its routing and experts as
-# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
-# ====================================================================================
-
-
-def next_token_loss_op(name):
-    """The custom op `cyclelang::{name}`: F.cross_entropy(logits.float(), targets,
-    ignore_index=-1) with the same forward and a leaner backward.
-
-    op(logits (N, vocab), targets (N,), -1: ignored) returns (loss, log-probabilities).
-    The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
-    buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
-    logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is plain torch ops, which torch.compile traces into the backward graph.
-    A custom op rather than an autograd.Function: torch.compile traces a Function as a
-    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
-    would redo the whole joint graph. The caches know the op by its name, and the backward
-    below is traced into them, so the name carries a digest of this function's source as
-    it stands (edit it and the name changes). Defined once per process.
-    """
-    import hashlib
-    import inspect
-
-    try:
-        name += "_" + hashlib.sha256(inspect.getsource(next_token_loss_op).encode()).hexdigest()[:8]
-    except (OSError, TypeError):  # no source to read (a frozen build): the name as given
-        pass
-    try:
-        return getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-        pass
-
-    @torch.library.custom_op("cyclelang::" + name, mutates_args=())
-    def run(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
-        return F.nll_loss(logp, targets, ignore_index=-1), logp  # the mean over the kept targets
-
-    @run.register_fake
-    def _(logits, targets):
-        return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
-
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output[1], inputs[1])
-        ctx.dtype = inputs[0].dtype
-        ctx.mark_non_differentiable(output[1])
-        ctx.set_materialize_grads(False)  # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
-
-    def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
-        logp, targets = ctx.saved_tensors
-        keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
-
-    run.register_autograd(backward, setup_context=setup_context)
-    return getattr(torch.ops.cyclelang, name)
-
-
-next_token_loss = next_token_loss_op("next_token_loss")
-
-
-def table_lookup(name):
-    """`lookup(table, idx)`: table(idx) for the Feed's nn.Embedding tables; under
-    torch.compile, for a plain table, the custom op `cyclelang::{name}` instead.
-
-    The op runs F.embedding and its backward (aten's embedding_dense_backward, a custom
-    op of its own) as eager kernels, opaque to the trace: a gather and a scatter-add, the
-    same work inductor's code would do, but a cold compile builds no C++ kernel for them
-    (each is about a second). Eager mode, and a table that is not a plain nn.Embedding
-    (a subclass, a replaced or hooked layer, max_norm, sparse or frequency-scaled
-    gradients), call the table itself. Defined once per process.
-    """
-    try:
-        op = getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-
-        @torch.library.custom_op("cyclelang::" + name, mutates_args=())
-        def run(idx: torch.Tensor, weight: torch.Tensor, padding: int) -> torch.Tensor:
-            return F.embedding(idx, weight, padding_idx=None if padding < 0 else padding)
-
-        @run.register_fake
-        def _(idx, weight, padding):
-            return weight.new_empty((*idx.shape, weight.size(1)))
-
-        @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=())
-        def run_backward(grad: torch.Tensor, idx: torch.Tensor, rows: int, padding: int) -> torch.Tensor:
-            return torch.ops.aten.embedding_dense_backward(grad, idx, rows, padding, False)  # the padding row: zero
-
-        @run_backward.register_fake
-        def _(grad, idx, rows, padding):
-            return grad.new_empty((rows, grad.size(-1)))
-
-        def setup_context(ctx, inputs, output):
-            idx, weight, ctx.padding = inputs
-            ctx.rows = weight.size(0)
-            ctx.save_for_backward(idx)
-
-        def backward(ctx, grad):
-            if not ctx.needs_input_grad[1]:  # a frozen table
-                return None, None, None
-            (idx,) = ctx.saved_tensors
-            return None, run_backward(grad.contiguous(), idx, ctx.rows, ctx.padding), None
-
-        run.register_autograd(backward, setup_context=setup_context)
-        op = getattr(torch.ops.cyclelang, name)
-
-    def lookup(table, idx):
-        plain = type(table) is torch.nn.Embedding and table.max_norm is None and not table.sparse and not table.scale_grad_by_freq
-        if torch.compiler.is_compiling() and plain and not (table._forward_hooks or table._forward_pre_hooks):
-            return op(idx, table.weight, -1 if table.padding_idx is None else table.padding_idx)
-        return table(idx)
-
-    return lookup
-
-
-lookup = table_lookup("lookup_9be06dbe")

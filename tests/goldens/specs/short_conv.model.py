@@ -3,8 +3,7 @@
 Every size is a field of `Config`: change it there, or edit this file freely. It
 imports only torch and the standard library; `Model` is the model, `Model.generate`
 samples from it with a KV cache (valid because attention is causal).
-Parameter names follow the spec: stages.{i}.{branch}.{op}.{param}, see
-cyclelang/backends/torch/codegen.py for the full scheme.
+Parameter names: stages.{i}.{branch}.{op}.{param} (cyclelang/backends/torch/codegen.py).
 """
 
 import math
@@ -17,8 +16,10 @@ from torch.nn import functional as F
 
 def rotary_tables(length, dims, base):
     """Rotary positions (RoFormer), computed once: cos and sin tables, each (length, dims)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))  # (dims/2,)
-    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)  # (length, dims/2)
+    # (dims/2,)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+    # (length, dims/2)
+    freqs = torch.outer(torch.arange(length, dtype=torch.int64).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (length, dims)
     return emb.cos(), emb.sin()
 
@@ -62,23 +63,33 @@ class Config:
     n_convs: int = 2  # instances of stage convs in each triples
     n_pairs: int = 3  # instances of stage pairs
     norm_eps: float = 1e-05  # the norms' epsilon
-    short_conv_size: int = 3  # positions each short gated convolution's filter spans (LFM2's conv_L_cache)
+    # positions each short gated convolution's filter spans (LFM2's conv_L_cache)
+    short_conv_size: int = 3
     hidden: int = 1536  # the MLP's hidden width
     heads: int = 8  # attention heads (query heads)
-    kv_heads: int = 4  # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    # key/value heads: grouped-query attention shares each among n_head // n_kv_head query heads
+    kv_heads: int = 4
     rotary_base: float = 1000000.0  # rotary frequency base
     qk_norm_eps: float = 1e-05  # the qk-norms' epsilon
+    lr: float = 0.001  # the peak learning rate (AdamW)
+    weight_decay: float = 0.01  # AdamW's weight decay (matrices only)
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.999  # AdamW's second-moment decay
     init_std: float = 0.02  # weights start normal(0, init_std)
 
     def __post_init__(self):
         """The spec's constraints, checked for these sizes."""
-        for name in ('vocab_size', 'context', 'width', 'n_triples', 'n_convs', 'n_pairs', 'short_conv_size', 'hidden', 'heads', 'kv_heads'):
+        for name in ('vocab_size', 'context', 'width', 'n_triples', 'n_convs', 'n_pairs',
+                     'short_conv_size', 'hidden', 'heads', 'kv_heads'):
             if getattr(self, name) < 1:
                 raise ValueError(f"Config: {name} ({getattr(self, name)}) must be at least 1")
         if not (self.width % self.heads == 0):
-            raise ValueError(f"Config: width ({self.width}) must be divisible by heads ({self.heads}): the heads split the width evenly")
+            raise ValueError(f"Config: width ({self.width}) must be divisible by heads "
+                             f"({self.heads}): the heads split the width evenly")
         if not (self.heads % self.kv_heads == 0):
-            raise ValueError(f"Config: heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads}): each key/value head serves a whole group of query heads")
+            raise ValueError(f"Config: heads ({self.heads}) must be divisible by kv_heads "
+                             f"({self.kv_heads}): each key/value head serves a whole group of "
+                             "query heads")
 
     @property
     def head_dim(self):
@@ -87,20 +98,21 @@ class Config:
 
     @property
     def cooling_std(self):
-        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec: 0.0035355339059327372)."""
-        return self.init_std / math.sqrt(2 * self.n_triples * self.n_convs + 2 * self.n_triples + 2 * self.n_pairs + 2 * self.n_pairs + 2)
+        """Cooled output projections: std / sqrt(merges into the residual stream) (the spec:
+        0.0035355339059327372)."""
+        return self.init_std / math.sqrt(2 * self.n_triples * self.n_convs + 2 * self.n_triples
+                                         + 2 * self.n_pairs + 2 * self.n_pairs + 2)
 
 
 class Feed(nn.Module):
-    """Token embedding plus no positions (they come from rotary, or not at all) (short_conv.cycle:61 · tanks and pumps)."""
+    """Token embedding plus no positions (they come from rotary, or not at all)."""
 
     def __init__(self, config):
         super().__init__()
         self.tok = nn.Embedding(config.vocab_size, config.width)
 
     def forward(self, idx):
-        x = self.tok(idx)  # (B, T, C)
-        return x
+        return self.tok(idx)  # (B, T, C)
 
 
 class ShortConv(nn.Module):
@@ -115,20 +127,23 @@ class ShortConv(nn.Module):
         super().__init__()
         self.size = size
         self.in_proj = nn.Linear(width, 3 * width, bias=bias)  # rows [B | C | x]
-        self.conv = nn.Conv1d(width, width, size, groups=width, bias=bias)  # (width, 1, size): one filter per channel
+        # (width, 1, size): one filter per channel
+        self.conv = nn.Conv1d(width, width, size, groups=width, bias=bias)
         self.out_proj = nn.Linear(width, width, bias=bias)
 
     def forward(self, x, cache):
         T = x.size(1)
         b, c, x = self.in_proj(x).chunk(3, dim=-1)  # (B, T, C) each
         bx = b * x
-        h = bx if cache is None else cache.extend_pool(self, bx, self.size - 1)  # (B, P + T, C): the remembered B * x first
-        y = self.conv(F.pad(h.transpose(1, 2), (self.size - 1, 0)))[..., -T:]  # (B, C, T): zeros before the first position
+        # (B, P + T, C): the remembered B * x first
+        h = bx if cache is None else cache.extend_pool(self, bx, self.size - 1)
+        # (B, C, T): zeros before the first position
+        y = self.conv(F.pad(h.transpose(1, 2), (self.size - 1, 0)))[..., -T:]
         return self.out_proj(c * y.transpose(1, 2))
 
 
 class Mlp(nn.Module):
-    """Position-wise MLP (SwiGLU: silu(gate) * up): each position on its own (combustor)."""
+    """Position-wise MLP (SwiGLU: silu(gate) * up): each position on its own."""
 
     def __init__(self, width, hidden, bias):
         super().__init__()
@@ -142,9 +157,10 @@ class Mlp(nn.Module):
 
 
 class Attention(nn.Module):
-    """Causal self-attention: the only place positions mix (injector).
+    """Causal self-attention: the only place positions mix.
 
-    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary positions, qk-norm.
+    With grouped-query attention (kv_heads < heads: query heads share keys and values), rotary
+    positions, qk-norm.
     """
 
     def __init__(self, width, heads, kv_heads, head_dim, bias, qk_eps):
@@ -157,7 +173,8 @@ class Attention(nn.Module):
 
     def forward(self, x, rope, cache, mask=None):
         B, T, C = x.size()
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                     self.kv_heads * self.head_dim], dim=2)
         q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
         k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
         v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
@@ -166,27 +183,23 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None), enable_gqa=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padded_mask(mask, T, None),
+                                               enable_gqa=True)
         elif k.size(2) == T:  # no cache: the plain causal mask
-            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)  # (B, nh, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
         elif T == 1:  # one query after the cache may see every key: no mask
             y = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, nh, 1, hd)
         else:  # T new queries after S - T cached positions
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device), enable_gqa=True)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)
+            y = F.scaled_dot_product_attention(q, k, v,
+                                               attn_mask=causal_mask(T, k.size(2), x.device),
+                                               enable_gqa=True)
+        # (B, T, nh * hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)
         return self.proj(y)
 
 
 class Cache:
-    """What generation remembers: each mixer's own decoding state, keyed by the mixer.
-
-    Keys and values per attention; recent inputs per pool and conv (and the conv of an
-    ssm); a fixed-size recurrent state per ssm and linear attention. Valid because the
-    model is causal: no position reads a later one, so the past's state never changes when a
-    token is appended. Keys and values go into buffers reserved once for the whole
-    context and written in place: a step copies its own token, never the past. A window
-    keeps only its last size - 1 inputs and a recurrent state is replaced by the next,
-    so neither grows with the length."""
+    """Each mixer's decoding state: valid as the model is causal (the past never changes)."""
 
     def __init__(self, length=None):
         self.pos = 0  # positions already processed
@@ -194,11 +207,12 @@ class Cache:
         self.state = {}
 
     def extend(self, layer, k, v):
-        """Write k, v (B, nkv, T, hd) at positions pos .. pos + T; return the keys and values so far.
-        (Latent attention writes its latent and its rotary key: two widths.)"""
+        """Write k, v (B, nkv, T, hd) at pos .. pos + T in buffers reserved once for the context;
+        return the keys and values so far (latent attention: its latent and rotary key)."""
         if layer not in self.state:
             B, nkv = k.shape[:2]
-            self.state[layer] = (k.new_empty(B, nkv, self.length, k.size(-1)), v.new_empty(B, nkv, self.length, v.size(-1)))
+            shape = (B, nkv, self.length)
+            self.state[layer] = (k.new_empty(*shape, k.size(-1)), v.new_empty(*shape, v.size(-1)))
         past_k, past_v = self.state[layer]  # (B, nkv, length, hd)
         end = self.pos + k.size(2)
         past_k[:, :, self.pos : end] = k
@@ -206,16 +220,11 @@ class Cache:
         return past_k[:, :, :end], past_v[:, :, :end]  # (B, nkv, S, hd): views, no copy
 
     def extend_pool(self, layer, x, keep):
+        """The remembered inputs then x (B, T, C), for a window over positions (pool, conv);
+        only the last `keep` inputs are kept, so the state never grows with the length."""
         h = torch.cat((self.state[layer], x), dim=1) if layer in self.state else x
         self.state[layer] = h[:, max(h.size(1) - keep, 0) :]
         return h
-
-    def recurrent(self, layer):
-        """The state a recurrent mixer left after the positions so far, or None before the first."""
-        return self.state.get(layer)
-
-    def keep(self, layer, state):
-        self.state[layer] = state
 
     def nbytes(self):
         """Bytes of every tensor the cache holds (keys and values count their reserved buffers)."""
@@ -223,148 +232,106 @@ class Cache:
         return sum(t.numel() * t.element_size() for t in held)
 
 
-class Convs(nn.Module):
-    """One `convs` block, repeated config.n_convs times in each triples (short_conv.cycle:48 · stage, from template conv_layer)."""
+class ConvLayer(nn.Module):
+    """One `conv_layer` block."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # short conv; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:22 · valve
-            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),  # short gated convolution: B·x convolved over a few neighbouring positions, times C · short_conv.cycle:23 · pintle injector
+        # short conv; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # short gated convolution: B·x convolved over a few neighbouring positions, times C
+            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:26 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:27 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:28 · combustor
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),
         ))
 
     def forward(self, x, cache):
-        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init · short_conv.cycle:21 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:26 · prechamber burn, cooling
+        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init
         return x
 
 
-class Attention_(nn.Module):
-    """One `attention` block (short_conv.cycle:49 · stage, from template attention_layer)."""
+class AttentionBlock(nn.Module):
+    """One `attention_layer` block."""
 
     def __init__(self, config):
         super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:35 · valve
-            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads, head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),  # attention: the only place positions mix · short_conv.cycle:36 · injector
+        # attention; residual add; the output projection starts small (GPT-2's scaled init)
+        self.mix = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # attention: the only place positions mix
+            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads,
+                           head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),
         ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:40 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:41 · combustor
+        # MLP; residual add; the output projection starts small (GPT-2's scaled init)
+        self.burn = nn.ModuleDict(dict(
+            # Pre-LN: the norm is on the branch
+            norm=nn.RMSNorm(config.width, eps=config.norm_eps),
+            # MLP: applied at each position on its own
+            mlp=Mlp(config.width, hidden=config.hidden, bias=False),
         ))
 
     def forward(self, x, rope, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · short_conv.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:39 · prechamber burn, cooling
+        # mix: residual add, scaled init
+        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)
+        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init
         return x
 
 
 class Triples(nn.Module):
-    """One `triples` block, repeated config.n_triples times: the stages convs x config.n_convs, attention in turn (short_conv.cycle:63 · nested stage, from template triple)."""
+    """One `triple` block: the stages convs x config.n_convs, attention in turn."""
 
     def __init__(self, config):
         super().__init__()
         self.config = config  # the stages' counts
-        self.stages = nn.ModuleList([Convs(config) for _ in range(config.n_convs)] + [Attention_(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([ConvLayer(config) for _ in range(config.n_convs)]
+                                    + [AttentionBlock(config)])
 
     def forward(self, x, rope, cache, mask=None):
-        for stage in self.stages[:self.config.n_convs]:  # block convs · short_conv.cycle:48 · stage
+        for stage in self.stages[:self.config.n_convs]:  # block convs
             x = stage(x, cache)
-        x = self.stages[self.config.n_convs](x, rope, cache, mask)  # block attention · short_conv.cycle:49 · stage
-        return x
-
-
-class Conv_(nn.Module):
-    """One `conv` block (short_conv.cycle:54 · stage, from template conv_layer)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # short conv; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:22 · valve
-            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),  # short gated convolution: B·x convolved over a few neighbouring positions, times C · short_conv.cycle:23 · pintle injector
-        ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:26 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:27 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:28 · combustor
-        ))
-
-    def forward(self, x, cache):
-        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init · short_conv.cycle:21 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:26 · prechamber burn, cooling
-        return x
-
-
-class Attention__(nn.Module):
-    """One `attention` block (short_conv.cycle:55 · stage, from template attention_layer)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # attention; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:34 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:35 · valve
-            attn=Attention(config.width, heads=config.heads, kv_heads=config.kv_heads, head_dim=config.head_dim, bias=False, qk_eps=config.qk_norm_eps),  # attention: the only place positions mix · short_conv.cycle:36 · injector
-        ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:39 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:40 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:41 · combustor
-        ))
-
-    def forward(self, x, rope, cache, mask=None):
-        x = x + self.mix.attn(self.mix.norm(x), rope[0], cache, mask)  # mix: residual add, scaled init · short_conv.cycle:34 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:39 · prechamber burn, cooling
+        x = self.stages[self.config.n_convs](x, rope, cache, mask)  # block attention
         return x
 
 
 class Pairs(nn.Module):
-    """One `pairs` block, repeated config.n_pairs times: the stages conv, attention in turn (short_conv.cycle:64 · nested stage, from template pair)."""
+    """One `pair` block: the stages conv, attention in turn."""
 
     def __init__(self, config):
         super().__init__()
-        self.stages = nn.ModuleList([Conv_(config), Attention__(config)])  # one entry per stage instance
+        self.stages = nn.ModuleList([ConvLayer(config), AttentionBlock(config)])
 
     def forward(self, x, rope, cache, mask=None):
-        x = self.stages[0](x, cache)  # block conv · short_conv.cycle:54 · stage
-        x = self.stages[1](x, rope, cache, mask)  # block attention · short_conv.cycle:55 · stage
+        x = self.stages[0](x, cache)  # block conv
+        x = self.stages[1](x, rope, cache, mask)  # block attention
         return x
 
 
-class Last(nn.Module):
-    """One `last` block (short_conv.cycle:65 · stage, from template conv_layer)."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.mix = nn.ModuleDict(dict(  # short conv; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:21 · prechamber mix
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:22 · valve
-            short_conv=ShortConv(config.width, size=config.short_conv_size, bias=False),  # short gated convolution: B·x convolved over a few neighbouring positions, times C · short_conv.cycle:23 · pintle injector
-        ))
-        self.burn = nn.ModuleDict(dict(  # MLP; residual add; the output projection starts small (GPT-2's scaled init) · short_conv.cycle:26 · prechamber burn
-            norm=nn.RMSNorm(config.width, eps=config.norm_eps),  # Pre-LN: the norm is on the branch · short_conv.cycle:27 · valve
-            mlp=Mlp(config.width, hidden=config.hidden, bias=False),  # MLP: applied at each position on its own · short_conv.cycle:28 · combustor
-        ))
-
-    def forward(self, x, cache):
-        x = x + self.mix.short_conv(self.mix.norm(x), cache)  # mix: residual add, scaled init · short_conv.cycle:21 · prechamber mix, cooling
-        x = x + self.burn.mlp(self.burn.norm(x))  # burn: residual add, scaled init · short_conv.cycle:26 · prechamber burn, cooling
-        return x
-
-
-def learning_rate(step):
-    """The learning-rate schedule: constant at 0.001."""
-    return 0.001
+def learning_rate(step, config=None):
+    """The learning rate at `step`: constant."""
+    config = config or Config()
+    return config.lr
 
 
 class Model(nn.Module):
-    """short_conv: embeddings, blocks, LM head (short_conv.cycle:58 · feed, stages, nozzle)."""
+    """short_conv: embeddings, blocks, LM head."""
 
     def __init__(self, config=None):
         super().__init__()
         self.config = config = config or Config()
-        self.feed = Feed(config)  # token embedding · short_conv.cycle:61 · tanks and pumps
-        self.stages = nn.ModuleList([Triples(config) for _ in range(config.n_triples)] + [Pairs(config) for _ in range(config.n_pairs)] + [Last(config)])  # one entry per stage instance
-        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm · short_conv.cycle:67 · valve on the main line
+        self.feed = Feed(config)  # token embedding
+        self.stages = nn.ModuleList([Triples(config) for _ in range(config.n_triples)]
+                                    + [Pairs(config) for _ in range(config.n_pairs)]
+                                    + [ConvLayer(config)])
+        self.norm = nn.RMSNorm(config.width, eps=config.norm_eps)  # final norm
         cos, sin = rotary_tables(config.context, config.head_dim, config.rotary_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (context, rotary dims)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -373,7 +340,8 @@ class Model(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation: weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds' own rules (chill-down)."""
+        """Weights normal(0, config.init_std), biases zero (GPT-2); then the residual adds'
+        rules."""
         config = self.config
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -382,31 +350,34 @@ class Model(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
-        for group in self.stages[:config.n_triples]:  # block triples · short_conv.cycle:63 · stage
-            for stage in group.stages[:config.n_convs]:  # block convs · short_conv.cycle:48 · stage
+        for group in self.stages[:config.n_triples]:  # block triples
+            for stage in group.stages[:config.n_convs]:  # block convs
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
-                nn.init.normal_(stage.mix.short_conv.out_proj.weight, mean=0.0, std=config.cooling_std)
+                nn.init.normal_(stage.mix.short_conv.out_proj.weight, mean=0.0,
+                                std=config.cooling_std)
                 # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
                 nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        for group in self.stages[:config.n_triples]:  # block triples · short_conv.cycle:63 · stage
-            stage = group.stages[config.n_convs]  # block attention · short_conv.cycle:49 · stage
+        for group in self.stages[:config.n_triples]:  # block triples
+            stage = group.stages[config.n_convs]  # block attention
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        for group in self.stages[config.n_triples : config.n_triples + config.n_pairs]:  # block pairs · short_conv.cycle:64 · stage
-            stage = group.stages[0]  # block conv · short_conv.cycle:54 · stage
+        # block pairs
+        for group in self.stages[config.n_triples : config.n_triples + config.n_pairs]:
+            stage = group.stages[0]  # block conv
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.short_conv.out_proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        for group in self.stages[config.n_triples : config.n_triples + config.n_pairs]:  # block pairs · short_conv.cycle:64 · stage
-            stage = group.stages[1]  # block attention · short_conv.cycle:55 · stage
+        # block pairs
+        for group in self.stages[config.n_triples : config.n_triples + config.n_pairs]:
+            stage = group.stages[1]  # block attention
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.mix.attn.proj.weight, mean=0.0, std=config.cooling_std)
             # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
             nn.init.normal_(stage.burn.mlp.proj.weight, mean=0.0, std=config.cooling_std)
-        stage = self.stages[config.n_triples + config.n_pairs]  # block last · short_conv.cycle:65 · stage
+        stage = self.stages[config.n_triples + config.n_pairs]  # block last
         # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
         nn.init.normal_(stage.mix.short_conv.out_proj.weight, mean=0.0, std=config.cooling_std)
         # scaled init: the output projection starts at std / sqrt(residual adds) (GPT-2)
@@ -427,28 +398,34 @@ class Model(nn.Module):
         mask = pos = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, past + T) = {(B, past + T)}")
-            raise ValueError("attention_mask covers attention only: this engine's short_conv would mix padded positions")
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, not (B, "
+                                 f"past + T) = {(B, past + T)}")
+            raise ValueError("attention_mask covers attention only: this engine's short_conv "
+                             "would mix padded positions")
         if cache is not None and cache.length is None:
             cache.length = self.config.context  # reserve the whole context once
         x = self.feed(idx)  # (B, T, C)
-        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each: rotary cos and sin
+        rope = [(self.rope_cos[past : past + T], self.rope_sin[past : past + T])]  # (T, dims) each
         if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions
             rope = [(self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])]
         aux = {}
-        for stage in self.stages[:self.config.n_triples]:  # block triples · short_conv.cycle:63 · stage
+        for stage in self.stages[:self.config.n_triples]:  # block triples
             x = stage(x, rope, cache, mask)
-        for stage in self.stages[self.config.n_triples : self.config.n_triples + self.config.n_pairs]:  # block pairs · short_conv.cycle:64 · stage
+        # block pairs
+        for stage in self.stages[self.config.n_triples : self.config.n_triples
+                                 + self.config.n_pairs]:
             x = stage(x, rope, cache, mask)
-        x = self.stages[self.config.n_triples + self.config.n_pairs](x, cache)  # block last · short_conv.cycle:65 · stage
-        x = self.norm(x)  # final norm · short_conv.cycle:67 · valve on the main line
-        logits = F.linear(x, self.feed.tok.weight)  # (B, T, vocab): the LM head, tied to the token embedding
+        x = self.stages[self.config.n_triples + self.config.n_pairs](x, cache)  # block last
+        x = self.norm(x)  # final norm
+        # (B, T, vocab): the LM head, tied to the token embedding
+        logits = F.linear(x, self.feed.tok.weight)
         if cache is not None:
             cache.pos += T
         self.aux_losses = aux
         if targets is None:
             return logits
-        loss = next_token_loss(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))[0]  # F.cross_entropy with a leaner backward (runtime section)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1)
         for value in self.aux_losses.values():
             loss = loss + value
         return logits, loss
@@ -457,13 +434,16 @@ class Model(nn.Module):
         """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
         Matrices decay; biases, norms and gains do not (nanoGPT). Returns (optimizer, scheduler).
         """
+        config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=0.001, betas=(0.9, 0.999))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step) / 0.001)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        peak = config.lr if config.lr > 0 else 1.0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate(step, config) / peak)
         return optimizer, scheduler
 
     def clip_gradients(self):
@@ -471,7 +451,8 @@ class Model(nn.Module):
         return None
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, attention_mask=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 attention_mask=None):
         """Append max_new_tokens sampled tokens to idx (B, T). temperature=0 is greedy.
 
         With the cache each step feeds only the new token. Past the context, the cache
@@ -483,14 +464,13 @@ class Model(nn.Module):
         cache = None
         mask = attention_mask
         for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(idx[:, -context:], attention_mask=None if mask is None else mask[:, -context:])
-            elif cache is None or cache.pos >= context:
-                cache = Cache(context)
-                logits = self(idx[:, -context:], cache=cache, attention_mask=None if mask is None else mask[:, -context:])
-            else:
-                logits = self(idx[:, -1:], cache=cache, attention_mask=None if mask is None else mask[:, -(cache.pos + 1) :])
-            logits = logits[:, -1, :]  # (B, vocab)
+            # the whole window (a new cache)
+            if not use_cache or cache is None or cache.pos >= context:
+                cache = Cache(context) if use_cache else None
+                x, m = idx[:, -context:], None if mask is None else mask[:, -context:]
+            else:  # the new token only
+                x, m = idx[:, -1:], None if mask is None else mask[:, -(cache.pos + 1) :]
+            logits = self(x, cache=cache, attention_mask=m)[:, -1, :]  # (B, vocab)
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -503,198 +483,3 @@ class Model(nn.Module):
             if mask is not None:
                 mask = torch.cat((mask, mask.new_ones(mask.size(0), 1)), dim=1)
         return idx
-
-
-# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every
-# part not listed is replicated. See `parallelize`.
-TP_PLAN = {
-    "stages.0-2.stages.0-1.burn.mlp": "hidden",
-    "stages.0-2.stages.2.mix.attn": "heads",
-    "stages.0-2.stages.2.burn.mlp": "hidden",
-    "stages.3-5.stages.0.burn.mlp": "hidden",
-    "stages.3-5.stages.1.mix.attn": "heads",
-    "stages.3-5.stages.1.burn.mlp": "hidden",
-    "stages.6.burn.mlp": "hidden",
-}
-
-
-def unshard_rows(weight, blocks, degree):
-    """A gathered weight whose rows are rank by rank [b0_r | b1_r | ...] -> [b0 | b1 | ...]."""
-    per_rank = [c.split([b // degree for b in blocks], dim=0) for c in weight.chunk(degree, dim=0)]
-    return torch.cat([torch.cat([per_rank[r][i] for r in range(degree)], dim=0) for i in range(len(blocks))], dim=0)
-
-
-def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard `model` in place over `mesh` (a DeviceMesh; a 2-D mesh names its dims "dp" and
-    "tp"; None for checkpointing or compile alone) by `plan` and return it. fsdp: FSDP2's
-    fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor parallelism over the "tp" dim.
-    checkpointing: "none", "stage" (recompute a whole stage in the backward pass) or
-    "selective" (keep the matrix products' outputs, recompute the rest). compile:
-    torch.compile each stage instance."""
-    import functools
-
-    import torch.distributed.fsdp
-    import torch.distributed.tensor.parallel
-    import torch.utils.checkpoint
-
-    if checkpointing not in ("none", "stage", "selective"):
-        raise ValueError(f"checkpointing must be none, stage or selective, not {checkpointing!r}")
-    names = (mesh.mesh_dim_names or ()) if mesh is not None else ()
-    if (fsdp or tp) and mesh is None:
-        raise ValueError("FSDP and tensor parallelism need a DeviceMesh")
-    if fsdp and tp and not {"dp", "tp"} <= set(names):
-        raise ValueError("FSDP with tensor parallelism needs a 2-D mesh with dims named 'dp' and 'tp'")
-
-    def instances(path):  # stages.0-3.mix.attn -> stages.0.mix.attn ... stages.3.mix.attn (every range of a nested path)
-        parts = path.split(".")
-        for k, part in enumerate(parts):
-            if k and parts[k - 1] == "stages" and "-" in part:
-                first, last = (int(i) for i in part.split("-"))
-                return [q for i in range(first, last + 1) for q in instances(".".join(parts[:k] + [str(i)] + parts[k + 1 :]))]
-        return [path]
-
-    def mlps_of(module, path):
-        if hasattr(module, "experts"):
-            return [(f"{path}.experts.{e}", m) for e, m in enumerate(module.experts)]
-        return [(path, module)]
-
-    if tp:
-        tp_mesh = mesh["tp"] if "tp" in names else mesh
-        degree = tp_mesh.size()
-        why = []
-        for path, rule in plan.items():
-            module = model.get_submodule(instances(path)[0])
-            if rule == "heads":
-                why += [f"{path}: {n}={getattr(module, n)} is not divisible by the TP degree {degree}"
-                        for n in ("heads", "kv_heads") if getattr(module, n) % degree]
-            elif rule == "hidden":
-                hidden = mlps_of(module, path)[0][1].proj.in_features
-                if hidden % degree:
-                    why.append(f"{path}: the hidden width {hidden} is not divisible by the TP degree {degree}")
-                if compile and hasattr(module, "experts"):
-                    why.append(f"{path}: under compile the experts run in one custom op that takes whole weights")
-        if why:
-            raise ValueError("tensor parallelism cannot split this model:\n  " + "\n  ".join(why))
-        par = torch.distributed.tensor.parallel
-        model.tp_layout = {}
-
-        def colwise(owner, attr, prefix, blocks):
-            linear = getattr(owner, attr)
-            if len(blocks) > 1:  # fused rows: regroup so rank r's contiguous chunk is [b0_r | b1_r | ...]
-                with torch.no_grad():
-                    for pname in ("weight", "bias"):
-                        p = getattr(linear, pname)
-                        if p is not None:
-                            parts = [b.chunk(degree, dim=0) for b in p.split(blocks, dim=0)]
-                            p.copy_(torch.cat([q[r] for r in range(degree) for q in parts], dim=0))
-                            model.tp_layout[f"{prefix}.{pname}"] = (list(blocks), degree)
-            par.parallelize_module(owner, tp_mesh, {attr: par.ColwiseParallel()})
-
-        for path, rule in plan.items():
-            for inst in instances(path):
-                module = model.get_submodule(inst)
-                if rule == "heads":
-                    q, kv = module.heads * module.head_dim, module.kv_heads * module.head_dim
-                    colwise(module, "qkv", f"{inst}.qkv", [q, kv, kv])
-                    par.parallelize_module(module, tp_mesh, {"proj": par.RowwiseParallel()})
-                    module.heads, module.kv_heads = module.heads // degree, module.kv_heads // degree  # this rank's heads
-                elif rule == "hidden":
-                    for prefix, mlp in mlps_of(module, inst):
-                        hidden = mlp.proj.in_features
-                        colwise(mlp, "fc", f"{prefix}.fc", [hidden, hidden] if mlp.fc.out_features == 2 * hidden else [hidden])
-                        par.parallelize_module(mlp, tp_mesh, {"proj": par.RowwiseParallel()})
-
-    if checkpointing != "none":
-        ckpt = torch.utils.checkpoint
-        keep = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-                torch.ops.aten._scaled_dot_product_flash_attention.default,
-                torch.ops.aten._scaled_dot_product_efficient_attention.default}
-
-        def policy(ctx, op, *args, **kwargs):
-            return ckpt.CheckpointPolicy.MUST_SAVE if op in keep else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
-
-        for stage in model.stages:
-            extra = {} if checkpointing == "stage" else {"context_fn": functools.partial(ckpt.create_selective_checkpoint_contexts, policy)}
-            stage.forward = functools.partial(ckpt.checkpoint, stage.forward, use_reentrant=False, **extra)
-    if compile:
-        for stage in model.stages:
-            stage.compile()
-    if fsdp:
-        dp_mesh = mesh["dp"] if "dp" in names else mesh
-        for stage in model.stages:
-            torch.distributed.fsdp.fully_shard(stage, mesh=dp_mesh)
-        torch.distributed.fsdp.fully_shard(model, mesh=dp_mesh)
-    return model
-
-
-def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compile=False):
-    """Shard a Model over a DeviceMesh with torch.distributed: FSDP2 per stage instance and on
-    the root, tensor parallelism by TP_PLAN, activation checkpointing per stage ("none",
-    "stage", "selective"), per-stage compile. See apply_parallel_plan."""
-    return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)
-
-
-# ====================================================================================
-# Runtime: performance pieces (cyclec build --fast, the default; --readable leaves them
-# out). next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# with a leaner backward; lookup (with an untied head) is an nn.Embedding's lookup, a
-# custom op under torch.compile; the MoE's custom ops run its routing and experts as
-# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
-# ====================================================================================
-
-
-def next_token_loss_op(name):
-    """The custom op `cyclelang::{name}`: F.cross_entropy(logits.float(), targets,
-    ignore_index=-1) with the same forward and a leaner backward.
-
-    op(logits (N, vocab), targets (N,), -1: ignored) returns (loss, log-probabilities).
-    The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
-    buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
-    logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is plain torch ops, which torch.compile traces into the backward graph.
-    A custom op rather than an autograd.Function: torch.compile traces a Function as a
-    higher-order op that AOTAutograd's cache refuses, so every later compile of the model
-    would redo the whole joint graph. The caches know the op by its name, and the backward
-    below is traced into them, so the name carries a digest of this function's source as
-    it stands (edit it and the name changes). Defined once per process.
-    """
-    import hashlib
-    import inspect
-
-    try:
-        name += "_" + hashlib.sha256(inspect.getsource(next_token_loss_op).encode()).hexdigest()[:8]
-    except (OSError, TypeError):  # no source to read (a frozen build): the name as given
-        pass
-    try:
-        return getattr(torch.ops.cyclelang, name)
-    except AttributeError:
-        pass
-
-    @torch.library.custom_op("cyclelang::" + name, mutates_args=())
-    def run(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
-        return F.nll_loss(logp, targets, ignore_index=-1), logp  # the mean over the kept targets
-
-    @run.register_fake
-    def _(logits, targets):
-        return logits.new_empty((), dtype=torch.float32), logits.new_empty(logits.shape, dtype=torch.float32)
-
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output[1], inputs[1])
-        ctx.dtype = inputs[0].dtype
-        ctx.mark_non_differentiable(output[1])
-        ctx.set_materialize_grads(False)  # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
-
-    def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
-        logp, targets = ctx.saved_tensors
-        keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
-
-    run.register_autograd(backward, setup_context=setup_context)
-    return getattr(torch.ops.cyclelang, name)
-
-
-next_token_loss = next_token_loss_op("next_token_loss")
