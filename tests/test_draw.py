@@ -662,7 +662,7 @@ FITS_COLUMN = {"deepnet", "expander", "full_flow", "gpt2", "gpt2_medium", "highw
                "poolformer", "post_ln", "pressure_fed", "rezero", "sandwich",
                "hyper"}
 DOES_NOT_FIT = {"slide": set(), "column": {p.stem for p in SPECS} - FITS_COLUMN,
-                "page": {"jamba"}}
+                "page": {"jamba", "short_conv"}}  # short_conv: LFM2's 16 layers, each its own stage
 # The graph view: the same layout with each part's parameter count (a dense figure sets it after
 # its words where the box has room, a norm's on its one line; at the last level a stage that holds
 # no stage, in a group or on the main line, is one box of its parts with a count under each, its
@@ -677,7 +677,7 @@ GRAPH_FITS_COLUMN = {"deepnet", "expander", "gpt2", "highway", "layerscale", "ll
                      "poolformer", "post_ln", "pressure_fed", "rezero",
                      "hyper"}
 GRAPH_DOES_NOT_FIT = {"slide": {"jamba"}, "column": {p.stem for p in SPECS} - GRAPH_FITS_COLUMN,
-                      "page": {"gas_generator", "jamba"}}
+                      "page": {"gas_generator", "jamba", "short_conv"}}
 
 
 def svg_text_sizes(svg: str, preset: tuple[float, float]) -> tuple[float, list[float]]:

@@ -488,7 +488,7 @@ def test_moe_balance_capacity_and_dropless_eval():
 
 @pytest.mark.slow  # aot_eager over the whole model; test_moe_op compiles the MoE layer fast
 def test_moe_compiles_as_one_graph():
-    model = small(ROOT / "specs" / "moe.cycle").train()
+    model = build(cyclelang.parse(shrink(ROOT / "specs" / "moe.cycle")), seed=0, fast=True).train()  # the experts' custom op: one graph
     idx = tokens(model, B=2, T=16, seed=1)
     torch._dynamo.reset()
     # aot_eager: the capture and AOTAutograd's joint graph (the custom op's autograd), no C++ build
