@@ -160,6 +160,7 @@ Router = Literal["softmax", "sigmoid"]  # an MoE router's scores: softmax over t
 GroupScore = Literal["top2", "max"]  # a group of experts' score: the sum of its two best (DeepSeek-V3), or its best (DeepSeek-V2)
 ROUTERS, GROUP_SCORES = get_args(Router), get_args(GroupScore)  # the options' choice lists read these
 Mask = Literal["causal", "open"]
+GATE_SCALED = ("swiglu", "geglu", "geglu_tanh")  # the gated acts whose gate `gate_scale` multiplies (not swiglu_clamp's)
 ScalingType = Literal["linear", "dynamic", "llama3", "yarn"]
 
 
@@ -287,7 +288,7 @@ class Mlp(Node):
     def check(self) -> None:
         if self.clamp != 7.0 and self.act != "swiglu_clamp":
             raise ValueError("clamp bounds swiglu_clamp's gate and up, but the activation is another")
-        if self.gate_scale != 1.0 and self.act not in ("swiglu", "geglu", "geglu_tanh"):
+        if self.gate_scale != 1.0 and self.act not in GATE_SCALED:
             raise ValueError("gate_scale scales a gated MLP's gate; this MLP has none (act is not swiglu or geglu)")
 
 

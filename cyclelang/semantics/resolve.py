@@ -1150,7 +1150,7 @@ class _Resolver:
         gate_scale = o.get("gate_scale")
         if None in (hidden, act, dropout, w, clamp, gate_scale):
             return None
-        if gate_scale != 1.0 and act not in ("swiglu", "geglu", "geglu_tanh"):  # swiglu_clamp's gate is not scaled
+        if gate_scale != 1.0 and act not in ir.nodes.GATE_SCALED:  # the node's own rule
             self.out.error("E0211", f"gate_scale scales a gated MLP's gate; act={act} has none", o.span_of("gate_scale"),
                            "use a gated act (swiglu, geglu), or drop gate_scale=")
             return None
