@@ -809,6 +809,20 @@ def test_d14_trailing_allow_stays_on_its_statement_line(tmp_path):
     assert r.invoke(main, ["check", "--strict", str(spec)]).exit_code == 0  # failed on main: the comment moved to the `}`
 
 
+def test_d14_trailing_allow_goes_to_the_statement_not_the_close_before_it():
+    from cyclelang.syntax.fmt import format_text
+
+    # hypothesis found it: the comment went to stage c's `}` (the first printed line starting there) and
+    # the nozzle's W110 came back
+    text = ("engine a {\n  chamber width=32\n  feed tokens vocab=256 context=128 position=learned\n"
+            "  stage c {\n    prechamber a { norm layernorm  turbine mlp ratio=4 }\n"
+            "} nozzle head }   # allow: W110\n")
+    assert "W110" not in {c for c, _, _ in _diagnostics(text)}
+    out = format_text(text)
+    assert "  nozzle head  # allow: W110" in out
+    assert _diagnostics(out) == _diagnostics(text) and format_text(out) == out
+
+
 def test_d14_allow_on_a_continuation_line_does_not_start_silencing():
     text = ("engine e {\n  chamber width=64\n  feed tokens vocab=100 context=32\n  stage block x 12 {\n"
             "    prechamber mix { norm layernorm  turbine attention heads=4 }\n    prechamber burn { norm layernorm\n"

@@ -149,7 +149,10 @@ def _place_comments(lines: list[_Line], comments: tuple[ast.Comment, ...], sourc
             # trailing: the first printed line that starts on this source line (a diagnostic points at
             # its statement's first line, so `# allow:` must stay there: `prechamber p { ... }  # allow:
             # N101` keeps it on `prechamber p {`, not on the `}` the block's expansion ends with) ...
-            target = next((ln for ln in lines if ln.start == c.line and ln.kind != "comment"), None)
+            # a `}` carries no diagnostic, so a statement starting on the line wins over a close before it
+            # (`} nozzle head }  # allow: W110` keeps the allow on `nozzle head`)
+            starting = [ln for ln in lines if ln.start == c.line and ln.kind != "comment"]
+            target = next((ln for ln in starting if ln.kind != "close"), starting[0] if starting else None)
             if target is None and _is_allow(c.text):
                 # ... an allow comment trailing the continuation of a statement silences nothing; joined
                 # onto the statement's line it would: it goes on a line of its own instead
