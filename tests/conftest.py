@@ -120,11 +120,13 @@ def swept_except(paths, slow):
     return swept(paths, {p.stem for p in paths} - set(slow))
 
 
-def rotated(paths, every: int, offset: int = 0):
+def rotated(paths, every: int, offset: int = 0, slow=()):
     """`paths` for a sweep that compares two computations of one fact per spec: every `every`-th path
     (from `offset`) in the fast tier, the rest marked slow. Sweeps given different offsets share the
-    library between them; a spec added to specs/ joins one of them by its place, with nothing to edit."""
-    return [p if i % every == offset % every else pytest.param(p, marks=pytest.mark.slow) for i, p in enumerate(paths)]
+    library between them; a spec added to specs/ joins one of them by its place, with nothing to edit.
+    Stems in `slow` (specs that take a second or more in that sweep) run in the full run only."""
+    return [p if i % every == offset % every and p.stem not in slow else pytest.param(p, marks=pytest.mark.slow)
+            for i, p in enumerate(paths)]
 
 
 def require(module: str, install: str):
@@ -158,6 +160,17 @@ def spread_bias(monkeypatch):
     monkeypatch.setattr(roundtrip, "hf", roundtrip.with_bias)
 
 
+def pytest_collection_finish(session):
+    """What collection imported (torch, transformers, the test modules and their tables: about a
+    million objects) lives until the end; `gc.freeze` takes it out of the cyclic collector's sweeps.
+    Every full collection, the interpreter's own and `_release_between_modules`'s, otherwise walks
+    all of it: half a second each, 15 to 30 s of the fast tier."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _release_between_modules():
     """What a test file built is let go when it ends: dynamo's compiled frames and guards (they hold
@@ -171,3 +184,4 @@ def _release_between_modules():
     if torch is not None and "torch._dynamo" in sys.modules:
         torch._dynamo.reset()
     gc.collect()
+    gc.freeze()  # what outlives a file's collection (modules it imported, module-level tables) lives on: out of later sweeps

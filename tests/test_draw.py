@@ -18,7 +18,7 @@ from cyclelang.backends.graphviz import draw, params, render, to_dot
 from cyclelang.backends.graphviz.style import esc
 from cyclelang.cli import main
 
-from .conftest import ROOT, SPECS, spec_id
+from .conftest import ROOT, SPECS, rotated, spec_id
 from .conftest import swept as _swept
 
 HAS_DOT = shutil.which("neato") is not None
@@ -179,7 +179,7 @@ def _strip_words(dot: str) -> str:
     return re.sub(r'label="[^"]*"', 'label=""', dot)
 
 
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", rotated(SPECS, 2, 1), ids=spec_id)  # half in the fast tier, the other half in the next sweep
 def test_labels_switch_only_the_words(path):
     s = cyclelang.load(path)
     ml, both, rocket = (to_dot(s, labels=m) for m in ("ml", "both", "rocket"))
@@ -207,7 +207,7 @@ def visible_labels(dot: str) -> list[str]:
 
 
 @pytest.mark.parametrize("view", ["cycle", "graph"])
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", rotated(SPECS, 2, 0), ids=spec_id)
 def test_ml_labels_use_no_rocket_words(path, view):
     s = cyclelang.load(path)
     for lbl in visible_labels(to_dot(s, view=view, labels="ml")):
@@ -804,7 +804,7 @@ def test_a_group_of_stages_on_a_slide_draws_each_inner_stage_as_one_box_of_its_p
 
 
 @needs_dot
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", rotated(SPECS, 2, 1), ids=spec_id)  # half in the fast tier
 def test_text_is_12pt_at_natural_size(path):
     svg = render(to_dot(cyclelang.load(path)), "svg").decode("utf-8")
     scale, sizes, _ = svg_text_sizes(svg, (0, 0))

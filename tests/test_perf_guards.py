@@ -32,7 +32,7 @@ import pytest
 import cyclelang
 from cyclelang import ir
 
-from .conftest import ROOT, SPECS, shrink as shrink_text, need
+from .conftest import ROOT, SPECS, shrink as shrink_text, need, rotated
 
 torch = need("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
@@ -219,7 +219,7 @@ def small(path):
     return build(cyclelang.parse(shrink(path)), seed=0, fast=True).eval()
 
 
-@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", rotated(SPECS, 2, 0), ids=lambda p: p.stem)  # half in the fast tier (test_review_torch's FLOP sweep takes others)
 def test_matmuls_and_flops_per_forward(path):
     spec = cyclelang.parse(shrink(path))
     model = build(spec, seed=0).eval()

@@ -142,8 +142,11 @@ def grads_of(fn, moe, x, g):
     return y, torch.autograd.grad((y * g).sum(), params)
 
 
-@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-@pytest.mark.parametrize("options", [c[0] for c in CASES.values()] + [DEEPSEEK + " capacity=1.0"], ids=[*CASES, "capacity"])
+# the fast tier compiles each router once, in training and in eval by turns; the full run both modes of each
+@pytest.mark.parametrize("options, training", [
+    pytest.param(options, training, id=f"{name}-{'train' if training else 'eval'}", marks=() if training == (i % 2 == 0) else pytest.mark.slow)
+    for i, (name, options) in enumerate([*((k, c[0]) for k, c in CASES.items()), ("capacity", DEEPSEEK + " capacity=1.0")])
+    for training in (True, False)])
 def test_compile_equals_eager(options, training):
     """The op path (routed custom op, hand-written backward through the scale, the
     renormalisation and the sigmoid) against autograd through the eager gather."""

@@ -21,7 +21,7 @@ import cyclelang
 from cyclelang.backends.torch.codegen import codegen
 from cyclelang.ir.layout import NN_MODULE_ATTRS
 
-from .conftest import ROOT, SPECS, shrink as shrink_text, spec_id, need, swept_except
+from .conftest import ROOT, SPECS, shrink as shrink_text, spec_id, need, rotated
 
 torch = need("torch")
 from cyclelang.backends.torch.build import build  # noqa: E402
@@ -146,14 +146,14 @@ def test_hostile_names_are_mangled_not_executed():
 # --- every spec: builds, runs, the file equals build() ---------------------------------
 
 
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", rotated(SPECS, 2, 0), ids=spec_id)  # half in the fast tier: the other half runs test_forward_backward_finite
 def test_full_size_builds_on_meta(path):
     with torch.device("meta"):
         model = build(cyclelang.load(path))
     assert len(model.stages) == sum(op.repeat for op in cyclelang.load(path).engine.body if op.op == "stage")
 
 
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", rotated(SPECS, 2, 1), ids=spec_id)
 def test_forward_backward_finite(path):
     model = small(path).train()
     idx = tokens(model)
@@ -212,7 +212,7 @@ def test_written_source_matches_build_bit_for_bit(tmp_path):
         assert torch.equal(model(idx), other(idx))
 
 
-@pytest.mark.parametrize("path", SPECS, ids=spec_id)
+@pytest.mark.parametrize("path", rotated(SPECS, 2, 0), ids=spec_id)
 def test_built_module_is_the_written_text(path):
     """What `build` executes is, character for character, what `codegen` writes (so the file and the
     in-process module are one program: test_written_source_matches_build_bit_for_bit runs both once)."""
@@ -249,7 +249,7 @@ def test_gpt2_parameter_count_and_names():
 # --- causality and the KV cache ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", CAUSAL, ids=spec_id)
+@pytest.mark.parametrize("path", rotated(CAUSAL, 2, 1), ids=spec_id)
 def test_causal_future_never_changes_the_past(path):
     model = small(path).eval()
     idx = tokens(model, T=16)
@@ -274,7 +274,7 @@ def test_open_throat_sees_the_future(path):
         model.generate(idx, 2)
 
 
-@pytest.mark.parametrize("path", swept_except(CAUSAL, {"jamba"}), ids=spec_id)  # jamba: about 2 s, the full run
+@pytest.mark.parametrize("path", rotated(CAUSAL, 3, 1, slow={"jamba"}), ids=spec_id)  # a third (MLA, SSM and sink caches among them); jamba (about 2 s) in the full run
 def test_kv_cache_greedy_equals_no_cache(path):
     model = small(path).eval()
     idx = tokens(model, B=2, T=5, seed=3)
