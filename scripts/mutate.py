@@ -17,6 +17,7 @@ a test fails with it; it is run against the tests that execute its line only.
 
     python scripts/mutate.py collect --root . -m "not slow"      # writes .mutate/coverage.json
     python scripts/mutate.py run --root . --sample 200 --seed 37 --limit 30 --workers 3  # .mutate/result.json
+    python scripts/mutate.py restrict --coverage OLD.json --out NEW.json -m "not slow" FILES  # after cuts only
 
 `--root` is the tree whose tests are measured (a checkout of another commit measures its suite
 against this same sample, as long as the mutated files are the same).
@@ -219,6 +220,30 @@ def collect(root: Path, out: Path, pytest_args: list[str], base: Path | None = N
     print(f"coverage of {len(durations)} tests written to {out}")
 
 
+def restrict(root: Path, cov_file: Path, out: Path, pytest_args: list[str]) -> None:
+    """An earlier collection cut down to the tests `pytest_args` collect in `root` now: the coverage of a
+    suite whose tests were only dropped, merged away or marked slow (a kept test runs what it ran), without
+    running it again under coverage."""
+    import pytest
+
+    ids: set[str] = set()
+
+    class Ids:
+        def pytest_collection_finish(self, session):
+            ids.update(item.nodeid for item in session.items)
+
+    os.chdir(root)
+    sys.path.insert(0, str(root))
+    rc = pytest.main(["-q", "--collect-only", "-p", "no:cacheprovider", *pytest_args], plugins=[Ids()])
+    assert rc == 0, f"collection failed ({rc})"
+    cov = json.loads(cov_file.read_text("utf-8"))
+    lines = {f: {ln: [t for t in tests if t in ids] for ln, tests in by_line.items()} for f, by_line in cov["lines"].items()}
+    durations = {t: d for t, d in cov["durations"].items() if t in ids}
+    out.write_text(json.dumps({"pytest_args": pytest_args, "rc": cov["rc"], "durations": durations, "lines": lines,
+                               "restricted_from": str(cov_file)}), "utf-8")
+    print(f"{len(durations)} of {len(cov['durations'])} tests kept; {len(ids - set(cov['durations']))} collected now were not in {cov_file}")
+
+
 # --- the run ---------------------------------------------------------------------------------
 
 
@@ -262,9 +287,12 @@ def _verdict(status: int) -> str:
     return "not-applied" if rc == 70 else "survived" if rc == 0 else "killed"
 
 
-def run(root: Path, cov_file: Path, n: int, seed: int, limit: float, out: Path, workers: int = 1, retry: Path | None = None) -> None:
+def run(root: Path, cov_file: Path, n: int, seed: int, limit: float, out: Path, workers: int = 1, retry: Path | None = None,
+        differing: Path | None = None) -> None:
     """Run the sample; with `retry` (an earlier result), run again only the mutants that ran out of
-    time there, with this `limit`, and keep the other verdicts."""
+    time there, with this `limit`, and keep the other verdicts. With `differing` (another suite's
+    collection), run only the mutants whose covering tests differ between the two: the others run the
+    same tests on the same code in both suites, so their verdict is the same (`same-tests`)."""
     cov = json.loads(cov_file.read_text("utf-8"))
     durations, lines = cov["durations"], cov["lines"]
     chosen = sample(HERE, n, seed)  # the sample is drawn from this checkout's sources
@@ -276,6 +304,13 @@ def run(root: Path, cov_file: Path, n: int, seed: int, limit: float, out: Path, 
         before = json.loads(retry.read_text("utf-8"))["mutants"]
         assert [(m["file"], m["node"], m["mut"]) for m in before] == [(m["file"], m["node"], m["mut"]) for m in chosen], "another sample"
         results = [m if m["verdict"] != "timeout" else {} for m in before]
+        todo = [(i, site) for i, site in todo if not results[i]]
+    if differing is not None:
+        other = json.loads(differing.read_text("utf-8"))["lines"]
+        covering = lambda ls, site: sorted(ls.get(site["file"], {}).get(str(site["line"]), []))  # noqa: E731
+        for i, site in list(todo):
+            if covering(lines, site) == covering(other, site):
+                results[i] = {**site, "tests": len(covering(lines, site)), "verdict": "same-tests", "seconds": 0.0}
         todo = [(i, site) for i, site in todo if not results[i]]
     running: dict[int, tuple[int, float, list[str]]] = {}  # pid -> (index, start, tests)
 
@@ -332,6 +367,14 @@ def main(argv=None) -> None:
     r.add_argument("--out", type=Path, default=None)
     r.add_argument("--workers", type=int, default=1, help="mutants run at once")
     r.add_argument("--retry", type=Path, default=None, help="an earlier result: rerun its timeouts only (with --limit)")
+    r.add_argument("--only-differing", type=Path, default=None, dest="differing",
+                   help="another suite's collection: run only the mutants whose covering tests differ from it")
+    k = sub.add_parser("restrict", help="an earlier collection cut down to the tests collected now")
+    k.add_argument("--root", type=Path, default=HERE)
+    k.add_argument("--coverage", type=Path, required=True)
+    k.add_argument("--out", type=Path, required=True)
+    k.add_argument("-m", dest="marker", default=None)
+    k.add_argument("paths", nargs="*")
     s = sub.add_parser("sites", help="print the sample")
     s.add_argument("--sample", type=int, default=200)
     s.add_argument("--seed", type=int, default=37)
@@ -345,10 +388,12 @@ def main(argv=None) -> None:
     root = a.root.resolve()
     work = root / ".mutate"
     work.mkdir(exist_ok=True)
-    if a.cmd == "collect":
+    if a.cmd == "restrict":
+        restrict(root, a.coverage.resolve(), a.out.resolve(), (["-m", a.marker] if a.marker else []) + a.paths)
+    elif a.cmd == "collect":
         collect(root, (a.out or work / "coverage.json").resolve(), (["-m", a.marker] if a.marker else []) + a.paths, a.base)
     else:
-        run(root, (a.coverage or work / "coverage.json").resolve(), a.sample, a.seed, a.limit, (a.out or work / "result.json").resolve(), a.workers, a.retry)
+        run(root, (a.coverage or work / "coverage.json").resolve(), a.sample, a.seed, a.limit, (a.out or work / "result.json").resolve(), a.workers, a.retry, a.differing)
 
 
 if __name__ == "__main__":
