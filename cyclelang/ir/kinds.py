@@ -128,11 +128,16 @@ def _qkv(a: ir.Attention) -> tuple[int, int]:
     return a.heads * a.head_dim, a.kv_heads * a.head_dim
 
 
+def _kv_rows(a: ir.Attention, kv: int) -> int:
+    """The key and value projections' rows: one set where the values are the keys' projection (Gemma 4's k_eq_v)."""
+    return kv if a.k_eq_v else 2 * kv
+
+
 def _attention_params(a: ir.Attention, w: int) -> int:
     q, kv = _qkv(a)
-    n = a.width * (q + 2 * kv) + q * a.width
+    n = a.width * (q + _kv_rows(a, kv)) + q * a.width
     if a.bias:
-        n += q + 2 * kv
+        n += q + _kv_rows(a, kv)
     if a.out_bias:
         n += a.width
     per = (1 + a.qk_norm_bias) * a.qk_norm_affine  # a gain (and Persimmon's bias) per channel; none without a learned gain (nanochat)
@@ -153,7 +158,7 @@ def attended(a, n: int) -> int:
 
 def _attention_flops(a: ir.Attention, n: int, w: int = 0) -> tuple[int, int]:
     q, kv = _qkv(a)
-    return 2 * (a.width * (q + 2 * kv) + q * a.width), 4 * q * attended(a, n)
+    return 2 * (a.width * (q + _kv_rows(a, kv)) + q * a.width), 4 * q * attended(a, n)
 
 
 def _attention_activations(a: ir.Attention, n: int = 0) -> tuple[int, int]:
@@ -207,6 +212,11 @@ def _moe_params(m: ir.Moe, w: int) -> int:
 def _moe_flops(m: ir.Moe, n: int, w: int = 0) -> tuple[int, int]:
     shared = 2 * mlp_params(m.width, m.shared, m.act, False) + (2 * m.width if m.shared_gate else 0) if m.shared else 0
     return 2 * m.width * m.experts + m.top * 2 * mlp_params(m.width, m.hidden, m.act, False) + shared, 0
+
+
+def _per_layer_params(f: ir.Feed) -> int:
+    """Gemma 4's per-layer inputs: their table, the embedding's projection to them and their shared norm's gain."""
+    return (f.per_layer_vocab + f.width) * f.per_layer_layers * f.per_layer + f.per_layer
 
 
 def _pool_state(p: ir.Pool, n: int) -> int:
@@ -344,7 +354,7 @@ MERGES: tuple[Kind, ...] = (
 
 ENDS: tuple[Kind, ...] = (
     Kind(ir.Feed, "tokens", "feed", "feed", "tanks and pumps", "token embedding", "tanks and pumps",
-         params=lambda f, w: f.vocab * f.width + (f.context * f.width if f.position == "learned" else 0), ml_phrase='token embedding'),
+         params=lambda f, w: f.vocab * f.width + (f.context * f.width if f.position == "learned" else 0) + _per_layer_params(f), ml_phrase='token embedding'),
     Kind(ir.Nozzle, "head", "head", "nozzle", "nozzle", "LM head", "the nozzle",
          params=lambda z, w: (0 if z.tied else z.width * z.vocab) + (z.vocab if z.bias else 0),
          flops=lambda z, n, w=0: (2 * z.width * z.vocab, 0), activations=lambda z, n=0: (z.width + z.vocab, 0), ml_phrase='LM head'),

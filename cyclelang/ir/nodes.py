@@ -226,6 +226,10 @@ class Attention(Node):
     softcap: Positive | None = None  # the logits pass through cap * tanh(s / cap) before the mask (Gemma 2); None: none
     alibi: bool = False  # ALiBi: each head's scores get -slope * distance (Press et al.; BLOOM, MPT, Falcon)
     alibi_scaled: bool = False  # the ALiBi bias is multiplied by the logits' scale too (Falcon); false: added after it (BLOOM, MPT)
+    # Gemma 4's attention
+    rotary_spread: bool = False  # rotated pairs (i, i + head_dim/2), i < rotary_dims/2, at base^(-2i/head_dim) (proportional rope); false: the first rotary_dims dims
+    v_norm: bool = False  # a weightless RMSNorm over each head's values (eps qk_norm_eps)
+    k_eq_v: bool = False  # the values are the key projection's output (before the k-norm and rotary): no value projection
 
     _checked = checked()
 
@@ -259,6 +263,8 @@ class Attention(Node):
             raise ValueError("a qk-norm across heads acts before the heads split, so before rotary")
         if self.qk_norm_head_gains and (self.qk_norm_across or not self.qk_norm_affine):
             raise ValueError("a gain per head needs a learned gain on each head's own norm (not across heads)")
+        if self.rotary_spread and (not self.rotary_dims or self.rotary_interleaved or self.head_dim % 2):
+            raise ValueError("rotary_spread spreads rotary pairs over the two halves of an even head: it needs rotary, not interleaved")
 
 
 class Mlp(Node):
@@ -270,6 +276,13 @@ class Mlp(Node):
     act: Activation
     bias: bool
     dropout: Rate
+    per_layer: bool = False  # Gemma 4: act(gate x) times this layer's per-layer input (the feed's per_layer), then down; hidden = its width
+
+    _checked = checked()
+
+    def check(self) -> None:
+        if self.per_layer and self.act in ("swiglu", "geglu", "geglu_tanh"):
+            raise ValueError("a per-layer mlp is gated by the per-layer input: its act is a plain one")
 
 
 class Moe(Node):
@@ -734,6 +747,11 @@ class Feed(Node):
     scale: Finite  # embeddings are multiplied by this (the original Transformer: sqrt(width))
     dropout: Rate
     padding: Annotated[int, Field(ge=0)] | None = None  # the padding token: its embedding starts at 0 and gets no gradient
+    # Gemma 4's per-layer inputs: a second table (per_layer_vocab x layers * per_layer) and a projection of the embedding
+    per_layer: Annotated[int, Field(ge=0)] = 0  # each layer's per-layer input width; 0: none
+    per_layer_vocab: Annotated[int, Field(ge=0)] = 0  # rows of the per-layer table
+    per_layer_layers: Annotated[int, Field(ge=0)] = 0  # derived: the per-layer mlps' instances, in the order they run
+    per_layer_eps: Positive = 1e-6  # the per-layer projection's RMSNorm eps
 
     _checked = checked()
 
@@ -742,6 +760,10 @@ class Feed(Node):
             raise ValueError("sinusoidal positions need an even width")
         if self.padding is not None and self.padding >= self.vocab:
             raise ValueError(f"the padding token {self.padding} is outside the vocabulary of {self.vocab}")
+        if bool(self.per_layer) != bool(self.per_layer_vocab) or (self.per_layer_layers and not self.per_layer):
+            raise ValueError("per-layer inputs need their width and their table's rows")
+        if self.per_layer and self.padding is not None and self.padding >= self.per_layer_vocab:
+            raise ValueError(f"the padding token {self.padding} is outside the per-layer vocabulary of {self.per_layer_vocab}")
 
 
 class Nozzle(Node):
@@ -897,6 +919,10 @@ class Engine(Node):
         for b in (b for st, _ in leaves for b in st.branch_list()):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:
                 raise ValueError(f"overboard branch '{b.name}' has a loss, so it must end at width vocab={self.feed.vocab}, not {b.out_width}")
+        per_layer = per_layer_mlps(self.body)
+        if len(per_layer) != self.feed.per_layer_layers or any(m.hidden != self.feed.per_layer for m in per_layer):
+            raise ValueError(f"the feed's per-layer inputs ({self.feed.per_layer_layers} of width {self.feed.per_layer}) must match "
+                             f"the per-layer mlps ({len(per_layer)}, hidden {sorted({m.hidden for m in per_layer})})")
         from .passes import derived_values, merge_totals  # the formulas live with the pass that applies them
 
         totals = merge_totals(self.body)
@@ -908,6 +934,12 @@ class Engine(Node):
                 if got != expect and (got is None or not math.isclose(got, expect, rel_tol=1e-9, abs_tol=1e-12)):
                     raise ValueError(f"prechamber '{b.name}': merge {b.merge.kind} has {field}={got}, "
                                      f"but the engine gives {expect} (run ir.passes.finalize_merges)")
+
+
+def per_layer_mlps(body) -> list:
+    """Every per-layer mlp instance (Gemma 4), in the order the layers run: instance i reads per-layer input i."""
+    ops = [op for st, n in leaf_stages(body) for op in _all_ops([st]) * n] + _all_ops([op for op in body if not isinstance(op, Stage)])
+    return [op for op in ops if isinstance(op, Mlp) and op.per_layer]
 
 
 def _all_ops(body) -> list:

@@ -282,6 +282,9 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("scale", "float", "multiplies the embedding (sqrt(width) in the original Transformer)", "the feed pumps' head", default=1.0, lo=0.0, lo_open=True, hi=1e4),
         Opt("dropout", ml="dropout on the embedding", **_DROPOUT),
         Opt("padding", "int", "the padding token (padding_idx): its embedding starts at 0 and gets no gradient", "a bleed line that carries no propellant", min=0, max=MAX_VOCAB),
+        Opt("per_layer", "int", "Gemma 4's per-layer inputs: each layer's width of a second token table plus a normed projection of the embedding, read by the per-layer mlps; 0: none", "a preburner line to every stage", default=0, min=0, max=MAX_WIDTH),
+        Opt("per_layer_vocab", "int", "with per_layer: rows of the per-layer table", "", default=0, default_text="vocab", min=0, max=MAX_VOCAB),
+        Opt("per_layer_eps", "float", "with per_layer: the per-layer projection's RMSNorm eps", "", default=1e-6, lo=0.0, lo_open=True, hi=1.0),
     ),
     "nozzle head": (
         Opt("tied", "bool", "the head reuses the token embedding's matrix (weight tying)", "", default=False),
@@ -332,6 +335,9 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("softcap", "float", "logit soft-cap: scores become cap * tanh(scores / cap) before the mask (Gemma 2's attn_logit_softcapping)", "a pressure-relief valve on the injector", lo=0.0, lo_open=True, hi=1e6),
         Opt("alibi", "bool", "ALiBi positions: each head's scores fall linearly with the distance to the key (BLOOM, Falcon, MPT)", "", default=False),
         Opt("alibi_scaled", "bool", "with alibi: the bias is multiplied by the logits' scale too, as Falcon does (BLOOM and MPT add it after)", "", default=False),
+        Opt("rotary_spread", "bool", "with rotary: the rotated pairs are (i, i + head_dim/2) at base^(-2i/head_dim), spread over the whole head (Gemma 4's proportional rope)", "the injector's swirl spread over every element", default=False),
+        Opt("v_norm", "bool", "with qk_norm: a weightless RMSNorm on each head's values (Gemma 4)", "a damper on the injector's second propellant", default=False),
+        Opt("k_eq_v", "bool", "the values are the keys' projection, before the k-norm and rotary (Gemma 4's attention_k_eq_v): no value rows", "one propellant line feeds both injector elements", default=False),
     ),
     "turbine ssm": (
         Opt("heads", "int", "heads, each with its own A, D and step size", "", required=True, max=MAX_WIDTH),
@@ -362,7 +368,8 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("chunk", "int", "positions per chunk of the training form", "", default=64, max=MAX_CONTEXT),
         _BIAS,
     ),
-    "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT)),
+    "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT),
+                    Opt("per_layer", "bool", "Gemma 4's per-layer input gate: act(gate x) times this layer's per-layer input (the feed's per_layer, = hidden), then down", "a preburner's line into this stage", default=False)),
     "turbine moe": (
         Opt("experts", "int", "number of experts", "injector elements", required=True, max=MAX_EXPERTS),
         Opt("top", "int", "experts each token is routed to", "", default_text="2 (1 with one expert)"),

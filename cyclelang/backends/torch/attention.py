@@ -9,7 +9,7 @@ from .config import Sizes
 from .writer import Writer, doc_tag, num
 
 
-ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved"}
+ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved", "spread": "apply_rotary_spread"}
 
 
 def qk_module(v: AttentionVariant, dim: str) -> str:
@@ -92,6 +92,8 @@ class AttentionEmitter(OpEmitter):
         return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
 
     def deepnorm_init(self, a, op, beta):
+        if op.k_eq_v:  # the values are the keys' rows: only the output projection is v's own
+            return [f"{a}.proj.weight.mul_({beta})"]
         return [f"{a}.qkv.weight[-{a}.kv_heads * {a}.head_dim :].mul_({beta})  # v: the last rows", f"{a}.proj.weight.mul_({beta})"]
 
     def class_text(self, out: Writer, name: str, v: AttentionVariant, plan: Plan) -> None:
@@ -103,7 +105,12 @@ class AttentionEmitter(OpEmitter):
             if v.gqa:
                 extra.append("grouped-query attention (kv_heads < heads: query heads share keys and values)")
             if v.rotary != "none":
-                extra.append({"full": "rotary", "partial": "partial rotary", "interleaved": "interleaved (GPT-J) rotary"}[v.rotary] + " positions")
+                extra.append({"full": "rotary", "partial": "partial rotary", "interleaved": "interleaved (GPT-J) rotary",
+                              "spread": "proportional (Gemma 4) rotary"}[v.rotary] + " positions")
+            if v.k_eq_v:
+                extra.append("values that are the keys' projection (K = V)")
+            if v.v_norm:
+                extra.append("a weightless RMSNorm on the values")
             if v.qk_norm:
                 extra.append(qk_phrase(v))
             if v.scaled:
@@ -123,7 +130,10 @@ class AttentionEmitter(OpEmitter):
                     *(["scale"] if v.scaled else []), *(["softcap"] if v.softcap else [])]
             with out.constructor(*ctor, *optional):
                 w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
-                w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
+                if v.k_eq_v:
+                    w("self.qkv = nn.Linear(width, (heads + kv_heads) * head_dim, bias=bias)  # q, k fused: the values are the keys' projection")
+                else:
+                    w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
                 w(f"self.proj = nn.Linear(heads * head_dim, width, bias={'out_bias' if v.split_bias else 'bias'})")
                 if v.qk_across:
                     w(f"self.q_norm = {qk_module(v, 'heads * head_dim')}  # across all heads")
@@ -134,6 +144,8 @@ class AttentionEmitter(OpEmitter):
                 elif v.qk_norm:
                     w(f"self.q_norm = {qk_module(v, 'head_dim')}")
                     w(f"self.k_norm = {qk_module(v, 'head_dim')}")
+                if v.v_norm:
+                    w("self.qk_eps = qk_eps  # the values' RMSNorm too")
                 if v.scaled:
                     w("self.scale = scale")
                 if v.softcap:
@@ -153,14 +165,19 @@ class AttentionEmitter(OpEmitter):
         w = out.line
         out.block("""
 B, T, C = x.size()
-q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+QKV
 QK_ACROSS
 q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
 k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
 v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)""".replace(
-            "QK_ACROSS\n", "q, k = self.q_norm(q), self.k_norm(k)  # across all heads\n" if v.qk_across else ""))
+            "QK_ACROSS\n", "q, k = self.q_norm(q), self.k_norm(k)  # across all heads\n" if v.qk_across else "").replace(
+            "QKV", "q, k = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)\n"
+                   "v = k  # K = V: the values are the keys' projection (before the k-norm and rotary)" if v.k_eq_v else
+                   "q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)"))
         if v.qk_norm and not v.qk_across and not v.qk_late:
             w("q, k = self.q_norm(q), self.k_norm(k)")
+        if v.v_norm:
+            w("v = F.rms_norm(v, (self.head_dim,), eps=self.qk_eps)  # the values normalised per head, no gain")
         if v.rotary != "none":
             fn = ROTARY_FN[v.rotary]
             w(f"q, k = {fn}(q, *rope), {fn}(k, *rope)")

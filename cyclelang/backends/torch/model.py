@@ -79,6 +79,9 @@ def model_class(out: Writer, p: Plan) -> None:
             w("self.config = config = config or Config()")
             w("self.feed = Feed(config)" + comment(e.feed.span, "token embedding", "tanks and pumps"), e.feed.span)
             w("self.stages = " + module_list(p.top))
+            if e.feed.per_layer:
+                w("for i, m in enumerate(m for m in self.stages.modules() if hasattr(m, \"per_layer_index\")):")
+                w("    m.per_layer_index = i  # the per-layer mlps read the feed's per-layer inputs in the order the layers run")
             for it in p.main:
                 if isinstance(it, OpPlan):
                     x = emitter(it.op)
@@ -271,7 +274,9 @@ B, T = idx.size()''')
                 w("cache.length = self.config.context  # reserve the whole context once")
         else:
             w("cache = None  # bidirectional: nothing to cache")
-        if e.feed.position == "none":
+        if e.feed.per_layer:
+            w("x, ple = self.feed(idx" + ("" if e.feed.position == "none" else ", past" + (", pos" if p.causal else "")) + ")  # (B, T, C), (B, T, layers, per-layer width)")
+        elif e.feed.position == "none":
             w("x = self.feed(idx)  # (B, T, C)")
         else:
             w("x = self.feed(idx, past" + (", pos" if p.causal else "") + ")  # (B, T, C)")

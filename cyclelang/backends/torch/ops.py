@@ -53,7 +53,7 @@ class OpEmitter:
 
     def call(self, o: OpPlan, owner: str, x: str) -> str:
         """The expression applying the op to `x`: x, then rope, cache, mask as its variant takes them."""
-        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "mask": "mask"}
+        extra = {"rope": f"rope[{o.rope}]", "ple": "ple", "cache": "cache", "mask": "mask"}
         return f"{owner}.{o.attr}({', '.join([x] + [extra[i] for i in o.inputs])})"
 
     def phrase(self, op, place: str) -> tuple[str, str]:
@@ -174,6 +174,9 @@ class MlpEmitter(OpEmitter):
 
     def class_text(self, out: Writer, name: str, v: MlpVariant, plan: Plan) -> None:
         w = out.line
+        if v.per_layer:
+            self.per_layer_text(out, name, v)
+            return
         gated = is_gated(v.act)
         w(f"class {name}(nn.Module):")
         with out.indent():
@@ -196,6 +199,26 @@ class MlpEmitter(OpEmitter):
                     w(f"x = {ACTIVATIONS[GATE_OF[v.act]].format('gate')} * up")
                 else:
                     w(f"x = {ACTIVATIONS[v.act].format('self.fc(x)')}  # (B, T, hidden)")
+                w("return self.drop(self.proj(x))" if v.dropout else "return self.proj(x)")
+
+
+    def per_layer_text(self, out: Writer, name: str, v: MlpVariant) -> None:
+        """Gemma 4's per-layer input gate: the layer's own slice of the feed's per-layer inputs gates the hidden units."""
+        w = out.line
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            w(f'"""Per-layer input gate (Gemma 4): {v.act}(gate x) times this layer\'s per-layer input, then back to the width{doc_tag(None, "combustor")}."""')
+            w()
+            with out.constructor("width", "hidden", "bias", *(["dropout"] if v.dropout else [])):
+                w("self.fc = nn.Linear(width, hidden, bias=bias)  # the gate")
+                w("self.proj = nn.Linear(hidden, width, bias=bias)")
+                w("self.per_layer_index = 0  # which layer's per-layer input it reads: Model numbers them in the order the layers run")
+                if v.dropout:
+                    w("self.drop = nn.Dropout(dropout)")
+            w()
+            w("def forward(self, x, ple):")
+            with out.indent():
+                w(f"x = {ACTIVATIONS[v.act].format('self.fc(x)')} * ple[:, :, self.per_layer_index]  # (B, T, hidden): ple is (B, T, layers, hidden)")
                 w("return self.drop(self.proj(x))" if v.dropout else "return self.proj(x)")
 
 

@@ -29,7 +29,7 @@ GLOBALS = frozenset({
     "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional", "next_token_loss", "lookup",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage cache` is a class Cache)
 
-INPUTS = ("rope", "cache", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
+INPUTS = ("rope", "ple", "cache", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
 
 
 def signature(params) -> str:
@@ -62,15 +62,19 @@ class AttentionVariant:
     qk_affine: bool = True  # false: weightless qk-norms (nanochat)
     qk_late: bool = False  # the qk-norms act after rotary (nanochat)
     qk_heads: bool = False  # each head its own qk-norm gain (StableLM, Cohere)
+    v_norm: bool = False  # a weightless RMSNorm on each head's values (Gemma 4)
+    k_eq_v: bool = False  # the values are the keys' projection (Gemma 4): no value rows
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
         rot = "none" if a.rotary_dims == 0 else "interleaved" if a.rotary_interleaved else ("full" if a.rotary_dims == a.head_dim else "partial")
+        rot = "spread" if a.rotary_spread else rot
         return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
                    a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
                    alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
                    qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
-                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains)
+                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains,
+                   v_norm=a.v_norm, k_eq_v=a.k_eq_v)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -83,12 +87,15 @@ class MlpVariant:
     base: ClassVar[str] = "Mlp"
     act: str
     dropout: bool
+    per_layer: bool = False  # Gemma 4: act(gate x) times this layer's per-layer input
 
     @classmethod
     def of(cls, m: ir.Mlp, causal: bool) -> "MlpVariant":
-        return cls(m.act, m.dropout > 0)
+        return cls(m.act, m.dropout > 0, m.per_layer)
 
-    inputs: ClassVar[tuple[str, ...]] = ()
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("ple",) if self.per_layer else ()
 
 
 @dataclass(frozen=True)
@@ -322,9 +329,16 @@ class Plan:
         if not isinstance(op, (ir.Attention, ir.LatentAttention)) or op.rotary_dims == 0:
             return None
         k = (op.rotary_dims, op.rotary_base, getattr(op, "rotary_scaling", None))
+        spread = getattr(op, "rotary_spread", False)
+        if spread:  # Gemma 4's proportional rope: frequencies base^(-2i/head_dim), i.e. base^(dims/head_dim) over the rotated dims
+            k += (op.head_dim,)
         if k not in self.ropes:
             self.ropes.append(k)
             self.rope_args.append((args.get("rotary_dims", repr(op.rotary_dims)), args.get("rotary_base", repr(op.rotary_base))))  # a kind without config sizes keeps literals
+            if spread:
+                dims, base = self.rope_args[-1]
+                hd = args.get("head_dim", repr(op.head_dim))
+                self.rope_args[-1] = (dims, Expr(lambda: f"{base} ** ({dims} / {hd})"))
         return self.ropes.index(k)
 
 
