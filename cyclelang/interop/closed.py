@@ -105,6 +105,7 @@ CLASSES = {
     "nanochat": "NanoChatConfig",
     "hunyuan_v1_dense": "HunYuanDenseV1Config",
     "hunyuan_v1_moe": "HunYuanMoEV1Config",
+    "gemma4_text": "Gemma4TextConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).
@@ -324,7 +325,7 @@ class Config:
         for key, value in self.raw.items():
             if key == "model_type":
                 continue
-            if key in FIXED:
+            if key in FIXED and key not in k.maps:  # Gemma 4 reads its per_layer_config
                 want, why = FIXED[key]
                 if value != want:
                     raise Unsupported(key, f"{_show(value)}: {why}")

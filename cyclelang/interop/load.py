@@ -894,6 +894,9 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
                    }
 
 
+_EXPANDER_PLANS[families._gemma4.FAMILY] = families._gemma4.plan  # Gemma 4's layers (families_gemma4.py)
+
+
 def _prefix(arch: str) -> str:
     return {"mamba2": "backbone.", "mamba": "backbone.", "falcon_mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox.",
             "bloom": "transformer.", "codegen": "transformer.", "mpt": "transformer.", **families.lineage.PREFIX}.get(arch, "model.")
@@ -1163,7 +1166,8 @@ def _same_tensor(a, b) -> bool:
 
 def _ignorable(key: str) -> bool:
     # Buffers some transformers versions save: GPT-2's causal-mask tables, rotary caches.
-    return bool(re.search(r"(attn\.(bias|masked_bias)|rotary_emb\.inv_freq)$", key))
+    # Gemma 4's layer_scalar: its plan refuses any but 1 (families_gemma4.plan)
+    return bool(re.search(r"(attn\.(bias|masked_bias)|rotary_emb\.inv_freq|^layers\.\d+\.layer_scalar)$", key))
 
 
 def implied_engine(config: dict) -> ir.Engine:

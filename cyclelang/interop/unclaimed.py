@@ -49,7 +49,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "gemma3n_text": ("gemma2", "AltUp (several predicted residual streams, corrected after each layer); a LAuReL low-rank residual branch; per-layer token embeddings; KV sharing across the last layers; Gaussian top-k activation sparsity in the first MLPs; a weightless RMSNorm on values"),
     "gemma4": ("gemma2", "vision and audio encoders (this is a multimodal model: import its text config (gemma4_text) alone)"),
     "gemma4_assistant": ("gemma2", "reading another model's hidden states and KV cache (this is a speculative-decoding drafter for Gemma 4, not a standalone model, with a centroid-masked output head)"),
-    "gemma4_text": ("gemma2", "per-layer token embeddings gated into every layer; a weightless RMSNorm on values; a fixed per-layer output scale (layer_scalar); where set, keys reused as values, KV shared across layers and routed experts beside the MLP"),
     "gemma4_unified": ("gemma2", "vision and audio encoders (this is a multimodal model: import its text config (gemma4_unified_text) alone)"),
     "gemma4_unified_assistant": ("gemma2", "reading another model's hidden states and KV cache (this is a speculative-decoding drafter for Gemma 4 unified, not a standalone model, with a centroid-masked output head)"),
     "gemma4_unified_text": ("gemma2", "a weightless RMSNorm on values; a fixed per-layer output scale (layer_scalar)"),
