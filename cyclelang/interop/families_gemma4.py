@@ -160,8 +160,9 @@ def _rope(c: Config, kind: str, head_dim: int) -> tuple[float, bool, float]:
         ropes = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
                  "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}}
     where = f"rope_parameters.{kind}"
-    if not isinstance(ropes, dict) or not isinstance(ropes.get(kind), dict):
-        raise Unsupported(where, "Gemma 4's rope parameters are one object per layer type (sliding_attention, full_attention)")
+    if not isinstance(ropes, dict) or set(ropes) - set(_TYPES) or not isinstance(ropes.get(kind), dict):
+        raise Unsupported("rope_parameters" if not isinstance(ropes, dict) or set(ropes) - set(_TYPES) else where,
+                          "Gemma 4's rope parameters are one object per layer type (sliding_attention, full_attention)")
     p = ropes[kind]
     typ = p.get("rope_type", p.get("type", "default"))
     for k in p:
