@@ -6,6 +6,8 @@ matter, and what is refused by name."""
 from __future__ import annotations
 
 
+import re
+
 import pytest
 
 from .conftest import need
@@ -45,7 +47,15 @@ def gemma4_plain():
                                    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 1.0, "rope_theta": 500.0}})
 
 
-CONFIGS = {"gemma4_text": gemma4, "gemma4_text_plain": gemma4_plain}  # tests/test_closed_world.py's property runs over them too
+def gemma4_shared():
+    """KV sharing over the last 3 of 7 layers (local global local local | global local global): each reads the keys and values
+    of the last earlier layer of its type (layer 3's, layer 1's, K = V), its MLP twice as wide (use_double_wide_mlp)."""
+    return gemma4(num_hidden_layers=7, num_kv_shared_layers=3, use_double_wide_mlp=True,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention",
+                               "sliding_attention", "full_attention"])
+
+
+CONFIGS = {"gemma4_text": gemma4, "gemma4_text_plain": gemma4_plain, "gemma4_text_shared": gemma4_shared}  # tests/test_closed_world.py's property runs over them too
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -91,6 +101,30 @@ def test_the_quirk_matters(case):
         assert rel(wrong(idx), ref(idx).logits) > 1e-3
 
 
+def test_kv_sharing_reads_the_last_storing_layer():
+    """The shared layers read the keys and values of the last earlier layer of their type: stored by layer 2 instead of
+    layer 3, the same weights compute something else; a slot read before any layer stores it, or at another shape, is an error."""
+    from cyclelang.diagnostics import CycleError
+
+    ref = hf(gemma4_shared())
+    text = import_config(ref.config.to_dict())
+    ours = load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
+    idx = ids()
+    assert re.search(r"stage layers_2 = gemma4_text_local +#", text) and "stage layers_3 = gemma4_text_local_store" in text
+    moved = re.sub(r"stage layers_2 = gemma4_text_local +#", "stage layers_2 = gemma4_text_local_store  #", text)
+    moved = moved.replace("stage layers_3 = gemma4_text_local_store", "stage layers_3 = gemma4_text_local")
+    wrong = build(cyclelang.parse(moved), seed=0).eval()
+    wrong.load_state_dict(ours.state_dict())
+    with torch.no_grad():
+        assert rel(ours(idx), ref(idx).logits) < 1e-5
+        assert rel(wrong(idx), ref(idx).logits) > 1e-3
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters())
+    for bad in (text.replace("kv_reuse=2", "kv_reuse=1"), text.replace(" kv_store=1", "")):
+        with pytest.raises(CycleError) as e:
+            cyclelang.parse(bad)
+        assert "KV slot" in str(e.value)
+
+
 def test_per_layer_inputs_are_read_in_the_order_the_layers_run():
     """Each layer's gate reads its own slice: handing every layer the first one computes something else."""
     ref = hf(gemma4())
@@ -120,7 +154,7 @@ def test_the_global_layers_keys_are_their_values():
 
 
 REFUSED = {
-    "kv sharing": (dict(num_kv_shared_layers=2), "num_kv_shared_layers"),
+    "kv sharing without a storing layer": (dict(num_kv_shared_layers=3), "num_kv_shared_layers"),  # layers 2-4: a global among them, none before
     "moe block": (dict(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=16), "enable_moe_block"),
     "bidirectional": (dict(use_bidirectional_attention="all"), "use_bidirectional_attention"),
     "yarn": (dict(rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},

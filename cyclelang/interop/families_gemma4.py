@@ -86,6 +86,7 @@ class Gemma4:
     glob: Attn4
     per_layer: int  # 0: no per-layer inputs
     per_layer_vocab: int
+    double_wide: bool  # the KV-shared layers' MLPs twice intermediate_size wide
     sources: dict = field(default_factory=dict, compare=False)
 
     def spec_text(self, source: str) -> str:
@@ -194,15 +195,12 @@ def _rope(c: Config, kind: str, head_dim: int) -> tuple[float, bool, float]:
 def read(c: Config) -> Gemma4:
     layers = _int(c, "num_hidden_layers")
     width, heads = _int(c, "hidden_size"), _int(c, "num_attention_heads")
-    if c["num_kv_shared_layers"] != 0:
-        _int(c, "num_kv_shared_layers", 0)
-        raise Unsupported("num_kv_shared_layers", f"{_show(c['num_kv_shared_layers'])}: the last layers reuse an earlier layer's keys and "
-                          "values (KV sharing): the language has no attention that reads another stage's cache")
+    shared = _int(c, "num_kv_shared_layers", 0)
     if c["enable_moe_block"] is not False:
         raise Unsupported("enable_moe_block", f"{_show(c['enable_moe_block'])}: routed experts beside each layer's MLP (Gemma 4's router: a "
                           "weightless RMSNorm, a learned scale, per-expert scales; its own norms around each) are not mapped")
     if c["use_double_wide_mlp"] not in (True, False):
-        raise Unsupported("use_double_wide_mlp", f"{_show(c['use_double_wide_mlp'])} is not true or false")  # it widens KV-shared layers only: none here
+        raise Unsupported("use_double_wide_mlp", f"{_show(c['use_double_wide_mlp'])} is not true or false")  # it widens the KV-shared layers' MLPs
     bidi = c["use_bidirectional_attention"]
     if bidi not in (None, "vision"):
         raise Unsupported("use_bidirectional_attention", f"{_show(bidi)}: a text decoder's attention is causal ('vision' changes only image tokens)")
@@ -213,6 +211,14 @@ def read(c: Config) -> Gemma4:
         raise Unsupported("hidden_activation", f"{_show(act)}: {', '.join(_ACTS)} are mapped")
     eps = _positive(c, "rms_norm_eps")
     types = _layer_types(c, layers)
+    if shared > layers - 1 or shared and set(types[: layers - shared]) != set(types):
+        raise Unsupported("num_kv_shared_layers", f"{shared} of {layers} layers reuse an earlier layer's keys and values, but a layer type among "
+                          "them has no earlier layer storing its own (transformers refuses it too)")
+    kinds = [_TYPES[t] for t in types]
+    for t in set(kinds) if shared else ():  # the last layer of each type before the shared ones stores its keys and values
+        last = max(i for i in range(layers - shared) if kinds[i] == t)
+        kinds[last] += "_store"
+    kinds[layers - shared :] = [k + "_shared" for k in kinds[layers - shared :]]
     head_dim, kv = _int(c, "head_dim"), _int(c, "num_key_value_heads")
     shapes = _overrides(c, types, head_dim, kv)
     attn = {}
@@ -248,7 +254,7 @@ def read(c: Config) -> Gemma4:
                "per_layer": "hidden_size_per_layer_input, vocab_size_per_layer_input"}
     return Gemma4(FAMILY, vocab, _int(c, "max_position_embeddings"), width, layers, _int(c, "intermediate_size"), _ACTS[act][0],
                   _ACTS[act][1], eps, pad, bool(c["tie_word_embeddings"]), None if cap is None else float(cap), bool(c["attention_bias"]),
-                  window, tuple(_TYPES[t] for t in types), attn["local"], attn["global"], per_layer, ple_vocab, sources)
+                  window, tuple(kinds), attn["local"], attn["global"], per_layer, ple_vocab, bool(c["use_double_wide_mlp"]), sources)
 
 
 # --- the spec -------------------------------------------------------------------------------------
@@ -260,28 +266,41 @@ def _num(x) -> str:
     return num(x)
 
 
-def _attention(a: Gemma4, t: Attn4, window: int | None) -> str:
+_SLOTS = {"local": 1, "global": 2}  # the KV-sharing slot of each layer type
+
+
+def _attention(a: Gemma4, t: Attn4, window: int | None, kind: str) -> str:
+    base, _, role = kind.partition("_")
     out = f"turbine attention heads={t.heads} kv_heads={t.kv_heads} head_dim={t.head_dim}"
     if window is not None:
         out += f" window={window}"
     out += " rotary" + (f"={_num(t.rotary)} rotary_spread" if t.spread else "")
     if t.rotary_base != 10_000.0:
         out += f" rotary_base={_num(t.rotary_base)}"
-    out += f" qk_norm qk_norm_eps={_num(a.eps)} v_norm" + (" k_eq_v" if t.k_eq_v else "") + f" scale=1 bias={_num(a.bias)}"
-    return out
+    out += f" qk_norm qk_norm_eps={_num(a.eps)}"
+    if role == "shared":
+        out += f" kv_reuse={_SLOTS[base]}"
+    else:
+        out += " v_norm" + (" k_eq_v" if t.k_eq_v else "") + (f" kv_store={_SLOTS[base]}" if role == "store" else "")
+    return out + f" scale=1 bias={_num(a.bias)}"
 
 
 def _template(a: Gemma4, kind: str) -> list[str]:
-    t = a.local if kind == "local" else a.glob
+    base, _, role = kind.partition("_")
+    t = a.local if base == "local" else a.glob
     norm = f"norm rmsnorm eps={_num(a.eps)}"
-    what = f"sliding-window attention ({a.window} tokens)" if kind == "local" else "global attention"
-    lines = [f"# a {a.family} layer with {what}" + (", its keys its values" if t.k_eq_v else "") + "; each turbine with its norm before and after"
-             + ("; then its per-layer input's gate" if a.per_layer else ""),
+    what = f"sliding-window attention ({a.window} tokens)" if base == "local" else "global attention"
+    what += {"store": ", whose keys and values the last layers reuse", "shared": " on an earlier layer's keys and values (KV sharing)"}.get(role, "")
+    hidden = 2 * a.hidden if role == "shared" and a.double_wide else a.hidden
+    lines = [f"# a {a.family} layer with {what}" + (", its keys its values" if t.k_eq_v and role != "shared" else "")
+             + "; each turbine with its norm before and after" + ("; then its per-layer input's gate" if a.per_layer else ""),
              f"stage {a.family}_{kind} {{",
              "  prechamber mix {", f"    {norm}  # rms_norm_eps",
-             f"    {_attention(a, t, a.window if kind == 'local' else None)}  # {a.sources['local' if kind == 'local' else 'glob']}",
+             f"    {_attention(a, t, a.window if base == 'local' else None, kind)}  # {a.sources['local' if base == 'local' else 'glob']}"
+             + (", num_kv_shared_layers" if role else ""),
              f"    {norm}", "  }",
-             "  prechamber burn {", f"    {norm}", f"    turbine mlp hidden={a.hidden} act={a.act} bias=false  # intermediate_size, hidden_activation",
+             "  prechamber burn {", f"    {norm}", f"    turbine mlp hidden={hidden} act={a.act} bias=false  # intermediate_size, hidden_activation"
+             + (", use_double_wide_mlp" if hidden != a.hidden else ""),
              f"    {norm}", "  }"]
     if a.per_layer:
         lines += ["  prechamber ple {", f"    turbine mlp hidden={a.per_layer} act={a.ple_act} per_layer bias=false  # hidden_size_per_layer_input",
@@ -293,7 +312,7 @@ def _text(a: Gemma4, source: str) -> str:
     from .families import _header, _layer_runs
 
     lines = [*_header(a.family, source), f"let d_model = {a.width}  # hidden_size", ""]
-    for kind in ("local", "global"):
+    for kind in ("local", "global", "local_store", "global_store", "local_shared", "global_shared"):
         if kind in a.kinds:
             lines += _template(a, kind)
     feed = f"feed tokens vocab={a.vocab} context={a.context} position=none scale=sqrt(width)"
@@ -326,12 +345,13 @@ def plan(plan, put, layout: dict, final: str, state, fused):
             raise InteropError(h + "layer_scalar", f"{scalar.flatten().tolist()[:4]}: this layer multiplies the stream by its layer_scalar, "
                                "which the language cannot say (only 1, as initialised, is read)")
         rows = (a.heads * a.head_dim, a.kv_heads * a.head_dim) + (() if a.k_eq_v else (a.kv_heads * a.head_dim,))
-        names = ("q", "k") if a.k_eq_v else ("q", "k", "v")
+        names = ("q",) if a.kv_reuse is not None else ("q", "k") if a.k_eq_v else ("q", "k", "v")  # a KV-shared layer: q alone
         for p in ("weight", "bias"):
-            put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in names], _Cat(rows))
+            put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in names], _Cat(rows[: len(names)]))
             put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
         put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")
-        put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
+        if a.kv_reuse is None:
+            put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
         put(f"{st.valves[st.attn]}.weight", h + "input_layernorm.weight")
         put(f"{st.posts[st.attn]}.weight", h + "post_attention_layernorm.weight")
         hidden = st.work_node.hidden
@@ -387,10 +407,13 @@ def engine_config(engine: ir.Engine) -> dict | None:
             raise Unsupported(f"stage {st.name}", "a Gemma 4 layer has one attention and one MLP")
         attns.append(at[0])
         mlps.append(ml[0])
-    local = next((t for t in attns if t.window is not None), None)
-    glob = next((t for t in attns if t.window is None), attns[-1])
+    shared = sum(1 for t in attns if t.kv_reuse is not None)
+    own = [t for t in attns if t.kv_reuse is None] or attns
+    local = next((t for t in own if t.window is not None), None)
+    glob = next((t for t in own if t.window is None), own[-1])
     first = local or glob
     m = mlps[0]
+    wide = shared and mlps[-1].hidden == 2 * m.hidden
     if m.act not in _HF_ACT:
         raise Unsupported("act", f"{m.act}: Gemma 4's MLP is gated (geglu_tanh, geglu or swiglu)")
     final = engine.body[-1]
@@ -402,7 +425,8 @@ def engine_config(engine: ir.Engine) -> dict | None:
            "sliding_window": local.window if local is not None else 512,
            "layer_types": ["sliding_attention" if t.window is not None else "full_attention" for t in attns],
            "final_logit_softcapping": engine.nozzle.softcap, "vocab_size_per_layer_input": engine.feed.per_layer_vocab or engine.feed.vocab,
-           "hidden_size_per_layer_input": engine.feed.per_layer, "attention_k_eq_v": glob.k_eq_v, "num_kv_shared_layers": 0,
+           "hidden_size_per_layer_input": engine.feed.per_layer, "attention_k_eq_v": glob.k_eq_v, "num_kv_shared_layers": shared,
+           "use_double_wide_mlp": bool(wide),
            "enable_moe_block": False,
            "rope_parameters": {"sliding_attention": _rope_of(local) if local is not None else {"rope_type": "default", "rope_theta": 10_000.0},
                                "full_attention": _rope_of(glob)},

@@ -130,11 +130,15 @@ def _qkv(a: ir.Attention) -> tuple[int, int]:
 
 def _kv_rows(a: ir.Attention, kv: int) -> int:
     """The key and value projections' rows: one set where the values are the keys' projection (Gemma 4's k_eq_v)."""
-    return kv if a.k_eq_v else 2 * kv
+    return 0 if a.kv_reuse is not None else kv if a.k_eq_v else 2 * kv
 
 
 def _attention_params(a: ir.Attention, w: int) -> int:
     q, kv = _qkv(a)
+    if a.kv_reuse is not None:  # KV sharing: q and the output projection, q's norm; the keys and values are another layer's
+        per = (1 + a.qk_norm_bias) * a.qk_norm_affine * a.qk_norm
+        norm = per * (q if a.qk_norm_across or a.qk_norm_head_gains else a.head_dim)
+        return 2 * a.width * q + (q if a.bias else 0) + (a.width if a.out_bias else 0) + norm
     n = a.width * (q + _kv_rows(a, kv)) + q * a.width
     if a.bias:
         n += q + _kv_rows(a, kv)
@@ -167,6 +171,8 @@ def _attention_activations(a: ir.Attention, n: int = 0) -> tuple[int, int]:
 
 
 def _attention_state(a: ir.Attention, n: int) -> int:
+    if a.kv_reuse is not None:  # reads the storing layer's cache: none of its own
+        return 0
     return 2 * a.kv_heads * a.head_dim * attended(a, n)  # K and V of every attended position
 
 

@@ -230,6 +230,8 @@ class Attention(Node):
     rotary_spread: bool = False  # rotated pairs (i, i + head_dim/2), i < rotary_dims/2, at base^(-2i/head_dim) (proportional rope); false: the first rotary_dims dims
     v_norm: bool = False  # a weightless RMSNorm over each head's values (eps qk_norm_eps)
     k_eq_v: bool = False  # the values are the key projection's output (before the k-norm and rotary): no value projection
+    kv_store: Annotated[int, Field(ge=1)] | None = None  # KV sharing: its keys and values (the cached past included) go to this slot
+    kv_reuse: Annotated[int, Field(ge=1)] | None = None  # KV sharing: it reads the slot's keys and values, no projections or cache of its own
 
     _checked = checked()
 
@@ -263,6 +265,8 @@ class Attention(Node):
             raise ValueError("a qk-norm across heads acts before the heads split, so before rotary")
         if self.qk_norm_head_gains and (self.qk_norm_across or not self.qk_norm_affine):
             raise ValueError("a gain per head needs a learned gain on each head's own norm (not across heads)")
+        if self.kv_reuse is not None and (self.kv_store is not None or self.k_eq_v or self.v_norm):
+            raise ValueError("an attention that reads another's keys and values stores none, and has no keys or values to tie or norm")
         if self.rotary_spread and (not self.rotary_dims or self.rotary_interleaved or self.head_dim % 2):
             raise ValueError("rotary_spread spreads rotary pairs over the two halves of an even head: it needs rotary, not interleaved")
 
@@ -919,6 +923,7 @@ class Engine(Node):
         for b in (b for st, _ in leaves for b in st.branch_list()):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:
                 raise ValueError(f"overboard branch '{b.name}' has a loss, so it must end at width vocab={self.feed.vocab}, not {b.out_width}")
+        kv_slots(self.body)
         per_layer = per_layer_mlps(self.body)
         if len(per_layer) != self.feed.per_layer_layers or any(m.hidden != self.feed.per_layer for m in per_layer):
             raise ValueError(f"the feed's per-layer inputs ({self.feed.per_layer_layers} of width {self.feed.per_layer}) must match "
@@ -934,6 +939,31 @@ class Engine(Node):
                 if got != expect and (got is None or not math.isclose(got, expect, rel_tol=1e-9, abs_tol=1e-12)):
                     raise ValueError(f"prechamber '{b.name}': merge {b.merge.kind} has {field}={got}, "
                                      f"but the engine gives {expect} (run ir.passes.finalize_merges)")
+
+
+def kv_slots(body) -> dict:
+    """KV sharing: each slot's (kv_heads, head_dim, window), checked in the order the layers run: a layer reads a slot a layer
+    before it stored, of its own shape. ValueError otherwise."""
+    slots: dict = {}
+
+    def walk(ops) -> None:
+        for op in ops:
+            if isinstance(op, Stage):
+                for _ in range(op.repeat if any(isinstance(a, Attention) and (a.kv_store or a.kv_reuse) for a in _all_ops([op])) else 1):
+                    walk(op.ops if op.is_group else _all_ops([op]))
+            elif isinstance(op, Attention) and (op.kv_store or op.kv_reuse):
+                shape = (op.kv_heads, op.head_dim, op.window)
+                if op.kv_store is not None and slots.setdefault(op.kv_store, shape) != shape:
+                    raise ValueError(f"KV slot {op.kv_store} is stored by attentions of different shapes (kv_heads, head_dim, window)")
+                if op.kv_reuse is not None:
+                    if op.kv_reuse not in slots:
+                        raise ValueError(f"an attention reads KV slot {op.kv_reuse} before any layer stores it")
+                    if slots[op.kv_reuse] != shape:
+                        raise ValueError(f"an attention reads KV slot {op.kv_reuse} with kv_heads, head_dim and window {shape}, "
+                                         f"but it holds {slots[op.kv_reuse]}")
+
+    walk(body)
+    return slots
 
 
 def per_layer_mlps(body) -> list:

@@ -338,6 +338,8 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("rotary_spread", "bool", "with rotary: the rotated pairs are (i, i + head_dim/2) at base^(-2i/head_dim), spread over the whole head (Gemma 4's proportional rope)", "the injector's swirl spread over every element", default=False),
         Opt("v_norm", "bool", "with qk_norm: a weightless RMSNorm on each head's values (Gemma 4)", "a damper on the injector's second propellant", default=False),
         Opt("k_eq_v", "bool", "the values are the keys' projection, before the k-norm and rotary (Gemma 4's attention_k_eq_v): no value rows", "one propellant line feeds both injector elements", default=False),
+        Opt("kv_store", "int", "KV sharing: this attention's keys and values (its cached past included) go to slot N for later layers (Gemma 4)", "a tap-off line from this injector's manifold", max=1 << 16),
+        Opt("kv_reuse", "int", "KV sharing: read slot N's keys and values (stored by an earlier layer) instead of computing any: no k, v projections, no cache of its own (Gemma 4's num_kv_shared_layers)", "an injector fed from another's manifold", max=1 << 16),
     ),
     "turbine ssm": (
         Opt("heads", "int", "heads, each with its own A, D and step size", "", required=True, max=MAX_WIDTH),

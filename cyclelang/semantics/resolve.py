@@ -399,6 +399,11 @@ class _Resolver:
             return None
         if per_layer:
             feed = feed.model_copy(update={"per_layer_layers": len(per_layer)})
+        try:  # KV sharing: each slot read after a layer stored it, at its shape
+            ir.nodes.kv_slots(body)
+        except ValueError as err:
+            self.out.error("E0211", str(err), e.span, "store the slot (kv_store=N) in an earlier layer whose attention has the reader's shape")
+            return None
         chamber = singles["chamber"]
         return ir.Engine(name=e.name.name, width=width, throat=throat, feed=feed, body=body, nozzle=nozzle, startup=startup, span=e.span,
                          lets=tuple(self.lets.values()), let_names=_lets(chamber.options, scope))
@@ -979,6 +984,12 @@ class _Resolver:
         """Gemma 4's attention options: rotary_spread, v_norm, k_eq_v (None after an error)."""
         out = {k: o.get(k) for k in ("rotary_spread", "v_norm", "k_eq_v")}
         if None in out.values():
+            return None
+        out.update({k: o.get(k) for k in ("kv_store", "kv_reuse")})
+        if out["kv_reuse"] is not None and (out["kv_store"] is not None or out["k_eq_v"] or out["v_norm"]):
+            what = next(k for k in ("kv_store", "k_eq_v", "v_norm") if out[k])
+            self.out.error("E0211", f"kv_reuse reads another layer's keys and values: this attention has none to {'store' if what == 'kv_store' else what}",
+                           o.span_of(what), f"drop {what}")
             return None
         if out["rotary_spread"] and (not rotary_dims or interleaved or head_dim % 2):
             self.out.error("E0211", "rotary_spread spreads the rotated pairs over the two halves of a head: it needs rotary, not interleaved, and an even head_dim",

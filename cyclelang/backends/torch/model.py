@@ -299,6 +299,8 @@ B, T = idx.size()''')
                 padded = [f"({t}_cos[pos][:, None], {t}_sin[pos][:, None])" for t in tables]
                 w("if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions")
                 w("    rope = [" + ", ".join(padded) + "]")
+        if any("shared" in o.inputs for o in p.ops()):
+            w("shared = {}  # KV sharing: slot -> (k, v) a layer stored for later ones")
         has_aux = any(sp.aux for sp in p.stages) or any(it.aux for it in p.main if isinstance(it, OpPlan))
         w("aux = {}" + ("  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads" if has_aux else ""))
         for it in p.main:

@@ -53,7 +53,7 @@ class OpEmitter:
 
     def call(self, o: OpPlan, owner: str, x: str) -> str:
         """The expression applying the op to `x`: x, then rope, cache, mask as its variant takes them."""
-        extra = {"rope": f"rope[{o.rope}]", "ple": "ple", "cache": "cache", "mask": "mask"}
+        extra = {"rope": f"rope[{o.rope}]", "ple": "ple", "shared": "shared", "cache": "cache", "mask": "mask"}
         return f"{owner}.{o.attr}({', '.join([x] + [extra[i] for i in o.inputs])})"
 
     def phrase(self, op, place: str) -> tuple[str, str]:

@@ -29,7 +29,7 @@ GLOBALS = frozenset({
     "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional", "next_token_loss", "lookup",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage cache` is a class Cache)
 
-INPUTS = ("rope", "ple", "cache", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
+INPUTS = ("rope", "ple", "shared", "cache", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
 
 
 def signature(params) -> str:
@@ -64,6 +64,8 @@ class AttentionVariant:
     qk_heads: bool = False  # each head its own qk-norm gain (StableLM, Cohere)
     v_norm: bool = False  # a weightless RMSNorm on each head's values (Gemma 4)
     k_eq_v: bool = False  # the values are the keys' projection (Gemma 4): no value rows
+    kv_store: bool = False  # KV sharing: its keys and values go to a slot of `shared`
+    kv_reuse: bool = False  # KV sharing: it reads a slot's keys and values: q only, no cache of its own
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
@@ -74,11 +76,12 @@ class AttentionVariant:
                    alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
                    qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
                    qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains,
-                   v_norm=a.v_norm, k_eq_v=a.k_eq_v)
+                   v_norm=a.v_norm, k_eq_v=a.k_eq_v, kv_store=a.kv_store is not None, kv_reuse=a.kv_reuse is not None)
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return (("rope",) if self.rotary != "none" else ()) + (("cache", "mask") if self.causal else ())
+        shared = ("shared",) if self.kv_store or self.kv_reuse else ()
+        return (("rope",) if self.rotary != "none" else ()) + shared + (("cache", "mask") if self.causal else ())
 
 
 @dataclass(frozen=True)
