@@ -16,12 +16,14 @@ What makes it (transformers 5.24's modeling_gemma4.py, Gemma4TextModel):
   per layer, times its square root, plus the embedding projected (times hidden_size^-0.5) and normed per
   layer, the sum times 2^-0.5 -> the feed's `per_layer=`; in each layer after the MLP, the stream plus
   norm(W_up(gelu_tanh(W_gate x) * that layer's input)) -> a prechamber with `turbine mlp per_layer`;
+- KV sharing (num_kv_shared_layers): the last layers compute no keys or values; each reads those of the last
+  earlier layer of its type (its cache included) -> `kv_store=N` there, `kv_reuse=N` here; their MLPs twice
+  as wide with use_double_wide_mlp;
 - layer_scalar: a buffer each layer multiplies the stream by (ones as initialised). Not a config key: a
   checkpoint whose layer_scalar is not 1 is refused by name on load.
 
-Refused by name: num_kv_shared_layers > 0 (the last layers reading an earlier layer's keys and values),
-enable_moe_block (routed experts beside the MLP, each with its own norms), use_bidirectional_attention="all",
-rope types other than default and proportional, a proportional rope's factor.
+Refused by name: enable_moe_block (routed experts beside the MLP, each with its own norms),
+use_bidirectional_attention="all", rope types other than default and proportional, a proportional rope's factor.
 """
 
 from __future__ import annotations
