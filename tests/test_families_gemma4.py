@@ -372,3 +372,75 @@ def test_per_layer_width_must_match_the_mlps():
         cyclelang.parse(PLE.replace("per_layer=4", "per_layer=5"))
     with pytest.raises(CycleError):
         cyclelang.parse(PLE.replace(" per_layer=4 per_layer_vocab=20 per_layer_eps=0.01", ""))
+
+
+SHARED = """
+engine kv {
+  chamber width=24
+  throat causal
+  feed tokens vocab=40 context=32 position=none
+  stage own x 2 {
+    prechamber mix {
+      turbine attention heads=4 kv_heads=2 head_dim=8 WINDOW rotary rotary_base=50 qk_norm v_norm kv_store=1 bias=false
+    }
+  }
+  stage reader x 2 {
+    prechamber mix {
+      turbine attention heads=4 kv_heads=2 head_dim=8 WINDOW rotary rotary_base=50 qk_norm kv_reuse=1 bias=false
+    }
+  }
+  nozzle head
+}
+"""
+
+
+@pytest.mark.parametrize("window", ["", "window=3"])
+def test_kv_sharing_against_its_equations(window):
+    """Each reader attends with its own queries over the keys and values the last storing layer computed (the second of
+    `own`), in float64; decoding with the cache, token by token, gives the same; the readers hold no cache of their own."""
+    spec = cyclelang.parse(SHARED.replace("WINDOW", window))
+    model = build(spec, seed=0).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    sd = model.state_dict()
+    T, W = 9, int(window.split("=")[1]) if window else None
+    idx = torch.randint(0, 40, (1, T), generator=torch.Generator().manual_seed(4))
+    x = sd["feed.tok.weight"][idx[0]]
+    pos = torch.arange(T, dtype=torch.float64)[:, None, None]
+    f = 50.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    c, s = torch.cos(pos * f).repeat(1, 1, 2), torch.sin(pos * f).repeat(1, 1, 2)
+
+    def turn(t):
+        return t * c + torch.cat((-t[..., 4:], t[..., :4]), -1) * s
+
+    seen = torch.ones(T, T, dtype=torch.bool).tril()
+    if W:
+        seen &= ~torch.ones(T, T, dtype=torch.bool).tril(-W)
+
+    def attend(p, q, k, v):
+        k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+        a = (torch.einsum("thd,shd->hts", q, k) * 8 ** -0.5).masked_fill(~seen, float("-inf")).softmax(-1)
+        return torch.einsum("hts,shd->thd", a, v).reshape(T, 32) @ sd[p + "proj.weight"].T
+
+    kv = None
+    for i in range(4):
+        p = f"stages.{i}.mix.attn."
+        q = turn(_rms((x @ sd[p + "qkv.weight"][:32].T).view(T, 4, 8), 1e-6) * sd[p + "q_norm.weight"])
+        if i < 2:
+            k = turn(_rms((x @ sd[p + "qkv.weight"][32:48].T).view(T, 2, 8), 1e-6) * sd[p + "k_norm.weight"])
+            kv = (k, _rms((x @ sd[p + "qkv.weight"][48:].T).view(T, 2, 8), 1e-6))
+        x = x + attend(p, q, *kv)
+    want = x @ sd["head.weight"].T
+    with torch.no_grad():
+        got = model(idx)[0]
+        cache = cyclelang_cache(model)
+        step = torch.cat([model(idx[:, t : t + 1], cache=cache)[0] for t in range(T)])
+    for out in (got, step):
+        assert (out - want).abs().max().item() < 1e-6 * want.abs().max().item()  # the rotary tables are computed in float32
+    from cyclelang.ir.kinds import kind_of
+    from cyclelang.ir.layout import layout
+
+    attn = [p.node for p in layout(spec.engine).parts() if p.path.endswith("mix.attn")]
+    assert [kind_of(a).state(a, 4096) for a in attn] == [2 * 2 * 8 * (W or 4096), 0]
+    assert sum(p.numel() for p in model.parameters()) == sum(p.params * p.repeat for p in layout(spec.engine).parts())
