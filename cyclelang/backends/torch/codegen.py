@@ -194,7 +194,8 @@ class Lowering:
         out.blank(2)
         w("# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every")
         w("# part not listed is replicated. See `parallelize`.")
-        plan = [(part.path, part.kind.tp) for part in self.p.layout.parts() if part.kind.tp != "replicate"]
+        plan = [(part.path, part.kind.tp) for part in self.p.layout.parts() if part.kind.tp != "replicate"
+                and not getattr(part.node, "per_layer", False)]  # Gemma 4's per-layer gate reads the whole per-layer input: replicated
         if plan:
             w("TP_PLAN = {")
             with out.indent():
