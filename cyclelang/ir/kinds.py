@@ -360,7 +360,8 @@ MERGES: tuple[Kind, ...] = (
 
 ENDS: tuple[Kind, ...] = (
     Kind(ir.Feed, "tokens", "feed", "feed", "tanks and pumps", "token embedding", "tanks and pumps",
-         params=lambda f, w: f.vocab * f.width + (f.context * f.width if f.position == "learned" else 0) + _per_layer_params(f), ml_phrase='token embedding'),
+         params=lambda f, w: f.vocab * f.width + (f.context * f.width if f.position == "learned" else 0) + _per_layer_params(f), ml_phrase='token embedding',
+         flops=lambda f, n, w=0: (2 * f.width * f.per_layer_layers * f.per_layer, 0)),  # Gemma 4: the embedding projected to every layer's input
     Kind(ir.Nozzle, "head", "head", "nozzle", "nozzle", "LM head", "the nozzle",
          params=lambda z, w: (0 if z.tied else z.width * z.vocab) + (z.vocab if z.bias else 0),
          flops=lambda z, n, w=0: (2 * z.width * z.vocab, 0), activations=lambda z, n=0: (z.width + z.vocab, 0), ml_phrase='LM head'),
