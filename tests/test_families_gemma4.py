@@ -18,7 +18,7 @@ transformers = need("transformers")
 
 import cyclelang  # noqa: E402
 from cyclelang.backends.torch.build import build  # noqa: E402
-from cyclelang.interop import InteropError, Unsupported, import_config, load_transformers  # noqa: E402
+from cyclelang.interop import Unsupported, import_config, load_transformers  # noqa: E402
 from cyclelang.interop.families import read_config  # noqa: E402
 
 F = torch.nn.functional
@@ -188,14 +188,29 @@ def test_per_layer_overrides_other_than_head_size_are_refused():
     assert e.value.field == "per_layer_config.2"
 
 
-def test_a_layer_scalar_other_than_one_is_refused_on_load():
+def test_each_layers_scalar_loads_and_matters(tmp_path):
+    """layer_scalar (a buffer, 1 as initialised) multiplies the stream at each layer's end: a checkpoint's own values load into
+    `norm scalar` and give transformers' logits; without the gains the same weights compute something else; export writes them."""
     ref = hf(gemma4())
     with torch.no_grad():
-        ref.model.layers[3].layer_scalar.fill_(0.5)
-    ours = build(cyclelang.parse(import_config(ref.config.to_dict())), seed=0)
-    with pytest.raises(InteropError) as e:
-        load_transformers(ours, ref)
-    assert "layers.3.layer_scalar" in str(e.value)
+        for i, layer in enumerate(ref.model.layers):
+            layer.layer_scalar.fill_(0.5 + 0.2 * i)
+    text = import_config(ref.config.to_dict())
+    ours = load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
+    idx = ids()
+    with torch.no_grad():
+        assert rel(ours(idx), ref(idx).logits) < 1e-5
+        assert [round(m.gain.item(), 6) for m in ours.modules() if type(m).__name__ == "ScalarGain"] == [0.5, 0.7, 0.9, 1.1, 1.3]
+        wrong = build(cyclelang.parse(text.replace("  norm scalar  # layer_scalar: the stream times a fixed number the weights bring\n", "")), seed=0).eval()
+        wrong.load_state_dict(ours.state_dict(), strict=False)
+        assert rel(wrong(idx), ref(idx).logits) > 1e-3
+    from cyclelang.interop import export
+
+    out = tmp_path / "out"
+    export(ours.spec, ours.state_dict(), out)
+    back = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    with torch.no_grad():
+        assert rel(back(idx).logits, ref(idx).logits) < 1e-5
 
 
 # --- the language's options against float64 references written from the equations ---------------------

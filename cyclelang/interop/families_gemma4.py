@@ -19,8 +19,8 @@ What makes it (transformers 5.24's modeling_gemma4.py, Gemma4TextModel):
 - KV sharing (num_kv_shared_layers): the last layers compute no keys or values; each reads those of the last
   earlier layer of its type (its cache included) -> `kv_store=N` there, `kv_reuse=N` here; their MLPs twice
   as wide with use_double_wide_mlp;
-- layer_scalar: a buffer each layer multiplies the stream by (ones as initialised). Not a config key: a
-  checkpoint whose layer_scalar is not 1 is refused by name on load.
+- layer_scalar: a buffer each layer multiplies the stream by at its end (ones as initialised, the checkpoint's
+  own once loaded) -> `norm scalar` ending each stage.
 
 Refused by name: enable_moe_block (routed experts beside the MLP, each with its own norms),
 use_bidirectional_attention="all", rope types other than default and proportional, a proportional rope's factor.
@@ -307,7 +307,7 @@ def _template(a: Gemma4, kind: str) -> list[str]:
     if a.per_layer:
         lines += ["  prechamber ple {", f"    turbine mlp hidden={a.per_layer} act={a.ple_act} per_layer bias=false  # hidden_size_per_layer_input",
                   f"    {norm}", "  }"]
-    return lines + ["}", ""]
+    return lines + ["  norm scalar  # layer_scalar: the stream times a fixed number the weights bring", "}", ""]
 
 
 def _text(a: Gemma4, source: str) -> str:
@@ -335,17 +335,14 @@ def _text(a: Gemma4, source: str) -> str:
 
 def plan(plan, put, layout: dict, final: str, state, fused):
     """Gemma 4's weights onto the module (load._plan's contract: module key -> (checkpoint keys, transform))."""
-    from .load import _Cat, InteropError
+    from .load import _Cat
 
     for i, st in sorted(layout.items()):
         if st.attn is None or st.mlp is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} lacks an attention or an mlp turbine; transformers' gemma4_text layer {i} has both"
             continue
         h, a = f"layers.{i}.", st.attn_node
-        scalar = state.get(h + "layer_scalar") if state else None
-        if scalar is not None and not bool((scalar == 1).all()):
-            raise InteropError(h + "layer_scalar", f"{scalar.flatten().tolist()[:4]}: this layer multiplies the stream by its layer_scalar, "
-                               "which the language cannot say (only 1, as initialised, is read)")
+        put(st.attn[: -len("mix.attn")] + "norm.gain", h + "layer_scalar")  # `norm scalar`: the stream times layer_scalar
         rows = (a.heads * a.head_dim, a.kv_heads * a.head_dim) + (() if a.k_eq_v else (a.kv_heads * a.head_dim,))
         names = ("q",) if a.kv_reuse is not None else ("q", "k") if a.k_eq_v else ("q", "k", "v")  # a KV-shared layer: q alone
         for p in ("weight", "bias"):

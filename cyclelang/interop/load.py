@@ -1166,8 +1166,7 @@ def _same_tensor(a, b) -> bool:
 
 def _ignorable(key: str) -> bool:
     # Buffers some transformers versions save: GPT-2's causal-mask tables, rotary caches.
-    # Gemma 4's layer_scalar: its plan refuses any but 1 (families_gemma4.plan)
-    return bool(re.search(r"(attn\.(bias|masked_bias)|rotary_emb\.inv_freq|^layers\.\d+\.layer_scalar)$", key))
+    return bool(re.search(r"(attn\.(bias|masked_bias)|rotary_emb\.inv_freq)$", key))
 
 
 def implied_engine(config: dict) -> ir.Engine:

@@ -295,7 +295,8 @@ def _gate_params(m: ir.GateMerge, w: int) -> int:
 
 OPS: tuple[Kind, ...] = (
     Kind(ir.Norm, "layernorm|rmsnorm", "norm", "valve", "valve", "norm", "valve",
-         params=_norm_params, activations=lambda x, n=0: (x.width, 0), ml_phrase='norm'),
+         params=_norm_params, activations=lambda x, n=0: (x.width, 0), ml_phrase='norm',
+         buffers=lambda x: 1 if x.type == "scalar" else 0),  # Gemma 4's layer_scalar: a fixed gain the weights bring
     Kind(ir.Attention, "attention", "attn", "mixer", "injector", "attention", "injector: mixes positions",
          out_proj=True, params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
          mixes_positions=True, masked=True, state_kind="kv", tp="heads", ml_phrase='attention: the only place positions mix'),

@@ -128,7 +128,7 @@ def checked():
 
 # --- valves ------------------------------------------------------------------
 
-NormType = Literal["layernorm", "rmsnorm"]
+NormType = Literal["layernorm", "rmsnorm", "scalar"]  # scalar: no normalisation, a fixed gain held as a buffer (Gemma 4's layer_scalar)
 
 
 class Norm(Node):
@@ -148,6 +148,8 @@ class Norm(Node):
     def check(self) -> None:
         if self.type == "rmsnorm" and self.bias:
             raise ValueError("an rmsnorm has no bias")
+        if self.type == "scalar" and (self.bias or self.affine or self.offset):
+            raise ValueError("a scalar gain normalises nothing and learns nothing: no bias, affine or offset")
         if not self.affine and (self.bias or self.offset):
             raise ValueError("a norm without a learned gain has no bias and no offset")
 

@@ -409,6 +409,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("affine", "bool", "a learned gain; false normalises only", "an adjustable valve, not a fixed orifice", default=True),
         Opt("offset", "float", "the gain is offset + w, w starting at 1 - offset (Gemma: 1)", "", default=0.0, lo=-1e6, hi=1e6),
     ),
+    "norm scalar": (),  # Gemma 4's layer_scalar: a fixed gain on the stream, a buffer the weights bring
     "merge plain": (),
     "merge scale": (Opt("scale", "float", "x + scale * f(x): a fixed factor on the branch", "a fixed orifice", required=True, lo=-1e3, hi=1e3),),
     "merge cooling": (Opt("std", "float", "base std of the branch's output projection, divided by sqrt(merges into the main line)", "a rich, cool preburner", default_text="the init std", lo=0.0, lo_open=True, hi=10.0),),

@@ -869,6 +869,9 @@ class _Resolver:
             self.out.error("E0204", f"unknown norm '{kind}'", d.kind.span, did_you_mean(kind, NORMS) or "layernorm or rmsnorm")
             return None
         o = Options(f"norm {kind}", d.options, scope, self.out, d.span)
+        if kind == "scalar":  # Gemma 4's layer_scalar: no options
+            o.finish()
+            return None if w is None else ir.Norm(type=kind, width=w, eps=1e-6, bias=False, affine=False, span=d.span, let_names=o.lets())
         eps = o.get("eps")
         affine = o.get("affine")
         bias = o.get("bias", affine) if kind == "layernorm" else False

@@ -115,7 +115,7 @@ TITLES = {
                            DOT.join([f"dt rank {op.dt_rank}", f"conv {op.conv}"] + (["dt/B/C norms"] if op.norms else []))),
     ir.LinearAttention: lambda op: (f"Linear attention{DOT}{op.heads} heads{DOT}{'causal' if op.causal else 'bidirectional'}",
                                     DOT.join(["elu+1" if op.feature == "elu" else op.feature] + (["retention"] if op.decay else []))),
-    ir.Norm: lambda op: ("LayerNorm" if op.type == "layernorm" else "RMSNorm", ""),
+    ir.Norm: lambda op: ({"layernorm": "LayerNorm", "scalar": "Scalar gain"}.get(op.type, "RMSNorm"), "fixed, loaded" if op.type == "scalar" else ""),
     ir.Feed: lambda f: (f"Embedding {f.vocab:,}{TIMES}{f.width}",
                         {"learned": f"+ learned positions {TIMES}{f.context}", "sinusoidal": "+ sinusoidal positions", "none": "no position table"}[f.position]
                         + (f"{DOT}{TIMES}{num(f.scale)}" if f.scale != 1.0 else "") + (f"{DOT}dropout {num(f.dropout)}" if f.dropout else "")

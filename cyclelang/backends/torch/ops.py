@@ -83,6 +83,8 @@ class NormEmitter(OpEmitter):
               "engine": ("final norm", "valve on the main line")}
 
     def sizes(self, op, c, scope):
+        if op.type == "scalar":  # a fixed gain: no sizes
+            return {}
         out = {"width": c.width(op.width, scope), "eps": c.field("norm_eps", op.eps, scope, "the norms' epsilon", "float", let=op.let_of("eps"))}
         if op.offset:
             out["offset"] = c.field("norm_offset", op.offset, scope, "the norms' gain is norm_offset + w (Gemma, Nemotron: 1, w starting at 0)", "float", let=op.let_of("offset"))
@@ -90,6 +92,8 @@ class NormEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         op, s = o.op, o.args
+        if op.type == "scalar":
+            return "ScalarGain()"
         if op.offset and op.type == "layernorm":
             return f"OffsetLayerNorm({s['width']}, eps={s['eps']}, offset={s['offset']}{'' if op.bias else ', bias=False'})"
         if op.offset:
@@ -101,14 +105,20 @@ class NormEmitter(OpEmitter):
         return f"nn.RMSNorm({s['width']}, eps={s['eps']})"
 
     def module(self, o: OpPlan) -> str:
+        if o.op.type == "scalar":
+            return "ScalarGain"
         if o.op.offset:
             return "OffsetLayerNorm" if o.op.type == "layernorm" else "OffsetRMSNorm"
         return "nn.LayerNorm" if o.op.type == "layernorm" else "nn.RMSNorm"
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
+        if op.type == "scalar":
+            return ("ScalarGain",)
         return (("OffsetLayerNorm" if op.type == "layernorm" else "OffsetRMSNorm"),) if op.offset else ()
 
     def phrase(self, op, place: str) -> str:
+        if op.type == "scalar":
+            return ("a fixed gain on the stream (a buffer the weights bring)", "a throttle valve in series")
         return self.PLACES[place]
 
 
