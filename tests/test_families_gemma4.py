@@ -40,8 +40,8 @@ def gemma4(**o):
 
 def gemma4_plain():
     """Without per-layer inputs or K = V, tied, a final soft-cap, the default pattern (one global layer in six, the last forced
-    global), the global layers' proportional rope over every pair (the plain rotary), eps 1e-6."""
-    return gemma4(num_hidden_layers=7, layer_types=None, hidden_size_per_layer_input=0, attention_k_eq_v=False, tie_word_embeddings=True,
+    global), the global layers' proportional rope over every pair (the plain rotary), eps 1e-6, biased projections."""
+    return gemma4(num_hidden_layers=7, layer_types=None, attention_bias=True, hidden_size_per_layer_input=0, attention_k_eq_v=False, tie_word_embeddings=True,
                   final_logit_softcapping=5.0, rms_norm_eps=1e-6, global_head_dim=12, num_global_key_value_heads=None,
                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 1.0, "rope_theta": 500.0}})
@@ -123,6 +123,16 @@ def test_kv_sharing_reads_the_last_storing_layer():
         with pytest.raises(CycleError) as e:
             cyclelang.parse(bad)
         assert "KV slot" in str(e.value)
+
+
+def test_kv_sharing_with_biased_projections():
+    """A shared layer keeps its q and o biases (its k and v are the storing layer's, biases and all)."""
+    ref = hf(gemma4(num_hidden_layers=7, num_kv_shared_layers=3, attention_bias=True, layer_types=gemma4_shared().layer_types))
+    ours = load_transformers(build(cyclelang.parse(import_config(ref.config.to_dict())), seed=0).eval(), ref)
+    idx = ids()
+    with torch.no_grad():
+        assert rel(ours(idx), ref(idx).logits) < 1e-5
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters())
 
 
 def test_per_layer_inputs_are_read_in_the_order_the_layers_run():
