@@ -55,7 +55,21 @@ def gemma4_shared():
                                "sliding_attention", "full_attention"])
 
 
-CONFIGS = {"gemma4_text": gemma4, "gemma4_text_plain": gemma4_plain, "gemma4_text_shared": gemma4_shared}  # tests/test_closed_world.py's property runs over them too
+def gemma4_unified(**o):
+    """Gemma 4 unified's text decoder: Gemma 4's layers without per-layer inputs; K = V global layers with their own head
+    size and KV heads, KV sharing over the last 2 of 6 layers, a window of 4."""
+    c = dict(vocab_size=V, hidden_size=48, intermediate_size=40, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=8, global_head_dim=16, num_global_key_value_heads=1, attention_k_eq_v=True, max_position_embeddings=64,
+             sliding_window=4, num_kv_shared_layers=2, rms_norm_eps=1e-5, tie_word_embeddings=False,
+             layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                              "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1000.0}})
+    c.update(o)
+    return transformers.Gemma4UnifiedTextConfig(**c)
+
+
+CONFIGS = {"gemma4_text": gemma4, "gemma4_text_plain": gemma4_plain, "gemma4_text_shared": gemma4_shared,
+           "gemma4_unified_text": gemma4_unified}  # tests/test_closed_world.py's property runs over them too
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

@@ -106,6 +106,7 @@ CLASSES = {
     "hunyuan_v1_dense": "HunYuanDenseV1Config",
     "hunyuan_v1_moe": "HunYuanMoEV1Config",
     "gemma4_text": "Gemma4TextConfig",
+    "gemma4_unified_text": "Gemma4UnifiedTextConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).

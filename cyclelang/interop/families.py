@@ -2393,6 +2393,7 @@ from . import families_gemma4 as _gemma4  # noqa: E402  (Gemma 4's text decoder:
 
 KEYS.update(_gemma4.KEYS)
 READERS[_gemma4.FAMILY] = _gemma4.read
+READERS[_gemma4.UNIFIED] = _gemma4.read
 
 
 # HunYuan's dense and MoE decoders (HunYuanDenseV1, HunYuanMoEV1): Llama's layer, its per-head qk RMSNorms (query_layernorm,

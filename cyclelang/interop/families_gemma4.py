@@ -1,5 +1,6 @@
-"""Gemma 4's text decoder (gemma4_text), read closed-world (closed.py) into a `Gemma4` record and written
-as the spec it implies; its weight plan (import and export) and the config an engine implies (export).
+"""Gemma 4's text decoder (gemma4_text) and Gemma 4 unified's (gemma4_unified_text: the same layers without
+per-layer inputs or experts), read closed-world (closed.py) into a `Gemma4` record and written as the spec it
+implies; its weight plan (import and export) and the config an engine implies (export).
 
 What makes it (transformers 5.24's modeling_gemma4.py, Gemma4TextModel):
 - Gemma 3's layer: the token embedding times sqrt(hidden_size), a norm before and after each turbine
@@ -34,22 +35,23 @@ from .. import ir
 from .closed import Config, Keys, Unsupported, _show
 
 FAMILY = "gemma4_text"
+UNIFIED = "gemma4_unified_text"  # Gemma 4 unified's text decoder: the same layers without per-layer inputs or experts
 _TYPES = {"sliding_attention": "local", "full_attention": "global"}
 _ACTS = {"gelu_pytorch_tanh": ("geglu_tanh", "gelu_tanh"), "gelu_new": ("geglu_tanh", "gelu_tanh"), "gelu": ("geglu", "gelu"),
          "silu": ("swiglu", "silu"), "swish": ("swiglu", "silu")}
 _HF_ACT = {"geglu_tanh": "gelu_pytorch_tanh", "geglu": "gelu", "swiglu": "silu"}
 _MOE_UNREAD = "read only with enable_moe_block, which is refused by name: without it no layer has experts"
 
-KEYS = {FAMILY: Keys(
-    frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-               "head_dim", "hidden_activation", "max_position_embeddings", "rms_norm_eps", "pad_token_id", "tie_word_embeddings",
-               "rope_parameters", "attention_bias", "sliding_window", "layer_types", "final_logit_softcapping",
-               "use_bidirectional_attention", "vocab_size_per_layer_input", "hidden_size_per_layer_input", "attention_k_eq_v",
-               "num_kv_shared_layers", "enable_moe_block", "use_double_wide_mlp", "per_layer_config", "global_head_dim",
-               "num_global_key_value_heads"}),
-    {"num_experts": _MOE_UNREAD, "top_k_experts": _MOE_UNREAD, "moe_intermediate_size": _MOE_UNREAD,
-     "hidden_act": "Gemma 4's forward reads hidden_activation; a hidden_act its configs may also write is ignored"})}
-CAUSAL_LM = {FAMILY: "Gemma4ForCausalLM"}
+_COMMON = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                     "head_dim", "hidden_activation", "max_position_embeddings", "rms_norm_eps", "pad_token_id", "tie_word_embeddings",
+                     "rope_parameters", "attention_bias", "sliding_window", "layer_types", "final_logit_softcapping",
+                     "use_bidirectional_attention", "attention_k_eq_v", "num_kv_shared_layers", "use_double_wide_mlp", "per_layer_config",
+                     "global_head_dim", "num_global_key_value_heads"})
+_HIDDEN_ACT = {"hidden_act": "Gemma 4's forward reads hidden_activation; a hidden_act its configs may also write is ignored"}
+KEYS = {FAMILY: Keys(_COMMON | {"vocab_size_per_layer_input", "hidden_size_per_layer_input", "enable_moe_block"},
+                     {"num_experts": _MOE_UNREAD, "top_k_experts": _MOE_UNREAD, "moe_intermediate_size": _MOE_UNREAD, **_HIDDEN_ACT}),
+        UNIFIED: Keys(_COMMON, dict(_HIDDEN_ACT))}
+CAUSAL_LM = {FAMILY: "Gemma4ForCausalLM", UNIFIED: "Gemma4UnifiedForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -195,10 +197,11 @@ def _rope(c: Config, kind: str, head_dim: int) -> tuple[float, bool, float]:
 
 
 def read(c: Config) -> Gemma4:
+    unified = c.family == UNIFIED  # no per-layer inputs, no experts
     layers = _int(c, "num_hidden_layers")
     width, heads = _int(c, "hidden_size"), _int(c, "num_attention_heads")
     shared = _int(c, "num_kv_shared_layers", 0)
-    if c["enable_moe_block"] is not False:
+    if not unified and c["enable_moe_block"] is not False:
         raise Unsupported("enable_moe_block", f"{_show(c['enable_moe_block'])}: routed experts beside each layer's MLP (Gemma 4's router: a "
                           "weightless RMSNorm, a learned scale, per-expert scales; its own norms around each) are not mapped")
     if c["use_double_wide_mlp"] not in (True, False):
@@ -234,7 +237,7 @@ def read(c: Config) -> Gemma4:
     pad = c["pad_token_id"]
     if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < vocab):
         raise Unsupported("pad_token_id", f"{_show(pad)}: a token id below vocab_size {vocab}")
-    per_layer = c["hidden_size_per_layer_input"]
+    per_layer = 0 if unified else c["hidden_size_per_layer_input"]
     if per_layer is None:
         per_layer = 0
     if isinstance(per_layer, bool) or not isinstance(per_layer, int) or per_layer < 0:
@@ -254,7 +257,7 @@ def read(c: Config) -> Gemma4:
                "local": "num_attention_heads, num_key_value_heads, head_dim, rope_parameters.sliding_attention",
                "glob": "per_layer_config (global_head_dim, num_global_key_value_heads), rope_parameters.full_attention, attention_k_eq_v",
                "per_layer": "hidden_size_per_layer_input, vocab_size_per_layer_input"}
-    return Gemma4(FAMILY, vocab, _int(c, "max_position_embeddings"), width, layers, _int(c, "intermediate_size"), _ACTS[act][0],
+    return Gemma4(c.family, vocab, _int(c, "max_position_embeddings"), width, layers, _int(c, "intermediate_size"), _ACTS[act][0],
                   _ACTS[act][1], eps, pad, bool(c["tie_word_embeddings"]), None if cap is None else float(cap), bool(c["attention_bias"]),
                   window, tuple(kinds), attn["local"], attn["global"], per_layer, ple_vocab, bool(c["use_double_wide_mlp"]), sources)
 
@@ -388,6 +391,16 @@ def _rope_of(t: ir.Attention) -> dict:
 
 
 def engine_config(engine: ir.Engine) -> dict | None:
+    """Gemma 4's config, or Gemma 4 unified's for an engine of that name (without per-layer inputs)."""
+    cfg = _engine_config(engine)
+    if cfg is not None and engine.name == UNIFIED and not engine.feed.per_layer:
+        for k in ("vocab_size_per_layer_input", "hidden_size_per_layer_input", "enable_moe_block"):
+            del cfg[k]
+        cfg.update(model_type=UNIFIED, architectures=[CAUSAL_LM[UNIFIED]])
+    return cfg
+
+
+def _engine_config(engine: ir.Engine) -> dict | None:
     """The gemma4_text config of an engine shaped like Gemma 4's decoder (None: not one); export then checks, field by field,
     that importing it gives back the engine."""
     from .families import _run_order

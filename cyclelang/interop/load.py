@@ -895,6 +895,7 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
 
 
 _EXPANDER_PLANS[families._gemma4.FAMILY] = families._gemma4.plan  # Gemma 4's layers (families_gemma4.py)
+_EXPANDER_PLANS[families._gemma4.UNIFIED] = families._gemma4.plan
 
 
 def _prefix(arch: str) -> str:

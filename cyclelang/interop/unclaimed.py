@@ -51,7 +51,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "gemma4_assistant": ("gemma2", "reading another model's hidden states and KV cache (this is a speculative-decoding drafter for Gemma 4, not a standalone model, with a centroid-masked output head)"),
     "gemma4_unified": ("gemma2", "vision and audio encoders (this is a multimodal model: import its text config (gemma4_unified_text) alone)"),
     "gemma4_unified_assistant": ("gemma2", "reading another model's hidden states and KV cache (this is a speculative-decoding drafter for Gemma 4 unified, not a standalone model, with a centroid-masked output head)"),
-    "gemma4_unified_text": ("gemma2", "a weightless RMSNorm on values; a fixed per-layer output scale (layer_scalar)"),
     "glm_moe_dsa": ("deepseek_v2", "DeepSeek-V3.2 sparse attention (an indexer keeps the top-k keys, its choice reused by the layers after it)"),
     "got_ocr2": ("qwen2", "a vision encoder (this is an OCR vision-language model: import its text config (qwen2) alone)"),
     "gpt_oss": ("mixtral", "learned attention sinks; gpt-oss's clamped SwiGLU (gate·σ(1.702·gate)·(up + 1)); a biased router; YaRN without rounding its range (truncate=false)"),
