@@ -14,7 +14,7 @@ from .emitters import emitter, lookup
 from typing import Callable
 
 from .config import Sizes
-from .plan import BranchPlan, Plan
+from .records import BranchPlan, Plan
 from .writer import num
 
 
