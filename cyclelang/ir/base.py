@@ -11,6 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 
+__all__ = [  # what `ir.nodes` (and so `ir`) exports from here
+    "IR_VERSION", "IRError", "Span", "Node", "MAX_STAGE_DEPTH", "MAX_LAYERS", "MAX_REPEATED_STAGES",
+]
+
 IR_VERSION = 2  # 2: merges keep what was asked (`*_asked`) apart from what was derived
 
 MAX_STAGE_DEPTH = 4  # stages nest at most 4 deep: engine > stage > stage > stage > stage

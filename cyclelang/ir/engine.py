@@ -18,6 +18,12 @@ from .stages import (Fullflow, MainOp, Prechamber, Stage, _chain, _check_streams
 from .turbines import Attention, LatentAttention, Mask, Mlp
 
 
+__all__ = [  # what `ir.nodes` (and so `ir`) exports from here
+    "Position", "Feed", "Nozzle", "Schedule", "Init", "Param", "STANDARD", "Startup", "Let", "formula_names", "Engine",
+    "Spec", "validate",
+]
+
+
 # --- feed, nozzle, startup ----------------------------------------------------
 
 Position = Literal["learned", "sinusoidal", "none"]

@@ -11,6 +11,12 @@ from pydantic import Field
 from .base import Count, Finite, Node, Positive, checked
 
 
+__all__ = [  # what `ir.nodes` (and so `ir`) exports from here
+    "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge", "DeepnormMerge", "GateMerge",
+    "HyperMerge", "Connections", "Merge", "MERGE_TYPES",
+]
+
+
 # --- merges: how a branch's exhaust returns to the chamber ---------------------
 
 

@@ -37,24 +37,13 @@ formulas the engine checks are in `formulas`. This module is their one import pa
 
 from __future__ import annotations
 
-from .base import IR_VERSION, IRError, MAX_LAYERS, MAX_REPEATED_STAGES, MAX_STAGE_DEPTH, Node, Span
-from .turbines import (Activation, Attention, BranchOp, Conv, FeatureMap, GatedDelta, GROUP_SCORES, GroupScore,
-                       LatentAttention, Linear, LinearAttention, Mamba1, Mask, Mlp, Moe, Norm, NormType, OP_TYPES, Pool,
-                       RotaryScaling, Router, ROUTERS, ShortConv, Ssm, Turbine, TURBINE_TYPES)
+from . import base, engine, merges, stages, turbines
+from .base import *  # noqa: F401,F403 - each module's __all__: a new node is declared in its own module only
+from .turbines import *  # noqa: F401,F403
 from .turbines import GATED, GATE_SCALED, ScalingType  # noqa: F401 (read as ir.nodes.X, not star-exported)
-from .merges import (Connections, CoolingMerge, DeepnormMerge, GateMerge, HyperMerge, LayerscaleMerge, Merge,
-                     MERGE_TYPES, PlainMerge, RezeroMerge, ScaleMerge)
-from .stages import (chamber_streams, Fullflow, leaf_stages, MainOp, out_width, Prechamber, repeated_stages, Stage,
-                     StageOp)
-from .engine import (Engine, Feed, formula_names, Init, Let, Nozzle, Param, Position, Schedule, Spec, STANDARD, Startup,
-                     validate)
+from .merges import *  # noqa: F401,F403
+from .stages import *  # noqa: F401,F403
+from .engine import *  # noqa: F401,F403
 from .engine import NOTEBOOK_DISPLAY, kv_slots, per_layer_mlps  # noqa: F401 (read as ir.nodes.X, not star-exported)
 
-__all__ = [
-    "IR_VERSION", "IRError", "Span", "Node", "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv",
-    "Ssm", "Mamba1", "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling", "GatedDelta", "ShortConv",
-    "Turbine", "TURBINE_TYPES", "OP_TYPES", "BranchOp", "PlainMerge", "ScaleMerge", "CoolingMerge", "RezeroMerge", "LayerscaleMerge",
-    "DeepnormMerge", "GateMerge", "HyperMerge", "Connections", "chamber_streams", "Merge", "MERGE_TYPES", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "Position", "Feed",
-    "Nozzle", "Schedule", "Init", "Param", "Router", "GroupScore", "ROUTERS", "GROUP_SCORES", "STANDARD", "Startup", "Let", "formula_names", "Engine", "Spec", "out_width", "validate",
-    "MAX_STAGE_DEPTH", "MAX_LAYERS", "MAX_REPEATED_STAGES", "leaf_stages", "repeated_stages",
-]
+__all__ = [*base.__all__, *turbines.__all__, *merges.__all__, *stages.__all__, *engine.__all__]

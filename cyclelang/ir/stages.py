@@ -13,6 +13,12 @@ from .merges import HyperMerge, Merge
 from .turbines import OP_TYPES, TURBINE_TYPES, BranchOp, Linear, Norm
 
 
+__all__ = [  # what `ir.nodes` (and so `ir`) exports from here
+    "chamber_streams", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "out_width", "leaf_stages",
+    "repeated_stages",
+]
+
+
 # --- branches and stages -------------------------------------------------------
 
 

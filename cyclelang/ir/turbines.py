@@ -12,6 +12,13 @@ from pydantic import Field, model_validator
 from .base import Count, Finite, Node, Positive, Rate, checked
 
 
+__all__ = [  # what `ir.nodes` (and so `ir`) exports from here
+    "NormType", "Norm", "Activation", "Mask", "Attention", "Mlp", "Moe", "Pool", "Linear", "Conv", "Ssm", "Mamba1",
+    "LinearAttention", "FeatureMap", "LatentAttention", "RotaryScaling", "GatedDelta", "ShortConv", "Turbine",
+    "TURBINE_TYPES", "OP_TYPES", "BranchOp", "Router", "GroupScore", "ROUTERS", "GROUP_SCORES",
+]
+
+
 # --- valves ------------------------------------------------------------------
 
 NormType = Literal["layernorm", "rmsnorm", "scalar"]  # scalar: no normalisation, a fixed gain held as a buffer (Gemma 4's layer_scalar)
