@@ -16,7 +16,9 @@ from dataclasses import replace
 from ... import ir
 from . import params, text
 from .annotate import colour, log_pos, ZERO
-from .scene import DENSITIES, DETAIL, MODES, Box, Line, Scene, Wire, balanced, lines_size, log_scale, text_w, wrap
+from .geometry import Box, Wire, balanced, log_scale
+from .measure import DENSITIES, DETAIL, MODES, Line, lines_size, text_w, wrap
+from .scene import Scene
 from .style import FONT, THEMES, esc
 
 SIZES = {"slide": (960.0, 540.0), "column": (234.0, 662.0), "page": (504.0, 662.0)}
