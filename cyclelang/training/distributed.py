@@ -3,7 +3,8 @@
 `torchrun --nproc-per-node N -m cyclelang train ...` sets RANK, WORLD_SIZE, LOCAL_RANK
 and the rendezvous; `Distributed.from_env()` joins it (gloo on CPU, NCCL on GPU).
 The mesh is ("dp", "tp") with tp = --tp; data parallelism is FSDP2 with --fsdp and DDP
-otherwise. Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at
+otherwise. With --ep N the data-parallel ranks form ("edp", "ep") with "dp" their flattening
+(`expert.py`: the experts split over "ep"). Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at
 another data-parallel world size) plus the full weights gathered on rank 0.
 """
 
@@ -29,9 +30,12 @@ class Distributed:
     device: torch.device
     mesh: object = None  # DeviceMesh ("dp", "tp")
     tp: int = 1
+    ep: int = 1
+    ep_mesh: object = None  # --ep: DeviceMesh ("edp", "ep"), "dp" flattened (mesh is then that "dp")
+    experts: object = None  # --ep: the model's expert.ExpertParallel, once applied
 
     @classmethod
-    def from_env(cls, tp: int = 1) -> "Distributed | None":
+    def from_env(cls, tp: int = 1, ep: int = 1) -> "Distributed | None":
         """The run's process group when launched by torchrun (WORLD_SIZE > 1), else None."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1 and tp <= 1:
@@ -50,8 +54,14 @@ class Distributed:
             atexit.register(_close, dist)
         if world % tp:
             raise ValueError(f"--tp {tp} does not divide the world size {world}")
+        device = torch.device("cuda", local) if cuda else torch.device("cpu")
+        if ep > 1:  # expert parallelism (expert.py); the loop refuses it with --tp
+            if world % ep:
+                raise ValueError(f"--ep {ep} does not divide the world size {world}")
+            ep_mesh = init_device_mesh(device.type, (world // ep, ep), mesh_dim_names=("edp", "ep"))
+            return cls(dist.get_rank(), world, local, device, ep_mesh["edp", "ep"]._flatten("dp"), 1, ep, ep_mesh)
         mesh = init_device_mesh("cuda" if cuda else "cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
-        return cls(dist.get_rank(), world, local, torch.device("cuda", local) if cuda else torch.device("cpu"), mesh, tp)
+        return cls(dist.get_rank(), world, local, device, mesh, tp)
 
     @property
     def dp(self) -> int:
@@ -92,9 +102,11 @@ class Distributed:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
-        msd, osd = get_state_dict(model, optimizer)
+        msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=self.ep > 1))
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.experts is not None:  # every rank's experts, on rank 0
+            full.update(self.experts.full_experts(model))
         return unshard_layout(full, getattr(model, "tp_layout", {})) if self.rank == 0 else {}
 
 
@@ -105,12 +117,14 @@ def unshard_layout(state: dict, layout: dict) -> dict:
     return {k: unshard_rows(v, *layout[k]) if k in layout else v for k, v in state.items()}
 
 
-def dcp_load(path, model, optimizer, dist: Distributed | None) -> None:
-    """Load a DCP checkpoint into a model (sharded or not) and its optimizer, resharding as needed."""
+def dcp_load(path, model, optimizer, dist: Distributed | None, flat: bool = False) -> None:
+    """Load a DCP checkpoint into a model (sharded or not) and its optimizer, resharding as needed.
+    flat: the optimizer's state was saved flattened per parameter (a run with --ep)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-    msd, osd = get_state_dict(model, optimizer)
+    options = StateDictOptions(flatten_optimizer_state_dict=flat)
+    msd, osd = get_state_dict(model, optimizer, options=options)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
