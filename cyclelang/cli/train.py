@@ -94,6 +94,7 @@ def train(ctx, spec, data, out, resume, plot_dir, output, include_path, progress
         for key in ("steps", "eval_every", "ckpt_every"):  # a resumed run may be made longer or logged differently
             if given(key) == click.core.ParameterSource.COMMANDLINE:
                 setattr(settings, key, options[key])
+        settings.ep = options["ep"]  # the layout is this launch's: DCP reloads the experts at another --ep (1 by default)
         if data:
             settings.data = list(data)
         spec = spec or os.path.join(resume, "spec.cycle")
