@@ -107,14 +107,37 @@ def test_an_ep2_checkpoint_resumes_in_one_process(tmp_path, corpus):
     out = tmp_path / "ep"
     launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", "2", "--ep", "2", "--fsdp", *[a if a != "3" else "2" for a in COMMON])
     launch(1, "--resume", out, "--steps", "3", "--no-progress")
+    resumed_equal(out, tmp_path / "one")
+
+
+def resumed_equal(out, one):
+    """The train records and the final evaluation (the 2-step run also evaluated at its end)
+    equal the uninterrupted run's record for record, and so do the parameters."""
     mine = [r for r in losses(out) if "loss" in r] + [losses(out)[-1]]
-    ref = [r for r in losses(tmp_path / "one") if "loss" in r] + [losses(tmp_path / "one")[-1]]
+    ref = [r for r in losses(one) if "loss" in r] + [losses(one)[-1]]
     assert [r["step"] for r in mine] == [r["step"] for r in ref] == [1, 2, 3, 3]
     for a, b in zip(mine, ref):
         for k in ("loss", "val_loss", "grad_norm"):
             if k in b:
                 assert a[k] == pytest.approx(b[k], abs=1e-6), (k, a, b)
-    assert_same_parameters(out, tmp_path / "one")
+    assert_same_parameters(out, one)
+
+
+@pytest.mark.slow
+def test_an_fsdp_checkpoint_resumes_at_ep2(tmp_path, corpus):
+    """The other way: 2 steps with FSDP2 and every expert on every rank, then the third at
+    --ep 2 (each rank loads its experts' weights and optimizer state from the DCP shards). On
+    the DeepSeek-V3 spec: without --ep a rank's capacity queue and balance loss are its own
+    rows' (so the Mixtral-style spec's FSDP run is not one process's), while DeepSeek-V3's
+    routing has neither and its trim sums the load over every rank."""
+    spec = tmp_path / "ds.cycle"
+    spec.write_text(deepseek_spec(), "utf-8")
+    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
+    out = tmp_path / "fsdp"
+    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", "2", "--fsdp", *[a if a != "3" else "2" for a in COMMON])
+    p = launch(2, "--resume", out, "--steps", "3", "--ep", "2", "--no-progress")
+    assert "expert parallel 2" in p.stderr
+    resumed_equal(out, tmp_path / "one")
 
 
 # --- refusals (one process: nothing is created) -----------------------------------------

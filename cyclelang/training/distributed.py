@@ -102,7 +102,9 @@ class Distributed:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
-        msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=self.ep > 1))
+        # the optimizer's state flattened per parameter (state.json's "optim_flat"): a rank that holds some
+        # experts only (--ep) writes their entries, and the checkpoint reloads at another --ep
+        msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True))
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.experts is not None:  # every rank's experts, on rank 0
@@ -119,7 +121,7 @@ def unshard_layout(state: dict, layout: dict) -> dict:
 
 def dcp_load(path, model, optimizer, dist: Distributed | None, flat: bool = False) -> None:
     """Load a DCP checkpoint into a model (sharded or not) and its optimizer, resharding as needed.
-    flat: the optimizer's state was saved flattened per parameter (a run with --ep)."""
+    flat: the optimizer's state was saved flattened per parameter (state.json's "optim_flat")."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 

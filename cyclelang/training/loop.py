@@ -641,7 +641,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     def save(step: int) -> None:
         nonlocal last_saved
         meta = {"tokens": tokens_seen, "elapsed": elapsed, "watch": watch.state(), "tp": dist.tp if dist is not None else 1,
-                "ep": dist.ep if dist is not None else 1, "world": dist.world if dist is not None else 1, "rows": rows,
+                "ep": dist.ep if dist is not None else 1, "optim_flat": dist is not None, "world": dist.world if dist is not None else 1, "rows": rows,
                 "data": {"seed": s.seed, "step": step, "fingerprint": corpus.fingerprint()}}
         try:
             checkpoint.save(run_dir, step, model, optimizer, scheduler, scaler, meta, dist)
