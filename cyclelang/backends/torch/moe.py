@@ -24,7 +24,7 @@ def expert_ops(out: Writer, acts: list[str]) -> None:
     for act, grad in zip(acts, grads):
         experts = f"experts_{act}_{digest(grad, op)}"
         out.line(f'experts_{act} = expert_mlps("{experts}", {act}_grad)')
-        out.line(f'routed_{act} = routed_experts("routed_{act}_{digest(grad, op, choice, routed)}", "{experts}")')
+        out.line(f'routed_{act} = routed_experts("routed_{act}_{digest(grad, op, choice, routed)}", "{experts}", expert_choice)')
     out.blank(2)
 
 
