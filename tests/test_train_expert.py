@@ -74,14 +74,25 @@ def same_run(a, b, tol=1e-6):
     assert_same_parameters(a, b, tol)
 
 
+def jamba_spec() -> str:
+    """The library's jamba, tiny: nested stages, Mamba-1 mixers, attention, MoE every other layer."""
+    return shrink((ROOT / "specs" / "jamba.cycle").read_text("utf-8"), [
+        ("let hidden = 1024", "let hidden = 16"), ("width=512", "width=32"), ("vocab=16384 context=2048", "vocab=256 context=64"),
+        ("stage jamba_block x 2", "stage jamba_block x 1")])
+
+
+SPECS = {"moe": moe_spec, "deepseek_v3": deepseek_spec, "jamba": jamba_spec}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["moe", "deepseek_v3"])
-def test_ep2_equals_one_process(tmp_path, corpus, which):
+@pytest.mark.parametrize("which, flags", [("moe", []), ("deepseek_v3", []), ("jamba", ["--fsdp"]), ("moe", ["--fsdp", "--checkpointing", "stage"])],
+                         ids=["moe", "deepseek_v3", "jamba-fsdp", "moe-fsdp-ckpt"])
+def test_ep2_equals_one_process(tmp_path, corpus, which, flags):
     spec = tmp_path / f"{which}.cycle"
-    spec.write_text(moe_spec() if which == "moe" else deepseek_spec(), "utf-8")
+    spec.write_text(SPECS[which](), "utf-8")
     launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
-    p = launch(2, spec, "--data", corpus, "--out", tmp_path / "ep", "--micro-batch", "2", "--ep", "2", *COMMON)
-    assert "expert parallel 2, DDP" in p.stderr
+    p = launch(2, spec, "--data", corpus, "--out", tmp_path / "ep", "--micro-batch", "2", "--ep", "2", *flags, *COMMON)
+    assert "expert parallel 2" + ("" if flags else ", DDP") in p.stderr
     same_run(tmp_path / "ep", tmp_path / "one")
 
 
@@ -171,6 +182,8 @@ def test_ep_is_refused_by_name(tmp_path):
     assert "--ep 2 needs a number of processes that it divides, not 1" in refused(moe_spec(), tmp_path, ep=2)
     assert "--ep 2 with --compile is not supported yet" in refused(moe_spec(), tmp_path, ep=2, compile=True)
     assert "--ep must be at least 1, not 0" in refused(moe_spec(), tmp_path, ep=0)
+    assert "correction_rate), so the recomputed forward would route with another bias" in refused(
+        deepseek_spec(), tmp_path, ep=2, checkpointing="stage")
 
 
 def test_cp_is_refused_naming_each_mixer(tmp_path):

@@ -72,9 +72,7 @@ def check(spec, ep: int, settings=None) -> None:
     s = settings
     if s is not None:
         for on, flag, why in ((s.tp > 1, f"--tp {s.tp}", "the experts would be split both ways and the dispatch run per tensor-parallel rank"),
-                              (s.compile, "--compile", "the compiled experts' custom op takes every expert's weights on one rank"),
-                              (s.checkpointing != "none", f"--checkpointing {s.checkpointing}",
-                               "recomputing a stage would dispatch its tokens again")):
+                              (s.compile, "--compile", "the compiled experts' custom op takes every expert's weights on one rank")):
             if on:
                 raise _bad("E0507", f"--ep {ep} with {flag} is not supported yet: {why}", f"drop {flag.split()[0]}")
     parts = moe_parts(spec)
@@ -86,6 +84,11 @@ def check(spec, ep: int, settings=None) -> None:
     if why:
         raise _bad("E0512", f"expert parallelism --ep {ep} cannot split this model: {why[0]}", "\n".join(why[1:]) or
                    "use an --ep that divides every MoE's experts")
+    trimmed = [p.path for p in parts if p.node.correction_rate > 0]
+    if s is not None and s.checkpointing != "none" and trimmed:
+        raise _bad("E0507", f"--ep {ep} with --checkpointing {s.checkpointing}: {trimmed[0]} moves its correction bias in every "
+                   "training forward (correction_rate), so the recomputed forward would route with another bias",
+                   "drop --checkpointing")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world < ep or world % ep:
         raise _bad("E0513", f"--ep {ep} needs a number of processes that it divides, not {world}",
