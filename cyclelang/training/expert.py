@@ -163,9 +163,10 @@ class ExpertParallel:
         over the "ep" group (each rank's own experts: their norm over "edp" is whole already)."""
         rest = [p for p in params if id(p) not in self.params]
         mine = [p for p in params if id(p) in self.params]
-        sq = norm_of(mine) ** 2
+        device = mine[0].grad.device if mine and mine[0].grad is not None else torch.device("cpu")
+        sq = (norm_of(mine) ** 2).reshape(1).to(device)  # on the group's device (NCCL takes no CPU tensor)
         torch.distributed.all_reduce(sq, group=self.ep_group)
-        return (norm_of(rest) ** 2 + sq).sqrt()
+        return (norm_of(rest) ** 2 + sq.cpu()[0]).sqrt()
 
     def full_experts(self, model) -> dict[str, torch.Tensor]:
         """Every expert's weights, gathered over the "ep" group (rank 0 keeps them), under the
