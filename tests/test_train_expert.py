@@ -97,14 +97,18 @@ def test_ep2_equals_one_process(tmp_path, corpus, which, flags):
 
 
 @pytest.mark.slow
-def test_fsdp_with_ep2_on_four_processes_equals_one(tmp_path, corpus):
-    """4 ranks: the experts split in 2 ("ep"), each half FSDP2-sharded over its 2 copies ("edp"),
-    the rest FSDP2 over all 4; each rank takes one sequence of the global batch of 4."""
+@pytest.mark.parametrize("tp", [1, 2], ids=["fsdp-ep2", "fsdp-ep2-tp2"])
+def test_four_processes_equal_one(tmp_path, corpus, tp):
+    """4 ranks. fsdp-ep2: the experts split in 2 ("ep"), each half FSDP2-sharded over its 2 copies
+    ("edp"), the rest FSDP2 over all 4, each rank one sequence of the global batch of 4.
+    fsdp-ep2-tp2: 2 data-parallel ranks of 2 tensor-parallel ones, the experts split in 2 over
+    "ep" and each local expert's MLP split in 2 over "tp" (its fused [gate | up] rows regrouped,
+    and put back in order in the full weights of every expert)."""
     spec = tmp_path / "moe.cycle"
     spec.write_text(moe_spec(), "utf-8")
     launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
-    p = launch(4, spec, "--data", corpus, "--out", tmp_path / "ep", "--micro-batch", "1", "--ep", "2", "--fsdp", *COMMON)
-    assert "4 processes, FSDP, expert parallel 2" in p.stderr
+    p = launch(4, spec, "--data", corpus, "--out", tmp_path / "ep", "--micro-batch", str(tp), "--ep", "2", "--tp", str(tp), "--fsdp", *COMMON)
+    assert "4 processes, FSDP, " + ("tensor parallel 2, " if tp > 1 else "") + "expert parallel 2" in p.stderr
     same_run(tmp_path / "ep", tmp_path / "one")
 
 

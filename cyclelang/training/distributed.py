@@ -31,7 +31,7 @@ class Distributed:
     mesh: object = None  # DeviceMesh ("dp", "tp")
     tp: int = 1
     ep: int = 1
-    ep_mesh: object = None  # --ep: DeviceMesh ("edp", "ep"), "dp" flattened (mesh is then that "dp")
+    ep_mesh: object = None  # --ep: DeviceMesh ("edp", "ep", "tp"), "dp" flattened (mesh: "dp" x "tp", or "dp")
     experts: object = None  # --ep: the model's expert.ExpertParallel, once applied
 
     @classmethod
@@ -55,11 +55,12 @@ class Distributed:
         if world % tp:
             raise ValueError(f"--tp {tp} does not divide the world size {world}")
         device = torch.device("cuda", local) if cuda else torch.device("cpu")
-        if ep > 1:  # expert parallelism (expert.py); the loop refuses it with --tp
-            if world % ep:
-                raise ValueError(f"--ep {ep} does not divide the world size {world}")
-            ep_mesh = init_device_mesh(device.type, (world // ep, ep), mesh_dim_names=("edp", "ep"))
-            return cls(dist.get_rank(), world, local, device, ep_mesh["edp", "ep"]._flatten("dp"), 1, ep, ep_mesh)
+        if ep > 1:  # expert parallelism (expert.py): ("edp", "ep", "tp"), "dp" = "edp" x "ep"
+            if world % (ep * tp):
+                raise ValueError(f"--ep {ep} x --tp {tp} does not divide the world size {world}")
+            ep_mesh = init_device_mesh(device.type, (world // (ep * tp), ep, tp), mesh_dim_names=("edp", "ep", "tp"))
+            dp_mesh = ep_mesh["edp", "ep"]._flatten("dp")
+            return cls(dist.get_rank(), world, local, device, ep_mesh["dp", "tp"] if tp > 1 else dp_mesh, tp, ep, ep_mesh)
         mesh = init_device_mesh("cuda" if cuda else "cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
         return cls(dist.get_rank(), world, local, device, mesh, tp)
 

@@ -71,8 +71,7 @@ def check(spec, ep: int, settings=None) -> None:
         return
     s = settings
     if s is not None:
-        for on, flag, why in ((s.tp > 1, f"--tp {s.tp}", "the experts would be split both ways and the dispatch run per tensor-parallel rank"),
-                              (s.compile, "--compile", "the compiled experts' custom op takes every expert's weights on one rank")):
+        for on, flag, why in ((s.compile, "--compile", "the compiled experts' custom op takes every expert's weights on one rank"),):
             if on:
                 raise _bad("E0507", f"--ep {ep} with {flag} is not supported yet: {why}", f"drop {flag.split()[0]}")
     parts = moe_parts(spec)
@@ -90,9 +89,11 @@ def check(spec, ep: int, settings=None) -> None:
                    "training forward (correction_rate), so the recomputed forward would route with another bias",
                    "drop --checkpointing")
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world < ep or world % ep:
-        raise _bad("E0513", f"--ep {ep} needs a number of processes that it divides, not {world}",
-                   f"launch with torchrun --nproc-per-node {ep} (or a multiple) -m cyclelang train ...")
+    tp = s.tp if s is not None else 1
+    if world < ep * tp or world % (ep * tp):
+        what = f"--ep {ep}" + (f" x --tp {tp}" if tp > 1 else "")
+        raise _bad("E0513", f"{what} needs a number of processes that it divides, not {world}",
+                   f"launch with torchrun --nproc-per-node {ep * tp} (or a multiple) -m cyclelang train ...")
 
 
 class LocalExperts(nn.ModuleDict):
@@ -134,16 +135,43 @@ class ExpertParallel:
             m.compiled_experts = types.MethodType(types.FunctionType(f.__code__, {**f.__globals__, **names}, f.__name__, f.__defaults__,
                                                                      f.__closure__), m)
         self.params = {id(p): p for _, m, _ in self.layers for p in m.experts.parameters()}
-        if fsdp:
-            from torch.distributed.fsdp import fully_shard
-
-            for _, m, _ in self.layers:
-                for ex in m.experts:  # FSDP2 over "edp", each expert a unit (its forward gathers it)
-                    fully_shard(ex, mesh=mesh["edp"])
-            self.params = {id(p): p for _, m, _ in self.layers for p in m.experts.parameters()}
-        else:  # DDP leaves them to `sync_grads`
+        if not fsdp:  # DDP leaves them to `sync_grads`
             names = [n for n, p in model.named_parameters() if id(p) in self.params]
             nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
+
+    def around(self, parallelize):
+        """The generated file's `parallelize` with the experts' own sharding inside, in torchtitan's
+        order: tensor parallelism (each local expert's MLP split like any MoE's), then FSDP2 of
+        each expert over "edp" (a unit of its own: its forward gathers it), then the file's
+        checkpointing, compile and FSDP2 of the rest over "dp"."""
+
+        def run(model, mesh, *, fsdp, tp, checkpointing="none", compile=False):
+            if tp:
+                parallelize(model, mesh, fsdp=False, tp=True)
+                self._tp_layout(model)
+            if fsdp:
+                from torch.distributed.fsdp import fully_shard
+
+                for _, m, _ in self.layers:
+                    for ex in m.experts:
+                        fully_shard(ex, mesh=self.mesh["edp"])
+                self.params = {id(p): p for _, m, _ in self.layers for p in m.experts.parameters()}
+            return parallelize(model, mesh, fsdp=fsdp, tp=False, checkpointing=checkpointing, compile=compile)
+
+        return run
+
+    def _tp_layout(self, model) -> None:
+        """The TP plan numbered this rank's experts 0, 1, ... in `model.tp_layout` (the fused rows
+        it regrouped); every expert of a layer has the same layout: record it under each global
+        name, so the gathered full weights (every expert's, on rank 0) are put back in order."""
+        layout = getattr(model, "tp_layout", {})
+        for path, _, E in self.layers:
+            head = f"{path}.experts."
+            local = {k: layout.pop(k) for k in [k for k in layout if k.startswith(head)]}
+            for k, v in local.items():
+                tail = k[len(head):].split(".", 1)[1]
+                for e in range(E):
+                    layout[f"{head}{e}.{tail}"] = v
 
     # --- the training loop's hooks ------------------------------------------------------
 

@@ -564,10 +564,11 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     if dist is not None and dist.ep > 1:  # the experts first: FSDP2 then shards the rest
         from .expert import ExpertParallel
 
-        dist.experts = ExpertParallel(model, dist.ep_mesh, dist.mesh, s.fsdp)
+        dist.experts = ExpertParallel(model, dist.ep_mesh, dist.mesh["dp"], s.fsdp)
     if dist is not None and (s.fsdp or dist.tp > 1):
         try:
-            module.parallelize(model, dist.mesh, fsdp=s.fsdp, tp=dist.tp > 1, checkpointing=s.checkpointing, compile=s.compile)
+            plan = module.parallelize if dist.experts is None else dist.experts.around(module.parallelize)
+            plan(model, dist.mesh, fsdp=s.fsdp, tp=dist.tp > 1, checkpointing=s.checkpointing, compile=s.compile)
         except ValueError as err:
             raise _bad("E0512", str(err).splitlines()[0], "\n".join(str(err).splitlines()[1:]) or None) from None
     elif s.checkpointing != "none":
