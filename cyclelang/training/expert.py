@@ -1,11 +1,12 @@
 """Expert parallelism (`cyclec train --ep N`): each MoE layer's experts spread over N ranks.
 
-The mesh (`Distributed.from_env(ep=N)`) is ("edp", "ep") over the data-parallel ranks,
-with "edp" x "ep" flattened to "dp": every rank still takes its own rows of the batch
-(the attention, the router, the shared expert and everything else are data-parallel as
-before: DDP, or FSDP2 with --fsdp), and a MoE layer's E experts are split into N
-contiguous blocks, rank k of the "ep" dim keeping experts k*E/N .. (k+1)*E/N - 1. Each
-"ep" group (the N ranks of one "edp" index) routes its tokens with all-to-all, as
+The mesh (`Distributed.from_env(ep=N)`) is ("edp", "ep", "tp"), with "edp" x "ep"
+flattened to "dp": every data-parallel rank still takes its own rows of the batch (the
+attention, the router, the shared expert and everything else are data-parallel as before:
+DDP, or FSDP2 with --fsdp, and tensor-parallel over "tp" with --tp), and a MoE layer's E
+experts are split into N contiguous blocks, rank k of the "ep" dim keeping experts
+k*E/N .. (k+1)*E/N - 1 (each split over "tp" by the file's TP plan, as any MoE's). Each
+"ep" group (the N ranks of one "edp" and "tp" index) routes its tokens with all-to-all, as
 torchtitan's ExpertParallel style does for its grouped experts:
 
     route     every rank chooses its tokens' experts with the router it holds whole
