@@ -122,6 +122,9 @@ class ExpertParallel:
         for path, m in model.named_modules():
             if isinstance(getattr(m, "experts", None), nn.ModuleList) and hasattr(m, "router") and hasattr(m, "compiled_experts"):
                 self.layers.append((path, m, len(m.experts)))
+        if not self.layers:
+            raise _bad("E0512", "expert parallelism found no MoE layer with a routed op in the built model",
+                       "the model must be built from the fast source (codegen(spec, fast=True, parallel=True)), as `cyclec train` builds it")
         for path, m, E in self.layers:
             extra = [n for n in inspect.signature(m.forward).parameters if n != "x"]
             if extra:
