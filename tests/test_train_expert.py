@@ -115,14 +115,16 @@ def test_four_processes_equal_one(tmp_path, corpus, tp):
 
 
 @pytest.mark.slow
-def test_an_ep2_checkpoint_resumes_in_one_process(tmp_path, corpus):
-    """DCP written at EP=2 with FSDP2 (each rank its experts and its shards; the optimizer state
-    flattened per parameter) reloads at one process: the records equal the uninterrupted run's."""
+@pytest.mark.parametrize("flags", [["--fsdp"], []], ids=["fsdp", "ddp"])
+def test_an_ep2_checkpoint_resumes_in_one_process(tmp_path, corpus, flags):
+    """DCP written at EP=2 (each rank its experts, as FSDP2 shards or whole tensors DCP writes
+    from the one rank that has them; the optimizer state flattened per parameter) reloads at
+    one process: the records equal the uninterrupted run's."""
     spec = tmp_path / "moe.cycle"
     spec.write_text(moe_spec(), "utf-8")
     launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
     out = tmp_path / "ep"
-    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", "2", "--ep", "2", "--fsdp", *[a if a != "3" else "2" for a in COMMON])
+    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", "2", "--ep", "2", *flags, *[a if a != "3" else "2" for a in COMMON])
     launch(1, "--resume", out, "--steps", "3", "--no-progress")
     resumed_equal(out, tmp_path / "one")
 
