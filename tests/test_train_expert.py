@@ -87,14 +87,18 @@ SPECS = {"moe": moe_spec, "deepseek_v3": deepseek_spec, "jamba": jamba_spec}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which, flags", [("moe", []), ("deepseek_v3", []), ("jamba", ["--fsdp"]), ("moe", ["--fsdp", "--checkpointing", "stage"])],
-                         ids=["moe", "deepseek_v3", "jamba-fsdp", "moe-fsdp-ckpt"])
+@pytest.mark.parametrize("which, flags", [("moe", []), ("deepseek_v3", []), ("jamba", ["--fsdp"]), ("moe", ["--fsdp", "--checkpointing", "stage"]),
+                                          ("moe", ["--batch-tokens", "128"])],
+                         ids=["moe", "deepseek_v3", "jamba-fsdp", "moe-fsdp-ckpt", "moe-accumulate"])
 def test_ep2_equals_one_process(tmp_path, corpus, which, flags):
+    """moe-accumulate: 2 micro-steps a step (the capacity is each micro-step's global batch's; the
+    experts' gradients reduced once, after the last)."""
     spec = tmp_path / f"{which}.cycle"
     spec.write_text(SPECS[which](), "utf-8")
-    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
+    both = flags if "--batch-tokens" in flags else []
+    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *both, *COMMON)
     p = launch(2, spec, "--data", corpus, "--out", tmp_path / "ep", "--micro-batch", "2", "--ep", "2", *flags, *COMMON)
-    assert "expert parallel 2" + ("" if flags else ", DDP") in p.stderr
+    assert "expert parallel 2" + ("" if "--fsdp" in flags else ", DDP") in p.stderr
     same_run(tmp_path / "ep", tmp_path / "one")
 
 
