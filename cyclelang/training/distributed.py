@@ -4,8 +4,9 @@
 and the rendezvous; `Distributed.from_env()` joins it (gloo on CPU, NCCL on GPU).
 The mesh is ("dp", "tp") with tp = --tp; data parallelism is FSDP2 with --fsdp and DDP
 otherwise. With --ep N the mesh is ("edp", "ep", "tp") with "dp" = "edp" x "ep" flattened
-(`expert.py`: the experts split over "ep"); the run sees ("dp", "tp") as before. Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at
-another data-parallel world size) plus the full weights gathered on rank 0.
+(`expert.py`: the experts split over "ep"); the run sees ("dp", "tp") as before.
+Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at another
+data-parallel world size and --ep) plus the full weights gathered on rank 0.
 """
 
 from __future__ import annotations

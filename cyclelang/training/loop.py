@@ -561,7 +561,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     model = build_source(spec, source, seed=s.seed).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     module = load_source(source, e.name)
-    if dist is not None and dist.ep > 1:  # the experts first: FSDP2 then shards the rest
+    if dist is not None and dist.ep > 1:  # this rank's experts only, routed by all-to-all; `around` shards them before the rest
         from .expert import ExpertParallel
 
         dist.experts = ExpertParallel(model, dist.ep_mesh, dist.mesh["dp"], s.fsdp)
