@@ -281,16 +281,13 @@ def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit
     torch.distributed.all_to_all_single(recv, send, group=plan.ep_group)  # (ranks, my experts): what each sends me
     send_rows, recv_rows = send.sum(dim=1).tolist(), recv.sum(dim=1).tolist()
     got = all_to_all_single_autograd(x[token], recv_rows, send_rows, plan.ep_group)  # rank by rank, expert by expert
-    # regroup by expert: rows of expert j from rank 0, rank 1, ...
-    sizes = recv.tolist()
-    starts = [[0] * per for _ in range(plan.ep)]
-    at = 0
-    for r in range(plan.ep):
-        for j in range(per):
-            starts[r][j], at = at, at + sizes[r][j]
-    perm = [i for j in range(per) for r in range(plan.ep) for i in range(starts[r][j], starts[r][j] + sizes[r][j])]
-    perm = torch.tensor(perm, dtype=torch.long, device=x.device)
-    rows = got[perm].split([sum(sizes[r][j] for r in range(plan.ep)) for j in range(per)])
+    # regroup by expert: the blocks (rank r, expert j) in the order (j, r), each block's rows kept in order
+    sizes = recv.reshape(-1)  # rank by rank
+    first = torch.cumsum(sizes, dim=0) - sizes  # where each block starts in `got`
+    blocks = (torch.arange(per, device=x.device)[:, None] + torch.arange(plan.ep, device=x.device)[None, :] * per).reshape(-1)
+    lens = sizes[blocks]
+    perm = torch.repeat_interleave(first[blocks] - (torch.cumsum(lens, dim=0) - lens), lens) + torch.arange(got.size(0), device=x.device)
+    rows = got[perm].split(recv.sum(dim=0).tolist())
     out = torch.cat([expert(xe) for expert, xe in zip(moe.experts, rows)])
     back = out[torch.argsort(perm)]  # rank by rank again
     e = all_to_all_single_autograd(back, send_rows, recv_rows, plan.ep_group)  # (A, C): this rank's assignments, by expert
