@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -61,7 +62,10 @@ class Distributed:
                 raise ValueError(f"--ep {ep} x --tp {tp} does not divide the world size {world}")
             ep_mesh = init_device_mesh(device.type, (world // (ep * tp), ep, tp), mesh_dim_names=("edp", "ep", "tp"))
             dp_mesh = ep_mesh["edp", "ep"]._flatten("dp")
-            return cls(dist.get_rank(), world, local, device, ep_mesh["dp", "tp"] if tp > 1 else dp_mesh, tp, ep, ep_mesh)
+            with warnings.catch_warnings():  # ("dp", "tp") with "dp" flattened: torch warns it may change how
+                warnings.simplefilter("ignore", UserWarning)  # such a slice is taken, not that it is wrong
+                mesh = ep_mesh["dp", "tp"] if tp > 1 else dp_mesh
+            return cls(dist.get_rank(), world, local, device, mesh, tp, ep, ep_mesh)
         mesh = init_device_mesh("cuda" if cuda else "cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
         return cls(dist.get_rank(), world, local, device, mesh, tp)
 
