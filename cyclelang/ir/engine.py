@@ -41,10 +41,11 @@ class Feed(Node):
     dropout: Rate
     padding: Annotated[int, Field(ge=0)] | None = None  # the padding token: its embedding starts at 0 and gets no gradient
     # Gemma 4's per-layer inputs: a second table (per_layer_vocab x layers * per_layer) and a projection of the embedding
-    per_layer: Annotated[int, Field(ge=0)] = 0  # each layer's per-layer input width; 0: none
-    per_layer_vocab: Annotated[int, Field(ge=0)] = 0  # rows of the per-layer table
-    per_layer_layers: Annotated[int, Field(ge=0)] = 0  # derived: the per-layer mlps' instances, in the order they run
-    per_layer_eps: Positive = 1e-6  # the per-layer projection's RMSNorm eps
+    # (each out of the IR's dump at its default: older IR stays as it was)
+    per_layer: Annotated[int, Field(ge=0)] = Field(0, exclude_if=lambda v: v == 0)  # each layer's per-layer input width; 0: none
+    per_layer_vocab: Annotated[int, Field(ge=0)] = Field(0, exclude_if=lambda v: v == 0)  # rows of the per-layer table
+    per_layer_layers: Annotated[int, Field(ge=0)] = Field(0, exclude_if=lambda v: v == 0)  # derived: the per-layer mlps' instances, in the order they run
+    per_layer_eps: Positive = Field(1e-6, exclude_if=lambda v: v == 1e-6)  # the per-layer projection's RMSNorm eps
 
     _checked = checked()
 

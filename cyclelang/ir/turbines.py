@@ -133,11 +133,11 @@ class Attention(Node):
     # or one per head; "none": no gate
     gate: Literal["none", "channel", "head"] = Field("none", exclude_if=lambda v: v == "none")  # out of the dump when none: older IR stays as it was
     # Gemma 4's attention
-    rotary_spread: bool = False  # rotated pairs (i, i + head_dim/2), i < rotary_dims/2, at base^(-2i/head_dim) (proportional rope); false: the first rotary_dims dims
-    v_norm: bool = False  # a weightless RMSNorm over each head's values (eps qk_norm_eps)
-    k_eq_v: bool = False  # the values are the key projection's output (before the k-norm and rotary): no value projection
-    kv_store: Annotated[int, Field(ge=1)] | None = None  # KV sharing: its keys and values (the cached past included) go to this slot
-    kv_reuse: Annotated[int, Field(ge=1)] | None = None  # KV sharing: it reads the slot's keys and values, no projections or cache of its own
+    rotary_spread: bool = Field(False, exclude_if=lambda v: not v)  # rotated pairs (i, i + head_dim/2), i < rotary_dims/2, at base^(-2i/head_dim) (proportional rope); false: the first rotary_dims dims
+    v_norm: bool = Field(False, exclude_if=lambda v: not v)  # a weightless RMSNorm over each head's values (eps qk_norm_eps)
+    k_eq_v: bool = Field(False, exclude_if=lambda v: not v)  # the values are the key projection's output (before the k-norm and rotary): no value projection
+    kv_store: Annotated[int, Field(ge=1)] | None = Field(None, exclude_if=lambda v: v is None)  # KV sharing: its keys and values (the cached past included) go to this slot
+    kv_reuse: Annotated[int, Field(ge=1)] | None = Field(None, exclude_if=lambda v: v is None)  # KV sharing: it reads the slot's keys and values, no projections or cache of its own
 
     _checked = checked()
 
@@ -188,7 +188,7 @@ class Mlp(Node):
     dropout: Rate
     clamp: Positive = 7.0  # swiglu_clamp: gate <= clamp, |up| <= clamp (gpt-oss's swiglu_limit); other activations ignore it
     gate_scale: Finite = 1.0  # a gated MLP's gate is act(gate_scale * gate(x)) (Falcon-H1's mlp_multipliers[0]); 1: none
-    per_layer: bool = False  # Gemma 4: act(gate x) times this layer's per-layer input (the feed's per_layer), then down; hidden = its width
+    per_layer: bool = Field(False, exclude_if=lambda v: not v)  # Gemma 4: act(gate x) times this layer's per-layer input (the feed's per_layer), then down; hidden = its width
 
     _checked = checked()
 

@@ -256,7 +256,7 @@ class Figure:
             rows = -(-len(keys) // cols)
             cells = [(k, (i // rows) * cw, (i % rows) * 20.0, {m: [legend_words(k)[m]] for m in MODES}) for i, k in enumerate(keys)]
             return cells, min(width, cols * cw), rows * 20.0 + 20
-        pitch, cells, x, y, used_w = self.pitch(), [], 0.0, 0.0, 0.0
+        pitch, cells, x, y, used_w, row_h = self.pitch(), [], 0.0, 0.0, 0.0, 0.0
         if self.d.tight:
             return self.legend_grid(keys, width)
         for k in keys:
