@@ -364,7 +364,7 @@ UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, o
     "bloom residual after the norm": (lambda **o: transformers.BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4, bos_token_id=0,
                                                                            eos_token_id=1, **o),
                                       dict(apply_residual_connection_post_layernorm=True), "apply_residual_connection_post_layernorm"),
-    # "rope yarn untruncated": the language says it now (rotary_truncate=false); tests/test_families/sinks.py round-trips it
+    # "rope yarn untruncated": the language says it now (rotary_truncate=false); tests/test_families_sinks.py round-trips it
     "gpt2 inverse layer idx": (gpt2, dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
     "gpt2 unscaled attention": (gpt2, dict(scale_attn_weights=False), "scale_attn_weights"),
     "neox odd rotary": (lambda **o: transformers.GPTNeoXConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2,

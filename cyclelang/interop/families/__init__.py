@@ -13,15 +13,18 @@ never approximated: a llama3 rotary scaling, GPT-2's layer-index attention scali
 a per-layer pattern of sliding windows.
 
 The package holds one module per group of families, each with its readers (and their Keys), its
-spec writer and its export: core.py what they share (the Arch record, the activation tables, the
-rotary and key readers, the Keys and class tables they fill); plain.py GPT-2, BLOOM and the
-LayerNorm decoders; llama.py the Llama-shaped decoders (Gemma 3, Nemotron, HunYuan, ...); routed.py
+spec writer, its export and (for the families without Llama's layer) its weight plan: core.py what
+they share (the Arch record, the activation tables, the rotary and key readers, the Keys and class
+tables they fill, the spec-line helpers); plain.py GPT-2, BLOOM and the LayerNorm decoders;
+llama.py the Llama-shaped decoders (Gemma 3, Nemotron, HunYuan, ...) and their config; routed.py
 their routed-expert kin; dense.py the dense decoders of 2025-26; ssm.py the Mamba families and
 Jamba; latent.py DeepSeek's latent attention, MiniCPM3 and Youtu; bamba.py Bamba and
 GraniteMoeHybrid; parallel.py, routed_v3.py, conv.py, hybrid.py, sinks.py, gemma4.py and delta.py
-the families named in their docstrings; text.py and export.py the writers for the decoders an
-`Arch` records. This module is the registry: every family's reader (READERS, in the order
-`FAMILIES` lists them), transformers class (CAUSAL_LM), and `read_config`.
+the families named in their docstrings; text.py (`spec_text`) and export.py (`arch_of`,
+`config_of`, `expander_config`) choose a family's writer. This module is the registry: every
+family's reader (READERS, in the order `FAMILIES` lists them), transformers class (CAUSAL_LM), and
+`read_config`. The GPT-2 lineage's families are in ../lineage.py; the weights' plans of the
+Llama-shaped ones in ../plans.py.
 """
 
 from __future__ import annotations

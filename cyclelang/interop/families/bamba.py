@@ -1,4 +1,5 @@
-"""Bamba and GraniteMoeHybrid: Mamba-2 mixers and attention layers, a gated MLP (or experts) in each."""
+"""Bamba and GraniteMoeHybrid: Mamba-2 mixers and attention layers, a gated MLP (or experts) in each:
+their records, readers, spec text, configs and weight plans."""
 
 from __future__ import annotations
 

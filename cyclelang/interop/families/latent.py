@@ -1,5 +1,5 @@
 """Latent attention: DeepSeek-V2 and V3 (and SarvamMLA, GLM-4.7-Flash, A.X-K1 under other model_types), MiniCPM3 and
-Youtu's dense decoders: their records, readers, spec text and config parts."""
+Youtu's dense decoders: their records, readers, spec text, config parts and weight plans."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The Llama-shaped decoders: rotary, a gated (or, for Arcee's kin, ungated) MLP, Pre-LN; their per-layer windows,
-Gemma 3's rope per layer type, Nemotron's, Jais 2's and nanochat's norms, and HunYuan's dense and MoE decoders."""
+Gemma 3's rope per layer type, Nemotron's, Jais 2's and nanochat's norms, and HunYuan's dense and MoE decoders;
+the config an Arch of these families (and of routed.py's) implies."""
 
 from __future__ import annotations
 

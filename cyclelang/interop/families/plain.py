@@ -1,5 +1,5 @@
-"""GPT-2, BLOOM and the LayerNorm decoders with an ungated MLP (GPT-NeoX, GPT-J, Falcon, Phi, StarCoder2, Persimmon,
-OLMo-less biases, partial rotary, parallel blocks): their readers and the configs their Archs imply."""
+"""GPT-2, BLOOM and the LayerNorm decoders with an ungated MLP (Phi, StarCoder2, GPT-NeoX, GPT-J, Falcon, Persimmon):
+biases, learned positions or ALiBi or partial rotary, parallel blocks; their readers and the configs their Archs imply."""
 
 from __future__ import annotations
 

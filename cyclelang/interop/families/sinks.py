@@ -7,7 +7,7 @@ What makes each one (transformers 5.24's modeling files):
   layer gpt-oss's MoE: a router with a bias whose top num_experts_per_tok logits are softmaxed (the same weights as the
   softmax over every expert renormalised over the chosen), and biased experts of the clamped SwiGLU, the gate capped at
   swiglu_limit and up clamped to [-limit, limit], out = (up + 1) * gate * sigmoid(swiglu_alpha * gate), gate and up
-  interleaved column by column in the fused gate_up_proj (load.py's _Interleaved). hidden_act is read by nothing.
+  interleaved column by column in the fused gate_up_proj (_Interleaved, in the weight plan below). hidden_act is read by nothing.
 - granite_swa: Granite's block (its four multipliers) with a learned sink per head (the eager path's
   o * sigmoid(logsumexp(s) - sink), the same function), sliding windows on the layers layer_types names (by default all
   but every fourth, i % 4 == 0), and a rotary base per layer (layer_rope_theta; 0: no rotary on that layer, NoPE).

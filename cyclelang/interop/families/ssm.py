@@ -1,4 +1,5 @@
-"""Mamba-2, Mamba-1, Falcon-Mamba and Jamba: the state-space families' records, readers, spec text and config parts."""
+"""Mamba-2, Mamba-1, Falcon-Mamba and Jamba: the state-space families' records, readers, spec
+text, config parts and weight plans."""
 
 from __future__ import annotations
 
