@@ -112,11 +112,17 @@ class Kind:
     # column-wise by whole heads, output row-wise), "hidden" (up/gate column-wise, down
     # row-wise; an MoE's every expert), "replicate" (computed whole on every rank)
     tp: str = "replicate"
+    # the nodes of the kind that stay whole on every rank all the same, and why (tp_of): None when `tp` applies
+    tp_whole: Callable[[object], str | None] = lambda node: None
     ml_phrase: str = ""  # what it does in the ML reader's words ("attention: the only place positions mix"); "": the ml word
 
     @property
     def ml_words(self) -> str:
         return self.ml_phrase or self.ml
+
+    def tp_of(self, node) -> str:
+        """How tensor parallelism splits this node: the kind's `tp`, unless `tp_whole` keeps it whole."""
+        return "replicate" if self.tp_whole(node) else self.tp
 
     def describe(self, node) -> tuple[str, str]:
         """(rocket word, network word) for one node: a narrow linear is a throat, not a duct."""
@@ -251,6 +257,11 @@ def _attention_state(a: ir.Attention, n: int) -> int:
     if a.kv_reuse is not None:  # reads the storing layer's cache: none of its own
         return 0
     return 2 * a.kv_heads * a.head_dim * attended(a, n)  # K and V of every attended position
+
+
+def _attention_whole(a: ir.Attention) -> str | None:
+    """Why an attention stays whole under tensor parallelism (the per-head sinks and the output gate are not split yet)."""
+    return "its per-head sinks" if a.sinks else "its output gate" if a.gate != "none" else None
 
 
 def _rotary_table(a) -> tuple | None:
@@ -445,7 +456,7 @@ OPS: tuple[Kind, ...] = (
          buffers=lambda x: 1 if x.type == "scalar" else 0),  # Gemma 4's layer_scalar: a fixed gain the weights bring
     Kind(ir.Attention, "attention", "attn", "mixer", "injector", "attention", "injector: mixes positions",
          out_proj=True, params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
-         mixes_positions=True, masked=True, state_kind="kv", tp="heads", rotary=_rotary_table, buffers=lambda a: a.heads if a.alibi else 0,
+         mixes_positions=True, masked=True, state_kind="kv", tp="heads", tp_whole=_attention_whole, rotary=_rotary_table, buffers=lambda a: a.heads if a.alibi else 0,
          shrink=_shrink_attention, ml_phrase='attention: the only place positions mix'),
     Kind(ir.LatentAttention, "attention", "attn", "mixer", "latent injector", "latent attention",
          "latent injector: mixes positions through a compressed KV latent",
@@ -455,7 +466,8 @@ OPS: tuple[Kind, ...] = (
     Kind(ir.Mlp, "mlp", "mlp", "reactor", "combustor", "MLP", "combustion: reacts at each position",
          out_proj=True, params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
          flops=lambda x, n, w=0: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
-         activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0), tp="hidden", shrink=_shrink_hidden, ml_phrase='MLP: applied at each position on its own'),
+         activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0), tp="hidden", shrink=_shrink_hidden,
+         tp_whole=lambda m: "Gemma 4's per-layer gate reads the whole per-layer input" if m.per_layer else None, ml_phrase='MLP: applied at each position on its own'),
     Kind(ir.Moe, "moe", "moe", "reactor", "liquid-liquid injector", "MoE", "liquid-liquid injection: routed experts",
          out_proj=True, params=_moe_params, flops=_moe_flops, mup_sub=(("router", "output"),),  # width -> experts: a fixed fan-out
          buffers=lambda x: x.experts if x.correction else 0,  # the selection bias: moved by its load rule (or held), never by the optimizer

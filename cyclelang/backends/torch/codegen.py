@@ -203,10 +203,7 @@ class Lowering:
         out.blank(2)
         w("# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every")
         w("# part not listed is replicated. See `parallelize`.")
-        plan = [(part.path, part.kind.tp) for part in self.p.layout.parts() if part.kind.tp != "replicate"
-                and not getattr(part.node, "sinks", False)
-                and getattr(part.node, "gate", "none") == "none"  # attention with sinks or an output gate: replicated (its per-head sinks are not split yet)
-                and not getattr(part.node, "per_layer", False)]  # Gemma 4's per-layer gate reads the whole per-layer input: replicated
+        plan = [(part.path, rule) for part in self.p.layout.parts() if (rule := part.kind.tp_of(part.node)) != "replicate"]
         if plan:
             w("TP_PLAN = {")
             with out.indent():
