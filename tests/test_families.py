@@ -736,7 +736,7 @@ def test_gemma2_alternating_windows_fold_into_a_nested_stage():
     """Gemma 2's local, global, local, ... layers import as one stage of stages, not unrolled; the IR runs them in that order."""
     text = import_config(FAMILIES["gemma2"]())
     assert re.search(r"stage layers x 2 \{[^\n]*\n\s+stage local = gemma2_local\n\s+stage global = gemma2_global\n\s+\}", text), text
-    from cyclelang.interop.families import _run_order
+    from cyclelang.interop.families.core import _run_order
 
     layers = _run_order([op for op in cyclelang.parse(text).engine.body if op.op == "stage"])
     windows = [next(o for b in s.ops for o in b.ops if o.op == "attention").window for s in layers]

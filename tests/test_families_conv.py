@@ -1,4 +1,4 @@
-"""The short-convolution families (interop/families_conv.py): LFM2 (lfm2), LFM2-MoE (lfm2_moe) and LFM3 (lfm3).
+"""The short-convolution families (interop/families/conv.py): LFM2 (lfm2), LFM2-MoE (lfm2_moe) and LFM3 (lfm3).
 
 Each family's round trip (tests/roundtrip.py) at a tiny config where the short conv's taps matter (conv_L_cache > 1
 over 12 tokens), conv layers among attention layers, GQA, a non-default eps and rotary base, conv_bias on and off;

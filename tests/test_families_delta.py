@@ -1,4 +1,4 @@
-"""The gated DeltaNet hybrids (interop/families_delta.py): Qwen3-Next (qwen3_next) and Qwen3.5's text decoders
+"""The gated DeltaNet hybrids (interop/families/delta.py): Qwen3-Next (qwen3_next) and Qwen3.5's text decoders
 (qwen3_5_text, qwen3_5_moe_text).
 
 Each family's round trip (tests/roundtrip.py) at a tiny config where what makes it matters: value heads twice the key

@@ -1,4 +1,4 @@
-"""Gemma 4's text decoder (gemma4_text, families_gemma4.py): its round trip at tiny configs where every
+"""Gemma 4's text decoder (gemma4_text, families/gemma4.py): its round trip at tiny configs where every
 option of its own changes the output, the language's Gemma 4 options (rotary_spread, v_norm, k_eq_v,
 per-layer inputs) against float64 references written here from the equations, each quirk shown to
 matter, and what is refused by name."""

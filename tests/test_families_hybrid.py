@@ -1,4 +1,4 @@
-"""Mamba-2 inside attention hybrids (interop/families_hybrid.py) against transformers: Falcon-H1's round trip
+"""Mamba-2 inside attention hybrids (interop/families/hybrid.py) against transformers: Falcon-H1's round trip
 (tests/roundtrip.py) at tiny configs where each of its options changes the output, each quirk checked to matter
 (the spec with it edited out computes something else), its unexpressible options refused by name; and the
 language options it needed (`turbine ssm out_norm=`, `z_scale= ... dt_scale=`, `turbine mlp gate_scale=`) held to

@@ -1,4 +1,4 @@
-"""The parallel-block, interleaved-rotary and fused-projection families (interop/families_parallel.py):
+"""The parallel-block, interleaved-rotary and fused-projection families (interop/families/parallel.py):
 Cohere, Cohere 2, Cohere 2 MoE, Cohere Compass (text), GLM, GLM-4, StableLM, CodeGen, MPT.
 
 Each family's round trip (tests/roundtrip.py) at a tiny config that exercises what makes it itself:

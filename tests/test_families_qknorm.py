@@ -1,4 +1,4 @@
-"""The qk-norm variants read where the language says them exactly (interop/families_parallel.py,
+"""The qk-norm variants read where the language says them exactly (interop/families/parallel.py,
 families.py): StableLM's qk_layernorm (one LayerNorm per head, each its own gain, no bias) and
 Cohere's use_qk_norm (one (heads, head_dim) gain, a bias-free LayerNorm over each head), both
 `qk_norm qk_norm_type=layernorm qk_norm_head_gains`; Phi's qk_layernorm (one biased LayerNorm over each

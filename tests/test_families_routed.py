@@ -1,4 +1,4 @@
-"""The families that route the DeepSeek-V3 way (interop/families_routed.py): GLM-4.5 (glm4_moe), dots.llm1 (dots1).
+"""The families that route the DeepSeek-V3 way (interop/families/routed_v3.py): GLM-4.5 (glm4_moe), dots.llm1 (dots1).
 
 Each family's round trip (tests/roundtrip.py) at a tiny config whose routing options matter: sigmoid scores, a
 nonzero selection-only correction bias that changes which experts are chosen, n_group > 1 with topk_group < n_group,

@@ -1,4 +1,4 @@
-"""The families with attention sinks (interop/families_sinks.py): gpt-oss (gpt_oss), Granite SWA (granite_swa), Granite MoE SWA
+"""The families with attention sinks (interop/families/sinks.py): gpt-oss (gpt_oss), Granite SWA (granite_swa), Granite MoE SWA
 (granitemoe_swa), Flint (flint).
 
 Each family's round trip (tests/roundtrip.py) at a tiny config where what makes it matters: sinks (perturbed away

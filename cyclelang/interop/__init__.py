@@ -6,13 +6,15 @@
     cyclelang.interop.export(spec, model.state_dict(), "out/")  # config.json + model.safetensors
 
 Families (`families.FAMILIES`, listed with what maps to what in docs/families.md): the Llama-shaped decoders
-(`families`, `families_parallel` for the parallel blocks of Cohere, GLM, StableLM, CodeGen and MPT), their
+(`families`, a package of one module per group: `families.parallel` for the parallel blocks of Cohere, GLM,
+StableLM, CodeGen and MPT, ...), their
 routed-expert kin, the GPT-2 lineage (`lineage`) and the expander families (an ssm, Mamba-1's mixer, latent
 attention, DeepSeek-V3's router). Every config.json is read closed-world (`closed`): a key the family's reader does not
 map, and that is not known to change nothing, is refused by name. Other model types are refused with the
 nearest claimed family and what the language lacks (`unclaimed`). The modules: `closed` (config.json as
 transformers reads it, against `hf_fields`, the classes' fields), `families` (config <-> the spec it implies),
-`compare` (two engines field by field), `load` (reading safetensors, mapping weights by the IR's layout).
+`compare` (two engines field by field), `load` (reading safetensors, converting), `plans` and `mapping` (the weights
+mapped by the IR's layout).
 """
 
 from __future__ import annotations

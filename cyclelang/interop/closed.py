@@ -105,12 +105,12 @@ CLASSES = {
     "nanochat": "NanoChatConfig",
     "hunyuan_v1_dense": "HunYuanDenseV1Config",
     "hunyuan_v1_moe": "HunYuanMoEV1Config",
-    # issue 34's sinks (families_sinks.py)
+    # issue 34's sinks (families/sinks.py)
     "gpt_oss": "GptOssConfig",
     "granite_swa": "GraniteSWAConfig",
     "granitemoe_swa": "GraniteMoeSWAConfig",
     "flint": "FlintConfig",
-    # gated DeltaNet hybrids (issue 34: families_delta.py)
+    # gated DeltaNet hybrids (issue 34: families/delta.py)
     "qwen3_next": "Qwen3NextConfig",
     "qwen3_5_text": "Qwen3_5TextConfig",
     "qwen3_5_moe_text": "Qwen3_5MoeTextConfig",

@@ -5,11 +5,11 @@ pattern, no 1/sqrt(d) scaling, no q/k/v bias), opt (a position table offset by 2
 or Post-LN, ReLU), biogpt (the same offset table, embeddings scaled by sqrt(d)), openai-gpt
 (GPT-1: Post-LN, no final norm), ctrl (sinusoids [sines | cosines]: loaded with the residual channels
 permuted into the feed's interleaved order), gpt_neox_japanese (rotary, no biases but the last layer's attention
-output bias) and gpt-sw3 (GPT2Config under another model_type: read as GPT-2 in families.py).
+output bias) and gpt-sw3 (GPT2Config under another model_type: read as GPT-2 in families/__init__.py).
 
 Each reader is closed-world (`closed.Config`): it reads only the keys its `Keys` map. A
 `Gpt` is what a config says in the language's terms; `spec_text` writes its spec,
-`engine_config` writes the config of a spec (export), `plan` maps the weights (load.py).
+`engine_config` writes the config of a spec (export), `plan` maps the weights (plans.py).
 
 OPT's and BioGPT's position tables have 2 rows more than max_position_embeddings: position p
 reads row p + 2 (row 1 only by a padded token, whose position is -1; row 0 never). The
@@ -297,7 +297,7 @@ assert set(READERS) == set(KEYS) == set(CAUSAL_LM) == set(ENGINE) == set(PREFIX)
 
 
 def spec_text(g: Gpt, source: str) -> str:
-    from .families import _comment, _layer_runs, _num
+    from .families.core import _comment, _layer_runs, _num
 
     src = g.sources
     norm = f"norm layernorm eps={_num(g.eps)}" + ("" if g.norm_affine else " affine=false")
@@ -367,7 +367,7 @@ def spec_text(g: Gpt, source: str) -> str:
 
 def _layers(engine: ir.Engine) -> list[tuple[list, object, object]]:
     """Each layer's (ops in order, attention, mlp): the stages unfolded in the order they run."""
-    from .families import _run_order
+    from .families.core import _run_order
 
     out = []
     for st in _run_order([op for op in engine.body if isinstance(op, ir.Stage)]):
@@ -448,7 +448,7 @@ def engine_config(engine: ir.Engine, family: str) -> dict:
             "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
 
-# --- the weights (load.py's plan) ---------------------------------------------------------------
+# --- the weights (plans.py's plan) ---------------------------------------------------------------
 
 
 def layer_parts(spec) -> list[list[tuple[str, object]]]:
@@ -521,7 +521,7 @@ class Then:
 def _plan_ctrl(plan, put, spec, cat):
     """CTRL: Pre-LN layers (layernorm1, Wq/Wk/Wv, dense; layernorm2, ffn.0, ffn.2), w, layernorm, a biased lm_head;
     every tensor on the residual stream permuted into the feed's sinusoid order (`halves`)."""
-    from .load import _final_valve
+    from .mapping import _final_valve
 
     width = spec.engine.width if isinstance(spec, ir.Spec) else spec.width
     order = tuple(halves(width))
@@ -553,9 +553,9 @@ def _plan_ctrl(plan, put, spec, cat):
 
 
 def plan(family: str, plan, put, spec, same, transpose, cat, neox_qkv):
-    """Fill load.py's plan for one of these families: layer i is stage instance i, its valves and
+    """Fill plans.py's plan for one of these families: layer i is stage instance i, its valves and
     turbines in order (Pre-LN: norm, attention, norm, mlp; Post-LN: attention, norm, mlp, norm)."""
-    from .load import _final_valve
+    from .mapping import _final_valve
 
     if family == "ctrl":
         return _plan_ctrl(plan, put, spec, cat)

@@ -3,7 +3,7 @@ language lacks to write it.
 
 Read from transformers 5.24's modeling files (and the `modular_*.py` beside them, which show how a
 family differs from the one it derives from), for every decoder-only text model in
-`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` that `families.py` does not read. Encoder-decoder and encoder-only
+`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` that `families` does not read. Encoder-decoder and encoder-only
 models and speech or vision-only generative ones are left out. A multimodal wrapper is listed with what
 the language lacks for it (its encoders) and the text config to import alone; where that text decoder
 has a model type of its own, it has its own entry.

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import ir
-from . import families as F  # the readers' helpers (families imports this module after defining them)
-from .closed import Config, Keys, Unsupported, _show
+from ... import ir
+from . import core as F  # the readers' helpers
+from ..closed import Config, Keys, Unsupported, _show
+from .ssm import _jamba_body
 
 _COMMON = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                      "max_position_embeddings", "norm_eps", "pad_token_id", "tie_word_embeddings", "rope_parameters", "conv_bias",
@@ -296,7 +297,7 @@ def spec_text(a: ConvFamily, source: str) -> str:
         f"# a short gated conv), then a SwiGLU MLP{' or routed experts' if a.experts else ''}, each with its RMSNorm in front"
         f"{' and behind' if a.sandwich else ''} ({src['eps']})",
         *templates,
-        *F._engine_lines(a, src, f"{feed}{F._comment(src, 'vocab', 'padding')}", F._jamba_body(a), norm)])
+        *F._engine_lines(a, src, f"{feed}{F._comment(src, 'vocab', 'padding')}", _jamba_body(a), norm)])
 
 
 # --- export: the config of an engine of short convs and attention -----------------------------------
@@ -363,7 +364,7 @@ def plan(plan, put, layout: dict, final: str, state, fused, lfm3: bool = False):
     """LFM2, LFM2-MoE and LFM3: layer i is stage i: attention (q, k, v, out_proj, the qk layernorms; LFM3's Qwen3 names
     o_proj, q_norm, k_norm) or the short conv (its names are transformers' own), then a SwiGLU MLP (w1, w3, w2) or routed
     experts, each with its valve (and LFM3's norms behind them)."""
-    from .load import _Cat, _Index, _parent
+    from ..mapping import _Cat, _Index, _parent
 
     for i, st in sorted(layout.items()):
         h = f"layers.{i}."

@@ -17,9 +17,10 @@ transformers' causal LM; its weights in a checkpoint are refused by name on load
 
 from __future__ import annotations
 
-from .closed import Config, Keys, Unsupported, _show
-from .families import (_GATED_ACTS, _HF_GATED, _LLAMA, Arch, _count, _divides, _dynamic_context, _eps, _kv, _padding, _partial,
-                       _rope, _rope_config, _rope_kind, _rope_scaling, _rotary, _sliding, _types, _window_types, _windows)
+from ..closed import Config, Keys, Unsupported, _show
+from .core import (_GATED_ACTS, _HF_GATED, _LLAMA, Arch, _count, _divides, _dynamic_context, _eps, _kv, _padding, _partial, _rope,
+                   _rope_config, _rope_kind, _rope_scaling, _rotary, _sliding, _types, _windows)
+from .dense import _window_types
 
 _V3 = frozenset({"moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "n_routed_experts", "routed_scaling_factor",
                  "n_group", "topk_group", "first_k_dense_replace", "norm_topk_prob", "attention_bias", "head_dim"})

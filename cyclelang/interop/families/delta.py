@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import ir
-from . import families as _f
-from .closed import FAMILY_ROPE_KEYS, PARTIAL_DEFAULT, Config, Keys, Unsupported, _show
+from ... import ir
+from . import core as _f
+from ..closed import FAMILY_ROPE_KEYS, PARTIAL_DEFAULT, Config, Keys, Unsupported, _show
+from .ssm import _jamba_body
 
 PARTIAL_DEFAULT.update({"qwen3_next": 0.25, "qwen3_5_text": 0.25, "qwen3_5_moe_text": 0.25})  # their __post_init__'s setdefault
 # Qwen3.5's multimodal rotary (mrope): per-section positions for image and video tokens; a text model's positions
@@ -282,7 +283,7 @@ def spec_text(a: DeltaHybrid, source: str) -> str:
         f"# each with its {'' if a.lara else '(1 + w) '}RMSNorm in front ({src['eps']})",
         *templates,
         *_f._engine_lines(a, src, f"{feed}{comment(src, 'vocab', 'padding')}",
-                          [ln.replace("stage jamba_block", "stage hybrid_block", 1) for ln in _f._jamba_body(a)], norm)])
+                          [ln.replace("stage jamba_block", "stage hybrid_block", 1) for ln in _jamba_body(a)], norm)])
 
 
 def _olmo_text(a: DeltaHybrid, source: str) -> str:
@@ -310,7 +311,7 @@ def _olmo_text(a: DeltaHybrid, source: str) -> str:
         f"# OLMo-3's attention with its RMSNorm after it; then a swiglu MLP, its norm on the same side ({src['eps']})",
         *templates,
         *_f._engine_lines(a, src, f"{feed}{comment(src, 'vocab', 'padding')}",
-                          [ln.replace("stage jamba_block", "stage hybrid_block", 1) for ln in _f._jamba_body(a)], norm)])
+                          [ln.replace("stage jamba_block", "stage hybrid_block", 1) for ln in _jamba_body(a)], norm)])
 
 
 # --- export: the config of an engine of these families ----------------------------------------------------
@@ -496,7 +497,7 @@ _DELTA_PARAMS = ("conv1d.weight", "dt_bias", "A_log", "out_proj.weight")
 def plan(arch: str, plan_, put, spec, state, fused):
     """Layer i is stage i: a gated DeltaNet (`linear_attn.`) or output-gated attention (`self_attn.`), then a swiglu MLP or
     routed experts beside a gated shared expert (`mlp.`), each with its (1 + w) RMSNorm in front."""
-    from . import load as L
+    from .. import mapping as L
 
     nodes = {path: part.node for part in ir.layout.layout(spec).parts() for path in part.instances()}
     if arch == "olmo_hybrid":
@@ -567,7 +568,7 @@ def _plan_olmo(plan_, put, spec, nodes, state):
     """OLMo Hybrid: a DeltaNet layer's norms in front (input_layernorm, post_attention_layernorm) and its separate projections
     (q, k, v fused into ours in_proj_qkv; g_proj is the gate z; o_norm the gated norm); an attention layer's norms after its
     branches (post_attention_layernorm, post_feedforward_layernorm), its qk-norms across the heads."""
-    from . import load as L
+    from .. import mapping as L
 
     for i, st in sorted(L._layout(spec).items()):
         h = f"layers.{i}."

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import ir
-from .closed import Config, Keys, Unsupported, _show
+from ... import ir
+from ..closed import Config, Keys, Unsupported, _show
 
 FAMILY = "gemma4_text"
 UNIFIED = "gemma4_unified_text"  # Gemma 4 unified's text decoder: the same layers without per-layer inputs or experts
@@ -266,7 +266,7 @@ def read(c: Config) -> Gemma4:
 
 
 def _num(x) -> str:
-    from .families import _num as num
+    from .core import _num as num
 
     return num(x)
 
@@ -314,7 +314,7 @@ def _template(a: Gemma4, kind: str) -> list[str]:
 
 
 def _text(a: Gemma4, source: str) -> str:
-    from .families import _header, _layer_runs
+    from .core import _header, _layer_runs
 
     lines = [*_header(a.family, source), f"let d_model = {a.width}  # hidden_size", ""]
     for kind in ("local", "global", "local_store", "global_store", "local_shared", "global_shared"):
@@ -338,7 +338,7 @@ def _text(a: Gemma4, source: str) -> str:
 
 def plan(plan, put, layout: dict, final: str, state, fused):
     """Gemma 4's weights onto the module (load._plan's contract: module key -> (checkpoint keys, transform))."""
-    from .load import _Cat
+    from ..mapping import _Cat
 
     for i, st in sorted(layout.items()):
         if st.attn is None or st.mlp is None:
@@ -403,7 +403,7 @@ def engine_config(engine: ir.Engine) -> dict | None:
 def _engine_config(engine: ir.Engine) -> dict | None:
     """The gemma4_text config of an engine shaped like Gemma 4's decoder (None: not one); export then checks, field by field,
     that importing it gives back the engine."""
-    from .families import _run_order
+    from .core import _run_order
 
     if not owns(engine):
         return None

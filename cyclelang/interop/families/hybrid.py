@@ -25,11 +25,14 @@ What makes each one (transformers 5.24's modeling files):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .. import ir
-from .closed import Config, Keys, Unsupported
-from .families import _divides, _eps, _header, _kv, _padding, _rope, _rope_kind
+from ... import ir
+from ..closed import Config, Keys, Unsupported
+from ..mapping import _Cat, _Index, _Plan, _parent, _put_gated
+from .bamba import _put_hybrid_mixer
+from .core import _divides, _eps, _header, _kv, _padding, _rope, _rope_kind
+from .ssm import MAMBA2_MIXER
 
 _LOGITS_TO_KEEP = ("how many positions' logits generation computes (logits_to_keep); the forward's logits of those positions "
                    "are the same")
@@ -333,7 +336,8 @@ READERS = {"falcon_h1": _falcon_h1, "nemotron_h": _nemotron_h}
 
 
 def single_mixer_text(a: SingleMixerHybrid, source: str) -> str:
-    from .families import _engine_lines, _jamba_body
+    from .core import _engine_lines
+    from .ssm import _jamba_body
 
     src = a.sources
     norm = "norm rmsnorm" + (f" eps={_num(a.eps)}" if a.eps != 1e-6 else "")
@@ -385,13 +389,13 @@ def single_mixer_config(engine: ir.Engine, layers: list, base: dict) -> dict:
 
 
 def _num(x) -> str:
-    from .families import _num as num  # defined after this module is read (families.py imports it at its end)
+    from .core import _num as num
 
     return num(x)
 
 
 def _comment(src: dict, *keys: str) -> str:
-    from .families import _comment as comment
+    from .core import _comment as comment
 
     return comment(src, *keys)
 
@@ -498,3 +502,63 @@ def engine_config(engine: ir.Engine) -> dict:
             "attention_in_multiplier": 1.0, "key_multiplier": key, "attention_out_multiplier": _merge(ab),
             "ssm_in_multiplier": 1.0, "ssm_multipliers": list(s.scales), "ssm_out_multiplier": _merge(sb),
             "mlp_multipliers": [mlp.gate_scale, _merge(burn)]}
+
+
+def _plan_falcon_h1(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """Falcon-H1: layer i is stage i: one norm before both the Mamba-2 mixer (`mamba.`, transformers' names) and attention
+    (q, k, v, o), then a gated MLP (`feed_forward.`) with its own valve."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        if st.attn is None or st.ssm is None or st.mlp is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} lacks its ssm, attention or mlp; transformers' falcon_h1 layer {i} has all three"
+            continue
+        put(f"{st.valves.get(st.ssm, _parent(st.ssm) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.mlp, _parent(st.mlp) + 'norm')}.weight", h + "pre_ff_layernorm.weight")
+        _put_hybrid_mixer(put, replace(st, attn=None), h)  # the Mamba-2 mixer ...
+        _put_hybrid_mixer(put, st, h)  # ... and attention
+        _put_gated(put, st.mlp, h + "feed_forward.", st.work_node.hidden)
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "final_layernorm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan
+
+
+def _plan_nemotron_h(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    """Nemotron-H: layer i is stage i: its valve (`norm`) and one mixer (`mixer.`): a Mamba-2 mixer, attention or an ungated MLP."""
+    for i, st in sorted(layout.items()):
+        h = f"layers.{i}."
+        turbine = st.ssm or st.attn or st.mlp or st.moe
+        if turbine is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i} has no ssm, attention, mlp or moe; transformers' nemotron_h layer {i} has one"
+            continue
+        put(f"{st.valves.get(turbine, _parent(turbine) + 'norm')}.weight", h + "norm.weight")
+        if st.ssm is not None:
+            for name in MAMBA2_MIXER:
+                put(f"{st.ssm}.{name}", h + "mixer." + name)
+            put(f"{st.ssm}.norm", h + "mixer.norm.weight")
+        elif st.attn is not None:
+            a = st.attn_node
+            put(f"{st.attn}.qkv.weight", [h + f"mixer.{n}_proj.weight" for n in "qkv"],
+                _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+            put(f"{st.attn}.proj.weight", h + "mixer.o_proj.weight")
+        elif st.moe is not None:  # a sigmoid router with its correction buffer, fused ungated experts, one shared expert
+            n = st.work_node.experts
+            put(f"{st.moe}.router.weight", h + "mixer.gate.weight")
+            put(f"{st.moe}.correction", h + "mixer.gate.e_score_correction_bias")
+            mem = (h + "mixer.experts.up_proj" in state) if fused is None else fused  # the model's 3-D tensors, or one expert a key as saved
+            for x in range(n):
+                for ours, theirs in (("fc", "up_proj"), ("proj", "down_proj")):
+                    if mem:
+                        put(f"{st.moe}.experts.{x}.{ours}.weight", h + f"mixer.experts.{theirs}", _Index(x, n))
+                    else:
+                        put(f"{st.moe}.experts.{x}.{ours}.weight", h + f"mixer.experts.{x}.{theirs}.weight")
+            put(f"{st.moe}.shared.fc.weight", h + "mixer.shared_experts.up_proj.weight")
+            put(f"{st.moe}.shared.proj.weight", h + "mixer.shared_experts.down_proj.weight")
+        else:
+            for p in ("weight", "bias"):
+                put(f"{st.mlp}.fc.{p}", h + f"mixer.up_proj.{p}")
+                put(f"{st.mlp}.proj.{p}", h + f"mixer.down_proj.{p}")
+    put("feed.tok.weight", "embeddings.weight")
+    put(f"{final}.weight", "norm_f.weight")
+    put("head.weight", "lm_head.weight")
+    return plan

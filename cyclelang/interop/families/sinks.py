@@ -7,7 +7,7 @@ What makes each one (transformers 5.24's modeling files):
   layer gpt-oss's MoE: a router with a bias whose top num_experts_per_tok logits are softmaxed (the same weights as the
   softmax over every expert renormalised over the chosen), and biased experts of the clamped SwiGLU, the gate capped at
   swiglu_limit and up clamped to [-limit, limit], out = (up + 1) * gate * sigmoid(swiglu_alpha * gate), gate and up
-  interleaved column by column in the fused gate_up_proj (load.py's _Interleaved). hidden_act is read by nothing.
+  interleaved column by column in the fused gate_up_proj (_Interleaved, in the weight plan below). hidden_act is read by nothing.
 - granite_swa: Granite's block (its four multipliers) with a learned sink per head (the eager path's
   o * sigmoid(logsumexp(s) - sink), the same function), sliding windows on the layers layer_types names (by default all
   but every fourth, i % 4 == 0), and a rotary base per layer (layer_rope_theta; 0: no rotary on that layer, NoPE).
@@ -20,11 +20,15 @@ What makes each one (transformers 5.24's modeling files):
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from .closed import Config, Keys, Unsupported, _show
-from .families import (_LLAMA, Arch, _count, _eps, _kv, _padding, _partial, _rope, _rope_config, _rope_scaling, _sliding,
-                       _types, _windows)
+from ..closed import Config, Keys, Unsupported, _show
+from ..mapping import _Cat, _Index, _IndexT, _Plan, _parent
+from .core import (_GATED_ACTS, _HF_GATED, _LLAMA, Arch, _count, _eps, _kv, _padding, _partial, _rope, _rope_config, _rope_scaling, _sliding,
+                   _types, _windows)
+from .dense import _per_layer
+from .llama import _decoder, _decoder_config
+from .routed import _ROUTED, _routed
 
 _ALPHA = 1.702  # the language's swiglu_clamp: gate * sigmoid(1.702 * gate)
 
@@ -118,11 +122,9 @@ def _windowed(windows: list) -> dict:
 
 def _granite_swa(c: Config) -> Arch:
     """Granite's (or GraniteMoeShared's) reader for the block, then the sinks, the windows and the rotary base per layer."""
-    from .families import READERS as BLOCKS
-
     layers = c["num_hidden_layers"]
     family = c.family
-    a = BLOCKS[_BASE[family]](c)
+    a = (_routed if _BASE[family] in _ROUTED else _decoder)(_BASE[family])(c)
     sw = _sliding(c)
     types = _types(c, layers, lambda: ["full_attention" if i % 4 == 0 else "sliding_attention" for i in range(layers)])
     if "sliding_attention" in types and sw is None:
@@ -133,8 +135,6 @@ def _granite_swa(c: Config) -> Arch:
 
 
 def _flint(c: Config) -> Arch:
-    from .families import _GATED_ACTS
-
     width, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
     act = _GATED_ACTS.get(c["hidden_act"])
     if act is None:
@@ -187,8 +187,6 @@ def _flint(c: Config) -> Arch:
 
 
 def _flint_config(a: Arch) -> dict:
-    from .families import _HF_GATED, _per_layer
-
     if not a.sinks or a.router != "sigmoid" or a.correction or a.groups > 1 or a.route_scale != 1.0 or a.router_bias:
         raise Unsupported("router", "Flint's attention has sinks, its router the top-k of each expert's sigmoid, unbiased and unscaled")
     if not a.shared or a.shared_gate or a.mlp_bias or a.qk_norm != "head" or a.qk_eps != a.eps or a.qkv_bias != a.out_bias:
@@ -205,8 +203,6 @@ def _flint_config(a: Arch) -> dict:
     if len(local) > 1 or len(ropes) > 1:
         raise Unsupported("window", "Flint has one sliding_window and one rope for its sliding layers")
     base, sc = ropes.pop() if ropes else (a.rotary_base, None)
-    from .families import _rope_config
-
     dense = a.layer_dense or (False,) * a.layers
     return {"model_type": "flint", "architectures": [CAUSAL_LM["flint"]], "vocab_size": a.vocab, "tie_word_embeddings": a.tied,
             "hidden_size": a.width, "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
@@ -223,8 +219,6 @@ READERS = {"gpt_oss": _gpt_oss, "granite_swa": _granite_swa, "granitemoe_swa": _
 
 
 def _granite_swa_config(a: Arch) -> dict:
-    from .families import _per_layer, config_of as plain
-
     if not a.sinks:
         raise Unsupported("sinks", f"{a.family}'s attention has a learned sink per head (sinks)")
     per = _per_layer(a)
@@ -236,7 +230,7 @@ def _granite_swa_config(a: Arch) -> dict:
         raise Unsupported("rotary", f"{a.family}'s layers rotate whole heads by one rope_parameters (their own base, layer_rope_theta) or not at all")
     (sc, _), = ropes or {(None, 1.0)}
     base = next((b for _, rot, b, _ in per if rot), 10000.0)
-    cfg = plain(replace(a, family=_BASE[a.family], sinks=False, window=None, layer_windows=(), layer_attn=(), rotary=1.0, rotary_base=base,
+    cfg = _decoder_config(replace(a, family=_BASE[a.family], sinks=False, window=None, layer_windows=(), layer_attn=(), rotary=1.0, rotary_base=base,
                         rotary_scaling=sc))
     return {**cfg, "model_type": a.family, "architectures": [CAUSAL_LM[a.family]], "sliding_window": local.pop() if local else None,
             "layer_types": ["sliding_attention" if w is not None else "full_attention" for w, *_ in per],
@@ -272,3 +266,53 @@ def config_of(a: Arch) -> dict:
     if a.family == "flint":
         return _flint_config(a)
     return _gpt_oss_config(a)
+
+
+# --- gpt-oss's weights: q, k, v, o biased, a sink per head, a biased router, the experts' fused tensors
+# stored (in, out) with gate and up interleaved column by column, and biased ---------------------------------------
+
+
+@dataclass(frozen=True)
+class _Interleaved(_Index):
+    """One expert's slice of gpt-oss's gate_up_proj (E, in, 2 x hidden) or its bias (E, 2 x hidden), whose gate and up
+    alternate (gate the even columns, up the odd ones): ours is [gate | up] by rows, (2 x hidden, in) or (2 x hidden,)."""
+
+    def __call__(self, t):
+        import torch
+
+        t = t[self.x].t() if t.dim() == 3 else t[self.x]
+        return torch.cat((t[0::2], t[1::2]), dim=0)
+
+    def inverse(self, t):
+        import torch
+
+        gate, up = t.chunk(2, dim=0)
+        both = torch.stack((gate, up), dim=1).reshape(t.shape)  # rows gate_0, up_0, gate_1, ...
+        return [both.t() if t.dim() == 2 else both]
+
+
+def _plan_gpt_oss(plan: _Plan, put, layout: dict, final: str, state, fused) -> _Plan:
+    for i, st in sorted(layout.items()):
+        if st.attn is None or st.moe is None:
+            plan.reasons[f"stages.{i}"] = f"stage {i}: a gpt-oss layer is attention then routed experts"
+            continue
+        a, m, h = st.attn_node, st.work_node, f"layers.{i}."
+        put(f"{st.valves.get(st.attn, _parent(st.attn) + 'norm')}.weight", h + "input_layernorm.weight")
+        put(f"{st.valves.get(st.moe, _parent(st.moe) + 'norm')}.weight", h + "post_attention_layernorm.weight")
+        qkv = _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim))
+        for p in ("weight", "bias"):
+            put(f"{st.attn}.qkv.{p}", [h + f"self_attn.{n}_proj.{p}" for n in "qkv"], qkv)
+            put(f"{st.attn}.proj.{p}", h + f"self_attn.o_proj.{p}")
+            put(f"{st.moe}.router.{p}", h + f"mlp.router.{p}")
+        put(f"{st.attn}.sinks", h + "self_attn.sinks")
+        e = h + "mlp.experts."
+        for x in range(m.experts):
+            ours = f"{st.moe}.experts.{x}"
+            put(f"{ours}.fc.weight", e + "gate_up_proj", _Interleaved(x, m.experts))
+            put(f"{ours}.fc.bias", e + "gate_up_proj_bias", _Interleaved(x, m.experts))
+            put(f"{ours}.proj.weight", e + "down_proj", _IndexT(x, m.experts))
+            put(f"{ours}.proj.bias", e + "down_proj_bias", _Index(x, m.experts))
+    put("feed.tok.weight", "embed_tokens.weight")
+    put(f"{final}.weight", "norm.weight")
+    put("head.weight", "lm_head.weight")
+    return plan

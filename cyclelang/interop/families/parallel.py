@@ -23,9 +23,9 @@ prefix_lm, and qk_ln and the other switches transformers ignores.
 
 from __future__ import annotations
 
-from .closed import Config, Keys, Unsupported, _show
-from .families import (_GATED_ACTS, _HF_GATED, _HF_PLAIN, _PLAIN_ACTS, Arch, _divides, _eps, _kv, _padding, _partial, _rope,
-                       _rope_kind, _rotary, _sliding, _types, _windows)
+from ..closed import Config, Keys, Unsupported, _show
+from .core import (_GATED_ACTS, _HF_GATED, _HF_PLAIN, _PLAIN_ACTS, Arch, _divides, _eps, _kv, _padding, _partial, _rope,
+                   _rope_kind, _rotary, _sliding, _types, _windows)
 
 _COHERE = frozenset({"vocab_size", "hidden_size", "intermediate_size", "logit_scale", "num_hidden_layers", "num_attention_heads",
                      "num_key_value_heads", "hidden_act", "max_position_embeddings", "layer_norm_eps", "pad_token_id",
