@@ -66,6 +66,9 @@ def main(argv=None):
     ap.add_argument("--compile-specs", default="gpt2,llama,moe", help="torch.compile specs")
     ap.add_argument("--first-specs", default="gpt2,llama,moe", help="time-to-first-compiled-step specs")
     ap.add_argument("--first-rounds", type=int, default=3, help="rounds of the first-step section (each side cold then warm, in fresh processes)")
+    ap.add_argument("--first-nested", action="store_true", help="first-step: also the nested-region route (one graph, each stage a nested_compile_region, donated buffers off)")
+    ap.add_argument("--first-depths", default="4,12,24", help="first-step: the depth rows, regional against whole (empty: none)")
+    ap.add_argument("--first-depth-spec", default="llama", help="first-step: the spec of the depth rows")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # SPEC:SIDE, run by the first-step section in a fresh process
     ap.add_argument("--verbose-child", action="store_true", help="with --child: also print compile_times() to stderr")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the models run (cuda: the GPU section of the doc)")

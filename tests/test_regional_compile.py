@@ -293,3 +293,30 @@ def test_cyclec_train_compile_says_what_it_compiled_and_fsdp_agrees(tmp_path):
     p = launch(2, spec, *common, "--micro-batch", "2", "--fsdp", "--compile", "--out", tmp_path / "fsdp", timeout=900)
     assert "compiled (regional): 3 region(s), 3 graph(s)" in p.stderr, p.stderr[-2000:]
     assert_same_parameters(tmp_path / "fsdp", tmp_path / "eager", tol=5e-5)
+
+
+# --- the benchmark's report of it ---------------------------------------------------------------
+
+
+def test_the_first_step_report_renders_regional_and_depth_rows():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_run_regional", ROOT / "benchmarks" / "run.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    meta = {"date": "d", "cpu": "x", "threads": 1, "dtype": "float32", "gpu": None, "torch": "t", "transformers": "h", "python": "p",
+            "batch": 2, "seq": 64, "rounds": 3, "steps": 1, "command": "c"}
+    sides = ("cyclec", "regional", "reference", "transformers")
+    s = {"cold": dict(zip(sides, (40.0, 10.0, 20.0, 30.0))), "warm": dict(zip(sides, (8.0, 4.0, 6.0, 9.0)))}
+    detail = {k: {"graphs": 1, "graphs_second": 0, "breaks": 0, "kernels": 5, "aot_cache_warm": {},
+                  "phases": dict.fromkeys(("dynamo", "aot", "codegen", "cpp_wait"), 1.0)} for k in sides}
+    row = {"name": "llama", "rounds": 3, "s": s, "ratio": {k: {"vs_ref": 2.0, "vs_hf": 1.5} for k in s}, "detail": detail,
+           "regional": {k: {"vs_ref": 0.5, "vs_hf": 0.333, "vs_whole": 0.25, "second_vs_whole": 1.01} for k in s},
+           "spread": {k: {label: [v - 1, v + 1] for label, v in s[k].items()} for k in s}, "regions": {"feed": 1, "LlamaBlock": 4, "head": 1}}
+    depth = {"name": "llama", "rounds": 3, "depths": [
+        {"depth": d, "s": {"cold": {"regional": 10.0 + d / 12, "cyclec": 10.0 * d}}, "vs_whole": {"cold": 1 / d},
+         "growth": {"regional": 1 + d / 100, "cyclec": d / 4}, "graphs": {"regional": 4, "cyclec": 1}} for d in (4, 24)]}
+    text = bench.render({"first-step": {"meta": meta, "data": [row, depth]}})
+    assert "| llama | cold | 10.0 (9.0-11.0) | 40.0 (39.0-41.0) | **0.250** | **0.500** | **0.333** | 1.010 | feed, LlamaBlock x4, head |" in text
+    assert "| 24 | 12.0 | 240.0 | 0.042 | **x1.24** | x6.00 | 4 / 1 |" in text
+    assert text.count("| llama | cold | 40.0 |") == 1  # the depth rows are not spec rows

@@ -30,6 +30,13 @@ def render(results) -> str:
             ms = r["ms"]
             rd = (f"{ms['readable']:.1f}", f"{r['readable_vs_fast']:.3f}", f"{r['readable_vs_ref']:.3f}") if "readable" in ms else ("-", "-", "-")
             out.append(f"| {r['name']} | {ms['cyclec']:.1f} | {rd[0]} | {ms['reference']:.1f} | {ms['transformers']:.1f} | **{r['vs_ref']:.3f}** | **{r['vs_hf']:.3f}** | {rd[1]} | {rd[2]} |")
+        rows = [r for r in results[key] if "regional_vs_whole" in r]
+        if rows:
+            out += ["", "Regional: the fast model compiled by regions (`compile_model`, what `cyclec train --compile` runs), the same weights, "
+                    "against the spec compiled whole (cyclec) and the others in the same rounds.", "",
+                    "| spec | regional ms | regional / whole | regional / reference | regional / transformers |", "|---|---|---|---|---|"]
+            out += [f"| {r['name']} | {r['ms']['regional']:.1f} | **{r['regional_vs_whole']:.3f}** | {r['regional_vs_ref']:.3f} | "
+                    f"**{r['regional_vs_hf']:.3f}** |" for r in rows]
         notes = [r["note"] for r in results[key] if r["note"]]
         out += [""] + ([f"Note: {'; '.join(notes)}.", ""] if notes else [])
         rows = [r for r in results[key] if "cpu" in r]
@@ -62,6 +69,9 @@ def render(results) -> str:
                            + f" | {tk['reference']:,.0f} | {tk['transformers']:,.0f} | {pct('cyclec')} | {pct('reference')} | {pct('transformers')} |")
             out.append("")
     if "first-step" in results:
+        depth_rows = [r for r in results["first-step"] if "depths" in r]
+        results = dict(results, **{"first-step": [r for r in results["first-step"] if "depths" not in r]})
+    if results.get("first-step"):
         n = results["first-step"][0].get("rounds", 0)
         out += ["### Time to the first compiled step", "",
                 "torch.compile, then the first training step (forward, backward, AdamW), each side in a fresh process; cold: an empty inductor cache, "
@@ -87,6 +97,35 @@ def render(results) -> str:
                 out.append(f"| {r['name']} | {label} | {d['graphs']} (+{d['graphs_second']}) | {d['breaks']} | {d['kernels']} | {ph['dynamo']:.1f} | "
                            f"{ph['aot']:.1f} | {ph['codegen']:.1f} | {ph['cpp_wait']:.1f} | {state} |")
         out.append("")
+        rows = [r for r in results["first-step"] if r.get("regional")]
+        if rows:
+            out += ["Regional compilation (the generated file's `compile_model`, what `cyclec train --compile` runs: each distinct stage "
+                    "compiled once, its instances sharing the graph; the feed, the final norm and the head as regions of their own) against "
+                    "the same spec compiled whole (cyclec above, one graph). Second step: the step after the compiling one, regional / whole. "
+                    "Spread: the fastest and slowest round.", "",
+                    "| spec | cache | regional s (spread) | whole s (spread) | regional / whole | regional / reference | regional / transformers | "
+                    "second step: regional / whole | regions (instances) |", "|---|---|---|---|---|---|---|---|---|"]
+            for r in rows:
+                regions = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in (r.get("regions") or {}).items()) or "-"
+                for kind in ("cold", "warm"):
+                    t, g, sp = r["s"][kind], r["regional"][kind], r["spread"][kind]
+                    nested = f" (nested / whole {g['nested_vs_whole']:.3f})" if "nested_vs_whole" in g else ""
+                    out.append(f"| {r['name']} | {kind} | {t['regional']:.1f} ({sp['regional'][0]:.1f}-{sp['regional'][1]:.1f}) | "
+                               f"{t['cyclec']:.1f} ({sp['cyclec'][0]:.1f}-{sp['cyclec'][1]:.1f}) | **{g['vs_whole']:.3f}**{nested} | "
+                               f"**{g['vs_ref']:.3f}** | **{g['vs_hf']:.3f}** | {g['second_vs_whole']:.3f} | {regions} |")
+            out.append("")
+    if "first-step" in results and depth_rows:
+        for r in depth_rows:
+            base = r["depths"][0]["depth"]
+            out += [f"Deeper: the {r['name']} spec at {', '.join(str(d['depth']) for d in r['depths'])} blocks, cold (an empty inductor cache), "
+                    f"medians over {r['rounds']} rounds; growth: the per-round ratio to {base} blocks.", "",
+                    "| blocks | regional s | whole s | regional / whole | regional growth | whole growth | graphs: regional / whole |",
+                    "|---|---|---|---|---|---|---|"]
+            for d in r["depths"]:
+                c = d["s"]["cold"]
+                out.append(f"| {d['depth']} | {c['regional']:.1f} | {c['cyclec']:.1f} | {d['vs_whole']['cold']:.3f} | **x{d['growth']['regional']:.2f}** | "
+                           f"x{d['growth']['cyclec']:.2f} | {d['graphs']['regional']} / {d['graphs']['cyclec']} |")
+            out.append("")
     if "decode" in results:
         d = results["decode"]
         out += ["### Decoding (greedy, batch 1, Llama-style spec at width 128)", "",
