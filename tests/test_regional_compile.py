@@ -185,6 +185,13 @@ def test_decoding_with_the_cache_under_regional_compile():
 # --- numerics: inductor's regions against eager -------------------------------------------------
 
 FAST = ("llama",)  # one cold inductor compile in the fast tier; the rest under slow
+# Where the spec compiled whole is off eager by more than 1e-6 already, the regions are held to
+# what whole is: gated DeltaNet's chunked scan sums in inductor's order (whole and regional alike
+# 9.9e-4 off on a token gradient of 11.7, the loss exact).
+TOL = {"gated_delta": 2e-3}
+# the specs no compile handles, whole or regional (refused by dynamo, not a wrong number)
+NOT_COMPILED = {"sinks": "its MoE path reads the per-expert token counts as Python ints (counts.tolist()): data-dependent, "
+                         "refused by dynamo under fullgraph, whole and regional alike"}
 
 
 def _numerics(name):
@@ -192,10 +199,12 @@ def _numerics(name):
     compiled, mod = small(name, depth=2)
     eager, _ = small(name, depth=2)
     perturbed(compiled), perturbed(eager)
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in compiled.modules()):
+        compiled.eval(), eager.eval()  # dropout draws its own masks on each side; the gradients are computed all the same
     mod.compile_model(compiled)  # inductor, as `cyclec train --compile`
     idx, tgt = batch(compiled)
     for _ in range(2):  # the first call compiles; the second runs the compiled code alone
-        assert_same_step(compiled, eager, idx, tgt)
+        assert_same_step(compiled, eager, idx, tgt, tol=TOL.get(name, 1e-6))
     torch._dynamo.reset()
 
 
@@ -205,7 +214,8 @@ def test_regional_inductor_equals_eager(name):
 
 
 @pytest.mark.slow  # an inductor compile per spec: minutes on two cores
-@pytest.mark.parametrize("path", [p for p in SPECS if p.stem not in FAST], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=NOT_COMPILED[p.stem])) if p.stem in NOT_COMPILED
+                                  else p for p in SPECS if p.stem not in FAST], ids=lambda p: p.stem)
 def test_regional_inductor_equals_eager_for_every_library_spec(path):
     _numerics(path.stem)
 
