@@ -3,14 +3,17 @@
 `torchrun --nproc-per-node N -m cyclelang train ...` sets RANK, WORLD_SIZE, LOCAL_RANK
 and the rendezvous; `Distributed.from_env()` joins it (gloo on CPU, NCCL on GPU).
 The mesh is ("dp", "tp") with tp = --tp; data parallelism is FSDP2 with --fsdp and DDP
-otherwise. Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at
-another data-parallel world size) plus the full weights gathered on rank 0.
+otherwise. With --ep N the mesh is ("edp", "ep", "tp") with "dp" = "edp" x "ep" flattened
+(`expert.py`: the experts split over "ep"); the run sees ("dp", "tp") as before.
+Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at another
+data-parallel world size and --ep) plus the full weights gathered on rank 0.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -29,9 +32,12 @@ class Distributed:
     device: torch.device
     mesh: object = None  # DeviceMesh ("dp", "tp")
     tp: int = 1
+    ep: int = 1
+    ep_mesh: object = None  # --ep: DeviceMesh ("edp", "ep", "tp"), "dp" flattened (mesh: "dp" x "tp", or "dp")
+    experts: object = None  # --ep: the model's expert.ExpertParallel, once applied
 
     @classmethod
-    def from_env(cls, tp: int = 1) -> "Distributed | None":
+    def from_env(cls, tp: int = 1, ep: int = 1) -> "Distributed | None":
         """The run's process group when launched by torchrun (WORLD_SIZE > 1), else None."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1 and tp <= 1:
@@ -50,8 +56,18 @@ class Distributed:
             atexit.register(_close, dist)
         if world % tp:
             raise ValueError(f"--tp {tp} does not divide the world size {world}")
+        device = torch.device("cuda", local) if cuda else torch.device("cpu")
+        if ep > 1:  # expert parallelism (expert.py): ("edp", "ep", "tp"), "dp" = "edp" x "ep"
+            if world % (ep * tp):
+                raise ValueError(f"--ep {ep} x --tp {tp} does not divide the world size {world}")
+            ep_mesh = init_device_mesh(device.type, (world // (ep * tp), ep, tp), mesh_dim_names=("edp", "ep", "tp"))
+            dp_mesh = ep_mesh["edp", "ep"]._flatten("dp")
+            with warnings.catch_warnings():  # ("dp", "tp") with "dp" flattened: torch warns it may change how
+                warnings.simplefilter("ignore", UserWarning)  # such a slice is taken, not that it is wrong
+                mesh = ep_mesh["dp", "tp"] if tp > 1 else dp_mesh
+            return cls(dist.get_rank(), world, local, device, mesh, tp, ep, ep_mesh)
         mesh = init_device_mesh("cuda" if cuda else "cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
-        return cls(dist.get_rank(), world, local, torch.device("cuda", local) if cuda else torch.device("cpu"), mesh, tp)
+        return cls(dist.get_rank(), world, local, device, mesh, tp)
 
     @property
     def dp(self) -> int:
@@ -92,9 +108,13 @@ class Distributed:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
-        msd, osd = get_state_dict(model, optimizer)
+        # the optimizer's state flattened per parameter (state.json's "optim_flat"): a rank that holds some
+        # experts only (--ep) writes their entries, and the checkpoint reloads at another --ep
+        msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True))
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.experts is not None:  # every rank's experts, on rank 0
+            full.update(self.experts.full_experts(model))
         return unshard_layout(full, getattr(model, "tp_layout", {})) if self.rank == 0 else {}
 
 
@@ -105,12 +125,14 @@ def unshard_layout(state: dict, layout: dict) -> dict:
     return {k: unshard_rows(v, *layout[k]) if k in layout else v for k, v in state.items()}
 
 
-def dcp_load(path, model, optimizer, dist: Distributed | None) -> None:
-    """Load a DCP checkpoint into a model (sharded or not) and its optimizer, resharding as needed."""
+def dcp_load(path, model, optimizer, dist: Distributed | None, flat: bool = False) -> None:
+    """Load a DCP checkpoint into a model (sharded or not) and its optimizer, resharding as needed.
+    flat: the optimizer's state was saved flattened per parameter (state.json's "optim_flat")."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-    msd, osd = get_state_dict(model, optimizer)
+    options = StateDictOptions(flatten_optimizer_state_dict=flat)
+    msd, osd = get_state_dict(model, optimizer, options=options)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
