@@ -125,6 +125,8 @@ def test_whole_is_one_graph_and_a_bad_mode_is_refused():
     idx, tgt = batch(model)
     model(idx, tgt)[1].backward()
     assert counter.graphs == 1 and mod.compiled_graphs(model) == {"model": 1}
+    with pytest.raises(ValueError, match="compiled already"):
+        mod.compile_model(model)  # a second compile would wrap the compiled forwards again
     torch._dynamo.reset()
     with pytest.raises(ValueError, match="regional or whole"):
         mod.compile_model(small("gpt2")[0], "layers")

@@ -171,6 +171,8 @@ def compile_model(model, mode="regional", **options):
 
     if mode not in ("regional", "whole"):
         raise ValueError(f"compile mode must be regional or whole, not {mode!r}")
+    if getattr(model, "compiled_regions", None):
+        raise ValueError("the model is compiled already (compile_model runs once per model)")
     if mode == "whole":
         groups = {"model": [model]}
     else:
