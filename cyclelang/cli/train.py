@@ -34,7 +34,10 @@ SPEC_HELP = "The spec's startup block (warmup, schedule, clip, betas, decay), un
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the weights, the data order and dropout.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
               help="Mixed precision: autocast to this type (fp16 with a GradScaler).")
-@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model (each stage when distributed).")
+@click.option("--compile", "compile_", is_flag=True,
+              help="torch.compile the model in place, each distinct stage once (regional; its instances share the graph).")
+@click.option("--compile-mode", type=click.Choice(["regional", "whole"]), default="regional", show_default=True,
+              help="With --compile: regional (each kind of stage, the feed, the final norm and the head as graphs of their own) or whole (one graph).")
 @click.option("--eval-every", type=int, default=100, show_default=True, help="Evaluate the held-out loss every N steps (0: at the end only).")
 @click.option("--eval-batches", type=int, default=8, show_default=True, help="Micro-batches per evaluation.")
 @click.option("--ckpt-every", type=int, default=500, show_default=True, help="Checkpoint every N steps (0: at the end and on Ctrl-C only).")

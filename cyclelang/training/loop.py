@@ -112,6 +112,7 @@ class Settings:
     seed: int = 0
     dtype: str = "fp32"
     compile: bool = False
+    compile_mode: str = "regional"  # with compile: each kind of stage once (regional) or one graph (whole)
     eval_every: int = 100
     eval_batches: int = 8
     ckpt_every: int = 500  # 0: only at the end and on Ctrl-C
@@ -417,6 +418,7 @@ def load_settings(run_dir) -> Settings:
         raise _bad("E0509", f"--resume {run_dir}: its run.json is damaged (not an object)", _START_AGAIN.format(run_dir=run_dir))
     fields = {f.name: f.type for f in dataclasses.fields(Settings)}
     wrong = [k for k in raw if k not in fields] + [k for k, v in raw.items() if k in fields and not _fits(v, fields[k])]
+    wrong += ["compile_mode"] if raw.get("compile_mode", "regional") not in ("regional", "whole") else []
     if wrong:
         shown = ", ".join(f"{k[:40]!r}" for k in wrong[:5])
         raise _bad("E0509", f"--resume {run_dir}: its run.json is damaged (unknown key or wrong type: {shown})",
@@ -568,7 +570,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     if dist is not None and (s.fsdp or dist.tp > 1):
         try:
             plan = module.parallelize if dist.experts is None else dist.experts.around(module.parallelize)
-            plan(model, dist.mesh, fsdp=s.fsdp, tp=dist.tp > 1, checkpointing=s.checkpointing, compile=s.compile)
+            plan(model, dist.mesh, fsdp=s.fsdp, tp=dist.tp > 1, checkpointing=s.checkpointing, compile=s.compile and s.compile_mode)
         except ValueError as err:
             raise _bad("E0512", str(err).splitlines()[0], "\n".join(str(err).splitlines()[1:]) or None) from None
     elif s.checkpointing != "none":
@@ -580,7 +582,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     if dist is not None and not s.fsdp and dist.tp == 1:
         step_model = torch.nn.parallel.DistributedDataParallel(model)
     if s.compile and (dist is None or not (s.fsdp or dist.tp > 1)):
-        step_model = torch.compile(step_model)
+        module.compile_model(model, s.compile_mode)  # in place, after checkpointing (and inside DDP's wrapper)
     amp = DTYPES[s.dtype]
     scaler = torch.amp.GradScaler(device.type) if amp is torch.float16 else None
 
@@ -727,6 +729,8 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
                         bpb = f" ({val[1]:.3f} bits/byte)" if val[1] is not None else ""
                         _log(f"step {step}/{s.steps} | train {value:.4f} | held-out {val[0]:.4f}{bpb} | lr {lr:.2e} | "
                              f"grad norm {gn:.3f} | {tokens_seen:,} tokens", bar)
+                if s.compile and rank0 and step == start + 1:
+                    _log(compiled_line(model, module, dt), bar)
                 if on_step is not None:
                     on_step(step)
                 stopping = dist.any(stop.flag) if dist is not None else stop.flag
@@ -754,11 +758,25 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
             if val[0] is not None:
                 held = f", held-out {val[0]:.4f}" + (f" ({val[1]:.3f} bits/byte)" if val[1] is not None else "")
             say(f"done: step {step}/{s.steps}, {loss}{held}; run folder {run_dir} (checkpoint {last_saved}, metrics.jsonl, curves.png)")
+            if s.compile:
+                say(compiled_line(model, module))
     if dist is not None:
         dist.barrier()
     if dist is not None:
         dist.barrier()  # every rank done (rank 0's last writes included) before any leaves the group
     return Result(run_dir, step, metrics.records, val[0], val[1], interrupted, signum)
+
+
+def compiled_line(model, module, seconds: float | None = None) -> str:
+    """What torch.compile made of the model (`compile_model`): its regions, the instances
+    sharing each, the graphs dynamo holds and the recompiles among them (a region's graphs
+    beyond its first: a new shape, evaluation's no-grad mode)."""
+    regions, graphs = model.compiled_regions, module.compiled_graphs(model)
+    made = sum(graphs.values())
+    recompiles = sum(max(0, n - 1) for n in graphs.values())
+    parts = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in regions.items())
+    first = f" in the first step ({seconds:.1f} s)" if seconds is not None else ""
+    return f"compiled ({'regional' if 'model' not in regions else 'whole'}): {len(regions)} region(s), {made} graph(s), {recompiles} recompile(s){first}; {parts}"
 
 
 def _rows(state: dict, dp: int, run_dir: Path) -> int:
@@ -789,5 +807,5 @@ def _header(say, e, spec_path, n_params, corpus: Corpus, s: Settings, seq, accum
         f", expert parallel {dist.ep}" if dist.ep > 1 else "") + (
         ", DDP" if not s.fsdp and dist.tp == 1 else "") if dist is not None else "1 process"
     name = f"{torch.cuda.get_device_name(device)} ({device})" if device.type == "cuda" else str(device)
-    extra = (", compiled" if s.compile else "") + (f", activation checkpointing {s.checkpointing}" if s.checkpointing != "none" else "")
+    extra = (f", compiled ({s.compile_mode})" if s.compile else "") + (f", activation checkpointing {s.checkpointing}" if s.checkpointing != "none" else "")
     _emit(f"  device: {name}, {procs}, {s.dtype}{extra}")

@@ -213,15 +213,19 @@ class Lowering:
         else:
             w("TP_PLAN = {}")
         out.blank(2)
-        for name in ("unshard_rows", "apply_parallel_plan"):
+        for name in ("unshard_rows", "apply_parallel_plan", "compile_model", "compiled_graphs"):
             out.block(definition(name))
             out.blank(2)
         out.block('''
 def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compile=False):
     """Shard a Model over a DeviceMesh with torch.distributed: FSDP2 per stage instance and on
     the root, tensor parallelism by TP_PLAN, activation checkpointing per stage ("none",
-    "stage", "selective"), per-stage compile. See apply_parallel_plan."""
-    return apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=compile)''')
+    "stage", "selective"); then compile ("regional" or True: each kind of stage once, "whole":
+    one graph) in place, after fully_shard. See apply_parallel_plan and compile_model."""
+    apply_parallel_plan(model, mesh, TP_PLAN, fsdp=fsdp, tp=tp, checkpointing=checkpointing, compile=bool(compile))
+    if compile:
+        compile_model(model, "regional" if compile is True else compile)
+    return model''')
 
     def token_op(self) -> bool:
         """Whether the Feed's token lookup is the runtime's `lookup` (a custom op under

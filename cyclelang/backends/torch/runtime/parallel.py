@@ -3,9 +3,10 @@
 The generated file ends with its `TP_PLAN` (written by codegen from the IR kinds'
 records, `cyclelang/ir/kinds.py`, field `tp`: folded part path -> rule) and
 `parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compile=False)`,
-which calls `apply_parallel_plan` with it. In torchtitan's order it applies tensor
-parallelism, activation checkpointing, compile and FSDP2, with torch.distributed only
-(DTensor's parallel styles, `fully_shard`, torch.utils.checkpoint):
+which calls `apply_parallel_plan` with it: tensor parallelism, activation checkpointing and
+FSDP2, with torch.distributed only (DTensor's parallel styles, `fully_shard`,
+torch.utils.checkpoint); then `compile_model` compiles in place (regional compilation:
+each kind of stage once, its instances sharing the graph; the ends as regions of their own):
 
     heads      attention: q, k and v column-wise with whole heads per rank (the fused
                qkv rows are regrouped [q_r | k_r | v_r] per rank first, so each rank's
@@ -43,8 +44,8 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
     fully_shard on every stage instance, then on the root, over the data-parallel dim. tp: tensor
     parallelism over the "tp" dim.
     checkpointing: "none", "stage" (recompute a whole stage in the backward pass) or
-    "selective" (keep the matrix products' outputs, recompute the rest). compile:
-    torch.compile each stage instance."""
+    "selective" (keep the matrix products' outputs, recompute the rest). compile: whether
+    the model will be compiled (`compile_model`, after this), which tensor parallelism checks."""
     import functools
 
     import torch.distributed.fsdp
@@ -144,12 +145,60 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
                 ckpt.create_selective_checkpoint_contexts, policy)}
             stage.forward = functools.partial(ckpt.checkpoint, stage.forward, use_reentrant=False,
                                               **extra)
-    if compile:
-        for stage in model.stages:
-            stage.compile()
     if fsdp:
         dp_mesh = mesh["dp"] if "dp" in names else mesh
         for stage in model.stages:
             torch.distributed.fsdp.fully_shard(stage, mesh=dp_mesh)
         torch.distributed.fsdp.fully_shard(model, mesh=dp_mesh)
     return model
+
+
+def compile_model(model, mode="regional", **options):
+    """torch.compile `model` in place, every graph whole (fullgraph=True); returns
+    {region: instances}, also kept as `model.compiled_regions`.
+
+    "regional" (the default): each distinct stage class is compiled once and every instance
+    of it runs that one compiled forward, so they share its graph (parameters are the graph's
+    inputs); the feed, the final norm and the head are regions of their own; the model's own
+    forward between them (positions, the loop over the stages, the loss) stays eager. A cold
+    compile then costs one stage per kind, not one per layer. "whole": the model's forward as
+    one graph. In place either way: a region replaces its module's `forward` attribute with
+    the compiled one, so parameter names, the state dict and FSDP2's hooks (which run around
+    `forward`, outside the region) are untouched; call it after `fully_shard` and after
+    activation checkpointing (which the region then traces). Each region has a code object
+    of its own: dynamo keeps compiled graphs, and counts recompiles, per code object."""
+    import functools
+
+    if mode not in ("regional", "whole"):
+        raise ValueError(f"compile mode must be regional or whole, not {mode!r}")
+    if getattr(model, "compiled_regions", None):
+        raise ValueError("the model is compiled already (compile_model runs once per model)")
+    if mode == "whole":
+        groups = {"model": [model]}
+    else:
+        groups = {"feed": [model.feed]}
+        for stage in model.stages:
+            groups.setdefault(type(stage).__name__.removeprefix("FSDP"), []).append(stage)
+        for name in ("norm", "head"):
+            if isinstance(getattr(model, name, None), torch.nn.Module):
+                groups[name] = [getattr(model, name)]
+    model.compiled_regions, model.region_code = {}, {}
+    for name, modules in groups.items():
+        def region(forward, *args, **kwargs):
+            return forward(*args, **kwargs)
+
+        region.__code__ = region.__code__.replace(co_name=f"region_{name}")
+        compiled = torch.compile(region, fullgraph=True, **options)
+        for module in modules:
+            module.forward = functools.partial(compiled, module.forward)
+        model.compiled_regions[name] = len(modules)
+        model.region_code[name] = region.__code__
+    return model.compiled_regions
+
+
+def compiled_graphs(model):
+    """{region: graphs dynamo holds for it} of a model `compile_model` compiled: one per region
+    once each has run, more where a region recompiled (new shapes, a decoding step's cache)."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return {name: len(_debug_get_cache_entry_list(code)) for name, code in model.region_code.items()}
