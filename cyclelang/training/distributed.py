@@ -2,8 +2,8 @@
 
 `torchrun --nproc-per-node N -m cyclelang train ...` sets RANK, WORLD_SIZE, LOCAL_RANK
 and the rendezvous; `Distributed.from_env()` joins it (gloo on CPU, NCCL on GPU).
-The mesh is ("dp", "tp") with tp = --tp; data parallelism is FSDP2 with --fsdp and DDP
-otherwise. Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at
+The mesh is ("dp", "tp") with tp = --tp, and ("pp", "dp", "tp") with --pp (training/pipeline.py);
+data parallelism is FSDP2 with --fsdp and DDP otherwise. Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at
 another data-parallel world size) plus the full weights gathered on rank 0.
 """
 
@@ -27,14 +27,15 @@ class Distributed:
     world: int
     local_rank: int
     device: torch.device
-    mesh: object = None  # DeviceMesh ("dp", "tp")
+    mesh: object = None  # DeviceMesh ("dp", "tp"); ("pp", "dp", "tp") when pp > 1
     tp: int = 1
+    pp: int = 1
 
     @classmethod
-    def from_env(cls, tp: int = 1) -> "Distributed | None":
+    def from_env(cls, tp: int = 1, pp: int = 1) -> "Distributed | None":
         """The run's process group when launched by torchrun (WORLD_SIZE > 1), else None."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world <= 1 and tp <= 1:
+        if world <= 1 and tp <= 1 and pp <= 1:
             return None
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
@@ -48,14 +49,16 @@ class Distributed:
             # Left to the interpreter's teardown, gloo's threads can outlive the group and abort the
             # process ("terminate called without an active exception") after a good run.
             atexit.register(_close, dist)
-        if world % tp:
-            raise ValueError(f"--tp {tp} does not divide the world size {world}")
-        mesh = init_device_mesh("cuda" if cuda else "cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
-        return cls(dist.get_rank(), world, local, torch.device("cuda", local) if cuda else torch.device("cpu"), mesh, tp)
+        if world % (tp * pp):
+            raise ValueError(f"--tp {tp} x --pp {pp} does not divide the world size {world}")
+        # the mesh's dims, outermost first (an expert-parallel dim joins here)
+        dims = ([("pp", pp)] if pp > 1 else []) + [("dp", world // (tp * pp)), ("tp", tp)]
+        mesh = init_device_mesh("cuda" if cuda else "cpu", tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))
+        return cls(dist.get_rank(), world, local, torch.device("cuda", local) if cuda else torch.device("cpu"), mesh, tp, pp)
 
     @property
     def dp(self) -> int:
-        return self.world // self.tp
+        return self.world // (self.tp * self.pp)
 
     @property
     def dp_rank(self) -> int:
@@ -92,9 +95,14 @@ class Distributed:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
-        msd, osd = get_state_dict(model, optimizer)
+        # the optimizer's state flattened by parameter name: pipeline ranks each hold some names
+        msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True))
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=self.pp == 1))
+        if self.pp > 1:
+            from .pipeline import gather_full
+
+            full = gather_full(full, self)
         return unshard_layout(full, getattr(model, "tp_layout", {})) if self.rank == 0 else {}
 
 
@@ -108,9 +116,12 @@ def unshard_layout(state: dict, layout: dict) -> dict:
 def dcp_load(path, model, optimizer, dist: Distributed | None) -> None:
     """Load a DCP checkpoint into a model (sharded or not) and its optimizer, resharding as needed."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-    msd, osd = get_state_dict(model, optimizer)
+    # written flattened (by parameter name) since pipelines; by parameter group before
+    keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    flat = StateDictOptions(flatten_optimizer_state_dict=not any(k.startswith("optim.param_groups.0.") for k in keys))
+    msd, osd = get_state_dict(model, optimizer, options=flat)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=flat)

@@ -128,6 +128,9 @@ class Settings:
     fsdp: bool = False
     tp: int = 1
     checkpointing: str = "none"
+    pp: int = 1  # pipeline pieces (ranks); see pipeline.py
+    microbatches: int | None = None  # with pp: the micro-steps of a step, run as the pipeline's microbatches
+    pp_schedule: str = "1f1b"
 
 
 @dataclass
@@ -508,7 +511,10 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
         raise _bad("E0507", f"--tp must be at least 1, not {s.tp}")
     if s.checkpointing not in ("none", "stage", "selective"):
         raise _bad("E0507", f"--checkpointing must be none, stage or selective, not {s.checkpointing}")
-    dist = Distributed.from_env(tp=s.tp)
+    from . import pipeline
+
+    pipeline.check(e, s, int(os.environ.get("WORLD_SIZE", "1")))
+    dist = Distributed.from_env(tp=s.tp, pp=s.pp)
     rank0 = dist is None or dist.rank == 0
     say = (lambda line: _emit(f"cyclec train: {line}")) if rank0 else (lambda line: None)
     dp, dp_rank = (dist.dp, dist.dp_rank) if dist is not None else (1, 0)
@@ -516,6 +522,8 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     picks, ck, state = None, None, None
     if dist is not None and dist.tp > 1 and dp > 1 and not s.fsdp:
         raise _bad("E0507", f"--tp {dist.tp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
+    if dist is not None and dist.pp > 1 and dp > 1 and not s.fsdp:
+        raise _bad("E0507", f"--pp {dist.pp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
     if s.tp > 1 and dist is None:
         raise _bad("E0513", f"--tp {s.tp} needs {s.tp} processes or more", f"launch with torchrun --nproc-per-node {s.tp} -m cyclelang train ...")
     source = codegen(spec, fast=True, parallel=True)  # the runtime's custom ops and `parallelize`
@@ -529,7 +537,12 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
         if ck is None:
             raise _no_checkpoint(run_dir, notes)
         s = dataclasses.replace(s, micro_batch=_rows(state, dp, run_dir) // dp)  # the same global batch at another world size
+    if s.microbatches is not None and s.batch_tokens is None:  # --microbatches M: a step of M micro-steps
+        s = dataclasses.replace(s, batch_tokens=s.microbatches * s.micro_batch * dp * (s.seq if s.seq is not None else min(e.feed.context, 256)))
     seq, accum = _check_settings(s, e, dp)
+    if s.microbatches is not None and accum != s.microbatches:
+        raise _bad("E0507", f"--microbatches {s.microbatches} and --batch-tokens {s.batch_tokens} disagree ({accum} micro-steps)",
+                   "give one of them")
     if rank0 and not resume:
         made["folder"] = True  # checked new or empty: from here on, what is in the folder is this run's
     if dist is not None:
@@ -554,7 +567,11 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     model = build_source(spec, source, seed=s.seed).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     module = load_source(source, e.name)
-    if dist is not None and (s.fsdp or dist.tp > 1):
+    pipe = None
+    if dist is not None and dist.pp > 1:
+        pipe = pipeline.Pipeline(spec, model, module, dist, s, accum)
+        model = pipe.model  # this rank's pieces, under the model's own parameter names
+    elif dist is not None and (s.fsdp or dist.tp > 1):
         try:
             module.parallelize(model, dist.mesh, fsdp=s.fsdp, tp=dist.tp > 1, checkpointing=s.checkpointing, compile=s.compile)
         except ValueError as err:
@@ -565,7 +582,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     params = [p for p in model.parameters() if p.requires_grad]
     clip = e.startup.clip
     step_model = model
-    if dist is not None and not s.fsdp and dist.tp == 1:
+    if dist is not None and not s.fsdp and dist.tp == 1 and pipe is None:
         step_model = torch.nn.parallel.DistributedDataParallel(model)
     if s.compile and (dist is None or not (s.fsdp or dist.tp > 1)):
         step_model = torch.compile(step_model)
@@ -619,7 +636,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
             for i in range(s.eval_batches):
                 x, y = to_device(corpus.eval_batch(s.seed, i, rows, seq, part))
                 with autocast():
-                    _, loss = step_model(x, y)
+                    loss = step_model(x, y)[1] if pipe is None else pipe.eval(x, y)
                 total += loss.detach().double().cpu()
         model.train()
         value = total / s.eval_batches
@@ -630,6 +647,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     def save(step: int) -> None:
         nonlocal last_saved
         meta = {"tokens": tokens_seen, "elapsed": elapsed, "watch": watch.state(), "tp": dist.tp if dist is not None else 1,
+                "pp": dist.pp if dist is not None else 1,
                 "world": dist.world if dist is not None else 1, "rows": rows,
                 "data": {"seed": s.seed, "step": step, "fingerprint": corpus.fingerprint()}}
         try:
@@ -658,7 +676,10 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
                 lr = scheduler.get_last_lr()[0]
                 optimizer.zero_grad(set_to_none=True)
                 total = torch.zeros((), dtype=torch.float64)
-                for m in range(accum):
+                if pipe is not None:  # the micro-steps as the pipeline's microbatches
+                    with autocast():
+                        total += pipe.step([to_device(corpus.batch(s.seed, step, m, rows, seq, part)) for m in range(accum)])
+                for m in range(accum if pipe is None else 0):
                     td = time.perf_counter()
                     x, y = to_device(corpus.batch(s.seed, step, m, rows, seq, part))
                     clock["data"] += time.perf_counter() - td
@@ -669,7 +690,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
                     total += loss.detach().double().cpu()
                 if scaler is not None:
                     scaler.unscale_(optimizer)
-                norm = grad_norm(params)
+                norm = grad_norm(params) if pipe is None else pipe.grad_norm(grad_norm(params))
                 value = total / accum
                 value = float(dist.mean(value)) if dist is not None else float(value)
                 gn = float(norm)
@@ -771,8 +792,9 @@ def _header(say, e, spec_path, n_params, corpus: Corpus, s: Settings, seq, accum
     per = accum * s.micro_batch * dp * seq
     _emit(f"  steps {(resumed_at or 0) + 1} to {s.steps}, {per:,} tokens each ({s.micro_batch * dp} sequences of {seq}, "
           f"{_count(accum, 'micro-step')}): {per * max(0, s.steps - (resumed_at or 0)):,} tokens")
-    procs = f"{dist.world} processes" + (f", FSDP" if s.fsdp else "") + (f", tensor parallel {dist.tp}" if dist.tp > 1 else "") + (
-        ", DDP" if not s.fsdp and dist.tp == 1 else "") if dist is not None else "1 process"
+    procs = f"{dist.world} processes" + (f", pipeline {dist.pp} ({s.pp_schedule}, {accum} microbatches)" if dist.pp > 1 else "") + (
+        f", FSDP" if s.fsdp else "") + (f", tensor parallel {dist.tp}" if dist.tp > 1 else "") + (
+        ", DDP" if not s.fsdp and dist.tp == 1 and dist.pp == 1 else "") if dist is not None else "1 process"
     name = f"{torch.cuda.get_device_name(device)} ({device})" if device.type == "cuda" else str(device)
     extra = (", compiled" if s.compile else "") + (f", activation checkpointing {s.checkpointing}" if s.checkpointing != "none" else "")
     _emit(f"  device: {name}, {procs}, {s.dtype}{extra}")
