@@ -100,19 +100,20 @@ def split(engine: ir.Engine, pieces: int) -> list[Piece]:
     layers_pre = [0]
     for s in is_stage:
         layers_pre.append(layers_pre[-1] + s)
-    INF = float("inf")
-    # best[k][j]: the least possible costliest piece when units[:j] make k pieces
+    INF = (float("inf"), float("inf"))
+    # best[k][j]: (the costliest piece, the sum of the pieces' squared costs), least first, when
+    # units[:j] make k pieces: the slowest piece as fast as it can be, then the others as even
     best = [[INF] * (U + 1) for _ in range(pieces + 1)]
     cut = [[0] * (U + 1) for _ in range(pieces + 1)]
-    best[0][0] = 0
+    best[0][0] = (0, 0)
     for k in range(1, pieces + 1):
         for j in range(1, U + 1):
             for i in range(k - 1, j):
                 if best[k - 1][i] == INF or layers_pre[j] == layers_pre[i]:
                     continue
                 c = pre[j] - pre[i] + (ff if i == 0 else 0) + (nf if j == U else 0)
-                v = max(best[k - 1][i], c)
-                if v < best[k][j] or (v == best[k][j] and i > cut[k][j]):
+                v = (max(best[k - 1][i][0], c), best[k - 1][i][1] + c * c)
+                if v < best[k][j]:
                     best[k][j], cut[k][j] = v, i
     bounds = []
     j = U
