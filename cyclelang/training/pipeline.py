@@ -28,6 +28,7 @@ import copy
 import torch
 from torch import nn
 
+from .. import ir
 from ..diagnostics import CycleError, Diagnostic
 from ..review import split as splitting
 
@@ -90,8 +91,7 @@ def check(engine, s, world: int) -> None:
     if engine.nozzle.tied:
         raise _bad(f"--pp {s.pp}: {engine.name}'s nozzle is tied to the feed's embedding, which the first and the last "
                    "pieces would both need", "untie the nozzle (`nozzle head`) to pipeline this engine")
-    hyper = [op for op in _ops(engine) if type(op).__name__ == "Hyper"]
-    if hyper or getattr(engine, "streams", 1) not in (None, 1):
+    if ir.chamber_streams(engine.body) is not None:
         raise _bad(f"--pp {s.pp}: {engine.name} carries several residual streams (hyper-connections) between stages; "
                    "a piece sends one stream", "train it without --pp")
     if s.compile:
@@ -102,13 +102,6 @@ def check(engine, s, world: int) -> None:
     if m is not None and s.pp_schedule in ("1f1b", "interleaved") and m < s.pp:
         raise _bad(f"--microbatches {m} is fewer than the {s.pp} pipeline ranks the {s.pp_schedule} schedule fills",
                    f"use --microbatches {s.pp} or more, or --pp-schedule gpipe", code="E0507")
-
-
-def _ops(engine):
-    from .. import ir
-
-    for p in ir.layout.layout(engine).parts():
-        yield p.node
 
 
 class PieceModule(nn.Module):
