@@ -168,6 +168,7 @@ def test_what_the_pipeline_cannot_run_is_refused_by_name():
     tied = engine(llama(4, width=32, vocab=256, context=64, heads=4, hidden=64).replace("nozzle head", "nozzle head tied"))
     assert "tied to the feed's embedding" in _refusal(tied, world=2, pp=2)
     assert "--compile" in _refusal(small, world=2, pp=2, compile=True)
+    assert "--dtype fp16" in _refusal(small, world=2, pp=2, dtype="fp16")
     hyper = cyclelang.load(ROOT / "specs" / "hyper.cycle").engine
     assert "several residual streams (hyper-connections)" in _refusal(hyper, world=2, pp=2)
 
@@ -296,3 +297,16 @@ def test_a_dcp_checkpoint_of_pp2_resumes_in_one_process_record_for_record(ref):
             if k in b:
                 assert a[k] == pytest.approx(b[k], abs=1e-6), (k, a, b)
     assert_equal_parameters(out, one)
+
+
+@pytest.mark.slow
+def test_activation_checkpointing_recomputes_inside_the_pieces(ref):
+    """Jamba's groups are split between pieces (interleaved: 4 pieces on 2 ranks); `stage`
+    checkpointing wraps each top-level group, and its recomputation must run the piece's
+    own units, with the balance losses' gradients kept."""
+    tmp, corpus, get = ref
+    spec, one = get("jamba")
+    out = tmp / "jamba-ckpt"
+    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", 2, "--pp", 2, "--microbatches", MICRO, "--pp-schedule",
+           "interleaved", "--checkpointing", "stage", *COMMON)
+    assert_equal_runs(out, one)

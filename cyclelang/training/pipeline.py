@@ -97,6 +97,9 @@ def check(engine, s, world: int) -> None:
     if s.compile:
         raise _bad(f"--pp {s.pp} with --compile: the pieces run the model's own forward with other pieces' units "
                    "skipped, which torch.compile would trace per piece; not supported yet", "drop --compile")
+    if s.dtype == "fp16":
+        raise _bad(f"--pp {s.pp} with --dtype fp16: the GradScaler's loss scale and its overflow check would have to "
+                   "agree over the pipeline's ranks; not supported yet", "use --dtype bf16 (no loss scaling) or fp32")
     pieces_of(engine, s.pp, s.pp_schedule)
     m = s.microbatches
     if m is not None and s.pp_schedule in ("1f1b", "interleaved") and m < s.pp:
