@@ -280,15 +280,18 @@ def test_pp_composes_with_tp_and_fsdp_on_four_processes(ref, flags):
 
 
 @pytest.mark.slow
-def test_a_dcp_checkpoint_of_pp2_resumes_in_one_process_record_for_record(ref):
+@pytest.mark.parametrize("at", [1, 4], ids=["one-process", "pp4"])
+def test_a_dcp_checkpoint_of_pp2_resumes_at_another_layout_record_for_record(ref, at):
+    """Saved at --pp 2; resumed in one process (DCP gathers the pieces' names into one model)
+    or at --pp 4 (the split moves: every piece reads its own names)."""
     tmp, corpus, get = ref
     spec, one = get("llama")
-    out = tmp / "llama-resume"
+    out = tmp / f"llama-resume-{at}"
     launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", 2, "--pp", 2, "--microbatches", MICRO,
            *[a if a != "3" else "2" for a in COMMON])
     state = json.loads((out / "checkpoints" / "step-000002" / "state.json").read_text())
     assert state["pp"] == 2 and (out / "checkpoints" / "step-000002" / "dcp").is_dir()
-    launch(1, "--resume", out, "--steps", "3", "--no-progress")
+    launch(at, "--resume", out, "--steps", "3", "--no-progress", *(["--pp", at] if at > 1 else []))
     mine = [r for r in records(out) if "loss" in r] + [records(out)[-1]]
     theirs = [r for r in records(one) if "loss" in r] + [records(one)[-1]]
     assert [r["step"] for r in mine] == [r["step"] for r in theirs] == [1, 2, 3, 3]
