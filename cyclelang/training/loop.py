@@ -793,7 +793,7 @@ def _header(say, e, spec_path, n_params, corpus: Corpus, s: Settings, seq, accum
     _emit(f"  steps {(resumed_at or 0) + 1} to {s.steps}, {per:,} tokens each ({s.micro_batch * dp} sequences of {seq}, "
           f"{_count(accum, 'micro-step')}): {per * max(0, s.steps - (resumed_at or 0)):,} tokens")
     procs = f"{dist.world} processes" + (f", pipeline {dist.pp} ({s.pp_schedule}, {accum} microbatches)" if dist.pp > 1 else "") + (
-        f", FSDP" if s.fsdp else "") + (f", tensor parallel {dist.tp}" if dist.tp > 1 else "") + (
+        ", FSDP" if s.fsdp else "") + (f", tensor parallel {dist.tp}" if dist.tp > 1 else "") + (
         ", DDP" if not s.fsdp and dist.tp == 1 and dist.pp == 1 else "") if dist is not None else "1 process"
     name = f"{torch.cuda.get_device_name(device)} ({device})" if device.type == "cuda" else str(device)
     extra = (", compiled" if s.compile else "") + (f", activation checkpointing {s.checkpointing}" if s.checkpointing != "none" else "")
