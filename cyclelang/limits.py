@@ -47,7 +47,7 @@ def estimate_buffers(spec: ir.Spec) -> int:
     parts = list(ir.layout.layout(e).parts())
     ropes = ir.kinds.rotary_tables(p.node for p in parts)  # the planner's tables: one per distinct key
     held = sum(p.kind.buffers(p.node) * p.repeat for p in parts)  # an MoE's correction bias, ALiBi's slopes, ...
-    return n + sum(2 * e.feed.context * dims for dims, _, _ in ropes) + held
+    return n + sum(2 * e.feed.context * key[0] for key in ropes) + held
 
 
 def check_parameters(spec: ir.Spec, allow_large: bool = False, limit: int = MAX_PARAMETERS) -> int:

@@ -415,6 +415,14 @@ FAMILY_NOTES.update({
     "lara_mini": "Lara Mini: Qwen3.5's gated DeltaNet between sliding and unrotated full attention layers, routed experts beside "
                  "an ungated shared one.",
 })
+# Gemma 4's text decoders (families_gemma4.py)
+FAMILY_NOTES.update({
+    "gemma4_text": "Gemma 4: sliding and global layers whose global heads are wider, read keys as values (K = V) and turn half their "
+                   "pairs by a proportional rope; values normed; a small per-layer input from the feed gates one more MLP in each "
+                   "layer, and a fixed gain ends it.",
+    "gemma4_unified_text": "Gemma 4 unified: Gemma 4's layers without per-layer inputs; the last layers read the keys and values an "
+                           "earlier layer of their kind stored (KV sharing).",
+})
 CONCEPTS["gated_delta"] = (
     "Three of every four stages carry the past in a pintle injector: each head meters how much of a token's value its "
     "state takes in and how fast the old charge cools, so the state stays one fixed size; the fourth stage keeps a full "

@@ -615,7 +615,8 @@ def test_d8_stand_reports_a_non_finite_model_as_such():
 DOCUMENTED = {
     "chamber": ["width=8", "streams=2", "connections=manifold", "sinkhorn=3"],
     "feed": ["vocab=16", "context=8", "position=sinusoidal", "scale=2", "dropout=0.1"],
-    "attention": ["heads=2", "kv_heads=1", "head_dim=4", "mask=causal", "window=4", "rotary=0.5", "rotary_base=500", "qk_norm", "bias=false", "dropout=0.1"],
+    "attention": ["heads=2", "kv_heads=1", "head_dim=4", "mask=causal", "window=4", "rotary=0.5", "rotary_base=500", "qk_norm", "bias=false", "dropout=0.1",
+                  "kv_store=1"],  # kv_reuse=N, documented in the same row, needs a second layer (tests/test_families_gemma4.py)
     "attention_qk": ["heads=2", "qk_norm", "qk_norm_eps=1e-6", "bias=true", "out_bias=false"],
     "attention_qk_shapes": ["heads=2", "rotary", "qk_norm", "qk_norm_type=layernorm", "qk_norm_bias", "qk_norm_offset=1", "qk_norm_head_gains",
                             "qk_norm_after_rotary"],

@@ -410,7 +410,7 @@ def test_the_plan_lists_the_split_parts_by_their_layout_paths():
     ns: dict = {}
     exec(plan, ns)
     lay = cyclelang.ir.layout.layout(cyclelang.load(ROOT / "specs" / "llama.cycle"))
-    assert ns["TP_PLAN"] == {p.path: p.kind.tp for p in lay.parts() if p.kind.tp != "replicate"}
+    assert ns["TP_PLAN"] == {p.path: p.kind.tp for p in lay.parts() if p.kind.tp != "replicate"}  # llama: nothing kept whole
     assert set(ns["TP_PLAN"].values()) == {"heads", "hidden"}
     moe = cyclelang.codegen(ROOT / "specs" / "moe.cycle", parallel=True)
     assert '"stages.0-3.burn.moe": "hidden",' in moe
@@ -444,6 +444,23 @@ print(worst)
     p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert float(p.stdout) < 1e-6
+
+
+def test_parts_the_tp_rule_cannot_split_yet_stay_whole_and_say_why():
+    # sinks (a logit per head), the output gate and Gemma 4's per-layer gate: TP_PLAN leaves them out, the kinds record says why
+    text = ("engine e { chamber width=32  feed tokens vocab=64 context=16\n"
+            "  stage a { prechamber mix { norm rmsnorm  turbine attention heads=4 sinks }  prechamber burn { norm rmsnorm  turbine mlp ratio=2 } }\n"
+            "  stage b { prechamber mix { norm rmsnorm  turbine attention heads=4 gate=head }  prechamber burn { norm rmsnorm  turbine mlp ratio=2 } }\n"
+            "  stage c { prechamber mix { norm rmsnorm  turbine attention heads=4 } }\n"
+            "  norm rmsnorm  nozzle head }")
+    src = cyclelang.codegen(text, parallel=True)
+    plan = src[src.index("TP_PLAN = {"): src.index("}", src.index("TP_PLAN = {")) + 1]
+    ns: dict = {}
+    exec(plan, ns)
+    assert ns["TP_PLAN"] == {"stages.0.burn.mlp": "hidden", "stages.1.burn.mlp": "hidden", "stages.2.mix.attn": "heads"}
+    lay = cyclelang.ir.layout.layout(cyclelang.parse(text))
+    why = {p.path: p.kind.tp_whole(p.node) for p in lay.parts() if p.kind.tp_whole(p.node)}
+    assert why == {"stages.0.mix.attn": "its per-head sinks", "stages.1.mix.attn": "its output gate"}
 
 
 def test_parallelize_refuses_bad_arguments(tmp_path):

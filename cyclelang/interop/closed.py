@@ -121,6 +121,8 @@ CLASSES = {
     "lfm3": "Lfm3Config",
     "falcon_h1": "FalconH1Config",
     "nemotron_h": "NemotronHConfig",
+    "gemma4_text": "Gemma4TextConfig",
+    "gemma4_unified_text": "Gemma4UnifiedTextConfig",
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).
@@ -346,7 +348,7 @@ class Config:
         for key, value in self.raw.items():
             if key == "model_type":
                 continue
-            if key in FIXED:
+            if key in FIXED and key not in k.maps:  # Gemma 4 reads its per_layer_config
                 want, why = FIXED[key]
                 if value != want:
                     raise Unsupported(key, f"{_show(value)}: {why}")

@@ -2409,6 +2409,11 @@ from . import families_sinks as _sinks  # noqa: E402  (gpt-oss, ...: attention s
 
 KEYS.update(_sinks.KEYS)
 READERS.update(_sinks.READERS)
+from . import families_gemma4 as _gemma4  # noqa: E402  (Gemma 4's text decoder: per-layer inputs, K = V, values normed)
+
+KEYS.update(_gemma4.KEYS)
+READERS[_gemma4.FAMILY] = _gemma4.read
+READERS[_gemma4.UNIFIED] = _gemma4.read
 
 
 # HunYuan's dense and MoE decoders (HunYuanDenseV1, HunYuanMoEV1): Llama's layer, its per-head qk RMSNorms (query_layernorm,
@@ -2531,6 +2536,7 @@ CAUSAL_LM["deepseek_v3"] = "DeepseekV3ForCausalLM"
 CAUSAL_LM["sarvam_mla"] = "DeepseekV3ForCausalLM"  # transformers builds sarvam_mla as DeepSeek-V3
 CAUSAL_LM["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"
 CAUSAL_LM["axk1"] = "AXK1ForCausalLM"
+CAUSAL_LM.update(_gemma4.CAUSAL_LM)
 
 
 def refusal(model_type: str) -> str:
@@ -2615,6 +2621,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     """A formatted, commented spec that builds to the architecture `a` describes."""
     if isinstance(a, _delta.DeltaHybrid):
         return _delta.spec_text(a, source)
+    if isinstance(a, _gemma4.Gemma4):
+        return a.spec_text(source)
     if isinstance(a, Mamba2):
         return _mamba2_text(a, source)
     if isinstance(a, lineage.Gpt):
@@ -3334,6 +3342,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
     """The transformers config of an engine with an ssm or latent attention (mamba2, mamba, jamba,
     deepseek_v2), or None when it has none of them. Only the shape is read; export then checks,
     field by field, that importing the config gives back the engine. Unsupported says why not."""
+    if _gemma4.owns(engine):  # Gemma 4's values normed or per-layer inputs (families_gemma4.py)
+        return _gemma4.engine_config(engine)
     ops = [o for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list() for o in b.ops]
     if any(isinstance(o, ir.LinearAttention) for o in ops):
         raise Unsupported("turbine linear_attention", "no transformers model family computes linear attention "

@@ -1021,6 +1021,10 @@ _EXPANDER_PLANS = {"mamba": _plan_mamba, "jamba": _plan_jamba, "deepseek_v2": _p
 _EXPANDER_PLANS.update(families._conv.PLANS)  # LFM2, LFM2-MoE (families_conv.py)
 
 
+_EXPANDER_PLANS[families._gemma4.FAMILY] = families._gemma4.plan  # Gemma 4's layers (families_gemma4.py)
+_EXPANDER_PLANS[families._gemma4.UNIFIED] = families._gemma4.plan
+
+
 def _prefix(arch: str) -> str:
     return {"mamba2": "backbone.", "mamba": "backbone.", "falcon_mamba": "backbone.", "gpt2": "transformer.", "gptj": "transformer.", "falcon": "transformer.", "gpt_neox": "gpt_neox.",
             "bloom": "transformer.", "codegen": "transformer.", "mpt": "transformer.", **families.lineage.PREFIX}.get(arch, "model.")

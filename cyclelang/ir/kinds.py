@@ -50,7 +50,7 @@ ROLE_WORDS = {
     "nozzle": ("nozzle", "the head; 0 when tied to the feed"),
 }
 
-GATED = ("swiglu", "geglu", "geglu_tanh", "swiglu_clamp")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
+GATED = ir.GATED
 GATE_OF = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh"}
 
 
@@ -112,11 +112,17 @@ class Kind:
     # column-wise by whole heads, output row-wise), "hidden" (up/gate column-wise, down
     # row-wise; an MoE's every expert), "replicate" (computed whole on every rank)
     tp: str = "replicate"
+    # the nodes of the kind that stay whole on every rank all the same, and why (tp_of): None when `tp` applies
+    tp_whole: Callable[[object], str | None] = lambda node: None
     ml_phrase: str = ""  # what it does in the ML reader's words ("attention: the only place positions mix"); "": the ml word
 
     @property
     def ml_words(self) -> str:
         return self.ml_phrase or self.ml
+
+    def tp_of(self, node) -> str:
+        """How tensor parallelism splits this node: the kind's `tp`, unless `tp_whole` keeps it whole."""
+        return "replicate" if self.tp_whole(node) else self.tp
 
     def describe(self, node) -> tuple[str, str]:
         """(rocket word, network word) for one node: a narrow linear is a throat, not a duct."""
@@ -197,11 +203,20 @@ def _qkv(a: ir.Attention) -> tuple[int, int]:
     return a.heads * a.head_dim, a.kv_heads * a.head_dim
 
 
+def _kv_rows(a: ir.Attention, kv: int) -> int:
+    """The key and value projections' rows: one set where the values are the keys' projection (Gemma 4's k_eq_v)."""
+    return 0 if a.kv_reuse is not None else kv if a.k_eq_v else 2 * kv
+
+
 def _attention_params(a: ir.Attention, w: int) -> int:
     q, kv = _qkv(a)
-    n = a.width * (q + 2 * kv) + q * a.width
+    if a.kv_reuse is not None:  # KV sharing: q and the output projection, q's norm; the keys and values are another layer's
+        per = (1 + a.qk_norm_bias) * a.qk_norm_affine * a.qk_norm
+        norm = per * (q if a.qk_norm_across or a.qk_norm_head_gains else a.head_dim)
+        return 2 * a.width * q + (q if a.bias else 0) + (a.width if a.out_bias else 0) + norm
+    n = a.width * (q + _kv_rows(a, kv)) + q * a.width
     if a.bias:
-        n += q + 2 * kv
+        n += q + _kv_rows(a, kv)
     if a.out_bias:
         n += a.width
     per = (1 + a.qk_norm_bias) * a.qk_norm_affine  # a gain (and Persimmon's bias) per channel; none without a learned gain (nanochat)
@@ -230,7 +245,7 @@ def attended(a, n: int) -> int:
 
 def _attention_flops(a: ir.Attention, n: int, w: int = 0) -> tuple[int, int]:
     q, kv = _qkv(a)
-    return 2 * (a.width * (q + 2 * kv + _gate_rows(a)) + q * a.width), 4 * q * attended(a, n)
+    return 2 * (a.width * (q + _kv_rows(a, kv) + _gate_rows(a)) + q * a.width), 4 * q * attended(a, n)
 
 
 def _attention_activations(a: ir.Attention, n: int = 0) -> tuple[int, int]:
@@ -239,11 +254,23 @@ def _attention_activations(a: ir.Attention, n: int = 0) -> tuple[int, int]:
 
 
 def _attention_state(a: ir.Attention, n: int) -> int:
+    if a.kv_reuse is not None:  # reads the storing layer's cache: none of its own
+        return 0
     return 2 * a.kv_heads * a.head_dim * attended(a, n)  # K and V of every attended position
 
 
+def _attention_whole(a: ir.Attention) -> str | None:
+    """Why an attention stays whole under tensor parallelism (the per-head sinks and the output gate are not split yet)."""
+    return "its per-head sinks" if a.sinks else "its output gate" if a.gate != "none" else None
+
+
 def _rotary_table(a) -> tuple | None:
-    return (a.rotary_dims, a.rotary_base, getattr(a, "rotary_scaling", None)) if a.rotary_dims else None
+    """The table's key: (dims, base, scaling), and the head width when the pairs spread over the head
+    (Gemma 4's proportional rope: frequencies base^(-2i/head_dim), a table of its own)."""
+    if not a.rotary_dims:
+        return None
+    k = (a.rotary_dims, a.rotary_base, getattr(a, "rotary_scaling", None))
+    return k + (a.head_dim,) if getattr(a, "rotary_spread", False) else k
 
 
 def rotary_tables(parts) -> list[tuple]:
@@ -295,6 +322,11 @@ def _moe_params(m: ir.Moe, w: int) -> int:
 def _moe_flops(m: ir.Moe, n: int, w: int = 0) -> tuple[int, int]:
     shared = 2 * mlp_params(m.width, m.shared, m.act, False) + (2 * m.width if m.shared_gate else 0) if m.shared else 0
     return 2 * m.width * m.experts + m.top * 2 * mlp_params(m.width, m.hidden, m.act, False) + shared, 0
+
+
+def _per_layer_params(f: ir.Feed) -> int:
+    """Gemma 4's per-layer inputs: their table, the embedding's projection to them and their shared norm's gain."""
+    return (f.per_layer_vocab + f.width) * f.per_layer_layers * f.per_layer + f.per_layer
 
 
 def _pool_state(p: ir.Pool, n: int) -> int:
@@ -420,10 +452,11 @@ def _hyper_flops(m: ir.HyperMerge, t: int, w: int) -> tuple[int, int]:
 
 OPS: tuple[Kind, ...] = (
     Kind(ir.Norm, "layernorm|rmsnorm", "norm", "valve", "valve", "norm", "valve",
-         params=_norm_params, activations=lambda x, n=0: (x.width, 0), shrink=_shrink_width, ml_phrase='norm'),
+         params=_norm_params, activations=lambda x, n=0: (x.width, 0), shrink=_shrink_width, ml_phrase='norm',
+         buffers=lambda x: 1 if x.type == "scalar" else 0),  # Gemma 4's layer_scalar: a fixed gain the weights bring
     Kind(ir.Attention, "attention", "attn", "mixer", "injector", "attention", "injector: mixes positions",
          out_proj=True, params=_attention_params, flops=_attention_flops, activations=_attention_activations, state=_attention_state,
-         mixes_positions=True, masked=True, state_kind="kv", tp="heads", rotary=_rotary_table, buffers=lambda a: a.heads if a.alibi else 0,
+         mixes_positions=True, masked=True, state_kind="kv", tp="heads", tp_whole=_attention_whole, rotary=_rotary_table, buffers=lambda a: a.heads if a.alibi else 0,
          shrink=_shrink_attention, ml_phrase='attention: the only place positions mix'),
     Kind(ir.LatentAttention, "attention", "attn", "mixer", "latent injector", "latent attention",
          "latent injector: mixes positions through a compressed KV latent",
@@ -433,7 +466,8 @@ OPS: tuple[Kind, ...] = (
     Kind(ir.Mlp, "mlp", "mlp", "reactor", "combustor", "MLP", "combustion: reacts at each position",
          out_proj=True, params=lambda x, w: mlp_params(x.width, x.hidden, x.act, x.bias),
          flops=lambda x, n, w=0: (2 * mlp_params(x.width, x.hidden, x.act, False), 0),
-         activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0), tp="hidden", shrink=_shrink_hidden, ml_phrase='MLP: applied at each position on its own'),
+         activations=lambda x, n=0: (_mlp_activations(x.width, x.hidden, x.act), 0), tp="hidden", shrink=_shrink_hidden,
+         tp_whole=lambda m: "Gemma 4's per-layer gate reads the whole per-layer input" if m.per_layer else None, ml_phrase='MLP: applied at each position on its own'),
     Kind(ir.Moe, "moe", "moe", "reactor", "liquid-liquid injector", "MoE", "liquid-liquid injection: routed experts",
          out_proj=True, params=_moe_params, flops=_moe_flops, mup_sub=(("router", "output"),),  # width -> experts: a fixed fan-out
          buffers=lambda x: x.experts if x.correction else 0,  # the selection bias: moved by its load rule (or held), never by the optimizer
@@ -509,7 +543,8 @@ MERGES: tuple[Kind, ...] = (
 
 ENDS: tuple[Kind, ...] = (
     Kind(ir.Feed, "tokens", "feed", "feed", "tanks and pumps", "token embedding", "tanks and pumps",
-         params=lambda f, w: f.vocab * f.width + (f.context * f.width if f.position == "learned" else 0), ml_phrase='token embedding'),
+         params=lambda f, w: f.vocab * f.width + (f.context * f.width if f.position == "learned" else 0) + _per_layer_params(f), ml_phrase='token embedding',
+         flops=lambda f, n, w=0: (2 * f.width * f.per_layer_layers * f.per_layer, 0)),  # Gemma 4: the embedding projected to every layer's input
     Kind(ir.Nozzle, "head", "head", "nozzle", "nozzle", "LM head", "the nozzle",
          params=lambda z, w: (0 if z.tied else z.width * z.vocab) + (z.vocab if z.bias else 0),
          flops=lambda z, n, w=0: (2 * z.width * z.vocab, 0), activations=lambda z, n=0: (z.width + z.vocab, 0), ml_phrase='LM head'),

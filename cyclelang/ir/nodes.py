@@ -128,7 +128,7 @@ def checked():
 
 # --- valves ------------------------------------------------------------------
 
-NormType = Literal["layernorm", "rmsnorm"]
+NormType = Literal["layernorm", "rmsnorm", "scalar"]  # scalar: no normalisation, a fixed gain held as a buffer (Gemma 4's layer_scalar)
 
 
 class Norm(Node):
@@ -148,6 +148,8 @@ class Norm(Node):
     def check(self) -> None:
         if self.type == "rmsnorm" and self.bias:
             raise ValueError("an rmsnorm has no bias")
+        if self.type == "scalar" and (self.bias or self.affine or self.offset):
+            raise ValueError("a scalar gain normalises nothing and learns nothing: no bias, affine or offset")
         if not self.affine and (self.bias or self.offset):
             raise ValueError("a norm without a learned gain has no bias and no offset")
 
@@ -160,6 +162,7 @@ Router = Literal["softmax", "sigmoid"]  # an MoE router's scores: softmax over t
 GroupScore = Literal["top2", "max"]  # a group of experts' score: the sum of its two best (DeepSeek-V3), or its best (DeepSeek-V2)
 ROUTERS, GROUP_SCORES = get_args(Router), get_args(GroupScore)  # the options' choice lists read these
 Mask = Literal["causal", "open"]
+GATED = ("swiglu", "geglu", "geglu_tanh", "swiglu_clamp")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
 GATE_SCALED = ("swiglu", "geglu", "geglu_tanh")  # the gated acts whose gate `gate_scale` multiplies (not swiglu_clamp's)
 ScalingType = Literal["linear", "dynamic", "llama3", "yarn"]
 
@@ -236,6 +239,12 @@ class Attention(Node):
     # an output gate before the output projection, y * sigmoid(W_g x) (Qwen3-Next, Qwen3.5): one per channel of every head,
     # or one per head; "none": no gate
     gate: Literal["none", "channel", "head"] = Field("none", exclude_if=lambda v: v == "none")  # out of the dump when none: older IR stays as it was
+    # Gemma 4's attention
+    rotary_spread: bool = False  # rotated pairs (i, i + head_dim/2), i < rotary_dims/2, at base^(-2i/head_dim) (proportional rope); false: the first rotary_dims dims
+    v_norm: bool = False  # a weightless RMSNorm over each head's values (eps qk_norm_eps)
+    k_eq_v: bool = False  # the values are the key projection's output (before the k-norm and rotary): no value projection
+    kv_store: Annotated[int, Field(ge=1)] | None = None  # KV sharing: its keys and values (the cached past included) go to this slot
+    kv_reuse: Annotated[int, Field(ge=1)] | None = None  # KV sharing: it reads the slot's keys and values, no projections or cache of its own
 
     _checked = checked()
 
@@ -269,6 +278,10 @@ class Attention(Node):
             raise ValueError("a qk-norm across heads acts before the heads split, so before rotary")
         if self.qk_norm_head_gains and (self.qk_norm_across or not self.qk_norm_affine):
             raise ValueError("a gain per head needs a learned gain on each head's own norm (not across heads)")
+        if self.kv_reuse is not None and (self.kv_store is not None or self.k_eq_v or self.v_norm):
+            raise ValueError("an attention that reads another's keys and values stores none, and has no keys or values to tie or norm")
+        if self.rotary_spread and (not self.rotary_dims or self.rotary_interleaved or self.head_dim % 2):
+            raise ValueError("rotary_spread spreads rotary pairs over the two halves of an even head: it needs rotary, not interleaved")
 
 
 class Mlp(Node):
@@ -282,6 +295,7 @@ class Mlp(Node):
     dropout: Rate
     clamp: Positive = 7.0  # swiglu_clamp: gate <= clamp, |up| <= clamp (gpt-oss's swiglu_limit); other activations ignore it
     gate_scale: Finite = 1.0  # a gated MLP's gate is act(gate_scale * gate(x)) (Falcon-H1's mlp_multipliers[0]); 1: none
+    per_layer: bool = False  # Gemma 4: act(gate x) times this layer's per-layer input (the feed's per_layer), then down; hidden = its width
 
     _checked = checked()
 
@@ -290,6 +304,8 @@ class Mlp(Node):
             raise ValueError("clamp bounds swiglu_clamp's gate and up, but the activation is another")
         if self.gate_scale != 1.0 and self.act not in GATE_SCALED:
             raise ValueError("gate_scale scales a gated MLP's gate; this MLP has none (act is not swiglu or geglu)")
+        if self.per_layer and self.act in GATED:
+            raise ValueError("a per-layer mlp is gated by the per-layer input: its act is a plain one")
 
 
 class Moe(Node):
@@ -877,6 +893,11 @@ class Feed(Node):
     scale: Finite  # embeddings are multiplied by this (the original Transformer: sqrt(width))
     dropout: Rate
     padding: Annotated[int, Field(ge=0)] | None = None  # the padding token: its embedding starts at 0 and gets no gradient
+    # Gemma 4's per-layer inputs: a second table (per_layer_vocab x layers * per_layer) and a projection of the embedding
+    per_layer: Annotated[int, Field(ge=0)] = 0  # each layer's per-layer input width; 0: none
+    per_layer_vocab: Annotated[int, Field(ge=0)] = 0  # rows of the per-layer table
+    per_layer_layers: Annotated[int, Field(ge=0)] = 0  # derived: the per-layer mlps' instances, in the order they run
+    per_layer_eps: Positive = 1e-6  # the per-layer projection's RMSNorm eps
 
     _checked = checked()
 
@@ -885,6 +906,10 @@ class Feed(Node):
             raise ValueError("sinusoidal positions need an even width")
         if self.padding is not None and self.padding >= self.vocab:
             raise ValueError(f"the padding token {self.padding} is outside the vocabulary of {self.vocab}")
+        if bool(self.per_layer) != bool(self.per_layer_vocab) or (self.per_layer_layers and not self.per_layer):
+            raise ValueError("per-layer inputs need their width and their table's rows")
+        if self.per_layer and self.padding is not None and self.padding >= self.per_layer_vocab:
+            raise ValueError(f"the padding token {self.padding} is outside the per-layer vocabulary of {self.per_layer_vocab}")
 
 
 class Nozzle(Node):
@@ -1041,6 +1066,11 @@ class Engine(Node):
             if b.overboard and b.loss is not None and b.out_width != self.feed.vocab:
                 raise ValueError(f"overboard branch '{b.name}' has a loss, so it must end at width vocab={self.feed.vocab}, not {b.out_width}")
         _check_streams(self.body)  # hyper-connections: a chamber of several streams
+        kv_slots(self.body)
+        per_layer = per_layer_mlps(self.body)
+        if len(per_layer) != self.feed.per_layer_layers or any(m.hidden != self.feed.per_layer for m in per_layer):
+            raise ValueError(f"the feed's per-layer inputs ({self.feed.per_layer_layers} of width {self.feed.per_layer}) must match "
+                             f"the per-layer mlps ({len(per_layer)}, hidden {sorted({m.hidden for m in per_layer})})")
         from .passes import derived_values, merge_totals  # the formulas live with the pass that applies them
 
         totals = merge_totals(self.body)
@@ -1052,6 +1082,37 @@ class Engine(Node):
                 if got != expect and (got is None or not math.isclose(got, expect, rel_tol=1e-9, abs_tol=1e-12)):
                     raise ValueError(f"prechamber '{b.name}': merge {b.merge.kind} has {field}={got}, "
                                      f"but the engine gives {expect} (run ir.passes.finalize_merges)")
+
+
+def kv_slots(body) -> dict:
+    """KV sharing: each slot's (kv_heads, head_dim, window), checked in the order the layers run: a layer reads a slot a layer
+    before it stored, of its own shape. ValueError otherwise."""
+    slots: dict = {}
+
+    def walk(ops) -> None:
+        for op in ops:
+            if isinstance(op, Stage):
+                for _ in range(op.repeat if any(isinstance(a, Attention) and (a.kv_store or a.kv_reuse) for a in _all_ops([op])) else 1):
+                    walk(op.ops if op.is_group else _all_ops([op]))
+            elif isinstance(op, Attention) and (op.kv_store or op.kv_reuse):
+                shape = (op.kv_heads, op.head_dim, op.window)
+                if op.kv_store is not None and slots.setdefault(op.kv_store, shape) != shape:
+                    raise ValueError(f"KV slot {op.kv_store} is stored by attentions of different shapes (kv_heads, head_dim, window)")
+                if op.kv_reuse is not None:
+                    if op.kv_reuse not in slots:
+                        raise ValueError(f"an attention reads KV slot {op.kv_reuse} before any layer stores it")
+                    if slots[op.kv_reuse] != shape:
+                        raise ValueError(f"an attention reads KV slot {op.kv_reuse} with kv_heads, head_dim and window {shape}, "
+                                         f"but it holds {slots[op.kv_reuse]}")
+
+    walk(body)
+    return slots
+
+
+def per_layer_mlps(body) -> list:
+    """Every per-layer mlp instance (Gemma 4), in the order the layers run: instance i reads per-layer input i."""
+    ops = [op for st, n in leaf_stages(body) for op in _all_ops([st]) * n] + _all_ops([op for op in body if not isinstance(op, Stage)])
+    return [op for op in ops if isinstance(op, Mlp) and op.per_layer]
 
 
 def _all_ops(body) -> list:

@@ -187,5 +187,8 @@ def shrink(spec: ir.Spec, width: int | None = None, depth: int | None = None) ->
         feed = feed.model_copy(update=dict(width=width, scale=scale))
         nozzle = nozzle.model_copy(update=dict(width=s.dim(nozzle.width)))
     body = finalize_merges(body, e.startup.init)
+    if feed.per_layer:  # Gemma 4's per-layer inputs follow their mlps: their width and count
+        mlps = ir.per_layer_mlps(body)
+        feed = feed.model_copy(update=dict(per_layer=mlps[0].hidden, per_layer_layers=len(mlps)))
     engine = e.model_copy(update=dict(width=ew, feed=feed, nozzle=nozzle, body=body))
     return ir.validate(spec.model_copy(update=dict(engine=engine)))

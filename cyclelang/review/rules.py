@@ -82,14 +82,14 @@ the open-loop start sequence that gets such an engine going. Fix it with
 line runs unobstructed), or by returning the branches with `merge deepnorm`, which
 up-weights the main line so Post-LN can go deep.""", "stage layer x 12 { prechamber mix { turbine attention heads=8 }  norm layernorm ... }")
 def post_ln_without_warmup(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
-    post = [s for s in _blocks(e) if any(isinstance(op, ir.Norm) for op in s.ops)]
+    post = [s for s in _blocks(e) if any(isinstance(op, ir.Norm) and op.type != "scalar" for op in s.ops)]  # a scalar gain normalises nothing
     layers = sum(s.repeat for s in post)
     if not post or layers < cfg.post_ln_depth or e.startup.warmup > 0:
         return []
     branches = [b for s in post for b in ir.stage_branches(s) if not b.overboard]
     if branches and all(isinstance(b.merge, ir.DeepnormMerge) for b in branches):
         return []  # DeepNet: Post-LN made deep by up-weighting the main line
-    valve = next(op for op in post[0].ops if isinstance(op, ir.Norm))
+    valve = next(op for op in post[0].ops if isinstance(op, ir.Norm) and op.type != "scalar")
     return [_w("W101", f"a norm in series on the main line of {_plural(layers, 'Post-LN layer')}, with no warmup", valve.span,
                "add 'startup { warmup 4000 }', move the norm into each prechamber (Pre-LN), or return the branches with 'merge deepnorm'",
                ["every valve in series adds a pressure drop the gradient must climb; deep Post-LN needs an open-loop start"])]
@@ -113,7 +113,7 @@ def deep_without_cooling(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnostic]:
     # a norm in series on the main line (Post-LN, BERT) renormalises the chamber after every
     # layer, so its merges do not add up: the stand measures its chamber at RMS 1 at every depth
     unregulated = sum(s.repeat * sum(not b.overboard for b in ir.stage_branches(s)) for s in stages(e)
-                      if not any(isinstance(op, ir.Norm) for op in s.ops))
+                      if not any(isinstance(op, ir.Norm) and op.type != "scalar" for op in s.ops))
     if merges < cfg.deep_merges or unregulated < cfg.deep_merges:
         return []
     branches = [b for s in stages(e) for b in ir.stage_branches(s) if not b.overboard]
@@ -436,7 +436,7 @@ def pre_ln_without_final_norm(e: ir.Engine, cfg: ReviewConfig) -> list[Diagnosti
         last = stages(e)[-1]  # the last layer a nested stage runs
     if not isinstance(last, ir.Stage) or not ir.stage_branches(last):
         return []
-    if isinstance(last.ops[-1], ir.Norm):
+    if isinstance(last.ops[-1], ir.Norm) and last.ops[-1].type != "scalar":
         return []  # Post-LN: the stage ends with its own valve
     branches = [b for b in ir.stage_branches(last) if not b.overboard]
     shared = any(isinstance(op, ir.Fullflow) and op.norm is not None for op in last.ops)

@@ -290,6 +290,9 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("scale", "float", "multiplies the embedding (sqrt(width) in the original Transformer)", "the feed pumps' head", default=1.0, lo=0.0, lo_open=True, hi=1e4),
         Opt("dropout", ml="dropout on the embedding", **_DROPOUT),
         Opt("padding", "int", "the padding token (padding_idx): its embedding starts at 0 and gets no gradient", "a bleed line that carries no propellant", min=0, max=MAX_VOCAB),
+        Opt("per_layer", "int", "Gemma 4's per-layer inputs: each layer's width of a second token table plus a normed projection of the embedding, read by the per-layer mlps; 0: none", "a preburner line to every stage", default=0, min=0, max=MAX_WIDTH),
+        Opt("per_layer_vocab", "int", "with per_layer: rows of the per-layer table", "", default=0, default_text="vocab", min=0, max=MAX_VOCAB),
+        Opt("per_layer_eps", "float", "with per_layer: the per-layer projection's RMSNorm eps", "", default=1e-6, lo=0.0, lo_open=True, hi=1.0),
     ),
     "nozzle head": (
         Opt("tied", "bool", "the head reuses the token embedding's matrix (weight tying)", "", default=False),
@@ -344,6 +347,11 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("rotary_truncate", "bool", "yarn scaling: round the blend's range out to whole dims (false: as computed, gpt-oss)", "", default=True),
         Opt("sinks", "bool", "attention sinks: a learned logit per head joins every softmax's denominator, so a query may attend to nothing (gpt-oss)",
             "a bleed valve on the injector: some flow vents, unburnt, and the rest is thinned", default=False),
+        Opt("rotary_spread", "bool", "with rotary: the rotated pairs are (i, i + head_dim/2) at base^(-2i/head_dim), spread over the whole head (Gemma 4's proportional rope)", "the injector's swirl spread over every element", default=False),
+        Opt("v_norm", "bool", "with qk_norm: a weightless RMSNorm on each head's values (Gemma 4)", "a damper on the injector's second propellant", default=False),
+        Opt("k_eq_v", "bool", "the values are the keys' projection, before the k-norm and rotary (Gemma 4's attention_k_eq_v): no value rows", "one propellant line feeds both injector elements", default=False),
+        Opt("kv_store", "int", "KV sharing: this attention's keys and values (its cached past included) go to slot N for later layers (Gemma 4)", "a tap-off line from this injector's manifold", max=1 << 16),
+        Opt("kv_reuse", "int", "KV sharing: read slot N's keys and values (stored by an earlier layer) instead of computing any: no k, v projections, no cache of its own (Gemma 4's num_kv_shared_layers)", "an injector fed from another's manifold", max=1 << 16),
     ),
     "turbine ssm": (
         Opt("heads", "int", "heads, each with its own A, D and step size", "", required=True, max=MAX_WIDTH),
@@ -388,7 +396,8 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("negative_eigenvalues", "bool", "beta = 2 sigmoid(b), in (0, 2): a write may overshoot, so I - beta k k^T may turn a direction over (OLMo Hybrid's allow_neg_eigval)", "", default=False),
     ),
     "turbine mlp": (_RATIO, _HIDDEN, _ACT, _BIAS, Opt("dropout", ml="output dropout", **_DROPOUT), _CLAMP,
-                    Opt("gate_scale", "float", "a gated MLP's gate pre-activation times this: act(gate_scale x gate(x)) x up(x) (Falcon-H1's mlp_multipliers)", "", default=1.0, lo=-1e6, hi=1e6)),
+                    Opt("gate_scale", "float", "a gated MLP's gate pre-activation times this: act(gate_scale x gate(x)) x up(x) (Falcon-H1's mlp_multipliers)", "", default=1.0, lo=-1e6, hi=1e6),
+                    Opt("per_layer", "bool", "Gemma 4's per-layer input gate: act(gate x) times this layer's per-layer input (the feed's per_layer, = hidden), then down", "a preburner's line into this stage", default=False)),
 
     "turbine moe": (
         Opt("experts", "int", "number of experts", "injector elements", required=True, max=MAX_EXPERTS),
@@ -433,6 +442,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("affine", "bool", "a learned gain; false normalises only", "an adjustable valve, not a fixed orifice", default=True),
         Opt("offset", "float", "the gain is offset + w, w starting at 1 - offset (Gemma: 1)", "", default=0.0, lo=-1e6, hi=1e6),
     ),
+    "norm scalar": (),  # Gemma 4's layer_scalar: a fixed gain on the stream, a buffer the weights bring
     "merge plain": (),
     "merge scale": (Opt("scale", "float", "x + scale * f(x): a fixed factor on the branch", "a fixed orifice", required=True, lo=-1e3, hi=1e3),),
     "merge cooling": (Opt("std", "float", "base std of the branch's output projection, divided by sqrt(merges into the main line)", "a rich, cool preburner", default_text="the init std", lo=0.0, lo_open=True, hi=10.0),),

@@ -396,6 +396,18 @@ class _Resolver:
         if hyper is not None and not self.streams_fit(body, hyper, singles["chamber"].span):
             return None
         body = ir.passes.finalize_merges(body, startup.init)
+        per_layer = ir.nodes.per_layer_mlps(body)  # Gemma 4: the feed makes one per-layer input for each per-layer mlp instance
+        if bool(per_layer) != bool(feed.per_layer) or any(m.hidden != feed.per_layer for m in per_layer):
+            self.out.error("E0211", f"the feed's per_layer={feed.per_layer} must match the per-layer mlps' hidden width ({len(per_layer)} in the engine)",
+                           feed.span, "set the feed's per_layer= to the per-layer mlps' hidden=, or drop both")
+            return None
+        if per_layer:
+            feed = feed.model_copy(update={"per_layer_layers": len(per_layer)})
+        try:  # KV sharing: each slot read after a layer stored it, at its shape
+            ir.nodes.kv_slots(body)
+        except ValueError as err:
+            self.out.error("E0211", str(err), e.span, "store the slot (kv_store=N) in an earlier layer whose attention has the reader's shape")
+            return None
         chamber = singles["chamber"]
         return ir.Engine(name=e.name.name, width=width, throat=throat, feed=feed, body=body, nozzle=nozzle, startup=startup, span=e.span,
                          lets=tuple(self.lets.values()), let_names=_lets(chamber.options, scope))
@@ -411,9 +423,17 @@ class _Resolver:
         scale = o.get("scale")
         dropout = o.get("dropout")
         padding = o.get("padding")
+        per_layer = {k: o.get(k) for k in ("per_layer", "per_layer_vocab", "per_layer_eps")}
         o.finish()
-        if None in (vocab, context, width, position, scale, dropout):
+        if None in (vocab, context, width, position, scale, dropout) or None in per_layer.values():
             return None
+        if per_layer["per_layer"] and not per_layer["per_layer_vocab"]:
+            per_layer["per_layer_vocab"] = vocab
+        if not per_layer["per_layer"] and (o.has("per_layer_vocab") or o.has("per_layer_eps")):
+            self.out.error("E0211", "per_layer_vocab= and per_layer_eps= shape per-layer inputs, but per_layer is 0", o.span_of("per_layer_vocab" if o.has("per_layer_vocab") else "per_layer_eps"), "add per_layer=N")
+            return None
+        if not per_layer["per_layer"]:
+            per_layer["per_layer_vocab"] = 0
         if padding is not None and padding >= vocab:
             self.out.error("E0205", f"padding={padding} is outside the vocabulary of {vocab} tokens", o.span_of("padding"), f"a token id below {vocab}")
             return None
@@ -421,7 +441,7 @@ class _Resolver:
             self.out.error("E0205", "sinusoidal positions need an even width", o.span_of("position"), f"the chamber width is {width}")
             return None
         return ir.Feed(vocab=vocab, context=context, position=position, width=width, scale=scale, dropout=dropout, padding=padding, span=d.span,
-                       let_names=o.lets())
+                       let_names=o.lets(), **per_layer)
 
     def nozzle(self, d: ast.Directive, scope, w: int | None, width: int | None, feed: ir.Feed | None) -> ir.Nozzle | None:
         if d.kind.name != "head":
@@ -927,6 +947,9 @@ class _Resolver:
             self.out.error("E0204", f"unknown norm '{kind}'", d.kind.span, did_you_mean(kind, NORMS) or "layernorm or rmsnorm")
             return None
         o = Options(f"norm {kind}", d.options, scope, self.out, d.span)
+        if kind == "scalar":  # Gemma 4's layer_scalar: no options
+            o.finish()
+            return None if w is None else ir.Norm(type=kind, width=w, eps=1e-6, bias=False, affine=False, span=d.span, let_names=o.lets())
         eps = o.get("eps")
         affine = o.get("affine")
         bias = o.get("bias", affine) if kind == "layernorm" else False
@@ -1031,11 +1054,35 @@ class _Resolver:
         if rotary > 0 and rotary_dims == 0:
             self.out.error("E0205", f"rotary={rotary:g} of head_dim {head_dim} rotates no pair of dimensions", o.span_of("rotary"), "raise the fraction")
             return None
-        return ir.Attention(width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
+        gemma4 = self._gemma4_attention(o, rotary_dims, interleaved, head_dim, qk_norm)
+        if gemma4 is None:
+            return None
+        return ir.Attention(**gemma4, width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
                             rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
                             qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved,
                             rotary_scaling=scaling, softcap=softcap, alibi=alibi, alibi_scaled=alibi_scaled, **qk_shape,
                             sinks=bool(o.get("sinks")), gate=gate or "none", span=d.span)  # sinks: gpt-oss's learned logit per head in every softmax
+
+    def _gemma4_attention(self, o: Options, rotary_dims: int, interleaved: bool, head_dim: int, qk_norm: bool) -> dict | None:
+        """Gemma 4's attention options: rotary_spread, v_norm, k_eq_v (None after an error)."""
+        out = {k: o.get(k) for k in ("rotary_spread", "v_norm", "k_eq_v")}
+        if None in out.values():
+            return None
+        out.update({k: o.get(k) for k in ("kv_store", "kv_reuse")})
+        if out["kv_reuse"] is not None and (out["kv_store"] is not None or out["k_eq_v"] or out["v_norm"]):
+            what = next(k for k in ("kv_store", "k_eq_v", "v_norm") if out[k])
+            self.out.error("E0211", f"kv_reuse reads another layer's keys and values: this attention has none to {'store' if what == 'kv_store' else what}",
+                           o.span_of(what), f"drop {what}")
+            return None
+        if out["rotary_spread"] and (not rotary_dims or interleaved or head_dim % 2):
+            self.out.error("E0211", "rotary_spread spreads the rotated pairs over the two halves of a head: it needs rotary, not interleaved, and an even head_dim",
+                           o.span_of("rotary_spread"), "add rotary=FRACTION, or drop rotary_spread")
+            return None
+        if out["v_norm"] and not qk_norm:
+            self.out.error("E0211", "v_norm normalises the values as the qk-norm does the keys (its eps is qk_norm_eps), but qk_norm is off",
+                           o.span_of("v_norm"), "add qk_norm")
+            return None
+        return out
 
     _SCALING_OPTIONS = {"rotary_factor": ("linear", "dynamic", "llama3", "yarn"), "rotary_original": ("dynamic", "llama3", "yarn"),
                         "rotary_low": ("llama3",), "rotary_high": ("llama3",), "rotary_beta_fast": ("yarn",),
@@ -1148,13 +1195,17 @@ class _Resolver:
         dropout = o.get("dropout")
         clamp = self._clamp(o, act)
         gate_scale = o.get("gate_scale")
-        if None in (hidden, act, dropout, w, clamp, gate_scale):
+        per_layer = o.get("per_layer")
+        if None in (hidden, act, dropout, w, clamp, gate_scale, per_layer):
             return None
         if gate_scale != 1.0 and act not in ir.nodes.GATE_SCALED:  # the node's own rule
             self.out.error("E0211", f"gate_scale scales a gated MLP's gate; act={act} has none", o.span_of("gate_scale"),
                            "use a gated act (swiglu, geglu), or drop gate_scale=")
             return None
-        return ir.Mlp(width=w, hidden=hidden, act=act, bias=bias, dropout=dropout, clamp=clamp, gate_scale=gate_scale, span=d.span)
+        if per_layer and act in ir.nodes.GATED:  # the node's own rule
+            self.out.error("E0211", f"a per-layer mlp is gated by its per-layer input: act={act} is gated already", o.span_of("act"), "a plain act (gelu_tanh: Gemma 4's)")
+            return None
+        return ir.Mlp(width=w, hidden=hidden, act=act, bias=bias, dropout=dropout, clamp=clamp, gate_scale=gate_scale, per_layer=per_layer, span=d.span)
 
     def _clamp(self, o: Options, act):
         """swiglu_clamp's bound (clamp=), None after an error: it bounds that activation only."""

@@ -63,7 +63,7 @@ def _attention_title(op: ir.Attention) -> tuple[str, str]:
     if op.window is not None:
         bits.append(f"window {op.window}")
     if op.rotary_dims:
-        bits.append(f"rotary {op.rotary_dims}/{op.head_dim}" + (" interleaved" if op.rotary_interleaved else ""))
+        bits.append(f"rotary {op.rotary_dims}/{op.head_dim}" + (" interleaved" if op.rotary_interleaved else "") + (" spread" if op.rotary_spread else ""))
     if op.qk_norm:
         shape = [w for w, on in (("layernorm", op.qk_norm_type == "layernorm"), ("bias", op.qk_norm_bias),
                                  (f"gain {num(op.qk_norm_offset)} + w", op.qk_norm_offset), ("no gain", not op.qk_norm_affine), ("gain per head", op.qk_norm_head_gains),
@@ -75,6 +75,8 @@ def _attention_title(op: ir.Attention) -> tuple[str, str]:
         bits.append("sinks")
     if op.gate != "none":  # Qwen3-Next's output gate
         bits.append(f"output gate per {op.gate}")
+    bits += [w for w, on in (("v-norm", op.v_norm), ("K = V", op.k_eq_v), (f"KV to slot {op.kv_store}", op.kv_store is not None),
+                             (f"KV from slot {op.kv_reuse}", op.kv_reuse is not None)) if on]  # Gemma 4
     return title, DOT.join(bits)
 
 
@@ -109,7 +111,8 @@ TITLES = {
     ir.Attention: _attention_title,
     ir.Mlp: lambda op: (f"MLP {op.width}{ARROW}{op.hidden}{ARROW}{op.width} {op.act.upper() if op.act in ('gelu', 'relu') else op.act}",
                         " · ".join(x for x in (f"clamp {num(op.clamp)}" if op.act == "swiglu_clamp" else "",
-                                                f"gate {TIMES}{num(op.gate_scale)}" if op.gate_scale != 1.0 else "") if x)),
+                                                f"gate {TIMES}{num(op.gate_scale)}" if op.gate_scale != 1.0 else "",
+                                                f"{TIMES} the layer's per-layer input" if op.per_layer else "") if x)),
     ir.Moe: _moe_title,
     ir.Pool: lambda op: (f"Pool{DOT}size {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
     ir.Conv: lambda op: (f"Conv{DOT}depthwise {op.size}" + (f"{DOT}causal" if op.causal else ""), ""),
@@ -128,10 +131,11 @@ TITLES = {
     ir.GatedDelta: lambda op: (f"Gated DeltaNet{DOT}{op.heads} heads{DOT}causal",
                                DOT.join(([f"{op.k_heads} key heads"] if op.k_heads != op.heads else []) + [f"conv {op.conv}", f"chunk {op.chunk}", "gated norm"]
                                         + (["\u03b2 in (0, 2)"] if op.negative_eigenvalues else []))),
-    ir.Norm: lambda op: ("LayerNorm" if op.type == "layernorm" else "RMSNorm", ""),
+    ir.Norm: lambda op: ({"layernorm": "LayerNorm", "scalar": "Scalar gain"}.get(op.type, "RMSNorm"), "fixed, loaded" if op.type == "scalar" else ""),
     ir.Feed: lambda f: (f"Embedding {f.vocab:,}{TIMES}{f.width}",
                         {"learned": f"+ learned positions {TIMES}{f.context}", "sinusoidal": "+ sinusoidal positions", "none": "no position table"}[f.position]
-                        + (f"{DOT}{TIMES}{num(f.scale)}" if f.scale != 1.0 else "") + (f"{DOT}dropout {num(f.dropout)}" if f.dropout else "")),
+                        + (f"{DOT}{TIMES}{num(f.scale)}" if f.scale != 1.0 else "") + (f"{DOT}dropout {num(f.dropout)}" if f.dropout else "")
+                        + (f"{DOT}per-layer inputs {f.per_layer_layers}{TIMES}{f.per_layer}" if f.per_layer else "")),
     ir.Nozzle: lambda z: (f"LM head {z.width}{ARROW}{z.vocab:,}", DOT.join((["tied to the embedding"] if z.tied else []) + (["bias"] if z.bias else []))),
 }
 

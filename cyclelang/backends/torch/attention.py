@@ -9,7 +9,7 @@ from .config import Sizes
 from .writer import Writer, doc_tag, num
 
 
-ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved"}
+ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved", "spread": "apply_rotary_spread"}
 
 # The output gate (`gate=`, Qwen3-Next and Qwen3.5): its projection's rows, and the line that gates y (B, T, nh * hd).
 GATE_ROWS = {"channel": "heads * head_dim", "head": "heads"}
@@ -72,7 +72,7 @@ class AttentionEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         a, s = o.op, o.args
-        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, qk_offset=str(s['qk_offset']) if 'qk_offset' in s else None, scale=str(s['scale']) if 'scale' in s else if_set(o.scale, o.scale is not None), softcap=if_set(a.softcap, a.softcap is not None), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
+        return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, qk_offset=str(s['qk_offset']) if 'qk_offset' in s else None, scale=str(s['scale']) if 'scale' in s else if_set(o.scale, o.scale is not None), softcap=if_set(a.softcap, a.softcap is not None), kv_slot=if_set(a.kv_store or a.kv_reuse, bool(a.kv_store or a.kv_reuse)), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
         out = ()
@@ -97,6 +97,8 @@ class AttentionEmitter(OpEmitter):
         return [f"nn.init.normal_({a}.proj.weight, mean=0.0, std={std})"]
 
     def deepnorm_init(self, a, op, beta):
+        if op.k_eq_v or op.kv_reuse is not None:  # the values are the keys' rows: only the output projection is v's own
+            return [f"{a}.proj.weight.mul_({beta})"]
         return [f"v_rows = {a}.kv_heads * {a}.head_dim  # v: the last rows of qkv",
                 f"{a}.qkv.weight[-v_rows:].mul_({beta})", f"{a}.proj.weight.mul_({beta})"]
 
@@ -109,7 +111,16 @@ class AttentionEmitter(OpEmitter):
             if v.gqa:
                 extra.append("grouped-query attention (kv_heads < heads: query heads share keys and values)")
             if v.rotary != "none":
-                extra.append({"full": "rotary", "partial": "partial rotary", "interleaved": "interleaved (GPT-J) rotary"}[v.rotary] + " positions")
+                extra.append({"full": "rotary", "partial": "partial rotary", "interleaved": "interleaved (GPT-J) rotary",
+                              "spread": "proportional (Gemma 4) rotary"}[v.rotary] + " positions")
+            if v.k_eq_v:
+                extra.append("values that are the keys' projection (K = V)")
+            if v.v_norm:
+                extra.append("a weightless RMSNorm on the values")
+            if v.kv_store:
+                extra.append("its keys and values stored in slot kv_slot of `shared` for later layers (KV sharing)")
+            if v.kv_reuse:
+                extra.append("the keys and values of slot kv_slot of `shared`, stored by an earlier layer (KV sharing): no projections or cache of its own")
             if v.qk_norm:
                 extra.append(qk_phrase(v))
             if v.scaled:
@@ -130,22 +141,34 @@ class AttentionEmitter(OpEmitter):
             w()
             optional = [name for name, on in (("window", v.window), ("dropout", v.dropout)) if on]
             ctor = ["width", "heads", "kv_heads", "head_dim", "bias", *(["out_bias"] if v.split_bias else []), *(["qk_eps"] if v.qk_norm else []), *(["qk_offset"] if v.qk_norm and v.qk_offset else []),
-                    *(["scale"] if v.scaled else []), *(["softcap"] if v.softcap else [])]
+                    *(["scale"] if v.scaled else []), *(["softcap"] if v.softcap else []), *(["kv_slot"] if v.kv_store or v.kv_reuse else [])]
             with out.constructor(*ctor, *optional):
                 w("self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim")
-                w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
+                if v.kv_reuse:
+                    w("self.qkv = nn.Linear(width, heads * head_dim, bias=bias)  # q only: the keys and values are slot kv_slot's")
+                elif v.k_eq_v:
+                    w("self.qkv = nn.Linear(width, (heads + kv_heads) * head_dim, bias=bias)  # q, k fused: the values are the keys' projection")
+                else:
+                    w("self.qkv = nn.Linear(width, (heads + 2 * kv_heads) * head_dim, bias=bias)  # q, k, v fused")
                 w(f"self.proj = nn.Linear(heads * head_dim, width, bias={'out_bias' if v.split_bias else 'bias'})")
                 if v.gate != "none":
                     w(f"self.gate = nn.Linear(width, {GATE_ROWS[v.gate]}, bias=bias)  # the output gate's logits")
                 if v.qk_across:
                     w(f"self.q_norm = {qk_module(v, 'heads * head_dim')}  # across all heads")
-                    w(f"self.k_norm = {qk_module(v, 'kv_heads * head_dim')}")
+                    if not v.kv_reuse:
+                        w(f"self.k_norm = {qk_module(v, 'kv_heads * head_dim')}")
                 elif v.qk_heads:
                     w(f"self.q_norm = {qk_module(v, 'heads * head_dim')}  # a gain per head")
-                    w(f"self.k_norm = {qk_module(v, 'kv_heads * head_dim')}")
+                    if not v.kv_reuse:
+                        w(f"self.k_norm = {qk_module(v, 'kv_heads * head_dim')}")
                 elif v.qk_norm:
                     w(f"self.q_norm = {qk_module(v, 'head_dim')}")
-                    w(f"self.k_norm = {qk_module(v, 'head_dim')}")
+                    if not v.kv_reuse:
+                        w(f"self.k_norm = {qk_module(v, 'head_dim')}")
+                if v.kv_store or v.kv_reuse:
+                    w("self.kv_slot = kv_slot")
+                if v.v_norm:
+                    w("self.qk_eps = qk_eps  # the values' RMSNorm too")
                 if v.scaled:
                     w("self.scale = scale")
                 if v.softcap:
@@ -163,25 +186,59 @@ class AttentionEmitter(OpEmitter):
             with out.indent():
                 self.forward(out, v)
 
+    def reuse_prelude(self, out: Writer, v: AttentionVariant) -> None:
+        """KV sharing's reader: its queries only; the keys and values (the cached past included) are the storing layer's."""
+        w = out.line
+        w("B, T, C = x.size()")
+        w("q = self.qkv(x)")
+        if v.qk_across:
+            w("q = self.q_norm(q)  # across all heads")
+        w("q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)")
+        if v.qk_norm and not v.qk_across and not v.qk_late:
+            w("q = self.q_norm(q)")
+        if v.rotary != "none":
+            w(f"q = {ROTARY_FN[v.rotary]}(q, *rope)")
+        if v.qk_late:
+            w("q = self.q_norm(q)  # after rotary")
+        w("k, v = shared[self.kv_slot]  # (B, nkv, S, hd): an earlier layer's keys and values, its cached past included")
+
     def forward(self, out: Writer, v: AttentionVariant) -> None:
+        w = out.line
+        if v.kv_reuse:
+            self.reuse_prelude(out, v)
+        else:
+            self.prelude(out, v)
+        if v.causal and not v.kv_reuse:
+            out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
+        if v.kv_store:
+            w("shared[self.kv_slot] = k, v  # for the layers that reuse them (KV sharing)")
+        self.attend(out, v)
+
+    def prelude(self, out: Writer, v: AttentionVariant) -> None:
         w = out.line
         out.block("""
 B, T, C = x.size()
-q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)
+QKV
 QK_ACROSS
 q = q.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hd)
 k = k.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)
 v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd)""".replace(
-            "QK_ACROSS\n", "q, k = self.q_norm(q), self.k_norm(k)  # across all heads\n" if v.qk_across else ""))
+            "QK_ACROSS\n", "q, k = self.q_norm(q), self.k_norm(k)  # across all heads\n" if v.qk_across else "").replace(
+            "QKV", "q, k = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)\n"
+                   "v = k  # K = V: the values are the keys' projection (before the k-norm and rotary)" if v.k_eq_v else
+                   "q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=2)"))
         if v.qk_norm and not v.qk_across and not v.qk_late:
             w("q, k = self.q_norm(q), self.k_norm(k)")
+        if v.v_norm:
+            w("v = F.rms_norm(v, (self.head_dim,), eps=self.qk_eps)  # the values normalised per head, no gain")
         if v.rotary != "none":
             fn = ROTARY_FN[v.rotary]
             w(f"q, k = {fn}(q, *rope), {fn}(k, *rope)")
         if v.qk_late:
             w("q, k = self.q_norm(q), self.k_norm(k)  # after rotary: the rotated q and k")
-        if v.causal:
-            out.nested("if cache is not None:", "k, v = cache.extend(self, k, v)  # (B, nkv, S, hd): the cached past, then these T")
+
+    def attend(self, out: Writer, v: AttentionVariant) -> None:
+        w = out.line
         if v.softcap or v.alibi != "none" or v.sinks:
             self.scores(out, v)
             return

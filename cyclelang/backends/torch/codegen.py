@@ -115,9 +115,9 @@ from .writer import COMMENT_MODES, COMMENTS, Writer, doc_tag, num
 __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 
 # The runtime definitions the file may inline before its classes, in the order they appear.
-HELPERS = ("sinusoids", "rotary_tables", "scaled_rotary_tables", "alibi_slopes", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "causal_mask", "sliding_mask", "padded_mask",
-           "OffsetRMSNorm", "OffsetLayerNorm", "HeadNorm", "ssd_scan", "gated_rms_norm", "linear_scan", "selective_scan",
-           "gated_delta_scan", "HyperConnection", "ManifoldConnection")
+HELPERS = ("sinusoids", "rotary_tables", "scaled_rotary_tables", "alibi_slopes", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "apply_rotary_spread",
+           "causal_mask", "sliding_mask", "padded_mask", "OffsetRMSNorm", "OffsetLayerNorm", "ScalarGain", "HeadNorm", "ssd_scan", "gated_rms_norm", "linear_scan",
+           "selective_scan", "gated_delta_scan", "HyperConnection", "ManifoldConnection")
 
 
 @dataclass(frozen=True)
@@ -203,9 +203,7 @@ class Lowering:
         out.blank(2)
         w("# How tensor parallelism splits each part (the kinds' `tp`, cyclelang/ir/kinds.py); every")
         w("# part not listed is replicated. See `parallelize`.")
-        plan = [(part.path, part.kind.tp) for part in self.p.layout.parts() if part.kind.tp != "replicate"
-                and not getattr(part.node, "sinks", False)
-                and getattr(part.node, "gate", "none") == "none"]  # attention with sinks or an output gate: replicated (its per-head sinks are not split yet)
+        plan = [(part.path, rule) for part in self.p.layout.parts() if (rule := part.kind.tp_of(part.node)) != "replicate"]
         if plan:
             w("TP_PLAN = {")
             with out.indent():
@@ -332,6 +330,11 @@ from torch.nn import functional as F""")
                     w(f"self.scale = {self.p.feed_args['scale']}")
                 if f.dropout > 0:
                     w(f"self.drop = nn.Dropout({self.p.feed_args['dropout']})")
+                if f.per_layer:  # Gemma 4: each layer's own small input
+                    pad = f", padding_idx={num(f.padding)}" if f.padding is not None else ""
+                    w(f"self.per_layer_tok = nn.Embedding({num(f.per_layer_vocab)}, {num(f.per_layer_layers)} * {num(f.per_layer)}{pad})  # every layer's per-layer table, side by side")
+                    w(f"self.per_layer_proj = nn.Linear(config.width, {num(f.per_layer_layers)} * {num(f.per_layer)}, bias=False)  # the embedding, projected to every layer's")
+                    w(f"self.per_layer_norm = nn.RMSNorm({num(f.per_layer)}, eps={num(f.per_layer_eps)})  # one norm, shared by the layers")
             w()
             w("def forward(self, idx):" if f.position == "none" else "def forward(self, idx, past, pos=None):")
             with out.indent():
@@ -339,7 +342,7 @@ from torch.nn import functional as F""")
                 tok = "lookup(self.tok, idx)" if opaque else "self.tok(idx)"
                 tok = tok if f.scale == 1.0 else f"{tok} * self.scale"
                 shape = "# (B, T, C): the token lookup, a custom op under torch.compile (runtime section)" if opaque else "# (B, T, C)"
-                if f.position == "none" and not f.dropout:
+                if f.position == "none" and not f.dropout and not f.per_layer:
                     w(f"return {tok}  {shape}")
                     return out.blank(2)
                 if f.position == "none":
@@ -355,7 +358,13 @@ from torch.nn import functional as F""")
                         w(f"x = {tok} + (self.pos[past : past + T] if pos is None else self.pos[pos])  {shape}")
                 if f.dropout > 0:
                     w("x = self.drop(x)")
-                w("return x")
+                if f.per_layer:
+                    L, P = num(f.per_layer_layers), num(f.per_layer)
+                    w(f"proj = self.per_layer_norm((self.per_layer_proj(x) * {num(f.width ** -0.5)}).view(*idx.shape, {L}, {P}))  # (B, T, layers, {P})")
+                    w(f"tok = self.per_layer_tok(idx).view(*idx.shape, {L}, {P}) * {num(f.per_layer ** 0.5)}")
+                    w(f"return x, (proj + tok) * {num(2 ** -0.5)}  # the per-layer inputs, (B, T, layers, {P})")
+                else:
+                    w("return x")
         out.blank(2)
 
     def names(self) -> dict[str, str]:

@@ -84,6 +84,9 @@ def model_class(out: Writer, p: Plan) -> None:
             w("self.config = config = config or Config()")
             w("self.feed = Feed(config)" + comment(e.feed.span, "token embedding", "tanks and pumps"), e.feed.span)
             w("self.stages = " + module_list(p.top))
+            if e.feed.per_layer:
+                w("for i, m in enumerate(m for m in self.stages.modules() if hasattr(m, \"per_layer_index\")):")
+                w("    m.per_layer_index = i  # the per-layer mlps read the feed's per-layer inputs in the order the layers run")
             for it in p.main:
                 if isinstance(it, OpPlan):
                     x = emitter(it.op)
@@ -282,7 +285,9 @@ B, T = idx.size()''')
                 w("cache.length = self.config.context  # reserve the whole context once")
         else:
             w("cache = None  # bidirectional: nothing to cache")
-        if e.feed.position == "none":
+        if e.feed.per_layer:
+            w("x, ple = self.feed(idx" + ("" if e.feed.position == "none" else ", past" + (", pos" if p.causal else "")) + ")  # (B, T, C), (B, T, layers, per-layer width)")
+        elif e.feed.position == "none":
             w("x = self.feed(idx)  # (B, T, C)")
         else:
             w("x = self.feed(idx, past" + (", pos" if p.causal else "") + ")  # (B, T, C)")
@@ -305,6 +310,8 @@ B, T = idx.size()''')
                 padded = [f"({t}_cos[pos][:, None], {t}_sin[pos][:, None])" for t in tables]
                 w("if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions")
                 w("    rope = [" + ", ".join(padded) + "]")
+        if any("shared" in o.inputs for o in p.ops()):
+            w("shared = {}  # KV sharing: slot -> (k, v) a layer stored for later ones")
         has_aux = any(sp.aux for sp in p.stages) or any(it.aux for it in p.main if isinstance(it, OpPlan))
         w("aux = {}" + ("  # auxiliary losses and outputs by module path: MoE balance losses, auxiliary heads" if has_aux else ""))
         hyper = ir.chamber_streams(e.body)  # hyper-connections: a chamber of several streams, from the feed to the last stage

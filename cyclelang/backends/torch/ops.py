@@ -54,7 +54,7 @@ class OpEmitter:
 
     def call(self, o: OpPlan, owner: str, x: str) -> str:
         """The expression applying the op to `x`: x, then rope, cache, mask as its variant takes them."""
-        extra = {"rope": f"rope[{o.rope}]", "cache": "cache", "mask": "mask"}
+        extra = {"rope": f"rope[{o.rope}]", "ple": "ple", "shared": "shared", "cache": "cache", "mask": "mask"}
         return f"{owner}.{o.attr}({', '.join([x] + [extra[i] for i in o.inputs])})"
 
     def phrase(self, op, place: str) -> tuple[str, str]:
@@ -90,6 +90,8 @@ class NormEmitter(OpEmitter):
               "engine": ("final norm", "valve on the main line")}
 
     def sizes(self, op, c, scope):
+        if op.type == "scalar":  # a fixed gain: no sizes
+            return {}
         out = {"width": c.width(op.width, scope), "eps": c.field("norm_eps", op.eps, scope, "the norms' epsilon", "float", let=op.let_of("eps"))}
         if op.offset:
             out["offset"] = c.field("norm_offset", op.offset, scope, "the norms' gain is norm_offset + w (Gemma, Nemotron: 1, w starting at 0)", "float", let=op.let_of("offset"))
@@ -97,6 +99,8 @@ class NormEmitter(OpEmitter):
 
     def ctor(self, o: OpPlan) -> str:
         op, s = o.op, o.args
+        if op.type == "scalar":
+            return "ScalarGain()"
         if op.offset and op.type == "layernorm":
             return f"OffsetLayerNorm({s['width']}, eps={s['eps']}, offset={s['offset']}{'' if op.bias else ', bias=False'})"
         if op.offset:
@@ -108,14 +112,20 @@ class NormEmitter(OpEmitter):
         return f"nn.RMSNorm({s['width']}, eps={s['eps']})"
 
     def module(self, o: OpPlan) -> str:
+        if o.op.type == "scalar":
+            return "ScalarGain"
         if o.op.offset:
             return "OffsetLayerNorm" if o.op.type == "layernorm" else "OffsetRMSNorm"
         return "nn.LayerNorm" if o.op.type == "layernorm" else "nn.RMSNorm"
 
     def runtime(self, op, causal: bool) -> tuple[str, ...]:
+        if op.type == "scalar":
+            return ("ScalarGain",)
         return (("OffsetLayerNorm" if op.type == "layernorm" else "OffsetRMSNorm"),) if op.offset else ()
 
     def phrase(self, op, place: str) -> str:
+        if op.type == "scalar":
+            return ("a fixed gain on the stream (a buffer the weights bring)", "a throttle valve in series")
         return self.PLACES[place]
 
 
@@ -181,6 +191,9 @@ class MlpEmitter(OpEmitter):
 
     def class_text(self, out: Writer, name: str, v: MlpVariant, plan: Plan) -> None:
         w = out.line
+        if v.per_layer:
+            self.per_layer_text(out, name, v)
+            return
         gated = is_gated(v.act)
         w(f"class {name}(nn.Module):")
         with out.indent():
@@ -212,6 +225,24 @@ class MlpEmitter(OpEmitter):
                 w("return self.drop(self.proj(x))" if v.dropout else "return self.proj(x)")
 
 
+    def per_layer_text(self, out: Writer, name: str, v: MlpVariant) -> None:
+        """Gemma 4's per-layer input gate: the layer's own slice of the feed's per-layer inputs gates the hidden units."""
+        w = out.line
+        w(f"class {name}(nn.Module):")
+        with out.indent():
+            w(f'"""Per-layer input gate (Gemma 4): {v.act}(gate x) times this layer\'s per-layer input, then back to the width{doc_tag(None, "combustor")}."""')
+            w()
+            with out.constructor("width", "hidden", "bias", *(["dropout"] if v.dropout else [])):
+                w("self.fc = nn.Linear(width, hidden, bias=bias)  # the gate")
+                w("self.proj = nn.Linear(hidden, width, bias=bias)")
+                w("self.per_layer_index = 0  # which layer's per-layer input it reads: Model numbers them in the order the layers run")
+                if v.dropout:
+                    w("self.drop = nn.Dropout(dropout)")
+            w()
+            w("def forward(self, x, ple):")
+            with out.indent():
+                w(f"x = {ACTIVATIONS[v.act].format('self.fc(x)')} * ple[:, :, self.per_layer_index]  # (B, T, hidden): ple is (B, T, layers, hidden)")
+                w("return self.drop(self.proj(x))" if v.dropout else "return self.proj(x)")
 def clamped_glu(out: Writer) -> None:
     """gpt-oss's clamped SwiGLU on self.fc(x), into x: the gate capped above, up clamped both ways, alpha 1.702."""
     out.block("""

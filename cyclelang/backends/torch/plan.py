@@ -29,7 +29,7 @@ GLOBALS = frozenset({
     "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional", "next_token_loss", "lookup",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage cache` is a class Cache)
 
-INPUTS = ("rope", "cache", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
+INPUTS = ("rope", "ple", "shared", "cache", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
 
 
 def signature(params) -> str:
@@ -64,19 +64,26 @@ class AttentionVariant:
     qk_heads: bool = False  # each head its own qk-norm gain (StableLM, Cohere)
     sinks: bool = False  # a learned logit per head in every softmax (gpt-oss): the scores computed here, not in the fused kernel
     gate: str = "none"  # an output gate, y * sigmoid(gate(x)): "channel" (Qwen3-Next), "head", or "none"
+    v_norm: bool = False  # a weightless RMSNorm on each head's values (Gemma 4)
+    k_eq_v: bool = False  # the values are the keys' projection (Gemma 4): no value rows
+    kv_store: bool = False  # KV sharing: its keys and values go to a slot of `shared`
+    kv_reuse: bool = False  # KV sharing: it reads a slot's keys and values: q only, no cache of its own
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
         rot = "none" if a.rotary_dims == 0 else "interleaved" if a.rotary_interleaved else ("full" if a.rotary_dims == a.head_dim else "partial")
+        rot = "spread" if a.rotary_spread else rot
         return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
                    a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
                    alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
                    qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
-                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate)
+                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate,
+                   v_norm=a.v_norm, k_eq_v=a.k_eq_v, kv_store=a.kv_store is not None, kv_reuse=a.kv_reuse is not None)
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return (("rope",) if self.rotary != "none" else ()) + (("cache", "mask") if self.causal else ())
+        shared = ("shared",) if self.kv_store or self.kv_reuse else ()
+        return (("rope",) if self.rotary != "none" else ()) + shared + (("cache", "mask") if self.causal else ())
 
 
 @dataclass(frozen=True)
@@ -86,12 +93,15 @@ class MlpVariant:
     act: str
     dropout: bool
     gate_scale: float = 1.0  # the gate's pre-activation times this (Falcon-H1's mlp_multipliers)
+    per_layer: bool = False  # Gemma 4: act(gate x) times this layer's per-layer input
 
     @classmethod
     def of(cls, m: ir.Mlp, causal: bool) -> "MlpVariant":
-        return cls(m.act, m.dropout > 0, m.gate_scale)
+        return cls(m.act, m.dropout > 0, gate_scale=m.gate_scale, per_layer=m.per_layer)
 
-    inputs: ClassVar[tuple[str, ...]] = ()
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("ple",) if self.per_layer else ()
 
 
 @dataclass(frozen=True)
@@ -335,6 +345,10 @@ class Plan:
         if k not in self.ropes:
             self.ropes.append(k)
             self.rope_args.append((args.get("rotary_dims", repr(op.rotary_dims)), args.get("rotary_base", repr(op.rotary_base))))  # a kind without config sizes keeps literals
+            if getattr(op, "rotary_spread", False):  # Gemma 4's proportional rope: base^(dims/head_dim) over the rotated dims
+                dims, base = self.rope_args[-1]
+                hd = args.get("head_dim", repr(op.head_dim))
+                self.rope_args[-1] = (dims, Expr(lambda: f"{base} ** ({dims} / {hd})"))
         return self.ropes.index(k)
 
 

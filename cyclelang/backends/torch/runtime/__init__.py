@@ -2,13 +2,13 @@
 
     loss        next_token_loss_op (the loss's custom op): F.cross_entropy's forward, a leaner backward
     embedding   table_lookup: the Feed's embedding lookups, a custom op under torch.compile
-    positions   sinusoids, rotary_tables, scaled_rotary_tables, alibi_slopes, apply_rotary, apply_rotary_partial, apply_rotary_interleaved
+    positions   sinusoids, rotary_tables, scaled_rotary_tables, alibi_slopes, apply_rotary, apply_rotary_partial, apply_rotary_interleaved, apply_rotary_spread
     masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states);
                 STATES: which of its methods each kind of state needs (`cache_class`)
     scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan, gated_delta_scan: the recurrent mixers' scans
     experts     {act}_grad for every activation, expert_mlps and routed_experts (the MoE custom ops)
-    norms       OffsetRMSNorm, OffsetLayerNorm: RMSNorm (Gemma) and LayerNorm (Nemotron) with an (offset + w) gain;
+    norms       OffsetRMSNorm, OffsetLayerNorm: RMSNorm (Gemma) and LayerNorm (Nemotron) with an (offset + w) gain; ScalarGain (Gemma 4);
                 HeadNorm: a qk-norm with each head's own gain (StableLM, Cohere)
     hyper       HyperConnection, ManifoldConnection: a branch's junction with a chamber of several streams
     parallel    parallelize: FSDP2, tensor parallelism by the file's TP_PLAN, activation

@@ -18,6 +18,18 @@ class OffsetRMSNorm(torch.nn.Module):
         return F.rms_norm(x, (x.size(-1),), None, self.eps) * (self.offset + self.weight)
 
 
+class ScalarGain(torch.nn.Module):
+    """A fixed gain on the stream (Gemma 4's layer_scalar): one number, a buffer the weights bring, never
+    trained; 1 until loaded."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("gain", torch.ones(1))
+
+    def forward(self, x):
+        return x * self.gain
+
+
 class OffsetLayerNorm(torch.nn.Module):
     """LayerNorm whose gain is offset + weight (Nemotron's LayerNorm1P: offset 1, the weight
     starting at 0), a learned shift beside it unless bias is false. The weight starts at

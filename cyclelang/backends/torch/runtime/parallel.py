@@ -116,7 +116,8 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
                 module = model.get_submodule(inst)
                 if rule == "heads":
                     q, kv = module.heads * module.head_dim, module.kv_heads * module.head_dim
-                    colwise(module, "qkv", f"{inst}.qkv", [q, kv, kv])
+                    rows = module.qkv.out_features  # [q | k | v]; [q | k] where the keys are the values; [q] reading another's
+                    colwise(module, "qkv", f"{inst}.qkv", [q, kv, kv] if rows == q + 2 * kv else [q, kv] if rows == q + kv else [q])
                     par.parallelize_module(module, tp_mesh, {"proj": par.RowwiseParallel()})
                     # this rank's heads
                     module.heads, module.kv_heads = (module.heads // degree,

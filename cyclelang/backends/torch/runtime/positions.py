@@ -97,6 +97,15 @@ def apply_rotary_partial(x, cos, sin):
     return torch.cat((x[..., :d] * cos + torch.cat((-x2, x1), dim=-1) * sin, rest), dim=-1)
 
 
+def apply_rotary_spread(x, cos, sin):
+    """Rotate pairs (i, i + head_dim/2) for i < cos.size(-1)/2 (Gemma 4's proportional rope: the rotated
+    pairs spread over both halves of the head); the other dims pass through unrotated."""
+    d, h = cos.size(-1) // 2, x.size(-1) // 2
+    c, s = cos[..., :d], sin[..., :d]
+    x1, x2 = x[..., :d], x[..., h : h + d]
+    return torch.cat((x1 * c - x2 * s, x[..., d:h], x2 * c + x1 * s, x[..., h + d :]), dim=-1)
+
+
 def apply_rotary_interleaved(x, cos, sin):
     """Rotate the first cos.size(-1) dims of each head in adjacent pairs (0, 1), (2, 3), ...
     (GPT-J's rotate-every-two); the tables are the rotate-half ones, each frequency twice."""
