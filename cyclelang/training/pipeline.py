@@ -111,15 +111,14 @@ class PieceModule(nn.Module):
     """One pipeline piece: its own units registered (its parameters and nothing else) and
     the view that runs them."""
 
-    def __init__(self, piece: splitting.Piece, count: int, view: nn.Module, owned: dict[str, nn.Module], carry: Carry | None,
-                 module, micro: int):
+    def __init__(self, piece: splitting.Piece, view: nn.Module, owned: dict[str, nn.Module], carry: Carry | None, module):
         super().__init__()
-        self.index, self.count = piece.index, count
+        self.index = piece.index
         self.first, self.last = piece.feed, piece.nozzle
         self.units = nn.ModuleList(list(owned.values()))
         object.__setattr__(self, "view", view)  # not registered: its other modules are skips
         self.carry = carry
-        self.loss_op = module.next_token_loss
+        self.module = module  # the generated file: its next_token_loss weighs an overboard head here
         self.out = None
         self.sent: list[torch.Tensor] = []
         last = list(owned.values())[-1]
@@ -144,7 +143,8 @@ class PieceModule(nn.Module):
         for name, weight in getattr(view, "overboard", {}).items():
             if weight is not None:
                 head = view.exhaust[name]
-                total = total + weight * self.loss_op(head.reshape(-1, head.size(-1)), targets.reshape(-1))[0].reshape(1)
+                loss = self.module.next_token_loss(head.reshape(-1, head.size(-1)), targets.reshape(-1))[0]
+                total = total + weight * loss.reshape(1)
         self.sent.append(total)  # held until the step ends: a send in flight reads it (gloo)
         return self.out, total
 
@@ -225,7 +225,7 @@ class Pipeline:
                 owned = {"feed": view.feed, **owned}
             if p.nozzle:
                 owned["head"] = view.head
-            piece = PieceModule(p, len(pieces), view, owned, carry, module, accum)
+            piece = PieceModule(p, view, owned, carry, module)
             if s.fsdp:
                 from torch.distributed.fsdp import fully_shard
 
