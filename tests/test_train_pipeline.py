@@ -165,8 +165,6 @@ def test_what_the_pipeline_cannot_run_is_refused_by_name():
     assert "does not divide the 6 processes" in _refusal(small, world=6, pp=4)
     assert "--microbatches 2 is fewer than the 4 pipeline ranks" in _refusal(small, pp=4, microbatches=2)
     pipeline.check(small, Settings(pp=4, microbatches=2, pp_schedule="gpipe"), 4)  # GPipe takes any number
-    tied = engine(llama(4, width=32, vocab=256, context=64, heads=4, hidden=64).replace("nozzle head", "nozzle head tied"))
-    assert "tied to the feed's embedding" in _refusal(tied, world=2, pp=2)
     assert "--compile" in _refusal(small, world=2, pp=2, compile=True)
     assert "--dtype fp16" in _refusal(small, world=2, pp=2, dtype="fp16")
     hyper = cyclelang.load(ROOT / "specs" / "hyper.cycle").engine
@@ -219,7 +217,8 @@ def assert_equal_runs(a, b, tol=1e-6):
                 assert abs(x[k] - y[k]) <= tol, (k, x, y)
 
 
-SPECS = {"llama": lambda: llama(8, width=32, vocab=256, context=64, heads=4, hidden=64), "jamba": tiny_jamba, "tap": lambda: TAP}
+SPECS = {"llama": lambda: llama(8, width=32, vocab=256, context=64, heads=4, hidden=64), "jamba": tiny_jamba, "tap": lambda: TAP,
+         "tied": lambda: TAP.replace("  nozzle head\n", "  nozzle head tied\n")}
 
 
 @pytest.fixture(scope="module")
@@ -315,7 +314,7 @@ def test_activation_checkpointing_recomputes_inside_the_pieces(ref):
     assert_equal_runs(out, one)
 
 
-# Every spec of the library, shrunk to width 32 and 4 instances a stage, untied, as 2 pieces on
+# Every spec of the library, shrunk to width 32 and 4 instances a stage, as 2 pieces on
 # one rank (the interleaved schedule over a process group of one): its loss and every gradient
 # against the model itself on the same two micro-steps. Run in a child process (a process group).
 EVERY_SPEC = r'''
@@ -348,9 +347,6 @@ def dropout(x):
 for f in sorted(glob.glob("specs/*.cycle")):
     spec = ir.passes.shrink(engine_spec(cyclelang.load(f)), width=32, depth=4)
     e = spec.engine
-    if e.nozzle.tied:  # refused (the test above): untied here, to split everything else
-        e = e.model_copy(update={"nozzle": e.nozzle.model_copy(update={"tied": False})})
-        spec = ir.validate(spec.model_copy(update={"engine": e}))
     if dropout(e.model_dump()):
         out[f] = "dropout"  # its masks are drawn in another order: equal in distribution only
         continue
@@ -392,3 +388,18 @@ def test_every_spec_pipelines_exactly_or_is_refused_by_name():
     others = {f: r for f, r in out.items() if not isinstance(r, dict)}
     assert others == {"specs/hyper.cycle": "refused: --pp 2: hyper carries several residual streams (hyper-connections) between "
                                            "stages; a piece sends one stream", "specs/post_ln.cycle": "dropout"}, others
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc,flags", [(2, ["--pp-schedule", "interleaved"]), (4, ["--fsdp", "--micro-batch", "1"])],
+                         ids=["interleaved", "fsdp2xpp2"])
+def test_a_tied_nozzle_keeps_one_embedding_over_the_first_and_last_piece(ref, nproc, flags):
+    """The feed's embedding is also the head: the first and the last pipeline rank each hold it,
+    their gradients are summed (and counted once in the norm), so both copies stay equal to the
+    one process's weight."""
+    tmp, corpus, get = ref
+    spec, one = get("tied")
+    assert "nozzle head tied" in spec.read_text()
+    out = tmp / f"tied-{nproc}"
+    launch(nproc, spec, "--data", corpus, "--out", out, "--micro-batch", 2, "--pp", 2, "--microbatches", MICRO, *flags, *COMMON)
+    assert_equal_runs(out, one)

@@ -690,7 +690,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
                     total += loss.detach().double().cpu()
                 if scaler is not None:
                     scaler.unscale_(optimizer)
-                norm = grad_norm(params) if pipe is None else pipe.grad_norm(grad_norm(params))
+                norm = grad_norm(params) if pipe is None else pipe.grad_norm(params)
                 value = total / accum
                 value = float(dist.mean(value)) if dist is not None else float(value)
                 gn = float(norm)

@@ -10,7 +10,10 @@ other unit, and a `Carry` in place of the feed after the first piece. A view run
 generated `Model.forward` itself, so nested stages, rotary tables and the loss stay the
 model's own code; the piece's output is the stream after its last unit (a forward hook
 catches it), beside a running sum of the auxiliary losses (MoE balance, overboard heads'
-weighted next-token losses) carried to the last piece's loss.
+weighted next-token losses) carried to the last piece's loss. A tied nozzle's embedding
+(`feed.tok.weight`) lives on the first and the last pipeline rank: the other pieces' views
+read an empty `Stub` for it (no logits), the two copies' gradients are summed by an
+all-reduce between those two ranks, and the last rank's copy is left out of the norm.
 
 Schedules: GPipe, 1F1B and interleaved 1F1B (`VIRTUAL` pieces per rank, piece i on rank
 i mod N). A step's microbatches are its gradient-accumulation micro-steps (`--microbatches
@@ -53,14 +56,45 @@ class Skip(nn.Module):
 
 
 class Carry(nn.Module):
-    """The feed of a later piece: the stream the previous piece sent."""
+    """The feed of a later piece: the stream the previous piece sent. With a tied nozzle it holds
+    the token embedding as `tok` (the last piece: the real one; others: `Stub`)."""
 
-    def __init__(self):
+    def __init__(self, tok: nn.Module | None = None):
         super().__init__()
         self.x = None
+        if tok is not None:
+            self.tok = tok
 
     def forward(self, *args, **kwargs):
         return self.x
+
+
+class Front(nn.Module):
+    """The feed of a first piece that is not the last, with a tied nozzle: the real feed runs, and
+    the head the model's forward still computes reads `Stub`'s empty embedding (no logits)."""
+
+    def __init__(self, feed: nn.Module, tok: nn.Module):
+        super().__init__()
+        self.inner, self.tok = feed, tok
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+
+class Stub(nn.Module):
+    """An embedding of no tokens: a tied head that another piece computes costs nothing here."""
+
+    def __init__(self, like: torch.Tensor):
+        super().__init__()
+        self.register_buffer("weight", like.new_empty(0, like.size(1)), persistent=False)
+
+
+class Holder(nn.Module):
+    """The last rank's `feed` with a tied nozzle: the token embedding alone, under its own name."""
+
+    def __init__(self, tok: nn.Module):
+        super().__init__()
+        self.tok = tok
 
 
 def pieces_of(engine, pp: int, schedule: str) -> list[splitting.Piece]:
@@ -88,9 +122,6 @@ def check(engine, s, world: int) -> None:
     if world % (s.pp * s.tp):
         raise _bad(f"--pp {s.pp} x --tp {s.tp} does not divide the {world} processes", "launch a multiple of pp x tp processes",
                    code="E0513")
-    if engine.nozzle.tied:
-        raise _bad(f"--pp {s.pp}: {engine.name}'s nozzle is tied to the feed's embedding, which the first and the last "
-                   "pieces would both need", "untie the nozzle (`nozzle head`) to pipeline this engine")
     if ir.chamber_streams(engine.body) is not None:
         raise _bad(f"--pp {s.pp}: {engine.name} carries several residual streams (hyper-connections) between stages; "
                    "a piece sends one stream", "train it without --pp")
@@ -121,8 +152,7 @@ class PieceModule(nn.Module):
         self.module = module  # the generated file: its next_token_loss weighs an overboard head here
         self.out = None
         self.sent: list[torch.Tensor] = []
-        last = list(owned.values())[-1]
-        last.register_forward_hook(self._catch)
+        view.get_submodule(piece.units[-1].path).register_forward_hook(self._catch)  # the stream after its last unit
 
     def _catch(self, mod, args, output):
         self.out = output[0] if isinstance(output, tuple) else output
@@ -149,9 +179,12 @@ class PieceModule(nn.Module):
         return self.out, total
 
 
-def _slot(root: nn.Module, path: str) -> tuple[nn.Module, str]:
-    parent, _, name = path.rpartition(".")
-    return (root.get_submodule(parent) if parent else root), name
+class _Param(nn.Module):
+    """A parameter of the model itself (a tied head's bias) registered with the piece that uses it."""
+
+    def __init__(self, p: nn.Parameter):
+        super().__init__()
+        self.p = p
 
 
 class Pipeline:
@@ -191,8 +224,10 @@ class Pipeline:
             except ValueError as err:
                 raise _bad(str(err).splitlines()[0], "\n".join(str(err).splitlines()[1:]) or None) from None
         overboard = getattr(model, "overboard", {})
+        tied = e.nozzle.tied  # feed.tok.weight is also the head: the first and the last piece each hold it
+        bias = getattr(model, ir.layout.TIED_BIAS, None) if tied else None
 
-        def view_of(keep: list[splitting.Piece]):
+        def view_of(keep: list[splitting.Piece], run: bool = True):
             kept = {u.path for p in keep for u in p.units}
             memo: dict[int, object] = {}
             carry = None
@@ -201,42 +236,76 @@ class Pipeline:
                     memo[id(model.get_submodule(path))] = Skip(arity.get(path, False))
                 else:
                     memo[id(model.get_submodule(path))] = model.get_submodule(path)
-            if not any(p.feed for p in keep):
+            feed, head = any(p.feed for p in keep), any(p.nozzle for p in keep)
+            if tied:
+                tok = model.feed.tok if head else Stub(model.feed.tok.weight)
+                if not run:  # the state: the real modules under their names
+                    memo[id(model.feed)] = model.feed if feed else Holder(model.feed.tok) if head else Carry()
+                elif feed and not head:
+                    memo[id(model.feed)] = Front(model.feed, tok)
+                elif not feed:
+                    carry = memo[id(model.feed)] = Carry(tok)
+                else:
+                    memo[id(model.feed)] = model.feed
+                if bias is not None:
+                    memo[id(bias)] = bias
+            elif not feed:
                 carry = Carry()
                 memo[id(model.feed)] = carry
             else:
                 memo[id(model.feed)] = model.feed
-            if not any(p.nozzle for p in keep):
-                memo[id(model.head)] = Skip(False)
-            else:
-                memo[id(model.head)] = model.head
+            if not tied:
+                memo[id(model.head)] = model.head if head else Skip(False)
             view = copy.deepcopy(model, memo)
+            if bias is not None and not head:  # the tied head's bias: the last piece's
+                del view._parameters[ir.layout.TIED_BIAS]
+                setattr(view, ir.layout.TIED_BIAS, bias.new_empty(0) if run else None)
             if overboard:
                 view.overboard = {n: w for n, w in overboard.items() if any(n == k or n.startswith(k + ".") for k in kept)}
             return view, carry
 
         # the rank's state: every unit of its pieces under its own name (checkpoints, the optimizer)
-        self.model, _ = view_of(mine)
+        self.model, _ = view_of(mine, run=False)
         self.stages, self.views = [], []
         for p in mine:
             view, carry = view_of([p])
             owned = {u.path: view.get_submodule(u.path) for u in p.units}
             if p.feed:
                 owned = {"feed": view.feed, **owned}
-            if p.nozzle:
+            if p.nozzle and not tied:
                 owned["head"] = view.head
+            elif p.nozzle:
+                if not p.feed:
+                    owned["feed.tok"] = model.feed.tok
+                if bias is not None:
+                    owned["bias"] = _Param(bias)
             piece = PieceModule(p, view, owned, carry, module)
             if s.fsdp:
                 from torch.distributed.fsdp import fully_shard
 
-                for unit in owned.values():
-                    fully_shard(unit, mesh=dist.mesh["dp"])
+                for name, unit in owned.items():
+                    if name not in ("feed.tok", "bias"):  # read, not called, by the tied head: the piece's root gathers them
+                        fully_shard(unit, mesh=dist.mesh["dp"])
                 fully_shard(piece, mesh=dist.mesh["dp"])
             self.views.append(view)
             self.stages.append((piece, PipelineStage(piece, p.index, len(pieces), dist.device, group=self.group),
                                 PipelineStage(piece, p.index, len(pieces), dist.device, group=self.group)))
         self.last = any(p.nozzle for p in mine)
         self.first = any(p.feed for p in mine)
+        # a tied embedding: its two copies (first and last pipeline rank) get the sum of their
+        # gradients; the last rank's is left out of the gradient norm (counted on the first)
+        self.tied, self.tied_group, self.twice = [], None, []
+        last_rank = (len(pieces) - 1) % dist.pp
+        if tied and last_rank != 0:
+            grid = dist.mesh.mesh.reshape(dist.pp, -1)
+            for col in range(grid.size(1)):  # every process makes every group, in the same order
+                g = torch.distributed.new_group([int(grid[0, col]), int(grid[last_rank, col])])
+                if dist.rank in (int(grid[0, col]), int(grid[last_rank, col])):
+                    self.tied_group = g
+            if self.first or self.last:
+                self.tied = [model.feed.tok.weight]
+            if self.last and not self.first:
+                self.twice = [model.feed.tok.weight]
         self.seen: list[torch.Tensor] = []
 
         def loss_fn(out, target):
@@ -284,6 +353,9 @@ class Pipeline:
         self.schedule.step(*args, target=y if self.last else None, idx=x, targets=y)
         # the last `accum`: on its first step the schedule also infers shapes with a loss of no batch
         total = torch.stack(self.seen[-self.accum:]).double().sum() if self.seen else torch.zeros((), dtype=torch.float64)
+        for p in self.tied:
+            g = p.grad._local_tensor if hasattr(p.grad, "_local_tensor") else p.grad
+            torch.distributed.all_reduce(g, group=self.tied_group)
         return self._sum_over_pieces(total)
 
     def eval(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -297,8 +369,12 @@ class Pipeline:
         total = losses[0].double() if losses else torch.zeros((), dtype=torch.float64)
         return self._sum_over_pieces(total)
 
-    def grad_norm(self, norm: torch.Tensor) -> torch.Tensor:
-        """The global gradient norm from this rank's pieces' norm (summed in squares over the pipeline)."""
+    def grad_norm(self, params) -> torch.Tensor:
+        """The global gradient norm of the pipeline's parameters (this rank's, summed in squares
+        over the pipeline; a tied embedding once)."""
+        from .loop import grad_norm
+
+        norm = grad_norm([p for p in params if not any(p is q for q in self.twice)])
         return self._sum_over_pieces(norm.double() ** 2).sqrt()
 
 
