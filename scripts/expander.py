@@ -1,8 +1,9 @@
 """Measure the expander argument: `python scripts/expander.py` (writes docs/expander.md's table and plot).
 
-Five engines at the same width and depth differ only in their mixer: multi-head
+Engines at the same width and depth differ only in their mixer: multi-head
 attention (gpt2-style), grouped-query attention with one KV head (MQA), latent
-attention (MLA), linear attention with retention, and a Mamba-2 SSM. For each context
+attention (MLA), linear attention with retention, Mamba-2 and Mamba-1 SSMs, gated
+DeltaNet and LFM2's short convolution. For each context
 length n it measures, on the built modules (CPU, float32):
 
 - forward FLOPs per token, counted by torch.utils.flop_counter.FlopCounterMode over a
@@ -32,6 +33,7 @@ MIXERS = {
     "latent attention (MLA)": "turbine attention heads=4 latent=64 head_dim=64 rotary_dims=16 bias=false",
     "linear attention": "turbine linear_attention heads=4 retention chunk=64 bias=false",
     "SSM (Mamba-2)": "turbine ssm heads=8 state=64 chunk=256",
+    "SSM (Mamba-1)": "turbine ssm version=1 state=16 expand=2 conv=4",
     "gated DeltaNet": "turbine delta heads=4 chunk=64",
     "short conv (LFM2)": "turbine short_conv size=3",
 }

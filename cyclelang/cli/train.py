@@ -54,6 +54,10 @@ SPEC_HELP = "The spec's startup block (warmup, schedule, clip, betas, decay), un
               "[default: from --batch-tokens].")
 @click.option("--pp-schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default="1f1b", show_default=True,
               help="With --pp: the pipeline schedule (interleaved: two pieces per rank).")
+@click.option("--ep", type=int, default=1, show_default=True,
+              help="Distributed: expert-parallel degree (each MoE's experts split over this many ranks, tokens routed by all-to-all).")
+@click.option("--cp", type=int, default=1, show_default=True,
+              help="Distributed: context-parallel degree (refused for now, naming each mixer and why).")
 @click.option("--checkpointing", type=click.Choice(["none", "stage", "selective"]), default="none", show_default=True,
               help="Activation checkpointing per stage.")
 @click.option("--progress/--no-progress", default=None, help="The progress bar [default: when stderr is a terminal].")
@@ -68,7 +72,7 @@ def train(ctx, spec, data, out, resume, plot_dir, output, include_path, progress
     (safetensors weights + optimizer, scheduler, data order and RNG state).
     Ctrl-C writes a checkpoint and stops (exit 130; SIGTERM 143); --resume RUN_DIR continues
     exactly where it stopped. Distributed: torchrun --nproc-per-node N -m cyclelang
-    train ... [--fsdp] [--tp N] [--pp N --microbatches M] [--checkpointing stage].
+    train ... [--fsdp] [--tp N] [--pp N --microbatches M] [--ep N] [--checkpointing stage].
     """
     from ..training.loop import TRAIN_EXTRA, MissingPackages, Settings, load_settings, require, run, show_progress_bar
     from ..training.plot import plot, read_metrics
@@ -96,6 +100,7 @@ def train(ctx, spec, data, out, resume, plot_dir, output, include_path, progress
         for key in ("steps", "eval_every", "ckpt_every"):  # a resumed run may be made longer or logged differently
             if given(key) == click.core.ParameterSource.COMMANDLINE:
                 setattr(settings, key, options[key])
+        settings.ep = options["ep"]  # the layout is this launch's: DCP reloads the experts at another --ep (1 by default)
         settings.pp = options["pp"]  # the pipeline follows the launch (DCP reloads at another degree)
         if given("pp_schedule") == click.core.ParameterSource.COMMANDLINE:
             settings.pp_schedule = options["pp_schedule"]

@@ -2,15 +2,19 @@
 
 `torchrun --nproc-per-node N -m cyclelang train ...` sets RANK, WORLD_SIZE, LOCAL_RANK
 and the rendezvous; `Distributed.from_env()` joins it (gloo on CPU, NCCL on GPU).
-The mesh is ("dp", "tp") with tp = --tp, and ("pp", "dp", "tp") with --pp (training/pipeline.py);
-data parallelism is FSDP2 with --fsdp and DDP otherwise. Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at
-another data-parallel world size) plus the full weights gathered on rank 0.
+The mesh is ("dp", "tp") with tp = --tp; data parallelism is FSDP2 with --fsdp and DDP
+otherwise. With --ep N the mesh is ("edp", "ep", "tp") with "dp" = "edp" x "ep" flattened
+(`expert.py`: the experts split over "ep"); the run sees ("dp", "tp") as before. With --pp N
+it is ("pp", "dp", "tp") (`pipeline.py`: the stage instances split over "pp").
+Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at another
+data-parallel world size, --ep and --pp) plus the full weights gathered on rank 0.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -29,10 +33,13 @@ class Distributed:
     device: torch.device
     mesh: object = None  # DeviceMesh ("dp", "tp"); ("pp", "dp", "tp") when pp > 1
     tp: int = 1
-    pp: int = 1
+    ep: int = 1
+    ep_mesh: object = None  # --ep: DeviceMesh ("edp", "ep", "tp"), "dp" flattened (mesh: "dp" x "tp", or "dp")
+    experts: object = None  # --ep: the model's expert.ExpertParallel, once applied
+    pp: int = 1  # --pp: pipeline ranks (the mesh's outer dim "pp")
 
     @classmethod
-    def from_env(cls, tp: int = 1, pp: int = 1) -> "Distributed | None":
+    def from_env(cls, tp: int = 1, ep: int = 1, pp: int = 1) -> "Distributed | None":
         """The run's process group when launched by torchrun (WORLD_SIZE > 1), else None."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1 and tp <= 1 and pp <= 1:
@@ -49,12 +56,25 @@ class Distributed:
             # Left to the interpreter's teardown, gloo's threads can outlive the group and abort the
             # process ("terminate called without an active exception") after a good run.
             atexit.register(_close, dist)
+        if world % tp:
+            raise ValueError(f"--tp {tp} does not divide the world size {world}")
+        device = torch.device("cuda", local) if cuda else torch.device("cpu")
+        if ep > 1 and pp > 1:
+            raise ValueError(f"--ep {ep} with --pp {pp}: expert parallelism inside pipeline pieces is not supported yet")
+        if ep > 1:  # expert parallelism (expert.py): ("edp", "ep", "tp"), "dp" = "edp" x "ep"
+            if world % (ep * tp):
+                raise ValueError(f"--ep {ep} x --tp {tp} does not divide the world size {world}")
+            ep_mesh = init_device_mesh(device.type, (world // (ep * tp), ep, tp), mesh_dim_names=("edp", "ep", "tp"))
+            dp_mesh = ep_mesh["edp", "ep"]._flatten("dp")
+            with warnings.catch_warnings():  # ("dp", "tp") with "dp" flattened: torch warns it may change how
+                warnings.simplefilter("ignore", UserWarning)  # such a slice is taken, not that it is wrong
+                mesh = ep_mesh["dp", "tp"] if tp > 1 else dp_mesh
+            return cls(dist.get_rank(), world, local, device, mesh, tp, ep, ep_mesh)
         if world % (tp * pp):
             raise ValueError(f"--tp {tp} x --pp {pp} does not divide the world size {world}")
-        # the mesh's dims, outermost first (an expert-parallel dim joins here)
-        dims = ([("pp", pp)] if pp > 1 else []) + [("dp", world // (tp * pp)), ("tp", tp)]
-        mesh = init_device_mesh("cuda" if cuda else "cpu", tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))
-        return cls(dist.get_rank(), world, local, torch.device("cuda", local) if cuda else torch.device("cpu"), mesh, tp, pp)
+        dims = ([("pp", pp)] if pp > 1 else []) + [("dp", world // (tp * pp)), ("tp", tp)]  # outermost first
+        mesh = init_device_mesh(device.type, tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))
+        return cls(dist.get_rank(), world, local, device, mesh, tp, pp=pp)
 
     @property
     def dp(self) -> int:
@@ -95,11 +115,15 @@ class Distributed:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
-        # the optimizer's state flattened by parameter name: pipeline ranks each hold some names
+        # the optimizer's state flattened per parameter (state.json's "optim_flat"): a rank that holds some
+        # experts only (--ep), or some pipeline pieces (--pp), writes their entries, and the checkpoint
+        # reloads at another --ep or --pp
         msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True))
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=self.pp == 1))
-        if self.pp > 1:
+        if self.experts is not None:  # every rank's experts, on rank 0
+            full.update(self.experts.full_experts(model))
+        if self.pp > 1:  # every pipeline rank's pieces, on rank 0
             from .pipeline import gather_full
 
             full = gather_full(full, self)
@@ -113,15 +137,14 @@ def unshard_layout(state: dict, layout: dict) -> dict:
     return {k: unshard_rows(v, *layout[k]) if k in layout else v for k, v in state.items()}
 
 
-def dcp_load(path, model, optimizer, dist: Distributed | None) -> None:
-    """Load a DCP checkpoint into a model (sharded or not) and its optimizer, resharding as needed."""
+def dcp_load(path, model, optimizer, dist: Distributed | None, flat: bool = False) -> None:
+    """Load a DCP checkpoint into a model (sharded or not) and its optimizer, resharding as needed.
+    flat: the optimizer's state was saved flattened per parameter (state.json's "optim_flat")."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-    # written flattened (by parameter name) since pipelines; by parameter group before
-    keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
-    flat = StateDictOptions(flatten_optimizer_state_dict=not any(k.startswith("optim.param_groups.0.") for k in keys))
-    msd, osd = get_state_dict(model, optimizer, options=flat)
+    options = StateDictOptions(flatten_optimizer_state_dict=flat)
+    msd, osd = get_state_dict(model, optimizer, options=options)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=flat)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)

@@ -128,6 +128,8 @@ class Settings:
     fsdp: bool = False
     tp: int = 1
     checkpointing: str = "none"
+    ep: int = 1  # expert parallelism (expert.py)
+    cp: int = 1  # context parallelism: refused, with the reason per mixer (context.py)
     pp: int = 1  # pipeline pieces (ranks); see pipeline.py
     microbatches: int | None = None  # with pp: the micro-steps of a step, run as the pipeline's microbatches
     pp_schedule: str = "1f1b"
@@ -511,10 +513,15 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
         raise _bad("E0507", f"--tp must be at least 1, not {s.tp}")
     if s.checkpointing not in ("none", "stage", "selective"):
         raise _bad("E0507", f"--checkpointing must be none, stage or selective, not {s.checkpointing}")
+    if s.ep != 1 or s.cp != 1:
+        from . import context, expert
+
+        expert.check(spec, s.ep, s)
+        context.check(spec, s.cp)
     from . import pipeline
 
     pipeline.check(e, s, int(os.environ.get("WORLD_SIZE", "1")))
-    dist = Distributed.from_env(tp=s.tp, pp=s.pp)
+    dist = Distributed.from_env(tp=s.tp, ep=s.ep, pp=s.pp)
     rank0 = dist is None or dist.rank == 0
     say = (lambda line: _emit(f"cyclec train: {line}")) if rank0 else (lambda line: None)
     dp, dp_rank = (dist.dp, dist.dp_rank) if dist is not None else (1, 0)
@@ -567,13 +574,18 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     model = build_source(spec, source, seed=s.seed).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     module = load_source(source, e.name)
+    if dist is not None and dist.ep > 1:  # this rank's experts only, routed by all-to-all; `around` shards them before the rest
+        from .expert import ExpertParallel
+
+        dist.experts = ExpertParallel(model, dist.ep_mesh, dist.mesh["dp"], s.fsdp)
     pipe = None
     if dist is not None and dist.pp > 1:
         pipe = pipeline.Pipeline(spec, model, module, dist, s, accum)
         model = pipe.model  # this rank's pieces, under the model's own parameter names
     elif dist is not None and (s.fsdp or dist.tp > 1):
         try:
-            module.parallelize(model, dist.mesh, fsdp=s.fsdp, tp=dist.tp > 1, checkpointing=s.checkpointing, compile=s.compile)
+            plan = module.parallelize if dist.experts is None else dist.experts.around(module.parallelize)
+            plan(model, dist.mesh, fsdp=s.fsdp, tp=dist.tp > 1, checkpointing=s.checkpointing, compile=s.compile)
         except ValueError as err:
             raise _bad("E0512", str(err).splitlines()[0], "\n".join(str(err).splitlines()[1:]) or None) from None
     elif s.checkpointing != "none":
@@ -647,7 +659,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     def save(step: int) -> None:
         nonlocal last_saved
         meta = {"tokens": tokens_seen, "elapsed": elapsed, "watch": watch.state(), "tp": dist.tp if dist is not None else 1,
-                "pp": dist.pp if dist is not None else 1,
+                "ep": dist.ep if dist is not None else 1, "pp": dist.pp if dist is not None else 1, "optim_flat": dist is not None,
                 "world": dist.world if dist is not None else 1, "rows": rows,
                 "data": {"seed": s.seed, "step": step, "fingerprint": corpus.fingerprint()}}
         try:
@@ -688,9 +700,12 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
                     scaled = loss / accum
                     (scaler.scale(scaled) if scaler is not None else scaled).backward()
                     total += loss.detach().double().cpu()
+                if dist is not None and dist.experts is not None:
+                    dist.experts.sync_grads()
                 if scaler is not None:
                     scaler.unscale_(optimizer)
-                norm = grad_norm(params) if pipe is None else pipe.grad_norm(params)
+                norm = (grad_norm(params) if dist is None or dist.experts is None else dist.experts.grad_norm(params, grad_norm)) if pipe is None else (
+                    pipe.grad_norm(params))
                 value = total / accum
                 value = float(dist.mean(value)) if dist is not None else float(value)
                 gn = float(norm)
@@ -794,6 +809,7 @@ def _header(say, e, spec_path, n_params, corpus: Corpus, s: Settings, seq, accum
           f"{_count(accum, 'micro-step')}): {per * max(0, s.steps - (resumed_at or 0)):,} tokens")
     procs = f"{dist.world} processes" + (f", pipeline {dist.pp} ({s.pp_schedule}, {accum} microbatches)" if dist.pp > 1 else "") + (
         ", FSDP" if s.fsdp else "") + (f", tensor parallel {dist.tp}" if dist.tp > 1 else "") + (
+        f", expert parallel {dist.ep}" if dist.ep > 1 else "") + (
         ", DDP" if not s.fsdp and dist.tp == 1 and dist.pp == 1 else "") if dist is not None else "1 process"
     name = f"{torch.cuda.get_device_name(device)} ({device})" if device.type == "cuda" else str(device)
     extra = (", compiled" if s.compile else "") + (f", activation checkpointing {s.checkpointing}" if s.checkpointing != "none" else "")

@@ -122,6 +122,9 @@ def check(engine, s, world: int) -> None:
     if world % (s.pp * s.tp):
         raise _bad(f"--pp {s.pp} x --tp {s.tp} does not divide the {world} processes", "launch a multiple of pp x tp processes",
                    code="E0513")
+    if getattr(s, "ep", 1) > 1:
+        raise _bad(f"--pp {s.pp} with --ep {s.ep}: expert parallelism inside pipeline pieces is not supported yet",
+                   "use one of them", code="E0507")
     if ir.chamber_streams(engine.body) is not None:
         raise _bad(f"--pp {s.pp}: {engine.name} carries several residual streams (hyper-connections) between stages; "
                    "a piece sends one stream", "train it without --pp")

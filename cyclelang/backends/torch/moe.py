@@ -17,14 +17,14 @@ def expert_ops(out: Writer, acts: list[str]) -> None:
     if not acts:
         return
     grads = [definition(f"{act}_grad") for act in acts]
-    op, routed = definition("expert_mlps"), definition("routed_experts")
-    for text in grads + [op, routed]:
+    op, choice, routed = definition("expert_mlps"), definition("expert_choice"), definition("routed_experts")
+    for text in grads + [op, choice, routed]:
         out.block(text)
         out.blank(2)
     for act, grad in zip(acts, grads):
         experts = f"experts_{act}_{digest(grad, op)}"
         out.line(f'experts_{act} = expert_mlps("{experts}", {act}_grad)')
-        out.line(f'routed_{act} = routed_experts("routed_{act}_{digest(grad, op, routed)}", "{experts}")')
+        out.line(f'routed_{act} = routed_experts("routed_{act}_{digest(grad, op, choice, routed)}", "{experts}", expert_choice)')
     out.blank(2)
 
 

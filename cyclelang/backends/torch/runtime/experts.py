@@ -3,10 +3,11 @@
 `{act}_grad(h, g=None)` returns act(h) and, given the output's gradient g, the gradient
 at h, with torch's own backward kernels (the ones autograd runs); a gated unit's h is
 [gate | up]. `expert_mlps(name, act_grad)` defines the custom op `cyclelang::{name}`
-that runs every expert's MLP with a hand-written backward; `routed_experts(name,
-experts_name)` the op around it that routes the tokens, runs the experts' op and adds
+that runs every expert's MLP with a hand-written backward; `expert_choice` picks each
+token's experts and weights from the router's scores; `routed_experts(name, experts_name,
+expert_choice)` the op around it that routes the tokens, runs the experts' op and adds
 their weighted outputs up. The generated file inlines the functions of the activations
-its MoEs use, then `expert_mlps` and `routed_experts`.
+its MoEs use, then `expert_mlps`, `expert_choice` and `routed_experts`.
 """
 
 import torch
@@ -185,7 +186,41 @@ def expert_mlps(name, act_grad):
     return getattr(torch.ops.cyclelang, name)
 
 
-def routed_experts(name, experts_name):
+def expert_choice(probs, top, normalize, router="softmax", groups=1, top_groups=1, group_score="top2", scale=1.0,
+                  correction=None):
+    """(weight, choice), (N, k) each: every token's top experts and their weights from the
+    router's probabilities (N, E) (softmax or sigmoid scores). Mixtral's: top-k, renormalised
+    with normalize. DeepSeek-V3's where the options say so: correction (E,) added to the
+    scores for the choice only, group-limited choice (groups, top_groups, group_score "top2"
+    or "max"), sigmoid renormalisation over sum + 1e-20, x scale. The routed op's routing and
+    expert parallelism's dispatch (cyclelang/training/expert.py) both choose with it."""
+    E = probs.size(-1)
+    # Mixtral's
+    if router == "softmax" and groups == 1 and scale == 1.0 and correction is None:
+        weight, choice = torch.topk(probs, top, dim=-1)
+        if normalize:
+            weight = weight / weight.sum(dim=-1, keepdim=True)
+    else:  # DeepSeek-V3's, op for op as the eager path's
+        pick = probs if correction is None else probs + correction
+        if groups > 1:
+            banks = pick.view(-1, groups, E // groups)
+            group = banks.topk(
+                2, dim=-1).values.sum(dim=-1) if group_score == "top2" else banks.amax(dim=-1)
+            kept = torch.zeros_like(group, dtype=torch.bool).scatter_(
+                1, torch.topk(group, top_groups, dim=-1).indices, True)
+            pick = pick.masked_fill(~kept.repeat_interleave(E // groups, dim=1), float("-inf"))
+        choice = torch.topk(pick, top, dim=-1).indices
+        weight = probs.gather(-1, choice)
+        if normalize:
+            weight = weight / (
+                weight.sum(dim=-1, keepdim=True)
+                + 1e-20) if router == "sigmoid" else weight / weight.sum(dim=-1, keepdim=True)
+        if scale != 1.0:
+            weight = weight * scale
+    return weight, choice
+
+
+def routed_experts(name, experts_name, choose):
     """The custom op `cyclelang::{name}`: a MoE layer's routing, experts and combination in one.
 
     torch.compile's trace sees only the router's logits go in and each token's output
@@ -193,7 +228,7 @@ def routed_experts(name, experts_name):
     softmax, top-k, capacity ranks, the sort by expert, the gathers and scatters, the
     balance loss, forward and backward: each C++ kernel is about a second of a cold
     compile); inside, eager kernels run it and the experts' op
-    `cyclelang::{experts_name}` (expert_mlps) does the rest. x: (N, C) tokens; logits:
+    `cyclelang::{experts_name}` (expert_mlps) does the rest; `choose` is `expert_choice`. x: (N, C) tokens; logits:
     (N, E) router logits; weights, bias: as for the experts' op; top: experts per token;
     limit: the most assignments an expert takes (training with a capacity), -1 for none;
     normalize: the chosen weights renormalised to sum to 1; balance: the weight of the
@@ -227,28 +262,7 @@ def routed_experts(name, experts_name):
         (order, counts, routed): the assignments sorted by expert (dropped ones first), the
         count of dropped assignments and of each expert's, and the fraction per expert."""
         N, E = probs.shape
-        # Mixtral's
-        if router == "softmax" and groups == 1 and scale == 1.0 and correction is None:
-            weight, choice = torch.topk(probs, top, dim=-1)
-            if normalize:
-                weight = weight / weight.sum(dim=-1, keepdim=True)
-        else:  # DeepSeek-V3's, op for op as the eager path's
-            pick = probs if correction is None else probs + correction
-            if groups > 1:
-                banks = pick.view(-1, groups, E // groups)
-                group = banks.topk(
-                    2, dim=-1).values.sum(dim=-1) if group_score == "top2" else banks.amax(dim=-1)
-                kept = torch.zeros_like(group, dtype=torch.bool).scatter_(
-                    1, torch.topk(group, top_groups, dim=-1).indices, True)
-                pick = pick.masked_fill(~kept.repeat_interleave(E // groups, dim=1), float("-inf"))
-            choice = torch.topk(pick, top, dim=-1).indices
-            weight = probs.gather(-1, choice)
-            if normalize:
-                weight = weight / (
-                    weight.sum(dim=-1, keepdim=True)
-                    + 1e-20) if router == "sigmoid" else weight / weight.sum(dim=-1, keepdim=True)
-            if scale != 1.0:
-                weight = weight * scale
+        weight, choice = choose(probs, top, normalize, router, groups, top_groups, group_score, scale, correction)
         # (k * N, E), first choices first
         onehot = choice.t().reshape(-1, 1) == torch.arange(E, device=probs.device)
         routed = onehot.float().mean(dim=0)

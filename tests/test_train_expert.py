@@ -1,0 +1,225 @@
+"""`cyclec train --ep N`: expert parallelism (training/expert.py) on CPU with gloo, against one
+process on the whole batch; and the refusals of --ep and --cp.
+
+Each distributed case trains the same tiny engine from the same seed on the same global
+batches (a rank takes its rows of each), so after 3 optimizer steps the loss of every step,
+the held-out loss of the final evaluation (dropless) and every parameter (the correction
+bias included) must agree within 1e-6. lr 1e-4, as in test_train_distributed's MoE case:
+AdamW's first steps move a weight by about lr whatever its gradient, so an expert that got
+few tokens turns a reduction's rounding into a difference proportional to lr.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cyclelang import to_spec as load_string
+from cyclelang.diagnostics import CycleError
+from cyclelang.training import context, expert
+from cyclelang.training.loop import Settings, run
+
+from .conftest import ROOT
+from .test_train_distributed import CORPUS, assert_same_parameters, env, launch, losses
+
+COMMON = ["--steps", "3", "--seq", "16", "--eval-every", "0", "--eval-batches", "2", "--ckpt-every", "0", "--lr", "1e-4",
+          "--no-progress"]
+
+
+def shrink(text: str, swaps: list[tuple[str, str]]) -> str:
+    for a, b in swaps:
+        assert a in text, a
+        text = text.replace(a, b)
+    return text
+
+
+def moe_spec() -> str:
+    """The library's MoE spec (Mixtral-style: top 2 of 8, capacity, balance loss), tiny, its
+    capacity tightened to 0.5 so that training drops assignments (the queue is the global batch's)."""
+    return shrink((ROOT / "specs" / "moe.cycle").read_text("utf-8"), [
+        ("width=256", "width=32"), ("vocab=8192 context=512", "vocab=256 context=64"), ("stage block x 4", "stage block x 2"),
+        ("capacity=1.25", "capacity=0.5"), ("hidden=512", "hidden=16")])
+
+
+def deepseek_spec() -> str:
+    """The deepseek_v3 family spec, tiny: latent attention, a dense first block, then DeepSeekMoE
+    (sigmoid scores, group-limited top-k, the correction bias, x 2.5, a shared expert), with
+    the auxiliary-loss-free trim switched on (correction_rate) so the bias moves too."""
+    return shrink((ROOT / "specs" / "families" / "deepseek_v3.cycle").read_text("utf-8"), [
+        ("d_model = 7168", "d_model = 32"), ("heads=128 latent=512 q_latent=1536 head_dim=128 rotary_dims=64 v_dim=128",
+                                               "heads=4 latent=16 q_latent=24 head_dim=8 rotary_dims=4 v_dim=8"),
+        ("hidden=18432", "hidden=48"), ("experts=256 top=8 hidden=2048", "experts=8 top=2 hidden=16"),
+        ("groups=8 top_groups=4", "groups=4 top_groups=2"), ("correction=true shared=2048", "correction=true correction_rate=0.001 shared=16"),
+        ("vocab=129280 context=4096", "vocab=256 context=64"), ("stage dense_block x 3", "stage dense_block x 1"),
+        ("stage moe_block x 58", "stage moe_block x 2")])
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    p = tmp_path_factory.mktemp("ep") / "corpus.txt"
+    p.write_text(CORPUS, "utf-8")
+    return p
+
+
+def same_run(a, b, tol=1e-6):
+    """Every train record's loss and the final evaluation's held-out loss, and every parameter."""
+    ra, rb = losses(a), losses(b)
+    assert [r["step"] for r in ra] == [r["step"] for r in rb] == [1, 2, 3, 3]
+    for x, y in zip(ra, rb):
+        for k in ("loss", "val_loss"):
+            if k in y:
+                assert abs(x[k] - y[k]) < tol, (k, x, y)
+    assert_same_parameters(a, b, tol)
+
+
+def jamba_spec() -> str:
+    """The library's jamba, tiny: nested stages, Mamba-1 mixers, attention, MoE every other layer.
+    (At the library's state=16 the worst parameter, an ssm out_proj's, was 7.2e-07 off: AdamW's
+    rounding amplification at lr 1e-4 again, outside the experts.)"""
+    return shrink((ROOT / "specs" / "jamba.cycle").read_text("utf-8"), [
+        ("let hidden = 1024", "let hidden = 16"), ("width=512", "width=32"), ("vocab=16384 context=2048", "vocab=256 context=64"),
+        ("stage jamba_block x 2", "stage jamba_block x 1"), ("state=16", "state=4")])
+
+
+SPECS = {"moe": moe_spec, "deepseek_v3": deepseek_spec, "jamba": jamba_spec}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which, flags", [("moe", []), ("deepseek_v3", []), ("jamba", ["--fsdp"]), ("moe", ["--fsdp", "--checkpointing", "stage"]),
+                                          ("moe", ["--batch-tokens", "128"])],
+                         ids=["moe", "deepseek_v3", "jamba-fsdp", "moe-fsdp-ckpt", "moe-accumulate"])
+def test_ep2_equals_one_process(tmp_path, corpus, which, flags):
+    """moe-accumulate: 2 micro-steps a step (the capacity is each micro-step's global batch's; the
+    experts' gradients reduced once, after the last)."""
+    spec = tmp_path / f"{which}.cycle"
+    spec.write_text(SPECS[which](), "utf-8")
+    both = flags if "--batch-tokens" in flags else []
+    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *both, *COMMON)
+    p = launch(2, spec, "--data", corpus, "--out", tmp_path / "ep", "--micro-batch", "2", "--ep", "2", *flags, *COMMON)
+    assert "expert parallel 2" + ("" if "--fsdp" in flags else ", DDP") in p.stderr
+    same_run(tmp_path / "ep", tmp_path / "one")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp", [1, 2], ids=["fsdp-ep2", "fsdp-ep2-tp2"])
+def test_four_processes_equal_one(tmp_path, corpus, tp):
+    """4 ranks. fsdp-ep2: the experts split in 2 ("ep"), each half FSDP2-sharded over its 2 copies
+    ("edp"), the rest FSDP2 over all 4, each rank one sequence of the global batch of 4.
+    fsdp-ep2-tp2: 2 data-parallel ranks of 2 tensor-parallel ones, the experts split in 2 over
+    "ep" and each local expert's MLP split in 2 over "tp" (its fused [gate | up] rows regrouped,
+    and put back in order in the full weights of every expert)."""
+    spec = tmp_path / "moe.cycle"
+    spec.write_text(moe_spec(), "utf-8")
+    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
+    p = launch(4, spec, "--data", corpus, "--out", tmp_path / "ep", "--micro-batch", str(tp), "--ep", "2", "--tp", str(tp), "--fsdp", *COMMON)
+    assert "4 processes, FSDP, " + ("tensor parallel 2, " if tp > 1 else "") + "expert parallel 2" in p.stderr
+    same_run(tmp_path / "ep", tmp_path / "one")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [["--fsdp"], []], ids=["fsdp", "ddp"])
+def test_an_ep2_checkpoint_resumes_in_one_process(tmp_path, corpus, flags):
+    """DCP written at EP=2 (each rank its experts, as FSDP2 shards or whole tensors DCP writes
+    from the one rank that has them; the optimizer state flattened per parameter) reloads at
+    one process: the records equal the uninterrupted run's."""
+    spec = tmp_path / "moe.cycle"
+    spec.write_text(moe_spec(), "utf-8")
+    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
+    out = tmp_path / "ep"
+    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", "2", "--ep", "2", *flags, *[a if a != "3" else "2" for a in COMMON])
+    launch(1, "--resume", out, "--steps", "3", "--no-progress")
+    resumed_equal(out, tmp_path / "one")
+
+
+def resumed_equal(out, one):
+    """The train records and the final evaluation (the 2-step run also evaluated at its end)
+    equal the uninterrupted run's record for record, and so do the parameters."""
+    mine = [r for r in losses(out) if "loss" in r] + [losses(out)[-1]]
+    ref = [r for r in losses(one) if "loss" in r] + [losses(one)[-1]]
+    assert [r["step"] for r in mine] == [r["step"] for r in ref] == [1, 2, 3, 3]
+    for a, b in zip(mine, ref):
+        for k in ("loss", "val_loss", "grad_norm"):
+            if k in b:
+                assert a[k] == pytest.approx(b[k], abs=1e-6), (k, a, b)
+    assert_same_parameters(out, one)
+
+
+@pytest.mark.slow
+def test_an_fsdp_checkpoint_resumes_at_ep2(tmp_path, corpus):
+    """The other way: 2 steps with FSDP2 and every expert on every rank, then the third at
+    --ep 2 (each rank loads its experts' weights and optimizer state from the DCP shards). On
+    the DeepSeek-V3 spec: without --ep a rank's capacity queue and balance loss are its own
+    rows' (so the Mixtral-style spec's FSDP run is not one process's), while DeepSeek-V3's
+    routing has neither and its trim sums the load over every rank."""
+    spec = tmp_path / "ds.cycle"
+    spec.write_text(deepseek_spec(), "utf-8")
+    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
+    out = tmp_path / "fsdp"
+    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", "2", "--fsdp", *[a if a != "3" else "2" for a in COMMON])
+    p = launch(2, "--resume", out, "--steps", "3", "--ep", "2", "--no-progress")
+    assert "expert parallel 2" in p.stderr
+    resumed_equal(out, tmp_path / "one")
+
+
+# --- refusals (one process: nothing is created) -----------------------------------------
+
+
+DENSE = """\
+engine dense {
+  chamber width=32
+  throat causal
+  feed tokens vocab=256 context=64
+  stage block x 2 {
+    prechamber mix { norm rmsnorm  turbine attention heads=4 rotary bias=false }
+    prechamber burn { norm rmsnorm  turbine mlp ratio=2 act=swiglu bias=false }
+  }
+  norm rmsnorm
+  nozzle head
+}
+"""
+
+
+def refused(spec_text: str, tmp_path, **kw) -> str:
+    with pytest.raises(CycleError) as e:
+        run(load_string(spec_text), Settings(data=[str(tmp_path / "none.txt")], **kw), tmp_path / "run", spec_text=spec_text)
+    assert not (tmp_path / "run").exists()
+    return str(e.value)
+
+
+def test_ep_is_refused_by_name(tmp_path):
+    assert "dense has no MoE layer" in refused(DENSE, tmp_path, ep=2)
+    assert "stages.0-1.burn.moe: 8 experts do not split over 3 ranks" in refused(moe_spec(), tmp_path, ep=3)
+    assert "--ep 2 needs a number of processes that it divides, not 1" in refused(moe_spec(), tmp_path, ep=2)
+    assert "--ep 2 with --compile is not supported yet" in refused(moe_spec(), tmp_path, ep=2, compile=True)
+    assert "--ep must be at least 1, not 0" in refused(moe_spec(), tmp_path, ep=0)
+    assert "correction_rate), so the recomputed forward would route with another bias" in refused(
+        deepseek_spec(), tmp_path, ep=2, checkpointing="stage")
+
+
+def test_cp_is_refused_naming_each_mixer(tmp_path):
+    msg = refused(DENSE, tmp_path, cp=2)
+    assert "context parallelism --cp 2 is not available: stages.0-1.mix.attn (attention)" in msg
+    assert "ring attention" in msg
+    ssm = (ROOT / "specs" / "mamba2.cycle").read_text("utf-8")
+    msg = refused(ssm, tmp_path, cp=2)
+    assert "carries a recurrent state along the sequence" in msg and "state passing is not written" in msg
+    hybrid = load_string((ROOT / "specs" / "jamba.cycle").read_text("utf-8"))
+    with pytest.raises(CycleError) as e:
+        context.check(hybrid, 4)
+    assert "(attention)" in str(e.value) and "(ssm)" in str(e.value)
+
+
+def test_the_cli_refuses_without_a_traceback(tmp_path):
+    spec = tmp_path / "dense.cycle"
+    spec.write_text(DENSE, "utf-8")
+    (tmp_path / "c.txt").write_text(CORPUS[:3000], "utf-8")
+    p = subprocess.run([sys.executable, "-m", "cyclelang", "train", str(spec), "--data", str(tmp_path / "c.txt"), "--out",
+                        str(tmp_path / "run"), "--ep", "2", "--no-progress"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=120)
+    assert p.returncode != 0 and "error[E0512]" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "has no MoE layer" in p.stderr
+
+
+def test_moe_parts_finds_every_moe_layer():
+    assert [p.path for p in expert.moe_parts(load_string(deepseek_spec()))] == ["stages.1-2.burn.moe"]
