@@ -101,7 +101,7 @@ leak into the past (and make the KV cache wrong).""", "throat causal ... turbine
 # --- the design reviewer (cyclelang.review) -------------------------------------------------
 # E03xx: review errors; W1xx: warnings, raised to errors by `check --strict`; N1xx: notes.
 # A warning or note is silenced for one line with a comment on that line: `# allow: W102`.
-# Each is registered by its rule's decorator in cyclelang/review/rules.py (`@rule`).
+# Each is registered by its rule's decorator in cyclelang/review/rules_*.py (`@rule`, review/registry.py).
 _add("E0284", "gated delta without a causal throat", "The gated delta rule (`turbine delta`) folds each position into a state that only later positions read: it has no bidirectional form, so an open engine cannot use it.", "throat open ... turbine delta heads=4")
 _add("E0285", "k_heads do not divide heads", "In a gated delta mixer each group of heads / k_heads value heads reads one query/key head (as GQA's query heads share a KV head), so k_heads must divide heads.", "turbine delta heads=6 k_heads=4")
 

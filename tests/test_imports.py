@@ -81,12 +81,17 @@ class Import:
         return f"{self.module}, line {self.line}: {what}"
 
 
-def imports_of(module: str) -> list[Import]:
-    """Every import of a cyclelang module in `module`'s source, relative ones resolved."""
+def imports_of(module: str, typing: bool = True) -> list[Import]:
+    """Every import of a cyclelang module in `module`'s source, relative ones resolved
+    (`typing=False`: leaving out those under `if TYPE_CHECKING:`, which never run)."""
     tree = ast.parse(FILES[module].read_text("utf-8"), str(FILES[module]))
     package = module if module in PACKAGES else module.rpartition(".")[0]
+    skip = set() if typing else {id(n) for b in ast.walk(tree) if isinstance(b, ast.If) and ast.unparse(b.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+                                  for s in b.body for n in ast.walk(s)}
     out = []
     for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out += [Import(module, node.lineno, a.name, None) for a in node.names if a.name.split(".")[0] == "cyclelang"]
         elif isinstance(node, ast.ImportFrom):

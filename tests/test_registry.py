@@ -38,7 +38,7 @@ kinds.BY_KEYWORD["blower"] = kinds.OPS[-1]"""
     ("cyclelang.ir.kinds", "", "cyclelang/ir/kinds.py KINDS"),
     ("cyclelang.backends.torch.emitters", RECORD, "cyclelang/backends/torch/emitters.py EMITTERS"),
     ("cyclelang.backends.graphviz.style", RECORD, "cyclelang/backends/graphviz/style.py KIND_FILL"),
-    ("cyclelang.semantics.resolve", RECORD, "cyclelang/semantics/resolve.py (its reader, _Resolver.t_blower)"),
+    ("cyclelang.semantics.resolve", RECORD, "cyclelang/semantics/readers.py (its reader, _Resolver.t_blower)"),
 ])
 def test_a_kind_missing_from_a_table_fails_at_import_naming_both(module, extra, table):
     code = FAKE.format(module=module, extra=extra)

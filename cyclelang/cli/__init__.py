@@ -14,8 +14,8 @@ Exit codes (the same for every command):
 Domain errors are mapped to exit codes in exactly one place (`CycleGroup.invoke`).
 Diagnostics go to stderr; artifacts go to stdout or to `-o FILE`. This package
 holds the group and what the commands share; each command lives in a module of
-its own. Those that need torch or graphviz (`draw`, `build`, `fire`, `train`) are imported
-only when that command runs, so `check`, `ir`, `fmt` and `schema` start fast.
+its own, imported only when that command runs (`LAZY_COMMANDS`): `check`, `ir`, `fmt` and
+`schema` never load torch or graphviz, which `draw`, `build`, `fire` and `train` need.
 """
 
 from __future__ import annotations
@@ -88,6 +88,13 @@ LAZY_COMMANDS: dict[str, str] = {
     "serve": "cyclelang.cli.serve:serve",
     "diff": "cyclelang.cli.diff:diff",
     "train": "cyclelang.cli.train:train",
+    # the torch- and graphviz-free commands: lazy too, so the package never imports a module
+    # that imports it back (tests/test_layers.py: no import circle)
+    "check": "cyclelang.cli.check:check",
+    "explain": "cyclelang.cli.info:explain",
+    "ir": "cyclelang.cli.info:ir",
+    "schema": "cyclelang.cli.info:schema",
+    "fmt": "cyclelang.cli.fmt:fmt",
 }
 
 
@@ -224,12 +231,3 @@ def main():
 
 def run() -> None:  # pragma: no cover - the console entry point
     main(prog_name="cyclec")
-
-
-# The torch- and graphviz-free commands, registered eagerly (after everything they share
-# is defined above). The package's attributes `check`, `fmt` and `info` are these modules.
-from . import check, fmt, info  # noqa: E402
-
-for _command in (check.check, info.explain, info.ir, info.schema, fmt.fmt):
-    main.add_command(_command)
-del _command

@@ -570,7 +570,7 @@ def registered(table, name: str, classes=None) -> None:
 registered(KINDS, "cyclelang/ir/kinds.py KINDS")
 registered(lambda cls: KINDS[cls].shrink is not None, "cyclelang/ir/kinds.py (its record's shrink rule)", ir.OP_TYPES)
 for _k in OPS:  # a record whose class the IR's unions do not admit would be refused as a missing turbine
-    registered(lambda c: c in ir.OP_TYPES, "cyclelang/ir/nodes.py TURBINE_TYPES", (_k.cls,))
+    registered(lambda c: c in ir.OP_TYPES, "cyclelang/ir/turbines.py TURBINE_TYPES", (_k.cls,))
 # turbine keywords; latent attention is `turbine attention latent=`, so the first record of a keyword is its home
 BY_KEYWORD: dict[str, Kind] = {}
 for _k in OPS:

@@ -16,7 +16,9 @@ from dataclasses import replace
 from ... import ir
 from . import params, text
 from .annotate import colour, log_pos, ZERO
-from .scene import DENSITIES, DETAIL, MODES, Box, Line, Scene, Wire, balanced, lines_size, log_scale, text_w, wrap
+from .geometry import Box, Wire, balanced, log_scale
+from .measure import DENSITIES, DETAIL, MODES, Line, lines_size, text_w, wrap
+from .scene import Scene
 from .style import FONT, THEMES, esc
 
 SIZES = {"slide": (960.0, 540.0), "column": (234.0, 662.0), "page": (504.0, 662.0)}
@@ -254,7 +256,7 @@ class Figure:
             rows = -(-len(keys) // cols)
             cells = [(k, (i // rows) * cw, (i % rows) * 20.0, {m: [legend_words(k)[m]] for m in MODES}) for i, k in enumerate(keys)]
             return cells, min(width, cols * cw), rows * 20.0 + 20
-        pitch, cells, x, y, used_w = self.pitch(), [], 0.0, 0.0, 0.0
+        pitch, cells, x, y, used_w, row_h = self.pitch(), [], 0.0, 0.0, 0.0, 0.0
         if self.d.tight:
             return self.legend_grid(keys, width)
         for k in keys:

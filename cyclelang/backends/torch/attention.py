@@ -2,11 +2,64 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from ... import ir
 from .ops import OpEmitter, call_args, head_sizes, if_set
-from .plan import AttentionVariant, OpPlan, Plan, signature
+from .records import OpPlan, Plan, signature
 from .config import Sizes
 from .writer import Writer, doc_tag, num
+
+
+# --- the variant: one frozen record per kind, hashable, the key of a generated class
+
+
+@dataclass(frozen=True)
+class AttentionVariant:
+    kind: ClassVar[type] = ir.Attention
+    base: ClassVar[str] = "Attention"
+    mask: str  # "causal" | "open"
+    window: bool  # sliding-window attention
+    rotary: str  # "none" | "full" | "partial" | "interleaved"
+    qk_norm: bool
+    gqa: bool  # kv_heads < heads
+    dropout: bool
+    causal: bool  # the engine's throat: the forward takes a KV cache
+    split_bias: bool = False  # the output projection's bias differs from q, k, v's (out_bias)
+    qk_across: bool = False  # the qk-norms span all heads (OLMo-2), not one head
+    scaled: bool = False  # the scores take the constructor's scale: the spec's scale=, or μP's; not the kernel's 1/sqrt(head_dim)
+    softcap: bool = False  # the scores pass through softcap * tanh(s / softcap): computed here, not in the fused kernel
+    alibi: str = "none"  # "none" | "added" (after the scale: BLOOM, MPT) | "scaled" (with the logits: Falcon)
+    qk_type: str = "rmsnorm"  # the qk-norms' kind: "rmsnorm" | "layernorm" (Persimmon)
+    qk_bias: bool = False  # the qk layernorms have a bias
+    qk_offset: bool = False  # the qk-norms' gain is qk_offset + w (Gemma 3)
+    qk_affine: bool = True  # false: weightless qk-norms (nanochat)
+    qk_late: bool = False  # the qk-norms act after rotary (nanochat)
+    qk_heads: bool = False  # each head its own qk-norm gain (StableLM, Cohere)
+    sinks: bool = False  # a learned logit per head in every softmax (gpt-oss): the scores computed here, not in the fused kernel
+    gate: str = "none"  # an output gate, y * sigmoid(gate(x)): "channel" (Qwen3-Next), "head", or "none"
+    v_norm: bool = False  # a weightless RMSNorm on each head's values (Gemma 4)
+    k_eq_v: bool = False  # the values are the keys' projection (Gemma 4): no value rows
+    kv_store: bool = False  # KV sharing: its keys and values go to a slot of `shared`
+    kv_reuse: bool = False  # KV sharing: it reads a slot's keys and values: q only, no cache of its own
+
+    @classmethod
+    def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
+        rot = "none" if a.rotary_dims == 0 else "interleaved" if a.rotary_interleaved else ("full" if a.rotary_dims == a.head_dim else "partial")
+        rot = "spread" if a.rotary_spread else rot
+        return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
+                   a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
+                   alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
+                   qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
+                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate,
+                   v_norm=a.v_norm, k_eq_v=a.k_eq_v, kv_store=a.kv_store is not None, kv_reuse=a.kv_reuse is not None)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        shared = ("shared",) if self.kv_store or self.kv_reuse else ()
+        return (("rope",) if self.rotary != "none" else ()) + shared + (("cache", "mask") if self.causal else ())
+
 
 
 ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interleaved": "apply_rotary_interleaved", "spread": "apply_rotary_spread"}

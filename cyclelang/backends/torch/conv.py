@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from ... import ir
 from .ops import OpEmitter, call_args
-from .plan import OpPlan, Plan
+from .records import OpPlan, Plan
 from .writer import Writer, num
 
 

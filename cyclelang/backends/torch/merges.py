@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from ... import ir
 from ...ir.kinds import gain, kind_of, output_projection, registered
-from ...ir.passes import COOLING_STD, DEEPNORM_ALPHA, DEEPNORM_BETA, LAYERSCALE_INIT
+from ...ir.formulas import COOLING_STD, DEEPNORM_ALPHA, DEEPNORM_BETA, LAYERSCALE_INIT
 from .emitters import emitter, lookup
 from typing import Callable
 
 from .config import Sizes
-from .plan import BranchPlan, Plan
+from .records import BranchPlan, Plan
 from .writer import num
 
 

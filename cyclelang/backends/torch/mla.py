@@ -13,7 +13,7 @@ from typing import ClassVar
 from ... import ir
 from .config import Sizes
 from .ops import OpEmitter, call_args, if_set
-from .plan import OpPlan, Plan
+from .records import OpPlan, Plan
 from .writer import Writer, num
 
 

@@ -2,10 +2,60 @@
 
 from __future__ import annotations
 
-from .ops import OpEmitter, call_args, hidden_size, if_set
-from .plan import MoeVariant, OpPlan, Plan
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ... import ir
+from .ops import MlpVariant, OpEmitter, call_args, hidden_size, if_set
+from .records import OpPlan, Plan
 from .runtime import definition, digest
 from .writer import Writer, doc_tag, num
+
+
+@dataclass(frozen=True)
+class MoeVariant:
+    kind: ClassVar[type] = ir.Moe
+    base: ClassVar[str] = "Moe"
+    act: str
+    capacity: bool  # training drops assignments past each expert's capacity
+    balance: bool  # returns a load-balancing loss beside its output
+    normalize: bool  # the chosen weights are renormalised to sum to 1 (for every top, as Mixtral)
+    shared: bool = False  # a shared expert every token visits (Qwen2-MoE)
+    shared_gate: bool = False  # ... scaled by sigmoid(w . x)
+    router: str = "softmax"  # the scores: softmax, or sigmoid (DeepSeek-V3)
+    groups: str = ""  # group-limited top-k, each group scored by "top2" or "max"; "": none
+    scale: bool = False  # the chosen weights x routed_scaling_factor
+    correction: bool = False  # a selection-only bias per expert (a buffer)
+    trim: bool = False  # ... moved toward an even load each training forward
+    router_bias: bool = False  # the router's linear has a bias (gpt-oss)
+
+    @classmethod
+    def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
+        return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize, m.shared > 0, m.shared_gate, m.router,
+                   m.group_score if m.groups > 1 else "", m.scale != 1.0, m.correction, m.correction_rate > 0, m.router_bias)
+
+    @property
+    def clamped(self) -> bool:
+        """Its experts are gpt-oss's clamped SwiGLU (their bound a constructor argument; no custom op: eager gather)."""
+        return self.act == "swiglu_clamp"
+
+    @property
+    def deepseek(self) -> bool:
+        """Routes otherwise than Mixtral's softmax top-k (`ir.Moe.deepseek`)."""
+        return self.router != "softmax" or bool(self.groups) or self.scale or self.correction
+
+    @property
+    def expert(self) -> MlpVariant:
+        """Its experts are mlps of the same activation, without dropout."""
+        return MlpVariant(self.act, False)
+
+    inputs: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def aux(self) -> bool:
+        """Its forward returns (y, its balance loss)."""
+        return self.balance
+
 
 
 def expert_ops(out: Writer, acts: list[str]) -> None:

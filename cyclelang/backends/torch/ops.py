@@ -10,10 +10,49 @@ table, keyed by IR class; attention and moe have modules of their own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ... import ir
 from ...ir.kinds import GATE_OF, is_gated, kind_of
-from .plan import MlpVariant, OpPlan, Plan, PoolVariant
+from .records import OpPlan, Plan
 from .config import Expr, Sizes
 from .writer import Writer, doc_tag, num
+
+
+@dataclass(frozen=True)
+class MlpVariant:
+    kind: ClassVar[type] = ir.Mlp
+    base: ClassVar[str] = "Mlp"
+    act: str
+    dropout: bool
+    gate_scale: float = 1.0  # the gate's pre-activation times this (Falcon-H1's mlp_multipliers)
+    per_layer: bool = False  # Gemma 4: act(gate x) times this layer's per-layer input
+
+    @classmethod
+    def of(cls, m: ir.Mlp, causal: bool) -> "MlpVariant":
+        return cls(m.act, m.dropout > 0, gate_scale=m.gate_scale, per_layer=m.per_layer)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("ple",) if self.per_layer else ()
+
+
+@dataclass(frozen=True)
+class PoolVariant:
+    kind: ClassVar[type] = ir.Pool
+    base: ClassVar[str] = "Pool"
+    causal: bool  # only past positions are pooled
+    engine_causal: bool  # the forward takes a cache
+
+    @classmethod
+    def of(cls, p: ir.Pool, causal: bool) -> "PoolVariant":
+        return cls(p.causal, causal)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return ("cache",) if self.engine_causal else ()
+
 
 # Each activation as generated code, a format string over its input; a gated one is
 # gate(first half) * second half, with the gate from ir.kinds.GATE_OF.

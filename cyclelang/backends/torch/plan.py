@@ -13,12 +13,18 @@ from __future__ import annotations
 import builtins
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
-from typing import ClassVar, Iterator, Union
+from dataclasses import replace
+from typing import Union
 
 from ... import ir
-from ...ir.layout import BranchLayout, Layout, Names, Part, StageLayout, layout
+from ...ir.layout import BranchLayout, Names, Part, layout
+from .attention import AttentionVariant
 from .config import WIDTH, Expr, Sizes
+from .emitters import EMITTERS, emitter
+from .merges import merge_sizes
+from .moe import MoeVariant
+from .ops import MlpVariant, PoolVariant
+from .records import BranchPlan, FullflowPlan, OpPlan, Plan, StagePlan
 from .runtime import names as runtime_names
 from .writer import camel, where
 
@@ -29,327 +35,13 @@ GLOBALS = frozenset({
     "apply_rotary_partial", "sinusoids", "OVERBOARD", "OVERBOARD_LOSS", "Optional", "next_token_loss", "lookup",
 }) | frozenset(dir(builtins)) | runtime_names()  # the inlined helpers too (`stage cache` is a class Cache)
 
-INPUTS = ("rope", "ple", "shared", "cache", "mask")  # what an op's call may take besides x, in this order (mask last: it defaults to None)
-
-
-def signature(params) -> str:
-    """A forward's parameters: the padding mask defaults to None (a call without one is unpadded)."""
-    return ", ".join("mask=None" if p == "mask" else p for p in params)
-
-
-# --- variants: one frozen record per kind, hashable, the key of a generated class ----------------
-
-
-@dataclass(frozen=True)
-class AttentionVariant:
-    kind: ClassVar[type] = ir.Attention
-    base: ClassVar[str] = "Attention"
-    mask: str  # "causal" | "open"
-    window: bool  # sliding-window attention
-    rotary: str  # "none" | "full" | "partial" | "interleaved"
-    qk_norm: bool
-    gqa: bool  # kv_heads < heads
-    dropout: bool
-    causal: bool  # the engine's throat: the forward takes a KV cache
-    split_bias: bool = False  # the output projection's bias differs from q, k, v's (out_bias)
-    qk_across: bool = False  # the qk-norms span all heads (OLMo-2), not one head
-    scaled: bool = False  # the scores take the constructor's scale: the spec's scale=, or μP's; not the kernel's 1/sqrt(head_dim)
-    softcap: bool = False  # the scores pass through softcap * tanh(s / softcap): computed here, not in the fused kernel
-    alibi: str = "none"  # "none" | "added" (after the scale: BLOOM, MPT) | "scaled" (with the logits: Falcon)
-    qk_type: str = "rmsnorm"  # the qk-norms' kind: "rmsnorm" | "layernorm" (Persimmon)
-    qk_bias: bool = False  # the qk layernorms have a bias
-    qk_offset: bool = False  # the qk-norms' gain is qk_offset + w (Gemma 3)
-    qk_affine: bool = True  # false: weightless qk-norms (nanochat)
-    qk_late: bool = False  # the qk-norms act after rotary (nanochat)
-    qk_heads: bool = False  # each head its own qk-norm gain (StableLM, Cohere)
-    sinks: bool = False  # a learned logit per head in every softmax (gpt-oss): the scores computed here, not in the fused kernel
-    gate: str = "none"  # an output gate, y * sigmoid(gate(x)): "channel" (Qwen3-Next), "head", or "none"
-    v_norm: bool = False  # a weightless RMSNorm on each head's values (Gemma 4)
-    k_eq_v: bool = False  # the values are the keys' projection (Gemma 4): no value rows
-    kv_store: bool = False  # KV sharing: its keys and values go to a slot of `shared`
-    kv_reuse: bool = False  # KV sharing: it reads a slot's keys and values: q only, no cache of its own
-
-    @classmethod
-    def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
-        rot = "none" if a.rotary_dims == 0 else "interleaved" if a.rotary_interleaved else ("full" if a.rotary_dims == a.head_dim else "partial")
-        rot = "spread" if a.rotary_spread else rot
-        return cls(a.mask, a.window is not None, rot, a.qk_norm, a.kv_heads != a.heads, a.dropout > 0, causal, a.out_bias != a.bias,
-                   a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
-                   alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
-                   qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
-                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate,
-                   v_norm=a.v_norm, k_eq_v=a.k_eq_v, kv_store=a.kv_store is not None, kv_reuse=a.kv_reuse is not None)
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        shared = ("shared",) if self.kv_store or self.kv_reuse else ()
-        return (("rope",) if self.rotary != "none" else ()) + shared + (("cache", "mask") if self.causal else ())
-
-
-@dataclass(frozen=True)
-class MlpVariant:
-    kind: ClassVar[type] = ir.Mlp
-    base: ClassVar[str] = "Mlp"
-    act: str
-    dropout: bool
-    gate_scale: float = 1.0  # the gate's pre-activation times this (Falcon-H1's mlp_multipliers)
-    per_layer: bool = False  # Gemma 4: act(gate x) times this layer's per-layer input
-
-    @classmethod
-    def of(cls, m: ir.Mlp, causal: bool) -> "MlpVariant":
-        return cls(m.act, m.dropout > 0, gate_scale=m.gate_scale, per_layer=m.per_layer)
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return ("ple",) if self.per_layer else ()
-
-
-@dataclass(frozen=True)
-class MoeVariant:
-    kind: ClassVar[type] = ir.Moe
-    base: ClassVar[str] = "Moe"
-    act: str
-    capacity: bool  # training drops assignments past each expert's capacity
-    balance: bool  # returns a load-balancing loss beside its output
-    normalize: bool  # the chosen weights are renormalised to sum to 1 (for every top, as Mixtral)
-    shared: bool = False  # a shared expert every token visits (Qwen2-MoE)
-    shared_gate: bool = False  # ... scaled by sigmoid(w . x)
-    router: str = "softmax"  # the scores: softmax, or sigmoid (DeepSeek-V3)
-    groups: str = ""  # group-limited top-k, each group scored by "top2" or "max"; "": none
-    scale: bool = False  # the chosen weights x routed_scaling_factor
-    correction: bool = False  # a selection-only bias per expert (a buffer)
-    trim: bool = False  # ... moved toward an even load each training forward
-    router_bias: bool = False  # the router's linear has a bias (gpt-oss)
-
-    @classmethod
-    def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
-        return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize, m.shared > 0, m.shared_gate, m.router,
-                   m.group_score if m.groups > 1 else "", m.scale != 1.0, m.correction, m.correction_rate > 0, m.router_bias)
-
-    @property
-    def clamped(self) -> bool:
-        """Its experts are gpt-oss's clamped SwiGLU (their bound a constructor argument; no custom op: eager gather)."""
-        return self.act == "swiglu_clamp"
-
-    @property
-    def deepseek(self) -> bool:
-        """Routes otherwise than Mixtral's softmax top-k (`ir.Moe.deepseek`)."""
-        return self.router != "softmax" or bool(self.groups) or self.scale or self.correction
-
-    @property
-    def expert(self) -> MlpVariant:
-        """Its experts are mlps of the same activation, without dropout."""
-        return MlpVariant(self.act, False)
-
-    inputs: ClassVar[tuple[str, ...]] = ()
-
-    @property
-    def aux(self) -> bool:
-        """Its forward returns (y, its balance loss)."""
-        return self.balance
-
-
-@dataclass(frozen=True)
-class PoolVariant:
-    kind: ClassVar[type] = ir.Pool
-    base: ClassVar[str] = "Pool"
-    causal: bool  # only past positions are pooled
-    engine_causal: bool  # the forward takes a cache
-
-    @classmethod
-    def of(cls, p: ir.Pool, causal: bool) -> "PoolVariant":
-        return cls(p.causal, causal)
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return ("cache",) if self.engine_causal else ()
-
-
 Variant = Union[AttentionVariant, MlpVariant, MoeVariant, PoolVariant]
 
 
 def variants() -> dict[type, type]:
     """The kinds that get a class of their own in the generated file (norms and linears use
     torch's): each emitter names its variant, so a new kind registers in one table."""
-    from .emitters import EMITTERS
-
     return {cls: e.variant for cls, e in EMITTERS.items() if e.variant is not None}
-
-
-# --- the plan's records -------------------------------------------------------------------------
-
-
-@dataclass
-class OpPlan:
-    op: object  # ir.Norm or a turbine
-    attr: str  # its attribute on the module that holds it (the layout path's last segment)
-    path: str  # the layout path ("stages.0-11.mix.attn")
-    variant: Variant | None = None  # None: a torch module (norms, linears)
-    cls: str = ""  # the generated class of its variant
-    rope: int | None = None  # index into the model's rotary tables
-    scale: float | None = None  # μP: the attention scores' scale (ir.mup.attention_scale)
-    args: dict = field(default_factory=dict)  # constructor arguments over the config (`OpEmitter.sizes`)
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return self.variant.inputs if self.variant is not None else ()
-
-    @property
-    def aux(self) -> bool:
-        """Its forward returns (y, an auxiliary loss): an MoE's balance loss."""
-        return getattr(self.variant, "aux", False)
-
-
-@dataclass
-class BranchPlan:
-    br: ir.Prechamber
-    attr: str
-    cls: str
-    ops: list[OpPlan]
-    path: str  # "stages.0-11.mix"
-    merge: Part | None  # the merge's layout part (its own path when it owns parameters)
-    fullflow: bool = False
-    margs: dict = field(default_factory=dict)  # the merge's config values (`merges.merge_sizes`)
-
-    @property
-    def params(self) -> list[str]:
-        """The branch forward's parameters: x, then what its ops take."""
-        used = {i for o in self.ops for i in o.inputs}
-        return ["x"] + [i for i in INPUTS if i in used]
-
-    @property
-    def aux(self) -> bool:
-        """Its ops return auxiliary losses: its forward returns (x, {op: loss})."""
-        return any(o.aux for o in self.ops)
-
-
-@dataclass
-class FullflowPlan:
-    ff: ir.Fullflow
-    norm: OpPlan | None
-    branches: list[BranchPlan]
-
-
-@dataclass
-class StagePlan:
-    stage: ir.Stage
-    cls: str
-    first: int  # index of the first instance in model.stages (nested: in its group's `stages`)
-    items: list  # OpPlan | BranchPlan | FullflowPlan, in source order; a group's: its stages' StagePlans
-    path: str  # "stages.0-11"; nested: "stages.0-3.stages.0-2"
-    n: object = None  # config.Ref of its repeat count (None: one instance)
-    start: object = "0"  # its first instance's index, over the config's counts (str() it once the fields are named)
-    branch_plans: list[BranchPlan] = field(default_factory=list)  # every branch in source order, fullflows' included
-    parent: "StagePlan | None" = None  # the group it is nested in
-    layout: StageLayout | None = None
-    key: str = ""  # its name in config field names (`lower_n_head`): the stage's, qualified where two share one
-
-    def branches(self) -> list[BranchPlan]:
-        return self.branch_plans
-
-    @property
-    def children(self) -> list["StagePlan"]:
-        """A group's stages; [] for a stage of ops."""
-        return [it for it in self.items if isinstance(it, StagePlan)]
-
-    @property
-    def siblings(self) -> int:
-        """How many stages share its container (the model's `stages`, or its group's)."""
-        return len(self.parent.children) if self.parent is not None else -1
-
-    def chain(self) -> list["StagePlan"]:
-        """Its groups from the outermost, then itself."""
-        return ([] if self.parent is None else self.parent.chain()) + [self]
-
-    @property
-    def aux(self) -> bool:
-        """It returns (x, {name: auxiliary loss or output}): an MoE's balance loss, an overboard
-        branch's output (a group: where one of its stages does)."""
-        if self.children:
-            return any(c.aux for c in self.children)
-        return any(o.aux for o in self.ops()) or any(b.br.overboard for b in self.branch_plans)
-
-    def ops(self) -> Iterator[OpPlan]:
-        """Every op of the stage: stage-level ones and fullflow valves in source order, then the branches'."""
-        for it in self.items:
-            if isinstance(it, OpPlan):
-                yield it
-            elif isinstance(it, FullflowPlan) and it.norm is not None:
-                yield it.norm
-        for b in self.branch_plans:
-            yield from b.ops
-
-
-@dataclass
-class Plan:
-    engine: ir.Engine
-    layout: Layout
-    file: str  # the spec's base name, for comments
-    stages: list[StagePlan] = field(default_factory=list)  # every stage of ops, nested ones included, in source order
-    main: list = field(default_factory=list)  # StagePlan | OpPlan in body order
-    groups: list[StagePlan] = field(default_factory=list)  # every stage of stages, outermost first
-    ropes: list[tuple] = field(default_factory=list)  # (dims, base, scaling) per rotary table
-    turbine_classes: dict[Variant, str] = field(default_factory=dict)  # variant -> class name, in order of first use
-    sizes: Sizes | None = None  # the Config's fields and what reads them
-    head_width: object = None  # config.Ref of the nozzle's input width
-    fast: bool = False  # the fused loss and the custom ops (the runtime section at the end)
-    rope_args: list = field(default_factory=list)  # (dims, base) config expressions per rotary table
-    feed_args: dict = field(default_factory=dict)  # the feed's config values: scale, dropout
-    logit_scale: object = None  # config.Ref of the nozzle's logit scale (None: 1)
-    schedule: dict = field(default_factory=dict)  # the startup block's Config fields (`schedule_sizes`)
-
-    @property
-    def causal(self) -> bool:
-        return self.engine.throat == "causal"
-
-    def all_stages(self) -> list[StagePlan]:
-        """Every stage plan, groups included, each group before the stages nested in it."""
-        out: list[StagePlan] = []
-
-        def walk(sp: StagePlan) -> None:
-            out.append(sp)
-            for c in sp.children:
-                walk(c)
-
-        for sp in self.top:
-            walk(sp)
-        return out
-
-    @property
-    def top(self) -> list[StagePlan]:
-        """The stages on the main line: the entries of model.stages, group by group."""
-        return [it for it in self.main if isinstance(it, StagePlan)]
-
-    @property
-    def turbine_order(self) -> list[Variant]:
-        return list(self.turbine_classes)
-
-    def ops(self) -> Iterator[OpPlan]:
-        """Every op of the engine: in the stages, then on the main line."""
-        for sp in self.stages:
-            yield from sp.ops()
-        yield from (it for it in self.main if isinstance(it, OpPlan))
-
-    def turbine_class(self, v: Variant) -> str:
-        if isinstance(v, MoeVariant):
-            self.turbine_class(v.expert)  # the experts' class comes first
-        if v not in self.turbine_classes:
-            n = sum(1 for k in self.turbine_classes if type(k) is type(v))
-            self.turbine_classes[v] = v.base if n == 0 else f"{v.base}{n + 1}"
-        return self.turbine_classes[v]
-
-    def rope_index(self, op, args: dict) -> int | None:
-        k = ir.kinds.kind_of(op).rotary(op)  # the kinds record's key: the size limit counts the same tables
-        if k is None:
-            return None
-        if k not in self.ropes:
-            self.ropes.append(k)
-            self.rope_args.append((args.get("rotary_dims", repr(op.rotary_dims)), args.get("rotary_base", repr(op.rotary_base))))  # a kind without config sizes keeps literals
-            if getattr(op, "rotary_spread", False):  # Gemma 4's proportional rope: base^(dims/head_dim) over the rotated dims
-                dims, base = self.rope_args[-1]
-                hd = args.get("head_dim", repr(op.head_dim))
-                self.rope_args[-1] = (dims, Expr(lambda: f"{base} ** ({dims} / {hd})"))
-        return self.ropes.index(k)
 
 
 def class_names() -> frozenset[str]:
@@ -405,8 +97,6 @@ def make_plan(spec: ir.Spec) -> Plan:
     assert e is not None
     lay = layout(e)
     p = Plan(engine=e, layout=lay, file=where(e.span).rsplit(":", 1)[0] if e.span else "spec")
-    from .emitters import emitter
-
     classes = _class_names()
     kinds = variants()
     p.sizes = sizes = Sizes(e)
@@ -487,8 +177,6 @@ def make_plan(spec: ir.Spec) -> Plan:
             sizes.check(lambda r=r, value=value: f"{r.own} == {value}",
                         lambda r=r, value=value: f"{r.name} ({{{r.own}}}) must stay {value} under μP: MUP_PARTS was computed for the spec's sizes; change the spec and rebuild")
     schedule_sizes(p)
-    from .merges import merge_sizes
-
     merge_sizes(p)
     return p
 

@@ -12,7 +12,7 @@ import math
 from ... import ir
 from .config import Expr, Sizes
 from .ops import OpEmitter, call_args, head_sizes
-from .plan import OpPlan, Plan
+from .records import OpPlan, Plan
 from .writer import Writer, num
 
 

@@ -8,7 +8,8 @@ from ... import ir
 from ...ir.kinds import kind_of
 from .emitters import emitter
 from .merges import merge_emitter
-from .plan import INPUTS, BranchPlan, FullflowPlan, OpPlan, Plan, StagePlan, class_names, signature
+from .plan import class_names
+from .records import INPUTS, BranchPlan, FullflowPlan, OpPlan, Plan, StagePlan, signature
 from .writer import Writer, camel, comment, doc_tag, num
 
 
