@@ -51,6 +51,12 @@ SPEC_HELP = "The spec's startup block (warmup, schedule, clip, betas, decay), un
 @click.option("--decay", type=float, default=None, help="Weight decay of the matrices.")
 @click.option("--fsdp", is_flag=True, help="Distributed: shard parameters, gradients and optimizer state (FSDP2) over the data-parallel ranks.")
 @click.option("--tp", type=int, default=1, show_default=True, help="Distributed: tensor-parallel degree (heads and hidden widths split).")
+@click.option("--pp", type=int, default=1, show_default=True,
+              help="Distributed: pipeline-parallel degree (the engine's stage instances split into pieces, balanced by FLOPs).")
+@click.option("--microbatches", type=int, default=None, help="With --pp: micro-steps per optimizer step, run as the pipeline's microbatches "
+              "[default: from --batch-tokens].")
+@click.option("--pp-schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default="1f1b", show_default=True,
+              help="With --pp: the pipeline schedule (interleaved: two pieces per rank).")
 @click.option("--ep", type=int, default=1, show_default=True,
               help="Distributed: expert-parallel degree (each MoE's experts split over this many ranks, tokens routed by all-to-all).")
 @click.option("--cp", type=int, default=1, show_default=True,
@@ -69,7 +75,7 @@ def train(ctx, spec, data, out, resume, plot_dir, output, include_path, progress
     (safetensors weights + optimizer, scheduler, data order and RNG state).
     Ctrl-C writes a checkpoint and stops (exit 130; SIGTERM 143); --resume RUN_DIR continues
     exactly where it stopped. Distributed: torchrun --nproc-per-node N -m cyclelang
-    train ... [--fsdp] [--tp N] [--ep N] [--checkpointing stage].
+    train ... [--fsdp] [--tp N] [--pp N --microbatches M] [--ep N] [--checkpointing stage].
     """
     from ..training.loop import TRAIN_EXTRA, MissingPackages, Settings, load_settings, require, run, show_progress_bar
     from ..training.plot import plot, read_metrics
@@ -98,6 +104,9 @@ def train(ctx, spec, data, out, resume, plot_dir, output, include_path, progress
             if given(key) == click.core.ParameterSource.COMMANDLINE:
                 setattr(settings, key, options[key])
         settings.ep = options["ep"]  # the layout is this launch's: DCP reloads the experts at another --ep (1 by default)
+        settings.pp = options["pp"]  # the pipeline follows the launch (DCP reloads at another degree)
+        if given("pp_schedule") == click.core.ParameterSource.COMMANDLINE:
+            settings.pp_schedule = options["pp_schedule"]
         if data:
             settings.data = list(data)
         spec = spec or os.path.join(resume, "spec.cycle")

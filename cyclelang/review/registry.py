@@ -18,6 +18,7 @@ class ReviewConfig:
     post_ln_depth: int = 12  # layers of Post-LN (or a plain stack) that count as deep
     deep_merges: int = 24  # merges into the main line that count as deep for cooling
     kv_note_bytes: int = 64 * 1024  # KV cache per token (2-byte values) from full multi-head attention worth a note
+    pp: int = 1  # `cyclec check --pp N`: the pipeline split to weigh (W161)
 
 
 Rule = Callable[["ir.Engine", ReviewConfig], list[Diagnostic]]

@@ -24,6 +24,7 @@ from .registry import REVIEW_CODES, RULES, ReviewConfig  # noqa: F401 (REVIEW_CO
 from . import rules_topology  # noqa: E402,F401,I001
 from . import rules_options  # noqa: E402,F401,I001
 from . import rules_init  # noqa: E402,F401,I001
+from . import rules_pipeline  # noqa: E402,F401,I001
 from .rules_init import f32  # noqa: E402,F401 (read as rules.f32)
 
 

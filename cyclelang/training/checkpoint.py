@@ -171,10 +171,10 @@ def _check_state(state, step: int | None, dcp: bool) -> None:
     checks = {"scheduler": lambda v: isinstance(v, dict), "tokens": _whole, "elapsed": _number,
               "watch": lambda v: isinstance(v, list) and all(_number(x) for x in v),
               "rows": lambda v: _whole(v) and v >= 1, "tp": lambda v: _whole(v) and v >= 1,
-              "ep": lambda v: _whole(v) and v >= 1, "optim_flat": lambda v: isinstance(v, bool), "scaler": lambda v: v is None or isinstance(v, dict),
+              "ep": lambda v: _whole(v) and v >= 1, "pp": lambda v: _whole(v) and v >= 1, "optim_flat": lambda v: isinstance(v, bool), "scaler": lambda v: v is None or isinstance(v, dict),
               "data": lambda v: isinstance(v, dict) and isinstance(v.get("fingerprint"), dict) and _whole(v["fingerprint"].get("tokens"))}
     for key, ok in checks.items():
-        if key not in state and key in ("tp", "ep", "optim_flat", "scaler"):
+        if key not in state and key in ("tp", "ep", "pp", "optim_flat", "scaler"):
             continue
         if key not in state or not ok(state[key]):
             bad(f"has no valid {key!r}")

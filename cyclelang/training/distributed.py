@@ -4,9 +4,10 @@
 and the rendezvous; `Distributed.from_env()` joins it (gloo on CPU, NCCL on GPU).
 The mesh is ("dp", "tp") with tp = --tp; data parallelism is FSDP2 with --fsdp and DDP
 otherwise. With --ep N the mesh is ("edp", "ep", "tp") with "dp" = "edp" x "ep" flattened
-(`expert.py`: the experts split over "ep"); the run sees ("dp", "tp") as before.
+(`expert.py`: the experts split over "ep"); the run sees ("dp", "tp") as before. With --pp N
+it is ("pp", "dp", "tp") (`pipeline.py`: the stage instances split over "pp").
 Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at another
-data-parallel world size and --ep) plus the full weights gathered on rank 0.
+data-parallel world size, --ep and --pp) plus the full weights gathered on rank 0.
 """
 
 from __future__ import annotations
@@ -30,17 +31,18 @@ class Distributed:
     world: int
     local_rank: int
     device: torch.device
-    mesh: object = None  # DeviceMesh ("dp", "tp")
+    mesh: object = None  # DeviceMesh ("dp", "tp"); ("pp", "dp", "tp") when pp > 1
     tp: int = 1
     ep: int = 1
     ep_mesh: object = None  # --ep: DeviceMesh ("edp", "ep", "tp"), "dp" flattened (mesh: "dp" x "tp", or "dp")
     experts: object = None  # --ep: the model's expert.ExpertParallel, once applied
+    pp: int = 1  # --pp: pipeline ranks (the mesh's outer dim "pp")
 
     @classmethod
-    def from_env(cls, tp: int = 1, ep: int = 1) -> "Distributed | None":
+    def from_env(cls, tp: int = 1, ep: int = 1, pp: int = 1) -> "Distributed | None":
         """The run's process group when launched by torchrun (WORLD_SIZE > 1), else None."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world <= 1 and tp <= 1:
+        if world <= 1 and tp <= 1 and pp <= 1:
             return None
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
@@ -57,6 +59,8 @@ class Distributed:
         if world % tp:
             raise ValueError(f"--tp {tp} does not divide the world size {world}")
         device = torch.device("cuda", local) if cuda else torch.device("cpu")
+        if ep > 1 and pp > 1:
+            raise ValueError(f"--ep {ep} with --pp {pp}: expert parallelism inside pipeline pieces is not supported yet")
         if ep > 1:  # expert parallelism (expert.py): ("edp", "ep", "tp"), "dp" = "edp" x "ep"
             if world % (ep * tp):
                 raise ValueError(f"--ep {ep} x --tp {tp} does not divide the world size {world}")
@@ -66,12 +70,15 @@ class Distributed:
                 warnings.simplefilter("ignore", UserWarning)  # such a slice is taken, not that it is wrong
                 mesh = ep_mesh["dp", "tp"] if tp > 1 else dp_mesh
             return cls(dist.get_rank(), world, local, device, mesh, tp, ep, ep_mesh)
-        mesh = init_device_mesh("cuda" if cuda else "cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
-        return cls(dist.get_rank(), world, local, device, mesh, tp)
+        if world % (tp * pp):
+            raise ValueError(f"--tp {tp} x --pp {pp} does not divide the world size {world}")
+        dims = ([("pp", pp)] if pp > 1 else []) + [("dp", world // (tp * pp)), ("tp", tp)]  # outermost first
+        mesh = init_device_mesh(device.type, tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))
+        return cls(dist.get_rank(), world, local, device, mesh, tp, pp=pp)
 
     @property
     def dp(self) -> int:
-        return self.world // self.tp
+        return self.world // (self.tp * self.pp)
 
     @property
     def dp_rank(self) -> int:
@@ -109,12 +116,17 @@ class Distributed:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
         # the optimizer's state flattened per parameter (state.json's "optim_flat"): a rank that holds some
-        # experts only (--ep) writes their entries, and the checkpoint reloads at another --ep
+        # experts only (--ep), or some pipeline pieces (--pp), writes their entries, and the checkpoint
+        # reloads at another --ep or --pp
         msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True))
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=self.pp == 1))
         if self.experts is not None:  # every rank's experts, on rank 0
             full.update(self.experts.full_experts(model))
+        if self.pp > 1:  # every pipeline rank's pieces, on rank 0
+            from .pipeline import gather_full
+
+            full = gather_full(full, self)
         return unshard_layout(full, getattr(model, "tp_layout", {})) if self.rank == 0 else {}
 
 

@@ -131,6 +131,9 @@ class Settings:
     checkpointing: str = "none"
     ep: int = 1  # expert parallelism (expert.py)
     cp: int = 1  # context parallelism: refused, with the reason per mixer (context.py)
+    pp: int = 1  # pipeline pieces (ranks); see pipeline.py
+    microbatches: int | None = None  # with pp: the micro-steps of a step, run as the pipeline's microbatches
+    pp_schedule: str = "1f1b"
 
 
 @dataclass
@@ -517,7 +520,10 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
 
         expert.check(spec, s.ep, s)
         context.check(spec, s.cp)
-    dist = Distributed.from_env(tp=s.tp, ep=s.ep)
+    from . import pipeline
+
+    pipeline.check(e, s, int(os.environ.get("WORLD_SIZE", "1")))
+    dist = Distributed.from_env(tp=s.tp, ep=s.ep, pp=s.pp)
     rank0 = dist is None or dist.rank == 0
     say = (lambda line: _emit(f"cyclec train: {line}")) if rank0 else (lambda line: None)
     dp, dp_rank = (dist.dp, dist.dp_rank) if dist is not None else (1, 0)
@@ -525,6 +531,8 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     picks, ck, state = None, None, None
     if dist is not None and dist.tp > 1 and dp > 1 and not s.fsdp:
         raise _bad("E0507", f"--tp {dist.tp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
+    if dist is not None and dist.pp > 1 and dp > 1 and not s.fsdp:
+        raise _bad("E0507", f"--pp {dist.pp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
     if s.tp > 1 and dist is None:
         raise _bad("E0513", f"--tp {s.tp} needs {s.tp} processes or more", f"launch with torchrun --nproc-per-node {s.tp} -m cyclelang train ...")
     source = codegen(spec, fast=True, parallel=True)  # the runtime's custom ops and `parallelize`
@@ -538,7 +546,12 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
         if ck is None:
             raise _no_checkpoint(run_dir, notes)
         s = dataclasses.replace(s, micro_batch=_rows(state, dp, run_dir) // dp)  # the same global batch at another world size
+    if s.microbatches is not None and s.batch_tokens is None:  # --microbatches M: a step of M micro-steps
+        s = dataclasses.replace(s, batch_tokens=s.microbatches * s.micro_batch * dp * (s.seq if s.seq is not None else min(e.feed.context, 256)))
     seq, accum = _check_settings(s, e, dp)
+    if s.microbatches is not None and accum != s.microbatches:
+        raise _bad("E0507", f"--microbatches {s.microbatches} and --batch-tokens {s.batch_tokens} disagree ({accum} micro-steps)",
+                   "give one of them")
     if rank0 and not resume:
         made["folder"] = True  # checked new or empty: from here on, what is in the folder is this run's
     if dist is not None:
@@ -567,7 +580,11 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
         from .expert import ExpertParallel
 
         dist.experts = ExpertParallel(model, dist.ep_mesh, dist.mesh["dp"], s.fsdp)
-    if dist is not None and (s.fsdp or dist.tp > 1):
+    pipe = None
+    if dist is not None and dist.pp > 1:
+        pipe = pipeline.Pipeline(spec, model, module, dist, s, accum)
+        model = pipe.model  # this rank's pieces, under the model's own parameter names
+    elif dist is not None and (s.fsdp or dist.tp > 1):
         try:
             plan = module.parallelize if dist.experts is None else dist.experts.around(module.parallelize)
             plan(model, dist.mesh, fsdp=s.fsdp, tp=dist.tp > 1, checkpointing=s.checkpointing, compile=s.compile and s.compile_mode)
@@ -579,7 +596,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     params = [p for p in model.parameters() if p.requires_grad]
     clip = e.startup.clip
     step_model = model
-    if dist is not None and not s.fsdp and dist.tp == 1:
+    if dist is not None and not s.fsdp and dist.tp == 1 and pipe is None:
         step_model = torch.nn.parallel.DistributedDataParallel(model)
     if s.compile and (dist is None or not (s.fsdp or dist.tp > 1)):
         module.compile_model(model, s.compile_mode)  # in place, after checkpointing (and inside DDP's wrapper)
@@ -633,7 +650,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
             for i in range(s.eval_batches):
                 x, y = to_device(corpus.eval_batch(s.seed, i, rows, seq, part))
                 with autocast():
-                    _, loss = step_model(x, y)
+                    loss = step_model(x, y)[1] if pipe is None else pipe.eval(x, y)
                 total += loss.detach().double().cpu()
         model.train()
         value = total / s.eval_batches
@@ -644,7 +661,8 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     def save(step: int) -> None:
         nonlocal last_saved
         meta = {"tokens": tokens_seen, "elapsed": elapsed, "watch": watch.state(), "tp": dist.tp if dist is not None else 1,
-                "ep": dist.ep if dist is not None else 1, "optim_flat": dist is not None, "world": dist.world if dist is not None else 1, "rows": rows,
+                "ep": dist.ep if dist is not None else 1, "pp": dist.pp if dist is not None else 1, "optim_flat": dist is not None,
+                "world": dist.world if dist is not None else 1, "rows": rows,
                 "data": {"seed": s.seed, "step": step, "fingerprint": corpus.fingerprint()}}
         try:
             checkpoint.save(run_dir, step, model, optimizer, scheduler, scaler, meta, dist)
@@ -672,7 +690,10 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
                 lr = scheduler.get_last_lr()[0]
                 optimizer.zero_grad(set_to_none=True)
                 total = torch.zeros((), dtype=torch.float64)
-                for m in range(accum):
+                if pipe is not None:  # the micro-steps as the pipeline's microbatches
+                    with autocast():
+                        total += pipe.step([to_device(corpus.batch(s.seed, step, m, rows, seq, part)) for m in range(accum)])
+                for m in range(accum if pipe is None else 0):
                     td = time.perf_counter()
                     x, y = to_device(corpus.batch(s.seed, step, m, rows, seq, part))
                     clock["data"] += time.perf_counter() - td
@@ -685,7 +706,8 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
                     dist.experts.sync_grads()
                 if scaler is not None:
                     scaler.unscale_(optimizer)
-                norm = grad_norm(params) if dist is None or dist.experts is None else dist.experts.grad_norm(params, grad_norm)
+                norm = (grad_norm(params) if dist is None or dist.experts is None else dist.experts.grad_norm(params, grad_norm)) if pipe is None else (
+                    pipe.grad_norm(params))
                 value = total / accum
                 value = float(dist.mean(value)) if dist is not None else float(value)
                 gn = float(norm)
@@ -803,9 +825,10 @@ def _header(say, e, spec_path, n_params, corpus: Corpus, s: Settings, seq, accum
     per = accum * s.micro_batch * dp * seq
     _emit(f"  steps {(resumed_at or 0) + 1} to {s.steps}, {per:,} tokens each ({s.micro_batch * dp} sequences of {seq}, "
           f"{_count(accum, 'micro-step')}): {per * max(0, s.steps - (resumed_at or 0)):,} tokens")
-    procs = f"{dist.world} processes" + (f", FSDP" if s.fsdp else "") + (f", tensor parallel {dist.tp}" if dist.tp > 1 else "") + (
+    procs = f"{dist.world} processes" + (f", pipeline {dist.pp} ({s.pp_schedule}, {accum} microbatches)" if dist.pp > 1 else "") + (
+        ", FSDP" if s.fsdp else "") + (f", tensor parallel {dist.tp}" if dist.tp > 1 else "") + (
         f", expert parallel {dist.ep}" if dist.ep > 1 else "") + (
-        ", DDP" if not s.fsdp and dist.tp == 1 else "") if dist is not None else "1 process"
+        ", DDP" if not s.fsdp and dist.tp == 1 and dist.pp == 1 else "") if dist is not None else "1 process"
     name = f"{torch.cuda.get_device_name(device)} ({device})" if device.type == "cuda" else str(device)
     extra = (f", compiled ({s.compile_mode})" if s.compile else "") + (f", activation checkpointing {s.checkpointing}" if s.checkpointing != "none" else "")
     _emit(f"  device: {name}, {procs}, {s.dtype}{extra}")
