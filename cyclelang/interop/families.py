@@ -2414,6 +2414,10 @@ from . import families_gemma4 as _gemma4  # noqa: E402  (Gemma 4's text decoder:
 KEYS.update(_gemma4.KEYS)
 READERS[_gemma4.FAMILY] = _gemma4.read
 READERS[_gemma4.UNIFIED] = _gemma4.read
+from . import families_afmoe as _afmoe  # noqa: E402  (Arcee's AFMoE: output-gated attention, sandwich norms, DeepSeek-V3's router)
+
+KEYS.update(_afmoe.KEYS)
+READERS[_afmoe.FAMILY] = _afmoe.read
 
 
 # HunYuan's dense and MoE decoders (HunYuanDenseV1, HunYuanMoEV1): Llama's layer, its per-head qk RMSNorms (query_layernorm,
@@ -2537,6 +2541,7 @@ CAUSAL_LM["sarvam_mla"] = "DeepseekV3ForCausalLM"  # transformers builds sarvam_
 CAUSAL_LM["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"
 CAUSAL_LM["axk1"] = "AXK1ForCausalLM"
 CAUSAL_LM.update(_gemma4.CAUSAL_LM)
+CAUSAL_LM.update(_afmoe.CAUSAL_LM)
 
 
 def refusal(model_type: str) -> str:
@@ -2622,6 +2627,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     if isinstance(a, _delta.DeltaHybrid):
         return _delta.spec_text(a, source)
     if isinstance(a, _gemma4.Gemma4):
+        return a.spec_text(source)
+    if isinstance(a, _afmoe.Afmoe):
         return a.spec_text(source)
     if isinstance(a, Mamba2):
         return _mamba2_text(a, source)
@@ -3344,6 +3351,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
     field by field, that importing the config gives back the engine. Unsupported says why not."""
     if _gemma4.owns(engine):  # Gemma 4's values normed or per-layer inputs (families_gemma4.py)
         return _gemma4.engine_config(engine)
+    if _afmoe.owns(engine):  # attention gated per channel without gated DeltaNet: AFMoE (families_afmoe.py)
+        return _afmoe.engine_config(engine)
     ops = [o for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list() for o in b.ops]
     if any(isinstance(o, ir.LinearAttention) for o in ops):
         raise Unsupported("turbine linear_attention", "no transformers model family computes linear attention "

@@ -23,7 +23,6 @@ unknown.
 
 # model_type -> (the nearest claimed family, what the language lacks for it; None: the language says the whole model, only an importer is missing)
 UNCLAIMED: dict[str, tuple[str, str | None]] = {
-    "afmoe": ("deepseek_v2", "a sigmoid gate on the attention output (elementwise, from the block's input)"),
     "apertus": ("llama", "an xIELU MLP (ungated, an activation with learned parameters)"),
     "apertus1p5_text": ("llama", "Apertus's xIELU MLP (ungated, learned activation parameters); an output head narrower than the input vocabulary (output_vocab_size)"),
     "axk2": ("deepseek_v2", "DeepSeek-V3.2 sparse attention (a lightning indexer keeps the top-k keys); a sigmoid output gate projected with the queries from the normed and raw query latent; low-rank sigmoid-gated RMSNorms"),
