@@ -217,7 +217,7 @@ def owns(engine: ir.Engine) -> bool:
     """Whether an engine has attention gated per channel by a sigmoid, and no gated DeltaNet: export reads it as afmoe."""
     ops = [o for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list() for o in b.ops]
     return not any(isinstance(o, ir.GatedDelta) for o in ops) and any(
-        isinstance(o, ir.Attention) and o.gate == "channel" and getattr(o, "gate_act", "sigmoid") == "sigmoid" for o in ops)
+        isinstance(o, ir.Attention) and o.gate == "channel" and o.gate_act == "sigmoid" for o in ops)
 
 
 def engine_config(engine: ir.Engine) -> dict:

@@ -13,8 +13,9 @@ ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interle
 
 # The output gate (`gate=`, Qwen3-Next and Qwen3.5): its projection's rows, and the line that gates y (B, T, nh * hd).
 GATE_ROWS = {"channel": "heads * head_dim", "head": "heads"}
-GATE_LINE = {"channel": "y = y * torch.sigmoid(self.gate(x))  # the output gate, one per channel of every head",
-             "head": "y = (y.view(B, T, self.heads, self.head_dim) * torch.sigmoid(self.gate(x))[..., None]).view(B, T, -1)  # one gate per head"}
+GATE_LINE = {"channel": "y = y * {fn}(self.gate(x))  # the output gate, one per channel of every head",
+             "head": "y = (y.view(B, T, self.heads, self.head_dim) * {fn}(self.gate(x))[..., None]).view(B, T, -1)  # one gate per head"}
+GATE_FN = {"sigmoid": "torch.sigmoid", "softplus": "F.softplus"}  # the gate's function (`gate_act=`; Laguna's softplus)
 
 
 def qk_module(v: AttentionVariant, dim: str) -> str:
@@ -128,7 +129,7 @@ class AttentionEmitter(OpEmitter):
             if v.softcap:
                 extra.append("scores soft-capped: softcap * tanh(scores / softcap) (Gemma 2)")
             if v.gate != "none":
-                extra.append(f"an output gate per {v.gate}, y * sigmoid(W x) before the output projection (Qwen3-Next)")
+                extra.append(f"an output gate per {v.gate}, y * {v.gate_act}(W x) before the output projection (Qwen3-Next)")
             if v.alibi != "none":
                 extra.append("ALiBi positions (a per-head bias linear in the key's position" + (", scaled with the logits as Falcon does)" if v.alibi == "scaled" else ")"))
             if v.sinks:  # gpt-oss
@@ -266,7 +267,7 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
                        f"{sdpa}(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device){dp})")
         w("y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
         if v.gate != "none":
-            w(GATE_LINE[v.gate])
+            w(GATE_LINE[v.gate].format(fn=GATE_FN[v.gate_act]))
         w("return self.drop(self.proj(y))" if v.dropout else "return self.proj(y)")
 
     def scores(self, out: Writer, v: AttentionVariant) -> None:
@@ -316,5 +317,5 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
             w(f"y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias{dp})  # (B, nh, T, hd)")
         w("y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
         if v.gate != "none":
-            w(GATE_LINE[v.gate])
+            w(GATE_LINE[v.gate].format(fn=GATE_FN[v.gate_act]))
         w("return self.drop(self.proj(y))" if v.dropout else "return self.proj(y)")

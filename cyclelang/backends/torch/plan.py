@@ -64,6 +64,7 @@ class AttentionVariant:
     qk_heads: bool = False  # each head its own qk-norm gain (StableLM, Cohere)
     sinks: bool = False  # a learned logit per head in every softmax (gpt-oss): the scores computed here, not in the fused kernel
     gate: str = "none"  # an output gate, y * sigmoid(gate(x)): "channel" (Qwen3-Next), "head", or "none"
+    gate_act: str = "sigmoid"  # ... its function: sigmoid, or softplus (Laguna)
     v_norm: bool = False  # a weightless RMSNorm on each head's values (Gemma 4)
     k_eq_v: bool = False  # the values are the keys' projection (Gemma 4): no value rows
     kv_store: bool = False  # KV sharing: its keys and values go to a slot of `shared`
@@ -77,7 +78,7 @@ class AttentionVariant:
                    a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
                    alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
                    qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
-                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate,
+                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate, gate_act=a.gate_act,
                    v_norm=a.v_norm, k_eq_v=a.k_eq_v, kv_store=a.kv_store is not None, kv_reuse=a.kv_reuse is not None)
 
     @property
