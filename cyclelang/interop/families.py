@@ -2418,6 +2418,10 @@ from . import families_afmoe as _afmoe  # noqa: E402  (Arcee's AFMoE: output-gat
 
 KEYS.update(_afmoe.KEYS)
 READERS[_afmoe.FAMILY] = _afmoe.read
+from . import families_laguna as _laguna  # noqa: E402  (Laguna: a softplus output gate, heads per layer, DeepSeek-V3's router)
+
+KEYS.update(_laguna.KEYS)
+READERS[_laguna.FAMILY] = _laguna.read
 
 
 # HunYuan's dense and MoE decoders (HunYuanDenseV1, HunYuanMoEV1): Llama's layer, its per-head qk RMSNorms (query_layernorm,
@@ -2542,6 +2546,7 @@ CAUSAL_LM["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"
 CAUSAL_LM["axk1"] = "AXK1ForCausalLM"
 CAUSAL_LM.update(_gemma4.CAUSAL_LM)
 CAUSAL_LM.update(_afmoe.CAUSAL_LM)
+CAUSAL_LM.update(_laguna.CAUSAL_LM)
 
 
 def refusal(model_type: str) -> str:
@@ -2628,7 +2633,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
         return _delta.spec_text(a, source)
     if isinstance(a, _gemma4.Gemma4):
         return a.spec_text(source)
-    if isinstance(a, _afmoe.Afmoe):
+    if isinstance(a, (_afmoe.Afmoe, _laguna.Laguna)):
         return a.spec_text(source)
     if isinstance(a, Mamba2):
         return _mamba2_text(a, source)
@@ -3353,6 +3358,8 @@ def expander_config(engine: ir.Engine) -> dict | None:
         return _gemma4.engine_config(engine)
     if _afmoe.owns(engine):  # attention gated per channel without gated DeltaNet: AFMoE (families_afmoe.py)
         return _afmoe.engine_config(engine)
+    if _laguna.owns(engine):  # attention gated by a softplus: Laguna (families_laguna.py)
+        return _laguna.engine_config(engine)
     ops = [o for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list() for o in b.ops]
     if any(isinstance(o, ir.LinearAttention) for o in ops):
         raise Unsupported("turbine linear_attention", "no transformers model family computes linear attention "

@@ -1024,6 +1024,7 @@ _EXPANDER_PLANS.update(families._conv.PLANS)  # LFM2, LFM2-MoE (families_conv.py
 _EXPANDER_PLANS[families._gemma4.FAMILY] = families._gemma4.plan  # Gemma 4's layers (families_gemma4.py)
 _EXPANDER_PLANS[families._gemma4.UNIFIED] = families._gemma4.plan
 _EXPANDER_PLANS[families._afmoe.FAMILY] = families._afmoe.plan  # AFMoE's layers (families_afmoe.py)
+_EXPANDER_PLANS[families._laguna.FAMILY] = families._laguna.plan  # Laguna's layers (families_laguna.py)
 
 
 def _prefix(arch: str) -> str:

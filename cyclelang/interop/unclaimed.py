@@ -58,7 +58,6 @@ UNCLAIMED: dict[str, tuple[str, str | None]] = {
     "jetmoe": ("mixtral", "mixture of attention heads (routed query and output projections, shared keys and values); a bias on the MoE's output"),
     "kimi_linear": ("deepseek_v2", "Kimi Delta Attention (a gated delta rule with a per-channel decay, short convolutions, a gated output norm); latent attention without rotary"),
     "kolibri1": ("deepseek_v2", "its correction bias is added to the router's raw logits for the choice (top-k of logits + b), the weights then sigmoid(logits): the language's correction= adds to the sigmoid scores, another choice"),
-    "laguna": ("qwen2_moe", "a softplus gate on the attention output (per head)"),
     "llama4": ("llama", "a vision encoder (this is a vision-language model: import its text config (llama4_text) alone)"),
     "llama4_text": ("llama", "chunked attention (fixed blocks, not a sliding window); a log-position query temperature on NoPE layers; sigmoid router scores that scale the expert's input"),
     "longcat_flash": ("deepseek_v2", "a shortcut MoE (read mid-block, added at the block's end) beside two attention+MLP sublayers; zero-computation (identity) experts"),
