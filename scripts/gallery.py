@@ -423,6 +423,13 @@ FAMILY_NOTES.update({
     "gemma4_unified_text": "Gemma 4 unified: Gemma 4's layers without per-layer inputs; the last layers read the keys and values an "
                            "earlier layer of their kind stored (KV sharing).",
 })
+# output-gated attention with DeepSeek-V3's router (families_afmoe.py, families_laguna.py)
+FAMILY_NOTES.update({
+    "afmoe": "AFMoE: sliding layers with rotary and unrotated global ones, each attention gated per channel by a sigmoid, a norm "
+             "before and after every turbine; a dense first layer, then sigmoid-routed experts with a selection-only bias beside shared ones.",
+    "laguna": "Laguna: attention gated per head by a softplus, its own head count per layer and a half rotary on the full layers; "
+              "sigmoid-routed experts with a selection-only bias and a shared expert after a dense first layer.",
+})
 CONCEPTS["gated_delta"] = (
     "Three of every four stages carry the past in a pintle injector: each head meters how much of a token's value its "
     "state takes in and how fast the old charge cools, so the state stays one fixed size; the fourth stage keeps a full "
