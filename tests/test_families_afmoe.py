@@ -76,10 +76,8 @@ def _spread(ref):
     return ref
 
 
-@pytest.mark.parametrize("case", sorted(QUIRKS))
-def test_the_quirk_matters(case):
-    config, old, new = QUIRKS[case]
-    ref = _spread(hf(config()))
+def quirk_matters(ref, old: str, new: str) -> None:
+    """The imported spec gives transformers' logits; with `old` edited to `new` the same weights compute something else."""
     text = import_config(ref.config.to_dict())
     assert old in text
     ours = load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
@@ -87,13 +85,18 @@ def test_the_quirk_matters(case):
     with torch.no_grad():
         assert rel(ours(idx), ref(idx).logits) < 1e-5
         wrong = build(cyclelang.parse(text.replace(old, new)), seed=0).eval()
-        missing, _ = wrong.load_state_dict(ours.state_dict(), strict=False)
+        wrong.load_state_dict(ours.state_dict(), strict=False)
         assert rel(wrong(idx), ref(idx).logits) > 1e-3
 
 
-def test_the_expert_bias_picks_but_never_weighs():
-    """expert_bias (spread) loads into the correction buffer and gives transformers' logits; zeroed, the choice changes."""
-    ref = _spread(hf(afmoe()))
+@pytest.mark.parametrize("case", sorted(QUIRKS))
+def test_the_quirk_matters(case):
+    config, old, new = QUIRKS[case]
+    quirk_matters(_spread(hf(config())), old, new)
+
+
+def bias_picks(ref) -> None:
+    """A spread selection-only bias loads into the correction buffer and gives transformers' logits; zeroed, the choice changes."""
     text = import_config(ref.config.to_dict())
     ours = load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
     idx = ids()
@@ -104,6 +107,10 @@ def test_the_expert_bias_picks_but_never_weighs():
             if name.endswith("correction"):
                 b.zero_()
         assert rel(ours(idx), want) > 1e-3
+
+
+def test_the_expert_bias_picks_but_never_weighs():
+    bias_picks(_spread(hf(afmoe())))
 
 
 REFUSED = {  # an option the language cannot say -> the key named

@@ -8,14 +8,13 @@ from __future__ import annotations
 import pytest
 
 from .conftest import need
-from .roundtrip import V, hf, ids, rel, round_trip
+from .roundtrip import V, hf, round_trip
+from .test_families_afmoe import bias_picks, quirk_matters
 
 torch = need("torch")
 transformers = need("transformers")
 
-import cyclelang  # noqa: E402
-from cyclelang.backends.torch.build import build  # noqa: E402
-from cyclelang.interop import Unsupported, import_config, load_transformers  # noqa: E402
+from cyclelang.interop import Unsupported, import_config  # noqa: E402
 from cyclelang.interop.families import read_config  # noqa: E402
 
 
@@ -79,30 +78,11 @@ QUIRKS = {  # config, the spec's words for the quirk, the words without it
 @pytest.mark.parametrize("case", sorted(QUIRKS))
 def test_the_quirk_matters(case):
     config, old, new = QUIRKS[case]
-    ref = _spread(hf(config()))
-    text = import_config(ref.config.to_dict())
-    assert old in text
-    ours = load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
-    idx = ids()
-    with torch.no_grad():
-        assert rel(ours(idx), ref(idx).logits) < 1e-5
-        wrong = build(cyclelang.parse(text.replace(old, new)), seed=0).eval()
-        wrong.load_state_dict(ours.state_dict(), strict=False)
-        assert rel(wrong(idx), ref(idx).logits) > 1e-3
+    quirk_matters(_spread(hf(config())), old, new)
 
 
 def test_the_correction_bias_picks_but_never_weighs():
-    ref = _spread(hf(laguna()))
-    text = import_config(ref.config.to_dict())
-    ours = load_transformers(build(cyclelang.parse(text), seed=0).eval(), ref)
-    idx = ids()
-    with torch.no_grad():
-        assert rel(ours(idx), ref(idx).logits) < 1e-5
-        want = ours(idx)
-        for name, b in ours.named_buffers():
-            if name.endswith("correction"):
-                b.zero_()
-        assert rel(ours(idx), want) > 1e-3
+    bias_picks(_spread(hf(laguna())))
 
 
 REFUSED = {  # an option the language cannot say -> the key named

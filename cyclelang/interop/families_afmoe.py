@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from .closed import Config, Keys, Unsupported, _show
+from .families_gemma4 import _int, _num
 
 FAMILY = "afmoe"
 _MAPS = frozenset({"vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers", "num_dense_layers",
@@ -67,13 +68,6 @@ class Afmoe:
 
     def spec_text(self, source: str) -> str:
         return _text(self, source)
-
-
-def _int(c: Config, key: str, least: int = 1) -> int:
-    v = c[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < least:
-        raise Unsupported(key, f"{_show(v)}: a whole number from {least}")
-    return v
 
 
 def read(c: Config) -> Afmoe:
@@ -129,12 +123,6 @@ def read(c: Config) -> Afmoe:
 # --- the spec -------------------------------------------------------------------------------------
 
 
-def _num(x) -> str:
-    from .families import _num as num
-
-    return num(x)
-
-
 def _template(a: Afmoe, kind: str) -> list[str]:
     base, _, work = kind.partition("_")
     norm = f"norm rmsnorm eps={_num(a.eps)}"
@@ -178,20 +166,15 @@ def _text(a: Afmoe, source: str) -> str:
 
 def plan(plan, put, layout: dict, final: str, state, fused):
     """AFMoE's weights onto the module (load._plan's contract: module key -> (checkpoint keys, transform))."""
-    from .load import _Cat, _put_experts, _put_gated
+    from .load import _put_experts, _put_gated
 
     for i, st in sorted(layout.items()):
         reactor = st.moe or st.mlp
         if st.attn is None or reactor is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} lacks an attention or an mlp/moe turbine; transformers' afmoe layer {i} has both"
             continue
-        h, a = f"layers.{i}.", st.attn_node
-        put(f"{st.attn}.qkv.weight", [h + f"self_attn.{n}_proj.weight" for n in "qkv"],
-            _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
-        put(f"{st.attn}.proj.weight", h + "self_attn.o_proj.weight")
-        put(f"{st.attn}.gate.weight", h + "self_attn.gate_proj.weight")
-        put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")
-        put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
+        h = f"layers.{i}."
+        put_attention(put, st, h, "gate_proj")
         put(f"{st.valves[st.attn]}.weight", h + "input_layernorm.weight")
         put(f"{st.posts[st.attn]}.weight", h + "post_attention_layernorm.weight")
         put(f"{st.valves[reactor]}.weight", h + "pre_mlp_layernorm.weight")
@@ -210,6 +193,20 @@ def plan(plan, put, layout: dict, final: str, state, fused):
     return plan
 
 
+def put_attention(put, st, h: str, gate: str) -> None:
+    """An output-gated attention with per-head qk-norms from q, k, v, o and the gate's projection (named `gate`) under `h`
+    (AFMoE's and Laguna's names)."""
+    from .load import _Cat
+
+    a = st.attn_node
+    put(f"{st.attn}.qkv.weight", [h + f"self_attn.{n}_proj.weight" for n in "qkv"],
+        _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
+    put(f"{st.attn}.proj.weight", h + "self_attn.o_proj.weight")
+    put(f"{st.attn}.gate.weight", h + f"self_attn.{gate}.weight")
+    put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")
+    put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
+
+
 # --- the config an engine implies (export) ---------------------------------------------------------
 
 
@@ -220,10 +217,9 @@ def owns(engine: ir.Engine) -> bool:
         isinstance(o, ir.Attention) and o.gate == "channel" and o.gate_act == "sigmoid" for o in ops)
 
 
-def engine_config(engine: ir.Engine) -> dict:
-    """The afmoe config of an engine shaped like AFMoE's decoder; export then checks, field by field, that importing it
-    gives back the engine. Unsupported says why not."""
-    from .families import _HF_GATED, _run_order
+def layers_of(engine: ir.Engine, what: str) -> tuple[list, list]:
+    """(each layer's attention, its MLP or experts) in the order the layers run; Unsupported unless each layer has one of each."""
+    from .families import _run_order
 
     stages = _run_order([op for op in engine.body if isinstance(op, ir.Stage)])
     if not stages:
@@ -234,9 +230,18 @@ def engine_config(engine: ir.Engine) -> dict:
         at = [o for o in ops if isinstance(o, ir.Attention)]
         wk = [o for o in ops if isinstance(o, (ir.Mlp, ir.Moe))]
         if len(at) != 1 or len(wk) != 1:
-            raise Unsupported(f"stage {st.name}", "an AFMoE layer has one attention and one MLP or routed experts")
+            raise Unsupported(f"stage {st.name}", f"{what} has one attention and one MLP or routed experts")
         attns.append(at[0])
         works.append(wk[0])
+    return attns, works
+
+
+def engine_config(engine: ir.Engine) -> dict:
+    """The afmoe config of an engine shaped like AFMoE's decoder; export then checks, field by field, that importing it
+    gives back the engine. Unsupported says why not."""
+    from .families import _HF_GATED
+
+    attns, works = layers_of(engine, "an AFMoE layer")
     dense = next((i for i, w in enumerate(works) if isinstance(w, ir.Moe)), len(works))
     if any(isinstance(w, ir.Mlp) for w in works[dense:]):
         raise Unsupported("stages", "AFMoE's dense layers are its first num_dense_layers; a dense layer after routed ones is not one of them")
@@ -253,7 +258,7 @@ def engine_config(engine: ir.Engine) -> dict:
     mup = engine.feed.scale != 1.0
     return {"model_type": FAMILY, "architectures": [CAUSAL_LM[FAMILY]], "vocab_size": engine.feed.vocab, "hidden_size": engine.width,
             "intermediate_size": mlp.hidden if mlp else 6144, "moe_intermediate_size": moe.hidden if moe else 1408,
-            "num_hidden_layers": len(stages), "num_dense_layers": dense, "num_attention_heads": first.heads,
+            "num_hidden_layers": len(attns), "num_dense_layers": dense, "num_attention_heads": first.heads,
             "num_key_value_heads": first.kv_heads, "head_dim": first.head_dim, "hidden_act": _HF_GATED[act],
             "max_position_embeddings": engine.feed.context, "rms_norm_eps": getattr(final, "eps", 1e-5), "tie_word_embeddings": engine.nozzle.tied,
             "rope_parameters": {"rope_type": "default", "rope_theta": local.rotary_base if local is not None else 10000.0},

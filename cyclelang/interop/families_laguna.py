@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from .closed import Config, Keys, Unsupported, _show
+from .families_gemma4 import _int, _num
 
 FAMILY = "laguna"
 _MAPS = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -70,13 +71,6 @@ class Laguna:
 
     def spec_text(self, source: str) -> str:
         return _text(self, source)
-
-
-def _int(c: Config, key: str, least: int = 1) -> int:
-    v = c[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < least:
-        raise Unsupported(key, f"{_show(v)}: a whole number from {least}")
-    return v
 
 
 def _list(c: Config, key: str, layers: int, ok, default) -> list:
@@ -165,12 +159,6 @@ def read(c: Config) -> Laguna:
 # --- the spec -------------------------------------------------------------------------------------
 
 
-def _num(x) -> str:
-    from .families import _num as num
-
-    return num(x)
-
-
 def _name(a: Laguna, kind: tuple) -> str:
     base, work, heads = kind
     varied = len({k[2] for k in a.kinds}) > 1
@@ -221,20 +209,16 @@ def plan(plan, put, layout: dict, final: str, state, fused):
     """Laguna's weights onto the module (load._plan's contract). Its files keep the released names of the correction
     bias (mlp.experts.e_score_correction_bias) and the shared expert (mlp.shared_expert.), which transformers renames on
     load: either is read, and export writes the model's own."""
-    from .load import _Cat, _put_experts, _put_gated
+    from .families_afmoe import put_attention
+    from .load import _put_experts, _put_gated
 
     for i, st in sorted(layout.items()):
         reactor = st.moe or st.mlp
         if st.attn is None or reactor is None:
             plan.reasons[f"stages.{i}"] = f"stage {i} lacks an attention or an mlp/moe turbine; transformers' laguna layer {i} has both"
             continue
-        h, a = f"layers.{i}.", st.attn_node
-        put(f"{st.attn}.qkv.weight", [h + f"self_attn.{n}_proj.weight" for n in "qkv"],
-            _Cat((a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim)))
-        put(f"{st.attn}.proj.weight", h + "self_attn.o_proj.weight")
-        put(f"{st.attn}.gate.weight", h + "self_attn.g_proj.weight")
-        put(f"{st.attn}.q_norm.weight", h + "self_attn.q_norm.weight")
-        put(f"{st.attn}.k_norm.weight", h + "self_attn.k_norm.weight")
+        h = f"layers.{i}."
+        put_attention(put, st, h, "g_proj")
         put(f"{st.valves[st.attn]}.weight", h + "input_layernorm.weight")
         put(f"{st.valves[reactor]}.weight", h + "post_attention_layernorm.weight")
         m = st.work_node
@@ -265,20 +249,10 @@ def owns(engine: ir.Engine) -> bool:
 def engine_config(engine: ir.Engine) -> dict:
     """The laguna config of an engine shaped like Laguna's decoder; export then checks, field by field, that importing it
     gives back the engine. Unsupported says why not."""
-    from .families import _HF_GATED, _run_order
+    from .families import _HF_GATED
+    from .families_afmoe import layers_of
 
-    stages = _run_order([op for op in engine.body if isinstance(op, ir.Stage)])
-    if not stages:
-        raise Unsupported("stages", "the engine has no stages")
-    attns, works = [], []
-    for st in stages:
-        ops = [o for b in st.branch_list() for o in b.ops]
-        at = [o for o in ops if isinstance(o, ir.Attention)]
-        wk = [o for o in ops if isinstance(o, (ir.Mlp, ir.Moe))]
-        if len(at) != 1 or len(wk) != 1:
-            raise Unsupported(f"stage {st.name}", "a Laguna layer has one attention and one MLP or routed experts")
-        attns.append(at[0])
-        works.append(wk[0])
+    attns, works = layers_of(engine, "a Laguna layer")
     moe = next((w for w in works if isinstance(w, ir.Moe)), None)
     mlp = next((w for w in works if isinstance(w, ir.Mlp)), None)
     act = (mlp or moe).act
@@ -292,7 +266,7 @@ def engine_config(engine: ir.Engine) -> dict:
     local = next((t for t in attns if t.window is not None), None)
     first = attns[0]
     return {"model_type": FAMILY, "architectures": [CAUSAL_LM[FAMILY]], "vocab_size": engine.feed.vocab, "hidden_size": engine.width,
-            "intermediate_size": mlp.hidden if mlp else 8192, "num_hidden_layers": len(stages), "num_attention_heads": first.heads,
+            "intermediate_size": mlp.hidden if mlp else 8192, "num_hidden_layers": len(attns), "num_attention_heads": first.heads,
             "num_key_value_heads": first.kv_heads, "head_dim": first.head_dim, "hidden_act": _HF_GATED[act],
             "max_position_embeddings": engine.feed.context, "rms_norm_eps": getattr(engine.body[-1], "eps", 1e-6),
             "tie_word_embeddings": engine.nozzle.tied, "rope_parameters": ropes, "sliding_window": local.window if local is not None else 512,
