@@ -109,6 +109,6 @@ def test_the_generated_file_writes_the_softplus_gate():
 
     spec = cyclelang.parse(SPEC.format(gate="head", act=" gate_act=softplus", bias="true"))
     source = codegen(spec)
-    assert "F.softplus(self.gate(x))" in source and "torch.sigmoid(self.gate(x))" not in source
+    assert "F.softplus(self.gate(x).to(torch.promote_types(y.dtype, torch.float32))).to(y.dtype)" in source and "torch.sigmoid(self.gate(x))" not in source
     model = cyclelang.build(spec)
     assert inspect.getsource(sys.modules[type(model).__module__]) == source

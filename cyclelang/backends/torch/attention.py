@@ -13,9 +13,10 @@ ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interle
 
 # The output gate (`gate=`, Qwen3-Next and Qwen3.5): its projection's rows, and the line that gates y (B, T, nh * hd).
 GATE_ROWS = {"channel": "heads * head_dim", "head": "heads"}
-GATE_LINE = {"channel": "y = y * {fn}(self.gate(x))  # the output gate, one per channel of every head",
-             "head": "y = (y.view(B, T, self.heads, self.head_dim) * {fn}(self.gate(x))[..., None]).view(B, T, -1)  # one gate per head"}
-GATE_FN = {"sigmoid": "torch.sigmoid", "softplus": "F.softplus"}  # the gate's function (`gate_act=`; Laguna's softplus)
+GATE_LINE = {"channel": "y = y * {fn}  # the output gate, one per channel of every head",
+             "head": "y = (y.view(B, T, self.heads, self.head_dim) * {fn}[..., None]).view(B, T, -1)  # one gate per head"}
+# the gate's function (`gate_act=`): Laguna's softplus in float32 at least, as it computes it
+GATE_FN = {"sigmoid": "torch.sigmoid(self.gate(x))", "softplus": "F.softplus(self.gate(x).to(torch.promote_types(y.dtype, torch.float32))).to(y.dtype)"}
 
 
 def qk_module(v: AttentionVariant, dim: str) -> str:
