@@ -38,7 +38,14 @@ def afmoe_mup():
                  tie_word_embeddings=True, num_shared_experts=1, num_experts_per_tok=3, route_scale=1.0, rms_norm_eps=1e-6)
 
 
-CONFIGS = {"afmoe": afmoe, "afmoe_mup": afmoe_mup}
+def afmoe_yarn():
+    """YaRN on the sliding layers' rotary (factor 4 over an original context of 4 < 12 tokens, attention factor from mscale);
+    the global layers stay without positions."""
+    return afmoe(rope_parameters={"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 4,
+                                  "beta_fast": 8.0, "beta_slow": 0.5})
+
+
+CONFIGS = {"afmoe": afmoe, "afmoe_mup": afmoe_mup, "afmoe_yarn": afmoe_yarn}
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -65,6 +72,7 @@ QUIRKS = {  # config, the spec's words for the quirk, the words without it
     "the rotary base": (afmoe, " rotary_base=1000", ""),
     "route_scale": (afmoe, " scale=1.7", ""),
     "mup's embedding scale": (afmoe_mup, " scale=sqrt(width)", ""),
+    "yarn": (afmoe_yarn, " rotary_scaling=yarn rotary_factor=4 rotary_original=4 rotary_beta_fast=8 rotary_beta_slow=0.5", ""),
 }
 
 
@@ -115,8 +123,8 @@ def test_the_expert_bias_picks_but_never_weighs():
 
 REFUSED = {  # an option the language cannot say -> the key named
     "biased attention": ({"attention_bias": True}, "attention_bias"),
-    "yarn": ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 2.0, "original_max_position_embeddings": 32}},
-             "rope_parameters.rope_type"),
+    "longrope": ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1000.0, "factor": 2.0, "short_factor": [1.0] * 5,
+                                      "long_factor": [1.0] * 5, "original_max_position_embeddings": 32}}, "rope_parameters.rope_type"),
     "partial rotary": ({"rope_parameters": {"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5}},
                        "rope_parameters.partial_rotary_factor"),
     "no shared expert": ({"num_shared_experts": 0}, "num_shared_experts"),

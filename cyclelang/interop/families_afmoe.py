@@ -8,14 +8,14 @@ What makes it (transformers 5.24's modeling_afmoe.py, AfmoeModel):
 - attention with per-head q and k RMSNorms (eps rms_norm_eps), then an output gate from the attention's input,
   y * sigmoid(gate_proj(x)) per channel of every head, before o_proj -> `gate=channel`;
 - layer_types (from global_attn_every_n_layers when absent): sliding layers (sliding_window) with rotary on every
-  dim at rope_theta; full layers without positions (NoPE);
+  dim at rope_theta (scaled as rope_utils scales it: linear, dynamic, llama3, yarn); full layers without positions (NoPE);
 - the first num_dense_layers layers a swiglu MLP of intermediate_size; the rest routed experts: sigmoid scores,
   the top num_experts_per_tok chosen by score + expert_bias (a selection-only bias: no weight reads it), the chosen
   unbiased scores divided by their sum + 1e-20 and times route_scale (DeepSeek-V3's router, exactly: the language's
   `router=sigmoid correction=true scale=`), beside a swiglu shared expert of moe_intermediate_size x num_shared_experts.
 
 Refused by name: attention_bias (q, k, v, o biased but the gate never: the language's gate takes the attention's
-bias), rope types other than default (and a partial_rotary_factor, which AFMoE's default rope ignores),
+bias), rope types the language lacks (longrope, ...), a partial_rotary_factor (which AFMoE's rope ignores),
 num_shared_experts 0 (empty matrices), a null head_dim or num_dense_layers (transformers cannot build them).
 """
 
@@ -64,6 +64,7 @@ class Afmoe:
     mup: bool
     padding: int | None
     tied: bool
+    scaling: ir.RotaryScaling | None  # the sliding layers' rotary scaling (rope_parameters.rope_type)
     sources: dict = field(default_factory=dict, compare=False)
 
     def spec_text(self, source: str) -> str:
@@ -71,7 +72,7 @@ class Afmoe:
 
 
 def read(c: Config) -> Afmoe:
-    from .families import _GATED_ACTS, _eps, _kv, _padding, _rope_kind
+    from .families import _GATED_ACTS, _dynamic_context, _eps, _kv, _padding, _rope_kind, _rope_scaling
 
     layers, width, heads = _int(c, "num_hidden_layers"), _int(c, "hidden_size"), _int(c, "num_attention_heads")
     kv = _kv(c, heads)
@@ -102,9 +103,9 @@ def read(c: Config) -> Afmoe:
     window = None
     if "sliding_attention" in types:
         window = _int(c, "sliding_window")
-    rope, where, kind = _rope_kind(c)
-    if kind != "default":
-        raise Unsupported(f"{where}.rope_type", f"{kind!r}: AFMoE's rotary is mapped at its plain frequencies only")
+    rope, where, kind = _rope_kind(c)  # rotary scaling as rope_utils computes it (the language's linear, dynamic, llama3, yarn)
+    context = _int(c, "max_position_embeddings")
+    scaling = _rope_scaling(c, context)
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
         raise Unsupported(f"{where}.partial_rotary_factor", "AFMoE's default rope turns every dim of a head whatever this says")
     base = rope.get("rope_theta")
@@ -115,12 +116,18 @@ def read(c: Config) -> Afmoe:
                "attn": "num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps",
                "moe": "num_experts, num_experts_per_tok, moe_intermediate_size x num_shared_experts, route_scale, expert_bias",
                "mlp": "intermediate_size, hidden_act (num_dense_layers)"}
-    return Afmoe(FAMILY, _int(c, "vocab_size"), _int(c, "max_position_embeddings"), width, layers, heads, kv, head_dim,
+    return Afmoe(FAMILY, _int(c, "vocab_size"), _dynamic_context(context, scaling), width, layers, heads, kv, head_dim,
                  _int(c, "intermediate_size"), act, _int(c, "moe_intermediate_size"), experts, top, shared, float(scale),
-                 _eps(c, "rms_norm_eps"), window, float(base), kinds, bool(mup), _padding(c), bool(c["tie_word_embeddings"]), sources)
+                 _eps(c, "rms_norm_eps"), window, float(base), kinds, bool(mup), _padding(c), bool(c["tie_word_embeddings"]), scaling, sources)
 
 
 # --- the spec -------------------------------------------------------------------------------------
+
+
+def _scaling(sc) -> str:
+    from .families import _scaling_text
+
+    return _scaling_text(sc)
 
 
 def _template(a: Afmoe, kind: str) -> list[str]:
@@ -128,7 +135,7 @@ def _template(a: Afmoe, kind: str) -> list[str]:
     norm = f"norm rmsnorm eps={_num(a.eps)}"
     att = f"turbine attention heads={a.heads} kv_heads={a.kv_heads} head_dim={a.head_dim}"
     if base == "local":
-        att += f" window={a.window} rotary" + (f" rotary_base={_num(a.rotary_base)}" if a.rotary_base != 10000.0 else "")
+        att += f" window={a.window} rotary" + (f" rotary_base={_num(a.rotary_base)}" if a.rotary_base != 10000.0 else "") + _scaling(a.scaling)
     att += f" qk_norm qk_norm_eps={_num(a.eps)} gate=channel bias=false"
     if work == "moe":
         turb = (f"turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act={a.act} bias=false shared={a.moe_hidden * a.shared} "
@@ -239,7 +246,9 @@ def layers_of(engine: ir.Engine, what: str) -> tuple[list, list]:
 def engine_config(engine: ir.Engine) -> dict:
     """The afmoe config of an engine shaped like AFMoE's decoder; export then checks, field by field, that importing it
     gives back the engine. Unsupported says why not."""
-    from .families import _HF_GATED
+    from types import SimpleNamespace
+
+    from .families import _HF_GATED, _max_positions, _rope_config
 
     attns, works = layers_of(engine, "an AFMoE layer")
     dense = next((i for i, w in enumerate(works) if isinstance(w, ir.Moe)), len(works))
@@ -256,12 +265,14 @@ def engine_config(engine: ir.Engine) -> dict:
     if moe is not None and (not moe.shared or moe.shared % moe.hidden):
         raise Unsupported("shared", f"AFMoE's shared expert is a whole multiple of the experts' width {moe.hidden}")
     mup = engine.feed.scale != 1.0
+    scaled = SimpleNamespace(rotary_scaling=local.rotary_scaling if local is not None else None, context=engine.feed.context)
+    rope = _rope_config(scaled, {"rope_type": "default", "rope_theta": local.rotary_base if local is not None else 10000.0})
     return {"model_type": FAMILY, "architectures": [CAUSAL_LM[FAMILY]], "vocab_size": engine.feed.vocab, "hidden_size": engine.width,
             "intermediate_size": mlp.hidden if mlp else 6144, "moe_intermediate_size": moe.hidden if moe else 1408,
             "num_hidden_layers": len(attns), "num_dense_layers": dense, "num_attention_heads": first.heads,
             "num_key_value_heads": first.kv_heads, "head_dim": first.head_dim, "hidden_act": _HF_GATED[act],
-            "max_position_embeddings": engine.feed.context, "rms_norm_eps": getattr(final, "eps", 1e-5), "tie_word_embeddings": engine.nozzle.tied,
-            "rope_parameters": {"rope_type": "default", "rope_theta": local.rotary_base if local is not None else 10000.0},
+            "max_position_embeddings": _max_positions(scaled), "rms_norm_eps": getattr(final, "eps", 1e-5), "tie_word_embeddings": engine.nozzle.tied,
+            "rope_parameters": rope,
             "num_experts": moe.experts if moe else 64, "num_experts_per_tok": moe.top if moe else 6,
             "num_shared_experts": moe.shared // moe.hidden if moe else 2, "route_scale": moe.scale if moe else 1.0,
             "sliding_window": local.window if local is not None else 1024,
