@@ -107,3 +107,10 @@ def test_an_option_the_language_cannot_say_is_refused_by_name(case):
     with pytest.raises(Unsupported) as e:
         read_config(config)
     assert e.value.field == key, e.value
+
+
+def test_gating_false_is_a_gate_per_channel():
+    """LagunaAttention gates per head only for gating true or "per-head": false gates every channel, as "per-element" does."""
+    text = import_config({**laguna().to_dict(), "gating": False})
+    assert text == import_config({**laguna().to_dict(), "gating": "per-element"}) and " gate=channel gate_act=softplus" in text
+    assert " gate=head gate_act=softplus" in import_config(laguna().to_dict())
