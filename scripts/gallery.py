@@ -405,7 +405,7 @@ CONCEPTS: dict[str, tuple[str, str]] = {
         "the KV cache each layer needs: the last 128 positions in the 18 local layers, the whole context in the 6 global ones.",
     ),
 }
-# the gated DeltaNet hybrids (issue 34, families_delta.py)
+# the gated DeltaNet hybrids (issue 34, families/delta.py)
 FAMILY_NOTES.update({
     "qwen3_next": "Qwen3-Next: three gated DeltaNet layers to one attention layer with an output gate and (1 + w) norms, routed "
                   "experts beside a gated shared one.",
@@ -415,13 +415,20 @@ FAMILY_NOTES.update({
     "lara_mini": "Lara Mini: Qwen3.5's gated DeltaNet between sliding and unrotated full attention layers, routed experts beside "
                  "an ungated shared one.",
 })
-# Gemma 4's text decoders (families_gemma4.py)
+# Gemma 4's text decoders (families/gemma4.py)
 FAMILY_NOTES.update({
     "gemma4_text": "Gemma 4: sliding and global layers whose global heads are wider, read keys as values (K = V) and turn half their "
                    "pairs by a proportional rope; values normed; a small per-layer input from the feed gates one more MLP in each "
                    "layer, and a fixed gain ends it.",
     "gemma4_unified_text": "Gemma 4 unified: Gemma 4's layers without per-layer inputs; the last layers read the keys and values an "
                            "earlier layer of their kind stored (KV sharing).",
+})
+# output-gated attention with DeepSeek-V3's router (interop/families/afmoe.py, laguna.py)
+FAMILY_NOTES.update({
+    "afmoe": "AFMoE: sliding layers with rotary and unrotated global ones, each attention gated per channel by a sigmoid, a norm "
+             "before and after every turbine; a dense first layer, then sigmoid-routed experts with a selection-only bias beside shared ones.",
+    "laguna": "Laguna: attention gated per head by a softplus, its own head count per layer and a half rotary on the full layers; "
+              "sigmoid-routed experts with a selection-only bias and a shared expert after a dense first layer.",
 })
 CONCEPTS["gated_delta"] = (
     "Three of every four stages carry the past in a pintle injector: each head meters how much of a token's value its "

@@ -625,7 +625,7 @@ DOCUMENTED = {
     "attention_yarn": ["heads=2", "rotary", "rotary_scaling=yarn", "rotary_factor=2", "rotary_beta_fast=16", "rotary_beta_slow=2",
                        "rotary_attention_factor=1.1", "rotary_truncate=false", "sinks"],
     "attention_caps": ["heads=2", "softcap=30", "alibi", "alibi_scaled"],
-    "attention_gate": ["heads=2", "gate=head"],
+    "attention_gate": ["heads=2", "gate=head", "gate_act=softplus"],
     "mlp": ["ratio=2", "act=gelu_tanh", "bias=false", "dropout=0.1"],
     "mlp_hidden": ["hidden=24", "act=swiglu_clamp", "clamp=3"],
     "mlp_gated": ["hidden=24", "act=swiglu", "gate_scale=0.5"],

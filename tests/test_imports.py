@@ -58,7 +58,7 @@ ALLOWED: dict[str, set[str]] = {
     # the editor's and the browser's front ends: the whole torch-free pipeline, not the CLI
     "lsp": {"syntax", "semantics", "review"} | CORE,
     "serve": {"lsp", "syntax", "semantics", "review", "backends.graphviz", "backends.torch"} | CORE,
-    "training": {"backends.torch", "stand"} | CORE,  # it trains IR through the torch back-end, with the stand's spike rule
+    "training": {"backends.torch", "stand", "review"} | CORE,  # it trains IR through the torch back-end, with the stand's spike rule and the reviewer's pipeline split
 }
 
 

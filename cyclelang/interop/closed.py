@@ -123,6 +123,7 @@ CLASSES = {
     "nemotron_h": "NemotronHConfig",
     "gemma4_text": "Gemma4TextConfig",
     "gemma4_unified_text": "Gemma4UnifiedTextConfig",
+    "afmoe": "AfmoeConfig",  # Arcee's AFMoE (families/afmoe.py)
 }
 
 # A class's attribute_map: a name config.json may use for a field (transformers sets the field through it).

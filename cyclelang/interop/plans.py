@@ -260,6 +260,8 @@ _EXPANDER_PLANS.update(families._conv.PLANS)  # LFM2, LFM2-MoE (families/conv.py
 
 _EXPANDER_PLANS[families._gemma4.FAMILY] = families._gemma4.plan  # Gemma 4's layers (families/gemma4.py)
 _EXPANDER_PLANS[families._gemma4.UNIFIED] = families._gemma4.plan
+_EXPANDER_PLANS[families._afmoe.FAMILY] = families._afmoe.plan  # AFMoE's layers (families/afmoe.py)
+_EXPANDER_PLANS[families._laguna.FAMILY] = families._laguna.plan  # Laguna's layers (families/laguna.py)
 
 
 def _separate_parallel(spec) -> bool:

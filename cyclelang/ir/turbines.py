@@ -132,6 +132,7 @@ class Attention(Node):
     # an output gate before the output projection, y * sigmoid(W_g x) (Qwen3-Next, Qwen3.5): one per channel of every head,
     # or one per head; "none": no gate
     gate: Literal["none", "channel", "head"] = Field("none", exclude_if=lambda v: v == "none")  # out of the dump when none: older IR stays as it was
+    gate_act: Literal["sigmoid", "softplus"] = Field("sigmoid", exclude_if=lambda v: v == "sigmoid")  # the gate's function (Laguna: softplus)
     # Gemma 4's attention
     rotary_spread: bool = Field(False, exclude_if=lambda v: not v)  # rotated pairs (i, i + head_dim/2), i < rotary_dims/2, at base^(-2i/head_dim) (proportional rope); false: the first rotary_dims dims
     v_norm: bool = Field(False, exclude_if=lambda v: not v)  # a weightless RMSNorm over each head's values (eps qk_norm_eps)
@@ -159,6 +160,8 @@ class Attention(Node):
             raise ValueError("rotary scaling needs rotary positions")
         if self.alibi_scaled and not self.alibi:
             raise ValueError("alibi_scaled says how ALiBi is scaled, but alibi is off")
+        if self.gate_act != "sigmoid" and self.gate == "none":
+            raise ValueError("gate_act is the output gate's function, but there is no gate")
         shaped = (self.qk_norm_across, self.qk_norm_type != "rmsnorm", self.qk_norm_bias, self.qk_norm_offset, not self.qk_norm_affine,
                   self.qk_norm_after_rotary, self.qk_norm_head_gains)
         if not self.qk_norm and any(shaped):

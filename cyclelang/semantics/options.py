@@ -343,6 +343,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("softcap", "float", "logit soft-cap: scores become cap * tanh(scores / cap) before the mask (Gemma 2's attn_logit_softcapping)", "a pressure-relief valve on the injector", lo=0.0, lo_open=True, hi=1e6),
         Opt("alibi", "bool", "ALiBi positions: each head's scores fall linearly with the distance to the key (BLOOM, Falcon, MPT)", "", default=False),
         Opt("gate", "choice", "an output gate before the output projection, y * sigmoid(W x): one per channel of every head (Qwen3-Next) or one per head", "a throttle valve on each injector element", default="none", choices=("none", "channel", "head")),
+        Opt("gate_act", "choice", "the output gate's function: sigmoid, y * sigmoid(W x) (Qwen3-Next, AFMoE), or softplus, y * softplus(W x), unbounded above (Laguna)", "the throttle valve's characteristic: one that only closes, or one that may also open past full", default="sigmoid", choices=("sigmoid", "softplus")),
         Opt("alibi_scaled", "bool", "with alibi: the bias is multiplied by the logits' scale too, as Falcon does (BLOOM and MPT add it after)", "", default=False),
         Opt("rotary_truncate", "bool", "yarn scaling: round the blend's range out to whole dims (false: as computed, gpt-oss)", "", default=True),
         Opt("sinks", "bool", "attention sinks: a learned logit per head joins every softmax's denominator, so a query may attend to nothing (gpt-oss)",

@@ -69,6 +69,10 @@ class OpReaders:
         if alibi_scaled and not alibi:
             self.out.error("E0211", "alibi_scaled says how ALiBi positions are scaled, but alibi is off", o.span_of("alibi_scaled"), "add alibi")
             return None
+        gate_act = o.get("gate_act") or "sigmoid"
+        if gate_act != "sigmoid" and (gate or "none") == "none":
+            self.out.error("E0211", f"gate_act={gate_act} is the output gate's function, but there is no gate", o.span_of("gate_act"), "add gate=channel or gate=head")
+            return None
         scaling = self._rotary_scaling(o, ctx, rotary)
         if None in (heads, w, mask, rotary, base, dropout, qk_eps) or scaling is False:
             return None
@@ -124,7 +128,7 @@ class OpReaders:
                             rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
                             qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved,
                             rotary_scaling=scaling, softcap=softcap, alibi=alibi, alibi_scaled=alibi_scaled, **qk_shape,
-                            sinks=bool(o.get("sinks")), gate=gate or "none", span=d.span)  # sinks: gpt-oss's learned logit per head in every softmax
+                            sinks=bool(o.get("sinks")), gate=gate or "none", gate_act=gate_act, span=d.span)  # sinks: gpt-oss's learned logit per head in every softmax
 
     def _gemma4_attention(self, o: Options, rotary_dims: int, interleaved: bool, head_dim: int, qk_norm: bool) -> dict | None:
         """Gemma 4's attention options: rotary_spread, v_norm, k_eq_v (None after an error)."""

@@ -6,7 +6,12 @@
                     metrics, Ctrl-C, resume; `run(spec, settings, run_dir, spec_text=...)`
     checkpoint.py   atomic checkpoints (safetensors + JSON; DCP when distributed), each
                     with a sha256 manifest; LATEST and the checkpoints verified on reading
-    distributed.py  torchrun's process group, the ("dp", "tp") mesh, DCP
+    progress.py     metrics.jsonl, the Ctrl-C / SIGTERM stop flag, the progress bar
+    grads.py        gradient norms and clipping over plain and DTensor gradients
+    distributed.py  torchrun's process group, the ("pp", "dp", "tp") / ("edp", "ep", "tp") mesh, DCP
+    pipeline.py     pipeline parallelism (--pp): the split by FLOPs, torch's schedules
+    expert.py       expert parallelism (--ep): experts spread over ranks, all-to-all routing
+    context.py      context parallelism (--cp): refused per mixer, with the reason
     flameout.py     the per-step flameout and spike check
     plot.py         the run's curves as a PNG
 

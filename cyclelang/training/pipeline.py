@@ -375,7 +375,7 @@ class Pipeline:
     def grad_norm(self, params) -> torch.Tensor:
         """The global gradient norm of the pipeline's parameters (this rank's, summed in squares
         over the pipeline; a tied embedding once)."""
-        from .loop import grad_norm
+        from .grads import grad_norm
 
         norm = grad_norm([p for p in params if not any(p is q for q in self.twice)])
         return self._sum_over_pieces(norm.double() ** 2).sqrt()

@@ -74,7 +74,7 @@ def _attention_title(op: ir.Attention) -> tuple[str, str]:
     if op.sinks:  # gpt-oss: a learned logit per head in every softmax
         bits.append("sinks")
     if op.gate != "none":  # Qwen3-Next's output gate
-        bits.append(f"output gate per {op.gate}")
+        bits.append(f"output gate per {op.gate}" + (f" ({op.gate_act})" if op.gate_act != "sigmoid" else ""))
     bits += [w for w, on in (("v-norm", op.v_norm), ("K = V", op.k_eq_v), (f"KV to slot {op.kv_store}", op.kv_store is not None),
                              (f"KV from slot {op.kv_reuse}", op.kv_reuse is not None)) if on]  # Gemma 4
     return title, DOT.join(bits)

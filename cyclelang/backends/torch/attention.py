@@ -39,6 +39,7 @@ class AttentionVariant:
     qk_heads: bool = False  # each head its own qk-norm gain (StableLM, Cohere)
     sinks: bool = False  # a learned logit per head in every softmax (gpt-oss): the scores computed here, not in the fused kernel
     gate: str = "none"  # an output gate, y * sigmoid(gate(x)): "channel" (Qwen3-Next), "head", or "none"
+    gate_act: str = "sigmoid"  # ... its function: sigmoid, or softplus (Laguna)
     v_norm: bool = False  # a weightless RMSNorm on each head's values (Gemma 4)
     k_eq_v: bool = False  # the values are the keys' projection (Gemma 4): no value rows
     kv_store: bool = False  # KV sharing: its keys and values go to a slot of `shared`
@@ -52,7 +53,7 @@ class AttentionVariant:
                    a.qk_norm and a.qk_norm_across, softcap=a.softcap is not None,
                    alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
                    qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
-                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate,
+                   qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate, gate_act=a.gate_act,
                    v_norm=a.v_norm, k_eq_v=a.k_eq_v, kv_store=a.kv_store is not None, kv_reuse=a.kv_reuse is not None)
 
     @property
@@ -66,8 +67,10 @@ ROTARY_FN = {"full": "apply_rotary", "partial": "apply_rotary_partial", "interle
 
 # The output gate (`gate=`, Qwen3-Next and Qwen3.5): its projection's rows, and the line that gates y (B, T, nh * hd).
 GATE_ROWS = {"channel": "heads * head_dim", "head": "heads"}
-GATE_LINE = {"channel": "y = y * torch.sigmoid(self.gate(x))  # the output gate, one per channel of every head",
-             "head": "y = (y.view(B, T, self.heads, self.head_dim) * torch.sigmoid(self.gate(x))[..., None]).view(B, T, -1)  # one gate per head"}
+GATE_LINE = {"channel": "y = y * {fn}  # the output gate, one per channel of every head",
+             "head": "y = (y.view(B, T, self.heads, self.head_dim) * {fn}[..., None]).view(B, T, -1)  # one gate per head"}
+# the gate's function (`gate_act=`): Laguna's softplus in float32 at least, as it computes it
+GATE_FN = {"sigmoid": "torch.sigmoid(self.gate(x))", "softplus": "F.softplus(self.gate(x).to(torch.promote_types(y.dtype, torch.float32))).to(y.dtype)"}
 
 
 def qk_module(v: AttentionVariant, dim: str) -> str:
@@ -181,7 +184,7 @@ class AttentionEmitter(OpEmitter):
             if v.softcap:
                 extra.append("scores soft-capped: softcap * tanh(scores / softcap) (Gemma 2)")
             if v.gate != "none":
-                extra.append(f"an output gate per {v.gate}, y * sigmoid(W x) before the output projection (Qwen3-Next)")
+                extra.append(f"an output gate per {v.gate}, y * {v.gate_act}(W x) before the output projection (Qwen3-Next)")
             if v.alibi != "none":
                 extra.append("ALiBi positions (a per-head bias linear in the key's position" + (", scaled with the logits as Falcon does)" if v.alibi == "scaled" else ")"))
             if v.sinks:  # gpt-oss
@@ -319,7 +322,7 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
                        f"{sdpa}(q, k, v, attn_mask=causal_mask(T, k.size(2), x.device){dp})")
         w("y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
         if v.gate != "none":
-            w(GATE_LINE[v.gate])
+            w(GATE_LINE[v.gate].format(fn=GATE_FN[v.gate_act]))
         w("return self.drop(self.proj(y))" if v.dropout else "return self.proj(y)")
 
     def scores(self, out: Writer, v: AttentionVariant) -> None:
@@ -369,5 +372,5 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
             w(f"y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias{dp})  # (B, nh, T, hd)")
         w("y = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.head_dim)  # (B, T, nh * hd)")
         if v.gate != "none":
-            w(GATE_LINE[v.gate])
+            w(GATE_LINE[v.gate].format(fn=GATE_FN[v.gate_act]))
         w("return self.drop(self.proj(y))" if v.dropout else "return self.proj(y)")

@@ -32,10 +32,12 @@ from __future__ import annotations
 from .. import lineage
 from ..closed import CLASSES, INERT, Config, Unsupported, remap
 from ..hf_fields import TRANSFORMERS_VERSION
+from . import afmoe as _afmoe
 from . import conv as _conv
 from . import delta as _delta
 from . import gemma4 as _gemma4
 from . import hybrid as _hybrid
+from . import laguna as _laguna
 from . import parallel as _parallel
 from . import routed_v3 as _routed_v3
 from . import sinks as _sinks
@@ -94,6 +96,12 @@ READERS.update(_sinks.READERS)
 KEYS.update(_gemma4.KEYS)
 READERS[_gemma4.FAMILY] = _gemma4.read
 READERS[_gemma4.UNIFIED] = _gemma4.read
+# Arcee's AFMoE: output-gated attention, sandwich norms, DeepSeek-V3's router (afmoe.py)
+KEYS.update(_afmoe.KEYS)
+READERS[_afmoe.FAMILY] = _afmoe.read
+# Laguna: a softplus output gate, heads per layer, DeepSeek-V3's router (laguna.py)
+KEYS.update(_laguna.KEYS)
+READERS[_laguna.FAMILY] = _laguna.read
 READERS.update({f: _hunyuan(f) for f in _HUNYUAN})
 # Qwen3-Next, Qwen3.5: gated DeltaNet hybrids (delta.py)
 KEYS.update(_delta.KEYS)
@@ -127,6 +135,8 @@ CAUSAL_LM["sarvam_mla"] = "DeepseekV3ForCausalLM"  # transformers builds sarvam_
 CAUSAL_LM["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"
 CAUSAL_LM["axk1"] = "AXK1ForCausalLM"
 CAUSAL_LM.update(_gemma4.CAUSAL_LM)
+CAUSAL_LM.update(_afmoe.CAUSAL_LM)
+CAUSAL_LM.update(_laguna.CAUSAL_LM)
 
 
 def refusal(model_type: str) -> str:

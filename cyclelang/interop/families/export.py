@@ -8,7 +8,9 @@ from ...ir.kinds import is_gated
 from ..closed import Unsupported
 from . import conv as _conv
 from . import delta as _delta
+from . import afmoe as _afmoe
 from . import gemma4 as _gemma4
+from . import laguna as _laguna
 from . import hybrid as _hybrid
 from . import parallel as _parallel
 from . import routed_v3 as _routed_v3
@@ -260,6 +262,10 @@ def expander_config(engine: ir.Engine) -> dict | None:
     field by field, that importing the config gives back the engine. Unsupported says why not."""
     if _gemma4.owns(engine):  # Gemma 4's values normed or per-layer inputs (families/gemma4.py)
         return _gemma4.engine_config(engine)
+    if _afmoe.owns(engine):  # attention gated per channel without gated DeltaNet: AFMoE (families/afmoe.py)
+        return _afmoe.engine_config(engine)
+    if _laguna.owns(engine):  # attention gated by a softplus: Laguna (families/laguna.py)
+        return _laguna.engine_config(engine)
     ops = [o for st, _ in ir.nodes.leaf_stages(engine.body) for b in st.branch_list() for o in b.ops]
     if any(isinstance(o, ir.LinearAttention) for o in ops):
         raise Unsupported("turbine linear_attention", "no transformers model family computes linear attention "

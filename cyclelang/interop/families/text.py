@@ -5,7 +5,9 @@ from __future__ import annotations
 from .. import lineage
 from . import conv as _conv
 from . import delta as _delta
+from . import afmoe as _afmoe
 from . import gemma4 as _gemma4
+from . import laguna as _laguna
 from . import hybrid as _hybrid
 from .bamba import HybridFamily, _hybrid_text
 from .core import Arch, _comment, _layer_runs, _num, _scaling_text
@@ -19,6 +21,8 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     if isinstance(a, _delta.DeltaHybrid):
         return _delta.spec_text(a, source)
     if isinstance(a, _gemma4.Gemma4):
+        return a.spec_text(source)
+    if isinstance(a, (_afmoe.Afmoe, _laguna.Laguna)):
         return a.spec_text(source)
     if isinstance(a, Mamba2):
         return _mamba2_text(a, source)
