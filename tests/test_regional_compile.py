@@ -68,12 +68,14 @@ def loss_and_grads(model, idx, tgt):
 
 
 def assert_same_step(compiled, eager, idx, tgt, tol=1e-6):
-    """The compiled model's loss and every gradient equal eager's within tol, and its weights
+    """The compiled model's loss (relative) and every gradient equal eager's within tol, and its weights
     are those it had before the step (a backward that reuses a weight's buffer changes it)."""
     before = {n: p.detach().clone() for n, p in compiled.named_parameters()}
     la, ga = loss_and_grads(compiled, idx, tgt)
     lb, gb = loss_and_grads(eager, idx, tgt)
-    assert abs(float(la) - float(lb)) <= tol, (float(la), float(lb))
+    # the loss relative to its size (about ln(vocab) = 8 to 11 here, where float32's spacing is 1e-6): the
+    # gradients, mostly under 1, absolute
+    assert abs(float(la) - float(lb)) <= tol * max(1.0, abs(float(lb))), (float(la), float(lb))
     assert ga.keys() == gb.keys() and ga
     worst = max((float((ga[k] - gb[k]).abs().max()), k) for k in ga)
     assert worst[0] <= tol, worst
