@@ -226,7 +226,8 @@ def _show(v) -> str:
 # --- the table: every option of every statement, once -------------------------------------
 # The resolver reads options through it (`Options.read` fills a node's fields from its kind's rows,
 # `Options.get` reads one), and the language server's hover and completion read it too: an
-# option's type, range, default and meaning in both vocabularies live here and nowhere else. Limits that are not a spec's business (MAX_WIDTH, ...) too.
+# option's type, range, default and meaning in both vocabularies live here and nowhere else.
+# Limits that are not a spec's business (MAX_WIDTH, ...) too.
 
 MAX_WIDTH = 1 << 20
 MAX_VOCAB = 1 << 24
