@@ -66,6 +66,7 @@ class OpReaders:
         if v["out_bias"] is None:
             v["out_bias"] = v["bias"]
         rotary = o.get("rotary")
+        scaling = self._rotary_scaling(o, ctx, rotary)  # every row read before any rule refuses the op
         heads, kv, mask, qk_norm, qk_across = v["heads"], v["kv_heads"], v["mask"], v["qk_norm"], v["qk_norm_across"]
         if v["alibi_scaled"] and not v["alibi"]:
             self.out.error("E0211", "alibi_scaled says how ALiBi positions are scaled, but alibi is off", o.span_of("alibi_scaled"), "add alibi")
@@ -73,7 +74,6 @@ class OpReaders:
         if v["gate_act"] != "sigmoid" and v["gate"] == "none":
             self.out.error("E0211", f"gate_act={v['gate_act']} is the output gate's function, but there is no gate", o.span_of("gate_act"), "add gate=channel or gate=head")
             return None
-        scaling = self._rotary_scaling(o, ctx, rotary)
         if None in (heads, w, mask, rotary, v["rotary_base"], v["dropout"], v["qk_norm_eps"]) or scaling is False:
             return None
         if v["rotary_interleaved"] and not rotary:
