@@ -64,6 +64,22 @@ class Options:
             return self.bool(name, d)
         return self.choice(name, spec.choices, d, required=spec.required)
 
+    def read(self, cls, where: dict | None = None, **given) -> dict:
+        """The node's fields from this statement's rows, {field: value}: every row naming a field of
+        `cls` (`Opt.field`, else its name), read once through `get`. Rows a hook reads (`Opt.hook`) and
+        rows of another kind of the statement (`Opt.only`) are left alone. A row's default comes from
+        `given` (by option name), else from `where` (`Opt.context`: {"width": ..., "throat": ...}),
+        else from the table."""
+        fields, op = cls.model_fields, cls.model_fields["op"].default
+        out = {}
+        for row in TABLE[self.key]:
+            field = row.field or row.name
+            if row.hook or field not in fields or (row.only and op not in row.only):
+                continue
+            default = given.get(row.name, (where or {}).get(row.context, _MISSING) if row.context else _MISSING)
+            out[field] = self.get(row.name, default)
+        return out
+
     def _raw(self, name: str, required: bool):
         if option(self.key, name) is None:  # every option read is a row of TABLE: hover and completion show them
             raise KeyError(f"option {name!r} of {self.key!r} is not in the table: add it to cyclelang/semantics/options.py")
@@ -208,15 +224,21 @@ def _show(v) -> str:
 
 
 # --- the table: every option of every statement, once -------------------------------------
-# The resolver reads options through it (`Options.get`), and the language server's hover and
-# completion read it too: an option's type, range, default and meaning in both vocabularies
-# live here and nowhere else. Limits that are not a spec's business (MAX_WIDTH, ...) too.
+# The resolver reads options through it (`Options.read` fills a node's fields from its kind's rows,
+# `Options.get` reads one), and the language server's hover and completion read it too: an
+# option's type, range, default and meaning in both vocabularies live here and nowhere else.
+# Limits that are not a spec's business (MAX_WIDTH, ...) too.
 
 MAX_WIDTH = 1 << 20
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 24
 MAX_EXPERTS = 4096
 ACTIVATIONS = get_args(irn.Activation)  # every choice list below is the IR type's own
+
+
+def _choices(cls, field: str) -> tuple[str, ...]:
+    """The values a node's Literal field admits: an option's choice list, read from the IR."""
+    return get_args(cls.model_fields[field].annotation)
 
 
 @dataclass(frozen=True)
@@ -239,6 +261,15 @@ class Opt:
     hi_open: bool = False
     flag: object = _MISSING  # a float option's value when written bare (`rotary`)
     choices: tuple[str, ...] = ()
+    # How `Options.read` fills the kind's node: into its field of the option's name, or `field` where
+    # the names differ; `hook`: no field of its own, the kind's rules hook (`readers.t_<keyword>`) reads
+    # it and derives what it fills; `only`: the kinds (IR `op` names) it is read for, where kinds that
+    # share a statement both have the field; `context`: a default from where the op sits ("width":
+    # the width there, "throat": the engine's)
+    field: str = ""
+    hook: bool = False
+    only: tuple[str, ...] = ()
+    context: str = ""
 
     @property
     def bare(self) -> bool:
@@ -267,7 +298,7 @@ class Opt:
 
 
 _DROPOUT = dict(type="float", default=0.0, lo=0.0, hi=1.0, hi_open=True)
-_RATIO = Opt("ratio", "float", "hidden width = ratio x width (must come out whole); not with hidden=", "the reactor's size", default=None, default_text="4", lo=0.0, lo_open=True)
+_RATIO = Opt("ratio", "float", "hidden width = ratio x width (must come out whole); not with hidden=", "the reactor's size", default=None, default_text="4", lo=0.0, lo_open=True, hook=True)
 _HIDDEN = Opt("hidden", "int", "the hidden width, directly (not with ratio=)", "the reactor's size", max=MAX_WIDTH * 64)
 _ACT = Opt("act", "choice", "the activation: gelu, gelu_tanh (GPT-2's), relu, relu2 (squared: relu(x)^2, Primer's), silu; swiglu, geglu and geglu_tanh (Gemma's) are gated; swiglu_clamp is gpt-oss's, gate·σ(1.702·gate)·(up + 1) with gate and up clamped", "", default="gelu", choices=ACTIVATIONS)
 _CLAMP = Opt("clamp", "float", "with act=swiglu_clamp: gate <= clamp and |up| <= clamp before they meet (gpt-oss's swiglu_limit)", "a pressure limiter on the gate", default=7.0,
@@ -309,9 +340,9 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("heads", "int", "query heads", "injector baffles", required=True, max=MAX_WIDTH),
         Opt("kv_heads", "int", "key/value heads: heads is multi-head, 1 is MQA, between is GQA; must divide heads", "baffles shared by the injector's elements", default_text="heads", max=MAX_WIDTH),
         Opt("head_dim", "int", "per-head width", "", default_text="width/heads", max=MAX_WIDTH),
-        Opt("mask", "choice", "causal or bidirectional", "the throat", default_text="the throat's", choices=get_args(irn.Mask)),
+        Opt("mask", "choice", "causal or bidirectional", "the throat", default_text="the throat's", context="throat", choices=get_args(irn.Mask)),
         Opt("window", "int", "sliding window: attend to the last N positions only (causal only)", "", max=MAX_CONTEXT),
-        Opt("rotary", "float", "rotary positions on this fraction of each head's dims (bare: all)", "", default=0.0, lo=0.0, hi=1.0, flag=1.0),
+        Opt("rotary", "float", "rotary positions on this fraction of each head's dims (bare: all)", "", default=0.0, lo=0.0, hi=1.0, flag=1.0, hook=True),
         Opt("rotary_base", "float", "rotary frequency base", "", default=10000.0, lo=1.0, lo_open=True, hi=1e12),
         Opt("rotary_interleaved", "bool", "rotate dims in adjacent pairs (GPT-J), not the two halves (GPT-NeoX, Llama)", "", default=False),
         Opt("qk_norm", "bool", "normalise queries and keys per head (RMSNorm), before rotary (Qwen3)", "", default=False),
@@ -329,23 +360,23 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("dropout", ml="attention and output dropout", **_DROPOUT),
         Opt("latent", "int", "latent attention (MLA): the KV latent's width, what the cache keeps", "a latent injector", max=MAX_WIDTH),
         Opt("q_latent", "int", "latent attention: a latent for the queries too (q_lora_rank)", "", max=MAX_WIDTH),
-        Opt("rotary_dims", "int", "latent attention: the decoupled rotary key's dims (even, at least 2)", "", default_text="head_dim/2, made even", max=MAX_WIDTH),
+        Opt("rotary_dims", "int", "latent attention: the decoupled rotary key's dims (even, at least 2)", "", default_text="head_dim/2, made even", max=MAX_WIDTH, only=("latent_attention",)),
         Opt("v_dim", "int", "latent attention: each head's value width", "", default_text="head_dim", max=MAX_WIDTH),
         Opt("eps", "float", "latent attention: the latents' RMSNorm epsilon", "", default=1e-6, lo=0.0, lo_open=True),
-        Opt("rotary_scaling", "choice", "rotary stretched past the pretraining context: linear (position interpolation), dynamic (NTK), llama3, yarn", "the injector re-orificed for a longer burn", default="none", choices=("none",) + get_args(irn.ScalingType)),
-        Opt("rotary_factor", "float", "with rotary_scaling: how many times the pretraining context the positions stretch over", "", lo=0.0, lo_open=True, hi=1e4),
-        Opt("rotary_original", "int", "with rotary_scaling dynamic, llama3 or yarn: the pretraining context (original_max_position_embeddings)", "", default_text="the feed's context", max=MAX_CONTEXT),
-        Opt("rotary_low", "float", "llama3 scaling: low_freq_factor (wavelengths past original/low are divided by the factor)", "", default=1.0, lo=0.0, lo_open=True, hi=1e4),
-        Opt("rotary_high", "float", "llama3 scaling: high_freq_factor (wavelengths under original/high are kept)", "", default=4.0, lo=0.0, lo_open=True, hi=1e4),
-        Opt("rotary_beta_fast", "float", "yarn scaling: rotations over the original context above which a frequency is kept (beta_fast)", "", default=32.0, lo=0.0, lo_open=True, hi=1e4),
-        Opt("rotary_beta_slow", "float", "yarn scaling: rotations below which a frequency is divided by the factor (beta_slow)", "", default=1.0, lo=0.0, lo_open=True, hi=1e4),
-        Opt("rotary_attention_factor", "float", "yarn scaling: the gain on cos and sin (attention_factor)", "", default_text="0.1 ln(factor) + 1", lo=0.0, lo_open=True, hi=1e2),
+        Opt("rotary_scaling", "choice", "rotary stretched past the pretraining context: linear (position interpolation), dynamic (NTK), llama3, yarn", "the injector re-orificed for a longer burn", default="none", choices=("none",) + get_args(irn.ScalingType), hook=True),
+        Opt("rotary_factor", "float", "with rotary_scaling: how many times the pretraining context the positions stretch over", "", lo=0.0, lo_open=True, hi=1e4, hook=True),
+        Opt("rotary_original", "int", "with rotary_scaling dynamic, llama3 or yarn: the pretraining context (original_max_position_embeddings)", "", default_text="the feed's context", max=MAX_CONTEXT, hook=True),
+        Opt("rotary_low", "float", "llama3 scaling: low_freq_factor (wavelengths past original/low are divided by the factor)", "", default=1.0, lo=0.0, lo_open=True, hi=1e4, hook=True),
+        Opt("rotary_high", "float", "llama3 scaling: high_freq_factor (wavelengths under original/high are kept)", "", default=4.0, lo=0.0, lo_open=True, hi=1e4, hook=True),
+        Opt("rotary_beta_fast", "float", "yarn scaling: rotations over the original context above which a frequency is kept (beta_fast)", "", default=32.0, lo=0.0, lo_open=True, hi=1e4, hook=True),
+        Opt("rotary_beta_slow", "float", "yarn scaling: rotations below which a frequency is divided by the factor (beta_slow)", "", default=1.0, lo=0.0, lo_open=True, hi=1e4, hook=True),
+        Opt("rotary_attention_factor", "float", "yarn scaling: the gain on cos and sin (attention_factor)", "", default_text="0.1 ln(factor) + 1", lo=0.0, lo_open=True, hi=1e2, hook=True),
         Opt("softcap", "float", "logit soft-cap: scores become cap * tanh(scores / cap) before the mask (Gemma 2's attn_logit_softcapping)", "a pressure-relief valve on the injector", lo=0.0, lo_open=True, hi=1e6),
         Opt("alibi", "bool", "ALiBi positions: each head's scores fall linearly with the distance to the key (BLOOM, Falcon, MPT)", "", default=False),
-        Opt("gate", "choice", "an output gate before the output projection, y * sigmoid(W x): one per channel of every head (Qwen3-Next) or one per head", "a throttle valve on each injector element", default="none", choices=("none", "channel", "head")),
-        Opt("gate_act", "choice", "the output gate's function: sigmoid, y * sigmoid(W x) (Qwen3-Next, AFMoE), or softplus, y * softplus(W x), unbounded above (Laguna)", "the throttle valve's characteristic: one that only closes, or one that may also open past full", default="sigmoid", choices=("sigmoid", "softplus")),
+        Opt("gate", "choice", "an output gate before the output projection, y * sigmoid(W x): one per channel of every head (Qwen3-Next) or one per head", "a throttle valve on each injector element", default="none", choices=_choices(irn.Attention, "gate")),
+        Opt("gate_act", "choice", "the output gate's function: sigmoid, y * sigmoid(W x) (Qwen3-Next, AFMoE), or softplus, y * softplus(W x), unbounded above (Laguna)", "the throttle valve's characteristic: one that only closes, or one that may also open past full", default="sigmoid", choices=_choices(irn.Attention, "gate_act")),
         Opt("alibi_scaled", "bool", "with alibi: the bias is multiplied by the logits' scale too, as Falcon does (BLOOM and MPT add it after)", "", default=False),
-        Opt("rotary_truncate", "bool", "yarn scaling: round the blend's range out to whole dims (false: as computed, gpt-oss)", "", default=True),
+        Opt("rotary_truncate", "bool", "yarn scaling: round the blend's range out to whole dims (false: as computed, gpt-oss)", "", default=True, hook=True),
         Opt("sinks", "bool", "attention sinks: a learned logit per head joins every softmax's denominator, so a query may attend to nothing (gpt-oss)",
             "a bleed valve on the injector: some flow vents, unburnt, and the rest is thinned", default=False),
         Opt("rotary_spread", "bool", "with rotary: the rotated pairs are (i, i + head_dim/2) at base^(-2i/head_dim), spread over the whole head (Gemma 4's proportional rope)", "the injector's swirl spread over every element", default=False),
@@ -358,7 +389,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("heads", "int", "heads, each with its own A, D and step size", "", required=True, max=MAX_WIDTH),
         Opt("state", "int", "the state size N of each head", "the jacket's channels", default=128, default_text="128 (version=1: 16)", max=MAX_WIDTH),
         Opt("groups", "int", "heads share B and C in groups; must divide heads", "", default=1, max=MAX_WIDTH),
-        Opt("expand", "float", "inner width = expand x width (not with head_dim)", "", default=2.0, lo=0.0, lo_open=True, hi=64.0),
+        Opt("expand", "float", "inner width = expand x width (not with head_dim)", "", default=2.0, lo=0.0, lo_open=True, hi=64.0, hook=True),
         Opt("head_dim", "int", "per-head width instead of expand", "", default_text="expand x width / heads", max=MAX_WIDTH),
         Opt("conv", "int", "kernel of the causal depthwise conv", "", default=4, max=MAX_CONTEXT),
         Opt("chunk", "int", "positions per chunk of the training scan", "", default=256, default_text="256 (version=1: 32)", max=MAX_CONTEXT),
@@ -369,12 +400,12 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("dt_max", "float", "the step size starts log-uniform in [dt_min, dt_max]", "", default=0.1, lo=0.0, lo_open=True),
         Opt("dt_lo", "float", "the step size is clamped from below", "", default=0.0, lo=0.0),
         Opt("dt_hi", "float", "the step size is clamped from above", "", lo=0.0, lo_open=True),
-        Opt("version", "int", "1: Mamba-1's mixer (a state per channel, low-rank dt; Jamba's); 2: Mamba-2's (heads)", "", default=2, min=1, max=2),
+        Opt("version", "int", "1: Mamba-1's mixer (a state per channel, low-rank dt; Jamba's); 2: Mamba-2's (heads)", "", default=2, min=1, max=2, hook=True),
         Opt("dt_rank", "int", "version=1: the low-rank step projection's width", "", default_text="ceil(width/16)", max=MAX_WIDTH),
         Opt("norms", "bool", "version=1: RMSNorms on dt, B and C (Jamba); their eps is eps=", "", default=False),
         Opt("norms_affine", "bool", "version=1, with norms: false gives those norms no weight (Falcon-Mamba)", "", default=True),
-        Opt("out_norm", "choice", "how the scan's output y meets the gate z: gated, rmsnorm(y x silu(z)) per group (Mamba-2); before_gate, rmsnorm(y) x silu(z); none, y x silu(z) unnormalised (Falcon-H1)", "", default="gated", choices=("gated", "before_gate", "none")),
-        *(Opt(f"{part}_scale", "float", f"in_proj's {what} rows' output times this (Falcon-H1's ssm_multipliers)", "", default=1.0, lo=-1e6, hi=1e6)
+        Opt("out_norm", "choice", "how the scan's output y meets the gate z: gated, rmsnorm(y x silu(z)) per group (Mamba-2); before_gate, rmsnorm(y) x silu(z); none, y x silu(z) unnormalised (Falcon-H1)", "", default="gated", choices=_choices(irn.Ssm, "out_norm")),
+        *(Opt(f"{part}_scale", "float", f"in_proj's {what} rows' output times this (Falcon-H1's ssm_multipliers)", "", default=1.0, lo=-1e6, hi=1e6, hook=True)
           for part, what in (("z", "gate z"), ("x", "scan input x"), ("b", "B"), ("c", "C"), ("dt", "step dt"))),
     ),
     "turbine linear_attention": (
@@ -382,7 +413,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("head_dim", "int", "per-head width", "", default_text="width/heads", max=MAX_WIDTH),
         Opt("feature", "choice", "the feature map: elu is elu(x) + 1, relu", "", default="elu", choices=get_args(irn.FeatureMap)),
         Opt("normalize", "bool", "divide by phi(q) z (the paper); off: the plain sum", "", default=True),
-        Opt("retention", "bool", "a fixed decay per head, 1 - 2^(-5 - head) (RetNet); causal only", "the state cools", default=False),
+        Opt("retention", "bool", "a fixed decay per head, 1 - 2^(-5 - head) (RetNet); causal only", "the state cools", default=False, field="decay"),
         Opt("chunk", "int", "positions per chunk of the training form", "", default=64, max=MAX_CONTEXT),
         _BIAS,
     ),
@@ -429,7 +460,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("bias", "bool", "biases on in_proj, the conv and out_proj (LFM2's conv_bias)", "", default=False),
     ),
     "turbine linear": (
-        Opt("out", "int", "output width; narrower than the stream is a bottleneck", "a narrow duct is a throat", default_text="the width where it sits", max=MAX_VOCAB),
+        Opt("out", "int", "output width; narrower than the stream is a bottleneck", "a narrow duct is a throat", default_text="the width where it sits", context="width", max=MAX_VOCAB),
         _BIAS,
     ),
     "norm layernorm": (

@@ -1,6 +1,8 @@
-"""The resolver's op readers: a norm, and each turbine kind's `t_<keyword>`, which reads the
-kind's options (`options.TABLE`) into its IR node. `resolve._Resolver` inherits them; a kind
-without its reader stops the resolver from importing (`ir.kinds.registered`).
+"""The resolver's op readers: a norm, the generic build of a turbine from its option rows
+(`made`, after `Options.read`), and the rules hooks `t_<keyword>` of the kinds whose options
+meet rules across options or derive a field: each starts from the same read and adds its
+checks and derived values. `resolve._Resolver` inherits them; a kind without a hook is read
+as `options.TABLE` declares it (`ir.kinds.registered` holds its rows to its node's fields).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from ..syntax import ast
 from .options import MAX_WIDTH, Options
 
 NORMS = typing.get_args(ir.NormType)
+QK_SHAPE = ("qk_norm_type", "qk_norm_bias", "qk_norm_offset", "qk_norm_affine", "qk_norm_after_rotary", "qk_norm_head_gains")
 
 
 class OpReaders:
-    """norm and each turbine's `t_<keyword>` (`resolve.TURBINES`): mixed into `resolve._Resolver` (self.out, self.missing_kind, ...)."""
+    """norm, `made` and the turbines' rules hooks (`resolve.TURBINES`): mixed into `resolve._Resolver` (self.out, self.missing_kind, ...)."""
 
     def norm(self, d: ast.Directive, scope, w) -> ir.Norm | None:
         kind = d.kind.name
@@ -43,46 +46,44 @@ class OpReaders:
             return None
         return ir.Norm(type=kind, width=w, eps=eps, bias=bias, affine=affine, offset=offset, span=d.span, let_names=o.lets())
 
+    def made(self, cls, v: dict, ctx, w, d):
+        """The node of kind `cls` from its fields' values (`Options.read`), the width where it sits and,
+        for a field `causal`, the engine's throat; None where the width or a value the node needs is
+        missing (its error is said already). A kind without a rules hook is built by this alone."""
+        if w is None or any(x is None and not _may_be_none(cls, f) for f, x in v.items()):
+            return None
+        if "causal" in cls.model_fields:
+            v = {**v, "causal": ctx.throat == "causal"}
+        return cls(width=w, **v, span=d.span)
+
+    # --- the rules hooks: a kind whose options meet cross-option rules or derive a field ---------------
+    # `t_<keyword>` starts from the generic read (`Options.read`) and adds its checks and derived values.
+
     def t_attention(self, o: Options, ctx, w, d):
         if o.has("latent"):  # multi-head latent attention: a kind of its own
             return self.t_latent_attention(o, ctx, w, d)
-        heads = o.get("heads")
-        kv = o.get("kv_heads")
-        head_dim = o.get("head_dim")
-        mask = o.get("mask", ctx.throat)
-        window = o.get("window")
+        v = o.read(ir.Attention, where(ctx, w))
+        if v["out_bias"] is None:
+            v["out_bias"] = v["bias"]
         rotary = o.get("rotary")
-        base = o.get("rotary_base")
-        qk_norm = o.get("qk_norm")
-        qk_eps = o.get("qk_norm_eps")
-        qk_across = o.get("qk_norm_across")
-        qk_shape = {k: o.get(k) for k in ("qk_norm_type", "qk_norm_bias", "qk_norm_offset", "qk_norm_affine", "qk_norm_after_rotary", "qk_norm_head_gains")}
-        scale = o.get("scale")
-        interleaved = o.get("rotary_interleaved")
-        bias = o.get("bias")
-        out_bias = o.get("out_bias", bias)
-        dropout = o.get("dropout")
-        softcap = o.get("softcap")
-        alibi = o.get("alibi")
-        alibi_scaled = o.get("alibi_scaled")
-        gate = o.get("gate")
-        if alibi_scaled and not alibi:
+        scaling = self._rotary_scaling(o, ctx, rotary)  # every row read before any rule refuses the op
+        heads, kv, mask, qk_norm, qk_across = v["heads"], v["kv_heads"], v["mask"], v["qk_norm"], v["qk_norm_across"]
+        if v["alibi_scaled"] and not v["alibi"]:
             self.out.error("E0211", "alibi_scaled says how ALiBi positions are scaled, but alibi is off", o.span_of("alibi_scaled"), "add alibi")
             return None
-        gate_act = o.get("gate_act") or "sigmoid"
-        if gate_act != "sigmoid" and (gate or "none") == "none":
-            self.out.error("E0211", f"gate_act={gate_act} is the output gate's function, but there is no gate", o.span_of("gate_act"), "add gate=channel or gate=head")
+        if v["gate_act"] != "sigmoid" and v["gate"] == "none":
+            self.out.error("E0211", f"gate_act={v['gate_act']} is the output gate's function, but there is no gate", o.span_of("gate_act"), "add gate=channel or gate=head")
             return None
-        scaling = self._rotary_scaling(o, ctx, rotary)
-        if None in (heads, w, mask, rotary, base, dropout, qk_eps) or scaling is False:
+        if None in (heads, w, mask, rotary, v["rotary_base"], v["dropout"], v["qk_norm_eps"]) or scaling is False:
             return None
-        if interleaved and not rotary:
+        if v["rotary_interleaved"] and not rotary:
             self.out.error("E0211", "rotary_interleaved says how rotary positions pair the dims, but rotary is off", o.span_of("rotary_interleaved"), "add rotary")
             return None
         if (o.has("qk_norm_eps") or qk_across) and not qk_norm:
             self.out.error("E0211", "qk_norm_eps= and qk_norm_across set a qk-norm, but qk_norm is off", o.span_of("qk_norm_eps" if o.has("qk_norm_eps") else "qk_norm_across"), "add qk_norm")
             return None
-        said = next((k for k in ("qk_norm_type", "qk_norm_bias", "qk_norm_offset", "qk_norm_affine", "qk_norm_after_rotary", "qk_norm_head_gains") if o.has(k)), None)
+        qk_shape = {k: v[k] for k in QK_SHAPE}
+        said = next((k for k in QK_SHAPE if o.has(k)), None)
         if said and not qk_norm:
             self.out.error("E0211", f"{said} shapes a qk-norm, but qk_norm is off", o.span_of(said), "add qk_norm")
             return None
@@ -109,47 +110,41 @@ class OpReaders:
         if heads % kv:
             self.out.error("E0208", f"kv_heads={kv} does not divide heads={heads}", o.span_of("kv_heads"), "each group of query heads shares one KV head; pick a divisor of heads")
             return None
-        head_dim = self._head_dim(o, w, heads, head_dim)
+        head_dim = self._head_dim(o, w, heads, v["head_dim"])
         if head_dim is None:
             return None
         if self._leaks(o, ctx, mask):
             return None
-        if window is not None and mask == "open":
+        if v["window"] is not None and mask == "open":
             self.out.error("E0211", "a sliding window is defined for causal attention only", o.span_of("window"))
             return None
         rotary_dims = int(head_dim * rotary) // 2 * 2
         if rotary > 0 and rotary_dims == 0:
             self.out.error("E0205", f"rotary={rotary:g} of head_dim {head_dim} rotates no pair of dimensions", o.span_of("rotary"), "raise the fraction")
             return None
-        gemma4 = self._gemma4_attention(o, rotary_dims, interleaved, head_dim, qk_norm)
-        if gemma4 is None:
+        if not self._gemma4_attention(o, v, rotary_dims, head_dim):
             return None
-        return ir.Attention(**gemma4, width=w, heads=heads, kv_heads=kv, head_dim=head_dim, mask=mask, window=window, rotary_dims=rotary_dims,
-                            rotary_base=base, qk_norm=qk_norm, bias=bias, out_bias=out_bias, dropout=dropout,
-                            qk_norm_eps=qk_eps, qk_norm_across=qk_across, scale=scale, rotary_interleaved=interleaved,
-                            rotary_scaling=scaling, softcap=softcap, alibi=alibi, alibi_scaled=alibi_scaled, **qk_shape,
-                            sinks=bool(o.get("sinks")), gate=gate or "none", gate_act=gate_act, span=d.span)  # sinks: gpt-oss's learned logit per head in every softmax
+        v.update(kv_heads=kv, head_dim=head_dim, rotary_dims=rotary_dims, rotary_scaling=scaling)
+        return ir.Attention(width=w, **v, span=d.span)  # sinks: gpt-oss's learned logit per head in every softmax
 
-    def _gemma4_attention(self, o: Options, rotary_dims: int, interleaved: bool, head_dim: int, qk_norm: bool) -> dict | None:
-        """Gemma 4's attention options: rotary_spread, v_norm, k_eq_v (None after an error)."""
-        out = {k: o.get(k) for k in ("rotary_spread", "v_norm", "k_eq_v")}
-        if None in out.values():
-            return None
-        out.update({k: o.get(k) for k in ("kv_store", "kv_reuse")})
-        if out["kv_reuse"] is not None and (out["kv_store"] is not None or out["k_eq_v"] or out["v_norm"]):
-            what = next(k for k in ("kv_store", "k_eq_v", "v_norm") if out[k])
+    def _gemma4_attention(self, o: Options, v: dict, rotary_dims: int, head_dim: int) -> bool:
+        """Gemma 4's attention options (rotary_spread, v_norm, k_eq_v, kv_store, kv_reuse) against the rest: False after an error."""
+        if None in (v["rotary_spread"], v["v_norm"], v["k_eq_v"]):
+            return False
+        if v["kv_reuse"] is not None and (v["kv_store"] is not None or v["k_eq_v"] or v["v_norm"]):
+            what = next(k for k in ("kv_store", "k_eq_v", "v_norm") if v[k])
             self.out.error("E0211", f"kv_reuse reads another layer's keys and values: this attention has none to {'store' if what == 'kv_store' else what}",
                            o.span_of(what), f"drop {what}")
-            return None
-        if out["rotary_spread"] and (not rotary_dims or interleaved or head_dim % 2):
+            return False
+        if v["rotary_spread"] and (not rotary_dims or v["rotary_interleaved"] or head_dim % 2):
             self.out.error("E0211", "rotary_spread spreads the rotated pairs over the two halves of a head: it needs rotary, not interleaved, and an even head_dim",
                            o.span_of("rotary_spread"), "add rotary=FRACTION, or drop rotary_spread")
-            return None
-        if out["v_norm"] and not qk_norm:
+            return False
+        if v["v_norm"] and not v["qk_norm"]:
             self.out.error("E0211", "v_norm normalises the values as the qk-norm does the keys (its eps is qk_norm_eps), but qk_norm is off",
                            o.span_of("v_norm"), "add qk_norm")
-            return None
-        return out
+            return False
+        return True
 
     _SCALING_OPTIONS = {"rotary_factor": ("linear", "dynamic", "llama3", "yarn"), "rotary_original": ("dynamic", "llama3", "yarn"),
                         "rotary_low": ("llama3",), "rotary_high": ("llama3",), "rotary_beta_fast": ("yarn",),
@@ -204,35 +199,27 @@ class OpReaders:
         return False
 
     def t_latent_attention(self, o: Options, ctx, w, d):
-        heads = o.get("heads")
-        latent = o.get("latent")
-        q_latent = o.get("q_latent")
-        head_dim = o.get("head_dim")
-        rotary_dims = o.get("rotary_dims")
-        v_dim = o.get("v_dim")
-        base = o.get("rotary_base")
-        eps = o.get("eps")
-        bias = o.get("bias")
-        mask = o.get("mask", ctx.throat)
-        if None in (heads, latent, base, eps, mask, w) or (q_latent is None and o.has("q_latent")):
+        v = o.read(ir.LatentAttention, where(ctx, w))
+        heads, mask = v["heads"], v["mask"]
+        if None in (heads, v["latent"], v["rotary_base"], v["eps"], mask, w) or (v["q_latent"] is None and o.has("q_latent")):
             return None
-        head_dim = self._head_dim(o, w, heads, head_dim)
+        head_dim = self._head_dim(o, w, heads, v["head_dim"])
         if head_dim is None:
             return None
-        rotary_dims = head_dim // 2 // 2 * 2 if rotary_dims is None else rotary_dims
+        rotary_dims = head_dim // 2 // 2 * 2 if v["rotary_dims"] is None else v["rotary_dims"]
         if rotary_dims < 2 or rotary_dims % 2:
             self.out.error("E0233", f"rotary_dims={rotary_dims}: latent attention's decoupled rotary key needs an even number of dims, at least 2",
                            o.span_of("rotary_dims"), "set rotary_dims= to an even number (DeepSeek-V2: 64 beside head_dim=128)")
             return None
         if self._leaks(o, ctx, mask):
             return None
-        return ir.LatentAttention(width=w, heads=heads, head_dim=head_dim, rotary_dims=rotary_dims, v_dim=v_dim or head_dim, latent=latent,
-                                  q_latent=q_latent, rotary_base=base, eps=eps, bias=bias, mask=mask, span=d.span)
+        v.update(head_dim=head_dim, rotary_dims=rotary_dims, v_dim=v["v_dim"] or head_dim)
+        return ir.LatentAttention(width=w, **v, span=d.span)
 
-    def _hidden(self, o: Options, w: int | None):
+    def _hidden(self, o: Options, w: int | None, hidden: int | None):
+        """The hidden width: hidden= as given, or ratio= (hook-read) of the width."""
         ratio_given, hidden_given = o.has("ratio"), o.has("hidden")
         ratio = o.get("ratio")
-        hidden = o.get("hidden")
         if ratio_given and hidden_given:
             self.out.error("E0211", "give ratio= or hidden=, not both", o.span_of("hidden"))
             return None
@@ -256,27 +243,23 @@ class OpReaders:
         return int(round(h))
 
     def t_mlp(self, o: Options, ctx, w, d):
-        hidden = self._hidden(o, w)
-        act = o.get("act")
-        bias = o.get("bias")
-        dropout = o.get("dropout")
-        clamp = self._clamp(o, act)
-        gate_scale = o.get("gate_scale")
-        per_layer = o.get("per_layer")
-        if None in (hidden, act, dropout, w, clamp, gate_scale, per_layer):
+        v = o.read(ir.Mlp)
+        v["hidden"] = self._hidden(o, w, v["hidden"])
+        act = v["act"]
+        v["clamp"] = self._clamp(o, act, v["clamp"])
+        if None in (*v.values(), w):
             return None
-        if gate_scale != 1.0 and act not in ir.nodes.GATE_SCALED:  # the node's own rule
+        if v["gate_scale"] != 1.0 and act not in ir.nodes.GATE_SCALED:  # the node's own rule
             self.out.error("E0211", f"gate_scale scales a gated MLP's gate; act={act} has none", o.span_of("gate_scale"),
                            "use a gated act (swiglu, geglu), or drop gate_scale=")
             return None
-        if per_layer and act in ir.nodes.GATED:  # the node's own rule
+        if v["per_layer"] and act in ir.nodes.GATED:  # the node's own rule
             self.out.error("E0211", f"a per-layer mlp is gated by its per-layer input: act={act} is gated already", o.span_of("act"), "a plain act (gelu_tanh: Gemma 4's)")
             return None
-        return ir.Mlp(width=w, hidden=hidden, act=act, bias=bias, dropout=dropout, clamp=clamp, gate_scale=gate_scale, per_layer=per_layer, span=d.span)
+        return ir.Mlp(width=w, **v, span=d.span)
 
-    def _clamp(self, o: Options, act):
+    def _clamp(self, o: Options, act, clamp):
         """swiglu_clamp's bound (clamp=), None after an error: it bounds that activation only."""
-        clamp = o.get("clamp")
         if o.has("clamp") and act is not None and act != "swiglu_clamp":
             self.out.error("E0211", f"clamp= bounds swiglu_clamp's gate and up, but the activation is {act}", o.span_of("clamp"),
                            "add act=swiglu_clamp, or drop clamp=")
@@ -284,39 +267,34 @@ class OpReaders:
         return clamp
 
     def t_moe(self, o: Options, ctx, w, d):
-        experts = o.get("experts")
-        top = o.get("top", 2 if (experts or 0) >= 2 else 1)
-        capacity = o.get("capacity")
-        balance = o.get("balance")
-        hidden = self._hidden(o, w)
-        act = o.get("act")
-        bias = o.get("bias")
-        normalize = o.get("normalize")
-        shared = o.get("shared")
-        shared_gate = o.get("shared_gate")
-        if None in (experts, top, balance, hidden, act, w, shared):
+        v = o.read(ir.Moe)
+        experts = v["experts"]
+        if v["top"] is None:
+            v["top"] = 2 if (experts or 0) >= 2 else 1
+        top = v["top"]
+        v["hidden"] = self._hidden(o, w, v["hidden"])
+        if None in (experts, top, v["balance"], v["hidden"], v["act"], w, v["shared"]):
             return None
-        if shared_gate and not shared:
+        if v["shared_gate"] and not v["shared"]:
             self.out.error("E0211", "shared_gate gates a shared expert, but there is none", o.span_of("shared_gate"), "add shared=N (its hidden width)")
             return None
         if top > experts:
             self.out.error("E0205", f"top={top} routes to more experts than the {experts} there are", o.span_of("top"))
             return None
-        routing = self._routing(o, experts, top, balance)
-        clamp = self._clamp(o, act)  # gpt-oss's experts (act=swiglu_clamp) and its biased router (router_bias)
-        if routing is None or clamp is None:
+        if v["top_groups"] is None:
+            v["top_groups"] = v["groups"]
+        routing = self._routing(o, v)
+        v["clamp"] = self._clamp(o, v["act"], v["clamp"])  # gpt-oss's experts (act=swiglu_clamp) and its biased router (router_bias)
+        if not routing or v["clamp"] is None:
             return None
-        return ir.Moe(width=w, hidden=hidden, experts=experts, top=top, capacity=capacity, balance=balance, act=act, bias=bias, normalize=normalize, shared=shared,
-                      shared_gate=shared_gate, **routing, router_bias=bool(o.get("router_bias")), clamp=clamp, span=d.span)
+        return ir.Moe(width=w, **v, span=d.span)
 
-    def _routing(self, o: Options, experts: int, top: int, balance: float) -> dict | None:
+    def _routing(self, o: Options, v: dict) -> bool:
         """The router's DeepSeek-V3 options (scores, groups, scale, correction bias), each checked
-        against the others where it is written."""
-        router, groups, group_score, scale = o.get("router"), o.get("groups"), o.get("group_score"), o.get("scale")
-        correction, rate = o.get("correction"), o.get("correction_rate")
-        top_groups = o.get("top_groups", groups)
-        if None in (router, groups, top_groups, group_score, scale, rate):
-            return None
+        against the others where it is written; False after an error."""
+        experts, top, groups, top_groups = v["experts"], v["top"], v["groups"], v["top_groups"]
+        if None in (v["router"], groups, top_groups, v["group_score"], v["scale"], v["correction_rate"]):
+            return False
         bad = None
         if experts % groups:
             bad = ("E0205", "groups", f"{experts} experts do not split into {groups} equal groups", "groups must divide experts")
@@ -324,42 +302,20 @@ class OpReaders:
             bad = ("E0205", "top_groups", f"top_groups={top_groups} keeps more groups than the {groups} there are", None)
         elif top > top_groups * (experts // groups):
             bad = ("E0205", "top", f"top={top} routes to more experts than the {top_groups} kept groups of {experts // groups} hold", None)
-        elif group_score == "top2" and groups > 1 and experts // groups < 2:
+        elif v["group_score"] == "top2" and groups > 1 and experts // groups < 2:
             bad = ("E0211", "groups", "group_score=top2 sums a group's two best scores, but each group holds one expert", "use group_score=max, or fewer groups")
-        elif rate and not correction:
+        elif v["correction_rate"] and not v["correction"]:
             bad = ("E0211", "correction_rate", "correction_rate updates the correction bias, but there is none", "add correction=true")
-        elif router == "sigmoid" and balance:
+        elif v["router"] == "sigmoid" and v["balance"]:
             bad = ("E0211", "balance", "balance= is the Switch loss over softmax probabilities, and sigmoid scores do not sum to 1",
                    "balance a sigmoid router with correction=true correction_rate=0.001 (auxiliary-loss-free)")
         if bad is not None:
             self.out.error(bad[0], bad[2], o.span_of(bad[1]), bad[3])
-            return None
-        return {"router": router, "groups": groups, "top_groups": top_groups, "group_score": group_score, "scale": scale,
-                "correction": correction, "correction_rate": rate}
+            return False
+        return True
 
-    def t_pool(self, o: Options, ctx, w, d):
-        size = o.get("size")
-        if size is None or w is None:
-            return None
-        return ir.Pool(width=w, size=size, causal=ctx.throat == "causal", span=d.span)
-
-    def t_conv(self, o: Options, ctx, w, d):
-        size = o.get("size")  # a kernel past the context is unwise, not wrong
-        bias = o.get("bias")
-        if size is None or w is None:
-            return None
-        return ir.Conv(width=w, size=size, bias=bias, causal=ctx.throat == "causal", span=d.span)
-
-    def t_short_conv(self, o: Options, ctx, w, d):
-        size = o.get("size")
-        bias = o.get("bias")
-        if size is None or w is None:
-            return None
-        return ir.ShortConv(width=w, size=size, bias=bias, causal=ctx.throat == "causal", span=d.span)
-
-    def _inner_heads(self, o: Options, w, heads, inner_what: str, inner=None):
+    def _inner_heads(self, o: Options, w, heads, head_dim, inner_what: str, inner=None):
         """head_dim: given, or the inner width (`inner`, else the chamber's) split into heads (E0230)."""
-        head_dim = o.get("head_dim")
         if heads is None or w is None or (head_dim is None and o.has("head_dim")):
             return None
         if head_dim is not None:
@@ -379,23 +335,12 @@ class OpReaders:
                 o.known.append(name)
                 self.out.error("E0280", f"{name}= belongs to Mamba-1's mixer, not Mamba-2's", o.span_of(name),
                                "add version=1 (Jamba's and Mamba's mixer), or drop it")
-        heads = o.get("heads")
-        state = o.get("state")
-        groups = o.get("groups")
+        v = o.read(ir.Ssm)
         expand_given = o.has("expand")
         expand = o.get("expand")
-        conv = o.get("conv")
-        chunk = o.get("chunk")
-        bias = o.get("bias")
-        conv_bias = o.get("conv_bias")
-        eps = o.get("eps")
-        dt_min = o.get("dt_min")
-        dt_max = o.get("dt_max")
-        dt_lo = o.get("dt_lo")
-        dt_hi = o.get("dt_hi")
-        out_norm = o.get("out_norm")
         scales = tuple(o.get(f"{p}_scale") for p in ("z", "x", "b", "c", "dt"))
-        if None in (heads, state, groups, expand, conv, chunk, eps, dt_min, dt_max, dt_lo, w, out_norm, *scales):
+        heads, groups, dt_min, dt_max, dt_lo, dt_hi = (v[k] for k in ("heads", "groups", "dt_min", "dt_max", "dt_lo", "dt_hi"))
+        if None in (heads, v["state"], groups, expand, v["conv"], v["chunk"], v["eps"], dt_min, dt_max, dt_lo, w, v["out_norm"], *scales):
             return None
         inner = expand * w
         if abs(inner - round(inner)) > 1e-6:
@@ -405,8 +350,8 @@ class OpReaders:
         if expand_given and o.has("head_dim"):
             self.out.error("E0211", "give expand= or head_dim=, not both (heads x head_dim is the inner width)", o.span_of("head_dim"))
             return None
-        head_dim = self._inner_heads(o, w, heads, "inner width (expand x width)", int(round(inner)))
-        if head_dim is None:
+        v["head_dim"] = self._inner_heads(o, w, heads, v["head_dim"], "inner width (expand x width)", int(round(inner)))
+        if v["head_dim"] is None:
             return None
         if heads % groups:
             self.out.error("E0231", f"groups={groups} does not divide heads={heads}", o.span_of("groups"),
@@ -418,9 +363,7 @@ class OpReaders:
         if dt_hi is not None and dt_hi <= dt_lo:
             self.out.error("E0211", f"dt_hi={dt_hi:g} must be above dt_lo={dt_lo:g}", o.span_of("dt_hi"))
             return None
-        return ir.Ssm(width=w, heads=heads, head_dim=head_dim, state=state, groups=groups, conv=conv, chunk=chunk, bias=bias,
-                      conv_bias=conv_bias, eps=eps, dt_min=dt_min, dt_max=dt_max, dt_lo=dt_lo, dt_hi=dt_hi, out_norm=out_norm,
-                      scales=scales, span=d.span)
+        return ir.Ssm(width=w, **v, scales=scales, span=d.span)
 
     def t_mamba1(self, o: Options, ctx, w, d):
         for name in ("heads", "head_dim", "groups", "dt_lo", "dt_hi", "out_norm", "z_scale", "x_scale", "b_scale", "c_scale", "dt_scale"):  # Mamba-2's: read, so they are refused once, here
@@ -429,63 +372,41 @@ class OpReaders:
                 self.out.error("E0280", f"{name}= belongs to Mamba-2's mixer; version=1 has one state per channel, no heads"
                                + (" and no clamp on the step" if name.startswith("dt_") else ""), o.span_of(name),
                                "drop it, or write version=2")
-        state = o.get("state", 16)
+        v = o.read(ir.Mamba1, state=16, chunk=32, eps=1e-6)
         expand = o.get("expand")
-        dt_rank = o.get("dt_rank")
-        conv = o.get("conv")
-        chunk = o.get("chunk", 32)
-        bias = o.get("bias")
-        conv_bias = o.get("conv_bias")
-        norms = o.get("norms")
-        norms_affine = o.get("norms_affine")
-        eps = o.get("eps", 1e-6)
-        dt_min = o.get("dt_min")
-        dt_max = o.get("dt_max")
-        if None in (state, expand, conv, chunk, eps, dt_min, dt_max, w) or (dt_rank is None and o.has("dt_rank")):
+        if None in (v["state"], expand, v["conv"], v["chunk"], v["eps"], v["dt_min"], v["dt_max"], w) or (v["dt_rank"] is None and o.has("dt_rank")):
             return None
         inner = expand * w
         if abs(inner - round(inner)) > 1e-6 or round(inner) < 1:
             self.out.error("E0209", f"expand={expand:g} of width {w} is {inner:g}, not a whole width", o.span_of("expand"),
                            "choose an expand that gives a whole inner width")
             return None
-        if dt_min > dt_max:
-            self.out.error("E0211", f"dt_min={dt_min:g} is above dt_max={dt_max:g}", o.span_of("dt_min"))
+        if v["dt_min"] > v["dt_max"]:
+            self.out.error("E0211", f"dt_min={v['dt_min']:g} is above dt_max={v['dt_max']:g}", o.span_of("dt_min"))
             return None
-        if norms_affine is False and not norms:
+        if v["norms_affine"] is False and not v["norms"]:
             self.out.error("E0211", "norms_affine=false takes the weight off the dt/B/C norms, which this mixer does not have",
                            o.span_of("norms_affine"), "add norms, or drop norms_affine=")
             return None
-        return ir.Mamba1(width=w, inner=int(round(inner)), state=state, dt_rank=dt_rank or math.ceil(w / 16), conv=conv, chunk=chunk,
-                         bias=bias, conv_bias=conv_bias, norms=norms, eps=eps, norms_affine=norms_affine is not False, dt_min=dt_min,
-                         dt_max=dt_max, span=d.span)
+        v.update(inner=int(round(inner)), dt_rank=v["dt_rank"] or math.ceil(w / 16), norms_affine=v["norms_affine"] is not False)
+        return ir.Mamba1(width=w, **v, span=d.span)
 
     def t_linear_attention(self, o: Options, ctx, w, d):
-        heads = o.get("heads")
-        feature = o.get("feature")
-        normalize = o.get("normalize")
-        decay = o.get("retention")  # `decay` is the startup's word: RetNet's name for the decayed form
-        chunk = o.get("chunk")
-        bias = o.get("bias")
-        head_dim = self._inner_heads(o, w, heads, "width")
-        if None in (head_dim, feature, chunk, w):
+        v = o.read(ir.LinearAttention)
+        v["head_dim"] = self._inner_heads(o, w, v["heads"], v["head_dim"], "width")
+        if None in (v["head_dim"], v["feature"], v["chunk"], w):
             return None
-        if decay and ctx.throat != "causal":
+        if v["decay"] and ctx.throat != "causal":  # `decay` is the startup's word: RetNet's name for the decayed form
             self.out.error("E0232", "a decay is defined for causal linear attention only", o.span_of("retention"),
                            "drop retention, or make the engine 'throat causal'")
             return None
-        return ir.LinearAttention(width=w, heads=heads, head_dim=head_dim, feature=feature, normalize=normalize, decay=decay,
-                                  chunk=chunk, bias=bias, causal=ctx.throat == "causal", span=d.span)
+        return self.made(ir.LinearAttention, v, ctx, w, d)
 
     def t_delta(self, o: Options, ctx, w, d):
-        heads = o.get("heads")
-        k_heads = o.get("k_heads")
-        v_dim = o.get("v_dim")
-        conv = o.get("conv")
-        chunk = o.get("chunk")
-        eps = o.get("eps")
-        negative = o.get("negative_eigenvalues")
-        head_dim = self._inner_heads(o, w, heads, "width")
-        if None in (head_dim, conv, chunk, eps, w) or (v_dim is None and o.has("v_dim")) or (k_heads is None and o.has("k_heads")):
+        v = o.read(ir.GatedDelta)
+        heads, k_heads = v["heads"], v["k_heads"]
+        v["head_dim"] = self._inner_heads(o, w, heads, v["head_dim"], "width")
+        if None in (v["head_dim"], v["conv"], v["chunk"], v["eps"], w) or (v["v_dim"] is None and o.has("v_dim")) or (k_heads is None and o.has("k_heads")):
             return None
         if ctx.throat != "causal":
             self.out.error("E0284", "the gated delta rule reads only the past: it has no bidirectional form", d.span,
@@ -496,15 +417,17 @@ class OpReaders:
             self.out.error("E0285", f"k_heads={k_heads} does not divide heads={heads}", o.span_of("k_heads"),
                            "each group of value heads reads one query/key head; pick a divisor of heads")
             return None
-        return ir.GatedDelta(width=w, heads=heads, k_heads=k_heads, head_dim=head_dim, v_dim=v_dim or head_dim, conv=conv,
-                             chunk=chunk, eps=eps, negative_eigenvalues=bool(negative), span=d.span)
+        v.update(k_heads=k_heads, v_dim=v["v_dim"] or v["head_dim"], negative_eigenvalues=bool(v["negative_eigenvalues"]))
+        return ir.GatedDelta(width=w, **v, span=d.span)
 
-    def t_linear(self, o: Options, ctx, w, d):
-        out = o.get("out", w)
-        bias = o.get("bias")
-        if out is None or w is None:
-            return None
-        return ir.Linear(width=w, out=out, bias=bias, span=d.span)
+
+def where(ctx, w) -> dict:
+    """What an option's contextual default reads (`Opt.context`): the width where the op sits, the engine's throat."""
+    return {"width": w, "throat": ctx.throat}
+
+
+def _may_be_none(cls, field: str) -> bool:
+    return type(None) in typing.get_args(cls.model_fields[field].annotation)
 
 
 def _divisor_hint(w: int, heads: int) -> str:

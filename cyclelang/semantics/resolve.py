@@ -22,12 +22,12 @@ from ..syntax import ast
 from ..syntax.parser import KEYWORD_HOMES
 from .options import ACTIVATIONS, MAX_CONTEXT, MAX_EXPERTS, MAX_VOCAB, MAX_WIDTH, TABLE, Options  # noqa: F401 (limits re-exported)
 from .includes import MAX_INCLUDE_BYTES, MAX_INCLUDE_DEPTH, MAX_INCLUDE_FILES, _Loader  # noqa: F401 (limits re-exported)
-from .readers import NORMS, OpReaders  # noqa: F401 (NORMS re-exported)
+from .readers import NORMS, OpReaders, where  # noqa: F401 (NORMS re-exported)
 from .startup import StartupReaders
 from .values import Binding, EvalError, Keyword, Scope, evaluate, formula, let_ref, number, whole
 
 MAX_REPEAT = 10_000
-TURBINES = tuple(ir.kinds.BY_KEYWORD)  # each has an option reader, t_<keyword> (readers.py)
+TURBINES = tuple(ir.kinds.BY_KEYWORD)  # each read through its rows of options.TABLE; a rules hook, t_<keyword> (readers.py), where it has one
 MERGES = tuple(ir.kinds.MERGE_BY_KEYWORD)
 BUILTINS = ("width", "vocab", "context")
 
@@ -682,17 +682,29 @@ class _Resolver(StartupReaders, OpReaders):
             self.out.error("E0204", f"unknown turbine '{kind}'", d.kind.span, did_you_mean(kind, TURBINES) or f"one of: {', '.join(TURBINES)}")
             return None
         o = Options(f"turbine {kind}", d.options, scope, self.out, d.span)
-        op = getattr(self, "t_" + kind)(o, ctx, w, d)
+        hook = getattr(self, "t_" + kind, None)  # a kind with cross-option rules; the others are read as declared
+        cls = ir.kinds.BY_KEYWORD[kind].cls
+        op = hook(o, ctx, w, d) if hook is not None else self.made(cls, o.read(cls, where(ctx, w)), ctx, w, d)
         o.finish()
         return op.model_copy(update=dict(let_names=o.lets())) if op is not None and o.lets() else op
 
 
-# every turbine keyword has its option reader and its rows in the option table; merges and norms their rows
+def _unfilled(cls, kw: str) -> list[str]:
+    """The fields a kind's node needs that its rows do not fill: a kind without a rules hook is built
+    from its rows alone (and its width, and `causal` from the throat)."""
+    if hasattr(_Resolver, f"t_{kw}"):
+        return []
+    named = {r.field or r.name for r in TABLE.get(f"turbine {kw}", ()) if not r.hook}
+    return [f for f, info in cls.model_fields.items() if info.is_required() and f not in named and f not in ("width", "causal")]
+
+
+# every turbine keyword has its rows in the option table, and they fill its node unless a hook does; merges their rows
 for _kw in TURBINES:
-    ir.kinds.registered(lambda cls: hasattr(_Resolver, f"t_{_kw}"), f"cyclelang/semantics/readers.py (its reader, _Resolver.t_{_kw})",
-                        (ir.kinds.BY_KEYWORD[_kw].cls,))
     ir.kinds.registered(lambda cls: f"turbine {_kw}" in TABLE, f"cyclelang/semantics/options.py TABLE (a row 'turbine {_kw}')",
                         (ir.kinds.BY_KEYWORD[_kw].cls,))
+    _cls = ir.kinds.BY_KEYWORD[_kw].cls
+    ir.kinds.registered(lambda cls: not _unfilled(cls, _kw), f"cyclelang/semantics/options.py TABLE (a row 'turbine {_kw}' for each field of its "
+                        f"node: {', '.join(_unfilled(_cls, _kw))}; or a rules hook, _Resolver.t_{_kw})", (_cls,))
 for _kw, _k in ir.kinds.MERGE_BY_KEYWORD.items():
     ir.kinds.registered(lambda cls: f"merge {_kw}" in TABLE, f"cyclelang/semantics/options.py TABLE (a row 'merge {_kw}')", (_k.cls,))
 
