@@ -163,3 +163,29 @@ def test_walk_folded_and_unrolled():
     assert leaves[:half] == leaves[half:]  # the group's two instances run alike, one after the other
     capped = [v.stage.name for v in ir.walk(body, unroll=True, cap=1) if not v.stage.is_group]
     assert capped == [st.name for st, _ in ir.leaf_stages(body)]  # one instance of each repeat: source order
+
+
+# --- the stand's flags ----------------------------------------------------------------------------
+
+
+def test_cyclec_fire_takes_each_size():
+    torch = need("torch")
+    import json
+
+    from click.testing import CliRunner
+
+    from cyclelang.backends.torch.build import build
+    from cyclelang.cli import main
+
+    path = str(ROOT / "specs" / "mistral.cycle")
+    sizes = ["--width", "32", "--depth", "1", "--heads", "4", "--vocab", "50", "--context", "16"]
+    r = CliRunner().invoke(main, ["fire", path, *sizes, "--seq", "8", "--batch", "1", "--json", "-"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    (run,) = json.loads(r.output)["runs"]
+    model = build(ir.passes.shrink(load("mistral"), width=32, depth=1, heads=4, vocab=50, context=16), seed=0)
+    assert run["settings"]["params"] == sum(p.numel() for p in model.parameters()) and run["settings"]["width"] == 32
+    assert abs(run["loss"] - torch.log(torch.tensor(50.0)).item()) < 0.5  # an untrained head over 50 tokens
+    r = CliRunner().invoke(main, ["fire", path, "--heads", "4", "--coord-check"])
+    assert r.exit_code == 2 and "--heads does not apply to --coord-check" in r.output
+    r = CliRunner().invoke(main, ["fire", path, "--heads", "1000"])
+    assert r.exit_code == 1 and "too narrow for 1000 heads" in r.output
