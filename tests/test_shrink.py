@@ -81,6 +81,13 @@ def test_heads_for_every_multi_head_kind():
     assert (latent.heads, latent.head_dim, latent.v_dim) == (4, 64, 64)
 
 
+def test_mamba1_rank_follows_the_width_only_where_it_was_the_default():
+    m = ops(ir.passes.shrink(load("jamba"), width=96), ir.Mamba1)[0]  # the default, ceil(512 / 16) = 32
+    assert (m.inner, m.dt_rank, m.state) == (192, 6, 16)
+    text = (ROOT / "specs" / "jamba.cycle").read_text("utf-8").replace("turbine ssm version=1 state=16", "turbine ssm version=1 dt_rank=8 state=16")
+    assert {o.dt_rank for o in ops(ir.passes.shrink(cyclelang.parse(text), width=96), ir.Mamba1)} == {8}  # as the spec set it
+
+
 def test_shared_expert_narrows_with_the_width():
     moe = ops(ir.passes.shrink(load("deepseek_v2"), width=256), ir.Moe)[0]  # shared=512, hidden=256 at width 512
     assert (moe.hidden, moe.shared) == (128, 256)

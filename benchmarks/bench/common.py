@@ -185,8 +185,12 @@ def ratio(times, a, b):
 
 
 def quartiles(times, a, b) -> list[float]:
-    """The first and third quartiles of the per-round ratios a / b: the spread behind `ratio`."""
-    q = statistics.quantiles([x / y for x, y in zip(times[a], times[b])], n=4, method="inclusive")
+    """The first and third quartiles of the per-round ratios a / b: the spread behind `ratio` (one
+    round, `--rounds 1`: its ratio, twice)."""
+    rs = [x / y for x, y in zip(times[a], times[b])]
+    if len(rs) < 2:
+        return rs * 2
+    q = statistics.quantiles(rs, n=4, method="inclusive")
     return [q[0], q[2]]
 
 

@@ -33,6 +33,8 @@ Counting conventions
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -164,8 +166,10 @@ def _shrink_delta(op, s):  # heads and key heads kept, each head (key and value)
     return op.model_copy(update=dict(width=s.dim(op.width), heads=heads, k_heads=k_heads, head_dim=head_dim, v_dim=v_dim))
 
 
-def _shrink_mamba1(op, s):  # state and the step's rank kept, the channels narrower
-    return op.model_copy(update=dict(width=s.dim(op.width), inner=s.dim(op.inner)))
+def _shrink_mamba1(op, s):  # state kept, the channels narrower; the step's rank kept unless it is Mamba's default, ceil(width / 16)
+    width = s.dim(op.width)
+    rank = math.ceil(width / 16) if op.dt_rank == math.ceil(op.width / 16) else op.dt_rank
+    return op.model_copy(update=dict(width=width, inner=s.dim(op.inner), dt_rank=rank))
 
 
 def _shrink_linear(op, s):  # a projection to the vocabulary gives the new one
