@@ -4,8 +4,9 @@ timed in the same rounds, with transformers and the reference alongside.
     python benchmarks/ab.py llama HEAD~1 HEAD [--rounds 11]
     python benchmarks/ab.py moe HEAD~1 HEAD --compile     # each side torch.compile'd (revisions fullgraph)
 
-Each revision's cyclec generates the spec's source (shrunk as in run.py) in a temporary git
-worktree; every model gets the same weights and must give the same loss before timing.
+Each revision's cyclec generates the spec's source in a temporary git worktree, its Config set
+to the sizes of the scale model run.py times (`ir.passes.shrink`); every model gets the same
+weights and must give the same loss before timing.
 Ratios are medians over rounds of per-round ratios, as in run.py, of wall time and of this
 process's CPU time (which other processes' load moves less), with the CPU ratio's quartiles.
 """
@@ -13,6 +14,7 @@ process's CPU time (which other processes' load moves less), with the CPU ratio'
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import statistics
 import subprocess
@@ -69,7 +71,7 @@ def main(argv=None):
         return step
 
     sides, losses = {}, {}
-    text = RB.spec_text(args.spec, RB.SHRINK[args.spec])
+    text = RB.spec_text(args.spec)  # as written: each revision's Config takes the scale model's sizes
     with tempfile.TemporaryDirectory() as tmp:
         for i, rev in enumerate(args.revs):
             path = Path(tmp) / f"model_{i}.py"
@@ -77,7 +79,7 @@ def main(argv=None):
             spec = importlib.util.spec_from_file_location(f"ab_model_{i}", path)
             mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mod)
-            model = mod.Model(mod.Config(vocab_size=ours.config.vocab_size, context=ours.config.context, width=ours.config.width))
+            model = mod.Model(mod.Config(**{f.name: getattr(ours.config, f.name) for f in dataclasses.fields(mod.Config) if hasattr(ours.config, f.name)}))
             model.load_state_dict(ours.state_dict())
             with torch.no_grad():
                 losses[rev] = float(RB._loss(model.train(), idx, tgt))

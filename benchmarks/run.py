@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.common import (DOC, END, GPU_END, GPU_RESULTS, GPU_START, PEAK_BF16_TFLOPS, RESULTS, ROOT, SHRINK, START,  # noqa: E402
-                          _loss, check_same, median, minor_faults, models, peak_flops, quartiles, ratio, spec_text, step_flops,
+                          _loss, check_same, median, minor_faults, models, peak_flops, quartiles, ratio, shrunk, spec_text, step_flops,
                           synchronize, throughput, time_sides)
 from bench.decode import bench_decode  # noqa: E402
 from bench.expander import bench_expander  # noqa: E402
@@ -46,7 +46,7 @@ from bench.train import bench_train  # noqa: E402
 
 # what ab.py and tests/test_benchmarks_report.py read from this module
 __all__ = ["PEAK_BF16_TFLOPS", "PHASES", "SHRINK", "_loss", "check_same", "median", "minor_faults", "models", "op_name", "peak_flops",
-           "peak_step_bytes", "quartiles", "ratio", "render", "spec_text", "step_flops", "step_ops", "step_self_ms", "synchronize",
+           "peak_step_bytes", "quartiles", "ratio", "render", "shrunk", "spec_text", "step_flops", "step_ops", "step_self_ms", "synchronize",
            "synthetic", "throughput", "time_sides", "training_step", "main"]
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -24,13 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.cycle"))
 
 
-def shrink(path: Path, rules) -> str:
-    """A spec's text with each (pattern, replacement) of rules applied in turn: big specs made
-    small enough to build and run in the suite."""
-    text = Path(path).read_text("utf-8")
-    for pat, rep in rules:
-        text = re.sub(pat, rep, text)
-    return text
+def shrink(path: Path, **sizes):
+    """A library spec at a scale model small enough to build and run in the suite:
+    `ir.passes.shrink(load(path), **sizes)` (width, depth, vocab, context, heads)."""
+    import cyclelang
+
+    return cyclelang.ir.passes.shrink(cyclelang.load(path), **sizes)
 
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

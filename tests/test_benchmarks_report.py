@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-import cyclelang
 from cyclelang.review import analyze
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,8 +29,7 @@ class FakeCuda:
 
 def test_step_flops_is_the_reports_training_count(bench):
     # at the spec's own context the report's training FLOPs per token, times the tokens
-    text = bench.spec_text("gpt2", bench.SHRINK["gpt2"])
-    rep = analyze(cyclelang.parse(text))
+    rep = analyze(bench.shrunk("gpt2", bench.SHRINK["gpt2"]))
     n = rep["flops_per_token"]["context"]
     assert bench.step_flops("gpt2", 2, n) == 2 * n * rep["flops_per_token"]["training"]
     # shorter sequences attend to fewer positions: fewer FLOPs per token

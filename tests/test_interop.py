@@ -15,8 +15,9 @@ import sys
 import pytest
 
 import cyclelang
+from cyclelang import ir
 
-from .conftest import ROOT, need
+from .conftest import ROOT, need, shrink
 
 torch = need("torch")
 transformers = need("transformers")
@@ -27,37 +28,33 @@ SPEC = {p.stem: p for p in (ROOT / "specs").glob("*.cycle")}
 B, T = 2, 16
 
 
-def spec_text(name, subs):
-    """specs/NAME.cycle with option values replaced: subs maps a regex to its new text."""
-    text = SPEC[name].read_text("utf-8")
-    for pat, rep in subs.items():
-        text = re.sub(pat, rep, text)  # a pattern absent from the spec changes nothing
-    return text
-
-
 def tiny(name):
-    """The spec shrunk to width 64, two layers, vocab 128: every construct kept."""
-    common = {r"vocab=\d+": "vocab=128", r"context=\d+": "context=32"}
-    if name == "gpt2":
-        return spec_text(name, {**common, r"width=\d+": "width=64", r"heads=12": "heads=4", r"let depth = \d+": "let depth = 2"})
-    if name in ("llama", "mistral"):
-        return spec_text(name, {**common, r"width=\d+": "width=64", r"heads=8": "heads=4", r"hidden=\d+": "hidden=96", r"\) x 8": ") x 2", r"window=\d+": "window=6"})
-    if name == "moe":
-        return spec_text(name, {**common, r"width=\d+": "width=64", r"heads=8 kv_heads=4": "heads=4 kv_heads=2", r"experts=8": "experts=4", r"hidden=\d+": "hidden=96", r"x 4": "x 2"})
-    raise KeyError(name)
+    """The spec as a scale model (`ir.passes.shrink`: width 64, 4 heads, two layers, vocab 128,
+    context 32): every construct kept."""
+    return shrink(SPEC[name], width=64, heads=4, depth=2, vocab=128, context=32)
 
 
 def hf_config(name, **over):
-    kw = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96, max_position_embeddings=32, tie_word_embeddings=False)
+    """transformers' config of `tiny(name)`, its sizes read from the scale model's IR."""
+    e = tiny(name).engine
+    leaves = ir.leaf_stages(e.body)
+    ops = [o for st, _ in leaves for b in st.branch_list() for o in b.ops]
+    att = next(o for o in ops if isinstance(o, ir.Attention))
+    ff = next(o for o in ops if isinstance(o, (ir.Mlp, ir.Moe)))
+    layers = sum(n for _, n in leaves)
+    kw = dict(vocab_size=e.feed.vocab, hidden_size=e.width, num_hidden_layers=layers, num_attention_heads=att.heads, num_key_value_heads=att.kv_heads,
+              intermediate_size=ff.hidden, max_position_embeddings=e.feed.context, tie_word_embeddings=False)
     if name == "gpt2":
-        kw = dict(vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        kw = dict(vocab_size=e.feed.vocab, n_positions=e.feed.context, n_embd=e.width, n_layer=layers, n_head=att.heads, resid_pdrop=0.0,
+                  embd_pdrop=0.0, attn_pdrop=0.0)
         return transformers.GPT2Config(**{**kw, **over})
     if name == "llama":
         return transformers.LlamaConfig(**{**kw, **over})
     if name == "mistral":
-        return transformers.MistralConfig(**{**kw, "sliding_window": 6, **over})
+        return transformers.MistralConfig(**{**kw, "sliding_window": att.window, **over})
     if name == "moe":
-        return transformers.MixtralConfig(**{**kw, "num_local_experts": 4, "num_experts_per_tok": 2, "rms_norm_eps": 1e-6, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, **over})
+        return transformers.MixtralConfig(**{**kw, "num_local_experts": ff.experts, "num_experts_per_tok": ff.top, "rms_norm_eps": 1e-6,
+                                             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, **over})
     raise KeyError(name)
 
 
@@ -93,7 +90,7 @@ def batch(vocab=128, seed=0):
 @pytest.mark.parametrize("name", ["gpt2", "llama", "mistral", "moe"])
 def test_logits_and_loss_match_transformers(tmp_path, name):
     ref = hf_model(name)
-    ours = build(cyclelang.parse(tiny(name)), seed=0).eval()
+    ours = build(tiny(name), seed=0).eval()
     assert n_params(ours) == n_params(ref)
     load_transformers(ours, saved(ref, tmp_path / "ckpt"))  # the folder users load, JSON quirks and all
     idx = batch()
@@ -108,7 +105,7 @@ def test_logits_and_loss_match_transformers(tmp_path, name):
 
 def test_gradients_match_gpt2():
     ref = hf_model("gpt2").train()
-    ours = load_transformers(build(cyclelang.parse(tiny("gpt2")), seed=0).train(), ref)
+    ours = load_transformers(build(tiny("gpt2"), seed=0).train(), ref)
     idx = batch()
     ref(idx, labels=idx).loss.backward()
     _, loss = ours(idx, torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1))
@@ -123,7 +120,7 @@ def test_safetensors_checkpoint_folder(tmp_path):
     ref = hf_model("gpt2")
     ref.save_pretrained(tmp_path)
     assert (tmp_path / "model.safetensors").is_file()
-    ours = load_transformers(build(cyclelang.parse(tiny("gpt2")), seed=0).eval(), tmp_path)
+    ours = load_transformers(build(tiny("gpt2"), seed=0).eval(), tmp_path)
     idx = batch()
     with torch.no_grad():
         torch.testing.assert_close(ours(idx), ref(idx).logits, rtol=0, atol=1e-5)
@@ -147,7 +144,7 @@ def test_mixtral_released_layout():
         else:
             for e, w in enumerate(v):
                 state[h + f"experts.{e}.w2.weight"] = w
-    ours = load_transformers(build(cyclelang.parse(tiny("moe")), seed=0).eval(), state, config=ref.config)
+    ours = load_transformers(build(tiny("moe"), seed=0).eval(), state, config=ref.config)
     idx = batch()
     with torch.no_grad():
         torch.testing.assert_close(ours(idx), ref(idx).logits, rtol=0, atol=1e-5)
@@ -188,7 +185,7 @@ def test_full_size_matches_transformers(name):
 
 
 def _error(name, source, **kw):
-    ours = build(cyclelang.parse(tiny(name)), seed=0)
+    ours = build(tiny(name), seed=0)
     before = {k: v.clone() for k, v in ours.state_dict().items()}
     with pytest.raises(InteropError) as info:
         load_transformers(ours, source, **kw)
@@ -255,7 +252,8 @@ def test_error_config_eps_rope_window():
     err = _error("llama", hf_model("llama", rope_parameters={"rope_type": "default", "rope_theta": 500000.0}))
     assert err.key == "stages.0.mix.attn" and "rotary base (rope_theta) (turbine attention rotary_base=): spec 10000, checkpoint 500000" in str(err)
     err = _error("mistral", hf_model("mistral", sliding_window=8))
-    assert err.key == "stages.0.mix.attn" and "sliding window (turbine attention window=): spec 6 tokens, checkpoint 8 tokens" in str(err)
+    w = hf_config("mistral").sliding_window  # the scale model's: 256 of 4,096 positions at context 32
+    assert err.key == "stages.0.mix.attn" and f"sliding window (turbine attention window=): spec {w} tokens, checkpoint 8 tokens" in str(err)
 
 
 def test_pickles_are_refused(tmp_path):

@@ -32,7 +32,7 @@ import pytest
 import cyclelang
 from cyclelang import ir
 
-from .conftest import ROOT, SPECS, shrink as shrink_text, need, rotated
+from .conftest import ROOT, SPECS, shrink as shrink_spec, need, rotated
 
 torch = need("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
@@ -42,21 +42,9 @@ from cyclelang.backends.torch.build import build  # noqa: E402
 
 B, T = 2, 8
 
-_SHRINK = [
-    (r"chamber width=\d+", "chamber width=96"),
-    (r"let width = \d+", "let width = 96"),
-    (r"vocab=\d+", "vocab=96"),
-    (r"context=\d+", "context=16"),
-    (r"let depth = \d+", "let depth = 2"),
-    (r"(?<=\s)x (\d+)", lambda m: f"x {min(int(m.group(1)), 2)}"),
-    (r"hidden=\d+", "hidden=80"),
-    (r"window=\d+", "window=4"),
-    (r"\bout=(?!vocab)\d+", "out=48"),
-]
-
-
-def shrink(path) -> str:
-    return shrink_text(path, _SHRINK)
+def shrink(path):
+    """The spec at width 96, two layers a stage, vocab 96, context 16 (windows in proportion)."""
+    return shrink_spec(path, width=96, depth=2, vocab=96, context=16)
 
 
 # --- the closed form ----------------------------------------------------------------------
@@ -216,12 +204,12 @@ class MatmulCounter(TorchDispatchMode):
 
 def small(path):
     """The fast form, as `cyclec train` and the benchmarks run it."""
-    return build(cyclelang.parse(shrink(path)), seed=0, fast=True).eval()
+    return build(shrink(path), seed=0, fast=True).eval()
 
 
 @pytest.mark.parametrize("path", rotated(SPECS, 2, 0), ids=lambda p: p.stem)  # half in the fast tier (test_review_torch's FLOP sweep takes others)
 def test_matmuls_and_flops_per_forward(path):
-    spec = cyclelang.parse(shrink(path))
+    spec = shrink(path)
     model = build(spec, seed=0).eval()
     idx = torch.randint(0, model.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
     want_count, want_flops = expected(spec, B, T)

@@ -8,8 +8,6 @@ of torch's FlopCounterMode. Skipped until the back-end (`cyclelang.build`) exist
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 import cyclelang
@@ -17,7 +15,7 @@ from cyclelang import ir
 from cyclelang.review import analyze
 from cyclelang.review.report import forward_flops_per_token
 
-from .conftest import ROOT, SPECS, spec_id, need, swept
+from .conftest import ROOT, SPECS, shrink, spec_id, need, swept
 
 torch = need("torch")
 build = cyclelang.build
@@ -44,8 +42,7 @@ def _spec(path):
         return cyclelang.load(ROOT / "specs" / f"{FULL}.cycle")
     if path.parent != ROOT / "specs":
         return cyclelang.load(path)
-    text = re.sub(r"vocab=\d+", "vocab=250", path.read_text("utf-8"))
-    return ir.passes.shrink(cyclelang.parse(text, str(path)), width=64, depth=2)
+    return shrink(path, width=64, depth=2, vocab=250)
 
 
 def _id(path) -> str:

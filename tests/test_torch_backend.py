@@ -21,7 +21,7 @@ import cyclelang
 from cyclelang.backends.torch.codegen import codegen
 from cyclelang.ir.layout import NN_MODULE_ATTRS
 
-from .conftest import ROOT, SPECS, shrink as shrink_text, spec_id, need, rotated
+from .conftest import ROOT, SPECS, shrink as shrink_spec, spec_id, need, rotated
 
 torch = need("torch")
 from cyclelang.backends.torch.build import build  # noqa: E402
@@ -29,25 +29,16 @@ from cyclelang.backends.torch.build import build  # noqa: E402
 CAUSAL = [p for p in SPECS if "throat causal" in p.read_text()]
 OPEN = [p for p in SPECS if p not in CAUSAL]
 
-_SHRINK = [
-    (r"chamber width=\d+", "chamber width=96"),
-    (r"let width = \d+", "let width = 96"),
-    (r"vocab=\d+", "vocab=128"),
-    (r"context=\d+", "context=32"),
-    (r"let depth = \d+", "let depth = 2"),
-    (r"(?<=\s)x (\d+)", lambda m: f"x {min(int(m.group(1)), 2)}"),
-    (r"hidden=\d+", "hidden=128"),
-    (r"window=\d+", "window=6"),
-    (r"dropout=[0-9.]+", "dropout=0.1"),
-]
+SIZES = dict(width=96, depth=2, vocab=128, context=32)
 
 
-def shrink(path) -> str:
-    return shrink_text(path, _SHRINK)
+def shrink(path):
+    """The spec at width 96, two layers a stage, vocab 128, context 32 (windows in proportion)."""
+    return shrink_spec(path, **SIZES)
 
 
 def small(path, seed=0):
-    return build(cyclelang.parse(shrink(path)), seed=seed)
+    return build(shrink(path), seed=seed)
 
 
 def tokens(model, B=2, T=12, seed=0):
@@ -172,7 +163,7 @@ def test_targets_may_be_a_non_contiguous_slice():
 def test_next_token_loss_is_cross_entropy_with_a_leaner_backward():
     # the generated loss: F.cross_entropy's forward, bit for bit; its own backward (softmax
     # minus one-hot in one buffer) agrees with autograd's, ignored targets (-1) included
-    model = build(cyclelang.parse(shrink(ROOT / "specs" / "llama.cycle")), seed=0, fast=True).train()
+    model = build(shrink(ROOT / "specs" / "llama.cycle"), seed=0, fast=True).train()
     loss_fn = sys.modules[type(model).__module__].next_token_loss
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(24, 50, generator=g)
@@ -190,10 +181,10 @@ def test_written_source_matches_build_bit_for_bit(tmp_path):
     build executes the very text codegen returns (test_built_module_is_the_written_text holds that
     for every spec), so one spec shows that the text runs the same from a file."""
     path = ROOT / "specs" / "llama.cycle"
-    text = shrink(path)
-    model = build(cyclelang.parse(text), seed=1).eval()
+    small_spec = shrink(path)
+    model = build(small_spec, seed=1).eval()
     file = tmp_path / f"{path.stem}_model.py"
-    file.write_text(codegen(cyclelang.parse(text)), "utf-8")
+    file.write_text(codegen(small_spec), "utf-8")
     spec = importlib.util.spec_from_file_location(f"gen_{path.stem}", file)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -210,10 +201,10 @@ def test_built_module_is_the_written_text(path):
     in-process module are one program: test_written_source_matches_build_bit_for_bit runs both once)."""
     import inspect
 
-    spec = cyclelang.parse(shrink(path))
+    spec = shrink(path)
     with torch.device("meta"):
         model = build(spec)
-    assert inspect.getsource(sys.modules[type(model).__module__]) == codegen(cyclelang.parse(shrink(path)))
+    assert inspect.getsource(sys.modules[type(model).__module__]) == codegen(shrink(path))
 
 
 def test_same_seed_same_weights_and_global_rng_untouched():
@@ -291,14 +282,15 @@ def test_kv_cache_logits_match_full_forward():
 def test_sliding_window_limits_one_attention():
     model = small(ROOT / "specs" / "mistral.cycle").eval()
     attn = model.stages[0].mix.attn
+    w = model.config.window  # the spec's 256 of 4,096 positions, in proportion at context 32
     x = torch.randn(1, 16, 96)
     y = x.clone()
     y[:, 0] += 1.0
     rope = (model.rope_cos[:16], model.rope_sin[:16])
     with torch.no_grad():
         a, b = attn(x, rope, None), attn(y, rope, None)
-    assert torch.equal(a[:, 6:], b[:, 6:])  # window=6: position 6 no longer sees position 0
-    assert not torch.allclose(a[:, 5], b[:, 5])
+    assert torch.equal(a[:, w:], b[:, w:])  # position w no longer sees position 0
+    assert not torch.allclose(a[:, w - 1], b[:, w - 1])
 
 
 KITCHEN_SINK = """
@@ -400,7 +392,7 @@ def test_deepnorm_alpha_beta_and_init():
     assert "x = self.alpha * x + " in source and "return (2 * self.n_layer) ** 0.25" in source
     assert cyclelang.build(spec, seed=0).config.deepnorm_alpha == m.alpha  # the config's formula is the IR's, bit for bit
     model = small(ROOT / "specs" / "deepnet.cycle", seed=0)
-    beta = cyclelang.parse(shrink(ROOT / "specs" / "deepnet.cycle")).engine.body[0].ops[0].merge.beta
+    beta = shrink(ROOT / "specs" / "deepnet.cycle").engine.body[0].ops[0].merge.beta
     qkv = torch.cat([s.mix.attn.qkv.weight for s in model.stages], 1)
     ratio = qkv[192:].std() / qkv[:96].std()  # v over q
     assert ratio.item() == pytest.approx(beta, rel=0.05)
@@ -480,7 +472,7 @@ def test_moe_balance_capacity_and_dropless_eval():
 
 @pytest.mark.slow  # aot_eager over the whole model; test_moe_op compiles the MoE layer fast
 def test_moe_compiles_as_one_graph():
-    model = build(cyclelang.parse(shrink(ROOT / "specs" / "moe.cycle")), seed=0, fast=True).train()  # the experts' custom op: one graph
+    model = build(shrink(ROOT / "specs" / "moe.cycle"), seed=0, fast=True).train()  # the experts' custom op: one graph
     idx = tokens(model, B=2, T=16, seed=1)
     torch._dynamo.reset()
     # aot_eager: the capture and AOTAutograd's joint graph (the custom op's autograd), no C++ build
@@ -533,8 +525,10 @@ def test_startup_helper():
 
 def test_post_ln_matches_transformer_encoder_layers():
     model = small(ROOT / "specs" / "post_ln.cycle").eval()
+    c = model.config
     layers = torch.nn.ModuleList(
-        torch.nn.TransformerEncoderLayer(96, 8, 128, dropout=0.1, activation="relu", batch_first=True, norm_first=False) for _ in model.stages
+        torch.nn.TransformerEncoderLayer(c.width, c.n_head, c.mlp_ratio * c.width, dropout=c.dropout, activation="relu", batch_first=True,
+                                         norm_first=False) for _ in model.stages
     ).eval()
     with torch.no_grad():
         for ours, ref in zip(model.stages, layers):

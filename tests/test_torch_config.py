@@ -21,8 +21,8 @@ import pytest
 import cyclelang
 from cyclelang.backends.torch.codegen import codegen, make_plan
 
-from .conftest import ROOT, SPECS, need, rotated, shrink as shrink_text, spec_id, swept_except
-from .test_torch_backend import _SHRINK, shrink, tokens
+from .conftest import ROOT, SPECS, need, rotated, spec_id, swept_except
+from .test_torch_backend import shrink, tokens
 
 torch = need("torch")
 from cyclelang.backends.torch.build import build, load_source  # noqa: E402
@@ -44,11 +44,7 @@ def defaults(config) -> dict:
 def test_a_changed_config_is_the_changed_spec_bit_for_bit(path):
     """Model(Config(**the shrunk spec's sizes)) from the full-size file == build(shrunk spec)."""
     full = module_of(path)
-    width = cyclelang.load(path).engine.width
-    # width 96, two layers; a hidden width the spec gives as a multiple of the width stays one, any other becomes 128
-    text = shrink_text(path, [(pat, repl) for pat, repl in _SHRINK if pat != r"hidden=\d+"] + [
-        (r"hidden=(\d+)", lambda m: f"hidden={int(m.group(1)) // width * 96}" if int(m.group(1)) % width == 0 else "hidden=128")])
-    small_spec = cyclelang.parse(text)
+    small_spec = shrink(path)  # width 96, two layers: hidden widths in proportion
     small_sizes = defaults(load_source(codegen(small_spec), path.stem + "_small").Config())
     assert set(small_sizes) == {f.name for f in dataclasses.fields(full.Config)}  # the same fields, other values
     assert small_sizes != defaults(full.Config())
@@ -73,7 +69,7 @@ def test_every_spec_imports_with_torch_alone_and_config_default_is_the_build(tmp
     files = {}
     for path in SPECS:
         f = tmp_path / f"{path.stem}_model.py"
-        f.write_text(codegen(cyclelang.parse(shrink(path))), "utf-8")
+        f.write_text(codegen(shrink(path)), "utf-8")
         files[path.stem] = str(f)
     script = textwrap.dedent("""
         import importlib.abc, importlib.util, json, sys
@@ -98,7 +94,7 @@ def test_every_spec_imports_with_torch_alone_and_config_default_is_the_build(tmp
     assert proc.returncode == 0, proc.stderr[-3000:]
     states = torch.load(out)
     for path in SPECS:
-        ref = build(cyclelang.parse(shrink(path)), seed=5).state_dict()
+        ref = build(shrink(path), seed=5).state_dict()
         got = states[path.stem]
         assert list(got) == list(ref), path.stem
         assert all(torch.equal(got[k], ref[k]) for k in ref), path.stem
@@ -269,7 +265,7 @@ ROCKET_WORDS = ("injector", "combust", "prechamber", "valve", "nozzle", "orifice
 
 @pytest.mark.parametrize("path", rotated(SPECS, 2, 1, slow=BIG), ids=spec_id)  # half (the MoE and sink specs among them)
 def test_readable_and_fast_forms_are_the_same_model(path):
-    spec = cyclelang.parse(shrink(path))
+    spec = shrink(path)
     fast, readable = build(spec, seed=2, fast=True).train(), build(spec, seed=2, fast=False).train()
     assert type(fast).__module__ != type(readable).__module__
     a, b = fast.state_dict(), readable.state_dict()
@@ -331,7 +327,7 @@ def test_both_tags_each_line_with_the_spec_line_and_the_engine_word():
 
 
 def test_comment_modes_build_the_same_model():
-    spec = cyclelang.parse(shrink(ROOT / "specs" / "gas_generator.cycle"))
+    spec = shrink(ROOT / "specs" / "gas_generator.cycle")
     states = []
     for mode in ("ml", "both", "none"):
         mod = load_source(codegen(spec, comments=mode), f"gas_{mode}")

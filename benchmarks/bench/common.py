@@ -3,7 +3,6 @@ alternating timer and its ratios, the FLOP and peak figures behind tokens/s and 
 
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 import time
@@ -21,20 +20,21 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 GPU_RESULTS = BENCH / "results_gpu.json"
 GPU_START, GPU_END = "<!-- gpu-results:start -->", "<!-- gpu-results:end -->"
 
-# --- the specs under test, shrunk to fit two CPU cores -------------------------------------
+# --- the specs under test, shrunk to fit two CPU cores (`ir.passes.shrink`'s sizes) ------------
 
 SHRINK = {
     # GPT-2 small's cycle at width 256, 4 blocks, 4 heads of 64
-    "gpt2": {r"width=\d+": "width=256", r"heads=12": "heads=4", r"let depth = \d+": "let depth = 4", r"vocab=\d+": "vocab=8192", r"context=\d+": "context=256"},
+    "gpt2": dict(width=256, heads=4, depth=4, vocab=8192, context=256),
     # the Llama cycle at width 256: 8 query heads over 2 KV heads of 32, SwiGLU 704, 4 blocks
-    "llama": {r"width=\d+": "width=256", r"hidden=\d+": "hidden=704", r"\) x 8": ") x 4", r"vocab=\d+": "vocab=8192", r"context=\d+": "context=256"},
+    "llama": dict(width=256, depth=4, vocab=8192, context=256),
     # the MoE cycle as written (width 256, 4 blocks, 8 experts top-2), a shorter context
-    "moe": {r"context=\d+": "context=256"},
+    "moe": dict(context=256),
 }
-# the expander cycle: Mamba-2 at width 256 (8 heads of 64, state 64, 4 blocks); decoding engines at width 128
-MAMBA2 = {r"width=\d+": "width=256", r"heads=24": "heads=8", r"state=128": "state=64", r"chunk=256": "chunk=128",
-          r"let depth = \d+": "let depth = 4", r"vocab=\d+": "vocab=8192", r"context=\d+": "context=256"}
-FLAT = {r"width=\d+": "width=128", r"heads=12": "heads=4", r"let depth = \d+": "let depth = 2", r"vocab=\d+": "vocab=2048", r"context=\d+": "context=4160"}
+# the expander cycle: Mamba-2 at width 256 (8 heads of 64, 4 blocks; state 64 and chunk 128: MAMBA2_STATE);
+# decoding engines at width 128
+MAMBA2 = dict(width=256, heads=8, depth=4, vocab=8192, context=256)
+MAMBA2_STATE = ("state=128 groups=1 expand=2 conv=4 chunk=256", "state=64 groups=1 expand=2 conv=4 chunk=128")
+FLAT = dict(width=128, heads=4, depth=2, vocab=2048, context=4160)
 # the short conv's decoding engine: specs/short_conv.cycle's conv layer alone, at FLAT's width, depth, vocab and context
 SHORT_CONV = """
 engine short_conv {
@@ -49,14 +49,38 @@ engine short_conv {
   nozzle head tied
 }
 """
-DECODE = {r"width=\d+": "width=128", r"heads=8": "heads=4", r"hidden=\d+": "hidden=352", r"\) x 8": ") x 2", r"vocab=\d+": "vocab=2048", r"context=\d+": "context=1280"}
+# llama at width 128: 4 heads of 32 over 2 KV heads, SwiGLU 352, 2 blocks
+DECODE = dict(width=128, heads=4, depth=2, vocab=2048, context=1280)
 
 
-def spec_text(name: str, subs: dict) -> str:
-    text = (ROOT / "specs" / f"{name}.cycle").read_text("utf-8")
-    for pat, rep in subs.items():
-        text = re.sub(pat, rep, text)
-    return text
+def spec_text(name: str) -> str:
+    """A library spec's text, as written."""
+    return (ROOT / "specs" / f"{name}.cycle").read_text("utf-8")
+
+
+def shrunk(name: str, sizes: dict, text: str | None = None):
+    """A library spec (or `text`, a variant of it) at a scale model: `ir.passes.shrink(spec, **sizes)`."""
+    import cyclelang
+    from cyclelang import ir
+
+    return ir.passes.shrink(cyclelang.parse(spec_text(name) if text is None else text), **sizes)
+
+
+def sizes_of(spec) -> dict:
+    """The sizes a reference and a transformers model are built at, read from a (shrunk) spec's IR: the
+    width, the layers, the first attention's heads and kv heads, the first MLP's or MoE's hidden width, and
+    the MoE's experts, top, capacity and balance (0 without one)."""
+    from cyclelang import ir
+
+    e = spec.engine
+    leaves = ir.leaf_stages(e.body)
+    ops = [o for st, _ in leaves for b in st.branch_list() for o in b.ops]
+    att = next(o for o in ops if isinstance(o, ir.Attention))
+    ff = next(o for o in ops if isinstance(o, (ir.Mlp, ir.Moe)))
+    moe = isinstance(ff, ir.Moe)
+    return dict(width=e.width, layers=sum(n for _, n in leaves), heads=att.heads, kv=att.kv_heads, hidden=ff.hidden,
+                experts=ff.experts if moe else 0, top=ff.top if moe else 0, capacity=(ff.capacity or 0.0) if moe else 0.0,
+                balance=ff.balance if moe else 0.0)
 
 
 def median(xs):
@@ -80,20 +104,23 @@ def models(name, torch):
     import cyclelang
     from cyclelang.interop import load_transformers
 
-    ours = cyclelang.build(cyclelang.parse(spec_text(name, SHRINK[name])), seed=0, fast=True)
-    c = ours.config
+    spec = shrunk(name, SHRINK[name])
+    ours = cyclelang.build(spec, seed=0, fast=True)
+    c, d = ours.config, sizes_of(spec)
     if name == "gpt2":
-        ref = R.GPT(R.GPTConfig(vocab_size=c.vocab_size, block_size=c.context, n_layer=4, n_head=4, n_embd=256))
-        hf_cfg = transformers.GPT2Config(vocab_size=c.vocab_size, n_positions=c.context, n_embd=256, n_layer=4, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        ref = R.GPT(R.GPTConfig(vocab_size=c.vocab_size, block_size=c.context, n_layer=d["layers"], n_head=d["heads"], n_embd=d["width"]))
+        hf_cfg = transformers.GPT2Config(vocab_size=c.vocab_size, n_positions=c.context, n_embd=d["width"], n_layer=d["layers"], n_head=d["heads"],
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         hf = transformers.GPT2LMHeadModel(hf_cfg)
     else:
-        moe = name == "moe"
-        heads, kv, hidden = (8, 4, 512) if moe else (8, 2, 704)
-        ref = R.Llama(R.LlamaConfig(vocab_size=c.vocab_size, max_seq_len=c.context, dim=256, n_layers=4, n_heads=heads, n_kv_heads=kv, hidden=hidden,
-                                    n_experts=8 if moe else 0, top_k=2, capacity=1.25 if moe else 0.0, balance=0.01 if moe else 0.0))
-        kw = dict(vocab_size=c.vocab_size, hidden_size=256, intermediate_size=hidden, num_hidden_layers=4, num_attention_heads=heads, num_key_value_heads=kv,
-                  max_position_embeddings=c.context, rms_norm_eps=1e-6, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-        hf_cfg = transformers.MixtralConfig(num_local_experts=8, num_experts_per_tok=2, **kw) if moe else transformers.LlamaConfig(**kw)
+        moe = d["experts"] > 0
+        ref = R.Llama(R.LlamaConfig(vocab_size=c.vocab_size, max_seq_len=c.context, dim=d["width"], n_layers=d["layers"], n_heads=d["heads"],
+                                    n_kv_heads=d["kv"], hidden=d["hidden"], n_experts=d["experts"], top_k=d["top"] or 2, capacity=d["capacity"],
+                                    balance=d["balance"]))
+        kw = dict(vocab_size=c.vocab_size, hidden_size=d["width"], intermediate_size=d["hidden"], num_hidden_layers=d["layers"],
+                  num_attention_heads=d["heads"], num_key_value_heads=d["kv"], max_position_embeddings=c.context, rms_norm_eps=1e-6,
+                  tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        hf_cfg = transformers.MixtralConfig(num_local_experts=d["experts"], num_experts_per_tok=d["top"], **kw) if moe else transformers.LlamaConfig(**kw)
         hf = (transformers.MixtralForCausalLM if moe else transformers.LlamaForCausalLM)(hf_cfg)
     load_transformers(ours, hf)  # the configs line up (else InteropError); all three share weights
     R.copy_weights(ref, ours)
@@ -158,8 +185,12 @@ def ratio(times, a, b):
 
 
 def quartiles(times, a, b) -> list[float]:
-    """The first and third quartiles of the per-round ratios a / b: the spread behind `ratio`."""
-    q = statistics.quantiles([x / y for x, y in zip(times[a], times[b])], n=4, method="inclusive")
+    """The first and third quartiles of the per-round ratios a / b: the spread behind `ratio` (one
+    round, `--rounds 1`: its ratio, twice)."""
+    rs = [x / y for x, y in zip(times[a], times[b])]
+    if len(rs) < 2:
+        return rs * 2
+    q = statistics.quantiles(rs, n=4, method="inclusive")
     return [q[0], q[2]]
 
 
@@ -183,10 +214,9 @@ def peak_flops(args, torch) -> float | None:
 def step_flops(name: str, batch: int, seq: int) -> int:
     """A training step's model FLOPs: three times the forward's (forward, and the backward's two
     products per weight), from the IR's count per token at this context, as `cyclec info` gives it."""
-    import cyclelang
     from cyclelang.review.report import forward_flops_per_token
 
-    return 3 * forward_flops_per_token(cyclelang.parse(spec_text(name, SHRINK[name])).engine, seq) * batch * seq
+    return 3 * forward_flops_per_token(shrunk(name, SHRINK[name]).engine, seq) * batch * seq
 
 
 def throughput(times, name, args, torch) -> dict:

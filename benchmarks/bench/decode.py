@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 import time
 
-from .common import DECODE, median, spec_text, synchronize
+from .common import DECODE, median, shrunk, synchronize
 
 
 def bench_decode(args, torch):
     import cyclelang
 
-    model = cyclelang.build(cyclelang.parse(spec_text("llama", DECODE)), seed=0, fast=True).eval()
+    model = cyclelang.build(shrunk("llama", DECODE), seed=0, fast=True).eval()
     model.to(device=args.device, dtype=getattr(torch, args.dtype))
     Cache = sys.modules[type(model).__module__].Cache
     prompt = torch.randint(0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0)).to(args.device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from .common import _loss, FLAT, MAMBA2, median, ratio, SHORT_CONV, spec_text, time_sides
+from .common import _loss, FLAT, MAMBA2, MAMBA2_STATE, median, ratio, SHORT_CONV, shrunk, spec_text, time_sides
 
 
 def _train_against_hf(name, ours, hf, args, torch, c):
@@ -98,13 +98,17 @@ def bench_expander(args, torch):
     import transformers
 
     import cyclelang
+    from cyclelang import ir
     from cyclelang.interop import load_transformers
 
-    ours = cyclelang.build(cyclelang.parse(spec_text("mamba2", MAMBA2)), seed=0, fast=True)
-    c = ours.config
+    spec = shrunk("mamba2", MAMBA2, spec_text("mamba2").replace(*MAMBA2_STATE))
+    ours = cyclelang.build(spec, seed=0, fast=True)
+    c, e = ours.config, spec.engine
+    ssm = next(o for st, _ in ir.leaf_stages(e.body) for b in st.branch_list() for o in b.ops if isinstance(o, ir.Ssm))
     hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
-        vocab_size=c.vocab_size, hidden_size=256, num_heads=8, head_dim=64, state_size=64, n_groups=1, expand=2, conv_kernel=4,
-        chunk_size=128, num_hidden_layers=4, use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5, tie_word_embeddings=True))
+        vocab_size=c.vocab_size, hidden_size=e.width, num_heads=ssm.heads, head_dim=ssm.head_dim, state_size=ssm.state, n_groups=ssm.groups,
+        expand=ssm.inner // e.width, conv_kernel=ssm.conv, chunk_size=ssm.chunk, num_hidden_layers=sum(n for _, n in ir.leaf_stages(e.body)),
+        use_bias=False, use_conv_bias=True, layer_norm_epsilon=1e-5, tie_word_embeddings=True))
     load_transformers(ours, hf)
     res = _train_against_hf("mamba2", ours, hf, args, torch, c)
     del ours, hf
@@ -113,11 +117,11 @@ def bench_expander(args, torch):
         if args.families and name not in args.families.split(","):
             continue
         res[name] = _imported_against_hf(name, prefix, config, args, torch)
-    # gated DeltaNet: expander.cycle's engine with the linear attention swapped for `turbine delta` (4 heads of 32)
-    delta = spec_text("expander", FLAT).replace("turbine linear_attention heads=4 retention chunk=64", "turbine delta heads=4 chunk=64")
+    # gated DeltaNet: expander.cycle's engine with the linear attention swapped for `turbine delta` (at FLAT: 4 heads of 32)
+    delta = spec_text("expander").replace("turbine linear_attention heads=12 retention chunk=64", "turbine delta heads=12 chunk=64")
     for name in ("expander", "gpt2", "gated_delta", "short_conv"):
-        text = {"gated_delta": delta, "short_conv": SHORT_CONV}.get(name) or spec_text(name, FLAT)
-        res[name] = decode_growth(name, cyclelang.build(cyclelang.parse(text), seed=0, fast=True).eval(), args, torch)
+        spec = cyclelang.parse(SHORT_CONV) if name == "short_conv" else shrunk(name, FLAT, delta if name == "gated_delta" else None)
+        res[name] = decode_growth(name, cyclelang.build(spec, seed=0, fast=True).eval(), args, torch)
         d = res[name]
         print(f"  decode {name}: {d['ms_first']:.3f} ms per token around token 64, {d['ms_last']:.3f} ms around 4096 (x{d['growth']:.2f})", flush=True)
     return res

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import _loss, BENCH, median, models, ROOT, SHRINK, spec_text, synchronize
+from .common import _loss, BENCH, median, models, ROOT, SHRINK, shrunk, synchronize
 
 
 # cyclec: the spec compiled whole (one graph, fullgraph); regional: the generated file's
@@ -25,11 +25,7 @@ def our_model(name, depth, torch):
     if given: the first-step children of the depth rows and of our sides."""
     import cyclelang
 
-    subs = dict(SHRINK[name])
-    if depth:
-        subs = {k: v for k, v in subs.items() if v not in (") x 4", "let depth = 4")}
-        subs.update({r"\) x \d+": f") x {depth}", r"let depth = \d+": f"let depth = {depth}"})
-    return cyclelang.build(cyclelang.parse(spec_text(name, subs)), seed=0, fast=True, parallel=True)
+    return cyclelang.build(shrunk(name, {**SHRINK[name], **({"depth": depth} if depth else {})}), seed=0, fast=True, parallel=True)
 
 
 def compile_side(model, label, torch):

@@ -6,7 +6,7 @@ import gc
 import sys
 import time
 
-from .common import _loss, check_same, median, models, quartiles, ratio, SHRINK, spec_text, synchronize, throughput, time_sides
+from .common import _loss, check_same, median, models, quartiles, ratio, SHRINK, shrunk, synchronize, throughput, time_sides
 
 
 def bench_train(args, torch, compiled=False):
@@ -21,10 +21,10 @@ def bench_train(args, torch, compiled=False):
         import cyclelang
 
         # the readable form (`cyclec build`'s default): the same model and weights, F.cross_entropy, one MoE path
-        readable = cyclelang.build(cyclelang.parse(spec_text(name, SHRINK[name])), seed=0, fast=False)
+        readable = cyclelang.build(shrunk(name, SHRINK[name]), seed=0, fast=False)
         readable.load_state_dict(ours.state_dict())
         # compiled: the same fast model again, compiled by regions (`compile_model`, what `cyclec train --compile` runs)
-        regional = cyclelang.build(cyclelang.parse(spec_text(name, SHRINK[name])), seed=0, fast=True, parallel=True) if compiled else None
+        regional = cyclelang.build(shrunk(name, SHRINK[name]), seed=0, fast=True, parallel=True) if compiled else None
         if regional is not None:
             regional.load_state_dict(ours.state_dict())
         dtype = getattr(torch, args.dtype)

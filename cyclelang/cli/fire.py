@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -35,6 +34,9 @@ class Progress:
 @spec_paths
 @click.option("--width", type=click.IntRange(min=1), default=None, help="Fire a scale model at this chamber width (heads and hidden widths follow).")
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Repeat every repeated stage on the main line this many times (the stages nested in them keep their repeats).")
+@click.option("--vocab", type=click.IntRange(min=2), default=None, help="Fire a scale model with this vocabulary.")
+@click.option("--context", type=click.IntRange(min=1), default=None, help="Fire a scale model at this context (sliding windows keep their share of it).")
+@click.option("--heads", type=click.IntRange(min=1), default=None, help="Fire a scale model with this many heads in every multi-head part.")
 @click.option("--seq", type=click.IntRange(min=1), default=None, help="Tokens per sequence [default: 64, or the context if shorter].")
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=4, show_default=True, help="Sequences per batch.")
 @seed_option(0, "Seeds the weights, the tokens and training.")
@@ -52,7 +54,7 @@ class Progress:
               help="Fire these weights: a .safetensors file or a `cyclec train` run folder (its newest checkpoint).")
 @include_path_option
 @click.pass_context
-def fire(ctx, specs, width, depth, seq, batch, seed, json_out, plot_out, data, train_steps, coord_check, lr_sweep, widths, lrs, steps,
+def fire(ctx, specs, width, depth, vocab, context, heads, seq, batch, seed, json_out, plot_out, data, train_steps, coord_check, lr_sweep, widths, lrs, steps,
          lr, weights, include_path):
     """The test stand: fire SPECS at initialisation and measure them.
 
@@ -76,12 +78,15 @@ def fire(ctx, specs, width, depth, seq, batch, seed, json_out, plot_out, data, t
             raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
     resolved = [load_spec(path, include_path) for path in specs]
     if coord_check or lr_sweep:
+        for flag, given in (("--vocab", vocab), ("--context", context), ("--heads", heads)):
+            if given is not None:
+                raise click.UsageError(f"{flag} does not apply to {'--coord-check' if coord_check else '--lr-sweep'} (it sets its own sizes)")
         return scaling_runs(ctx, specs, resolved, coord_check, lr_sweep, widths, lrs, steps, lr, width, depth, seq, batch, seed,
                             json_out, plot_out, data, train_steps)
     weights = weights_file(weights)
     progress = Progress() if train_steps else None
     report = run_fire(resolved, files=[file_label(path, s) for path, s in zip(specs, resolved)], width=width, depth=depth, seq=seq,
-                      batch=batch, seed=seed, data=data, train=train_steps, progress=progress, weights=weights)
+                      vocab=vocab, context=context, heads=heads, batch=batch, seed=seed, data=data, train=train_steps, progress=progress, weights=weights)
     if json_out is not None:
         write_output(json_out, report.model_dump_json(indent=2) + "\n")
     if json_out != "-":

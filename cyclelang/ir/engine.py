@@ -13,8 +13,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from .base import IR_VERSION, MAX_LAYERS, MAX_REPEATED_STAGES, MAX_STAGE_DEPTH, Count, Finite, IRError, Node, Positive, Rate, _name, checked
 from .formulas import derived_values, merge_totals  # the formulas live with the pass that applies them
-from .stages import (Fullflow, MainOp, Prechamber, Stage, _chain, _check_streams, _first_repeat, _stage_depth, leaf_stages,
-                     repeated_stages)
+from .stages import (Fullflow, MainOp, Prechamber, Stage, _chain, _check_streams, _first_repeat, leaf_stages,
+                     repeated_stages, walk)
 from .turbines import Attention, LatentAttention, Mask, Mlp
 
 
@@ -188,7 +188,7 @@ class Engine(Node):
         dup = _first_repeat([op.name for op in self.body if isinstance(op, Stage)])
         if dup is not None:
             raise ValueError(f"two stages named '{dup}'")
-        depth = max((_stage_depth(op) for op in self.body if isinstance(op, Stage)), default=0)
+        depth = max((v.depth + 1 for v in walk(self.body)), default=0)
         if depth > MAX_STAGE_DEPTH:
             raise ValueError(f"stages nest {depth} deep, above the limit of {MAX_STAGE_DEPTH}")
         leaves = leaf_stages(self.body)
@@ -235,23 +235,26 @@ def kv_slots(body) -> dict:
     before it stored, of its own shape. ValueError otherwise."""
     slots: dict = {}
 
-    def walk(ops) -> None:
-        for op in ops:
-            if isinstance(op, Stage):
-                for _ in range(op.repeat if any(isinstance(a, Attention) and (a.kv_store or a.kv_reuse) for a in _all_ops([op])) else 1):
-                    walk(op.ops if op.is_group else _all_ops([op]))
-            elif isinstance(op, Attention) and (op.kv_store or op.kv_reuse):
-                shape = (op.kv_heads, op.head_dim, op.window)
-                if op.kv_store is not None and slots.setdefault(op.kv_store, shape) != shape:
-                    raise ValueError(f"KV slot {op.kv_store} is stored by attentions of different shapes (kv_heads, head_dim, window)")
-                if op.kv_reuse is not None:
-                    if op.kv_reuse not in slots:
-                        raise ValueError(f"an attention reads KV slot {op.kv_reuse} before any layer stores it")
-                    if slots[op.kv_reuse] != shape:
-                        raise ValueError(f"an attention reads KV slot {op.kv_reuse} with kv_heads, head_dim and window {shape}, "
-                                         f"but it holds {slots[op.kv_reuse]}")
+    def check(op) -> None:
+        if isinstance(op, Attention) and (op.kv_store or op.kv_reuse):
+            shape = (op.kv_heads, op.head_dim, op.window)
+            if op.kv_store is not None and slots.setdefault(op.kv_store, shape) != shape:
+                raise ValueError(f"KV slot {op.kv_store} is stored by attentions of different shapes (kv_heads, head_dim, window)")
+            if op.kv_reuse is not None:
+                if op.kv_reuse not in slots:
+                    raise ValueError(f"an attention reads KV slot {op.kv_reuse} before any layer stores it")
+                if slots[op.kv_reuse] != shape:
+                    raise ValueError(f"an attention reads KV slot {op.kv_reuse} with kv_heads, head_dim and window {shape}, "
+                                     f"but it holds {slots[op.kv_reuse]}")
 
-    walk(body)
+    # in the order the layers run; two instances of a repeat settle it (the second reads what the first stored)
+    for op in body:
+        if not isinstance(op, Stage):
+            check(op)
+            continue
+        for v in walk([op], unroll=True, cap=2):
+            for o in _all_ops([v.stage]) if not v.stage.is_group else []:
+                check(o)
     return slots
 
 
@@ -265,18 +268,17 @@ def _all_ops(body) -> list:
     """Every norm and turbine in a main line: in stages, their branches and fullflows too."""
     out = []
     for op in body:
-        if isinstance(op, Stage) and op.is_group:
-            out += _all_ops(op.ops)
-        elif isinstance(op, Stage):
-            for s in op.ops:
+        if not isinstance(op, Stage):
+            out.append(op)
+            continue
+        for v in walk([op]):
+            for s in v.stage.ops if not v.stage.is_group else []:
                 if isinstance(s, Fullflow):
                     out += ([s.norm] if s.norm else []) + [o for b in s.branches for o in b.ops]
                 elif isinstance(s, Prechamber):
                     out += s.ops
                 else:
                     out.append(s)
-        else:
-            out.append(op)
     return out
 
 

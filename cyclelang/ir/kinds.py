@@ -33,6 +33,8 @@ Counting conventions
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -146,35 +148,54 @@ def _shrink_width(op, s):  # a kind whose only width-like field is its width (no
     return op.model_copy(update=dict(width=s.dim(op.width)))
 
 
-def _shrink_hidden(op, s):  # an MLP, an MoE's experts: the hidden width in proportion
-    return op.model_copy(update=dict(width=s.dim(op.width), hidden=s.dim(op.hidden)))
+def _shrink_hidden(op, s):  # an MLP, an MoE's experts (and its shared expert): the hidden width in proportion
+    shared = dict(shared=s.dim(op.shared)) if getattr(op, "shared", 0) else {}
+    return op.model_copy(update=dict(width=s.dim(op.width), hidden=s.dim(op.hidden), **shared))
 
 
-def _shrink_heads(op, s):  # ssm, linear attention: heads (and groups, state) kept, each head narrower
-    return op.model_copy(update=dict(width=s.dim(op.width), head_dim=s.dim(op.head_dim)))
+def _shrink_heads(op, s):  # ssm, linear attention: heads (and groups, state) kept, each head narrower (heads=: the inner width cut anew)
+    heads, head_dim = s.split(op.heads, op.head_dim, op.op.replace("_", " "))
+    groups = dict(groups=s.divisor(op.groups, heads)) if isinstance(op, ir.Ssm) else {}
+    return op.model_copy(update=dict(width=s.dim(op.width), heads=heads, head_dim=head_dim, **groups))
 
 
-def _shrink_delta(op, s):  # heads and key heads kept, each head (key and value) narrower
-    return op.model_copy(update=dict(width=s.dim(op.width), head_dim=s.dim(op.head_dim), v_dim=s.dim(op.v_dim)))
+def _shrink_delta(op, s):  # heads and key heads kept, each head (key and value) narrower (heads=: the value heads)
+    heads, v_dim = s.split(op.heads, op.v_dim, "gated delta")
+    k_heads = s.divisor(op.k_heads, heads)
+    head_dim = s.dim(op.head_dim) if s.heads is None else max(1, s.dim(op.k_heads * op.head_dim) // k_heads)
+    return op.model_copy(update=dict(width=s.dim(op.width), heads=heads, k_heads=k_heads, head_dim=head_dim, v_dim=v_dim))
 
 
-def _shrink_mamba1(op, s):  # state and the step's rank kept, the channels narrower
-    return op.model_copy(update=dict(width=s.dim(op.width), inner=s.dim(op.inner)))
+def _shrink_mamba1(op, s):  # state kept, the channels narrower; the step's rank kept unless it is Mamba's default, ceil(width / 16)
+    width = s.dim(op.width)
+    rank = math.ceil(width / 16) if op.dt_rank == math.ceil(op.width / 16) else op.dt_rank
+    return op.model_copy(update=dict(width=width, inner=s.dim(op.inner), dt_rank=rank))
 
 
-def _shrink_linear(op, s):  # a projection to the vocabulary keeps it
-    return op.model_copy(update=dict(width=s.dim(op.width), out=op.out if op.out == s.vocab else s.dim(op.out)))
+def _shrink_linear(op, s):  # a projection to the vocabulary gives the new one
+    return op.model_copy(update=dict(width=s.dim(op.width), out=s.out(op.out)))
 
 
 def _shrink_latent(op, s):  # heads kept; each head, its rotary key and the latents narrower
     rot = max(2, s.dim(op.rotary_dims) // 2 * 2)
-    return op.model_copy(update=dict(width=s.dim(op.width), head_dim=s.dim(op.head_dim), v_dim=s.dim(op.v_dim), rotary_dims=rot,
+    heads, head_dim = s.split(op.heads, op.head_dim, "latent attention")
+    _, v_dim = s.split(op.heads, op.v_dim, "latent attention")
+    return op.model_copy(update=dict(width=s.dim(op.width), heads=heads, head_dim=head_dim, v_dim=v_dim, rotary_dims=rot,
                                      latent=s.dim(op.latent), q_latent=None if op.q_latent is None else s.dim(op.q_latent)))
 
 
 def _shrink_attention(a, s):
     width = s.dim(a.width)
     inner = s.dim(a.heads * a.head_dim)
+    if s.heads is not None:  # heads=: the inner width cut into that many heads, of even size
+        heads, head_dim = s.heads, inner // s.heads // 2 * 2
+        if not head_dim:
+            raise ShrinkError(f"attention at --width {s.new} is {inner} wide inside: too narrow for {heads} heads of even size",
+                              "choose fewer --heads or a larger --width", code="E0207")
+        return a.model_copy(update=dict(width=width, heads=heads, kv_heads=s.divisor(a.kv_heads, heads), head_dim=head_dim,
+                                        rotary_dims=_rotary(a, head_dim), window=s.window(a.window)))
+    if s.new == s.old:  # the width as written: the heads too
+        return a.model_copy(update=dict(window=s.window(a.window)))
     # keep the head count where it still divides the inner width into even heads; else fewer heads
     heads = next((h for h in range(min(a.heads, inner), 0, -1) if inner % h == 0 and (inner // h) % 2 == 0), None)
     if heads is None:
@@ -185,11 +206,16 @@ def _shrink_attention(a, s):
     while heads % kv:
         kv -= 1
     head_dim = inner // heads
-    rotary = 0
-    if a.rotary_dims:
-        rotary = max(2, int(a.rotary_dims / a.head_dim * head_dim) // 2 * 2)
-        rotary = min(rotary, head_dim - head_dim % 2)
-    return a.model_copy(update=dict(width=width, heads=heads, kv_heads=kv, head_dim=head_dim, rotary_dims=rotary))
+    return a.model_copy(update=dict(width=width, heads=heads, kv_heads=kv, head_dim=head_dim, rotary_dims=_rotary(a, head_dim),
+                                    window=s.window(a.window)))
+
+
+def _rotary(a, head_dim: int) -> int:
+    """An attention's rotary dimensions at a new head size: the same share of each head, even."""
+    if not a.rotary_dims:
+        return 0
+    rotary = max(2, int(a.rotary_dims / a.head_dim * head_dim) // 2 * 2)
+    return min(rotary, head_dim - head_dim % 2)
 
 
 # --- the formulas -------------------------------------------------------------------------

@@ -27,7 +27,8 @@ xN badge and the PyTorch back-end builds one class with N instances. A stage may
 hold stages instead of ops (a nested stage, `stage group x 4 { stage ssm x 3 {...}
 stage attn {...} }`): a group is a pure container, its instances are its children's
 instances in order, and `leaf_stages` lists the stages that hold ops with how many
-times each runs in all.
+times each runs in all. `walk` is the one walk over stages that every other is written
+on: each stage folded with its count, or each instance in the order they run.
 
 The nodes live in five modules, each importing only those before it: `base` (Node, Span,
 the limits), `turbines` (the valve and the turbines), `merges`, `stages` (branches and

@@ -4,7 +4,7 @@ width chain through them. See `nodes.py`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Iterator, Literal, NamedTuple, Union
 
 from pydantic import Field
 
@@ -15,7 +15,7 @@ from .turbines import OP_TYPES, TURBINE_TYPES, BranchOp, Linear, Norm
 
 __all__ = [  # what `ir.nodes` (and so `ir`) exports from here
     "chamber_streams", "Prechamber", "Fullflow", "StageOp", "Stage", "MainOp", "out_width", "leaf_stages",
-    "repeated_stages",
+    "repeated_stages", "walk", "Visit",
 ]
 
 
@@ -160,31 +160,50 @@ class Stage(Node):
 Stage.model_rebuild()
 
 
+class Visit(NamedTuple):
+    """One stage met by `walk`."""
+
+    stage: Stage
+    depth: int  # 0: a stage on the main line; 1: a stage inside one group; and so on
+    times: int  # how many times it runs in all: its repeat times its groups' (1 when walked unrolled: one instance)
+
+
+def walk(body, unroll: bool = False, cap: int | None = None) -> Iterator[Visit]:
+    """The one walk over a main line's stages: every stage (groups and the stages in them, at any
+    depth), each group before the stages it holds, in source order. Ops that are not stages are
+    skipped (a caller that needs the main line's other ops reads `body` itself).
+
+    Folded (the default): each stage once, `times` the number of times it runs in all.
+    unroll: each instance in the order they run (a group's instance, then its stages' instances,
+    then its next instance), `times` 1; `cap`: at most that many instances of each repeat (a check
+    that settles after two passes over a stage need not walk a stage repeated a million times)."""
+
+    def go(ops, depth: int, mult: int) -> Iterator[Visit]:
+        for op in ops:
+            if not isinstance(op, Stage):
+                continue
+            if unroll:
+                for _ in range(op.repeat if cap is None else min(op.repeat, cap)):
+                    yield Visit(op, depth, 1)
+                    if op.is_group:
+                        yield from go(op.ops, depth + 1, 1)
+            else:
+                yield Visit(op, depth, mult * op.repeat)
+                if op.is_group:
+                    yield from go(op.ops, depth + 1, mult * op.repeat)
+
+    return go(body, 0, 1)
+
+
 def repeated_stages(body) -> int:
     """How many stages (groups included, at any depth) repeat: each has a count of its own."""
-    return sum((op.repeat > 1) + (repeated_stages(op.ops) if op.is_group else 0) for op in body if isinstance(op, Stage))
+    return sum(v.stage.repeat > 1 for v in walk(body))
 
 
 def leaf_stages(body) -> list[tuple[Stage, int]]:
     """Every stage that holds ops (not stages) in source order, with the number of times it
     runs in all: its repeat times the repeats of the stages around it."""
-    out: list[tuple[Stage, int]] = []
-
-    def walk(st: Stage, mult: int) -> None:
-        if st.is_group:
-            for sub in st.ops:
-                walk(sub, mult * st.repeat)
-        else:
-            out.append((st, mult * st.repeat))
-
-    for op in body:
-        if isinstance(op, Stage):
-            walk(op, 1)
-    return out
-
-
-def _stage_depth(st: Stage) -> int:
-    return 1 + max((_stage_depth(s) for s in st.ops if isinstance(s, Stage)), default=0)
+    return [(v.stage, v.times) for v in walk(body) if not v.stage.is_group]
 
 
 MainOp = Annotated[Union[(Stage, *OP_TYPES)], Field(discriminator="op")]

@@ -112,11 +112,7 @@ class _Flow:
             cut += ("; the branches start at zero: " if len(zeros) > 1 else "; the branch starts at zero: ") + ", ".join(zeros)
         return self._at(x, after, span, cut, "a branch is NaN at init")
 
-    def stage(self, st: ir.Stage, x: str) -> str:
-        if st.is_group:
-            for sub in st.ops:
-                x = self.stage(sub, x)
-            return x
+    def stage(self, st: ir.Stage, x: str) -> str:  # a stage of ops
         alpha = next((b.merge.alpha for b in ir.stage_branches(st) if isinstance(b.merge, ir.DeepnormMerge)), None)  # the stage's one self.alpha
         for op in st.ops:
             if isinstance(op, ir.Prechamber):
@@ -140,7 +136,10 @@ class _Flow:
             x = self._at(x, ZERO if f.position == "none" else CONST, f.span,
                          f"feed scale={f.scale:g} is 0 in float32: every token embeds to zero", "")
         for op in e.body:
-            x = self.stage(op, x) if isinstance(op, ir.Stage) else self.op(op, x)
+            if not isinstance(op, ir.Stage):
+                x = self.op(op, x)
+            for v in ir.walk([op]):  # a group's stages in turn, each once
+                x = x if v.stage.is_group else self.stage(v.stage, x)
         z = e.nozzle
         if math.isinf(f32(z.scale)) and x != NAN:
             return self._at(x, NAN, z.span, "", f"nozzle scale={z.scale:g} is inf in float32: the logits are inf or NaN")

@@ -28,18 +28,7 @@ def stages(engine: ir.Engine) -> list[ir.Stage]:
 
 def groups(engine: ir.Engine) -> list[ir.Stage]:
     """Every stage of stages (a nested stage), outermost first."""
-    out: list[ir.Stage] = []
-
-    def walk(st: ir.Stage) -> None:
-        if st.is_group:
-            out.append(st)
-            for sub in st.ops:
-                walk(sub)
-
-    for op in engine.body:
-        if isinstance(op, ir.Stage):
-            walk(op)
-    return out
+    return [v.stage for v in ir.walk(engine.body) if v.stage.is_group]
 
 
 def merges_into_main_line(engine: ir.Engine) -> int:

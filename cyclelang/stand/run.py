@@ -81,12 +81,12 @@ def _bad(message: str, help: str | None = None) -> CycleError:
 
 
 def fire(specs, *, files=None, width: int | None = None, depth: int | None = None, seq: int | None = None, batch: int = DEFAULT_BATCH,
-         seed: int = 0, data: str | None = None, train: int = 0,
+         seed: int = 0, data: str | None = None, train: int = 0, vocab: int | None = None, context: int | None = None, heads: int | None = None,
          progress: Callable[[str, int, int, float], None] | None = None, weights: str | None = None) -> StandReport:
     """Fire one resolved spec or several (`ir.Spec`) and return what the stand measured.
 
     files: how the report names each spec's file (default: its engine's file name).
-    width/depth: fire a scale model (see `ir.passes.shrink`). seq, batch: the
+    width/depth (and vocab, context, heads): fire a scale model (see `ir.passes.shrink`). seq, batch: the
     tokens of the static fire and of training. data: a file whose bytes are the tokens
     (default: seeded random tokens for the static fire, the Markov source for training).
     train: steps of training with the spec's startup block after the static fire.
@@ -104,12 +104,13 @@ def fire(specs, *, files=None, width: int | None = None, depth: int | None = Non
         raise _bad(f"--batch must be at least 1, not {batch}")
     if train < 0:
         raise _bad(f"--train must be 0 or more steps, not {train}")
-    if weights is not None and (len(specs) != 1 or width is not None or depth is not None):
-        raise _bad("--weights fires one spec at its full size", "drop --width/--depth and the other specs")
+    sizes = dict(width=width, depth=depth, vocab=vocab, context=context, heads=heads)
+    if weights is not None and (len(specs) != 1 or any(v is not None for v in sizes.values())):
+        raise _bad("--weights fires one spec at its full size", "drop --width/--depth/--vocab/--context/--heads and the other specs")
     runs: list[Firing] = []
     interrupted = False
     for s, label in zip(specs, files):
-        small = shrink(s, width=width, depth=depth)
+        small = shrink(s, **sizes)
         e = small.engine
         T = min(DEFAULT_SEQ, e.feed.context) if seq is None else seq
         if not 1 <= T <= e.feed.context:

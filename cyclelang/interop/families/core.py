@@ -398,11 +398,7 @@ def _dump(node):
 
 def _run_order(stages: list) -> list:
     """The leaf stage (a stage of ops) each layer runs, in order: repeats and groups unfolded."""
-    out = []
-    for st in stages:
-        for _ in range(st.repeat):
-            out += _run_order(st.ops) if st.is_group else [st]
-    return out
+    return [v.stage for v in ir.walk(stages, unroll=True) if not v.stage.is_group]
 
 
 def _reactor(stage: ir.Stage):

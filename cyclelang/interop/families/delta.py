@@ -366,12 +366,7 @@ def _layers(engine: ir.Engine) -> list:
         raise Unsupported("main line", "these families' decoders end with one rmsnorm on the main line, before the head")
     layers: list = []
 
-    def walk(st: ir.Stage) -> None:
-        if st.is_group:
-            for _ in range(st.repeat):
-                for inner in st.ops:
-                    walk(inner)
-            return
+    def branches_of(st: ir.Stage) -> list:
         branches = []
         for b in st.ops:
             ok = isinstance(b, ir.Prechamber) and not b.detach and not b.overboard and isinstance(b.merge, (ir.PlainMerge, ir.CoolingMerge))
@@ -381,10 +376,11 @@ def _layers(engine: ir.Engine) -> list:
             if not isinstance(norm, ir.Norm) or norm.type != "rmsnorm" or isinstance(turbine, ir.Norm):
                 raise Unsupported(f"stage {st.name}", "a layer of these families is plain residual branches (an rmsnorm and a turbine), nothing else")
             branches.append((norm, turbine, post))
-        layers.extend([branches] * st.repeat)
+        return branches
 
-    for st in (op for op in engine.body if isinstance(op, ir.Stage)):
-        walk(st)
+    for v in ir.walk(engine.body, unroll=True):  # the layers in the order they run: a nested stage's, group by group
+        if not v.stage.is_group:
+            layers.append(branches_of(v.stage))
     if not layers:
         raise Unsupported("stages", "the engine has no layers")
     return layers

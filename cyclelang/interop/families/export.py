@@ -232,12 +232,7 @@ def _layer_list(engine: ir.Engine, merges: tuple = (ir.PlainMerge, ir.CoolingMer
         raise Unsupported("main line", "these families' decoders end with one rmsnorm on the main line, before the head")
     layers = []
 
-    def walk(st: ir.Stage) -> None:  # the layers in the order they run: a nested stage's, group by group
-        if st.is_group:
-            for _ in range(st.repeat):
-                for inner in st.ops:
-                    walk(inner)
-            return
+    def pairs_of(st: ir.Stage) -> list:
         pairs = []
         for b in st.ops:
             if not isinstance(b, ir.Prechamber) or b.detach or b.overboard or not isinstance(b.merge, merges):
@@ -247,10 +242,11 @@ def _layer_list(engine: ir.Engine, merges: tuple = (ir.PlainMerge, ir.CoolingMer
             if len(ops) != 2 or not isinstance(b.ops[0], ir.Norm) or b.ops[0].type != "rmsnorm":
                 raise Unsupported(f"prechamber {b.name}", "each branch of these families is an rmsnorm, then its turbine")
             pairs.append((b.ops[0], b.ops[1]))
-        layers.extend([pairs] * st.repeat)
+        return pairs
 
-    for st in (op for op in engine.body if isinstance(op, ir.Stage)):
-        walk(st)
+    for v in ir.walk(engine.body, unroll=True):  # the layers in the order they run: a nested stage's, group by group
+        if not v.stage.is_group:
+            layers.append(pairs_of(v.stage))
     if not layers:
         raise Unsupported("stages", "the engine has no layers")
     return layers
