@@ -94,8 +94,10 @@ class Launches:
     def __getitem__(self, name: str) -> Job:
         i = self.owner[name]
         nproc = self.plan[i][0]
-        if not all((self.logs / f"{name}.rank{r}.done").exists() for r in range(nproc)):
-            p = self.outcome[i] if i < len(self.outcome) else None
+        p = self.outcome[i] if i < len(self.outcome) else None
+        # every rank finished the job, and the launch exited cleanly (a crash at the process group's
+        # teardown fails its jobs as it failed a launch of one)
+        if p is None or p.returncode != 0 or not all((self.logs / f"{name}.rank{r}.done").exists() for r in range(nproc)):
             import pytest
 
             pytest.fail(f"job {name} did not finish (launch {i}, {nproc} process(es), exit "
