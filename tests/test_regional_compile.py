@@ -291,21 +291,27 @@ def test_cyclec_train_compile_says_what_it_compiled_and_fsdp_agrees(tmp_path):
     reaches the eager run's weights; two processes with --fsdp --compile (the regions compiled
     in place after fully_shard) reach them too."""
     from .test_train import tiny
-    from .test_train_distributed import CORPUS, assert_same_parameters, launch
+    from .test_train_distributed import CORPUS, assert_same_parameters
+    from .train_jobs import Launches
 
     spec = tiny(tmp_path)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(CORPUS, "utf-8")
     common = ["--data", corpus, "--steps", "3", "--seq", "16", "--eval-every", "0", "--eval-batches", "2", "--ckpt-every", "0",
               "--lr", "1e-3", "--no-progress"]
-    launch(1, spec, *common, "--micro-batch", "4", "--out", tmp_path / "eager")
-    p = launch(1, spec, *common, "--micro-batch", "4", "--compile", "--out", tmp_path / "compiled", timeout=900)
+    jobs = Launches(tmp_path)  # two launches (tests/train_jobs.py): the two processes, then the one-process runs
+    jobs.add(2, "fsdp", spec, *common, "--micro-batch", "2", "--fsdp", "--compile", "--out", tmp_path / "fsdp")
+    jobs.add(1, "eager", spec, *common, "--micro-batch", "4", "--out", tmp_path / "eager")
+    jobs.add(1, "compiled", spec, *common, "--micro-batch", "4", "--compile", "--out", tmp_path / "compiled")
+    jobs.run()
+    jobs["eager"]
+    stderr = jobs["compiled"].stderr
     # feed, the block (2 instances, one graph), the final norm; the head is tied (no module)
-    assert "compiled (regional): 3 region(s), 3 graph(s), 0 recompile(s) in the first step" in p.stderr, p.stderr[-2000:]
-    assert "feed, Block x2, norm" in p.stderr
+    assert "compiled (regional): 3 region(s), 3 graph(s), 0 recompile(s) in the first step" in stderr, stderr[-2000:]
+    assert "feed, Block x2, norm" in stderr
     assert_same_parameters(tmp_path / "compiled", tmp_path / "eager", tol=5e-5)
-    p = launch(2, spec, *common, "--micro-batch", "2", "--fsdp", "--compile", "--out", tmp_path / "fsdp", timeout=900)
-    assert "compiled (regional): 3 region(s), 3 graph(s)" in p.stderr, p.stderr[-2000:]
+    stderr = jobs["fsdp"].stderr
+    assert "compiled (regional): 3 region(s), 3 graph(s)" in stderr, stderr[-2000:]
     assert_same_parameters(tmp_path / "fsdp", tmp_path / "eager", tol=5e-5)
 
 

@@ -55,9 +55,42 @@ def setup(tmp_path_factory):
     spec = tiny(tmp)
     corpus = tmp / "corpus.txt"
     corpus.write_text(CORPUS, "utf-8")
-    one = tmp / "one"
-    launch(1, spec, "--data", corpus, "--out", one, "--micro-batch", "4", *COMMON)
-    return tmp, spec, corpus, one
+    return tmp, spec, corpus
+
+
+def nested(text: str) -> str:
+    """MOE's blocks inside a group of 2: a nested stage."""
+    return text.replace("  stage block x 2 {\n", "  stage group x 2 {\n  stage block x 2 {\n").replace("\n  norm rmsnorm\n  nozzle",
+                                                                                                   "\n  }\n  norm rmsnorm\n  nozzle")
+
+
+TWO = {"fsdp": ["--fsdp"], "tp2": ["--tp", "2"], "fsdp-ckpt": ["--fsdp", "--checkpointing", "stage"]}  # test_two_processes_equal_one's
+
+
+@pytest.fixture(scope="module")
+def runs(setup):
+    """Every training run of the tests below, in two launches (tests/train_jobs.py): the two-process
+    runs, then the one-process references and the resume of the 2-step FSDP run."""
+    from .train_jobs import Launches
+
+    tmp, spec, corpus = setup
+    jobs = Launches(tmp / "jobs")
+    moe, nest = tmp / "moe.cycle", tmp / "nested.cycle"
+    moe.write_text(MOE)
+    nest.write_text(nested(MOE))
+    common = [a if a != "1e-3" else "1e-4" for a in COMMON]  # the MoE cases' lr (test_tp_splits_grouped_query_attention_and_gated_experts)
+    for case, flags in TWO.items():
+        micro = "4" if "--tp" in flags else "2"  # two TP ranks share one data-parallel replica
+        jobs.add(2, case, spec, "--data", corpus, "--out", tmp / case, "--micro-batch", micro, *flags, *COMMON)
+    jobs.add(2, "resharded", spec, "--data", corpus, "--out", tmp / "resharded", "--micro-batch", "2", "--fsdp",
+             *[a if a != "3" else "2" for a in COMMON])
+    for name, path in (("moe", moe), ("nested", nest)):
+        jobs.add(2, f"{name}-tp", path, "--data", corpus, "--out", tmp / f"{name}-tp", "--micro-batch", "4", "--tp", "2", *common)
+    jobs.add(1, "one", spec, "--data", corpus, "--out", tmp / "one", "--micro-batch", "4", *COMMON)
+    for name, path in (("moe", moe), ("nested", nest)):
+        jobs.add(1, f"{name}-one", path, "--data", corpus, "--out", tmp / f"{name}-one", "--micro-batch", "4", *common)
+    jobs.add(1, "resume", "--resume", tmp / "resharded", "--steps", "3", "--no-progress")  # at world size 1: DCP reshards the FSDP shards
+    return tmp, jobs.run()
 
 
 def weights(run_dir):
@@ -75,24 +108,22 @@ def assert_same_parameters(a, b, tol=1e-6):
     assert worst[0] <= tol, worst
 
 
-@pytest.mark.parametrize("flags", [["--fsdp"], ["--tp", "2"], ["--fsdp", "--checkpointing", "stage"]], ids=["fsdp", "tp2", "fsdp-ckpt"])
-def test_two_processes_equal_one_on_the_whole_batch(setup, flags):
-    tmp, spec, corpus, one = setup
-    out = tmp / ("run-" + "-".join(f.strip("-") for f in flags))
-    micro = "4" if "--tp" in flags else "2"  # two TP ranks share one data-parallel replica
-    p = launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", micro, *flags, *COMMON)
-    assert p.stderr.count("step 3/3 | train") == 1  # rank 0 alone logs
+@pytest.mark.parametrize("case", list(TWO))
+def test_two_processes_equal_one_on_the_whole_batch(runs, case):
+    tmp, jobs = runs
+    out, one = tmp / case, tmp / "one"
+    assert jobs[case].stderr.count("step 3/3 | train") == 1  # rank 0 alone logs
+    jobs["one"]
     assert (out / "checkpoints" / "step-000003" / "dcp").is_dir()
     assert_same_parameters(out, one)
     for a, b in zip(losses(out), losses(one)):
         assert a["step"] == b["step"] and abs(a.get("loss", 0) - b.get("loss", 0)) < 1e-6
 
 
-def test_a_dcp_checkpoint_of_two_processes_resumes_in_one(setup):
-    tmp, spec, corpus, one = setup
-    out = tmp / "resharded"
-    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", "2", "--fsdp", *[a if a != "3" else "2" for a in COMMON])
-    launch(1, "--resume", out, "--steps", "3", "--no-progress")  # at world size 1: DCP reshards the FSDP shards
+def test_a_dcp_checkpoint_of_two_processes_resumes_in_one(runs):
+    tmp, jobs = runs
+    out, one = tmp / "resharded", tmp / "one"
+    jobs["resume"], jobs["one"]
     # the train records, and the final evaluation (the 2-step run also evaluated at its end, step 2)
     mine = [r for r in losses(out) if "loss" in r] + [losses(out)[-1]]
     ref = [r for r in losses(one) if "loss" in r] + [losses(one)[-1]]
@@ -105,7 +136,7 @@ def test_a_dcp_checkpoint_of_two_processes_resumes_in_one(setup):
 
 
 def test_a_tp_degree_that_does_not_divide_the_heads_is_refused(setup, tmp_path):
-    _, spec, corpus, _ = setup
+    _, spec, corpus = setup
     bad = tmp_path / "odd.cycle"
     bad.write_text(spec.read_text().replace("heads=4", "heads=2").replace("ratio=2", "hidden=63"))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "-m", "cyclelang", "train",
@@ -131,29 +162,21 @@ engine tinymoe {
 """
 
 
-def test_tp_splits_grouped_query_attention_and_gated_experts(setup, tmp_path):
+def test_tp_splits_grouped_query_attention_and_gated_experts(runs):
     """kv_heads < heads (the fused rows [q | k | v] of unequal blocks), rotary, SwiGLU's fused
     [gate | up] rows in every expert, the balance loss: TP=2 equals one process. At lr 1e-4:
     AdamW's first steps move every weight by about lr whatever its gradient, so an expert that
     got few tokens (gradients near AdamW's eps) turns the all-reduce's rounding into a
     difference proportional to lr (1.3e-6 at lr 1e-3 on one draw of the data)."""
-    _, _, corpus, _ = setup
-    spec = tmp_path / "moe.cycle"
-    spec.write_text(MOE)
-    common = [a if a != "1e-3" else "1e-4" for a in COMMON]
-    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *common)
-    launch(2, spec, "--data", corpus, "--out", tmp_path / "tp", "--micro-batch", "4", "--tp", "2", *common)
-    assert_same_parameters(tmp_path / "tp", tmp_path / "one")
+    tmp, jobs = runs
+    jobs["moe-tp"], jobs["moe-one"]
+    assert_same_parameters(tmp / "moe-tp", tmp / "moe-one")
 
 
-def test_tp_splits_the_layers_of_a_nested_stage(setup, tmp_path):
+def test_tp_splits_the_layers_of_a_nested_stage(runs):
     """TP_PLAN's paths of a nested stage (stages.0-1.stages.0-1.mix.attn) unfold at every level:
     TP=2 equals one process."""
-    _, _, corpus, _ = setup
-    spec = tmp_path / "nested.cycle"
-    spec.write_text(MOE.replace("  stage block x 2 {\n", "  stage group x 2 {\n  stage block x 2 {\n").replace("\n  norm rmsnorm\n  nozzle", "\n  }\n  norm rmsnorm\n  nozzle"))
-    assert "stages.0-1.stages.0-1.mix.attn" in cyclelang.codegen(str(spec), parallel=True)
-    common = [a if a != "1e-3" else "1e-4" for a in COMMON]
-    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *common)
-    launch(2, spec, "--data", corpus, "--out", tmp_path / "tp", "--micro-batch", "4", "--tp", "2", *common)
-    assert_same_parameters(tmp_path / "tp", tmp_path / "one")
+    tmp, jobs = runs
+    assert "stages.0-1.stages.0-1.mix.attn" in cyclelang.codegen(str(tmp / "nested.cycle"), parallel=True)
+    jobs["nested-tp"], jobs["nested-one"]
+    assert_same_parameters(tmp / "nested-tp", tmp / "nested-one")

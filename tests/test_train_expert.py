@@ -22,7 +22,8 @@ from cyclelang.training import context, expert
 from cyclelang.training.loop import Settings, run
 
 from .conftest import ROOT
-from .test_train_distributed import CORPUS, assert_same_parameters, env, launch, losses
+from .test_train_distributed import CORPUS, assert_same_parameters, env, losses
+from .train_jobs import Launches
 
 COMMON = ["--steps", "3", "--seq", "16", "--eval-every", "0", "--eval-batches", "2", "--ckpt-every", "0", "--lr", "1e-4",
           "--no-progress"]
@@ -84,53 +85,79 @@ def jamba_spec() -> str:
 
 
 SPECS = {"moe": moe_spec, "deepseek_v3": deepseek_spec, "jamba": jamba_spec}
+TWO_STEPS = [a if a != "3" else "2" for a in COMMON]
+# test_ep2_equals_one_process's cases: (spec, flags of the EP run)
+EP2 = {"moe": ("moe", []), "deepseek_v3": ("deepseek_v3", []), "jamba-fsdp": ("jamba", ["--fsdp"]),
+       "moe-fsdp-ckpt": ("moe", ["--fsdp", "--checkpointing", "stage"]), "moe-accumulate": ("moe", ["--batch-tokens", "128"])}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, corpus):
+    """Every run of the distributed tests below, in three launches (tests/train_jobs.py): the
+    two-process runs, the four-process ones, then the one-process references and the resumes of
+    the EP checkpoints. Each test checks its runs against their reference."""
+    tmp = tmp_path_factory.mktemp("ep-runs")
+    specs = {}
+    for which, text in SPECS.items():
+        specs[which] = tmp / f"{which}.cycle"
+        specs[which].write_text(text(), "utf-8")
+    data = ["--data", corpus]
+    jobs = Launches(tmp)
+    for case, (which, flags) in EP2.items():
+        jobs.add(2, f"ep2-{case}", specs[which], *data, "--out", tmp / f"ep2-{case}", "--micro-batch", "2", "--ep", "2", *flags, *COMMON)
+    for case, flags in (("fsdp", ["--fsdp"]), ("ddp", [])):  # 2 of the 3 steps at EP=2 (resumed in one process below)
+        jobs.add(2, f"ckpt-ep2-{case}", specs["moe"], *data, "--out", tmp / f"ckpt-ep2-{case}", "--micro-batch", "2", "--ep", "2", *flags,
+                 *TWO_STEPS)
+    jobs.add(2, "ckpt-fsdp", specs["deepseek_v3"], *data, "--out", tmp / "ckpt-fsdp", "--micro-batch", "2", "--fsdp", *TWO_STEPS)
+    jobs.add(2, "resume-at-ep2", "--resume", tmp / "ckpt-fsdp", "--steps", "3", "--ep", "2", "--no-progress")
+    for tp in (1, 2):
+        jobs.add(4, f"four-tp{tp}", specs["moe"], *data, "--out", tmp / f"four-tp{tp}", "--micro-batch", str(tp), "--ep", "2", "--tp", str(tp),
+                 "--fsdp", *COMMON)
+    for which in SPECS:  # the references: one process on the whole batch
+        jobs.add(1, f"one-{which}", specs[which], *data, "--out", tmp / f"one-{which}", "--micro-batch", "4", *COMMON)
+    jobs.add(1, "one-moe-accumulate", specs["moe"], *data, "--out", tmp / "one-moe-accumulate", "--micro-batch", "4", "--batch-tokens", "128",
+             *COMMON)
+    for case in ("fsdp", "ddp"):
+        jobs.add(1, f"resume-ckpt-ep2-{case}", "--resume", tmp / f"ckpt-ep2-{case}", "--steps", "3", "--no-progress")
+    return tmp, jobs.run()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which, flags", [("moe", []), ("deepseek_v3", []), ("jamba", ["--fsdp"]), ("moe", ["--fsdp", "--checkpointing", "stage"]),
-                                          ("moe", ["--batch-tokens", "128"])],
-                         ids=["moe", "deepseek_v3", "jamba-fsdp", "moe-fsdp-ckpt", "moe-accumulate"])
-def test_ep2_equals_one_process(tmp_path, corpus, which, flags):
+@pytest.mark.parametrize("case", list(EP2))
+def test_ep2_equals_one_process(runs, case):
     """moe-accumulate: 2 micro-steps a step (the capacity is each micro-step's global batch's; the
     experts' gradients reduced once, after the last)."""
-    spec = tmp_path / f"{which}.cycle"
-    spec.write_text(SPECS[which](), "utf-8")
-    both = flags if "--batch-tokens" in flags else []
-    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *both, *COMMON)
-    p = launch(2, spec, "--data", corpus, "--out", tmp_path / "ep", "--micro-batch", "2", "--ep", "2", *flags, *COMMON)
-    assert "expert parallel 2" + ("" if "--fsdp" in flags else ", DDP") in p.stderr
-    same_run(tmp_path / "ep", tmp_path / "one")
+    tmp, jobs = runs
+    which, flags = EP2[case]
+    assert "expert parallel 2" + ("" if "--fsdp" in flags else ", DDP") in jobs[f"ep2-{case}"].stderr
+    ref = "one-moe-accumulate" if "--batch-tokens" in flags else f"one-{which}"
+    jobs[ref]
+    same_run(tmp / f"ep2-{case}", tmp / ref)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2], ids=["fsdp-ep2", "fsdp-ep2-tp2"])
-def test_four_processes_equal_one(tmp_path, corpus, tp):
+def test_four_processes_equal_one(runs, tp):
     """4 ranks. fsdp-ep2: the experts split in 2 ("ep"), each half FSDP2-sharded over its 2 copies
     ("edp"), the rest FSDP2 over all 4, each rank one sequence of the global batch of 4.
     fsdp-ep2-tp2: 2 data-parallel ranks of 2 tensor-parallel ones, the experts split in 2 over
     "ep" and each local expert's MLP split in 2 over "tp" (its fused [gate | up] rows regrouped,
     and put back in order in the full weights of every expert)."""
-    spec = tmp_path / "moe.cycle"
-    spec.write_text(moe_spec(), "utf-8")
-    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
-    p = launch(4, spec, "--data", corpus, "--out", tmp_path / "ep", "--micro-batch", str(tp), "--ep", "2", "--tp", str(tp), "--fsdp", *COMMON)
-    assert "4 processes, FSDP, " + ("tensor parallel 2, " if tp > 1 else "") + "expert parallel 2" in p.stderr
-    same_run(tmp_path / "ep", tmp_path / "one")
+    tmp, jobs = runs
+    assert "4 processes, FSDP, " + ("tensor parallel 2, " if tp > 1 else "") + "expert parallel 2" in jobs[f"four-tp{tp}"].stderr
+    jobs["one-moe"]
+    same_run(tmp / f"four-tp{tp}", tmp / "one-moe")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [["--fsdp"], []], ids=["fsdp", "ddp"])
-def test_an_ep2_checkpoint_resumes_in_one_process(tmp_path, corpus, flags):
+@pytest.mark.parametrize("case", ["fsdp", "ddp"])
+def test_an_ep2_checkpoint_resumes_in_one_process(runs, case):
     """DCP written at EP=2 (each rank its experts, as FSDP2 shards or whole tensors DCP writes
     from the one rank that has them; the optimizer state flattened per parameter) reloads at
     one process: the records equal the uninterrupted run's."""
-    spec = tmp_path / "moe.cycle"
-    spec.write_text(moe_spec(), "utf-8")
-    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
-    out = tmp_path / "ep"
-    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", "2", "--ep", "2", *flags, *[a if a != "3" else "2" for a in COMMON])
-    launch(1, "--resume", out, "--steps", "3", "--no-progress")
-    resumed_equal(out, tmp_path / "one")
+    tmp, jobs = runs
+    jobs[f"resume-ckpt-ep2-{case}"], jobs["one-moe"]
+    resumed_equal(tmp / f"ckpt-ep2-{case}", tmp / "one-moe")
 
 
 def resumed_equal(out, one):
@@ -147,20 +174,16 @@ def resumed_equal(out, one):
 
 
 @pytest.mark.slow
-def test_an_fsdp_checkpoint_resumes_at_ep2(tmp_path, corpus):
+def test_an_fsdp_checkpoint_resumes_at_ep2(runs):
     """The other way: 2 steps with FSDP2 and every expert on every rank, then the third at
     --ep 2 (each rank loads its experts' weights and optimizer state from the DCP shards). On
     the DeepSeek-V3 spec: without --ep a rank's capacity queue and balance loss are its own
     rows' (so the Mixtral-style spec's FSDP run is not one process's), while DeepSeek-V3's
     routing has neither and its trim sums the load over every rank."""
-    spec = tmp_path / "ds.cycle"
-    spec.write_text(deepseek_spec(), "utf-8")
-    launch(1, spec, "--data", corpus, "--out", tmp_path / "one", "--micro-batch", "4", *COMMON)
-    out = tmp_path / "fsdp"
-    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", "2", "--fsdp", *[a if a != "3" else "2" for a in COMMON])
-    p = launch(2, "--resume", out, "--steps", "3", "--ep", "2", "--no-progress")
-    assert "expert parallel 2" in p.stderr
-    resumed_equal(out, tmp_path / "one")
+    tmp, jobs = runs
+    assert "expert parallel 2" in jobs["resume-at-ep2"].stderr
+    jobs["one-deepseek_v3"]
+    resumed_equal(tmp / "ckpt-fsdp", tmp / "one-deepseek_v3")
 
 
 # --- refusals (one process: nothing is created) -----------------------------------------

@@ -28,6 +28,7 @@ from cyclelang.training.loop import Settings
 
 from .conftest import ROOT
 from .test_train_distributed import CORPUS, env
+from .train_jobs import Launches
 
 COMMON = ["--steps", "3", "--seq", "16", "--eval-every", "0", "--eval-batches", "2", "--ckpt-every", "0", "--no-progress"]
 MICRO = 4  # microbatches (micro-steps) per step
@@ -186,17 +187,6 @@ def test_train_pp_on_one_process_says_how_to_launch(tmp_path):
 # --- training under torchrun ------------------------------------------------------------------
 
 
-def launch(nproc, *args, timeout=600):
-    if nproc == 1:
-        cmd = [sys.executable, "-m", "cyclelang", "train", *map(str, args)]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
-               "-m", "cyclelang", "train", *map(str, args)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=timeout)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
-    return p
-
-
 def records(run_dir):
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -222,76 +212,101 @@ SPECS = {"llama": lambda: llama(8, width=32, vocab=256, context=64, heads=4, hid
          "tied": lambda: TAP.replace("  nozzle head\n", "  nozzle head tied\n")}
 
 
+PP = [(2, "gpipe"), (2, "1f1b"), (2, "interleaved"), (4, "gpipe"), (4, "1f1b"), (4, "interleaved")]  # test_pp_equals_one_process's
+FOUR = {"tp2xpp2": ["--tp", "2"], "fsdp2xpp2": ["--fsdp"]}  # test_pp_composes_with_tp_and_fsdp_on_four_processes's
+TIED = {"interleaved": (2, ["--pp-schedule", "interleaved"]), "fsdp2xpp2": (4, ["--fsdp", "--micro-batch", "1"])}
+
+
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory):
-    """One process per spec, MICRO micro-steps of 2 sequences a step: the reference."""
+def runs(tmp_path_factory):
+    """Every training run of the tests below, in three launches (tests/train_jobs.py): the
+    two-process runs, the four-process ones (the resume at --pp 4 after the run it resumes), then
+    one process per spec, MICRO micro-steps of 2 sequences a step (the references), and the
+    resume in one process."""
     tmp = tmp_path_factory.mktemp("pipe")
     corpus = tmp / "corpus.txt"
     corpus.write_text(CORPUS, "utf-8")
-    made = {}
+    specs = {}
+    for name, text in SPECS.items():
+        specs[name] = tmp / f"{name}.cycle"
+        specs[name].write_text(text())
+    jobs = Launches(tmp)
 
-    def get(name):
-        if name not in made:
-            spec = tmp / f"{name}.cycle"
-            spec.write_text(SPECS[name]())
-            one = tmp / f"{name}-one"
-            launch(1, spec, "--data", corpus, "--out", one, "--micro-batch", 2, "--batch-tokens", 2 * 16 * MICRO, *COMMON)
-            made[name] = (spec, one)
-        return made[name]
+    def piped(nproc, job, name, *flags, common=COMMON):
+        jobs.add(nproc, job, specs[name], "--data", corpus, "--out", tmp / job, "--micro-batch", 2, "--pp", 2, "--microbatches", MICRO,
+                 *flags, *common)
 
-    return tmp, corpus, get
+    two_steps = [a if a != "3" else "2" for a in COMMON]
+    for nproc in (2, 4):
+        for name in ("llama", "jamba"):
+            for pp, schedule in PP:
+                if pp == nproc:
+                    jobs.add(nproc, f"{name}-pp{pp}-{schedule}", specs[name], "--data", corpus, "--out", tmp / f"{name}-pp{pp}-{schedule}",
+                             "--micro-batch", 2, "--pp", pp, "--microbatches", MICRO, "--pp-schedule", schedule, *COMMON)
+        for case, (n, flags) in TIED.items():
+            if n == nproc:
+                piped(nproc, f"tied-{case}", "tied", *flags)
+        if nproc == 2:
+            piped(2, "tap-pp2", "tap")
+            piped(2, "jamba-ckpt", "jamba", "--pp-schedule", "interleaved", "--checkpointing", "stage")
+            for at in (1, 4):  # saved at --pp 2 after 2 steps, resumed below
+                piped(2, f"llama-resume-{at}", "llama", common=two_steps)
+        else:
+            for case, flags in FOUR.items():
+                micro = 1 if "--fsdp" in flags else 2  # two data-parallel replicas take a row each
+                jobs.add(4, f"llama-4-{case}", specs["llama"], "--data", corpus, "--out", tmp / f"llama-4-{case}", "--micro-batch", micro,
+                         "--pp", 2, "--microbatches", MICRO, *flags, *COMMON)
+            jobs.add(4, "resumed-4", "--resume", tmp / "llama-resume-4", "--steps", "3", "--no-progress", "--pp", 4)
+    for name in SPECS:
+        jobs.add(1, f"{name}-one", specs[name], "--data", corpus, "--out", tmp / f"{name}-one", "--micro-batch", 2, "--batch-tokens",
+                 2 * 16 * MICRO, *COMMON)
+    jobs.add(1, "resumed-1", "--resume", tmp / "llama-resume-1", "--steps", "3", "--no-progress")
+    return tmp, jobs.run()
+
+
+def against(runs, job, name):
+    """The run `job` (finished) and the one-process reference of spec `name`."""
+    tmp, jobs = runs
+    jobs[f"{name}-one"]
+    return jobs[job], tmp / job, tmp / f"{name}-one"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama", "jamba"])
-@pytest.mark.parametrize("pp,schedule", [(2, "gpipe"), (2, "1f1b"), (2, "interleaved"), (4, "gpipe"), (4, "1f1b"), (4, "interleaved")])
-def test_pp_equals_one_process(ref, name, pp, schedule):
-    tmp, corpus, get = ref
-    spec, one = get(name)
-    out = tmp / f"{name}-pp{pp}-{schedule}"
-    p = launch(pp, spec, "--data", corpus, "--out", out, "--micro-batch", 2, "--pp", pp, "--microbatches", MICRO,
-               "--pp-schedule", schedule, *COMMON)
-    assert f"pipeline {pp} ({schedule}, {MICRO} microbatches)" in p.stderr
-    assert p.stderr.count("step 3/3 | train") == 1
+@pytest.mark.parametrize("pp,schedule", PP)
+def test_pp_equals_one_process(runs, name, pp, schedule):
+    job, out, one = against(runs, f"{name}-pp{pp}-{schedule}", name)
+    assert f"pipeline {pp} ({schedule}, {MICRO} microbatches)" in job.stderr
+    assert job.stderr.count("step 3/3 | train") == 1
     assert_equal_runs(out, one)
 
 
 @pytest.mark.slow
-def test_an_overboard_head_in_an_early_piece_carries_its_loss(ref):
+def test_an_overboard_head_in_an_early_piece_carries_its_loss(runs):
     """The tap's weighted next-token loss is computed in piece 0 and carried to the last."""
-    tmp, corpus, get = ref
-    spec, one = get("tap")
     assert "stages.2" in [u.path for u in split.split(engine(TAP), 2)[0].units]
-    out = tmp / "tap-pp2"
-    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", 2, "--pp", 2, "--microbatches", MICRO, *COMMON)
+    _, out, one = against(runs, "tap-pp2", "tap")
     assert_equal_runs(out, one)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [["--tp", "2"], ["--fsdp"]], ids=["tp2xpp2", "fsdp2xpp2"])
-def test_pp_composes_with_tp_and_fsdp_on_four_processes(ref, flags):
-    tmp, corpus, get = ref
-    spec, one = get("llama")
-    out = tmp / ("llama-4-" + flags[0].strip("-"))
-    micro = 1 if "--fsdp" in flags else 2  # two data-parallel replicas take a row each
-    p = launch(4, spec, "--data", corpus, "--out", out, "--micro-batch", micro, "--pp", 2, "--microbatches", MICRO, *flags, *COMMON)
-    assert "pipeline 2" in p.stderr
+@pytest.mark.parametrize("case", list(FOUR))
+def test_pp_composes_with_tp_and_fsdp_on_four_processes(runs, case):
+    job, out, one = against(runs, f"llama-4-{case}", "llama")
+    assert "pipeline 2" in job.stderr
     assert_equal_runs(out, one)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("at", [1, 4], ids=["one-process", "pp4"])
-def test_a_dcp_checkpoint_of_pp2_resumes_at_another_layout_record_for_record(ref, at):
+def test_a_dcp_checkpoint_of_pp2_resumes_at_another_layout_record_for_record(runs, at):
     """Saved at --pp 2; resumed in one process (DCP gathers the pieces' names into one model)
     or at --pp 4 (the split moves: every piece reads its own names)."""
-    tmp, corpus, get = ref
-    spec, one = get("llama")
-    out = tmp / f"llama-resume-{at}"
-    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", 2, "--pp", 2, "--microbatches", MICRO,
-           *[a if a != "3" else "2" for a in COMMON])
+    tmp, jobs = runs
+    _, out, one = against(runs, f"llama-resume-{at}", "llama")
     state = json.loads((out / "checkpoints" / "step-000002" / "state.json").read_text())
     assert state["pp"] == 2 and (out / "checkpoints" / "step-000002" / "dcp").is_dir()
-    launch(at, "--resume", out, "--steps", "3", "--no-progress", *(["--pp", at] if at > 1 else []))
+    jobs[f"resumed-{at}"]
     mine = [r for r in records(out) if "loss" in r] + [records(out)[-1]]
     theirs = [r for r in records(one) if "loss" in r] + [records(one)[-1]]
     assert [r["step"] for r in mine] == [r["step"] for r in theirs] == [1, 2, 3, 3]
@@ -303,15 +318,11 @@ def test_a_dcp_checkpoint_of_pp2_resumes_at_another_layout_record_for_record(ref
 
 
 @pytest.mark.slow
-def test_activation_checkpointing_recomputes_inside_the_pieces(ref):
+def test_activation_checkpointing_recomputes_inside_the_pieces(runs):
     """Jamba's groups are split between pieces (interleaved: 4 pieces on 2 ranks); `stage`
     checkpointing wraps each top-level group, and its recomputation must run the piece's
     own units, with the balance losses' gradients kept."""
-    tmp, corpus, get = ref
-    spec, one = get("jamba")
-    out = tmp / "jamba-ckpt"
-    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", 2, "--pp", 2, "--microbatches", MICRO, "--pp-schedule",
-           "interleaved", "--checkpointing", "stage", *COMMON)
+    _, out, one = against(runs, "jamba-ckpt", "jamba")
     assert_equal_runs(out, one)
 
 
@@ -392,15 +403,12 @@ def test_every_spec_pipelines_exactly_or_is_refused_by_name():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc,flags", [(2, ["--pp-schedule", "interleaved"]), (4, ["--fsdp", "--micro-batch", "1"])],
-                         ids=["interleaved", "fsdp2xpp2"])
-def test_a_tied_nozzle_keeps_one_embedding_over_the_first_and_last_piece(ref, nproc, flags):
+@pytest.mark.parametrize("case", list(TIED))
+def test_a_tied_nozzle_keeps_one_embedding_over_the_first_and_last_piece(runs, case):
     """The feed's embedding is also the head: the first and the last pipeline rank each hold it,
     their gradients are summed (and counted once in the norm), so both copies stay equal to the
     one process's weight."""
-    tmp, corpus, get = ref
-    spec, one = get("tied")
-    assert "nozzle head tied" in spec.read_text()
-    out = tmp / f"tied-{nproc}"
-    launch(nproc, spec, "--data", corpus, "--out", out, "--micro-batch", 2, "--pp", 2, "--microbatches", MICRO, *flags, *COMMON)
+    tmp, _ = runs
+    assert "nozzle head tied" in (tmp / "tied.cycle").read_text()
+    _, out, one = against(runs, f"tied-{case}", "tied")
     assert_equal_runs(out, one)

@@ -1,0 +1,111 @@
+"""Several `cyclec train` runs in one launch: the distributed tests' start-up paid once.
+
+A launch (`python -m torch.distributed.run --nproc-per-node N -m tests.train_jobs JOBS.json`,
+or plain `python -m tests.train_jobs JOBS.json` for one process) imports torch and cyclelang
+and joins the process group once, then runs each job's `cyclec train` arguments in turn
+through the CLI itself (`cyclelang.cli.main`, as `python -m cyclelang` does): the process
+group stays up between jobs (`Distributed.from_env` joins it once), each job makes its own
+mesh, seeds its own weights and data, and dynamo is reset after it, so a job is the run a
+launch of its own would make. Each rank's stderr of a job goes to `LOGS/NAME.rankR.err`, and
+`LOGS/NAME.rankR.done` marks that the rank finished it. A job that fails (a nonzero exit, an
+exception) ends the launch; torchrun then stops the other ranks.
+
+On the test side `Launches` declares the launches of a test file (in the order they run: a
+resume after the run it resumes), runs them all once (a module fixture) and hands each test
+its job: `launches[name].stderr`, or a failure naming the launch's output when the job did not
+finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run_jobs(path: str) -> None:
+    import gc
+
+    from cyclelang.cli import main
+
+    rank = os.environ.get("RANK", "0")
+    jobs = json.loads(Path(path).read_text("utf-8"))
+    for job in jobs:
+        logs = Path(job["logs"])
+        print(f"[rank {rank}] job {job['name']}: cyclec train {' '.join(job['args'])}", file=sys.__stderr__, flush=True)
+        with open(logs / f"{job['name']}.rank{rank}.err", "w", encoding="utf-8") as err, contextlib.redirect_stderr(err):
+            try:
+                main(["train", *job["args"]], prog_name="cyclec")
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code:
+            sys.__stderr__.write((logs / f"{job['name']}.rank{rank}.err").read_text("utf-8")[-6000:])
+            print(f"[rank {rank}] job {job['name']} exited {code}", file=sys.__stderr__, flush=True)
+            sys.exit(code)
+        torch = sys.modules.get("torch")
+        if torch is not None and "torch._dynamo" in sys.modules:
+            torch._dynamo.reset()  # a job compiles from nothing, as in a process of its own
+        gc.collect()
+        (logs / f"{job['name']}.rank{rank}.done").touch()
+
+
+class Job:
+    def __init__(self, name: str, nproc: int, stderr: str):
+        self.name, self.nproc, self.stderr = name, nproc, stderr
+
+
+class Launches:
+    """The launches of a test file: `add(nproc, name, *args)` in the order they must run (jobs of
+    one world size in a row share a launch), then `run()` once; `self[name]` is a finished job."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = Path(tmp)
+        self.logs = self.tmp / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.plan: list[tuple[int, list[dict]]] = []
+        self.owner: dict[str, int] = {}  # job name -> the index of its launch
+        self.outcome: list[subprocess.CompletedProcess | None] = []
+
+    def add(self, nproc: int, name: str, *args) -> None:
+        assert name not in self.owner, name
+        if not self.plan or self.plan[-1][0] != nproc:
+            self.plan.append((nproc, []))
+        self.plan[-1][1].append({"name": name, "args": [str(a) for a in args], "logs": str(self.logs)})
+        self.owner[name] = len(self.plan) - 1
+
+    def run(self, timeout: float = 1200) -> "Launches":
+        from .test_train_distributed import env
+
+        for i, (nproc, jobs) in enumerate(self.plan):
+            spec = self.tmp / f"launch-{i}.json"
+            spec.write_text(json.dumps(jobs), "utf-8")
+            runner = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+                                                          "--standalone"]
+            self.outcome.append(subprocess.run([*runner, "-m", "tests.train_jobs", str(spec)], capture_output=True, text=True, env=env(),
+                                               cwd=ROOT, timeout=timeout))
+        return self
+
+    def __getitem__(self, name: str) -> Job:
+        i = self.owner[name]
+        nproc = self.plan[i][0]
+        p = self.outcome[i] if i < len(self.outcome) else None
+        # every rank finished the job, and the launch exited cleanly (a crash at the process group's
+        # teardown fails its jobs as it failed a launch of one)
+        if p is None or p.returncode != 0 or not all((self.logs / f"{name}.rank{r}.done").exists() for r in range(nproc)):
+            import pytest
+
+            pytest.fail(f"job {name} did not finish (launch {i}, {nproc} process(es), exit "
+                        f"{None if p is None else p.returncode}):\n" + ("" if p is None else p.stdout[-3000:] + p.stderr[-8000:]),
+                        pytrace=False)
+        stderr = "".join((self.logs / f"{name}.rank{r}.err").read_text("utf-8") for r in range(nproc))
+        return Job(name, nproc, stderr)
+
+
+if __name__ == "__main__":
+    _run_jobs(sys.argv[1])
