@@ -75,17 +75,21 @@ def pp2_ep2(spec, corpus, out, *flags, common=COMMON):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, schedule", [("moe", "gpipe"), ("moe", "1f1b"), ("deepseek_v3", "gpipe"), ("deepseek_v3", "1f1b"),
-                                            ("deepseek_dense2", "1f1b"), ("moe4", "interleaved")])
-def test_pp2_ep2_equals_one_process(where, name, schedule):
+@pytest.mark.parametrize("name, schedule, flags", [("moe", "gpipe", []), ("moe", "1f1b", []), ("deepseek_v3", "gpipe", []),
+                                                   ("deepseek_v3", "1f1b", []), ("deepseek_dense2", "1f1b", []),
+                                                   ("moe4", "interleaved", []), ("moe", "1f1b", ["--checkpointing", "stage"])],
+                         ids=["moe-gpipe", "moe-1f1b", "deepseek_v3-gpipe", "deepseek_v3-1f1b", "deepseek_dense2-1f1b", "moe4-interleaved",
+                              "moe-1f1b-ckpt"])
+def test_pp2_ep2_equals_one_process(where, name, schedule, flags):
     """moe: Mixtral-style, capacity 0.5 (training drops assignments from the global micro-step's
     queue) and a balance loss carried along the pipeline; deepseek_v3: sigmoid group-limited
     routing, a shared expert, the correction bias trimmed by the load of the pipeline rank's
-    data-parallel ranks; deepseek_dense2: a piece without experts; moe4: 4 pieces, 2 a rank."""
+    data-parallel ranks; deepseek_dense2: a piece without experts; moe4: 4 pieces, 2 a rank;
+    ckpt: each stage instance recomputed in the backward, its dispatch with it."""
     tmp, corpus = where
     spec, one = reference(tmp, corpus, name)
-    out = tmp / f"{name}-{schedule}"
-    pp2_ep2(spec, corpus, out, "--pp-schedule", schedule)
+    out = tmp / f"{name}-{schedule}{'-ckpt' if flags else ''}"
+    pp2_ep2(spec, corpus, out, "--pp-schedule", schedule, *flags)
     mine, theirs = losses(out), losses(one)
     assert [r["step"] for r in mine] == [r["step"] for r in theirs] == [1, 2, 3, 3]
     for a, b in zip(mine, theirs):
@@ -93,7 +97,7 @@ def test_pp2_ep2_equals_one_process(where, name, schedule):
             if k in b:
                 assert abs(a[k] - b[k]) <= 1e-6, (k, a, b)
     diff, key = worst(out, one)
-    print(f"pp2 x ep2 {name} {schedule}: worst parameter difference {diff:.1e} ({key})")
+    print(f"pp2 x ep2 {name} {schedule} {' '.join(flags)}: worst parameter difference {diff:.1e} ({key})")
     assert diff <= 1e-6, (diff, key)
 
 
