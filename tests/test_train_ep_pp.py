@@ -131,7 +131,8 @@ def test_what_pp_with_ep_still_refuses_is_refused_by_name(tmp_path):
         moe_spec(), 8, pp=2, ep=2, tp=2)
     assert "--pp 2 x --ep 2 needs 4 processes or more" in _refusal(moe_spec(), 2, pp=2, ep=2)
     assert "--pp 2 x --ep 2 does not divide the 6 processes" in _refusal(moe_spec(), 6, pp=2, ep=2)
-    pipeline.check(load_string(moe4()).engine, Settings(pp=2, ep=2, pp_schedule="interleaved"), 8)  # 4 pieces on 2 ranks: accepted
+    assert "--pp 2 on 4 processes leaves 2 data-parallel replicas: add --fsdp" in _refusal(moe_spec(), 4, pp=2, ep=2)  # no DDP in pieces
+    pipeline.check(load_string(moe4()).engine, Settings(pp=2, ep=2, fsdp=True, pp_schedule="interleaved"), 8)  # 4 pieces on 2 ranks
     # through the run (one process): the experts' own refusals name the layer, the launch counts pp x ep
     for kw, says in (({"ep": 3}, "stages.0-1.burn.moe: 8 experts do not split over 3 ranks"),
                      ({"ep": 2}, "--pp 2 x --ep 2 needs a number of processes that it divides, not 1")):

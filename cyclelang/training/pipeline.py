@@ -151,6 +151,9 @@ def check(engine, s, world: int) -> None:
     if m is not None and s.pp_schedule in ("1f1b", "interleaved") and m < s.pp:
         raise _bad(f"--microbatches {m} is fewer than the {s.pp} pipeline ranks the {s.pp_schedule} schedule fills",
                    f"use --microbatches {s.pp} or more, or --pp-schedule gpipe", code="E0507")
+    dp = world // (s.pp * s.tp)  # with --ep, its ranks are data-parallel ranks too
+    if dp > 1 and not s.fsdp:
+        raise _bad(f"--pp {s.pp} on {world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them", code="E0507")
 
 
 class PieceModule(nn.Module):
