@@ -117,6 +117,23 @@ def test_a_dcp_checkpoint_of_pp2_ep2_resumes_in_one_process_record_for_record(wh
     print(f"pp2 x ep2 saved, resumed at 1: worst parameter difference {diff:.1e} ({key})")
 
 
+@pytest.mark.slow
+def test_an_ep2_checkpoint_resumes_at_pp2_ep2(where):
+    """The other way: 2 steps at --ep 2 (2 processes, no pipeline), the third at pp 2 x ep 2 (each
+    rank loads its pieces' parameters and its own experts' weights and optimizer state from
+    the DCP shards; the correction bias too)."""
+    tmp, corpus = where
+    spec, one = reference(tmp, corpus, "deepseek_v3")
+    out = tmp / "deepseek-from-ep2"
+    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", ROWS, "--batch-tokens", 2 * ROWS * SEQ * MICRO, "--ep", 2, "--fsdp",
+           *[a if a != "3" else "2" for a in COMMON])
+    p = launch(4, "--resume", out, "--steps", "3", "--pp", 2, "--ep", 2, "--no-progress")
+    assert "4 processes, pipeline 2 (1f1b, 2 microbatches), FSDP, expert parallel 2" in p.stderr
+    resumed_equal(out, one)
+    diff, key = worst(out, one)
+    print(f"--ep 2 saved, resumed at pp2 x ep2: worst parameter difference {diff:.1e} ({key})")
+
+
 # --- refusals (no processes) ------------------------------------------------------------
 
 
