@@ -168,7 +168,7 @@ def test_what_the_pipeline_cannot_run_is_refused_by_name():
     pipeline.check(small, Settings(pp=4, microbatches=2, pp_schedule="gpipe"), 4)  # GPipe takes any number
     assert "--compile" in _refusal(small, world=2, pp=2, compile=True)
     assert "--dtype fp16" in _refusal(small, world=2, pp=2, dtype="fp16")
-    assert "--ep 2: expert parallelism inside pipeline pieces" in _refusal(small, world=4, pp=2, ep=2)
+    assert "--pp 2 x --ep 2 needs 4 processes" in _refusal(small, world=2, pp=2, ep=2)  # with --ep: tests/test_train_ep_pp.py
     hyper = cyclelang.load(ROOT / "specs" / "hyper.cycle").engine
     assert "several residual streams (hyper-connections)" in _refusal(hyper, world=2, pp=2)
 

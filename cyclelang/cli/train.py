@@ -58,7 +58,8 @@ SPEC_HELP = "The spec's startup block (warmup, schedule, clip, betas, decay), un
 @click.option("--pp-schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default="1f1b", show_default=True,
               help="With --pp: the pipeline schedule (interleaved: two pieces per rank).")
 @click.option("--ep", type=int, default=1, show_default=True,
-              help="Distributed: expert-parallel degree (each MoE's experts split over this many ranks, tokens routed by all-to-all).")
+              help="Distributed: expert-parallel degree (each MoE's experts split over this many ranks, tokens routed by all-to-all; "
+              "with --pp, among the ranks of each pipeline rank).")
 @click.option("--cp", type=int, default=1, show_default=True,
               help="Distributed: context-parallel degree (refused for now, naming each mixer and why).")
 @click.option("--checkpointing", type=click.Choice(["none", "stage", "selective"]), default="none", show_default=True,

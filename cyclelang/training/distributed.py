@@ -5,7 +5,9 @@ and the rendezvous; `Distributed.from_env()` joins it (gloo on CPU, NCCL on GPU)
 The mesh is ("dp", "tp") with tp = --tp; data parallelism is FSDP2 with --fsdp and DDP
 otherwise. With --ep N the mesh is ("edp", "ep", "tp") with "dp" = "edp" x "ep" flattened
 (`expert.py`: the experts split over "ep"); the run sees ("dp", "tp") as before. With --pp N
-it is ("pp", "dp", "tp") (`pipeline.py`: the stage instances split over "pp").
+it is ("pp", "dp", "tp") (`pipeline.py`: the stage instances split over "pp"); with both,
+("pp", "edp", "ep", "tp"), the run seeing ("pp", "dp", "tp") (each piece's MoE layers route
+among the "ep" ranks of their own pipeline rank).
 Checkpoints are torch.distributed.checkpoint folders (sharded, loadable at another
 data-parallel world size, --ep and --pp) plus the full weights gathered on rank 0.
 """
@@ -34,7 +36,7 @@ class Distributed:
     mesh: object = None  # DeviceMesh ("dp", "tp"); ("pp", "dp", "tp") when pp > 1
     tp: int = 1
     ep: int = 1
-    ep_mesh: object = None  # --ep: DeviceMesh ("edp", "ep", "tp"), "dp" flattened (mesh: "dp" x "tp", or "dp")
+    ep_mesh: object = None  # --ep: DeviceMesh ([pp,] "edp", "ep", "tp"), "dp" flattened (mesh: [pp x] "dp" x "tp", or "dp")
     experts: object = None  # --ep: the model's expert.ExpertParallel, once applied
     pp: int = 1  # --pp: pipeline ranks (the mesh's outer dim "pp")
 
@@ -59,17 +61,17 @@ class Distributed:
         if world % tp:
             raise ValueError(f"--tp {tp} does not divide the world size {world}")
         device = torch.device("cuda", local) if cuda else torch.device("cpu")
-        if ep > 1 and pp > 1:
-            raise ValueError(f"--ep {ep} with --pp {pp}: expert parallelism inside pipeline pieces is not supported yet")
-        if ep > 1:  # expert parallelism (expert.py): ("edp", "ep", "tp"), "dp" = "edp" x "ep"
-            if world % (ep * tp):
-                raise ValueError(f"--ep {ep} x --tp {tp} does not divide the world size {world}")
-            ep_mesh = init_device_mesh(device.type, (world // (ep * tp), ep, tp), mesh_dim_names=("edp", "ep", "tp"))
+        if ep > 1:  # expert parallelism (expert.py): ([pp,] "edp", "ep", "tp"), "dp" = "edp" x "ep"
+            if world % (pp * ep * tp):
+                raise ValueError(f"--pp {pp} x --ep {ep} x --tp {tp} does not divide the world size {world}")
+            outer = [("pp", pp)] if pp > 1 else []  # each pipeline rank's MoE layers route among its own "ep" group
+            dims = outer + [("edp", world // (pp * ep * tp)), ("ep", ep), ("tp", tp)]
+            ep_mesh = init_device_mesh(device.type, tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))
             dp_mesh = ep_mesh["edp", "ep"]._flatten("dp")
             with warnings.catch_warnings():  # ("dp", "tp") with "dp" flattened: torch warns it may change how
                 warnings.simplefilter("ignore", UserWarning)  # such a slice is taken, not that it is wrong
-                mesh = ep_mesh["dp", "tp"] if tp > 1 else dp_mesh
-            return cls(dist.get_rank(), world, local, device, mesh, tp, ep, ep_mesh)
+                mesh = ep_mesh["pp", "dp", "tp"] if pp > 1 else ep_mesh["dp", "tp"] if tp > 1 else dp_mesh
+            return cls(dist.get_rank(), world, local, device, mesh, tp, ep, ep_mesh, pp=pp)
         if world % (tp * pp):
             raise ValueError(f"--tp {tp} x --pp {pp} does not divide the world size {world}")
         dims = ([("pp", pp)] if pp > 1 else []) + [("dp", world // (tp * pp)), ("tp", tp)]  # outermost first

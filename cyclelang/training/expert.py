@@ -34,6 +34,8 @@ Checkpoints: each rank's experts keep their names (`...experts.5.fc.weight`), DC
 them from the ranks that hold them (the optimizer state flattened per parameter) and a
 checkpoint loads at another layout, one process included; the full weights gather every
 expert on rank 0.
+With --pp (pipeline.py) the mesh is ("pp", "edp", "ep", "tp"): each pipeline rank's pieces
+route over its own "ep" group with its own data-parallel ranks' statistics, per microbatch.
 """
 
 from __future__ import annotations
@@ -90,11 +92,11 @@ def check(spec, ep: int, settings=None) -> None:
                    "training forward (correction_rate), so the recomputed forward would route with another bias",
                    "drop --checkpointing")
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    tp = s.tp if s is not None else 1
-    if world < ep * tp or world % (ep * tp):
-        what = f"--ep {ep}" + (f" x --tp {tp}" if tp > 1 else "")
+    tp, pp = (s.tp, s.pp) if s is not None else (1, 1)
+    if world < pp * ep * tp or world % (pp * ep * tp):
+        what = (f"--pp {pp} x " if pp > 1 else "") + f"--ep {ep}" + (f" x --tp {tp}" if tp > 1 else "")
         raise _bad("E0513", f"{what} needs a number of processes that it divides, not {world}",
-                   f"launch with torchrun --nproc-per-node {ep * tp} (or a multiple) -m cyclelang train ...")
+                   f"launch with torchrun --nproc-per-node {pp * ep * tp} (or a multiple) -m cyclelang train ...")
 
 
 class LocalExperts(nn.ModuleDict):
@@ -138,7 +140,7 @@ class ExpertParallel:
             names = {k: functools.partial(_dispatch, self, m, E) for k in f.__code__.co_names if k.startswith("routed_")}
             m.compiled_experts = types.MethodType(types.FunctionType(f.__code__, {**f.__globals__, **names}, f.__name__, f.__defaults__,
                                                                      f.__closure__), m)
-        self.params = {id(p): p for _, m, _ in self.layers for p in m.experts.parameters()}
+        self._collect()
         if not fsdp:  # DDP leaves them to `sync_grads`
             names = [n for n, p in model.named_parameters() if id(p) in self.params]
             nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
@@ -154,15 +156,32 @@ class ExpertParallel:
                 parallelize(model, mesh, fsdp=False, tp=True)
                 self._tp_layout(model)
             if fsdp:
-                from torch.distributed.fsdp import fully_shard
-
-                for _, m, _ in self.layers:
-                    for ex in m.experts:
-                        fully_shard(ex, mesh=self.mesh["edp"])
-                self.params = {id(p): p for _, m, _ in self.layers for p in m.experts.parameters()}
+                self.shard(model)
             return parallelize(model, mesh, fsdp=fsdp, tp=False, checkpointing=checkpointing, compile=compile)
 
         return run
+
+    def _collect(self) -> None:
+        self.params = {id(p): p for _, m, _ in self.layers for p in m.experts.parameters()}
+
+    def shard(self, root: nn.Module) -> None:
+        """FSDP2 of each expert of the MoE layers inside `root` over "edp" (a unit of its own: its
+        forward gathers it), before `root` itself is sharded over "dp"."""
+        from torch.distributed.fsdp import fully_shard
+
+        inside = {id(m) for m in root.modules()}
+        for _, m, _ in self.layers:
+            if id(m) in inside:
+                for ex in m.experts:
+                    fully_shard(ex, mesh=self.mesh["edp"])
+        self._collect()
+
+    def keep(self, model: nn.Module) -> None:
+        """Only the MoE layers of `model` (a pipeline rank's pieces, --pp): the others run on other
+        pipeline ranks, whose "ep" groups gather, reduce and measure them."""
+        inside = {id(m) for m in model.modules()}
+        self.layers = [layer for layer in self.layers if id(layer[1]) in inside]
+        self._collect()
 
     def _tp_layout(self, model) -> None:
         """The TP plan numbered this rank's experts 0, 1, ... in `model.tp_layout` (the fused rows

@@ -400,8 +400,6 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     picks, ck, state = None, None, None
     if dist is not None and dist.tp > 1 and dp > 1 and not s.fsdp:
         raise _bad("E0507", f"--tp {dist.tp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
-    if dist is not None and dist.pp > 1 and dp > 1 and not s.fsdp:
-        raise _bad("E0507", f"--pp {dist.pp} on {dist.world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them")
     if s.tp > 1 and dist is None:
         raise _bad("E0513", f"--tp {s.tp} needs {s.tp} processes or more", f"launch with torchrun --nproc-per-node {s.tp} -m cyclelang train ...")
     source = codegen(spec, fast=True, parallel=True)  # the runtime's custom ops and `parallelize`

@@ -22,11 +22,20 @@ M` makes M of them), so a pipelined step computes what one process computes with
 loss see the same tokens), losses divided by M before their backward. Evaluation runs each
 held-out batch as one microbatch. Parameters keep their names (`stages.5.mix.attn.qkv.weight`),
 so DCP checkpoints load at another pipeline degree, one process included.
+
+With --ep (expert.py) the experts are placed first, on the whole model: a piece's MoE layers
+dispatch over the "ep" group of its pipeline rank, whose data-parallel ranks run the same
+microbatch at the same point of every schedule; `keep` leaves the rank's own layers to the
+experts' bookkeeping. The schedule's shape inference (one forward per piece on its first
+step) and a correction bias's trim are kept apart (`trims`).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
+import types
 
 import torch
 from torch import nn
@@ -116,15 +125,18 @@ def check(engine, s, world: int) -> None:
         raise _bad(f"--microbatches must be at least 1, not {s.microbatches}", code="E0507")
     if s.pp == 1:
         return
-    if world < s.pp * s.tp:
-        raise _bad(f"--pp {s.pp}" + (f" x --tp {s.tp}" if s.tp > 1 else "") + f" needs {s.pp * s.tp} processes or more",
-                   f"launch with torchrun --nproc-per-node {s.pp * s.tp} -m cyclelang train ...", code="E0513")
-    if world % (s.pp * s.tp):
-        raise _bad(f"--pp {s.pp} x --tp {s.tp} does not divide the {world} processes", "launch a multiple of pp x tp processes",
-                   code="E0513")
-    if getattr(s, "ep", 1) > 1:
-        raise _bad(f"--pp {s.pp} with --ep {s.ep}: expert parallelism inside pipeline pieces is not supported yet",
-                   "use one of them", code="E0507")
+    ep = getattr(s, "ep", 1)
+    what = f"--pp {s.pp}" + (f" x --ep {ep}" if ep > 1 else "") + (f" x --tp {s.tp}" if s.tp > 1 else "")
+    if world < s.pp * ep * s.tp:
+        raise _bad(f"{what} needs {s.pp * ep * s.tp} processes or more",
+                   f"launch with torchrun --nproc-per-node {s.pp * ep * s.tp} -m cyclelang train ...", code="E0513")
+    if world % (s.pp * ep * s.tp):
+        raise _bad(f"{what} does not divide the {world} processes",
+                   "launch a multiple of pp x " + ("ep x " if ep > 1 else "") + "tp processes", code="E0513")
+    if ep > 1 and s.tp > 1:
+        raise _bad(f"{what}: tensor parallelism of the experts inside pipeline pieces is not supported yet "
+                   f"(the three together need {s.pp * ep * s.tp} processes or more, beyond what its tests run)",
+                   "drop --tp, or one of --pp and --ep", code="E0507")
     if ir.chamber_streams(engine.body) is not None:
         raise _bad(f"--pp {s.pp}: {engine.name} carries several residual streams (hyper-connections) between stages; "
                    "a piece sends one stream", "train it without --pp")
@@ -139,14 +151,20 @@ def check(engine, s, world: int) -> None:
     if m is not None and s.pp_schedule in ("1f1b", "interleaved") and m < s.pp:
         raise _bad(f"--microbatches {m} is fewer than the {s.pp} pipeline ranks the {s.pp_schedule} schedule fills",
                    f"use --microbatches {s.pp} or more, or --pp-schedule gpipe", code="E0507")
+    dp = world // (s.pp * s.tp)  # with --ep, its ranks are data-parallel ranks too
+    if dp > 1 and not s.fsdp:
+        raise _bad(f"--pp {s.pp} on {world} processes leaves {dp} data-parallel replicas: add --fsdp to shard them", code="E0507")
 
 
 class PieceModule(nn.Module):
     """One pipeline piece: its own units registered (its parameters and nothing else) and
     the view that runs them."""
 
-    def __init__(self, piece: splitting.Piece, view: nn.Module, owned: dict[str, nn.Module], carry: Carry | None, module):
+    def __init__(self, piece: splitting.Piece, view: nn.Module, owned: dict[str, nn.Module], carry: Carry | None, module,
+                 flags):
         super().__init__()
+        self.flags = flags  # the pipeline's: `inferring` while the schedule infers shapes (`forward`)
+        self.unprobed = True
         self.index = piece.index
         self.first, self.last = piece.feed, piece.nozzle
         self.units = nn.ModuleList(list(owned.values()))
@@ -161,6 +179,17 @@ class PieceModule(nn.Module):
         self.out = output[0] if isinstance(output, tuple) else output
 
     def forward(self, *inputs, idx, targets):
+        # the schedule infers the shapes it sends by running each piece once, on its first
+        # training step (on an empty tensor past the first piece): that forward must not move
+        # state (a correction bias's trim, `trims`)
+        self.flags.inferring = self.training and self.unprobed
+        self.unprobed = self.unprobed and not self.training
+        try:
+            return self._forward(*inputs, idx=idx, targets=targets)
+        finally:
+            self.flags.inferring = False
+
+    def _forward(self, *inputs, idx, targets):
         view = self.view
         acc = None
         if not self.first:
@@ -198,6 +227,7 @@ class Pipeline:
 
         e = spec.engine
         self.dist, self.accum = dist, accum
+        self.flags = types.SimpleNamespace(inferring=False)
         pieces = pieces_of(e, dist.pp, s.pp_schedule)
         self.pieces = pieces
         pp_mesh = dist.mesh["pp"]
@@ -282,12 +312,14 @@ class Pipeline:
                     owned["feed.tok"] = model.feed.tok
                 if bias is not None:
                     owned["bias"] = _Param(bias)
-            piece = PieceModule(p, view, owned, carry, module)
+            piece = PieceModule(p, view, owned, carry, module, self.flags)
             if s.fsdp:
                 from torch.distributed.fsdp import fully_shard
 
                 for name, unit in owned.items():
                     if name not in ("feed.tok", "bias"):  # read, not called, by the tied head: the piece's root gathers them
+                        if dist.experts is not None:  # --ep: its experts first, each over "edp"
+                            dist.experts.shard(unit)
                         fully_shard(unit, mesh=dist.mesh["dp"])
                 fully_shard(piece, mesh=dist.mesh["dp"])
             self.views.append(view)
@@ -295,6 +327,9 @@ class Pipeline:
                                 PipelineStage(piece, p.index, len(pieces), dist.device, group=self.group)))
         self.last = any(p.nozzle for p in mine)
         self.first = any(p.feed for p in mine)
+        if dist.experts is not None:  # --ep: this rank's MoE layers only (gathered, reduced and measured over its "ep" group)
+            dist.experts.keep(self.model)
+        trims(self.model, dist.mesh["dp"].get_group(), self.flags)
         # a tied embedding: its two copies (first and last pipeline rank) get the sum of their
         # gradients; the last rank's is left out of the gradient norm (counted on the first)
         self.tied, self.tied_group, self.twice = [], None, []
@@ -377,8 +412,42 @@ class Pipeline:
         over the pipeline; a tied embedding once)."""
         from .grads import grad_norm
 
-        norm = grad_norm([p for p in params if not any(p is q for q in self.twice)])
+        params = [p for p in params if not any(p is q for q in self.twice)]
+        experts = self.dist.experts  # --ep: each rank's experts summed over its "ep" group first
+        norm = grad_norm(params) if experts is None else experts.grad_norm(params, grad_norm)
         return self._sum_over_pieces(norm.double() ** 2).sqrt()
+
+
+class _Torch:
+    """torch, as a generated function sees it, with `distributed.all_reduce` over one group."""
+
+    def __init__(self, group):
+        self.distributed = types.SimpleNamespace(is_available=torch.distributed.is_available, is_initialized=torch.distributed.is_initialized,
+                                                 all_reduce=functools.partial(torch.distributed.all_reduce, group=group))
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def trims(model: nn.Module, group, flags) -> None:
+    """Each MoE of `model` whose correction bias moves (DeepSeek-V3's trim, `correction_rate`): the
+    generated `trim` with its load summed over `group` (the pipeline rank's data-parallel ranks,
+    which run the same MoE layers on other rows; the generated one sums over every process, which
+    here run other layers) and left out of the schedule's shape inference (`flags.inferring`)."""
+    for m in model.modules():
+        f = getattr(type(m), "trim", None)
+        if f is None or not getattr(m, "correction_rate", 0):
+            continue
+        body = inspect.unwrap(f)  # under its torch.no_grad()
+        grouped = types.FunctionType(body.__code__, {**body.__globals__, "torch": _Torch(group)}, body.__name__, body.__defaults__,
+                                     body.__closure__)
+
+        def trim(self, choice, grouped=grouped):
+            if not flags.inferring:
+                with torch.no_grad():
+                    grouped(self, choice)
+
+        m.trim = types.MethodType(trim, m)
 
 
 def gather_full(full: dict, dist) -> dict:
