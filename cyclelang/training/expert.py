@@ -73,10 +73,15 @@ def check(spec, ep: int, settings=None) -> None:
     if ep == 1:
         return
     s = settings
-    if s is not None:
-        for on, flag, why in ((s.compile, "--compile", "the compiled experts' custom op takes every expert's weights on one rank"),):
+    if s is not None and s.compile:  # the dispatch compiles (regional or whole) inside the stage's graph, with DDP
+        for on, flag, why in ((s.fsdp, "--fsdp", "each expert is an FSDP2 unit of its own (sharded over its copies, \"edp\"), "
+                               "called inside the compiled stage, and FSDP2's pre-forward hook that gathers it is "
+                               "torch._dynamo.disable'd: a graph break, which the compiled regions (fullgraph) refuse"),
+                              (s.tp > 1, f"--tp {s.tp}", "the tensor-parallel plan keeps a MoE's experts eager (their DTensor "
+                               "MLPs inside the compiled dispatch are not verified)")):
             if on:
-                raise _bad("E0507", f"--ep {ep} with {flag} is not supported yet: {why}", f"drop {flag.split()[0]}")
+                raise _bad("E0507", f"--ep {ep} with --compile and {flag} is not supported yet: {why}",
+                           f"drop {flag.split()[0]} (--ep with --compile runs with DDP), or --compile")
     parts = moe_parts(spec)
     if not parts:
         raise _bad("E0512", f"--ep {ep}: {spec.engine.name} has no MoE layer (turbine moe) whose experts could be spread over ranks",
@@ -138,8 +143,9 @@ class ExpertParallel:
             # compiled_experts, with every routed op of the file replaced by this layer's dispatch
             f = type(m).compiled_experts
             names = {k: functools.partial(_dispatch, self, m, E) for k in f.__code__.co_names if k.startswith("routed_")}
-            m.compiled_experts = types.MethodType(types.FunctionType(f.__code__, {**f.__globals__, **names}, f.__name__, f.__defaults__,
-                                                                     f.__closure__), m)
+            # without "__name__", torch.compile guards these globals themselves, not the file's module's
+            scope = {k: v for k, v in {**f.__globals__, **names}.items() if k != "__name__"}
+            m.compiled_experts = types.MethodType(types.FunctionType(f.__code__, scope, f.__name__, f.__defaults__, f.__closure__), m)
         self._collect()
         if not fsdp:  # DDP leaves them to `sync_grads`
             names = [n for n, p in model.named_parameters() if id(p) in self.params]
@@ -154,7 +160,7 @@ class ExpertParallel:
         def run(model, mesh, *, fsdp, tp, checkpointing="none", compile=False):
             if tp:
                 parallelize(model, mesh, fsdp=False, tp=True)
-                self._tp_layout(model)
+                self.tp_layout(model)
             if fsdp:
                 self.shard(model)
             return parallelize(model, mesh, fsdp=fsdp, tp=False, checkpointing=checkpointing, compile=compile)
@@ -183,7 +189,7 @@ class ExpertParallel:
         self.layers = [layer for layer in self.layers if id(layer[1]) in inside]
         self._collect()
 
-    def _tp_layout(self, model) -> None:
+    def tp_layout(self, model) -> None:
         """The TP plan numbered this rank's experts 0, 1, ... in `model.tp_layout` (the fused rows
         it regrouped); every expert of a layer has the same layout: record it under each global
         name, so the gathered full weights (every expert's, on rank 0) are put back in order."""

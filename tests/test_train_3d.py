@@ -1,0 +1,99 @@
+"""One mesh for all: `cyclec train --pp 2 --ep 2 --tp 2 --fsdp` on 8 gloo processes, against
+one process on the same global batch; and what the mesh still refuses, by name.
+
+The mesh is ("pp", "edp", "ep", "tp") = (2, 1, 2, 2): each pipeline rank's pieces are
+tensor-parallel over "tp" (attention heads, MLP and every local expert's hidden width),
+their MoE layers route over the 2 "ep" ranks of that pipeline rank and "tp" index, and
+FSDP2 shards the rest over the pipeline rank's 2 data-parallel ranks ("dp" = "edp" x
+"ep"). As in test_train_ep_pp, a pipelined step runs its micro-steps as the pipeline's
+microbatches, so the reference is one process with `--batch-tokens` of as many micro-steps
+of the whole global rows. After 3 optimizer steps every loss, the final held-out loss and
+every parameter (the correction bias included) agree within 1e-6.
+
+All the runs are two launches (tests/train_jobs.py): the one-process references, then the
+8-process jobs in one torchrun launch.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cyclelang import to_spec as load_string
+from cyclelang.diagnostics import CycleError
+from cyclelang.training import pipeline
+from cyclelang.training.loop import Settings
+
+from .test_train_distributed import CORPUS, losses
+from .test_train_ep_pp import worst
+from .test_train_expert import COMMON, deepseek_spec, moe_spec
+from .train_jobs import Launches
+
+MICRO = 2  # microbatches (micro-steps) a step
+ROWS = 2  # sequences per micro-step on each of the 2 data-parallel ranks of a pipeline rank
+SEQ = 16  # COMMON's --seq
+SPECS = {"moe": moe_spec, "deepseek_v3": deepseek_spec}
+# the 8-process cases: (spec, schedule)
+CASES = {"moe-1f1b": ("moe", "1f1b"), "deepseek_v3-gpipe": ("deepseek_v3", "gpipe")}
+BANNER = "8 processes, pipeline 2 ({schedule}, 2 microbatches), FSDP, tensor parallel 2, expert parallel 2"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("3d")
+    corpus = tmp / "corpus.txt"
+    corpus.write_text(CORPUS, "utf-8")
+    data = ["--data", corpus]
+    jobs = Launches(tmp)
+    for name, text in SPECS.items():  # one process, MICRO micro-steps of the global 2 x ROWS sequences a step
+        (tmp / f"{name}.cycle").write_text(text(), "utf-8")
+        jobs.add(1, f"one-{name}", tmp / f"{name}.cycle", *data, "--out", tmp / f"one-{name}", "--micro-batch", 2 * ROWS,
+                 "--batch-tokens", 2 * ROWS * SEQ * MICRO, *COMMON)
+    for case, (name, schedule) in CASES.items():
+        jobs.add(8, case, tmp / f"{name}.cycle", *data, "--out", tmp / case, "--micro-batch", ROWS, "--pp", 2, "--ep", 2, "--tp", 2,
+                 "--fsdp", "--microbatches", MICRO, "--pp-schedule", schedule, *COMMON)
+    return tmp, jobs.run()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_pp2_ep2_tp2_equals_one_process(runs, case):
+    """moe: Mixtral-style, capacity 0.5 (training drops assignments from the global micro-step's
+    queue), a balance loss carried along the pipeline, each local expert's fused [gate | up]
+    rows regrouped over "tp" (and put back in order in the gathered full weights);
+    deepseek_v3: latent attention (replicated over "tp"), a dense first piece, sigmoid
+    group-limited routing, a shared expert split over "tp", the correction bias trimmed by
+    the load of the pipeline rank's data-parallel ranks."""
+    tmp, jobs = runs
+    name, schedule = CASES[case]
+    assert BANNER.format(schedule=schedule) in jobs[case].stderr, jobs[case].stderr[-2000:]
+    one = tmp / f"one-{name}"
+    jobs[f"one-{name}"]
+    mine, theirs = losses(tmp / case), losses(one)
+    assert [r["step"] for r in mine] == [r["step"] for r in theirs] == [1, 2, 3, 3]
+    for a, b in zip(mine, theirs):
+        for k in ("loss", "val_loss", "grad_norm"):
+            if k in b:
+                assert abs(a[k] - b[k]) <= 1e-6, (k, a, b)
+    diff, key = worst(tmp / case, one)
+    print(f"pp2 x ep2 x tp2 {case}: worst parameter difference {diff:.1e} ({key})")
+    assert diff <= 1e-6, (diff, key)
+
+
+# --- refusals (no processes) ------------------------------------------------------------
+
+
+def _refusal(spec_text: str, world: int, **kw) -> str:
+    with pytest.raises(CycleError) as info:
+        pipeline.check(load_string(spec_text).engine, Settings(**kw), world)
+    return info.value.diagnostics[0].message
+
+
+def test_the_mesh_refuses_what_does_not_divide_by_name():
+    # the three together are one mesh: no refusal of their own
+    pipeline.check(load_string(moe_spec()).engine, Settings(pp=2, ep=2, tp=2, fsdp=True), 8)
+    pipeline.check(load_string(moe_spec()).engine, Settings(pp=2, ep=2, tp=2, fsdp=True), 16)
+    assert "--pp 2 x --ep 2 x --tp 2 needs 8 processes or more" in _refusal(moe_spec(), 4, pp=2, ep=2, tp=2, fsdp=True)
+    assert "--pp 2 x --ep 2 x --tp 2 does not divide the 12 processes" in _refusal(moe_spec(), 12, pp=2, ep=2, tp=2, fsdp=True)
+    assert "--pp 2 on 8 processes leaves 2 data-parallel replicas: add --fsdp" in _refusal(moe_spec(), 8, pp=2, ep=2, tp=2)
+    # the stages: 2 blocks do not make 4 pieces
+    assert "--pp 4" in _refusal(moe_spec(), 16, pp=4, ep=2, tp=2, fsdp=True)
