@@ -187,7 +187,7 @@ micro-steps (micro-batch x seq x data-parallel ranks), a startup override the st
 block would refuse (a negative lr, betas outside [0, 1)), or --tp or --pp without --fsdp
 where data-parallel replicas remain; or parallelisms that do not compose yet, each named
 with its reason: --ep with --compile and --fsdp (FSDP2's hook on each expert would break
-the compiled graph) or --tp, --pp with --compile or --dtype fp16.""")
+the compiled graph) or --tp.""")
 _add("E0508", "run folder from another spec", """
 `--resume RUN_DIR` continues a run only with the engine it was started with: the
 folder's engine.json (the engine's IR without source positions) differs from what this
@@ -212,8 +212,9 @@ The model cannot be split as asked: tensor parallelism splits attention by whole
 (heads and kv_heads must be divisible by --tp) and MLPs by hidden units (the hidden
 width must be divisible by --tp); under --compile the MoE experts' custom op takes whole
 weights; expert parallelism splits each MoE's experts (their number must be divisible by
---ep); the pipeline splits the stage instances (at least one per piece with --pp). Each
-part that cannot be split is named with the reason.""", "turbine attention heads=6   # with --tp 4")
+--ep); the pipeline splits the stage instances (at least one per piece with --pp) and
+cannot run yet several residual streams, --compile or --dtype fp16. Each part that
+cannot be split is named with the reason.""", "turbine attention heads=6   # with --tp 4")
 _add("E0513", "distributed launch needed", """--tp N splits the model over N processes: launch with `torchrun --nproc-per-node N -m cyclelang train ...`.
 With --pp, --ep and --tp together the mesh is pp x ep x tp processes (times the data-parallel
 copies): the number of processes must be a multiple of their product.""")

@@ -36,6 +36,9 @@ checkpoint loads at another layout, one process included; the full weights gathe
 expert on rank 0.
 With --pp (pipeline.py) the mesh is ("pp", "edp", "ep", "tp"): each pipeline rank's pieces
 route over its own "ep" group with its own data-parallel ranks' statistics, per microbatch.
+With --compile (DDP) dynamo traces the dispatch inside the stage's compiled region, whole:
+torch.distributed's collectives become functional ones and the token counts data-dependent
+sizes; with --fsdp each expert's FSDP2 hook would break that graph, so `check` refuses it.
 """
 
 from __future__ import annotations
