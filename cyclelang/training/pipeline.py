@@ -196,9 +196,8 @@ class PieceModule(nn.Module):
         acc = None
         if not self.first:
             x, acc = inputs
-            if inferring:
-                with torch.no_grad():
-                    x.zero_(), acc.zero_()
+            if inferring:  # zeros still of the inputs (the schedule infers their gradients' shapes too), out of place
+                x, acc = (t.masked_fill(t.new_ones((), dtype=torch.bool), 0) for t in (x, acc))  # (FSDP2's inputs are views)
             self.carry.x = x
         if self.last:
             _, loss = view(idx, targets)
