@@ -82,13 +82,14 @@ def test_pp2_ep2_tp2_equals_one_process(runs, case):
 # --- --ep with --compile ------------------------------------------------------------------
 
 # the 2-process cases: (spec, flags of both runs); each is run eager and with --compile
-# (moe without checkpointing, compiled, was 8.0e-08 off its eager run too; left out: a cold compile is ~35 s here)
-COMPILED = {"moe-ckpt": ("moe", ["--checkpointing", "stage"]), "deepseek_v3": ("deepseek_v3", [])}
+# (moe with DDP, with and without --checkpointing stage, compiled, was 8.0e-08 off its eager run too; left out: a
+# cold compile is ~35 s here)
+COMPILED = {"moe-fsdp-ckpt": ("moe", ["--fsdp", "--checkpointing", "stage"]), "deepseek_v3": ("deepseek_v3", [])}
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    """--ep 2 on 2 processes (DDP), eager and compiled (regional), in one launch."""
+    """--ep 2 on 2 processes (FSDP2 or DDP), eager and compiled (regional), in one launch."""
     tmp = tmp_path_factory.mktemp("ep-compile")
     corpus = tmp / "corpus.txt"
     corpus.write_text(CORPUS, "utf-8")
@@ -107,12 +108,16 @@ def test_ep2_compiled_equals_eager(compiled, case):
     """The dispatch (routing, the statistics' all-gather, the two all_to_all_single_autograd and
     the local experts) traced by dynamo inside each stage's region, whole (fullgraph): one
     graph per region and no recompile when the next batch routes other counts; the same
-    losses and parameters as the eager --ep 2 run. moe-ckpt: Mixtral-style softmax routing
-    with a capacity, each stage instance recomputed in the backward (its dispatch with it);
-    deepseek_v3: sigmoid group-limited routing, the shared expert, the correction bias's trim."""
+    losses and parameters as the eager --ep 2 run. moe-fsdp-ckpt: Mixtral-style softmax
+    routing with a capacity, FSDP2 (compiled, the experts stay whole and out of its units,
+    their gradients summed over their copies; eager, each expert is a unit of its own), each
+    stage instance recomputed in the backward (its dispatch with it); deepseek_v3 (DDP):
+    sigmoid group-limited routing, the shared expert, the correction bias's trim."""
     tmp, jobs = compiled
     stderr = jobs[f"{case}-compiled"].stderr
-    assert "2 processes, expert parallel 2, DDP, fp32, compiled (regional)" in stderr, stderr[-2000:]  # and checkpointing
+    fsdp = "--fsdp" in COMPILED[case][1]
+    assert f"2 processes{', FSDP' if fsdp else ''}, expert parallel 2{'' if fsdp else ', DDP'}, fp32, compiled (regional)" in stderr, \
+        stderr[-2000:]
     regions = 5 if case.startswith("deepseek") else 4  # feed, (dense and MoE) blocks, norm, head
     assert f"compiled (regional): {regions} region(s), {regions} graph(s), 0 recompile(s)" in stderr, stderr[-2000:]
     # at the end, one more graph a region (evaluation's no-grad mode), none for the other steps' routing counts
@@ -149,15 +154,12 @@ def test_the_mesh_refuses_what_does_not_divide_by_name():
     assert "--pp 4" in _refusal(moe_spec(), 16, pp=4, ep=2, tp=2, fsdp=True)
 
 
-def test_ep_with_compile_refuses_what_breaks_the_graph_by_name():
+def test_ep_with_compile_refuses_only_tp_by_name():
     spec = load_string(moe_spec())
-    with pytest.raises(CycleError) as e:  # DDP: no refusal of its own; then the processes (one here)
-        expert.check(spec, 2, Settings(ep=2, compile=True))
-    assert "--ep 2 needs a number of processes that it divides, not 1" in str(e.value)
-    with pytest.raises(CycleError) as e:
-        expert.check(spec, 2, Settings(ep=2, compile=True, fsdp=True))
-    assert "--ep 2 with --compile and --fsdp is not supported yet" in str(e.value)
-    assert "FSDP2's pre-forward hook that gathers it is torch._dynamo.disable'd" in str(e.value)
+    for fsdp in (False, True):
+        with pytest.raises(CycleError) as e:  # DDP and FSDP2: no refusal of their own; then the processes (one here)
+            expert.check(spec, 2, Settings(ep=2, compile=True, fsdp=fsdp))
+        assert "--ep 2 needs a number of processes that it divides, not 1" in str(e.value)
     with pytest.raises(CycleError) as e:
         expert.check(spec, 2, Settings(ep=2, tp=2, compile=True))
     assert "--ep 2 with --compile and --tp 2 is not supported yet" in str(e.value)
