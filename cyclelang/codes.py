@@ -187,7 +187,7 @@ micro-steps (micro-batch x seq x data-parallel ranks), a startup override the st
 block would refuse (a negative lr, betas outside [0, 1)), or --tp or --pp without --fsdp
 where data-parallel replicas remain; or parallelisms that do not compose yet, each named
 with its reason: --ep with --compile and --tp (the tensor-parallel plan keeps a MoE's
-experts eager).""")
+experts eager; traced, they were off the eager run).""")
 _add("E0508", "run folder from another spec", """
 `--resume RUN_DIR` continues a run only with the engine it was started with: the
 folder's engine.json (the engine's IR without source positions) differs from what this
