@@ -84,21 +84,22 @@ def test_pp2_ep2_tp2_equals_one_process(runs, case):
 # the 2-process cases: (spec, flags of both runs); each is run eager and with --compile
 # (moe with DDP, with and without --checkpointing stage, compiled, was 8.0e-08 off its eager run too; left out: a
 # cold compile is ~35 s here)
-COMPILED = {"moe-fsdp-ckpt": ("moe", ["--fsdp", "--checkpointing", "stage"]), "deepseek_v3": ("deepseek_v3", [])}
+COMPILED = {"deepseek_v3": ("deepseek_v3", 2, []), "moe-fsdp-ckpt": ("moe", 2, ["--fsdp", "--checkpointing", "stage"]),
+            "moe-fsdp-tp2": ("moe", 4, ["--fsdp", "--tp", 2])}
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    """--ep 2 on 2 processes (FSDP2 or DDP), eager and compiled (regional), in one launch."""
+    """--ep 2, eager and compiled (regional): on 2 processes (DDP; FSDP2), then on 4 (FSDP2 x tp 2)."""
     tmp = tmp_path_factory.mktemp("ep-compile")
     corpus = tmp / "corpus.txt"
     corpus.write_text(CORPUS, "utf-8")
     jobs = Launches(tmp)
-    for case, (name, flags) in COMPILED.items():
+    for case, (name, nproc, flags) in COMPILED.items():
         (tmp / f"{name}.cycle").write_text(SPECS[name](), "utf-8")
         for mode in ("eager", "compiled"):
-            jobs.add(2, f"{case}-{mode}", tmp / f"{name}.cycle", "--data", corpus, "--out", tmp / f"{case}-{mode}", "--micro-batch", 2,
-                     "--ep", 2, *flags, *(["--compile"] if mode == "compiled" else []), *COMMON)
+            jobs.add(nproc, f"{case}-{mode}", tmp / f"{name}.cycle", "--data", corpus, "--out", tmp / f"{case}-{mode}", "--micro-batch",
+                     2, "--ep", 2, *flags, *(["--compile"] if mode == "compiled" else []), *COMMON)
     return tmp, jobs.run()
 
 
@@ -108,16 +109,18 @@ def test_ep2_compiled_equals_eager(compiled, case):
     """The dispatch (routing, the statistics' all-gather, the two all_to_all_single_autograd and
     the local experts) traced by dynamo inside each stage's region, whole (fullgraph): one
     graph per region and no recompile when the next batch routes other counts; the same
-    losses and parameters as the eager --ep 2 run. moe-fsdp-ckpt: Mixtral-style softmax
-    routing with a capacity, FSDP2 (compiled, the experts stay whole and out of its units,
-    their gradients summed over their copies; eager, each expert is a unit of its own), each
-    stage instance recomputed in the backward (its dispatch with it); deepseek_v3 (DDP):
-    sigmoid group-limited routing, the shared expert, the correction bias's trim."""
+    losses and parameters as the eager --ep 2 run. deepseek_v3 (DDP): sigmoid group-limited
+    routing, the shared expert, the correction bias's trim; moe-fsdp-*: Mixtral-style
+    softmax routing with a capacity, FSDP2 (compiled, the experts stay whole and out of its
+    units, their gradients summed over their copies; eager, each expert is a unit of its
+    own); -ckpt: each stage instance recomputed in the backward (its dispatch with it);
+    -tp2: each local expert's MLP split over "tp" (DTensors traced in the dispatch)."""
     tmp, jobs = compiled
     stderr = jobs[f"{case}-compiled"].stderr
-    fsdp = "--fsdp" in COMPILED[case][1]
-    assert f"2 processes{', FSDP' if fsdp else ''}, expert parallel 2{'' if fsdp else ', DDP'}, fp32, compiled (regional)" in stderr, \
-        stderr[-2000:]
+    _, nproc, flags = COMPILED[case]
+    mesh = (", FSDP" + (", tensor parallel 2" if "--tp" in flags else "") + ", expert parallel 2") if "--fsdp" in flags else \
+        ", expert parallel 2, DDP"
+    assert f"{nproc} processes{mesh}, fp32, compiled (regional)" in stderr, stderr[-2000:]
     regions = 5 if case.startswith("deepseek") else 4  # feed, (dense and MoE) blocks, norm, head
     assert f"compiled (regional): {regions} region(s), {regions} graph(s), 0 recompile(s)" in stderr, stderr[-2000:]
     # at the end, one more graph a region (evaluation's no-grad mode), none for the other steps' routing counts
@@ -154,12 +157,15 @@ def test_the_mesh_refuses_what_does_not_divide_by_name():
     assert "--pp 4" in _refusal(moe_spec(), 16, pp=4, ep=2, tp=2, fsdp=True)
 
 
-def test_ep_with_compile_refuses_only_tp_by_name():
+def test_ep_with_compile_has_no_refusal_of_its_own():
     spec = load_string(moe_spec())
-    for fsdp in (False, True):
-        with pytest.raises(CycleError) as e:  # DDP and FSDP2: no refusal of their own; then the processes (one here)
-            expert.check(spec, 2, Settings(ep=2, compile=True, fsdp=fsdp))
-        assert "--ep 2 needs a number of processes that it divides, not 1" in str(e.value)
+    for kw in ({}, {"fsdp": True}, {"fsdp": True, "tp": 2}):
+        with pytest.raises(CycleError) as e:  # DDP, FSDP2, tensor parallel: then the processes (one here)
+            expert.check(spec, 2, Settings(ep=2, compile=True, **kw))
+        assert "--ep 2" + (" x --tp 2" if kw.get("tp") else "") + " needs a number of processes that it divides, not 1" in str(e.value)
     with pytest.raises(CycleError) as e:
-        expert.check(spec, 2, Settings(ep=2, tp=2, compile=True))
-    assert "--ep 2 with --compile and --tp 2 is not supported yet" in str(e.value)
+        expert.check(spec, 2, Settings(ep=2, compile=True, fsdp=True, tp=2, checkpointing="stage"))
+    assert "--ep 2 with --compile, --tp 2 and --checkpointing stage is not supported yet" in str(e.value)
+    assert "expected all tensors_saved_with_vc_check to be Tensors" in str(e.value)
+    # with --pp the pipeline refuses --compile (its pieces run the model's forward with other pieces' units skipped)
+    assert "--pp 2 with --compile" in _refusal(moe_spec(), 8, pp=2, ep=2, tp=2, fsdp=True, compile=True)

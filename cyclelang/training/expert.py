@@ -79,11 +79,11 @@ def check(spec, ep: int, settings=None) -> None:
     if ep == 1:
         return
     s = settings
-    if s is not None and s.compile and s.tp > 1:  # the dispatch compiles (regional or whole) inside the stage's graph
-        raise _bad("E0507", f"--ep {ep} with --compile and --tp {s.tp} is not supported yet: the tensor-parallel plan keeps a "
-                   "MoE's experts eager, and with --ep their DTensor MLPs traced inside the compiled dispatch ran on 4 processes but "
-                   "2.4e-4 off the eager run's loss (cause not found yet)",
-                   "drop --tp (--ep with --compile runs with DDP or --fsdp), or --compile")
+    if s is not None and s.compile and s.tp > 1 and s.checkpointing != "none":
+        raise _bad("E0507", f"--ep {ep} with --compile, --tp {s.tp} and --checkpointing {s.checkpointing} is not supported yet: "
+                   "torch 2.13's compiled backward of the recomputed stage fails on the tensor-parallel experts' parameters "
+                   "(AOT autograd: \"expected all tensors_saved_with_vc_check to be Tensors\")",
+                   "drop one of --compile, --tp and --checkpointing")
     parts = moe_parts(spec)
     if not parts:
         raise _bad("E0512", f"--ep {ep}: {spec.engine.name} has no MoE layer (turbine moe) whose experts could be spread over ranks",
@@ -202,7 +202,8 @@ class ExpertParallel:
     def tp_layout(self, model) -> None:
         """The TP plan numbered this rank's experts 0, 1, ... in `model.tp_layout` (the fused rows
         it regrouped); every expert of a layer has the same layout: record it under each global
-        name, so the gathered full weights (every expert's, on rank 0) are put back in order."""
+        name, so the gathered full weights (every expert's, on rank 0) are put back in order.
+        The plan made new (DTensor) parameters: they are the experts' from here on."""
         layout = getattr(model, "tp_layout", {})
         for path, _, E in self.layers:
             head = f"{path}.experts."
@@ -211,6 +212,7 @@ class ExpertParallel:
                 tail = k[len(head):].split(".", 1)[1]
                 for e in range(E):
                     layout[f"{head}{e}.{tail}"] = v
+        self._collect()
 
     # --- the training loop's hooks ------------------------------------------------------
 
