@@ -186,8 +186,8 @@ A training setting is out of range: --steps, --micro-batch or --eval-batches bel
 micro-steps (micro-batch x seq x data-parallel ranks), a startup override the startup
 block would refuse (a negative lr, betas outside [0, 1)), or --tp or --pp without --fsdp
 where data-parallel replicas remain; or parallelisms that do not compose yet, each named
-with its reason: --ep with --compile and --tp (the tensor-parallel plan keeps a MoE's
-experts eager; traced, they were off the eager run).""")
+with its reason: --ep with --compile, --tp and --checkpointing all together (torch's
+compiled backward of the recomputed stage fails on the tensor-parallel experts).""")
 _add("E0508", "run folder from another spec", """
 `--resume RUN_DIR` continues a run only with the engine it was started with: the
 folder's engine.json (the engine's IR without source positions) differs from what this
