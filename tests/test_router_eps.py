@@ -147,6 +147,19 @@ def test_the_routed_ops_backward_matches_finite_differences(eps):
                                    reference(moe, x, eps, 2.5, logits), rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.slow  # opcheck alone takes seconds; the fast tier holds the op to the equations above
+def test_the_routed_op_passes_opcheck_with_an_epsilon():
+    """The op's schema, fake kernel and autograd registration take the eps keyword."""
+    moe = moe_of("normalize_eps=1e-6 scale=2.5")
+    op = type(moe).forward.__globals__["routed_swiglu"]
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(5, 24, dtype=torch.float64, generator=gen, requires_grad=True)
+    logits = (SHIFT + 0.5 * torch.randn(5, 8, dtype=torch.float64, generator=gen)).requires_grad_(True)
+    weights = [p.detach().clone().requires_grad_(True) for ex in moe.experts for p in (ex.fc.weight, ex.proj.weight)]
+    torch.library.opcheck(op, (x, logits, weights + [moe.correction.detach().clone()], False, 3, -1, True, 0.0),
+                          {"router": "sigmoid", "scale": 2.5, "correction": True, "eps": 1e-6})
+
+
 def test_the_generated_file_carries_the_epsilon(tmp_path):
     """`cyclec build` writes normalize_eps where the spec sets it (a constructor argument, the eager line and
     the op's keyword) and nothing of it where the spec keeps DeepSeek-V3's default."""
