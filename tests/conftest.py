@@ -141,13 +141,39 @@ def require(module: str, install: str):
         pytest.skip(f"{module} is not installed ({install})")
 
 
-def pytest_terminal_summary(terminalreporter):
-    """The run's peak resident memory, so its growth is seen when it happens (printed before pytest's closing line)."""
+def _peak_mib() -> float:
     import resource
 
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     # (not RUSAGE_CHILDREN: a forked subprocess reports the parent's size at the fork as its own peak)
-    terminalreporter.write_sep("-", f"peak resident memory of the test process: {own:,.0f} MiB")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker (`-n 2`): its peak goes to the controller
+        workeroutput["peak_mib"] = _peak_mib()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: a worker has finished; keep its peak."""
+    node.config.stash.setdefault(_WORKER_PEAKS, []).append(node.workeroutput.get("peak_mib", 0.0))
+
+
+_WORKER_PEAKS = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The run's peak resident memory, so its growth is seen when it happens (printed before pytest's
+    closing line). Under `-n N`: each worker's peak, and their sum (a bound on the machine's peak)."""
+    own = _peak_mib()
+    workers = config.stash.get(_WORKER_PEAKS, [])
+    if not workers:
+        terminalreporter.write_sep("-", f"peak resident memory of the test process: {own:,.0f} MiB")
+        return
+    each = ", ".join(f"{w:,.0f}" for w in sorted(workers, reverse=True))
+    terminalreporter.write_sep("-", f"peak resident memory of the {len(workers)} test workers: {each} MiB; with the controller's "
+                                    f"{own:,.0f} MiB at most {own + sum(workers):,.0f} MiB together")
 
 
 @pytest.fixture
