@@ -388,6 +388,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.slow  # every library spec built, split and stepped in a child process (5 s); the fast tier keeps the split and the refusals above
 def test_every_spec_pipelines_exactly_or_is_refused_by_name():
     p = subprocess.run([sys.executable, "-c", EVERY_SPEC], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
