@@ -275,7 +275,7 @@ def _forward(self, x):
 
 
 def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax",
-              groups=1, top_groups=1, group_score="top2", scale=1.0, correction=False):
+              groups=1, top_groups=1, group_score="top2", scale=1.0, correction=False, eps=1e-20):
     """routed_experts' contract (runtime/experts.py) across the "ep" group: returns a tuple
     whose [0] is y (N, C), [1] the balance loss (this rank's share) and [8] the choice (N, k)."""
     from torch.distributed._functional_collectives import all_to_all_single_autograd
@@ -287,7 +287,7 @@ def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit
     # as the routed op scores
     probs = torch.sigmoid(logits.to(p)) if router == "sigmoid" else torch.softmax(logits, dim=-1, dtype=p)
     weight, choice = expert_choice(probs, top, normalize, router, groups, top_groups, group_score, scale,
-                                   weights[-1] if correction else None)
+                                   weights[-1] if correction else None, eps)
     onehot = (choice.t().reshape(top, N, 1) == torch.arange(E, device=x.device)).long()  # (k, N, E), first choices first
     # every data-parallel rank's assignments per (choice, expert), and its token count
     mine = torch.cat([onehot.sum(dim=1).reshape(-1), torch.tensor([N], device=x.device)])
