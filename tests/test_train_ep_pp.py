@@ -155,8 +155,6 @@ def _refusal(spec_text: str, world: int, **kw) -> str:
 
 
 def test_what_pp_with_ep_still_refuses_is_refused_by_name(tmp_path):
-    assert "--pp 2 x --ep 2 x --tp 2: tensor parallelism of the experts inside pipeline pieces is not supported yet" in _refusal(
-        moe_spec(), 8, pp=2, ep=2, tp=2)
     assert "--pp 2 x --ep 2 needs 4 processes or more" in _refusal(moe_spec(), 2, pp=2, ep=2)
     assert "--pp 2 x --ep 2 does not divide the 6 processes" in _refusal(moe_spec(), 6, pp=2, ep=2)
     assert "--pp 2 on 4 processes leaves 2 data-parallel replicas: add --fsdp" in _refusal(moe_spec(), 4, pp=2, ep=2)  # no DDP in pieces

@@ -221,7 +221,8 @@ def test_ep_is_refused_by_name(tmp_path):
     assert "dense has no MoE layer" in refused(DENSE, tmp_path, ep=2)
     assert "stages.0-1.burn.moe: 8 experts do not split over 3 ranks" in refused(moe_spec(), tmp_path, ep=3)
     assert "--ep 2 needs a number of processes that it divides, not 1" in refused(moe_spec(), tmp_path, ep=2)
-    assert "--ep 2 with --compile is not supported yet" in refused(moe_spec(), tmp_path, ep=2, compile=True)
+    assert "--ep 2 x --tp 2 needs a number of processes that it divides, not 1" in refused(moe_spec(), tmp_path, ep=2, compile=True, tp=2,
+                                                                                           fsdp=True)  # --compile composes
     assert "--ep must be at least 1, not 0" in refused(moe_spec(), tmp_path, ep=0)
     assert "correction_rate), so the recomputed forward would route with another bias" in refused(
         deepseek_spec(), tmp_path, ep=2, checkpointing="stage")
