@@ -184,8 +184,10 @@ _add("E0507", "bad training settings", """
 A training setting is out of range: --steps, --micro-batch or --eval-batches below 1,
 --seq longer than the context, a --batch-tokens that is not a whole number of
 micro-steps (micro-batch x seq x data-parallel ranks), a startup override the startup
-block would refuse (a negative lr, betas outside [0, 1)), or --tp without --fsdp where
-data-parallel replicas remain.""")
+block would refuse (a negative lr, betas outside [0, 1)), or --tp or --pp without --fsdp
+where data-parallel replicas remain; or parallelisms that do not compose yet, each named
+with its reason: --ep with --compile, --tp and --checkpointing all together (torch's
+compiled backward of the recomputed stage fails on the tensor-parallel experts).""")
 _add("E0508", "run folder from another spec", """
 `--resume RUN_DIR` continues a run only with the engine it was started with: the
 folder's engine.json (the engine's IR without source positions) differs from what this
@@ -209,8 +211,13 @@ _add("E0512", "parallelism plan refused", """
 The model cannot be split as asked: tensor parallelism splits attention by whole heads
 (heads and kv_heads must be divisible by --tp) and MLPs by hidden units (the hidden
 width must be divisible by --tp); under --compile the MoE experts' custom op takes whole
-weights. Each part that cannot be split is named with the reason.""", "turbine attention heads=6   # with --tp 4")
-_add("E0513", "distributed launch needed", "--tp N splits the model over N processes: launch with `torchrun --nproc-per-node N -m cyclelang train ...`.")
+weights; expert parallelism splits each MoE's experts (their number must be divisible by
+--ep); the pipeline splits the stage instances (at least one per piece with --pp) and
+cannot run yet several residual streams, --compile or --dtype fp16. Each part that
+cannot be split is named with the reason.""", "turbine attention heads=6   # with --tp 4")
+_add("E0513", "distributed launch needed", """--tp N splits the model over N processes: launch with `torchrun --nproc-per-node N -m cyclelang train ...`.
+With --pp, --ep and --tp together the mesh is pp x ep x tp processes (times the data-parallel
+copies): the number of processes must be a multiple of their product.""")
 
 # --- transformers interop (cyclelang.interop, `cyclec import` / `cyclec export`), appended -------
 _add("E0401", "config field the language cannot express", """

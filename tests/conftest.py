@@ -141,13 +141,74 @@ def require(module: str, install: str):
         pytest.skip(f"{module} is not installed ({install})")
 
 
-def pytest_terminal_summary(terminalreporter):
-    """The run's peak resident memory, so its growth is seen when it happens (printed before pytest's closing line)."""
+def _peak_mib() -> float:
     import resource
 
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     # (not RUSAGE_CHILDREN: a forked subprocess reports the parent's size at the fork as its own peak)
-    terminalreporter.write_sep("-", f"peak resident memory of the test process: {own:,.0f} MiB")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker (`-n 2`): its peak goes to the controller
+        workeroutput["peak_mib"] = _peak_mib()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: a worker has finished; keep its peak."""
+    node.config.stash.setdefault(_WORKER_PEAKS, []).append(node.workeroutput.get("peak_mib", 0.0))
+
+
+_WORKER_PEAKS = pytest.StashKey[list]()
+_TOGETHER = pytest.StashKey[list]()
+
+
+def _children_rss_mib(pid: int) -> float:
+    """The resident memory of `pid`'s direct children (pytest-xdist's workers) now, from /proc."""
+    total = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != pid:
+                    continue
+            with open(f"/proc/{d}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue  # gone, or no memory of its own (a zombie)
+    return total / 1024
+
+
+def pytest_configure(config):
+    """Under `-n N` the controller samples its workers' resident memory together (every 0.2 s),
+    for the peak the machine holds: the sum of each worker's own peak only bounds it."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput") and os.path.isdir("/proc/self"):
+        import threading
+
+        seen = config.stash[_TOGETHER] = [0.0]
+
+        def sample():
+            while True:
+                seen[0] = max(seen[0], _children_rss_mib(os.getpid()))
+                threading.Event().wait(0.2)
+
+        threading.Thread(target=sample, daemon=True, name="worker-memory").start()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The run's peak resident memory, so its growth is seen when it happens (printed before pytest's
+    closing line). Under `-n N`: each worker's peak, and their sum (a bound on the machine's peak)."""
+    own = _peak_mib()
+    workers = config.stash.get(_WORKER_PEAKS, [])
+    if not workers:
+        terminalreporter.write_sep("-", f"peak resident memory of the test process: {own:,.0f} MiB")
+        return
+    each = ", ".join(f"{w:,.0f}" for w in sorted(workers, reverse=True))
+    together = config.stash.get(_TOGETHER, [0.0])[0]
+    terminalreporter.write_sep("-", f"peak resident memory of the {len(workers)} test workers: {each} MiB; together (sampled) "
+                                    f"{together:,.0f} MiB, and the controller {own:,.0f} MiB")
 
 
 @pytest.fixture

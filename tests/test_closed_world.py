@@ -8,6 +8,7 @@ folder, build, load; the reference is `from_pretrained` of the same folder.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import random
@@ -233,7 +234,10 @@ def test_a_value_of_the_wrong_kind_is_refused_by_name(key, value, words):
 # --- the property: an inert key changes nothing, an unknown key is refused ------------------------------
 
 
-def _one_config_per_family() -> dict:
+@functools.cache
+def per_family() -> dict:
+    """One test config's name per family (made when a test asks: each config is built to read its
+    model_type, which collection need not pay for)."""
     out = {}
     for name in sorted(CONFIGS):
         family = CONFIGS[name]().model_type
@@ -241,7 +245,6 @@ def _one_config_per_family() -> dict:
     return out
 
 
-PER_FAMILY = _one_config_per_family()
 FAST = {"llama", "gemma2", "qwen2_moe", "falcon", "mamba", "deepseek_v2"}
 # inert keys whose every value transformers' own loading refuses or reroutes on a machine without CUDA kernels
 # (and what forward returns: the test reads transformers' logits from its usual output)
@@ -260,13 +263,13 @@ def _draw(rng: random.Random, types: tuple):
 
 
 def test_the_property_covers_every_claimed_family():
-    assert set(PER_FAMILY) == set(FAMILIES) - SAME_AS
+    assert set(per_family()) == set(FAMILIES) - SAME_AS
 
 
 @pytest.mark.parametrize("family", [f if f in FAST else pytest.param(f, marks=pytest.mark.slow) for f in sorted(FAMILIES) if f not in SAME_AS])
 def test_an_inert_key_loads_exactly_and_an_unknown_key_is_refused(tmp_path, family):
     rng = random.Random(f"closed-{family}")
-    config = CONFIGS[PER_FAMILY[family]]()
+    config = CONFIGS[per_family()[family]]()
     spread(transformers.AutoModelForCausalLM.from_config(config)).save_pretrained(tmp_path / "ckpt")
     path = tmp_path / "ckpt" / "config.json"
     saved = json.loads(path.read_text())

@@ -79,11 +79,14 @@ def test_sp_logits_grow_with_width_and_mup_stays_flat(tmp_path):
 
 @pytest.mark.slow  # fires through the CLI, plots, and starts a process
 def test_cli_json_is_torch_free_and_the_plot_is_written(tmp_path):
+    """The command docs/test_stand.md shows (SP beside μP, --depth, --lr, a plot, exit 1 for SP's
+    growth), at two small widths: the doc's own run (4 widths, full vocabularies) is not repeated."""
     _, path = load(tmp_path, gpt(), "sp.cycle")
+    _, mup = load(tmp_path, gpt("param mup base_width=32"), "mup.cycle")
     out, png = tmp_path / "cc.json", tmp_path / "cc.png"
-    r = invoke(["fire", path, "--coord-check", "--widths", "32,64", "--steps", "2", "--seq", "8", "--batch", "2",
-                "--json", str(out), "--plot", str(png)])
-    assert r.exit_code in (0, 1), r.output  # 1: a layer type grows with width (a finding)
+    r = invoke(["fire", path, mup, "--coord-check", "--widths", "32,64", "--depth", "1", "--steps", "3", "--lr", "3e-2",
+                "--seq", "8", "--batch", "2", "--json", str(out), "--plot", str(png)])
+    assert r.exit_code == 1, r.output  # 1: SP's logits grow with width (a finding)
     assert "coordinate check of g" in r.output and "logits" in r.output
     assert png.read_bytes().startswith(b"\x89PNG")
     code = ("import json, sys; from cyclelang.stand.result import CoordCheck; "
@@ -91,8 +94,10 @@ def test_cli_json_is_torch_free_and_the_plot_is_written(tmp_path):
             "print('torch' in sys.modules)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "False"
-    (c,) = [CoordCheck.model_validate(x) for x in json.loads(out.read_text())]
-    assert c.widths == [32, 64] and len(c.layers[0].size) == 2 and len(c.layers[0].size[0]) == 2
+    sp, mu = [CoordCheck.model_validate(x) for x in json.loads(out.read_text())]
+    assert sp.widths == mu.widths == [32, 64] and len(sp.layers[0].size) == 3 and len(sp.layers[0].size[0]) == 2  # [step][width]
+    assert sp.lr == mu.lr == 3e-2 and {l.name for l in sp.layers} >= {"stages.0.mix", "logits"}  # --depth 1: one block
+    assert any(l.flag for l in sp.layers) and not any(l.flag for l in mu.layers)
     bad = invoke(["fire", path, "--coord-check", "--widths", "32", "--steps", "2"])
     assert bad.exit_code == 1 and "two --widths" in bad.output
     bad = invoke(["fire", path, "--coord-check", "--width", "32"])

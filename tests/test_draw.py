@@ -3,6 +3,7 @@ rendering smoke tests, the CLI's formats and errors, parameter counts."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -44,6 +45,24 @@ def swept(paths, fast=FAST_SWEEP):
 
 def spec(stem: str) -> ir.Spec:
     return cyclelang.load(ROOT / "specs" / f"{stem}.cycle")
+
+
+@functools.lru_cache(maxsize=None)
+def _drawn(path, view, rankdir, size):
+    try:
+        return to_dot(cyclelang.load(path), view=view, rankdir=rankdir, size=size), None
+    except cyclelang.CycleError as e:
+        return None, e
+
+
+def drawn(path, view="cycle", rankdir=None, size=None) -> str:
+    """`to_dot` of a library spec, laid out once per run: the sweeps below look at the same
+    figure for different faults (overlaps, the legend, frames, text size), and a size preset's
+    layout is most of a sweep's time. A figure that does not fit raises its CycleError each time."""
+    dot, err = _drawn(path, view, rankdir, size)
+    if err is not None:
+        raise err
+    return dot
 
 
 # --- goldens -------------------------------------------------------------------
@@ -135,7 +154,7 @@ def test_no_stage_is_drawn_in_two_pieces(path, rankdir):
     s = cyclelang.load(path)
     for size in (None, "slide", "page"):
         try:
-            dot = to_dot(s, rankdir=rankdir, size=size)
+            dot = drawn(path, rankdir=rankdir, size=size)
         except cyclelang.CycleError as e:
             assert e.diagnostics[0].code == "E0275"
             continue
@@ -220,7 +239,7 @@ def test_ml_labels_use_no_rocket_words(path, view):
 def test_a_legend_entry_for_every_colour_and_shape(path, view):
     for size in (None, "column", "page"):  # the natural figure and the densest a preset gets
         try:
-            dot = to_dot(cyclelang.load(path), view=view, size=size)
+            dot = drawn(path, view=view, size=size)
         except cyclelang.CycleError:
             continue  # does not fit that preset (test_text_size_per_preset keeps the list)
         _legend_covers(dot, path)
@@ -315,25 +334,27 @@ def hugs(p, q, half: float, r, near: float = 4.0, run: float = 12.0) -> bool:
 @pytest.mark.parametrize("path", swept(SPECS, {"gpt2"}), ids=spec_id)  # a spec takes about a second: one in the fast tier
 def test_nothing_overlaps_and_no_wire_runs_through_text(path):
     """Every spec, both views, natural and at every preset it fits (top-to-bottom), and left to right."""
-    assert _sweep_overlaps(cyclelang.load(path)) >= 4  # natural TB and LR in both views at least
+    assert _sweep_overlaps(functools.partial(drawn, path)) >= 4  # natural TB and LR in both views at least
 
 
 def test_nothing_overlaps_in_a_compare_figure():
     """Small multiples, natural and on the slide they are drawn for."""
-    assert _sweep_overlaps([spec("gpt2"), spec("post_ln"), spec("deepnet")], (("TB", None), ("LR", None), (None, "slide"))) >= 4
+    figures = [spec("gpt2"), spec("post_ln"), spec("deepnet")]
+    assert _sweep_overlaps(functools.partial(to_dot, figures), (("TB", None), ("LR", None), (None, "slide"))) >= 4
 
 
-def _sweep_overlaps(s, ways=(("TB", None), ("LR", None), (None, "slide"), (None, "column"), (None, "page"))) -> int:
-    drawn = 0
+def _sweep_overlaps(dot_of, ways=(("TB", None), ("LR", None), (None, "slide"), (None, "column"), (None, "page"))) -> int:
+    """dot_of(view=, rankdir=, size=): the figure to check, in both views and each of `ways`."""
+    checked = 0
     for view in ("cycle", "graph"):
         for rankdir, size in ways:
             try:
-                dot = to_dot(s, view=view, rankdir=rankdir, size=size)
+                dot = dot_of(view=view, rankdir=rankdir, size=size)
             except cyclelang.CycleError:
                 continue
             assert overlaps(dot) == [], (view, rankdir, size)
-            drawn += 1
-    return drawn
+            checked += 1
+    return checked
 
 
 def test_the_overlap_check_sees_a_clash():
@@ -712,7 +733,7 @@ def test_text_size_per_preset(path, size, view):
     misses = (DOES_NOT_FIT if view == "cycle" else GRAPH_DOES_NOT_FIT)[size]
     s = cyclelang.load(path)
     try:
-        dot = to_dot(s, size=size, view=view)
+        dot = drawn(path, size=size, view=view)
     except cyclelang.CycleError as e:
         assert e.diagnostics[0].code == "E0275" and f"--size {size}" in e.diagnostics[0].message
         assert path.stem in misses, f"{path.stem} no longer fits --size {size} --view {view}"

@@ -204,7 +204,6 @@ def test_the_expert_bias_matters(tmp_path):
 
 
 @pytest.mark.parametrize("family,kw,key", [
-    ("lfm2_moe", dict(norm_topk_prob=True), "norm_topk_prob"),
     ("lfm2_moe", dict(layer_types=None), "layer_types"),
     ("lfm2", dict(layer_types=["conv", "sliding_attention", "conv", "conv", "full_attention"]), "layer_types"),
     ("lfm2", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 5000.0}), "rope_parameters.rope_type"),

@@ -12,6 +12,7 @@ dependency. A violation names the module, the line and what it imports.
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -105,7 +106,10 @@ def imports_of(module: str, typing: bool = True) -> list[Import]:
     return out
 
 
-ALL_IMPORTS = [imp for module in sorted(FILES) for imp in imports_of(module)]
+@functools.cache
+def all_imports() -> list:
+    """Every cyclelang import of the package, parsed once, when the first test asks (not at collection)."""
+    return [imp for module in sorted(FILES) for imp in imports_of(module)]
 
 
 def layer(module: str) -> str | None:
@@ -137,12 +141,12 @@ def test_the_scan_sees_the_package():
 
 
 def test_below_the_tops_nothing_imports_the_facade_or_the_cli():
-    bad = [why for imp in ALL_IMPORTS if layer(imp.module) is not None and (why := facade_violation(imp))]
+    bad = [why for imp in all_imports() if layer(imp.module) is not None and (why := facade_violation(imp))]
     assert not bad, "upward imports:\n  " + "\n  ".join(bad)
 
 
 def test_the_facade_does_not_import_the_cli():
-    bad = [str(imp) for imp in ALL_IMPORTS if imp.module == "cyclelang.api" and imp.resolved.split(".")[:2] == ["cyclelang", "cli"]]
+    bad = [str(imp) for imp in all_imports() if imp.module == "cyclelang.api" and imp.resolved.split(".")[:2] == ["cyclelang", "cli"]]
     assert not bad, "\n".join(bad)
 
 
@@ -158,12 +162,12 @@ def layering_violation(imp: Import) -> str | None:
 
 
 def test_layers_import_downward_only():
-    bad = [why for imp in ALL_IMPORTS if (why := layering_violation(imp))]
+    bad = [why for imp in all_imports() if (why := layering_violation(imp))]
     assert not bad, "imports against the layering:\n  " + "\n  ".join(bad)
 
 
 def test_ir_imports_nothing_outside_ir():
-    bad = [str(i) for i in ALL_IMPORTS if layer(i.module) == "ir" and i.resolved != "cyclelang.ir" and not i.resolved.startswith("cyclelang.ir.")]
+    bad = [str(i) for i in all_imports() if layer(i.module) == "ir" and i.resolved != "cyclelang.ir" and not i.resolved.startswith("cyclelang.ir.")]
     assert not bad, "\n".join(bad)
 
 

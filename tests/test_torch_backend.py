@@ -576,9 +576,9 @@ def step(model, idx):
     loss.backward()
     opt.step()
 
-def worker(rank, world, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def worker(rank, world, rendezvous, out):
+    # a file store, not a port: a free port found and released can be taken before the ranks bind it
+    dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank, world_size=world)
     torch.set_num_threads(1)
     model = build(cyclelang.parse(SPEC), seed=0)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -592,9 +592,7 @@ def worker(rank, world, port, out):
     dist.destroy_process_group()
 
 if __name__ == "__main__":
-    import socket
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    mp.spawn(worker, args=(2, port, sys.argv[3]), nprocs=2)
+    mp.spawn(worker, args=(2, sys.argv[3] + ".rendezvous", sys.argv[3]), nprocs=2)
     torch.set_num_threads(1)
     model = build(cyclelang.parse(SPEC), seed=0)
     idx = torch.randint(0, 64, (4, 8), generator=torch.Generator().manual_seed(0))

@@ -22,8 +22,9 @@ from cyclelang.diagnostics import CycleError
 from cyclelang.training import pipeline
 from cyclelang.training.loop import Settings, run
 
-from .test_train_distributed import CORPUS, launch, losses, weights
+from .test_train_distributed import CORPUS, losses, weights
 from .test_train_expert import COMMON, deepseek_spec, moe_spec, resumed_equal
+from .train_jobs import Launches
 
 MICRO = 2  # microbatches (micro-steps) a step
 ROWS = 2  # sequences per micro-step on each of the 2 data-parallel ("ep") ranks
@@ -44,20 +45,41 @@ def deepseek_dense2() -> str:
 SPECS = {"moe": moe_spec, "deepseek_v3": deepseek_spec, "deepseek_dense2": deepseek_dense2, "moe4": moe4}
 
 
+# test_pp2_ep2_equals_one_process's cases: (spec, schedule, further flags)
+PP2_EP2 = {"moe-gpipe": ("moe", "gpipe", []), "moe-1f1b": ("moe", "1f1b", []), "deepseek_v3-gpipe": ("deepseek_v3", "gpipe", []),
+           "deepseek_v3-1f1b": ("deepseek_v3", "1f1b", []), "deepseek_dense2-1f1b": ("deepseek_dense2", "1f1b", []),
+           "moe4-interleaved": ("moe4", "interleaved", []), "moe-1f1b-ckpt": ("moe", "1f1b", ["--checkpointing", "stage"])}
+PP2_EP2_FLAGS = ["--micro-batch", ROWS, "--pp", 2, "--ep", 2, "--fsdp", "--microbatches", MICRO]
+TWO_STEPS = [a if a != "3" else "2" for a in COMMON]
+SAYS = f"4 processes, pipeline 2 (1f1b, {MICRO} microbatches), FSDP, expert parallel 2"
+
+
 @pytest.fixture(scope="module")
-def where(tmp_path_factory):
+def runs(tmp_path_factory):
+    """Every run of the tests below, in three launches (tests/train_jobs.py): the 2-process --ep 2
+    run to resume from, the 4-process pp 2 x ep 2 runs (a resume after the run it resumes), then
+    the one-process references (MICRO micro-steps of the global 2 x ROWS sequences a step) and
+    the one-process resume."""
     tmp = tmp_path_factory.mktemp("eppp")
-    (tmp / "corpus.txt").write_text(CORPUS, "utf-8")
-    return tmp, tmp / "corpus.txt"
-
-
-def reference(tmp, corpus, name):
-    """One process, MICRO micro-steps of the global 2 x ROWS sequences a step (run once a module)."""
-    spec, one = tmp / f"{name}.cycle", tmp / f"{name}-one"
-    if not one.exists():
-        spec.write_text(SPECS[name](), "utf-8")
-        launch(1, spec, "--data", corpus, "--out", one, "--micro-batch", 2 * ROWS, "--batch-tokens", 2 * ROWS * SEQ * MICRO, *COMMON)
-    return spec, one
+    corpus = tmp / "corpus.txt"
+    corpus.write_text(CORPUS, "utf-8")
+    spec = {}
+    for name, text in SPECS.items():
+        spec[name] = tmp / f"{name}.cycle"
+        spec[name].write_text(text(), "utf-8")
+    data = ["--data", corpus]
+    jobs = Launches(tmp)
+    jobs.add(2, "deepseek-from-ep2", spec["deepseek_v3"], *data, "--out", tmp / "deepseek-from-ep2", "--micro-batch", ROWS,
+             "--batch-tokens", 2 * ROWS * SEQ * MICRO, "--ep", 2, "--fsdp", *TWO_STEPS)
+    for case, (name, schedule, flags) in PP2_EP2.items():
+        jobs.add(4, case, spec[name], *data, "--out", tmp / case, *PP2_EP2_FLAGS, "--pp-schedule", schedule, *flags, *COMMON)
+    jobs.add(4, "moe-resume", spec["moe"], *data, "--out", tmp / "moe-resume", *PP2_EP2_FLAGS, *TWO_STEPS)
+    jobs.add(4, "resume-at-pp2-ep2", "--resume", tmp / "deepseek-from-ep2", "--steps", "3", "--pp", 2, "--ep", 2, "--no-progress")
+    for name in SPECS:
+        jobs.add(1, f"one-{name}", spec[name], *data, "--out", tmp / f"one-{name}", "--micro-batch", 2 * ROWS,
+                 "--batch-tokens", 2 * ROWS * SEQ * MICRO, *COMMON)
+    jobs.add(1, "resume-at-1", "--resume", tmp / "moe-resume", "--steps", "3", "--no-progress")
+    return tmp, jobs.run()
 
 
 def worst(a, b) -> tuple[float, str]:
@@ -67,29 +89,24 @@ def worst(a, b) -> tuple[float, str]:
     return max((float((wa[k] - wb[k]).abs().max()), k) for k in wa)
 
 
-def pp2_ep2(spec, corpus, out, *flags, common=COMMON):
-    p = launch(4, spec, "--data", corpus, "--out", out, "--micro-batch", ROWS, "--pp", 2, "--ep", 2, "--fsdp",
-               "--microbatches", MICRO, *flags, *common)
-    assert "4 processes, pipeline 2 (" in p.stderr and f"{MICRO} microbatches), FSDP, expert parallel 2" in p.stderr, p.stderr[-2000:]
-    return p
+def says_pp2_ep2(job, schedule="1f1b"):
+    assert "4 processes, pipeline 2 (" in job.stderr and f"{MICRO} microbatches), FSDP, expert parallel 2" in job.stderr, job.stderr[-2000:]
+    assert f"pipeline 2 ({schedule}" in job.stderr, job.stderr[-2000:]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, schedule, flags", [("moe", "gpipe", []), ("moe", "1f1b", []), ("deepseek_v3", "gpipe", []),
-                                                   ("deepseek_v3", "1f1b", []), ("deepseek_dense2", "1f1b", []),
-                                                   ("moe4", "interleaved", []), ("moe", "1f1b", ["--checkpointing", "stage"])],
-                         ids=["moe-gpipe", "moe-1f1b", "deepseek_v3-gpipe", "deepseek_v3-1f1b", "deepseek_dense2-1f1b", "moe4-interleaved",
-                              "moe-1f1b-ckpt"])
-def test_pp2_ep2_equals_one_process(where, name, schedule, flags):
+@pytest.mark.parametrize("case", list(PP2_EP2))
+def test_pp2_ep2_equals_one_process(runs, case):
     """moe: Mixtral-style, capacity 0.5 (training drops assignments from the global micro-step's
     queue) and a balance loss carried along the pipeline; deepseek_v3: sigmoid group-limited
     routing, a shared expert, the correction bias trimmed by the load of the pipeline rank's
     data-parallel ranks; deepseek_dense2: a piece without experts; moe4: 4 pieces, 2 a rank;
     ckpt: each stage instance recomputed in the backward, its dispatch with it."""
-    tmp, corpus = where
-    spec, one = reference(tmp, corpus, name)
-    out = tmp / f"{name}-{schedule}{'-ckpt' if flags else ''}"
-    pp2_ep2(spec, corpus, out, "--pp-schedule", schedule, *flags)
+    tmp, jobs = runs
+    name, schedule, flags = PP2_EP2[case]
+    says_pp2_ep2(jobs[case], schedule)
+    jobs[f"one-{name}"]
+    out, one = tmp / case, tmp / f"one-{name}"
     mine, theirs = losses(out), losses(one)
     assert [r["step"] for r in mine] == [r["step"] for r in theirs] == [1, 2, 3, 3]
     for a, b in zip(mine, theirs):
@@ -102,35 +119,29 @@ def test_pp2_ep2_equals_one_process(where, name, schedule, flags):
 
 
 @pytest.mark.slow
-def test_a_dcp_checkpoint_of_pp2_ep2_resumes_in_one_process_record_for_record(where):
+def test_a_dcp_checkpoint_of_pp2_ep2_resumes_in_one_process_record_for_record(runs):
     """2 steps at pp 2 x ep 2 (each rank writes its pieces' parameters, the experts from the
     "ep" rank that holds them; the optimizer state flattened per parameter), the third in one
     process: every record (loss, grad norm, held-out loss) and parameter equals the
     uninterrupted one-process run's."""
-    tmp, corpus = where
-    spec, one = reference(tmp, corpus, "moe")
-    out = tmp / "moe-resume"
-    pp2_ep2(spec, corpus, out, common=[a if a != "3" else "2" for a in COMMON])
-    launch(1, "--resume", out, "--steps", "3", "--no-progress")
-    resumed_equal(out, one)
-    diff, key = worst(out, one)
+    tmp, jobs = runs
+    says_pp2_ep2(jobs["moe-resume"])
+    jobs["resume-at-1"], jobs["one-moe"]
+    resumed_equal(tmp / "moe-resume", tmp / "one-moe")
+    diff, key = worst(tmp / "moe-resume", tmp / "one-moe")
     print(f"pp2 x ep2 saved, resumed at 1: worst parameter difference {diff:.1e} ({key})")
 
 
 @pytest.mark.slow
-def test_an_ep2_checkpoint_resumes_at_pp2_ep2(where):
+def test_an_ep2_checkpoint_resumes_at_pp2_ep2(runs):
     """The other way: 2 steps at --ep 2 (2 processes, no pipeline), the third at pp 2 x ep 2 (each
     rank loads its pieces' parameters and its own experts' weights and optimizer state from
     the DCP shards; the correction bias too)."""
-    tmp, corpus = where
-    spec, one = reference(tmp, corpus, "deepseek_v3")
-    out = tmp / "deepseek-from-ep2"
-    launch(2, spec, "--data", corpus, "--out", out, "--micro-batch", ROWS, "--batch-tokens", 2 * ROWS * SEQ * MICRO, "--ep", 2, "--fsdp",
-           *[a if a != "3" else "2" for a in COMMON])
-    p = launch(4, "--resume", out, "--steps", "3", "--pp", 2, "--ep", 2, "--no-progress")
-    assert "4 processes, pipeline 2 (1f1b, 2 microbatches), FSDP, expert parallel 2" in p.stderr
-    resumed_equal(out, one)
-    diff, key = worst(out, one)
+    tmp, jobs = runs
+    jobs["deepseek-from-ep2"], jobs["one-deepseek_v3"]
+    assert SAYS in jobs["resume-at-pp2-ep2"].stderr
+    resumed_equal(tmp / "deepseek-from-ep2", tmp / "one-deepseek_v3")
+    diff, key = worst(tmp / "deepseek-from-ep2", tmp / "one-deepseek_v3")
     print(f"--ep 2 saved, resumed at pp2 x ep2: worst parameter difference {diff:.1e} ({key})")
 
 
@@ -144,8 +155,6 @@ def _refusal(spec_text: str, world: int, **kw) -> str:
 
 
 def test_what_pp_with_ep_still_refuses_is_refused_by_name(tmp_path):
-    assert "--pp 2 x --ep 2 x --tp 2: tensor parallelism of the experts inside pipeline pieces is not supported yet" in _refusal(
-        moe_spec(), 8, pp=2, ep=2, tp=2)
     assert "--pp 2 x --ep 2 needs 4 processes or more" in _refusal(moe_spec(), 2, pp=2, ep=2)
     assert "--pp 2 x --ep 2 does not divide the 6 processes" in _refusal(moe_spec(), 6, pp=2, ep=2)
     assert "--pp 2 on 4 processes leaves 2 data-parallel replicas: add --fsdp" in _refusal(moe_spec(), 4, pp=2, ep=2)  # no DDP in pieces

@@ -57,6 +57,12 @@ def deepseek_spec() -> str:
         ("stage moe_block x 58", "stage moe_block x 2")])
 
 
+def deepseek_eps_spec() -> str:
+    """deepseek_spec with LFM2-MoE's renormalisation (the chosen scores over their sum + 1e-6,
+    `normalize_eps`): the option reaches the expert-parallel dispatch."""
+    return shrink(deepseek_spec(), [("correction=true correction_rate", "normalize=true normalize_eps=1e-6 correction=true correction_rate")])
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     p = tmp_path_factory.mktemp("ep") / "corpus.txt"
@@ -84,10 +90,10 @@ def jamba_spec() -> str:
         ("stage jamba_block x 2", "stage jamba_block x 1"), ("state=16", "state=4")])
 
 
-SPECS = {"moe": moe_spec, "deepseek_v3": deepseek_spec, "jamba": jamba_spec}
+SPECS = {"moe": moe_spec, "deepseek_v3": deepseek_spec, "jamba": jamba_spec, "deepseek_eps": deepseek_eps_spec}
 TWO_STEPS = [a if a != "3" else "2" for a in COMMON]
 # test_ep2_equals_one_process's cases: (spec, flags of the EP run)
-EP2 = {"moe": ("moe", []), "deepseek_v3": ("deepseek_v3", []), "jamba-fsdp": ("jamba", ["--fsdp"]),
+EP2 = {"moe": ("moe", []), "deepseek_v3": ("deepseek_v3", []), "deepseek_eps": ("deepseek_eps", []), "jamba-fsdp": ("jamba", ["--fsdp"]),
        "moe-fsdp-ckpt": ("moe", ["--fsdp", "--checkpointing", "stage"]), "moe-accumulate": ("moe", ["--batch-tokens", "128"])}
 
 
@@ -215,7 +221,8 @@ def test_ep_is_refused_by_name(tmp_path):
     assert "dense has no MoE layer" in refused(DENSE, tmp_path, ep=2)
     assert "stages.0-1.burn.moe: 8 experts do not split over 3 ranks" in refused(moe_spec(), tmp_path, ep=3)
     assert "--ep 2 needs a number of processes that it divides, not 1" in refused(moe_spec(), tmp_path, ep=2)
-    assert "--ep 2 with --compile is not supported yet" in refused(moe_spec(), tmp_path, ep=2, compile=True)
+    assert "--ep 2 x --tp 2 needs a number of processes that it divides, not 1" in refused(moe_spec(), tmp_path, ep=2, compile=True, tp=2,
+                                                                                           fsdp=True)  # --compile composes
     assert "--ep must be at least 1, not 0" in refused(moe_spec(), tmp_path, ep=0)
     assert "correction_rate), so the recomputed forward would route with another bias" in refused(
         deepseek_spec(), tmp_path, ep=2, checkpointing="stage")

@@ -107,6 +107,7 @@ WORDS: dict[str, tuple[str, str]] = {
     "rotary_truncate": ("YaRN's correction range rounded out (truncate)", "turbine attention rotary_truncate="),
     "sinks": ("attention sinks (a learned logit per head)", "turbine attention sinks"),
     "router_bias": ("the router's bias", "turbine moe router_bias"),
+    "normalize_eps": ("the sigmoid router's renormalisation epsilon (sum + eps)", "turbine moe normalize_eps="),
     "clamp": ("the clamped SwiGLU's bound (swiglu_limit)", "clamp="),
 }
 
@@ -179,6 +180,8 @@ def _node(n) -> dict:
         if k in _TRAINING_ONLY:
             continue
         d[k] = v
+    if isinstance(n, ir.Moe):
+        d["normalize_eps"] = n.normalize_eps  # out of the dump at its default: said out loud, so a difference names both sides
     if isinstance(n, ir.Attention) and n.scale is None:
         d["scale"] = n.head_dim ** -0.5  # the default, said out loud: Granite's attention_multiplier may equal it
     if isinstance(n, ir.Attention):  # the scaling by what it computes: its kind, then what that kind reads

@@ -231,6 +231,9 @@ class Moe(Node):
     correction_rate: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.0  # each training forward: b += rate * sign(mean load - load)
     router_bias: bool = False  # the router's linear has a bias (gpt-oss), which, unlike correction, reaches the weights
     clamp: Positive = 7.0  # the experts' swiglu_clamp bound (gpt-oss's swiglu_limit); other activations ignore it
+    # the sigmoid router's renormalisation, w / (sum + normalize_eps): DeepSeek-V3's 1e-20, LFM2-MoE's 1e-6; out of the
+    # dump at the default, so older IR stays as it was
+    normalize_eps: Positive = Field(1e-20, exclude_if=lambda v: v == 1e-20)
 
     _checked = checked()
 
@@ -253,6 +256,8 @@ class Moe(Node):
             raise ValueError("balance= is the Switch loss over softmax probabilities; sigmoid scores do not sum to 1 (use correction_rate=)")
         if self.clamp != 7.0 and self.act != "swiglu_clamp":
             raise ValueError("clamp bounds swiglu_clamp's gate and up, but the experts' activation is another")
+        if self.normalize_eps != 1e-20 and not (self.router == "sigmoid" and self.normalize):
+            raise ValueError("normalize_eps is the sigmoid router's renormalisation epsilon: it needs router=sigmoid and normalize")
 
     @property
     def deepseek(self) -> bool:

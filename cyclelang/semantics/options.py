@@ -437,6 +437,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("capacity", "float", "capacity factor: tokens an expert takes, relative to an even share", "restrictor orifices", lo=0.0, lo_open=True, hi=1e3),
         Opt("balance", "float", "weight of the load-balancing loss", "mixture trim", default=0.0, lo=0.0, hi=1e3),
         Opt("normalize", "bool", "renormalise the chosen experts' weights to sum to 1, for every top (Mixtral); false: the raw probabilities", "", default=True),
+        Opt("normalize_eps", "float", "with router=sigmoid and normalize: the chosen scores are divided by their sum + this (DeepSeek-V3's 1e-20; LFM2-MoE's 1e-6)", "", default=1e-20, lo=0.0, lo_open=True, hi=1.0),
         Opt("shared", "int", "hidden width of a shared expert every token visits (Qwen2-MoE); 0: none", "an injector element that always flows", default=0, min=0, max=MAX_WIDTH * 64),
         Opt("shared_gate", "bool", "scale the shared expert's output by sigmoid(w . x) (Qwen2-MoE)", "a throttle on that element", default=False),
         Opt("router", "choice", "the router's scores: softmax over the experts (Mixtral), or each expert's sigmoid (DeepSeek-V3); the chosen weights are these scores", "the injector's metering", default="softmax", choices=ROUTERS),

@@ -293,7 +293,7 @@ class OpReaders:
         """The router's DeepSeek-V3 options (scores, groups, scale, correction bias), each checked
         against the others where it is written; False after an error."""
         experts, top, groups, top_groups = v["experts"], v["top"], v["groups"], v["top_groups"]
-        if None in (v["router"], groups, top_groups, v["group_score"], v["scale"], v["correction_rate"]):
+        if None in (v["router"], groups, top_groups, v["group_score"], v["scale"], v["correction_rate"], v["normalize_eps"]):
             return False
         bad = None
         if experts % groups:
@@ -309,6 +309,10 @@ class OpReaders:
         elif v["router"] == "sigmoid" and v["balance"]:
             bad = ("E0211", "balance", "balance= is the Switch loss over softmax probabilities, and sigmoid scores do not sum to 1",
                    "balance a sigmoid router with correction=true correction_rate=0.001 (auxiliary-loss-free)")
+        elif o.has("normalize_eps") and not (v["router"] == "sigmoid" and v["normalize"]):
+            bad = ("E0211", "normalize_eps", "normalize_eps is added to the sum the sigmoid router renormalises by, but "
+                   + ("normalize is false" if v["router"] == "sigmoid" else "the router is softmax, renormalised by the plain sum"),
+                   "drop normalize_eps=, or write router=sigmoid normalize=true")
         if bad is not None:
             self.out.error(bad[0], bad[2], o.span_of(bad[1]), bad[3])
             return False

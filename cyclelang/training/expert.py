@@ -36,6 +36,12 @@ checkpoint loads at another layout, one process included; the full weights gathe
 expert on rank 0.
 With --pp (pipeline.py) the mesh is ("pp", "edp", "ep", "tp"): each pipeline rank's pieces
 route over its own "ep" group with its own data-parallel ranks' statistics, per microbatch.
+With --compile dynamo traces the dispatch inside the stage's compiled region, whole:
+torch.distributed's collectives become functional ones and the token counts data-dependent
+sizes. An expert that is an FSDP2 unit of its own would break that graph (FSDP2's hooks are
+not traced), so with --fsdp and --compile the experts stay whole, out of FSDP2's units, and
+their gradients are summed over "edp" as without --fsdp (`sharded` False); the rest is
+FSDP2-sharded as before.
 """
 
 from __future__ import annotations
@@ -73,10 +79,11 @@ def check(spec, ep: int, settings=None) -> None:
     if ep == 1:
         return
     s = settings
-    if s is not None:
-        for on, flag, why in ((s.compile, "--compile", "the compiled experts' custom op takes every expert's weights on one rank"),):
-            if on:
-                raise _bad("E0507", f"--ep {ep} with {flag} is not supported yet: {why}", f"drop {flag.split()[0]}")
+    if s is not None and s.compile and s.tp > 1 and s.checkpointing != "none":
+        raise _bad("E0507", f"--ep {ep} with --compile, --tp {s.tp} and --checkpointing {s.checkpointing} is not supported yet: "
+                   "torch 2.13's compiled backward of the recomputed stage fails on the tensor-parallel experts' parameters "
+                   "(AOT autograd: \"expected all tensors_saved_with_vc_check to be Tensors\")",
+                   "drop one of --compile, --tp and --checkpointing")
     parts = moe_parts(spec)
     if not parts:
         raise _bad("E0512", f"--ep {ep}: {spec.engine.name} has no MoE layer (turbine moe) whose experts could be spread over ranks",
@@ -113,13 +120,14 @@ class LocalExperts(nn.ModuleDict):
 class ExpertParallel:
     """The experts of a model spread over the "ep" dim of `mesh` (see the module's docstring)."""
 
-    def __init__(self, model: nn.Module, mesh, dp_mesh, fsdp: bool):
+    def __init__(self, model: nn.Module, mesh, dp_mesh, fsdp: bool, compile: bool = False):
         self.mesh = mesh  # ("edp", "ep"); dp_mesh: the two flattened
         self.ep, self.edp = mesh["ep"].size(), mesh["edp"].size()
         self.dp = self.ep * self.edp
         self.ep_rank = mesh["ep"].get_local_rank()
         self.ep_group, self.edp_group, self.dp_group = (mesh["ep"].get_group(), mesh["edp"].get_group(), dp_mesh.get_group())
-        self.fsdp = fsdp
+        # each expert an FSDP2 unit over "edp" (--fsdp); under --compile it stays whole (a unit's hooks break the graph)
+        self.sharded = fsdp and not compile
         self.layers: list[tuple[str, nn.Module, int]] = []  # (path, MoE module, experts in all)
         for path, m in model.named_modules():
             if isinstance(getattr(m, "experts", None), nn.ModuleList) and hasattr(m, "router") and hasattr(m, "compiled_experts"):
@@ -138,10 +146,11 @@ class ExpertParallel:
             # compiled_experts, with every routed op of the file replaced by this layer's dispatch
             f = type(m).compiled_experts
             names = {k: functools.partial(_dispatch, self, m, E) for k in f.__code__.co_names if k.startswith("routed_")}
-            m.compiled_experts = types.MethodType(types.FunctionType(f.__code__, {**f.__globals__, **names}, f.__name__, f.__defaults__,
-                                                                     f.__closure__), m)
+            # without "__name__", torch.compile guards these globals themselves, not the file's module's
+            scope = {k: v for k, v in {**f.__globals__, **names}.items() if k != "__name__"}
+            m.compiled_experts = types.MethodType(types.FunctionType(f.__code__, scope, f.__name__, f.__defaults__, f.__closure__), m)
         self._collect()
-        if not fsdp:  # DDP leaves them to `sync_grads`
+        if not fsdp:  # DDP leaves them to `sync_grads` (FSDP2 too, where `sharded` is False: they are set aside, `around`)
             names = [n for n, p in model.named_parameters() if id(p) in self.params]
             nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
 
@@ -154,10 +163,17 @@ class ExpertParallel:
         def run(model, mesh, *, fsdp, tp, checkpointing="none", compile=False):
             if tp:
                 parallelize(model, mesh, fsdp=False, tp=True)
-                self._tp_layout(model)
-            if fsdp:
+                self.tp_layout(model)
+            if fsdp and self.sharded:
                 self.shard(model)
-            return parallelize(model, mesh, fsdp=fsdp, tp=False, checkpointing=checkpointing, compile=compile)
+            aside = [(m, m.experts) for _, m, _ in self.layers] if fsdp and not self.sharded else []
+            for m, _ in aside:  # out of the stages' FSDP2 units: each rank's own experts, whole
+                m.experts = nn.ModuleDict()
+            try:
+                return parallelize(model, mesh, fsdp=fsdp, tp=False, checkpointing=checkpointing, compile=compile)
+            finally:
+                for m, experts in aside:
+                    m.experts = experts
 
         return run
 
@@ -183,10 +199,11 @@ class ExpertParallel:
         self.layers = [layer for layer in self.layers if id(layer[1]) in inside]
         self._collect()
 
-    def _tp_layout(self, model) -> None:
+    def tp_layout(self, model) -> None:
         """The TP plan numbered this rank's experts 0, 1, ... in `model.tp_layout` (the fused rows
         it regrouped); every expert of a layer has the same layout: record it under each global
-        name, so the gathered full weights (every expert's, on rank 0) are put back in order."""
+        name, so the gathered full weights (every expert's, on rank 0) are put back in order.
+        The plan made new (DTensor) parameters: they are the experts' from here on."""
         layout = getattr(model, "tp_layout", {})
         for path, _, E in self.layers:
             head = f"{path}.experts."
@@ -195,6 +212,7 @@ class ExpertParallel:
                 tail = k[len(head):].split(".", 1)[1]
                 for e in range(E):
                     layout[f"{head}{e}.{tail}"] = v
+        self._collect()
 
     # --- the training loop's hooks ------------------------------------------------------
 
@@ -205,9 +223,9 @@ class ExpertParallel:
         would do it in the reduction, but gloo has no PREMUL_SUM)."""
         for p in self.params.values():
             if p.grad is not None:
-                if not self.fsdp and self.edp > 1:
+                if not self.sharded and self.edp > 1:
                     torch.distributed.all_reduce(p.grad, group=self.edp_group)
-                p.grad.div_(self.ep if self.fsdp else self.dp)
+                p.grad.div_(self.ep if self.sharded else self.dp)
 
     def grad_norm(self, params, norm_of) -> torch.Tensor:
         """The global gradient norm: `norm_of` (the loop's) over the rest, plus every expert's
@@ -257,7 +275,7 @@ def _forward(self, x):
 
 
 def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax",
-              groups=1, top_groups=1, group_score="top2", scale=1.0, correction=False):
+              groups=1, top_groups=1, group_score="top2", scale=1.0, correction=False, eps=1e-20):
     """routed_experts' contract (runtime/experts.py) across the "ep" group: returns a tuple
     whose [0] is y (N, C), [1] the balance loss (this rank's share) and [8] the choice (N, k)."""
     from torch.distributed._functional_collectives import all_to_all_single_autograd
@@ -269,7 +287,7 @@ def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit
     # as the routed op scores
     probs = torch.sigmoid(logits.to(p)) if router == "sigmoid" else torch.softmax(logits, dim=-1, dtype=p)
     weight, choice = expert_choice(probs, top, normalize, router, groups, top_groups, group_score, scale,
-                                   weights[-1] if correction else None)
+                                   weights[-1] if correction else None, eps)
     onehot = (choice.t().reshape(top, N, 1) == torch.arange(E, device=x.device)).long()  # (k, N, E), first choices first
     # every data-parallel rank's assignments per (choice, expert), and its token count
     mine = torch.cat([onehot.sum(dim=1).reshape(-1), torch.tensor([N], device=x.device)])

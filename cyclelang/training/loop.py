@@ -446,7 +446,7 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
     if dist is not None and dist.ep > 1:  # this rank's experts only, routed by all-to-all; `around` shards them before the rest
         from .expert import ExpertParallel
 
-        dist.experts = ExpertParallel(model, dist.ep_mesh, dist.mesh["dp"], s.fsdp)
+        dist.experts = ExpertParallel(model, dist.ep_mesh, dist.mesh["dp"], s.fsdp, compile=s.compile)
     pipe = None
     if dist is not None and dist.pp > 1:
         pipe = pipeline.Pipeline(spec, model, module, dist, s, accum)

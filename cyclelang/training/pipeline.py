@@ -26,7 +26,9 @@ so DCP checkpoints load at another pipeline degree, one process included.
 With --ep (expert.py) the experts are placed first, on the whole model: a piece's MoE layers
 dispatch over the "ep" group of its pipeline rank, whose data-parallel ranks run the same
 microbatch at the same point of every schedule; `keep` leaves the rank's own layers to the
-experts' bookkeeping. The schedule's shape inference (one forward per piece on its first
+experts' bookkeeping; with --tp too, the tensor parallelism of the whole model splits each local
+expert over "tp" as any MoE's (`ExpertParallel.tp_layout` records its regrouped rows under every
+expert's name). The schedule's shape inference (one forward per piece on its first
 step) and a correction bias's trim are kept apart (`trims`).
 """
 
@@ -133,10 +135,6 @@ def check(engine, s, world: int) -> None:
     if world % (s.pp * ep * s.tp):
         raise _bad(f"{what} does not divide the {world} processes",
                    "launch a multiple of pp x " + ("ep x " if ep > 1 else "") + "tp processes", code="E0513")
-    if ep > 1 and s.tp > 1:
-        raise _bad(f"{what}: tensor parallelism of the experts inside pipeline pieces is not supported yet "
-                   f"(the three together need {s.pp * ep * s.tp} processes or more, beyond what its tests run)",
-                   "drop --tp, or one of --pp and --ep", code="E0507")
     if ir.chamber_streams(engine.body) is not None:
         raise _bad(f"--pp {s.pp}: {engine.name} carries several residual streams (hyper-connections) between stages; "
                    "a piece sends one stream", "train it without --pp")
@@ -164,7 +162,7 @@ class PieceModule(nn.Module):
                  flags):
         super().__init__()
         self.flags = flags  # the pipeline's: `inferring` while the schedule infers shapes (`forward`)
-        self.unprobed = True
+        self.unprobed = {True, False}  # the modes (training, eval) whose schedule has not inferred its shapes yet
         self.index = piece.index
         self.first, self.last = piece.feed, piece.nozzle
         self.units = nn.ModuleList(list(owned.values()))
@@ -179,21 +177,27 @@ class PieceModule(nn.Module):
         self.out = output[0] if isinstance(output, tuple) else output
 
     def forward(self, *inputs, idx, targets):
-        # the schedule infers the shapes it sends by running each piece once, on its first
-        # training step (on an empty tensor past the first piece): that forward must not move
-        # state (a correction bias's trim, `trims`)
-        self.flags.inferring = self.training and self.unprobed
-        self.unprobed = self.unprobed and not self.training
+        # each schedule (training, eval) infers the shapes it sends by running each piece once, on
+        # its first step, on empty tensors past the first piece: that forward must not move state
+        # (a correction bias's trim, `trims`), and it runs on zeros, not on uninitialised memory,
+        # so that a MoE's tensor-parallel ranks route its tokens alike (--ep with --tp: the
+        # experts' row-wise all-reduce takes as many rows on each)
+        mode = self.view.training
+        inferring = mode in self.unprobed
+        self.unprobed.discard(mode)
+        self.flags.inferring = inferring and mode
         try:
-            return self._forward(*inputs, idx=idx, targets=targets)
+            return self._forward(*inputs, idx=idx, targets=targets, inferring=inferring)
         finally:
             self.flags.inferring = False
 
-    def _forward(self, *inputs, idx, targets):
+    def _forward(self, *inputs, idx, targets, inferring=False):
         view = self.view
         acc = None
         if not self.first:
             x, acc = inputs
+            if inferring:  # zeros still of the inputs (the schedule infers their gradients' shapes too), out of place
+                x, acc = (t.masked_fill(t.new_ones((), dtype=torch.bool), 0) for t in (x, acc))  # (FSDP2's inputs are views)
             self.carry.x = x
         if self.last:
             _, loss = view(idx, targets)
@@ -256,6 +260,8 @@ class Pipeline:
                                    checkpointing=s.checkpointing, compile=False)
             except ValueError as err:
                 raise _bad(str(err).splitlines()[0], "\n".join(str(err).splitlines()[1:]) or None) from None
+            if dist.tp > 1 and dist.experts is not None:  # --ep with --tp: each local expert split over "tp", as `around` does
+                dist.experts.tp_layout(model)
         overboard = getattr(model, "overboard", {})
         tied = e.nozzle.tied  # feed.tok.weight is also the head: the first and the last piece each hold it
         bias = getattr(model, ir.layout.TIED_BIAS, None) if tied else None

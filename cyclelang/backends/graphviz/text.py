@@ -88,6 +88,8 @@ def _moe_title(op: ir.Moe) -> tuple[str, str]:
         bits.append(f"balance {num(op.balance)}")
     if not op.normalize:
         bits.append("not renormalised")
+    elif op.normalize_eps != 1e-20:  # the sigmoid router's sum + eps (LFM2-MoE's 1e-6)
+        bits.append(f"renormalised + {num(op.normalize_eps)}")
     if op.router != "softmax":
         bits.append(op.router)
     if op.groups > 1:

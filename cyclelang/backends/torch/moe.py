@@ -28,11 +28,13 @@ class MoeVariant:
     correction: bool = False  # a selection-only bias per expert (a buffer)
     trim: bool = False  # ... moved toward an even load each training forward
     router_bias: bool = False  # the router's linear has a bias (gpt-oss)
+    eps: bool = False  # the sigmoid renormalisation adds normalize_eps, not DeepSeek-V3's 1e-20 (LFM2-MoE's 1e-6)
 
     @classmethod
     def of(cls, m: ir.Moe, causal: bool) -> "MoeVariant":
         return cls(m.act, m.capacity is not None, m.balance > 0, m.normalize, m.shared > 0, m.shared_gate, m.router,
-                   m.group_score if m.groups > 1 else "", m.scale != 1.0, m.correction, m.correction_rate > 0, m.router_bias)
+                   m.group_score if m.groups > 1 else "", m.scale != 1.0, m.correction, m.correction_rate > 0, m.router_bias,
+                   m.normalize_eps != 1e-20)
 
     @property
     def clamped(self) -> bool:
@@ -99,7 +101,8 @@ class MoeEmitter(OpEmitter):
         m, s = o.op, o.args
         opt = {k: str(s[k]) if k in s else None for k in ("capacity", "balance", "shared")}
         route = {"groups": if_set(m.groups, m.groups > 1), "top_groups": if_set(m.top_groups, m.groups > 1), "scale": if_set(m.scale, m.scale != 1.0),
-                 "correction_rate": if_set(m.correction_rate, m.correction_rate > 0), "clamp": if_set(m.clamp, m.act == "swiglu_clamp")}
+                 "correction_rate": if_set(m.correction_rate, m.correction_rate > 0), "clamp": if_set(m.clamp, m.act == "swiglu_clamp"),
+                 "normalize_eps": if_set(m.normalize_eps, m.normalize_eps != 1e-20)}
         return f"{o.cls}({call_args(str(s['width']), hidden=str(s['hidden']), experts=str(s['experts']), top=str(s['top']), bias=num(m.bias), **opt, **route)})"
 
     def needs_math(self, op) -> bool:
@@ -144,7 +147,8 @@ balance * experts * sum_e(fraction routed to e * mean router probability of e)."
             w('"""')
             w()
             optional = [name for name, on in (("capacity", v.capacity), ("balance", v.balance), ("shared", v.shared), ("groups", v.groups),
-                                              ("top_groups", v.groups), ("scale", v.scale), ("correction_rate", v.trim), ("clamp", v.clamped)) if on]
+                                              ("top_groups", v.groups), ("scale", v.scale), ("correction_rate", v.trim), ("clamp", v.clamped),
+                                              ("normalize_eps", v.eps)) if on]
             with out.constructor("width", "hidden", "experts", "top", "bias", *optional):
                 w("self.top = top")
                 for name in optional:
@@ -212,7 +216,8 @@ logits = self.router(x)  # (N, E)""")
             w("and picks its top experts inside them;")
         else:
             w("it picks its top experts;")
-        w("their weights are the unbiased scores" + (", renormalised" if v.normalize else "") + (", x scale." if v.scale else "."))
+        w("their weights are the unbiased scores" + (", renormalised" if v.normalize else "") + (" (over sum + normalize_eps)" if v.eps else "")
+          + (", x scale." if v.scale else "."))
         if v.trim:
             w("In training each forward moves the correction toward an even load (trim).")
 
@@ -234,7 +239,9 @@ logits = self.router(x)  # (N, E)""")
             w('pick = pick.masked_fill(~kept.repeat_interleave(E // self.groups, dim=1), float("-inf"))  # the other groups\' experts are out')
         w("choice = torch.topk(pick, self.top, dim=-1).indices  # (N, k)")
         w("weight = probs.gather(-1, choice)  # (N, k): the unbiased scores")
-        if v.normalize:
+        if v.normalize and v.eps:
+            w("weight = weight / (weight.sum(dim=-1, keepdim=True) + self.normalize_eps)  # the renormalisation, over sum + normalize_eps")
+        elif v.normalize:
             w("weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20)  # DeepSeek-V3's renormalisation" if v.router == "sigmoid"
               else "weight = weight / weight.sum(dim=-1, keepdim=True)")
         if v.scale:
@@ -301,6 +308,7 @@ y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in ex
         if v.deepseek:  # the router's options, then the choice back out for the trim
             groups = f", groups=self.groups, top_groups=self.top_groups, group_score=\"{v.groups}\"" if v.groups else ""
             args += f", router=\"{v.router}\"{groups}{', scale=self.scale' if v.scale else ''}{', correction=True' if v.correction else ''}"
+            args += ", eps=self.normalize_eps" if v.eps else ""
         if v.trim:
             call = (f"out = routed_{v.act}({args})\n    if self.training and self.correction_rate:\n        self.trim(out[8])  # out[8]: the choice (N, k)"
                     "\n    return out[:2]")

@@ -12,14 +12,14 @@ What makes each one (transformers 5.24's modeling files):
   the final one named embedding_norm; the embedding's padding row is pad_token_id (0 by default); the head tied.
 - lfm2_moe: the same layers; the first num_dense_layers a SwiGLU MLP of intermediate_size (no adjusting), the rest
   routed experts: sigmoid scores, top-k chosen on the scores plus a selection-only bias per expert (expert_bias, a
-  buffer; use_expert_bias), the weights the unbiased scores, renormalised (norm_topk_prob), times
-  routed_scaling_factor. layer_types must be given (the class has no default pattern).
+  buffer; use_expert_bias), the weights the unbiased scores, with norm_topk_prob renormalised over their sum + 1e-6
+  (`normalize_eps=1e-6`; DeepSeek-V3's router adds 1e-20), times routed_scaling_factor. layer_types must be given (the
+  class has no default pattern).
 - lfm3: the short conv beside Qwen3's attention (q, k, v, o biased by attention_bias; q_norm, k_norm per head; head_dim) in
   full_attention and sliding_attention layers, each type with its own rope_parameters; a SwiGLU MLP of
   intermediate_size; use_sandwich_norm adds an RMSNorm after each turbine (post_operator_norm, post_ffn_norm).
 
-Refused by name: lfm2_moe's norm_topk_prob=true (it divides by the sum + 1e-6, the language's sigmoid router by the
-sum + 1e-20: a different function where the chosen scores are small); rotary scaling (rope_type other than default);
+Refused by name: rotary scaling (rope_type other than default);
 lfm3's use_attention_gate=true (a sigmoid gate per head on the attention output) and its proportional rotary.
 """
 
@@ -46,6 +46,7 @@ KEYS: dict[str, Keys] = {
 }
 
 CAUSAL_LM = {"lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM", "lfm3": "Lfm3ForCausalLM"}
+NORM_EPS = 1e-6  # Lfm2MoeTopKRouter's norm_topk_prob: the chosen weights / (their sum + 1e-6), a constant of its code
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,6 @@ def _moe(c: Config, layers: int) -> dict:
     experts, top = F._count(c, "num_experts"), F._count(c, "num_experts_per_tok")
     if top > experts:
         raise Unsupported("num_experts_per_tok", f"top-{top} of {experts} experts")
-    if _bool(c, "norm_topk_prob"):
-        raise Unsupported("norm_topk_prob", "LFM2-MoE renormalises the chosen sigmoid weights by their sum + 1e-6; the language's sigmoid "
-                          "router divides by the sum + 1e-20 (DeepSeek-V3's), a different function where the chosen scores are small")
     scale = c["routed_scaling_factor"]
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
         raise Unsupported("routed_scaling_factor", f"{_show(scale)} is not a positive number")
@@ -149,7 +147,7 @@ def _moe(c: Config, layers: int) -> dict:
         raise Unsupported("num_dense_layers", f"{_show(dense)} is not a number of layers")
     if dense >= layers:
         raise Unsupported("num_dense_layers", f"{dense}: every one of the {layers} layers is dense, no experts to route")
-    return {"experts": experts, "top": top, "moe_hidden": F._count(c, "moe_intermediate_size"), "normalize": False,
+    return {"experts": experts, "top": top, "moe_hidden": F._count(c, "moe_intermediate_size"), "normalize": _bool(c, "norm_topk_prob"),
             "route_scale": float(scale), "correction": _bool(c, "use_expert_bias"), "dense": dense}
 
 
@@ -182,7 +180,7 @@ def _read(c: Config) -> ConvFamily:
         extra.update(moe)
         reactors = ["mlp" if i < dense else "moe" for i in range(layers)]
         sources.update(hidden="intermediate_size, num_dense_layers", moe="num_experts, num_experts_per_tok, moe_intermediate_size, "
-                       "routed_scaling_factor, use_expert_bias (expert_bias); norm_topk_prob false")
+                       "routed_scaling_factor, use_expert_bias (expert_bias), norm_topk_prob (over the sum + 1e-6)")
     pattern = tuple(("attention" if t == "full_attention" else "conv", r) for t, r in zip(types, reactors))
     return ConvFamily(family, c["vocab_size"], c["max_position_embeddings"], width, pattern, heads, F._kv(c, heads), head_dim, F._rope(c),
                       conv, _bool(c, "conv_bias"), hidden, F._eps(c, "norm_eps"), _legacy_bool(c, "tie_word_embeddings", "tie_embedding"),
@@ -280,8 +278,9 @@ def spec_text(a: ConvFamily, source: str) -> str:
               "sliding": f"turbine attention heads={a.heads}{kv}{hd} rotary{local} window={a.window}{qk}{bias}{F._comment(src, 'sliding')}",
               "conv": f"turbine short_conv size={a.conv} bias={F._num(a.conv_bias)}{F._comment(src, 'conv')}"}
     reactors = {"mlp": f"turbine mlp hidden={a.hidden} act=swiglu bias=false{F._comment(src, 'hidden')}",
-                "moe": f"turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false normalize=false "
-                       f"router=sigmoid" + (f" scale={F._num(a.route_scale)}" if a.route_scale != 1.0 else "")
+                "moe": f"turbine moe experts={a.experts} top={a.top} hidden={a.moe_hidden} act=swiglu bias=false normalize={F._num(a.normalize)} "
+                       f"router=sigmoid" + (f" normalize_eps={F._num(NORM_EPS)}" if a.normalize else "")
+                       + (f" scale={F._num(a.route_scale)}" if a.route_scale != 1.0 else "")
                        + (" correction=true" if a.correction else "") + F._comment(src, "moe")}
     templates: list[str] = []
     for m, r in dict.fromkeys(a.pattern):
@@ -331,12 +330,14 @@ def engine_config(engine: ir.Engine, layers: list, base: dict, common: dict) -> 
     dense = next((i for i, r in enumerate(reactors) if isinstance(r, ir.Moe)), len(reactors))
     if any(isinstance(r, ir.Mlp) for r in reactors[dense:]):
         raise Unsupported("stages", "LFM2-MoE's dense layers come first (num_dense_layers), then only routed ones")
-    if moe.router != "sigmoid" or moe.normalize or moe.shared or moe.groups > 1:
-        raise Unsupported("turbine moe", "LFM2-MoE routes by sigmoid scores, top-k not renormalised here (its norm_topk_prob adds 1e-6), "
-                          "one group, no shared expert")
+    if moe.router != "sigmoid" or moe.shared or moe.groups > 1:
+        raise Unsupported("turbine moe", "LFM2-MoE routes by sigmoid scores, one group, no shared expert")
+    if moe.normalize and moe.normalize_eps != NORM_EPS:
+        raise Unsupported("normalize_eps", f"LFM2-MoE's norm_topk_prob renormalises over the chosen scores' sum + {F._num(NORM_EPS)}; "
+                          f"the spec adds {F._num(moe.normalize_eps)}, which its config cannot say")
     return {"model_type": "lfm2_moe", "architectures": [CAUSAL_LM["lfm2_moe"]], **cfg, "intermediate_size": mlp.hidden if mlp else moe.hidden,
             "moe_intermediate_size": moe.hidden, "num_dense_layers": dense, "num_experts": moe.experts, "num_experts_per_tok": moe.top,
-            "use_expert_bias": moe.correction, "routed_scaling_factor": moe.scale, "norm_topk_prob": False}
+            "use_expert_bias": moe.correction, "routed_scaling_factor": moe.scale, "norm_topk_prob": moe.normalize}
 
 
 def _lfm3_config(engine: ir.Engine, mixers: list, mlp, conv, attns: list, sandwich: bool, base: dict, common: dict) -> dict:

@@ -198,12 +198,12 @@ def expert_mlps(name, act_grad):
 
 
 def expert_choice(probs, top, normalize, router="softmax", groups=1, top_groups=1, group_score="top2", scale=1.0,
-                  correction=None):
+                  correction=None, eps=1e-20):
     """(weight, choice), (N, k) each: every token's top experts and their weights from the
     router's probabilities (N, E) (softmax or sigmoid scores). Mixtral's: top-k, renormalised
     with normalize. DeepSeek-V3's where the options say so: correction (E,) added to the
     scores for the choice only, group-limited choice (groups, top_groups, group_score "top2"
-    or "max"), sigmoid renormalisation over sum + 1e-20, x scale. The routed op's routing and
+    or "max"), sigmoid renormalisation over sum + eps (1e-20), x scale. The routed op's routing and
     expert parallelism's dispatch (cyclelang/training/expert.py) both choose with it."""
     E = probs.size(-1)
     # Mixtral's
@@ -225,7 +225,7 @@ def expert_choice(probs, top, normalize, router="softmax", groups=1, top_groups=
         if normalize:
             weight = weight / (
                 weight.sum(dim=-1, keepdim=True)
-                + 1e-20) if router == "sigmoid" else weight / weight.sum(dim=-1, keepdim=True)
+                + eps) if router == "sigmoid" else weight / weight.sum(dim=-1, keepdim=True)
         if scale != 1.0:
             weight = weight * scale
     return weight, choice
@@ -255,7 +255,7 @@ def routed_experts(name, experts_name, choose):
     wrapper, so it rides in the list, and gets no gradient); with
     groups > 1 a token keeps its top_groups best groups (scored by group_score, "top2" or
     "max") and picks inside them; the weights are the unbiased scores of the chosen,
-    renormalised (sigmoid: over sum + 1e-20) and x scale. None of these moves a gradient but
+    renormalised (sigmoid: over sum + eps, 1e-20 by default) and x scale. None of these moves a gradient but
     through the chosen weights. Defined once per process.
     """
     try:
@@ -268,12 +268,12 @@ def routed_experts(name, experts_name, choose):
     unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
 
     def routing(probs, top, limit, normalize, router="softmax", groups=1, top_groups=1,
-                group_score="top2", scale=1.0, correction=None):
+                group_score="top2", scale=1.0, correction=None, eps=1e-20):
         """(weight, choice): each token's top experts and their weights, (N, k) each; then
         (order, counts, routed): the assignments sorted by expert (dropped ones first), the
         count of dropped assignments and of each expert's, and the fraction per expert."""
         N, E = probs.shape
-        weight, choice = choose(probs, top, normalize, router, groups, top_groups, group_score, scale, correction)
+        weight, choice = choose(probs, top, normalize, router, groups, top_groups, group_score, scale, correction, eps)
         kept = choice
         if limit >= 0:  # GShard: a place in its expert's queue, first choices before second ones
             # (k * N, E), first choices first
@@ -292,6 +292,7 @@ def routed_experts(name, experts_name, choose):
     def run(
         x: torch.Tensor, logits: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool, balance: float, *,
         router: str = "softmax", groups: int = 1, top_groups: int = 1, group_score: str = "top2", scale: float = 1.0, correction: bool = False,
+        eps: float = 1e-20,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         if router == "sigmoid":
             probs = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32)))
@@ -301,7 +302,7 @@ def routed_experts(name, experts_name, choose):
         weights, bias_e = (weights[:-1], weights[-1]) if correction else (weights, None)
         weight, choice, order, counts, routed = routing(probs, top, limit, normalize, router,
                                                         groups, top_groups, group_score, scale,
-                                                        bias_e)
+                                                        bias_e, eps)
         loss = balance * probs.size(1) * torch.sum(routed * probs.mean(dim=0)) if balance else probs.new_zeros(())
         token = order // top
         # index_select: a third of x[token]'s time on the CPU, the same rows
@@ -313,7 +314,7 @@ def routed_experts(name, experts_name, choose):
 
     @run.register_fake
     def _(x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax", groups=1,
-          top_groups=1, group_score="top2", scale=1.0, correction=False):
+          top_groups=1, group_score="top2", scale=1.0, correction=False, eps=1e-20):
         (N, E), n = logits.shape, logits.size(0) * top
         p = torch.promote_types(logits.dtype, torch.float32)
         index = logits.new_empty((n,), dtype=torch.int64)
@@ -327,24 +328,25 @@ def routed_experts(name, experts_name, choose):
     @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
     def run_backward(
         grad: torch.Tensor, g_loss: torch.Tensor, x: torch.Tensor, saved: list[torch.Tensor], weights: list[torch.Tensor],
-        bias: bool, top: int, normalize: bool, balance: float, weight_grads: bool, router: str = "softmax", scale: float = 1.0
+        bias: bool, top: int, normalize: bool, balance: float, weight_grads: bool, router: str = "softmax", scale: float = 1.0,
+        eps: float = 1e-20
     ) -> list[torch.Tensor]:
         probs, routed, e, h, order, counts, choice, weight = saved
         token = order // top
         g = grad.index_select(0, token)  # (N * k, C): each assignment's share of its token's gradient
         g_weight = torch.empty_like(weight)
         g_weight.view(-1)[order] = (g * e).sum(dim=-1).to(weight.dtype)
-        # W = s p / D: dp = (s dW - sum(dW * W)) / D, D = sum(p) (+ 1e-20 for sigmoid)
+        # W = s p / D: dp = (s dW - sum(dW * W)) / D, D = sum(p) (+ eps for sigmoid)
         if scale != 1.0 and normalize:
             inner = (g_weight * weight).sum(dim=-1, keepdim=True)
             total = probs.gather(-1, choice).sum(dim=-1, keepdim=True)
             g_weight = (g_weight * scale
-                        - inner) / (total + 1e-20 if router == "sigmoid" else total)
+                        - inner) / (total + eps if router == "sigmoid" else total)
         elif scale != 1.0:
             g_weight = g_weight * scale
         elif normalize and router == "sigmoid":
             g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / (
-                probs.gather(-1, choice).sum(dim=-1, keepdim=True) + 1e-20)
+                probs.gather(-1, choice).sum(dim=-1, keepdim=True) + eps)
         elif normalize:  # w = p / sum(p) over the chosen: dp = (dw - sum(dw * w)) / sum(p)
             g_weight = (g_weight - (g_weight * weight).sum(dim=-1, keepdim=True)) / probs.gather(
                 -1, choice).sum(dim=-1, keepdim=True)
@@ -365,13 +367,13 @@ def routed_experts(name, experts_name, choose):
 
     @run_backward.register_fake
     def _(grad, g_loss, x, saved, weights, bias, top, normalize, balance, weight_grads,
-          router="softmax", scale=1.0):
+          router="softmax", scale=1.0, eps=1e-20):
         return [torch.empty_like(x), torch.empty_like(saved[0])] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
 
     def setup_context(ctx, inputs, keyword_only_inputs, output):
         x, logits, weights, ctx.bias, ctx.top, _, ctx.normalize, ctx.balance = inputs
-        ctx.router, ctx.scale, ctx.correction = (keyword_only_inputs[k] for k in (
-            "router", "scale", "correction"))
+        ctx.router, ctx.scale, ctx.correction, ctx.eps = (keyword_only_inputs[k] for k in (
+            "router", "scale", "correction", "eps"))
         ctx.logits_dtype = logits.dtype
         # the selection bias is not saved: the trim may move it before the backward
         weights = weights[:-1] if ctx.correction else weights
@@ -385,7 +387,7 @@ def routed_experts(name, experts_name, choose):
         g_loss = torch.zeros((), dtype=saved[0].dtype,
                              device=x.device) if g_loss is None else g_loss
         gx, g_logits, *gw = run_backward(grad.contiguous(), g_loss, x, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.balance, ctx.weight_grads,
-                                         ctx.router, ctx.scale)
+                                         ctx.router, ctx.scale, ctx.eps)
         # none for the selection bias
         gw = (gw if ctx.weight_grads else [None] * len(weights)) + ([None] if ctx.correction else [])
         return gx, g_logits.to(ctx.logits_dtype), gw, None, None, None, None, None
