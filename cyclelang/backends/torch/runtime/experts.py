@@ -140,11 +140,13 @@ def expert_mlps(name, act_grad):
             fc, fc_b, _, _ = unpack(weights, e, bias)
             linear_into(h[start : start + n], xs[start : start + n], fc, fc_b)
             start += n
-        a, _ = act_grad(h[sizes[0] :])  # every expert's rows in one call: elementwise, so row by row the same
+        # every expert's rows in one call: elementwise, so row by row the same
+        a, _ = act_grad(h[sizes[0] :])
         start = 0
         for e, n in enumerate(sizes[1:]):
             _, _, proj, proj_b = unpack(weights, e, bias)
-            linear_into(out[sizes[0] + start : sizes[0] + start + n], a[start : start + n], proj, proj_b)
+            linear_into(out[sizes[0] + start : sizes[0] + start + n], a[start : start + n], proj,
+                        proj_b)
             start += n
         return out, h
 
@@ -161,11 +163,14 @@ def expert_mlps(name, act_grad):
         start = sizes[0]
         gx[:start].zero_()
         grads = []
-        ga = grad.new_empty(xs.size(0) - start, unpack(weights, 0, bias)[2].size(1))  # (kept rows, hidden): the activations' gradient
+        # (kept rows, hidden): the activations' gradient
+        ga = grad.new_empty(xs.size(0) - start, unpack(weights, 0, bias)[2].size(1))
         for e, n in enumerate(sizes[1:]):
-            torch.mm(grad[start : start + n], unpack(weights, e, bias)[2], out=ga[start - sizes[0] : start - sizes[0] + n])
+            torch.mm(grad[start : start + n], unpack(weights, e, bias)[2],
+                     out=ga[start - sizes[0] : start - sizes[0] + n])
             start += n
-        a, gh = act_grad(h[sizes[0] :], ga)  # every expert's rows in one call: (kept, hidden), (kept, fc rows)
+        # every expert's rows in one call: (kept, hidden), (kept, fc rows)
+        a, gh = act_grad(h[sizes[0] :], ga)
         start = sizes[0]
         for e, n in enumerate(sizes[1:]):
             fc, fc_b, proj, proj_b = unpack(weights, e, bias)
