@@ -15,7 +15,7 @@ from .common import _loss, BENCH, median, models, ROOT, SHRINK, shrunk, synchron
 
 
 # cyclec: the spec compiled whole (one graph, fullgraph); regional: the generated file's
-# compile_model, each distinct stage once (its instances share the graph) and the ends as regions
+# compile_model, each distinct stage once (its instances share the graph), the ends eager
 SIDES = ("cyclec", "regional", "reference", "transformers")
 OURS = ("cyclec", "regional", "nested")  # nested (--first-nested): one graph, each stage a nested_compile_region
 
@@ -44,6 +44,9 @@ def compile_side(model, label, torch):
     return torch.compile(model, fullgraph=label == "cyclec"), contextlib.nullcontext  # as in the compiled table
 
 
+STEADY = 5  # steps timed after the second: the compiled step (their median), apart from the compile
+
+
 def first_step_child(args, torch):
     """One side, in a process of its own: torch.compile and the first two training steps.
 
@@ -51,7 +54,9 @@ def first_step_child(args, torch):
     folder a cold run just filled: warm). Prints one JSON line: the seconds from
     torch.compile to the end of the first step (forward, backward, AdamW; the compilation
     happens inside it, forward and backward graphs alike), the second step's seconds, the
-    graphs dynamo compiled in each step, graph breaks, and where the compilation went
+    compiled step (the median of the STEADY steps after the second, wall and this process's
+    CPU time: one step's seconds right after a compile move by 10% and more), the graphs
+    dynamo compiled in the first step and after it, graph breaks, and where the compilation went
     (torch._dynamo.utils.compile_times). The child's argument is SPEC[@DEPTH]:SIDE."""
     from torch._dynamo.utils import compile_times, compilation_time_metrics, counters
 
@@ -74,20 +79,22 @@ def first_step_child(args, torch):
     compilation_time_metrics.clear()
     t0 = time.perf_counter()
     fwd, scope = compile_side(model, label, torch)
-    graphs, ts = [], []
-    for _ in range(2):
+    graphs, ts, cpu = [], [], []
+    for i in range(2 + STEADY):
         opt.zero_grad(set_to_none=True)
         with scope():
             _loss(fwd, idx, tgt, hf=is_hf).backward()
         opt.step()
         synchronize(torch, args.device)
         ts.append(time.perf_counter())
+        cpu.append(time.process_time())
         graphs.append(counters["stats"]["unique_graphs"])
     keys = {"dynamo": "bytecode_tracing", "aot": "create_aot_dispatcher_function", "inductor_fw": "compile_fx.<locals>.fw_compiler_base",
             "inductor_bw": "compile_fx.<locals>.bw_compiler", "codegen": "GraphLowering.codegen", "cpp_wait": "async_compile.wait"}
     phases = {k: sum(compilation_time_metrics.get(v, [])) for k, v in keys.items()}
     cache = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "."))
-    out = {"first_s": ts[0] - t0, "second_s": ts[1] - ts[0], "graphs": graphs[0], "graphs_second": graphs[1] - graphs[0],
+    out = {"first_s": ts[0] - t0, "second_s": ts[1] - ts[0], "step_s": median([b - a for a, b in zip(ts[1:], ts[2:])]),
+           "step_cpu_s": median([b - a for a, b in zip(cpu[1:], cpu[2:])]), "graphs": graphs[0], "graphs_second": graphs[-1] - graphs[0],
            "breaks": sum(counters["graph_break"].values()), "aot_cache": {k: v for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")},
            "kernels": len(list(cache.rglob("*.cpp"))) + len(list(cache.rglob("triton_*.py"))) if cache.is_dir() else None, "phases": phases}
     if label == "regional":
@@ -118,7 +125,8 @@ def _rounds(args, target, sides):
                 for kind in ("cold", "warm"):
                     d = _child(args, target, label, cache)
                     got[label][kind].append(d)
-                    print(f"  round {r} {target}/{label} {kind}: {d['first_s']:.1f} s to the first step, second step {d['second_s']:.2f} s; "
+                    print(f"  round {r} {target}/{label} {kind}: {d['first_s']:.1f} s to the first step, second step {d['second_s']:.2f} s, "
+                          f"compiled step {d['step_s']:.3f} s (CPU {d['step_cpu_s']:.3f} s); "
                           f"graphs {d['graphs']}+{d['graphs_second']}, breaks {d['breaks']}, kernels {d['kernels']}, {d['aot_cache']}"
                           + (f", regions {d['regions']}" if "regions" in d else ""), flush=True)
     return got
@@ -160,6 +168,9 @@ def bench_first_step(args, torch):
             row["regional"][kind] = {k: _ratio(got, kind, a, b) for k, a, b in (
                 ("vs_ref", "regional", "reference"), ("vs_hf", "regional", "transformers"), ("vs_whole", "regional", "cyclec"))}
             row["regional"][kind]["second_vs_whole"] = _ratio(got, kind, "regional", "cyclec", lambda d: d["second_s"])
+            for k, other in (("step_vs_whole", "cyclec"), ("step_vs_hf", "transformers")):
+                row["regional"][kind][k] = _ratio(got, kind, "regional", other, lambda d: d["step_s"])
+                row["regional"][kind][k.replace("step", "step_cpu")] = _ratio(got, kind, "regional", other, lambda d: d["step_cpu_s"])
             if "nested" in sides:
                 row["regional"][kind]["nested_vs_whole"] = _ratio(got, kind, "nested", "cyclec")
             row["spread"][kind] = {label: _spread(got, kind, label) for label in sides}
@@ -174,7 +185,9 @@ def bench_first_step(args, torch):
               + "; warm " + ", ".join(f"{k} {v:.1f} s" for k, v in row["s"]["warm"].items())
               + "; cyclec/reference cold {0[cold][vs_ref]:.3f} warm {0[warm][vs_ref]:.3f}, cyclec/transformers cold {0[cold][vs_hf]:.3f} warm {0[warm][vs_hf]:.3f}".format(row["ratio"])
               + f"; regional/whole cold {g['cold']['vs_whole']:.3f} warm {g['warm']['vs_whole']:.3f}, regional/reference cold {g['cold']['vs_ref']:.3f} "
-              f"warm {g['warm']['vs_ref']:.3f}, regional/transformers cold {g['cold']['vs_hf']:.3f} warm {g['warm']['vs_hf']:.3f}", flush=True)
+              f"warm {g['warm']['vs_ref']:.3f}, regional/transformers cold {g['cold']['vs_hf']:.3f} warm {g['warm']['vs_hf']:.3f}; compiled step "
+              f"regional/whole {g['cold']['step_vs_whole']:.3f} (CPU {g['cold']['step_cpu_vs_whole']:.3f}), regional/transformers "
+              f"{g['cold']['step_vs_hf']:.3f} (CPU {g['cold']['step_cpu_vs_hf']:.3f}), cold runs", flush=True)
     depths = [int(d) for d in args.first_depths.split(",") if d]
     if depths:
         spec = args.first_depth_spec

@@ -86,7 +86,7 @@ def render(results) -> str:
                 q2 = r.get("ready_ratio", {}).get(kind)
                 two = f"**{q2['vs_ref']:.3f}** | **{q2['vs_hf']:.3f}**" if q2 else "- | -"
                 out.append(f"| {r['name']} | {kind} | {t['cyclec']:.1f} | {t['reference']:.1f} | {t['transformers']:.1f} | **{q['vs_ref']:.3f}** | **{q['vs_hf']:.3f}** | {two} |")
-        out += ["", "Where a cold compile goes (the last round): graphs dynamo compiled in the first step (and in the second), graph breaks, "
+        out += ["", "Where a cold compile goes (the last round): graphs dynamo compiled in the first step (and after it), graph breaks, "
                 "C++ kernels inductor built, seconds in dynamo's tracing, AOTAutograd (which includes inductor), inductor's code generation "
                 "and the wait for the C++ builds, and whether the warm run found AOTAutograd's cache (hit) or could not use it (bypass).", "",
                 "| spec | side | graphs | breaks | kernels | dynamo s | AOTAutograd s | codegen s | C++ wait s | warm AOTAutograd cache |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -100,19 +100,23 @@ def render(results) -> str:
         rows = [r for r in results["first-step"] if r.get("regional")]
         if rows:
             out += ["Regional compilation (the generated file's `compile_model`, what `cyclec train --compile` runs: each distinct stage "
-                    "compiled once, its instances sharing the graph; the feed, the final norm and the head as regions of their own) against "
-                    "the same spec compiled whole (cyclec above, one graph). Second step: the step after the compiling one, regional / whole. "
+                    "compiled once, its instances sharing the graph; the feed, the final norm, the head and the loss eager) against "
+                    "the same spec compiled whole (cyclec above, one graph). Compiled step: the median of the five steps after the second, "
+                    "regional / whole and regional / transformers, by the wall clock and by the process's CPU time (which other processes do not move; "
+                    "runs from before it: the second step alone, regional / whole). "
                     "Spread: the fastest and slowest round.", "",
                     "| spec | cache | regional s (spread) | whole s (spread) | regional / whole | regional / reference | regional / transformers | "
-                    "second step: regional / whole | regions (instances) |", "|---|---|---|---|---|---|---|---|---|"]
+                    "compiled step: regional / whole, / transformers | regions (instances) |", "|---|---|---|---|---|---|---|---|---|"]
             for r in rows:
                 regions = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in (r.get("regions") or {}).items()) or "-"
                 for kind in ("cold", "warm"):
                     t, g, sp = r["s"][kind], r["regional"][kind], r["spread"][kind]
                     nested = f" (nested / whole {g['nested_vs_whole']:.3f})" if "nested_vs_whole" in g else ""
+                    step = (f"**{g['step_vs_whole']:.3f}**, **{g['step_vs_hf']:.3f}** (CPU {g['step_cpu_vs_whole']:.3f}, "
+                            f"{g['step_cpu_vs_hf']:.3f})" if "step_vs_whole" in g else f"{g['second_vs_whole']:.3f} (second step)")
                     out.append(f"| {r['name']} | {kind} | {t['regional']:.1f} ({sp['regional'][0]:.1f}-{sp['regional'][1]:.1f}) | "
                                f"{t['cyclec']:.1f} ({sp['cyclec'][0]:.1f}-{sp['cyclec'][1]:.1f}) | **{g['vs_whole']:.3f}**{nested} | "
-                               f"**{g['vs_ref']:.3f}** | **{g['vs_hf']:.3f}** | {g['second_vs_whole']:.3f} | {regions} |")
+                               f"**{g['vs_ref']:.3f}** | **{g['vs_hf']:.3f}** | {step} | {regions} |")
             out.append("")
     if "first-step" in results and depth_rows:
         for r in depth_rows:

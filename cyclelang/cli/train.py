@@ -37,7 +37,7 @@ SPEC_HELP = "The spec's startup block (warmup, schedule, clip, betas, decay), un
 @click.option("--compile", "compile_", is_flag=True,
               help="torch.compile the model in place, each distinct stage once (regional; its instances share the graph).")
 @click.option("--compile-mode", type=click.Choice(["regional", "whole"]), default="regional", show_default=True,
-              help="With --compile: regional (each kind of stage, the feed, the final norm and the head as graphs of their own) or whole (one graph).")
+              help="With --compile: regional (each kind of stage a graph of its own, the ends eager) or whole (one graph).")
 @click.option("--eval-every", type=int, default=100, show_default=True, help="Evaluate the held-out loss every N steps (0: at the end only).")
 @click.option("--eval-batches", type=int, default=8, show_default=True, help="Micro-batches per evaluation.")
 @click.option("--ckpt-every", type=int, default=500, show_default=True, help="Checkpoint every N steps (0: at the end and on Ctrl-C only).")

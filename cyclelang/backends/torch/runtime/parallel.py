@@ -6,7 +6,7 @@ records, `cyclelang/ir/kinds.py`, field `tp`: folded part path -> rule) and
 which calls `apply_parallel_plan` with it: tensor parallelism, activation checkpointing and
 FSDP2, with torch.distributed only (DTensor's parallel styles, `fully_shard`,
 torch.utils.checkpoint); then `compile_model` compiles in place (regional compilation:
-each kind of stage once, its instances sharing the graph; the ends as regions of their own):
+each kind of stage once, its instances sharing the graph; the ends eager):
 
     heads      attention: q, k and v column-wise with whole heads per rank (the fused
                qkv rows are regrouped [q_r | k_r | v_r] per rank first, so each rank's
@@ -153,34 +153,49 @@ def apply_parallel_plan(model, mesh, plan, *, fsdp=True, tp=False, checkpointing
     return model
 
 
-def compile_model(model, mode="regional", **options):
+def compile_model(model, mode="regional", ends=(), **options):
     """torch.compile `model` in place, every graph whole (fullgraph=True); returns
     {region: instances}, also kept as `model.compiled_regions`.
 
     "regional" (the default): each distinct stage class is compiled once and every instance
     of it runs that one compiled forward, so they share its graph (parameters are the graph's
-    inputs); the feed, the final norm and the head are regions of their own; the model's own
-    forward between them (positions, the loop over the stages, the loss) stays eager. A cold
-    compile then costs one stage per kind, not one per layer. "whole": the model's forward as
-    one graph. In place either way: a region replaces its module's `forward` attribute with
-    the compiled one, so parameter names, the state dict and FSDP2's hooks (which run around
-    `forward`, outside the region) are untouched; call it after `fully_shard` and after
-    activation checkpointing (which the region then traces). Each region has a code object
-    of its own: dynamo keeps compiled graphs, and counts recompiles, per code object."""
+    inputs). The model's own forward around them (the feed, positions, the loop over the
+    stages, the final norm, the head, the loss) stays eager: each of those is a lookup, a
+    norm or one matrix product (the lookup and the loss custom ops), where a graph saves
+    nothing in a step and costs a cold compile a forward and a backward graph of its own;
+    `ends` names those compiled as regions all the same ("feed", "norm", "head"). A cold
+    compile then costs one stage per kind, not one per layer. "whole": the model's forward
+    as one graph. In place either way: a region replaces its module's `forward` attribute
+    with the compiled one, so parameter names, the state dict and FSDP2's hooks (which run
+    around `forward`, outside the region) are untouched; call it after `fully_shard` and
+    after activation checkpointing (which the region then traces). Each region has a code
+    object of its own: dynamo keeps compiled graphs, and counts recompiles, per code object.
+
+    With inductor (the default backend), the vector instruction sets the CPU reports are
+    taken as usable (`cpp.vec_isa_ok`, unless TORCHINDUCTOR_VEC_ISA_OK says otherwise)
+    instead of proved by building and loading a test library per set: about ten C++
+    builds a process pays with an empty inductor cache, whatever the model."""
     import functools
 
     if mode not in ("regional", "whole"):
         raise ValueError(f"compile mode must be regional or whole, not {mode!r}")
     if getattr(model, "compiled_regions", None):
         raise ValueError("the model is compiled already (compile_model runs once per model)")
+    if not set(ends) <= {"feed", "norm", "head"}:
+        raise ValueError(f"ends are feed, norm or head, not {sorted(set(ends) - {'feed', 'norm', 'head'})}")
+    if options.get("backend", "inductor") == "inductor":
+        from torch._inductor import config
+
+        if config.cpp.vec_isa_ok is None:
+            options["options"] = {"cpp.vec_isa_ok": True} | options.get("options", {})
     if mode == "whole":
         groups = {"model": [model]}
     else:
-        groups = {"feed": [model.feed]}
+        groups = {"feed": [model.feed]} if "feed" in ends else {}
         for stage in model.stages:
             groups.setdefault(type(stage).__name__.removeprefix("FSDP"), []).append(stage)
         for name in ("norm", "head"):
-            if isinstance(getattr(model, name, None), torch.nn.Module):
+            if name in ends and isinstance(getattr(model, name, None), torch.nn.Module):
                 groups[name] = [getattr(model, name)]
     model.compiled_regions, model.region_code = {}, {}
     for name, modules in groups.items():
