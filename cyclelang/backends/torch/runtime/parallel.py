@@ -169,12 +169,7 @@ def compile_model(model, mode="regional", ends=(), **options):
     with the compiled one, so parameter names, the state dict and FSDP2's hooks (which run
     around `forward`, outside the region) are untouched; call it after `fully_shard` and
     after activation checkpointing (which the region then traces). Each region has a code
-    object of its own: dynamo keeps compiled graphs, and counts recompiles, per code object.
-
-    With inductor (the default backend), the vector instruction sets the CPU reports are
-    taken as usable (`cpp.vec_isa_ok`, unless TORCHINDUCTOR_VEC_ISA_OK says otherwise)
-    instead of proved by building and loading a test library per set: about ten C++
-    builds a process pays with an empty inductor cache, whatever the model."""
+    object of its own: dynamo keeps compiled graphs, and counts recompiles, per code object."""
     import functools
 
     if mode not in ("regional", "whole"):
@@ -183,11 +178,6 @@ def compile_model(model, mode="regional", ends=(), **options):
         raise ValueError("the model is compiled already (compile_model runs once per model)")
     if not set(ends) <= {"feed", "norm", "head"}:
         raise ValueError(f"ends are feed, norm or head, not {sorted(set(ends) - {'feed', 'norm', 'head'})}")
-    if options.get("backend", "inductor") == "inductor":
-        from torch._inductor import config
-
-        if config.cpp.vec_isa_ok is None:
-            options["options"] = {"cpp.vec_isa_ok": True} | options.get("options", {})
     if mode == "whole":
         groups = {"model": [model]}
     else:
