@@ -26,9 +26,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+STACKS_AFTER = float(os.environ.get("CYCLELANG_JOB_STACKS_AFTER", 420))
 
 
 def _run_jobs(path: str) -> None:
+    import faulthandler
     import gc
 
     from cyclelang.cli import main
@@ -38,12 +40,15 @@ def _run_jobs(path: str) -> None:
     for job in jobs:
         logs = Path(job["logs"])
         print(f"[rank {rank}] job {job['name']}: cyclec train {' '.join(job['args'])}", file=sys.__stderr__, flush=True)
+        # a job still running after STACKS_AFTER seconds prints every thread's stack (a hang then says where it waits)
+        faulthandler.dump_traceback_later(STACKS_AFTER, file=sys.__stderr__)
         with open(logs / f"{job['name']}.rank{rank}.err", "w", encoding="utf-8") as err, contextlib.redirect_stderr(err):
             try:
                 main(["train", *job["args"]], prog_name="cyclec")
                 code = 0
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        faulthandler.cancel_dump_traceback_later()
         if code:
             sys.__stderr__.write((logs / f"{job['name']}.rank{rank}.err").read_text("utf-8")[-6000:])
             print(f"[rank {rank}] job {job['name']} exited {code}", file=sys.__stderr__, flush=True)
@@ -53,6 +58,23 @@ def _run_jobs(path: str) -> None:
             torch._dynamo.reset()  # a job compiles from nothing, as in a process of its own
         gc.collect()
         (logs / f"{job['name']}.rank{rank}.done").touch()
+    faulthandler.dump_traceback_later(STACKS_AFTER / 4, file=sys.__stderr__)  # and a hang at the teardown (the group's atexit close)
+
+
+def _launch(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """Run a launch in a session of its own; past `timeout` the whole session is killed (torchrun
+    and every rank: none is left running beside the rest of the suite) and the launch fails with
+    what it printed, each hung rank's stacks included (STACKS_AFTER)."""
+    import signal
+
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        err += f"\n[the launch was killed after {timeout:.0f} s]\n"
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 class Job:
@@ -79,7 +101,7 @@ class Launches:
         self.plan[-1][1].append({"name": name, "args": [str(a) for a in args], "logs": str(self.logs)})
         self.owner[name] = len(self.plan) - 1
 
-    def run(self, timeout: float = 1200) -> "Launches":
+    def run(self, timeout: float = 900) -> "Launches":
         from .test_train_distributed import env
 
         for i, (nproc, jobs) in enumerate(self.plan):
@@ -87,8 +109,7 @@ class Launches:
             spec.write_text(json.dumps(jobs), "utf-8")
             runner = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                                                           "--standalone"]
-            self.outcome.append(subprocess.run([*runner, "-m", "tests.train_jobs", str(spec)], capture_output=True, text=True, env=env(),
-                                               cwd=ROOT, timeout=timeout))
+            self.outcome.append(_launch([*runner, "-m", "tests.train_jobs", str(spec)], env(), timeout))
         return self
 
     def __getitem__(self, name: str) -> Job:
@@ -101,7 +122,7 @@ class Launches:
             import pytest
 
             pytest.fail(f"job {name} did not finish (launch {i}, {nproc} process(es), exit "
-                        f"{None if p is None else p.returncode}):\n" + ("" if p is None else p.stdout[-3000:] + p.stderr[-8000:]),
+                        f"{None if p is None else p.returncode}):\n" + ("" if p is None else p.stdout[-3000:] + p.stderr[-20000:]),
                         pytrace=False)
         stderr = "".join((self.logs / f"{name}.rank{r}.err").read_text("utf-8") for r in range(nproc))
         return Job(name, nproc, stderr)
