@@ -180,3 +180,57 @@ def test_tp_splits_the_layers_of_a_nested_stage(runs):
     assert "stages.0-1.stages.0-1.mix.attn" in cyclelang.codegen(str(tmp / "nested.cycle"), parallel=True)
     jobs["nested-tp"], jobs["nested-one"]
     assert_same_parameters(tmp / "nested-tp", tmp / "nested-one")
+
+
+# Rank 0 clears and makes the checkpoint's folder; DCP's writers make theirs inside it. Here rank 0
+# is held up between seeing no folder and making it (the wait a loaded machine can put there) until
+# rank 1 has run on: before the fix rank 1's DCP made the folder first, rank 0's mkdir failed, and the
+# ranks hung, rank 0 in the closing barrier and rank 1 in DCP's gather (a CI run's moe-resume job).
+_RACE = r"""
+import os, sys, time
+from pathlib import Path
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+import torch.distributed.checkpoint  # imported before the race, not inside it
+from cyclelang.training import checkpoint
+from cyclelang.training.distributed import Distributed
+
+def worker(rank, run):
+    dist.init_process_group("gloo", init_method="file://" + run + "/rendezvous", rank=rank, world_size=2)
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
+    d = Distributed.from_env()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    if rank == 0:
+        mkdir = Path.mkdir
+        def slow(self, *a, **k):  # until another rank has made the folder (or 5 s)
+            t = time.monotonic()
+            while self.name.endswith(".tmp") and not self.exists() and time.monotonic() - t < 5:
+                time.sleep(0.05)
+            return mkdir(self, *a, **k)
+        Path.mkdir = slow
+    meta = {"tokens": 8, "elapsed": 0.0, "watch": [], "rows": 2, "optim_flat": True, "data": {"fingerprint": {"tokens": 8}}}
+    ck = checkpoint.save(run, 1, model, opt, sched, None, meta, d)
+    if rank == 0:
+        print("saved", ck.name)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(sys.argv[1],), nprocs=2)
+"""
+
+
+def test_no_rank_writes_a_checkpoint_before_rank_0_has_made_its_folder(tmp_path):
+    from .train_jobs import launch_session
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "race.py").write_text(_RACE, "utf-8")  # a file: the spawned ranks import their function from it
+    p = launch_session([sys.executable, str(tmp_path / "race.py"), str(tmp_path)], env(), timeout=60)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    assert "saved step-" in p.stdout, p.stdout
+    ck = checkpoint.latest(tmp_path)
+    assert ck is not None and checkpoint.verify(ck, tmp_path) is not None
+    assert (ck / "dcp" / ".metadata").is_file()

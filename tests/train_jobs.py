@@ -61,7 +61,7 @@ def _run_jobs(path: str) -> None:
     faulthandler.dump_traceback_later(STACKS_AFTER / 4, file=sys.__stderr__)  # and a hang at the teardown (the group's atexit close)
 
 
-def _launch(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+def launch_session(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
     """Run a launch in a session of its own; past `timeout` the whole session is killed (torchrun
     and every rank: none is left running beside the rest of the suite) and the launch fails with
     what it printed, each hung rank's stacks included (STACKS_AFTER)."""
@@ -109,7 +109,7 @@ class Launches:
             spec.write_text(json.dumps(jobs), "utf-8")
             runner = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                                                           "--standalone"]
-            self.outcome.append(_launch([*runner, "-m", "tests.train_jobs", str(spec)], env(), timeout))
+            self.outcome.append(launch_session([*runner, "-m", "tests.train_jobs", str(spec)], env(), timeout))
         return self
 
     def __getitem__(self, name: str) -> Job:

@@ -316,13 +316,24 @@ def save(run_dir, step: int, model, optimizer, scheduler, scaler, meta: dict, di
         files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
     try:
+        failed = None
         if rank0:
-            if os.path.lexists(root) and not _is_dir(root):  # a file (or a link) where the folder belongs
-                remove(root)
-            root.mkdir(parents=True, exist_ok=True)
-            if os.path.lexists(tmp):
-                remove(tmp)
-            tmp.mkdir()
+            try:
+                if os.path.lexists(root) and not _is_dir(root):  # a file (or a link) where the folder belongs
+                    remove(root)
+                root.mkdir(parents=True, exist_ok=True)
+                if os.path.lexists(tmp):
+                    remove(tmp)
+                tmp.mkdir()
+            except OSError as e:
+                failed = e
+        # No rank writes before rank 0 has made the folder: DCP's writers make theirs inside it, and one
+        # ahead would make `tmp` first (rank 0's mkdir then fails, or its clearing deletes their shards)
+        # while the others wait in DCP's collectives. Every rank learns whether it was made.
+        if dist is not None and dist.any(failed is not None):
+            raise failed or OSError(f"rank 0 could not make the checkpoint folder {tmp}")
+        if failed is not None:
+            raise failed
         if dist is None:
             full = model.state_dict()
             tensors, rest = _optimizer_tensors(optimizer.state_dict())
