@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 import cyclelang
