@@ -62,19 +62,41 @@ def _run_jobs(path: str) -> None:
 
 
 def launch_session(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """Run a launch in a session of its own; past `timeout` the whole session is killed (torchrun
-    and every rank: none is left running beside the rest of the suite) and the launch fails with
-    what it printed, each hung rank's stacks included (STACKS_AFTER)."""
+    """Run a launch; past `timeout` it is stopped, torchrun and every rank (none is left running
+    beside the rest of the suite, or holding the output pipes open), and it fails with what it
+    printed, each hung rank's stacks included (STACKS_AFTER)."""
     import signal
 
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        err += f"\n[the launch was killed after {timeout:.0f} s]\n"
+        ranks = _descendants(p.pid)  # torchrun starts each rank in a session of its own
+        p.terminate()  # torchrun stops its ranks on SIGTERM
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            for pid in [p.pid, *ranks]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            out, err = p.communicate()
+        err += f"\n[the launch was stopped after {timeout:.0f} s]\n"
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc (Linux; elsewhere none)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    found, todo = [], [pid]
+    while todo:
+        pid = todo.pop()
+        kids = [c for c, parent in parents.items() if parent == pid]
+        found += kids
+        todo += kids
+    return found
 
 
 class Job:
