@@ -10,6 +10,8 @@ size is expected.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from click.testing import CliRunner
 
@@ -82,10 +84,21 @@ def test_nesting_limit_in_braces():
     assert codes_of("engine e " + "{" * (MAX_NESTING + 1) + "}" * (MAX_NESTING + 1)) == ["E0011"]
 
 
-def test_long_unary_chains_are_not_a_recursion_bomb():
-    # '-' does not nest with brackets, so the bracket count cannot catch it
-    for n in (10, 1_000, 100_000):
-        assert set(codes_of("let a = " + "-" * n + "1\n")) <= {"E0011"}
+@pytest.mark.parametrize("limit", [None, 20_000])
+def test_long_unary_chains_are_not_a_recursion_bomb(limit):
+    # '-' does not nest with brackets, so the bracket count cannot catch it; nor a long sum. Whatever
+    # the process's recursion limit (torch's compilers raise it to thousands: a parse then built a
+    # tree of 1,000 signs that the evaluator's recursion could not walk)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit or old)
+    try:
+        for n in (10, 1_000, 100_000):
+            assert set(codes_of("let a = " + "-" * n + "1\n")) <= {"E0011"}
+            assert set(codes_of("let a = " + "+".join(["1"] * n) + "\n")) <= {"E0011"}
+        assert codes_of("let a = " + "-" * 200 + "1\n") == []
+        assert codes_of("let a = " + "-" * 201 + "1\n") == ["E0011"]
+    finally:
+        sys.setrecursionlimit(old)
 
 
 def test_identifier_length_limit():

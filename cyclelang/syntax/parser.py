@@ -23,6 +23,9 @@ from .grammar import COMMENTS, parser
 
 MAX_SOURCE_BYTES = 1 << 20  # 1 MiB: a spec is a page of text, not a data file
 MAX_NESTING = 32  # braces and parentheses; the deepest real spec nests 4 braces
+# operators inside one expression (a run of signs, a long sum): the tree every later walk recurses
+# over stays this deep, whatever recursion limit the process has (torch's compilers raise it)
+MAX_EXPR_DEPTH = 200
 MAX_IDENTIFIER = 128
 
 # Where each statement keyword may appear, for "X cannot appear here" help lines.
@@ -112,6 +115,9 @@ def parse_module(text: str, file: str = "<string>") -> ast.Module:
     builder = _Builder(file)
     try:
         items = tuple(builder.top(child) for child in tree.children)
+    except _TooDeep as e:
+        raise CycleError([Diagnostic("E0011", "error", f"an expression nested deeper than {MAX_EXPR_DEPTH} operators", e.span,
+                                     "write it in steps: name its parts with let")], sources) from None
     except RecursionError:
         raise CycleError([Diagnostic("E0011", "error", "the spec is nested too deeply", _span_at(file, text, 0), f"keep expressions under {MAX_NESTING} levels of nesting")], sources) from None
     if builder.errors:
@@ -430,6 +436,11 @@ def _edge(t: Tree, last: bool) -> Token | None:
     return None
 
 
+class _TooDeep(Exception):
+    def __init__(self, span):
+        self.span = span
+
+
 class _Builder:
     def __init__(self, file: str):
         self.file = file
@@ -550,18 +561,20 @@ class _Builder:
     # expressions
     _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "pow": "**"}
 
-    def expr(self, t: Tree) -> ast.Expr:
+    def expr(self, t: Tree, depth: int = 0) -> ast.Expr:
         span = self.span(t)
         d = t.data
         if d == "number":
             return ast.Num(str(t.children[0].value), span)
         if d == "ref":
             return ast.Ref(self.ident(t.children[0]).name, span)
+        if depth >= MAX_EXPR_DEPTH:
+            raise _TooDeep(span)
         if d == "group":
-            return ast.Group(self.expr(_content(t)[0]), span)
+            return ast.Group(self.expr(_content(t)[0], depth + 1), span)
         if d == "sqrt":
-            return ast.Sqrt(self.expr(_content(t)[0]), span)
+            return ast.Sqrt(self.expr(_content(t)[0], depth + 1), span)
         if d in ("neg", "pos"):
-            return ast.Unary("-" if d == "neg" else "+", self.expr(_content(t)[0]), span)
+            return ast.Unary("-" if d == "neg" else "+", self.expr(_content(t)[0], depth + 1), span)
         left, right = _content(t)
-        return ast.Binary(self._BINARY[d], self.expr(left), self.expr(right), span)
+        return ast.Binary(self._BINARY[d], self.expr(left, depth + 1), self.expr(right, depth + 1), span)
