@@ -51,7 +51,7 @@ _add("E0007", "option without a value", "An option is written `name=` with nothi
 _add("E0008", "unexpected end of file", "The file ends in the middle of a statement.")
 _add("E0009", "unterminated string", "A string (an include path) has no closing '\"' on its line.", 'include "blocks.cycle')
 _add("E0010", "file too large", "A spec is limited to 1 MiB; a larger file is not a spec. Split it with include.")
-_add("E0011", "nested too deeply", "Braces and parentheses nest at most 32 levels; real specs nest 4 braces deep.")
+_add("E0011", "nested too deeply", "Braces and parentheses nest at most 32 levels, and one expression at most 200 operators deep (a run of signs, a long sum); real specs nest 4 braces deep.")
 _add("E0012", "name too long", "Names are at most 128 characters.")
 
 # --- names and files ----------------------------------------------------------------------
