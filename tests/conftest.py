@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,11 @@ import pytest
 # suite's tensors are tiny, and two OpenMP threads spinning for them cost five times the CPU of one
 # (and far more wall time on a machine shared with another run). Set before anything imports torch.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Bytecode caches written whatever PYTHONDONTWRITEBYTECODE says (a machine that sets it otherwise has
+# each run, in each worker, compile the package again and rewrite every test module's asserts: ~5 s
+# of a worker's collection on two cores). The processes a test starts keep the variable; they read
+# the caches written here.
+sys.dont_write_bytecode = False
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.cycle"))
