@@ -92,8 +92,8 @@ def _descendants(pid: int) -> list[int]:
             parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
     found, todo = [], [pid]
     while todo:
-        pid = todo.pop()
-        kids = [c for c, parent in parents.items() if parent == pid]
+        above = todo.pop()
+        kids = [c for c, parent in parents.items() if parent == above]
         found += kids
         todo += kids
     return found
