@@ -133,8 +133,42 @@ def test_the_ends_asked_for_are_regions_of_their_own(name):
     model(*batch(model))[1].backward()
     assert counter.graphs == len(regions) and mod.compiled_graphs(model) == {k: 1 for k in regions}
     torch._dynamo.reset()
-    with pytest.raises(ValueError, match="ends are feed, norm or head"):
-        mod.compile_model(small(name)[0], ends=("loss",))
+    with pytest.raises(ValueError, match="ends are feed, norm, head or loss, not \\['lm_head'\\]"):
+        mod.compile_model(small(name)[0], ends=("lm_head",))
+
+
+def test_the_loss_region_traces_cross_entropy_and_eager_keeps_the_op():
+    """`ends=("loss",)`: the loss a region of its own, where `loss_fn` traced is F.cross_entropy
+    (whose forward and backward inductor fuses), not the runtime's opaque op; eager it is the
+    op. Both give the loss and the logits' gradient of F.cross_entropy, targets -1 ignored."""
+    torch._dynamo.reset()
+    model, mod = small("llama", depth=2)
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    assert "loss" not in mod.compile_model(small("llama", depth=2)[0], backend=record)  # eager unless asked for
+    compiled = mod.compile_model(perturbed(model), ends=("loss",), backend=record)
+    assert compiled == {"LlamaBlock": 2, "loss": 1}
+    logits = torch.randn(B, T, model.config.vocab_size, requires_grad=True)
+    targets = batch(model)[1]
+    targets[0, :3] = -1
+    want = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+    (g_want,) = torch.autograd.grad(want, logits)
+    for fn in (model.loss_fn, type(model).loss_fn.__get__(model)):  # the region, then the eager method
+        graphs.clear()
+        got = fn(logits, targets)
+        (g_got,) = torch.autograd.grad(got, logits)
+        assert torch.allclose(got, want, rtol=1e-6) and torch.allclose(g_got, g_want, atol=1e-7)
+        calls = {str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"}
+        if fn is model.loss_fn:
+            assert len(graphs) == 1 and any("cross_entropy" in c for c in calls), calls
+            assert not any("cyclelang" in c for c in calls), calls
+        else:
+            assert not graphs  # eager: the custom op, no trace
+    torch._dynamo.reset()
 
 
 def test_whole_is_one_graph_and_a_bad_mode_is_refused():

@@ -158,8 +158,7 @@ class PieceModule(nn.Module):
     """One pipeline piece: its own units registered (its parameters and nothing else) and
     the view that runs them."""
 
-    def __init__(self, piece: splitting.Piece, view: nn.Module, owned: dict[str, nn.Module], carry: Carry | None, module,
-                 flags):
+    def __init__(self, piece: splitting.Piece, view: nn.Module, owned: dict[str, nn.Module], carry: Carry | None, flags):
         super().__init__()
         self.flags = flags  # the pipeline's: `inferring` while the schedule infers shapes (`forward`)
         self.unprobed = {True, False}  # the modes (training, eval) whose schedule has not inferred its shapes yet
@@ -168,7 +167,6 @@ class PieceModule(nn.Module):
         self.units = nn.ModuleList(list(owned.values()))
         object.__setattr__(self, "view", view)  # not registered: its other modules are skips
         self.carry = carry
-        self.module = module  # the generated file: its next_token_loss weighs an overboard head here
         self.out = None
         self.sent: list[torch.Tensor] = []
         view.get_submodule(piece.units[-1].path).register_forward_hook(self._catch)  # the stream after its last unit
@@ -209,7 +207,7 @@ class PieceModule(nn.Module):
         for name, weight in getattr(view, "overboard", {}).items():
             if weight is not None:
                 head = view.exhaust[name]
-                loss = self.module.next_token_loss(head.reshape(-1, head.size(-1)), targets.reshape(-1))[0]
+                loss = view.loss_fn(head, targets)
                 total = total + weight * loss.reshape(1)
         self.sent.append(total)  # held until the step ends: a send in flight reads it (gloo)
         return self.out, total
@@ -318,7 +316,7 @@ class Pipeline:
                     owned["feed.tok"] = model.feed.tok
                 if bias is not None:
                     owned["bias"] = _Param(bias)
-            piece = PieceModule(p, view, owned, carry, module, self.flags)
+            piece = PieceModule(p, view, owned, carry, self.flags)
             if s.fsdp:
                 from torch.distributed.fsdp import fully_shard
 

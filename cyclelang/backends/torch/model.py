@@ -117,6 +117,9 @@ def model_class(out: Writer, p: Plan) -> None:
         w()
         forward(out, p)
         w()
+        if p.fast:
+            loss_fn(out)
+            w()
         optimizer(out, p)
         w()
         generate(out, p)
@@ -350,7 +353,7 @@ B, T = idx.size()''')
                 w("cache.pos += T")
         def loss(x: str) -> str:  # the next-token loss of logits x, scored in float32
             if p.fast:
-                return f"next_token_loss({x}.reshape(-1, {x}.size(-1)), targets.reshape(-1))[0]  # F.cross_entropy with a leaner backward (runtime section)"
+                return f"self.loss_fn({x}, targets)"
             return f"F.cross_entropy({x}.reshape(-1, {x}.size(-1)).float(), targets.reshape(-1), ignore_index=-1)"
 
         if overboard(p):
@@ -372,6 +375,21 @@ loss = {loss("logits")}
 for value in self.aux_losses.values():
     loss = loss + value
 return logits, loss''')
+
+
+def loss_fn(out: Writer) -> None:
+    """The fast form's next-token loss, a method of its own so that `compile_model` can
+    compile it as a region (torchtitan compiles its loss apart from the blocks likewise)."""
+    out.block('''
+def loss_fn(self, logits, targets):
+    """The mean next-token loss of logits (..., vocab) against targets (...), -1 ignored:
+    F.cross_entropy in float32. Eager: the runtime's next_token_loss (a leaner backward);
+    traced (compile_model's "loss" region, or the whole model): F.cross_entropy itself,
+    whose forward and backward inductor fuses into a few kernels."""
+    logits, targets = logits.reshape(-1, logits.size(-1)), targets.reshape(-1)
+    if torch.compiler.is_compiling():
+        return F.cross_entropy(logits.float(), targets, ignore_index=-1)
+    return next_token_loss(logits, targets)[0]''')
 
 
 def optimizer(out: Writer, p: Plan) -> None:

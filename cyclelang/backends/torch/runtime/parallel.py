@@ -160,24 +160,26 @@ def compile_model(model, mode="regional", ends=(), **options):
     "regional" (the default): each distinct stage class is compiled once and every instance
     of it runs that one compiled forward, so they share its graph (parameters are the graph's
     inputs). The model's own forward around them (the feed, positions, the loop over the
-    stages, the final norm, the head, the loss) stays eager: each of those is a lookup, a
-    norm or one matrix product (the lookup and the loss custom ops), where a graph saves
-    nothing in a step and costs a cold compile a forward and a backward graph of its own;
-    `ends` names those compiled as regions all the same ("feed", "norm", "head"). A cold
-    compile then costs one stage per kind, not one per layer. "whole": the model's forward
-    as one graph. In place either way: a region replaces its module's `forward` attribute
-    with the compiled one, so parameter names, the state dict and FSDP2's hooks (which run
-    around `forward`, outside the region) are untouched; call it after `fully_shard` and
-    after activation checkpointing (which the region then traces). Each region has a code
-    object of its own: dynamo keeps compiled graphs, and counts recompiles, per code object."""
+    stages, the final norm, the head, the loss) stays eager: a cold compile then costs one
+    stage per kind, not one per layer. `ends` names parts around the stages to compile as
+    regions of their own: "feed", "norm" (the final norm), "head", and "loss" (the fast
+    form's `loss_fn`, traced as F.cross_entropy, whose forward and backward inductor fuses:
+    a faster step for a longer cold compile; docs/benchmarks.md has both figures). "whole":
+    the model's forward as one graph. In place either way: a region replaces its module's
+    `forward` (the loss: the model's `loss_fn`) attribute with the compiled one, so parameter
+    names, the state dict and FSDP2's hooks (which run around `forward`, outside the region)
+    are untouched; call it after `fully_shard` and after activation checkpointing (which the
+    region then traces). Each region has a code object of its own: dynamo keeps compiled
+    graphs, and counts recompiles, per code object."""
     import functools
 
     if mode not in ("regional", "whole"):
         raise ValueError(f"compile mode must be regional or whole, not {mode!r}")
     if getattr(model, "compiled_regions", None):
         raise ValueError("the model is compiled already (compile_model runs once per model)")
-    if not set(ends) <= {"feed", "norm", "head"}:
-        raise ValueError(f"ends are feed, norm or head, not {sorted(set(ends) - {'feed', 'norm', 'head'})}")
+    known = {"feed", "norm", "head", "loss"}
+    if not set(ends) <= known:
+        raise ValueError(f"ends are feed, norm, head or loss, not {sorted(set(ends) - known)}")
     if mode == "whole":
         groups = {"model": [model]}
     else:
@@ -187,6 +189,8 @@ def compile_model(model, mode="regional", ends=(), **options):
         for name in ("norm", "head"):
             if name in ends and isinstance(getattr(model, name, None), torch.nn.Module):
                 groups[name] = [getattr(model, name)]
+        if "loss" in ends and hasattr(model, "loss_fn"):  # the readable form's loss is inline in its forward
+            groups["loss"] = [model]
     model.compiled_regions, model.region_code = {}, {}
     for name, modules in groups.items():
         def region(forward, *args, **kwargs):
@@ -195,7 +199,10 @@ def compile_model(model, mode="regional", ends=(), **options):
         region.__code__ = region.__code__.replace(co_name=f"region_{name}")
         compiled = torch.compile(region, fullgraph=True, **options)
         for module in modules:
-            module.forward = functools.partial(compiled, module.forward)
+            if name == "loss":
+                module.loss_fn = functools.partial(compiled, module.loss_fn)
+            else:
+                module.forward = functools.partial(compiled, module.forward)
         model.compiled_regions[name] = len(modules)
         model.region_code[name] = region.__code__
     return model.compiled_regions
