@@ -137,22 +137,22 @@ def test_the_ends_asked_for_are_regions_of_their_own(name):
         mod.compile_model(small(name)[0], ends=("lm_head",))
 
 
-def test_the_loss_region_traces_cross_entropy_and_eager_keeps_the_op():
-    """`ends=("loss",)`: the loss a region of its own, where `loss_fn` traced is F.cross_entropy
-    (whose forward and backward inductor fuses), not the runtime's opaque op; eager it is the
-    op. Both give the loss and the logits' gradient of F.cross_entropy, targets -1 ignored."""
+def test_the_loss_is_a_region_when_asked_for_and_equals_cross_entropy():
+    """`ends=("loss",)`: the fast form's `loss_fn` (the runtime's next-token loss op) is a region
+    of its own, one graph; eager unless asked for. Compiled and eager alike it gives the loss and
+    the logits' gradient of F.cross_entropy, targets -1 ignored, on logits away from zero."""
     torch._dynamo.reset()
     model, mod = small("llama", depth=2)
     graphs = []
 
     def record(gm, example_inputs):
         graphs.append(gm)
-        return gm.forward
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
 
     assert "loss" not in mod.compile_model(small("llama", depth=2)[0], backend=record)  # eager unless asked for
     compiled = mod.compile_model(perturbed(model), ends=("loss",), backend=record)
     assert compiled == {"LlamaBlock": 2, "loss": 1}
-    logits = torch.randn(B, T, model.config.vocab_size, requires_grad=True)
+    logits = (3 * torch.randn(B, T, model.config.vocab_size)).requires_grad_()
     targets = batch(model)[1]
     targets[0, :3] = -1
     want = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
@@ -164,10 +164,11 @@ def test_the_loss_region_traces_cross_entropy_and_eager_keeps_the_op():
         assert torch.allclose(got, want, rtol=1e-6) and torch.allclose(g_got, g_want, atol=1e-7)
         calls = {str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"}
         if fn is model.loss_fn:
-            assert len(graphs) == 1 and any("cross_entropy" in c for c in calls), calls
-            assert not any("cyclelang" in c for c in calls), calls
+            assert len(graphs) == 1 and any("cyclelang.next_token_loss" in c for c in calls), calls
         else:
-            assert not graphs  # eager: the custom op, no trace
+            assert not graphs  # eager: no trace
+    model(*batch(model))[1].backward()  # the forward calls the region: no new graph for it
+    assert mod.compiled_graphs(model)["loss"] == 1
     torch._dynamo.reset()
 
 

@@ -383,13 +383,9 @@ def loss_fn(out: Writer) -> None:
     out.block('''
 def loss_fn(self, logits, targets):
     """The mean next-token loss of logits (..., vocab) against targets (...), -1 ignored:
-    F.cross_entropy in float32. Eager: the runtime's next_token_loss (a leaner backward);
-    traced (compile_model's "loss" region, or the whole model): F.cross_entropy itself,
-    whose forward and backward inductor fuses into a few kernels."""
-    logits, targets = logits.reshape(-1, logits.size(-1)), targets.reshape(-1)
-    if torch.compiler.is_compiling():
-        return F.cross_entropy(logits.float(), targets, ignore_index=-1)
-    return next_token_loss(logits, targets)[0]''')
+    F.cross_entropy in float32, with a leaner backward (runtime section). A method, so that
+    compile_model(model, ends=("loss",)) can compile it as a region of its own."""
+    return next_token_loss(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))[0]''')
 
 
 def optimizer(out: Writer, p: Plan) -> None:
