@@ -10,7 +10,10 @@ what it would need, never shrunk.
 
 from __future__ import annotations
 
+import functools
 import math
+import types
+from collections.abc import Mapping
 from dataclasses import replace
 
 from ... import ir
@@ -69,8 +72,14 @@ TERSE = {"main": ("stream, width \u221d d", "chamber"), "streams": ("n streams",
 
 
 # The legend: (key, {mode: words}); a key appears when the figure uses it.
-def legend_words(key: str, terse: bool = False, one: bool = False) -> dict[str, str]:
-    """`one`: each label mode's entry in one vocabulary (`--labels both` the network words)."""
+@functools.cache  # a layout asks for each entry's words at every width it tries
+def legend_words(key: str, terse: bool = False, one: bool = False) -> Mapping[str, str]:
+    """`one`: each label mode's entry in one vocabulary (`--labels both` the network words).
+    Read-only: the one mapping is shared by every caller."""
+    return types.MappingProxyType(_legend_words(key, terse, one))
+
+
+def _legend_words(key: str, terse: bool, one: bool) -> dict[str, str]:
     def say(ml: str, rocket: str) -> dict[str, str]:
         return {"ml": ml, "rocket": rocket, "both": f"{ml} \u00b7 {rocket}" if rocket != ml and not one else ml}
 
