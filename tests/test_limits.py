@@ -89,6 +89,9 @@ def test_long_unary_chains_are_not_a_recursion_bomb(limit):
     # '-' does not nest with brackets, so the bracket count cannot catch it; nor a long sum. Whatever
     # the process's recursion limit (torch's compilers raise it to thousands: a parse then built a
     # tree of 1,000 signs that the evaluator's recursion could not walk)
+    from cyclelang.syntax import parser
+
+    parser._kept.cache_clear()  # each limit parses anew (a tree kept from the other would skip the parse)
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(limit or old)
     try:

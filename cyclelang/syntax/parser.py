@@ -8,6 +8,7 @@ misspelled keyword gets a suggestion, an option without a value says so).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass, replace
@@ -98,8 +99,25 @@ LOOKALIKES = {
 }
 
 
+KEPT_TEXT = 64 * 1024  # the longest text whose tree parse_module keeps (every library spec is under 8 KiB)
+
+
 def parse_module(text: str, file: str = "<string>") -> ast.Module:
-    """Parse one file's text. Raises CycleError with every syntax problem found (one)."""
+    """Parse one file's text. Raises CycleError with every syntax problem found (one).
+
+    The same text and file name give the same tree, kept for the texts up to KEPT_TEXT (the
+    tree is immutable: frozen dataclasses of tuples and frozen spans): a library spec is
+    parsed once per process, not at every load, build and check of it. A refusal is not
+    kept: it is raised anew each time."""
+    return _kept(text, file) if len(text) <= KEPT_TEXT else _parse(text, file)
+
+
+@functools.lru_cache(maxsize=256)
+def _kept(text: str, file: str) -> ast.Module:
+    return _parse(text, file)
+
+
+def _parse(text: str, file: str) -> ast.Module:
     sources = {file: text}
     _check_size_and_nesting(text, file, sources)
     p = parser()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from contextlib import contextmanager
@@ -102,6 +103,7 @@ class Writer:
 WIDTH = 99  # the longest line the file should hold (nanoGPT's model.py stays under 100)
 
 
+@functools.lru_cache(maxsize=1 << 14)  # long lines recur in every build of a spec
 def trailing_comment(text: str) -> int | None:
     """Where a trailing `  # comment` starts in a line of code, or None: the first `#` outside a
     string literal, after code and two spaces. A line of a docstring has no code before it
@@ -125,6 +127,7 @@ def trailing_comment(text: str) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 14)  # each probe a compile(): the same lines recur in every build
 def is_code(text: str) -> bool:
     """Whether a line is a statement, a header or an argument (not a docstring's prose)."""
     s = text.strip()
@@ -225,6 +228,15 @@ def wrap(line: str, width: int = WIDTH) -> list[str]:
     arguments of its outermost bracket filled line by line under the first, or hanging 4
     spaces in where that column is too far right; a lone long string split into adjacent
     literals. Lines it cannot shorten stay as they are."""
+    return list(_wrapped(line, width))
+
+
+@functools.lru_cache(maxsize=1 << 14)  # the same long lines recur in every build of a spec
+def _wrapped(line: str, width: int) -> tuple[str, ...]:
+    return tuple(_wrap(line, width))
+
+
+def _wrap(line: str, width: int) -> list[str]:
     pad = len(line) - len(line.lstrip())
     pairs, commas, strings = _scan(line)
     for start, end, depth in sorted(pairs, key=lambda t: (t[2], t[0])):

@@ -93,6 +93,11 @@ def _cache_states() -> dict[str, tuple[str, ...]]:
 def cache_class(states) -> str:
     """The Cache class with only the methods of these state kinds (`cache.STATES`) and those
     every cache has; a kind STATES lacks is an internal error naming it."""
+    return _cache_class(frozenset(states))
+
+
+@functools.lru_cache(maxsize=None)  # every build of a causal spec asks for one of a few
+def _cache_class(states: frozenset[str]) -> str:
     table = _cache_states()
     unknown = sorted(set(states) - set(table))
     if unknown:
