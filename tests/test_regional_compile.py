@@ -400,17 +400,25 @@ def test_the_first_step_report_renders_regional_and_depth_rows():
     assert text.count("| llama | cold | 40.0 |") == 1  # the depth rows are not spec rows
 
 
-def test_compile_model_passes_the_callers_options_as_given(monkeypatch):
-    """compile_model hands torch.compile the caller's options and fullgraph=True, nothing of its own
-    (inductor's settings stay torch's defaults: its vector-ISA probe included, see docs/benchmarks.md)."""
+def test_compile_model_passes_the_callers_options_and_inductors_aggressive_fusion(monkeypatch):
+    """compile_model hands torch.compile the caller's options and fullgraph=True; regional with
+    inductor adds `aggressive_fusion` under the caller's own inductor options (which can switch it
+    off), never to another backend, nor to the whole graph. Inductor's other settings stay torch's defaults (its vector-ISA probe included, see
+    docs/benchmarks.md)."""
     seen = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
-    cases = [({}, {"fullgraph": True}),
-             ({"options": {"size_asserts": False}}, {"fullgraph": True, "options": {"size_asserts": False}}),
-             ({"backend": "aot_eager"}, {"fullgraph": True, "backend": "aot_eager"})]
+    fused = {"aggressive_fusion": True}
+    cases = [({}, {"fullgraph": True, "options": fused}),
+             ({"options": {"size_asserts": False}}, {"fullgraph": True, "options": {**fused, "size_asserts": False}}),
+             ({"options": {"aggressive_fusion": False}}, {"fullgraph": True, "options": {"aggressive_fusion": False}}),
+             ({"backend": "aot_eager"}, {"fullgraph": True, "backend": "aot_eager"}),
+             ({"backend": "inductor"}, {"fullgraph": True, "backend": "inductor", "options": fused})]
     for given, passed in cases:
         seen.clear()
         model, mod = small("gpt2", depth=2)
         mod.compile_model(model, **given)
         assert seen == [passed], (given, seen)
+    seen.clear()
+    mod.compile_model(small("gpt2", depth=2)[0], "whole")
+    assert seen == [{"fullgraph": True}]
 
