@@ -155,3 +155,18 @@ def test_step_ops_counts_each_phases_ops_and_fresh_bytes(bench):
     assert "embedding" in ms["forward"] and "embedding" not in ms["backward"]
     assert "embedding_dense_backward" in ms["backward"] and "lerp_" in ms["optimizer"] and "lerp_" not in ms["backward"]
     assert all(v >= 0 for ph in ms.values() for v in ph.values()) and sum(ms["backward"].values()) > 0
+
+
+def test_the_expander_table_has_a_regional_row_where_one_was_timed(bench):
+    """The imported families' compiled step, ours by regions (what `cyclec train --compile` runs)
+    beside whole; results from before the regional side render without it."""
+    meta = {"date": "d", "cpu": "x", "threads": 1, "dtype": "float32", "gpu": None, "torch": "t", "transformers": "h", "python": "p",
+            "batch": 2, "seq": 64, "rounds": 3, "steps": 1, "command": "c"}
+    step = lambda **more: {"eager": {"ms": {"cyclec": 10.0, "transformers": 11.0}, "vs_hf": 0.91},
+                           "compiled": {"ms": {"cyclec": 9.0, "transformers": 9.5, **more.get("ms", {})}, "vs_hf": 0.947,
+                                        **{k: v for k, v in more.items() if k != "ms"}}}
+    data = {**step(), "deepseek_v3": step(ms={"regional": 8.5}, regional_vs_hf=0.894, regional_vs_whole=0.944)}
+    text = bench.render({"expander": {"meta": meta, "data": data}})
+    rows = [line for line in text.splitlines() if "compiled by regions" in line]
+    assert rows == ["| DeepSeek-V3 (its router) training step, compiled by regions (`cyclec train --compile`; 0.944x whole) | 8.5 ms | 9.5 ms | **0.894** |"]
+    assert "| Mamba-2 training step, both torch.compile'd | 9.0 ms | 9.5 ms | **0.947** |" in text

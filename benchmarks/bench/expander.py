@@ -10,7 +10,12 @@ from .common import _loss, FLAT, MAMBA2, MAMBA2_STATE, median, ratio, SHORT_CONV
 
 def _train_against_hf(name, ours, hf, args, torch, c):
     """One training step (forward, backward, AdamW) of ours and transformers' model at the same
-    weights, eager and both compiled: {"eager"|"compiled": {"ms": {...}, "vs_hf": ratio}}."""
+    weights, eager and both compiled: {"eager"|"compiled": {"ms": {...}, "vs_hf": ratio}}.
+    Compiled, ours is timed twice in the same rounds: whole (`torch.compile(model)`, as
+    transformers is) and by regions (a copy through the generated file's `compile_model`, what
+    `cyclec train --compile` runs): "regional_vs_hf" and "regional_vs_whole" beside "vs_hf"."""
+    import copy
+
     B, T = args.batch, args.seq
     idx = torch.randint(0, c.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
     tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
@@ -18,13 +23,16 @@ def _train_against_hf(name, ours, hf, args, torch, c):
         ours.eval(), hf.eval()
         a, b = float(ours(idx, tgt)[1]), float(hf(input_ids=idx, labels=idx).loss)
     assert abs(a - b) < 1e-4, f"{name}: compiled {a} vs transformers {b}"
+    regional = copy.deepcopy(ours)
+    sys.modules[type(regional).__module__].compile_model(regional)  # in place, each distinct stage once
     res = {}
     for compiled in (False, True):
         sides = {}
-        for label, model, is_hf in (("cyclec", ours, False), ("transformers", hf, True)):
+        runs = (("cyclec", ours, False), ("transformers", hf, True)) + ((("regional", regional, False),) if compiled else ())
+        for label, model, is_hf in runs:
             model.train()
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            fwd = torch.compile(model) if compiled else model
+            fwd = torch.compile(model) if compiled and label != "regional" else model
 
             def step(fwd=fwd, opt=opt, is_hf=is_hf):
                 opt.zero_grad(set_to_none=True)
@@ -37,7 +45,11 @@ def _train_against_hf(name, ours, hf, args, torch, c):
         times = time_sides(sides, args.rounds, args.steps)
         key = "compiled" if compiled else "eager"
         res[key] = {"ms": {k: 1000 * median(v) for k, v in times.items()}, "vs_hf": ratio(times, "cyclec", "transformers")}
-        print(f"  {name} {key}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in res[key]["ms"].items()) + f"; cyclec/transformers {res[key]['vs_hf']:.3f}", flush=True)
+        if compiled:
+            res[key].update(regional_vs_hf=ratio(times, "regional", "transformers"), regional_vs_whole=ratio(times, "regional", "cyclec"))
+        print(f"  {name} {key}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in res[key]["ms"].items()) + f"; cyclec/transformers {res[key]['vs_hf']:.3f}"
+              + (f", regional/transformers {res[key]['regional_vs_hf']:.3f}, regional/whole {res[key]['regional_vs_whole']:.3f}" if compiled else ""),
+              flush=True)
     return res
 
 
@@ -81,7 +93,7 @@ def _imported_against_hf(name, prefix, config, args, torch):
             for m in hf.modules():
                 if hasattr(m, "e_score_correction_bias"):
                     m.e_score_correction_bias.normal_(0, 0.05)
-    ours = load_transformers(cyclelang.build(cyclelang.parse(import_config(hf.config)), seed=0, fast=True), hf)  # the spec its config implies
+    ours = load_transformers(cyclelang.build(cyclelang.parse(import_config(hf.config)), seed=0, fast=True, parallel=True), hf)  # the spec its config implies
     try:
         return _train_against_hf(name, ours, hf, args, torch, ours.config)
     finally:
@@ -102,7 +114,7 @@ def bench_expander(args, torch):
     from cyclelang.interop import load_transformers
 
     spec = shrunk("mamba2", MAMBA2, spec_text("mamba2").replace(*MAMBA2_STATE))
-    ours = cyclelang.build(spec, seed=0, fast=True)
+    ours = cyclelang.build(spec, seed=0, fast=True, parallel=True)  # parallel: the file holds compile_model
     c, e = ours.config, spec.engine
     ssm = next(o for st, _ in ir.leaf_stages(e.body) for b in st.branch_list() for o in b.ops if isinstance(o, ir.Ssm))
     hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(

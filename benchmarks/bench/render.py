@@ -146,15 +146,21 @@ def render(results) -> str:
         x = results["expander"]
         out += ["### The expander cycle: Mamba-2, DeepSeek-V2/V3 and Qwen3-MoE against transformers, and a decoding cost that stays flat", "",
                 "| figure | cyclec | transformers | cyclec / transformers |", "|---|---|---|---|"]
-        for key, label in (("eager", "Mamba-2 training step, eager"), ("compiled", "Mamba-2 training step, both torch.compile'd")):
-            ms = x[key]["ms"]
-            out.append(f"| {label} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x[key]['vs_hf']:.3f}** |")
+
+        def steps(label, r):
+            for key, how in (("eager", "eager"), ("compiled", "both torch.compile'd")):
+                ms = r[key]["ms"]
+                out.append(f"| {label} training step, {how} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{r[key]['vs_hf']:.3f}** |")
+            if "regional_vs_hf" in r["compiled"]:  # ours by regions (`cyclec train --compile`), transformers torch.compile'd
+                ms = r["compiled"]["ms"]
+                out.append(f"| {label} training step, compiled by regions (`cyclec train --compile`; {r['compiled']['regional_vs_whole']:.3f}x whole) "
+                           f"| {ms['regional']:.1f} ms | {ms['transformers']:.1f} ms | **{r['compiled']['regional_vs_hf']:.3f}** |")
+
+        steps("Mamba-2", x)
         for name, label in (("deepseek_v2", "DeepSeek-V2"), ("deepseek_v3", "DeepSeek-V3 (its router)"), ("qwen3_moe", "Qwen3-MoE"),
                             ("qwen3_next", "Qwen3-Next (gated DeltaNet, transformers' torch path)")):
-            for key, how in (("eager", "eager"), ("compiled", "both torch.compile'd")):
-                if name in x:
-                    ms = x[name][key]["ms"]
-                    out.append(f"| {label} training step, {how} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{x[name][key]['vs_hf']:.3f}** |")
+            if name in x:
+                steps(label, x[name])
         out += ["", "| decoding, width 128, 2 blocks, batch 1 | around token 64 | around token 4,096 | growth |", "|---|---|---|---|"]
         for key, label in (("expander", "linear attention (expander.cycle)"), ("gpt2", "attention (gpt2.cycle)"),
                            ("gated_delta", "gated DeltaNet (expander.cycle's engine)"),
