@@ -116,10 +116,17 @@ def test_half_width_two_layers_builds_and_trains_a_step(path):
     plan = make_plan(cyclelang.load(path))
     depth = {sp.n.name: 2 for sp in [*plan.groups, *plan.stages] if sp.n is not None}  # n_layer, n_<stage>, or the spec's let (`depth`)
     assert depth, "every library spec repeats a stage"
-    config = mod.Config(width=base.width // 2, vocab_size=256, context=16, **depth)
+    # a hidden width a let names (gated_delta's, jamba's, short_conv's mlps) halves with the width: jamba's 63M
+    # parameters at its own (1.1 GB with their gradients and AdamW's state, the suite's largest allocation) become 35M
+    hidden = {"hidden": base.hidden // 2} if hasattr(base, "hidden") else {}
+    config = mod.Config(width=base.width // 2, vocab_size=256, context=16, **depth, **hidden)
     torch.manual_seed(0)
     model = mod.Model(config).train()
     assert model.feed.tok.weight.shape == (256, base.width // 2)
+    if hidden:  # the Config's hidden width is the one built: fewer parameters than at the spec's own
+        with torch.device("meta"):
+            own = mod.Model(mod.Config(width=base.width // 2, vocab_size=256, context=16, **depth))
+        assert sum(p.numel() for p in model.parameters()) < sum(p.numel() for p in own.parameters())
     def count(sps):  # the instances of these stages in the changed config
         return sum(depth[sp.n.name] if sp.n is not None else 1 for sp in sps)
 
