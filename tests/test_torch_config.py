@@ -119,13 +119,14 @@ def test_half_width_two_layers_builds_and_trains_a_step(path):
     # a hidden width a let names (gated_delta's, jamba's, short_conv's mlps) halves with the width: jamba's 63M
     # parameters at its own (1.1 GB with their gradients and AdamW's state, the suite's largest allocation) become 35M
     hidden = {"hidden": base.hidden // 2} if hasattr(base, "hidden") else {}
-    config = mod.Config(width=base.width // 2, vocab_size=256, context=16, **depth, **hidden)
+    half = dict(width=base.width // 2, vocab_size=256, context=16, **depth)
+    config = mod.Config(**half, **hidden)
     torch.manual_seed(0)
     model = mod.Model(config).train()
     assert model.feed.tok.weight.shape == (256, base.width // 2)
     if hidden:  # the Config's hidden width is the one built: fewer parameters than at the spec's own
         with torch.device("meta"):
-            own = mod.Model(mod.Config(width=base.width // 2, vocab_size=256, context=16, **depth))
+            own = mod.Model(mod.Config(**half))
         assert sum(p.numel() for p in model.parameters()) < sum(p.numel() for p in own.parameters())
     def count(sps):  # the instances of these stages in the changed config
         return sum(depth[sp.n.name] if sp.n is not None else 1 for sp in sps)
