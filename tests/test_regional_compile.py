@@ -403,8 +403,8 @@ def test_the_first_step_report_renders_regional_and_depth_rows():
 def test_compile_model_passes_the_callers_options_and_inductors_aggressive_fusion(monkeypatch):
     """compile_model hands torch.compile the caller's options and fullgraph=True; regional with
     inductor adds `aggressive_fusion` under the caller's own inductor options (which can switch it
-    off), never to another backend, nor to the whole graph. Inductor's other settings stay torch's defaults (its vector-ISA probe included, see
-    docs/benchmarks.md)."""
+    off), never to another backend, nor to the whole graph. Inductor's other settings stay torch's
+    defaults (its vector-ISA probe included, see docs/benchmarks.md)."""
     seen = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
     fused = {"aggressive_fusion": True}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import sys
 
@@ -14,8 +15,6 @@ def _train_against_hf(name, ours, hf, args, torch, c):
     Compiled, ours is timed twice in the same rounds: whole (`torch.compile(model)`, as
     transformers is) and by regions (a copy through the generated file's `compile_model`, what
     `cyclec train --compile` runs): "regional_vs_hf" and "regional_vs_whole" beside "vs_hf"."""
-    import copy
-
     B, T = args.batch, args.seq
     idx = torch.randint(0, c.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
     tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
