@@ -380,7 +380,8 @@ def test_the_first_step_report_renders_regional_and_depth_rows():
     meta = {"date": "d", "cpu": "x", "threads": 1, "dtype": "float32", "gpu": None, "torch": "t", "transformers": "h", "python": "p",
             "batch": 2, "seq": 64, "rounds": 3, "steps": 1, "command": "c"}
     sides = ("cyclec", "regional", "reference", "transformers")
-    s = {"cold": dict(zip(sides, (40.0, 10.0, 20.0, 30.0))), "warm": dict(zip(sides, (8.0, 4.0, 6.0, 9.0)))}
+    s = {"cold": dict(zip(sides, (40.0, 10.0, 20.0, 30.0))), "new": dict(zip(sides, (30.0, 5.0, 12.0, 22.0))),
+         "warm": dict(zip(sides, (8.0, 4.0, 6.0, 9.0)))}
     detail = {k: {"graphs": 1, "graphs_second": 0, "breaks": 0, "kernels": 5, "aot_cache_warm": {},
                   "phases": dict.fromkeys(("dynamo", "aot", "codegen", "cpp_wait"), 1.0)} for k in sides}
     row = {"name": "llama", "rounds": 3, "s": s, "ratio": {k: {"vs_ref": 2.0, "vs_hf": 1.5} for k in s}, "detail": detail,
@@ -398,6 +399,15 @@ def test_the_first_step_report_renders_regional_and_depth_rows():
     assert "| **0.333** | **0.990**, **0.950** (CPU 1.010, 0.970) | LlamaBlock x4 |" in text
     assert "| 24 | 12.0 | 240.0 | 0.042 | **x1.24** | x6.00 | 4 / 1 |" in text
     assert text.count("| llama | cold | 40.0 |") == 1  # the depth rows are not spec rows
+    # the kinds in order, the new model (a primed cache) between cold and warm, in both tables
+    kinds = [line.split(" | ")[1] for line in text.splitlines() if line.startswith("| llama | ")]
+    assert [k for k in kinds if k in ("cold", "new", "warm")] == ["cold", "new", "warm"] * 2
+    assert "| llama | new | 30.0 | 12.0 | 22.0 |" in text
+    # results from before the new kind render without it
+    for k in ("s", "ratio", "regional", "spread"):
+        del row[k]["new"]
+    text = bench.render({"first-step": {"meta": meta, "data": [row, depth]}})
+    assert "| llama | new |" not in text and "| llama | warm | 8.0 |" in text
 
 
 def test_compile_model_passes_the_callers_options_and_inductors_aggressive_fusion(monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,20 +116,39 @@ def _child(args, target, label, cache):
     return json.loads(line[-1][len("FIRST-STEP "):])
 
 
-def _rounds(args, target, sides):
-    """{side: {"cold": [...], "warm": [...]}}: each round runs every side cold then warm, the
-    sides alternating (reversed every other round)."""
-    got = {label: {"cold": [], "warm": []} for label in sides}
-    for r in range(args.first_rounds):
-        for label in sides if r % 2 == 0 else tuple(reversed(sides)):
-            with tempfile.TemporaryDirectory(prefix="cyclec-inductor-") as cache:
-                for kind in ("cold", "warm"):
-                    d = _child(args, target, label, cache)
-                    got[label][kind].append(d)
-                    print(f"  round {r} {target}/{label} {kind}: {d['first_s']:.1f} s to the first step, second step {d['second_s']:.2f} s, "
-                          f"compiled step {d['step_s']:.3f} s (CPU {d['step_cpu_s']:.3f} s); "
-                          f"graphs {d['graphs']}+{d['graphs_second']}, breaks {d['breaks']}, kernels {d['kernels']}, {d['aot_cache']}"
-                          + (f", regions {d['regions']}" if "regions" in d else ""), flush=True)
+# what any earlier compile on a machine leaves in inductor's cache, whatever the model: inductor's
+# vector-ISA probe (it builds and runs a test program per ISA, about 8 s here) and its other one-offs
+PRIME = "import torch; m = torch.nn.Linear(8, 8); torch.compile(m)(torch.randn(4, 8)).sum().backward()"
+KINDS = ("cold", "new", "warm")
+
+
+def _primed(folder):
+    """A cache folder that has seen one tiny unrelated compile (PRIME) and nothing of any side."""
+    res = subprocess.run([sys.executable, "-c", PRIME], cwd=ROOT, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=folder), capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"priming inductor's cache failed:\n{res.stderr[-3000:]}")
+    return folder
+
+
+def _rounds(args, target, sides, kinds=KINDS):
+    """{side: {"cold": [...], "new": [...], "warm": [...]}}: each round runs every side cold, new
+    (a copy of a cache primed once by PRIME: a model this machine has not compiled before) and
+    warm (the cache its cold run filled), the sides alternating (reversed every other round);
+    `kinds` may leave "new" out."""
+    got = {label: {kind: [] for kind in kinds} for label in sides}
+    with tempfile.TemporaryDirectory(prefix="cyclec-inductor-primed-") as primed:
+        _primed(primed)
+        for r in range(args.first_rounds):
+            for label in sides if r % 2 == 0 else tuple(reversed(sides)):
+                with tempfile.TemporaryDirectory(prefix="cyclec-inductor-") as cache, tempfile.TemporaryDirectory(prefix="cyclec-inductor-") as new:
+                    shutil.copytree(primed, new, dirs_exist_ok=True)
+                    for kind, folder in [(k, f) for k, f in (("cold", cache), ("new", new), ("warm", cache)) if k in kinds]:
+                        d = _child(args, target, label, folder)
+                        got[label][kind].append(d)
+                        print(f"  round {r} {target}/{label} {kind}: {d['first_s']:.1f} s to the first step, second step {d['second_s']:.2f} s, "
+                              f"compiled step {d['step_s']:.3f} s (CPU {d['step_cpu_s']:.3f} s); "
+                              f"graphs {d['graphs']}+{d['graphs_second']}, breaks {d['breaks']}, kernels {d['kernels']}, {d['aot_cache']}"
+                              + (f", regions {d['regions']}" if "regions" in d else ""), flush=True)
     return got
 
 
@@ -143,13 +163,17 @@ def _spread(got, kind, label):
 
 
 def bench_first_step(args, torch):
-    """Time to the first compiled step, cold and warm, every side in a process of its own.
+    """Time to the first compiled step, cold, new and warm, every side in a process of its own.
 
     A researcher who edits a spec waits for this each time: torch.compile, then the first
     training step, which is where dynamo traces the model and inductor compiles the forward
     and backward graphs. Cold: a fresh inductor cache (TORCHINDUCTOR_CACHE_DIR), so every
-    kernel is generated and built; warm: the cache a cold run just filled, as on a second
-    run of the same model (dynamo still traces: its caches are per process). Sides
+    kernel is generated and built, and inductor's one-offs run too (its vector-ISA probe builds
+    test programs: about 8 s on two cores), as on the first compile a machine ever makes; new:
+    a cache that holds those one-offs (PRIME) and nothing of the model, as when a researcher
+    compiles an edited spec on a machine that has compiled anything before; warm: the cache a
+    cold run just filled, as on a second run of the same model (dynamo still traces: its
+    caches are per process). Sides
     alternate within each round (reversed every other round); ratios are medians over
     rounds of the per-round ratios. The spec is timed compiled whole (cyclec) and regional;
     with --first-nested also as one graph of nested regions. Then the depth rows: the
@@ -161,7 +185,7 @@ def bench_first_step(args, torch):
         row = {"name": name, "rounds": args.first_rounds, "s": {}, "ratio": {}, "ready_s": {}, "ready_ratio": {}, "runs": {},
                "regional": {}, "spread": {}}
         ready = lambda d: d["first_s"] + d["second_s"]  # noqa: E731  compile and two steps: what the issue timed, recompiles included
-        for kind in ("cold", "warm"):
+        for kind in KINDS:
             for key, figure in (("", lambda d: d["first_s"]), ("ready_", ready)):
                 row[key + "s"][kind] = {label: median([figure(d) for d in got[label][kind]]) for label in sides}
                 row[key + "ratio"][kind] = {k: _ratio(got, kind, "cyclec", other, figure) for k, other in (("vs_ref", "reference"), ("vs_hf", "transformers"))}
@@ -174,24 +198,23 @@ def bench_first_step(args, torch):
             if "nested" in sides:
                 row["regional"][kind]["nested_vs_whole"] = _ratio(got, kind, "nested", "cyclec")
             row["spread"][kind] = {label: _spread(got, kind, label) for label in sides}
-        row["runs"] = {label: {kind: [round(d["first_s"], 2) for d in got[label][kind]] for kind in ("cold", "warm")} for label in sides}
+        row["runs"] = {label: {kind: [round(d["first_s"], 2) for d in got[label][kind]] for kind in KINDS} for label in sides}
         last = {label: got[label]["cold"][-1] for label in sides}  # what a cold compile is made of (the last round's)
         row["detail"] = {label: {k: last[label][k] for k in ("graphs", "graphs_second", "breaks", "kernels", "phases")}
                          | {"aot_cache_warm": got[label]["warm"][-1]["aot_cache"]} for label in sides}
         row["regions"] = last["regional"].get("regions")
         rows.append(row)
         g = row["regional"]
-        print(f"  {name}: cold " + ", ".join(f"{k} {v:.1f} s" for k, v in row["s"]["cold"].items())
-              + "; warm " + ", ".join(f"{k} {v:.1f} s" for k, v in row["s"]["warm"].items())
-              + "; cyclec/reference cold {0[cold][vs_ref]:.3f} warm {0[warm][vs_ref]:.3f}, cyclec/transformers cold {0[cold][vs_hf]:.3f} warm {0[warm][vs_hf]:.3f}".format(row["ratio"])
-              + f"; regional/whole cold {g['cold']['vs_whole']:.3f} warm {g['warm']['vs_whole']:.3f}, regional/reference cold {g['cold']['vs_ref']:.3f} "
-              f"warm {g['warm']['vs_ref']:.3f}, regional/transformers cold {g['cold']['vs_hf']:.3f} warm {g['warm']['vs_hf']:.3f}; compiled step "
-              f"regional/whole {g['cold']['step_vs_whole']:.3f} (CPU {g['cold']['step_cpu_vs_whole']:.3f}), regional/transformers "
+        print(f"  {name}: " + "; ".join(f"{kind} " + ", ".join(f"{k} {v:.1f} s" for k, v in row["s"][kind].items()) for kind in KINDS)
+              + "; cyclec/reference, cyclec/transformers, regional/whole, regional/reference, regional/transformers: "
+              + "; ".join(f"{kind} {row['ratio'][kind]['vs_ref']:.3f}, {row['ratio'][kind]['vs_hf']:.3f}, {g[kind]['vs_whole']:.3f}, {g[kind]['vs_ref']:.3f}, "
+                          f"{g[kind]['vs_hf']:.3f}" for kind in KINDS)
+              + f"; compiled step regional/whole {g['cold']['step_vs_whole']:.3f} (CPU {g['cold']['step_cpu_vs_whole']:.3f}), regional/transformers "
               f"{g['cold']['step_vs_hf']:.3f} (CPU {g['cold']['step_cpu_vs_hf']:.3f}), cold runs", flush=True)
     depths = [int(d) for d in args.first_depths.split(",") if d]
     if depths:
         spec = args.first_depth_spec
-        got = {d: _rounds(args, f"{spec}@{d}", ("regional", "cyclec")) for d in depths}
+        got = {d: _rounds(args, f"{spec}@{d}", ("regional", "cyclec"), ("cold", "warm")) for d in depths}
         growth = []
         for d in depths:
             g = got[d]

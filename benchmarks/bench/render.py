@@ -7,6 +7,11 @@ import json
 from .ops import PHASES
 
 
+def _kinds(row) -> list[str]:
+    """A first-step row's cache kinds in order: cold, new (results from before it have none), warm."""
+    return [k for k in ("cold", "new", "warm") if k in row["s"]]
+
+
 def render(results) -> str:
     out = []
     for m in sorted({json.dumps(r["meta"], sort_keys=True) for r in results.values()}):
@@ -74,14 +79,16 @@ def render(results) -> str:
     if results.get("first-step"):
         n = results["first-step"][0].get("rounds", 0)
         out += ["### Time to the first compiled step", "",
-                "torch.compile, then the first training step (forward, backward, AdamW), each side in a fresh process; cold: an empty inductor cache, "
+                "torch.compile, then the first training step (forward, backward, AdamW), each side in a fresh process; cold: an empty inductor cache "
+                "(the first compile a machine makes: inductor's one-offs, its vector-ISA probe among them, run too); new: a cache that has seen one "
+                "tiny unrelated compile and nothing of the model (a model this machine has not compiled before); "
                 f"warm: the cache the cold run filled. Medians over {n} round{'s' if n != 1 else ''}; the ratios are medians of the per-round ratios. "
                 "After two steps: to the end of the second step (compile and two warm-up steps, as the issue timed it), which holds the recompiles "
                 "a second step triggers (the reference's MoE recompiles its experts for dynamic token counts there).", "",
                 "| spec | cache | cyclec s | reference s | transformers s | cyclec / reference | cyclec / transformers | after two steps: cyclec / reference | cyclec / transformers |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for r in results["first-step"]:
-            for kind in ("cold", "warm"):
+            for kind in _kinds(r):
                 t, q = r["s"][kind], r["ratio"][kind]
                 q2 = r.get("ready_ratio", {}).get(kind)
                 two = f"**{q2['vs_ref']:.3f}** | **{q2['vs_hf']:.3f}**" if q2 else "- | -"
@@ -109,7 +116,7 @@ def render(results) -> str:
                     "compiled step: regional / whole, / transformers | regions (instances) |", "|---|---|---|---|---|---|---|---|---|"]
             for r in rows:
                 regions = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in (r.get("regions") or {}).items()) or "-"
-                for kind in ("cold", "warm"):
+                for kind in _kinds(r):
                     t, g, sp = r["s"][kind], r["regional"][kind], r["spread"][kind]
                     nested = f" (nested / whole {g['nested_vs_whole']:.3f})" if "nested_vs_whole" in g else ""
                     step = (f"**{g['step_vs_whole']:.3f}**, **{g['step_vs_hf']:.3f}** (CPU {g['step_cpu_vs_whole']:.3f}, "
