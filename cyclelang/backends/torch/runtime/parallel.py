@@ -164,7 +164,7 @@ def compile_model(model, mode="regional", ends=(), **options):
     stage per kind, not one per layer. `ends` names parts around the stages to compile as
     regions of their own: "feed", "norm" (the final norm), "head", and "loss" (the fast
     form's `loss_fn`: its backward then one fused kernel, a step 1 to 4% faster for a cold
-    compile about 4% longer; docs/benchmarks.md has the figures). "whole":
+    compile 4 to 20% longer; docs/benchmarks.md has the figures). "whole":
     the model's forward as one graph. In place either way: a region replaces its module's
     `forward` (the loss: the model's `loss_fn`) attribute with the compiled one, so parameter
     names, the state dict and FSDP2's hooks (which run around `forward`, outside the region)
