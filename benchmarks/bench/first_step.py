@@ -123,11 +123,10 @@ KINDS = ("cold", "new", "warm")
 
 
 def _primed(folder):
-    """A cache folder that has seen one tiny unrelated compile (PRIME) and nothing of any side."""
+    """Fill a cache folder with one tiny unrelated compile (PRIME) and nothing of any side."""
     res = subprocess.run([sys.executable, "-c", PRIME], cwd=ROOT, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=folder), capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(f"priming inductor's cache failed:\n{res.stderr[-3000:]}")
-    return folder
 
 
 def _rounds(args, target, sides, kinds=KINDS):
@@ -137,11 +136,13 @@ def _rounds(args, target, sides, kinds=KINDS):
     `kinds` may leave "new" out."""
     got = {label: {kind: [] for kind in kinds} for label in sides}
     with tempfile.TemporaryDirectory(prefix="cyclec-inductor-primed-") as primed:
-        _primed(primed)
+        if "new" in kinds:
+            _primed(primed)
         for r in range(args.first_rounds):
             for label in sides if r % 2 == 0 else tuple(reversed(sides)):
                 with tempfile.TemporaryDirectory(prefix="cyclec-inductor-") as cache, tempfile.TemporaryDirectory(prefix="cyclec-inductor-") as new:
-                    shutil.copytree(primed, new, dirs_exist_ok=True)
+                    if "new" in kinds:
+                        shutil.copytree(primed, new, dirs_exist_ok=True)
                     for kind, folder in [(k, f) for k, f in (("cold", cache), ("new", new), ("warm", cache)) if k in kinds]:
                         d = _child(args, target, label, folder)
                         got[label][kind].append(d)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+from .first_step import KINDS
 from .ops import PHASES
 
 
 def _kinds(row) -> list[str]:
-    """A first-step row's cache kinds in order: cold, new (results from before it have none), warm."""
-    return [k for k in ("cold", "new", "warm") if k in row["s"]]
+    """A first-step row's cache kinds in KINDS' order (results from before "new" have none)."""
+    return [k for k in KINDS if k in row["s"]]
 
 
 def render(results) -> str:
