@@ -127,6 +127,13 @@ def models(name, torch):
     return ours, ref, hf
 
 
+def compile_regions(model):
+    """`model` compiled in place by regions through its generated file's `compile_model` (what
+    `cyclec train --compile` runs: each distinct stage once); the model needs `parallel=True`."""
+    sys.modules[type(model).__module__].compile_model(model)
+    return model
+
+
 def _loss(model, idx, tgt, hf=False):
     if hf:
         return model(input_ids=idx, labels=idx).loss

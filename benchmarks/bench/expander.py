@@ -6,7 +6,7 @@ import copy
 import gc
 import sys
 
-from .common import _loss, FLAT, MAMBA2, MAMBA2_STATE, median, ratio, SHORT_CONV, shrunk, spec_text, time_sides
+from .common import _loss, compile_regions, FLAT, MAMBA2, MAMBA2_STATE, median, ratio, SHORT_CONV, shrunk, spec_text, time_sides
 
 
 def _train_against_hf(name, ours, hf, args, torch, c):
@@ -27,8 +27,7 @@ def _train_against_hf(name, ours, hf, args, torch, c):
         sides = {}
         runs = (("cyclec", ours, False), ("transformers", hf, True))
         if compiled:  # a copy of ours as the eager rounds left it, compiled in place, each distinct stage once
-            regional = copy.deepcopy(ours)
-            sys.modules[type(regional).__module__].compile_model(regional)
+            regional = compile_regions(copy.deepcopy(ours))
             runs += (("regional", regional, False),)
         for label, model, is_hf in runs:
             model.train()

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import _loss, BENCH, median, models, ROOT, SHRINK, shrunk, synchronize
+from .common import _loss, BENCH, compile_regions, median, models, ROOT, SHRINK, shrunk, synchronize
 
 
 # cyclec: the spec compiled whole (one graph, fullgraph); regional: the generated file's
@@ -34,8 +34,7 @@ def compile_side(model, label, torch):
     import contextlib
 
     if label == "regional":
-        sys.modules[type(model).__module__].compile_model(model)  # in place
-        return model, contextlib.nullcontext
+        return compile_regions(model), contextlib.nullcontext
     if label == "nested":
         # every stage class's forward one region inside the whole graph; donated buffers off for
         # the compiled calls only (torch 2.13 lowers a reused region's backward with the outer one's)

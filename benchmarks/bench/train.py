@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import gc
-import sys
 import time
 
-from .common import _loss, check_same, median, models, quartiles, ratio, SHRINK, shrunk, synchronize, throughput, time_sides
+from .common import _loss, check_same, compile_regions, median, models, quartiles, ratio, SHRINK, shrunk, synchronize, throughput, time_sides
 
 
 def bench_train(args, torch, compiled=False):
@@ -40,7 +39,7 @@ def bench_train(args, torch, compiled=False):
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
             fwd = model
             if label == "regional":
-                sys.modules[type(model).__module__].compile_model(model)  # in place
+                compile_regions(model)
             elif compiled:
                 # The spec is one graph (under compile its MoE experts run in one custom op);
                 # the others take torch.compile's default, graph breaks allowed (the
