@@ -27,6 +27,33 @@ def _close(dist) -> None:
         dist.destroy_process_group()
 
 
+def _pickle_meshes_without_their_hash() -> None:
+    """Keep a DeviceMesh's cached `hash()` out of its pickled state (torch 2.13).
+
+    The mesh caches `hash()` of its key in `_hash`. That key holds the dims' names, so the value
+    changes with each process's PYTHONHASHSEED, and `__getstate__` kept it. Inductor's FX graph
+    cache pickles every input of a graph into its key, and a tensor-parallel region takes the mesh
+    as one. Each process therefore computed a key of its own: a `--tp` run missed the cache
+    on every start. The moe --ep 2 --fsdp --tp 2 --compile job of tests/test_train_3d.py (4
+    processes) took 38 to 39 s on every start; with this, 27 s once the cache has seen it. The
+    value means nothing to another process either: `__hash__` recomputes it when it is missing.
+    Applied once, before the first mesh is made.
+    """
+    from torch.distributed.device_mesh import DeviceMesh
+
+    own = DeviceMesh.__getstate__
+    if getattr(own, "_without_hash", False):
+        return
+
+    def __getstate__(self) -> dict:
+        state = own(self)
+        state.pop("_hash", None)
+        return state
+
+    __getstate__._without_hash = True
+    DeviceMesh.__getstate__ = __getstate__
+
+
 @dataclass
 class Distributed:
     rank: int
@@ -43,6 +70,7 @@ class Distributed:
     @classmethod
     def from_env(cls, tp: int = 1, ep: int = 1, pp: int = 1) -> "Distributed | None":
         """The run's process group when launched by torchrun (WORLD_SIZE > 1), else None."""
+        _pickle_meshes_without_their_hash()
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1 and tp <= 1 and pp <= 1:
             return None
