@@ -11,7 +11,7 @@ of the whole global rows. After 3 optimizer steps every loss, the final held-out
 every parameter (the correction bias included) agree within 1e-6.
 
 All the runs are two launches (tests/train_jobs.py): the one-process references, then the
-8-process jobs in one torchrun launch. Then `--ep 2` with `--compile` (the dispatch traced
+8-process jobs in one launch. Then `--ep 2` with `--compile` (the dispatch traced
 inside each stage's compiled region) against the same runs eager: two more launches (2 and
 4 processes), a cold compile each job.
 """

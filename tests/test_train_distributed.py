@@ -31,17 +31,6 @@ def env():
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-def launch(nproc, *args, timeout=300):
-    if nproc == 1:
-        cmd = [sys.executable, "-m", "cyclelang", "train", *map(str, args)]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
-               "-m", "cyclelang", "train", *map(str, args)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=timeout)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
-    return p
-
-
 # The corpus is fixed here, not read from a file the project edits: the runs are compared to
 # 1e-6, and a different text gives different rounding in the ranks' reductions.
 _WORDS = "split work merge stream branch norm attention expert router cache token head layer state".split()
@@ -73,7 +62,7 @@ def runs(setup):
     from .train_jobs import Launches
 
     tmp, spec, corpus = setup
-    jobs = Launches(tmp / "jobs")
+    jobs = Launches(tmp / "jobs", torchrun=True)  # the user's launcher, end to end (the other files fork their ranks)
     moe, nest = tmp / "moe.cycle", tmp / "nested.cycle"
     moe.write_text(MOE)
     nest.write_text(nested(MOE))

@@ -1,14 +1,17 @@
 """Several `cyclec train` runs in one launch: the distributed tests' start-up paid once.
 
-A launch (`python -m torch.distributed.run --nproc-per-node N -m tests.train_jobs JOBS.json`,
-or plain `python -m tests.train_jobs JOBS.json` for one process) imports torch and cyclelang
-and joins the process group once, then runs each job's `cyclec train` arguments in turn
-through the CLI itself (`cyclelang.cli.main`, as `python -m cyclelang` does): the process
-group stays up between jobs (`Distributed.from_env` joins it once), each job makes its own
-mesh, seeds its own weights and data, and dynamo is reset after it, so a job is the run a
-launch of its own would make. Each rank's stderr of a job goes to `LOGS/NAME.rankR.err`, and
-`LOGS/NAME.rankR.done` marks that the rank finished it. A job that fails (a nonzero exit, an
-exception) ends the launch; torchrun then stops the other ranks.
+A launch of N processes (`python -m tests.train_jobs --nproc N JOBS.json`; plain
+`python -m tests.train_jobs JOBS.json` for one) imports torch, its distributed packages and
+cyclelang once, then forks its N ranks; each joins the process group (gloo, rendezvous through a
+file beside JOBS.json) and runs each job's `cyclec train` arguments in turn through the CLI
+itself (`cyclelang.cli.main`, as `python -m cyclelang` does): the process group stays up between
+jobs (`Distributed.from_env` finds it joined), each job makes its own mesh, seeds its own weights
+and data, and dynamo is reset after it, so a job is the run a launch of its own would make. Each
+rank's stderr of a job goes to `LOGS/NAME.rankR.err`, and `LOGS/NAME.rankR.done` marks that the
+rank finished it. A job that fails (a nonzero exit, an exception) ends the launch: the launcher
+then stops the other ranks. `Launches(..., torchrun=True)` launches under torchrun instead (each
+rank a process of its own that imports everything and joins through torchrun's rendezvous, as a
+user's run does): tests/test_train_distributed.py keeps that path.
 
 On the test side `Launches` declares the launches of a test file (in the order they run: a
 resume after the run it resumes), runs them all once (a module fixture) and hands each test
@@ -27,6 +30,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS_AFTER = float(os.environ.get("CYCLELANG_JOB_STACKS_AFTER", 420))
+# what every rank of a launch imports, imported once before the ranks are forked
+PRELOAD = ("torch.distributed.checkpoint", "torch.distributed.fsdp", "torch.distributed.pipelining", "torch.distributed.tensor.parallel",
+           "torch._dynamo", "torch._inductor.compile_fx", "cyclelang.backends.torch.build", "cyclelang.cli", "cyclelang.training.expert",
+           "cyclelang.training.loop", "cyclelang.training.pipeline")
 
 
 def _run_jobs(path: str) -> None:
@@ -61,8 +68,38 @@ def _run_jobs(path: str) -> None:
     faulthandler.dump_traceback_later(STACKS_AFTER / 4, file=sys.__stderr__)  # and a hang at the teardown (the group's atexit close)
 
 
+def _fork_ranks(nproc: int, path: str) -> None:
+    """Import what every rank needs once, then fork the `nproc` ranks of the launch at `path`.
+    Forking is safe here: the imports start no thread (OMP_NUM_THREADS=1, tests/test_train_distributed.env),
+    and each rank joins the group, and so starts gloo's threads, only after the fork."""
+    import importlib
+
+    import torch.multiprocessing as mp
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    threads = os.listdir("/proc/self/task")  # Linux: the process's threads, native ones included
+    assert len(threads) == 1, f"{len(threads)} threads before forking the ranks: a forked rank could inherit a held lock"
+
+    store = Path(path).with_suffix(".store")
+    store.unlink(missing_ok=True)
+    # a rank that exits nonzero stops the others, and the launch fails with its exit code
+    mp.start_processes(_rank, args=(nproc, path, str(store)), nprocs=nproc, start_method="fork")
+
+
+def _rank(rank: int, nproc: int, path: str, store: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc))
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=nproc)
+    try:
+        _run_jobs(path)
+    finally:
+        dist.destroy_process_group()  # a forked rank ends in os._exit: no atexit close
+
+
 def launch_session(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """Run a launch; past `timeout` it is stopped, torchrun and every rank (none is left running
+    """Run a launch; past `timeout` it is stopped, the launcher and every rank (none is left running
     beside the rest of the suite, or holding the output pipes open), and it fails with what it
     printed, each hung rank's stacks included (STACKS_AFTER)."""
     import signal
@@ -72,7 +109,7 @@ def launch_session(cmd: list[str], env: dict, timeout: float) -> subprocess.Comp
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         ranks = _descendants(p.pid)  # torchrun starts each rank in a session of its own
-        p.terminate()  # torchrun stops its ranks on SIGTERM
+        p.terminate()  # torchrun, and the fork launcher (torch.multiprocessing), stop their ranks on SIGTERM
         try:
             out, err = p.communicate(timeout=30)
         except subprocess.TimeoutExpired:
@@ -108,8 +145,9 @@ class Launches:
     """The launches of a test file: `add(nproc, name, *args)` in the order they must run (jobs of
     one world size in a row share a launch), then `run()` once; `self[name]` is a finished job."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, torchrun: bool = False):
         self.tmp = Path(tmp)
+        self.torchrun = torchrun
         self.logs = self.tmp / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.plan: list[tuple[int, list[dict]]] = []
@@ -129,9 +167,11 @@ class Launches:
         for i, (nproc, jobs) in enumerate(self.plan):
             spec = self.tmp / f"launch-{i}.json"
             spec.write_text(json.dumps(jobs), "utf-8")
-            runner = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                                                          "--standalone"]
-            self.outcome.append(launch_session([*runner, "-m", "tests.train_jobs", str(spec)], env(), timeout))
+            if nproc > 1 and self.torchrun:
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone", "-m", "tests.train_jobs"]
+            else:
+                cmd = [sys.executable, "-m", "tests.train_jobs", *(["--nproc", str(nproc)] if nproc > 1 else [])]
+            self.outcome.append(launch_session([*cmd, str(spec)], env(), timeout))
         return self
 
     def __getitem__(self, name: str) -> Job:
@@ -151,4 +191,7 @@ class Launches:
 
 
 if __name__ == "__main__":
-    _run_jobs(sys.argv[1])
+    if sys.argv[1] == "--nproc":
+        _fork_ranks(int(sys.argv[2]), sys.argv[3])
+    else:
+        _run_jobs(sys.argv[1])
