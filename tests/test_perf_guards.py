@@ -384,6 +384,8 @@ def test_inductor_compiles_a_reused_nested_region_exactly():
     before = [p.detach().clone() for p in ws + vs]
     eager = grads(loss)
     torch._dynamo.reset()
+    # caches off: their keys leave out a region's donated-buffer indices, so a hit can hand this test the
+    # compile of tests/test_regional_compile.py's same blocks with donated buffers off, or that one this one's
     with torch._inductor.config.patch(force_disable_caches=True):
         compiled = grads(torch.compile(loss, fullgraph=True))
     torch._dynamo.reset()

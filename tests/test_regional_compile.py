@@ -311,6 +311,7 @@ def test_a_reused_nested_region_is_exact_with_donated_buffers_off():
     before = [p.detach().clone() for p in ws + vs]
     eager = grads(loss)
     torch._dynamo.reset()
+    # caches off (tests/test_perf_guards.py says why: with them on, this failed once that test had filled them)
     with torch._inductor.config.patch(force_disable_caches=True), torch._functorch.config.patch(donated_buffer=False):
         compiled = grads(torch.compile(loss, fullgraph=True))
     torch._dynamo.reset()
