@@ -253,3 +253,39 @@ def test_the_cli_refuses_without_a_traceback(tmp_path):
 
 def test_moe_parts_finds_every_moe_layer():
     assert [p.path for p in expert.moe_parts(load_string(deepseek_spec()))] == ["stages.1-2.burn.moe"]
+
+
+@pytest.mark.slow  # two compiles (about 1.3 s)
+def test_the_dispatch_counts_trace_into_a_graph_the_compile_cache_keeps():
+    """The dispatch reads its row counts as Python ints. Through `expert._ints` the traced graph
+    passes AOT autograd's cache check, so a later `--ep --compile` start reuses the traced forward
+    and backward (the 4-process moe --ep 2 --fsdp --tp 2 job: 27 s warm before, 13 s after).
+    `tensor.tolist()` does not pass it: a method call on a node that is not a tensor."""
+    import torch
+    from torch._functorch._aot_autograd import autograd_cache
+
+    def refusals(ints):
+        seen = []
+
+        def backend(gm, example_inputs):
+            for node in gm.graph.nodes:
+                try:
+                    autograd_cache.check_node_safe(node)
+                except autograd_cache.BypassAOTAutogradCache as e:
+                    seen.append(str(e).split(".")[0])
+            return gm
+
+        def rows(x, counts):
+            return x.split(ints(counts.sum(dim=1)))[1] * 2
+
+        x, counts = torch.randn(6, 3), torch.tensor([[1, 2], [2, 1]])
+        torch._dynamo.reset()
+        with torch._dynamo.config.patch(capture_scalar_outputs=True):
+            got = torch.compile(rows, backend=backend, fullgraph=True)(x, counts)
+        torch._dynamo.reset()
+        assert torch.equal(got, x[3:] * 2)
+        return seen
+
+    assert expert._ints(torch.tensor([3, 0, 5])) == [3, 0, 5]
+    assert refusals(expert._ints) == []
+    assert refusals(lambda t: t.tolist())  # what it replaces (when torch accepts this, `_ints` can go)

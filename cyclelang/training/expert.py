@@ -274,6 +274,13 @@ def _forward(self, x):
     return (y, balance_loss) if hasattr(self, "balance") else y
 
 
+def _ints(t: torch.Tensor) -> list[int]:
+    """A 1-D tensor's entries as Python ints. `t.tolist()` traces, under --compile, to a method call
+    on a node that is not a tensor, and AOT autograd's cache refuses such a graph: every start
+    traced the forward and backward again. Unbinding first gives a graph the cache accepts."""
+    return [v.item() for v in t.unbind()]
+
+
 def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax",
               groups=1, top_groups=1, group_score="top2", scale=1.0, correction=False, eps=1e-20):
     """routed_experts' contract (runtime/experts.py) across the "ep" group: returns a tuple
@@ -316,7 +323,7 @@ def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit
     send = counts[1:].view(plan.ep, per)  # (ranks, their experts): what this rank sends each
     recv = torch.empty_like(send)
     torch.distributed.all_to_all_single(recv, send, group=plan.ep_group)  # (ranks, my experts): what each sends me
-    send_rows, recv_rows = send.sum(dim=1).tolist(), recv.sum(dim=1).tolist()
+    send_rows, recv_rows = _ints(send.sum(dim=1)), _ints(recv.sum(dim=1))
     got = all_to_all_single_autograd(x[token], recv_rows, send_rows, plan.ep_group)  # rank by rank, expert by expert
     # regroup by expert: the blocks (rank r, expert j) in the order (j, r), each block's rows kept in order
     sizes = recv.reshape(-1)  # rank by rank
@@ -324,7 +331,7 @@ def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit
     blocks = (torch.arange(per, device=x.device)[:, None] + torch.arange(plan.ep, device=x.device)[None, :] * per).reshape(-1)
     lens = sizes[blocks]
     perm = torch.repeat_interleave(first[blocks] - (torch.cumsum(lens, dim=0) - lens), lens) + torch.arange(got.size(0), device=x.device)
-    rows = got[perm].split(recv.sum(dim=0).tolist())
+    rows = got[perm].split(_ints(recv.sum(dim=0)))
     out = torch.cat([expert(xe) for expert, xe in zip(moe.experts, rows)])
     back = out[torch.argsort(perm)]  # rank by rank again
     e = all_to_all_single_autograd(back, send_rows, recv_rows, plan.ep_group)  # (A, C): this rank's assignments, by expert
