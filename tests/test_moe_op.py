@@ -155,10 +155,13 @@ def test_the_op_passes_torch_library_opcheck():
     xs = torch.randn(10, 24, dtype=torch.float64, requires_grad=True)
     counts = torch.tensor([2, 3, 0, 4, 1])  # two dropped rows first, then experts 0..3; expert 1 idle
     weights = [p.detach().clone().requires_grad_(True) for ex in moe.experts for p in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias)]
-    torch.library.opcheck(op, (xs, counts, weights, True))
-    y = op(xs, counts, weights, True)[0]
-    assert not y[:2].any()  # dropped rows read zeros
-    assert torch.autograd.gradcheck(lambda xs, *ws: op(xs, counts, list(ws), True)[0], (xs, *weights))
+    rows = torch.rand(10, dtype=torch.float64).add_(0.5).requires_grad_()  # each assignment's router weight
+    for scale in (None, rows):
+        torch.library.opcheck(op, (xs, counts, weights, True, scale))
+        y = op(xs, counts, weights, True, scale)[0]
+        assert not y[:2].any()  # dropped rows read zeros
+    assert torch.autograd.gradcheck(lambda xs, *ws: op(xs, counts, list(ws), True, None)[0], (xs, *weights))
+    assert torch.autograd.gradcheck(lambda xs, r, *ws: op(xs, counts, list(ws), True, r)[0], (xs, rows, *weights))
 
 
 @pytest.mark.slow  # about 3 s a case; the fast tier holds the routed op to eager above

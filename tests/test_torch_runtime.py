@@ -426,10 +426,18 @@ def test_expert_mlps_runs_each_experts_rows():
         weights += [torch.randn(6, 4, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64),
                     torch.randn(4, 6, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)]
     weights = [w.requires_grad_() for w in weights]
-    out, h = op(xs, counts, weights, True)
-    assert not out[0].any()
+    scale = torch.rand(7, generator=g, dtype=torch.float64).add_(0.5).requires_grad_()  # a router weight per row
+    out, h = op(xs, counts, weights, True, None)
+    weighted, _ = op(xs, counts, weights, True, scale)
+    assert not out[0].any() and not weighted[0].any()
     rows = {0: slice(1, 5), 2: slice(5, 7)}
     for e, r in rows.items():
         fc, fc_b, proj, proj_b = weights[4 * e : 4 * e + 4]
-        torch.testing.assert_close(out[r], F.linear(F.silu(F.linear(xs[r], fc, fc_b)), proj, proj_b))
-    assert torch.autograd.gradcheck(lambda x, *ws: op(x, counts, list(ws), True)[0], (xs, *weights))
+        expect = F.linear(F.silu(F.linear(xs[r], fc, fc_b)), proj, proj_b)
+        torch.testing.assert_close(out[r], expect)
+        torch.testing.assert_close(weighted[r], scale[r, None] * expect)  # the weight scales the bias too
+    assert torch.autograd.gradcheck(lambda x, *ws: op(x, counts, list(ws), True, None)[0], (xs, *weights))
+    # the weighted rows: the gradient at each row's weight too (bias and no bias)
+    assert torch.autograd.gradcheck(lambda x, s, *ws: op(x, counts, list(ws), True, s)[0], (xs, scale, *weights))
+    plain = [w for i, w in enumerate(weights) if i % 2 == 0]  # fc.weight, proj.weight of each expert
+    assert torch.autograd.gradcheck(lambda x, s, *ws: op(x, counts, list(ws), False, s)[0], (xs, scale, *plain))

@@ -284,7 +284,7 @@ def _ints(t: torch.Tensor) -> list[int]:
 def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax",
               groups=1, top_groups=1, group_score="top2", scale=1.0, correction=False, eps=1e-20):
     """routed_experts' contract (runtime/experts.py) across the "ep" group: returns a tuple
-    whose [0] is y (N, C), [1] the balance loss (this rank's share) and [8] the choice (N, k)."""
+    whose [0] is y (N, C), [1] the balance loss (this rank's share) and [7] the choice (N, k)."""
     from torch.distributed._functional_collectives import all_to_all_single_autograd
 
     from ..backends.torch.runtime.experts import expert_choice
@@ -337,4 +337,4 @@ def _dispatch(plan: ExpertParallel, moe, E, x, logits, weights, bias, top, limit
     e = all_to_all_single_autograd(back, send_rows, recv_rows, plan.ep_group)  # (A, C): this rank's assignments, by expert
     ew = e * weight.reshape(-1)[order, None]
     y = ew.new_zeros(x.shape).index_add_(0, token, ew)
-    return (y, loss) + (None,) * 6 + (choice, weight)
+    return (y, loss) + (None,) * 5 + (choice, weight)

@@ -310,7 +310,7 @@ y = y.new_zeros(B * T, C).index_add_(0, token, y)  # a token's experts add in ex
             args += f", router=\"{v.router}\"{groups}{', scale=self.scale' if v.scale else ''}{', correction=True' if v.correction else ''}"
             args += ", eps=self.normalize_eps" if v.eps else ""
         if v.trim:
-            call = (f"out = routed_{v.act}({args})\n    if self.training and self.correction_rate:\n        self.trim(out[8])  # out[8]: the choice (N, k)"
+            call = (f"out = routed_{v.act}({args})\n    if self.training and self.correction_rate:\n        self.trim(out[7])  # out[7]: the choice (N, k)"
                     "\n    return out[:2]")
         else:
             call = f"return routed_{v.act}({args})[:2]"

@@ -109,8 +109,12 @@ def expert_mlps(name, act_grad):
     kept row, as inductor's fused kernel would, not as many small calls as experts.
     xs: (A, C) assignments sorted by expert, the dropped ones first; counts: (E + 1,)
     [dropped, then per expert]; weights: per expert fc.weight, (fc.bias,) proj.weight,
-    (proj.bias). Returns the (A, C) outputs (zero for dropped rows) and the (A, fc rows)
-    pre-activations the hand-written backward reads. Defined once per process.
+    (proj.bias); rows: None, or (A,) a weight per assignment (its router weight), which
+    scales the row's output: it multiplies the activations before the second matmul (and
+    that matmul's bias), the same product, one pass over the (A, hidden) activations where
+    weighting the outputs would be one over (A, C), and the backward needs no saved outputs.
+    Returns the (A, C) outputs (zero for dropped rows) and the (A, fc rows) pre-activations
+    the hand-written backward reads. Defined once per process.
     """
     try:
         return getattr(torch.ops.cyclelang, name)
@@ -123,15 +127,20 @@ def expert_mlps(name, act_grad):
         fc, proj = weights[2 * e : 2 * e + 2]
         return fc, None, proj, None
 
-    def linear_into(out, x, w, b):
-        return torch.mm(x, w.t(), out=out) if b is None else torch.addmm(b, x, w.t(), out=out)
+    def linear_into(out, x, w, b, scale=None):
+        """out = x w^T + b, the bias times `scale` (n,) row by row where given."""
+        if b is None:
+            return torch.mm(x, w.t(), out=out)
+        if scale is None:
+            return torch.addmm(b, x, w.t(), out=out)
+        return torch.mm(x, w.t(), out=out).addr_(scale, b)
 
     # a host sync inside
     unsafe = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
 
     @torch.library.custom_op("cyclelang::" + name, mutates_args=(), tags=unsafe)
-    def run(xs: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor],
-            bias: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(xs: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool,
+            rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         sizes = counts.tolist()  # [dropped, then per expert]: the one host sync
         out, h = torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
         start = sizes[0]
@@ -142,61 +151,79 @@ def expert_mlps(name, act_grad):
             start += n
         # every expert's rows in one call: elementwise, so row by row the same
         a, _ = act_grad(h[sizes[0] :])
+        w = None if rows is None else rows[sizes[0] :].to(a.dtype)  # (kept,)
+        if w is not None:
+            a = a.mul_(w[:, None])  # a fresh tensor: weighted in place
         start = 0
         for e, n in enumerate(sizes[1:]):
             _, _, proj, proj_b = unpack(weights, e, bias)
             linear_into(out[sizes[0] + start : sizes[0] + start + n], a[start : start + n], proj,
-                        proj_b)
+                        proj_b, None if w is None else w[start : start + n])
             start += n
         return out, h
 
     @run.register_fake
-    def _(xs, counts, weights, bias):
+    def _(xs, counts, weights, bias, rows):
         return torch.empty_like(xs), xs.new_empty(xs.size(0), weights[0].size(0))
 
     @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
     def run_backward(
-        grad: torch.Tensor, xs: torch.Tensor, h: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool, weight_grads: bool
+        grad: torch.Tensor, xs: torch.Tensor, h: torch.Tensor, counts: torch.Tensor, weights: list[torch.Tensor], bias: bool, weight_grads: bool,
+        rows: torch.Tensor | None
     ) -> list[torch.Tensor]:
+        """[the gradient at xs, (at rows,) then at each weight where weight_grads]."""
         sizes = counts.tolist()
         gx = torch.empty_like(xs)
         start = sizes[0]
         gx[:start].zero_()
         grads = []
-        # (kept rows, hidden): the activations' gradient
+        # (kept rows, hidden): the gradient at the (weighted) activations
         ga = grad.new_empty(xs.size(0) - start, unpack(weights, 0, bias)[2].size(1))
         for e, n in enumerate(sizes[1:]):
             torch.mm(grad[start : start + n], unpack(weights, e, bias)[2],
                      out=ga[start - sizes[0] : start - sizes[0] + n])
             start += n
-        # every expert's rows in one call: (kept, hidden), (kept, fc rows)
-        a, gh = act_grad(h[sizes[0] :], ga)
+        g_rows = w = None
+        if rows is None:  # every expert's rows in one call: (kept, hidden), (kept, fc rows)
+            a, gh = act_grad(h[sizes[0] :], ga)
+        else:  # a weighted row: the activations' gradient times its weight, the weight's the dot
+            w = rows[sizes[0] :].to(ga.dtype)[:, None]
+            a, gh = act_grad(h[sizes[0] :], ga * w)
+            g_rows = rows.new_zeros(rows.shape)  # dropped rows: zero
+            g_rows[sizes[0] :] = (ga * a).sum(dim=-1)
+            a = a.mul_(w)  # the second matmul's input, as the forward weighted it
         start = sizes[0]
         for e, n in enumerate(sizes[1:]):
             fc, fc_b, proj, proj_b = unpack(weights, e, bias)
-            rows, own = slice(start, start + n), slice(start - sizes[0], start - sizes[0] + n)
-            g = grad[rows]  # (n, C)
+            rows_e, own = slice(start, start + n), slice(start - sizes[0], start - sizes[0] + n)
+            g = grad[rows_e]  # (n, C)
+            if w is not None and proj_b is not None:  # the weight also scales the bias
+                g_rows[rows_e] += (g @ proj_b).to(g_rows.dtype)
             if weight_grads:  # frozen experts skip two of the three matmuls
-                grads += [gh[own].t() @ xs[rows]] + ([gh[own].sum(dim=0)] if bias else []) + [g.t() @ a[own]] + ([g.sum(dim=0)] if bias else [])
-            torch.mm(gh[own], fc, out=gx[rows])
+                g_proj_b = [] if not bias else [g.sum(dim=0) if w is None else g.t() @ w[own, 0]]
+                grads += [gh[own].t() @ xs[rows_e]] + ([gh[own].sum(dim=0)] if bias else []) + [g.t() @ a[own]] + g_proj_b
+            torch.mm(gh[own], fc, out=gx[rows_e])
             start += n
-        return [gx] + grads
+        return [gx] + ([] if g_rows is None else [g_rows]) + grads
 
     @run_backward.register_fake
-    def _(grad, xs, h, counts, weights, bias, weight_grads):
-        return [torch.empty_like(xs)] + ([torch.empty_like(w) for w in weights] if weight_grads else [])
+    def _(grad, xs, h, counts, weights, bias, weight_grads, rows):
+        return [torch.empty_like(xs)] + ([] if rows is None else [torch.empty_like(rows)]) + (
+            [torch.empty_like(w) for w in weights] if weight_grads else [])
 
     def setup_context(ctx, inputs, output):
-        xs, counts, weights, ctx.bias = inputs
+        xs, counts, weights, ctx.bias, rows = inputs
         ctx.weight_grads = any(w.requires_grad for w in weights)
-        ctx.save_for_backward(xs, output[1], counts, *weights)
+        ctx.weighted = rows is not None
+        ctx.save_for_backward(xs, output[1], counts, rows, *weights)
         ctx.mark_non_differentiable(output[1])
 
     def backward(ctx, grad, _):
-        xs, h, counts, *weights = ctx.saved_tensors
-        gx, *gw = run_backward(grad.contiguous(), xs, h, counts, weights, ctx.bias,
-                               ctx.weight_grads)
-        return gx, None, gw if ctx.weight_grads else [None] * len(weights), None
+        xs, h, counts, rows, *weights = ctx.saved_tensors
+        gx, *rest = run_backward(grad.contiguous(), xs, h, counts, weights, ctx.bias,
+                                 ctx.weight_grads, rows)
+        g_rows, gw = (rest[0], rest[1:]) if ctx.weighted else (None, rest)
+        return gx, None, gw if ctx.weight_grads else [None] * len(weights), None, g_rows
 
     run.register_autograd(backward, setup_context=setup_context)
     return getattr(torch.ops.cyclelang, name)
@@ -298,7 +325,7 @@ def routed_experts(name, experts_name, choose):
         x: torch.Tensor, logits: torch.Tensor, weights: list[torch.Tensor], bias: bool, top: int, limit: int, normalize: bool, balance: float, *,
         router: str = "softmax", groups: int = 1, top_groups: int = 1, group_score: str = "top2", scale: float = 1.0, correction: bool = False,
         eps: float = 1e-20,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         if router == "sigmoid":
             probs = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32)))
         else:
@@ -310,12 +337,13 @@ def routed_experts(name, experts_name, choose):
                                                         bias_e, eps)
         loss = balance * probs.size(1) * torch.sum(routed * probs.mean(dim=0)) if balance else probs.new_zeros(())
         token = order // top
-        # index_select: a third of x[token]'s time on the CPU, the same rows
-        e, h = experts(x.index_select(0, token), counts, weights, bias)  # (N * k, C), dropped rows zero
+        # index_select: a third of x[token]'s time on the CPU, the same rows; the experts' op
+        # weights each row (N * k, C) by its router weight, dropped rows zero
+        ew, h = experts(x.index_select(0, token), counts, weights, bias, weight.reshape(-1)[order])
         # in the wider dtype under autocast, as the gather path's
-        ew = e * weight.reshape(-1)[order, None]
-        y = ew.new_zeros(x.shape).index_add_(0, token, ew)
-        return y, loss, probs, routed, e, h, order, counts, choice, weight
+        y = x.new_zeros(x.shape, dtype=torch.promote_types(ew.dtype, weight.dtype))
+        y = y.index_add_(0, token, ew.to(y.dtype))
+        return y, loss, probs, routed, h, order, counts, choice, weight
 
     @run.register_fake
     def _(x, logits, weights, bias, top, limit, normalize, balance, *, router="softmax", groups=1,
@@ -325,9 +353,8 @@ def routed_experts(name, experts_name, choose):
         index = logits.new_empty((n,), dtype=torch.int64)
         return (x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, p)), logits.new_empty(
             (), dtype=p), logits.new_empty(N, E, dtype=p),
-                logits.new_empty(E, dtype=torch.float32), x.new_empty(
-                    n,
-                    x.size(1)), x.new_empty(n, weights[0].size(0)), index, index.new_empty(E + 1),
+                logits.new_empty(E, dtype=torch.float32), x.new_empty(n, weights[0].size(0)), index,
+                index.new_empty(E + 1),
                 index.new_empty(N, top), logits.new_empty(N, top, dtype=p))
 
     @torch.library.custom_op("cyclelang::" + name + "_backward", mutates_args=(), tags=unsafe)
@@ -336,11 +363,14 @@ def routed_experts(name, experts_name, choose):
         bias: bool, top: int, normalize: bool, balance: float, weight_grads: bool, router: str = "softmax", scale: float = 1.0,
         eps: float = 1e-20
     ) -> list[torch.Tensor]:
-        probs, routed, e, h, order, counts, choice, weight = saved
+        probs, routed, h, order, counts, choice, weight = saved
         token = order // top
-        g = grad.index_select(0, token)  # (N * k, C): each assignment's share of its token's gradient
+        g = grad.index_select(0, token).to(h.dtype)  # (N * k, C): each assignment's share of its token's gradient
+        # the experts' backward gives the gradient at each assignment's weight too
+        gx_a, g_rows, *gw = experts_backward(g, x.index_select(0, token), h, counts, weights, bias, weight_grads,
+                                             weight.reshape(-1)[order])
         g_weight = torch.empty_like(weight)
-        g_weight.view(-1)[order] = (g * e).sum(dim=-1).to(weight.dtype)
+        g_weight.view(-1)[order] = g_rows.to(weight.dtype)
         # W = s p / D: dp = (s dW - sum(dW * W)) / D, D = sum(p) (+ eps for sigmoid)
         if scale != 1.0 and normalize:
             inner = (g_weight * weight).sum(dim=-1, keepdim=True)
@@ -366,8 +396,6 @@ def routed_experts(name, experts_name, choose):
         else:
             # autograd's kernel for the softmax
             g_logits = torch._softmax_backward_data(g_probs, probs, -1, probs.dtype)
-        g_e = (g * weight.reshape(-1)[order, None]).to(e.dtype)
-        gx_a, *gw = experts_backward(g_e, x.index_select(0, token), h, counts, weights, bias, weight_grads)
         return [torch.zeros_like(x).index_add_(0, token, gx_a), g_logits] + gw
 
     @run_backward.register_fake
@@ -388,7 +416,7 @@ def routed_experts(name, experts_name, choose):
 
     def backward(ctx, grad, g_loss, *_):
         x, *rest = ctx.saved_tensors
-        saved, weights = rest[:8], rest[8:]
+        saved, weights = rest[:7], rest[7:]
         g_loss = torch.zeros((), dtype=saved[0].dtype,
                              device=x.device) if g_loss is None else g_loss
         gx, g_logits, *gw = run_backward(grad.contiguous(), g_loss, x, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.balance, ctx.weight_grads,
