@@ -3,6 +3,11 @@ timed in the same rounds, with transformers and the reference alongside.
 
     python benchmarks/ab.py llama HEAD~1 HEAD [--rounds 11]
     python benchmarks/ab.py moe HEAD~1 HEAD --compile     # each side torch.compile'd (revisions fullgraph)
+    python benchmarks/ab.py qwen3_moe HEAD~1 HEAD --compile   # an imported family of run.py's expander table
+
+A spec of specs/ is timed with transformers and the hand-written reference alongside; an imported
+family (deepseek_v2, deepseek_v3, qwen3_moe, qwen3_next: the spec `cyclec import` writes for
+transformers' model at the expander table's config) with that model alone.
 
 Each revision's cyclec generates the spec's source in a temporary git worktree, its Config set
 to the sizes of the scale model run.py times (`ir.passes.shrink`); every model gets the same
@@ -52,7 +57,14 @@ def main(argv=None):
     import run as RB
 
     torch.set_num_threads(args.threads)
-    ours, ref, hf = RB.models(args.spec, torch)
+    from bench.expander import IMPORTED, imported_models
+
+    if args.spec in {name for name, _, _ in IMPORTED}:
+        text, ours, hf = imported_models(args.spec, torch)
+        ref = None
+    else:
+        ours, ref, hf = RB.models(args.spec, torch)
+        text = RB.spec_text(args.spec)  # as written: each revision's Config takes the scale model's sizes
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, ours.config.vocab_size, (4, 128), generator=g)
     tgt = torch.cat((idx[:, 1:], torch.full((4, 1), -1)), dim=1)
@@ -71,7 +83,6 @@ def main(argv=None):
         return step
 
     sides, losses = {}, {}
-    text = RB.spec_text(args.spec)  # as written: each revision's Config takes the scale model's sizes
     with tempfile.TemporaryDirectory() as tmp:
         for i, rev in enumerate(args.revs):
             path = Path(tmp) / f"model_{i}.py"
@@ -85,14 +96,16 @@ def main(argv=None):
                 losses[rev] = float(RB._loss(model.train(), idx, tgt))
             sides[rev] = stepper(model, False, fullgraph=True)
     assert max(losses.values()) - min(losses.values()) < 1e-4, losses
-    sides["transformers"], sides["reference"] = stepper(hf, True), stepper(ref, False)
+    sides["transformers"] = stepper(hf, True)
+    if ref is not None:
+        sides["reference"] = stepper(ref, False)
     cpu, faults = {}, {}
     times = RB.time_sides(sides, args.rounds, args.steps, cpu=cpu, faults=faults)
     first = args.revs[0]
     for rev in args.revs:
         q = RB.quartiles(cpu, rev, first)
         print(f"{args.spec} {rev}: {1000 * statistics.median(times[rev]):.1f} ms; / {first} {RB.ratio(times, rev, first):.3f}, "
-              f"/ reference {RB.ratio(times, rev, 'reference'):.3f}, / transformers {RB.ratio(times, rev, 'transformers'):.3f}; "
+              + (f"/ reference {RB.ratio(times, rev, 'reference'):.3f}, " if ref is not None else "") + f"/ transformers {RB.ratio(times, rev, 'transformers'):.3f}; "
               f"CPU time {1000 * statistics.median(cpu[rev]):.1f} ms, / {first} {RB.ratio(cpu, rev, first):.3f} ({q[0]:.3f}-{q[1]:.3f}), "
               f"/ transformers {RB.ratio(cpu, rev, 'transformers'):.3f}; {statistics.median(faults[rev]):.0f} page faults per step")
 

@@ -77,14 +77,16 @@ IMPORTED = (("deepseek_v2", "DeepseekV2", DEEPSEEK_V2), ("deepseek_v3", "Deepsee
             ("qwen3_next", "Qwen3Next", QWEN3_NEXT))
 
 
-def _imported_against_hf(name, prefix, config, args, torch):
-    """The training step of the spec `cyclec import` writes for a transformers model, loaded with its weights,
-    against that model (eager attention): {"eager"|"compiled": ...} as _train_against_hf."""
+def imported_models(name, torch):
+    """(spec text, ours, transformers' model) for one of IMPORTED: the model at its config
+    (eager attention, random weights) and the spec `cyclec import` writes for it, built fast and
+    loaded with the same weights."""
     import transformers
 
     import cyclelang
     from cyclelang.interop import import_config, load_transformers
 
+    prefix, config = next((p, c) for n, p, c in IMPORTED if n == name)
     torch.manual_seed(0)
     cfg = getattr(transformers, f"{prefix}Config")(vocab_size=8192, attn_implementation="eager", **config)
     hf = getattr(transformers, f"{prefix}ForCausalLM")(cfg)
@@ -93,7 +95,14 @@ def _imported_against_hf(name, prefix, config, args, torch):
             for m in hf.modules():
                 if hasattr(m, "e_score_correction_bias"):
                     m.e_score_correction_bias.normal_(0, 0.05)
-    ours = load_transformers(cyclelang.build(cyclelang.parse(import_config(hf.config)), seed=0, fast=True, parallel=True), hf)  # the spec its config implies
+    text = import_config(hf.config)  # the spec its config implies
+    return text, load_transformers(cyclelang.build(cyclelang.parse(text), seed=0, fast=True, parallel=True), hf), hf
+
+
+def _imported_against_hf(name, args, torch):
+    """The training step of the spec `cyclec import` writes for a transformers model, loaded with its weights,
+    against that model (eager attention): {"eager"|"compiled": ...} as _train_against_hf."""
+    _, ours, hf = imported_models(name, torch)
     try:
         return _train_against_hf(name, ours, hf, args, torch, ours.config)
     finally:
@@ -125,10 +134,10 @@ def bench_expander(args, torch):
     res = _train_against_hf("mamba2", ours, hf, args, torch, c)
     del ours, hf
     gc.collect()
-    for name, prefix, config in IMPORTED:
+    for name, _, _ in IMPORTED:
         if args.families and name not in args.families.split(","):
             continue
-        res[name] = _imported_against_hf(name, prefix, config, args, torch)
+        res[name] = _imported_against_hf(name, args, torch)
     # gated DeltaNet: expander.cycle's engine with the linear attention swapped for `turbine delta` (at FLAT: 4 heads of 32)
     delta = spec_text("expander").replace("turbine linear_attention heads=12 retention chunk=64", "turbine delta heads=12 chunk=64")
     for name in ("expander", "gpt2", "gated_delta", "short_conv"):
