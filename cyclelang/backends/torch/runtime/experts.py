@@ -190,7 +190,8 @@ def expert_mlps(name, act_grad):
             w = rows[sizes[0] :].to(ga.dtype)[:, None]
             a, gh = act_grad(h[sizes[0] :], ga * w)
             g_rows = rows.new_zeros(rows.shape)  # dropped rows: zero
-            g_rows[sizes[0] :] = (ga * a).sum(dim=-1)
+            # in the weights' dtype (float32 under autocast, as the gather path's router gradient)
+            g_rows[sizes[0] :] = (ga.to(rows.dtype) * a.to(rows.dtype)).sum(dim=-1)
             a = a.mul_(w)  # the second matmul's input, as the forward weighted it
         start = sizes[0]
         for e, n in enumerate(sizes[1:]):
