@@ -412,12 +412,13 @@ def routed_experts(name, experts_name, choose):
         # the selection bias is not saved: the trim may move it before the backward
         weights = weights[:-1] if ctx.correction else weights
         ctx.weight_grads = any(w.requires_grad for w in weights)
+        ctx.saved = len(output) - 2  # what the backward reads, after y and the loss
         ctx.save_for_backward(x, *output[2:], *weights)
         ctx.mark_non_differentiable(*output[2:])
 
     def backward(ctx, grad, g_loss, *_):
         x, *rest = ctx.saved_tensors
-        saved, weights = rest[:7], rest[7:]
+        saved, weights = rest[: ctx.saved], rest[ctx.saved :]
         g_loss = torch.zeros((), dtype=saved[0].dtype,
                              device=x.device) if g_loss is None else g_loss
         gx, g_logits, *gw = run_backward(grad.contiguous(), g_loss, x, saved, weights, ctx.bias, ctx.top, ctx.normalize, ctx.balance, ctx.weight_grads,
