@@ -57,6 +57,7 @@ def main(argv=None):
     import run as RB
 
     torch.set_num_threads(args.threads)
+    from bench.common import adamw
     from bench.expander import IMPORTED, imported_models
 
     if args.spec in {name for name, _, _ in IMPORTED}:
@@ -71,7 +72,7 @@ def main(argv=None):
 
     def stepper(model, is_hf, fullgraph=False):
         model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        opt = adamw(model, torch)
         fwd = torch.compile(model, fullgraph=fullgraph) if args.compile else model
 
         def step():

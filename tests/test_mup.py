@@ -180,6 +180,7 @@ def test_moe_conv_and_linear_rules(tmp_path):
     assert rows["stages.2.rx.moe"] == "hidden" and rows["stages.2.cv.conv"] == "vector" and rows["stages.2.probe.linear"] == "output"
     model = build(spec, seed=0)
     opt, _ = model.configure_optimizer()
+    assert opt.defaults["fused"] is True
     named = dict(model.named_parameters())
     experts = [n for n, p in named.items() if n.startswith("stages.2.rx.moe.experts.") and p.dim() >= 2]
     assert len(experts) == 8  # fc and proj of 4 experts

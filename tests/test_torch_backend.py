@@ -510,12 +510,22 @@ def test_startup_helper():
     assert mod.learning_rate(10**6) == pytest.approx(3e-5)
     opt, sched = model.configure_optimizer()
     assert opt.defaults["betas"] == (0.9, 0.95)
+    assert opt.defaults["fused"] is True  # one kernel steps every tensor (transformers' Trainer's default)
     assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
     assert all(p.dim() < 2 for p in opt.param_groups[1]["params"])
     idx = tokens(model)
     model(idx, idx)[1].backward()
     assert model.clip_gradients() is not None
-    opt.step()
+    # the fused step is AdamW's: the for-loop one from the same groups, on copies, lands on the same weights
+    copies = [[p.detach().clone().requires_grad_() for p in g["params"]] for g in opt.param_groups]
+    for c, g in zip(copies, opt.param_groups):
+        for q, p in zip(c, g["params"]):
+            q.grad = p.grad.clone()
+    loop = torch.optim.AdamW([dict(g, params=c, fused=None, foreach=False) for c, g in zip(copies, opt.param_groups)])
+    opt.step(), loop.step()
+    for c, g in zip(copies, opt.param_groups):
+        for q, p in zip(c, g["params"]):
+            torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
     sched.step()
     assert opt.param_groups[0]["lr"] == pytest.approx(mod.learning_rate(1))
 

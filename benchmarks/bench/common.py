@@ -134,6 +134,13 @@ def compile_regions(model):
     return model
 
 
+def adamw(model, torch):
+    """The optimizer every side steps with: AdamW, fused (one kernel for every tensor), as the
+    generated `configure_optimizer` and transformers' Trainer (its default on torch >= 2.8) give
+    their users."""
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+
 def _loss(model, idx, tgt, hf=False):
     if hf:
         return model(input_ids=idx, labels=idx).loss

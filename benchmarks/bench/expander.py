@@ -6,7 +6,7 @@ import copy
 import gc
 import sys
 
-from .common import _loss, compile_regions, FLAT, MAMBA2, MAMBA2_STATE, median, ratio, SHORT_CONV, shrunk, spec_text, time_sides
+from .common import _loss, adamw, compile_regions, FLAT, MAMBA2, MAMBA2_STATE, median, ratio, SHORT_CONV, shrunk, spec_text, time_sides
 
 
 def _train_against_hf(name, ours, hf, args, torch, c):
@@ -31,7 +31,7 @@ def _train_against_hf(name, ours, hf, args, torch, c):
             runs += (("regional", regional, False),)
         for label, model, is_hf in runs:
             model.train()
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            opt = adamw(model, torch)
             fwd = torch.compile(model) if compiled and label != "regional" else model
 
             def step(fwd=fwd, opt=opt, is_hf=is_hf):

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import _loss, BENCH, compile_regions, median, models, ROOT, SHRINK, shrunk, synchronize
+from .common import _loss, adamw, BENCH, compile_regions, median, models, ROOT, SHRINK, shrunk, synchronize
 
 
 # cyclec: the spec compiled whole (one graph, fullgraph); regional: the generated file's
@@ -74,7 +74,7 @@ def first_step_child(args, torch):
     tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
     model.to(device=args.device, dtype=getattr(torch, args.dtype)).train()
     idx, tgt = idx.to(args.device), tgt.to(args.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = adamw(model, torch)
     counters.clear()
     compilation_time_metrics.clear()
     t0 = time.perf_counter()

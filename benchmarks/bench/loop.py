@@ -6,7 +6,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import median, ROOT, SHRINK, shrunk, spec_text
+from .common import adamw, median, ROOT, SHRINK, shrunk, spec_text
 from .memory import peak_step_bytes
 
 
@@ -65,7 +65,7 @@ def bench_train_loop(args, torch):
     for mode in ("none", "stage", "selective"):
         model = cyclelang.build(spec, seed=0, fast=True)
         load_source(source, spec.engine.name).parallelize(model, None, fsdp=False, checkpointing=mode)
-        base, peak = peak_step_bytes(model.train(), torch.optim.AdamW(model.parameters(), lr=1e-4), idx, tgt, torch)
+        base, peak = peak_step_bytes(model.train(), adamw(model, torch), idx, tgt, torch)
         mem[mode] = {"base": base, "peak": peak}
         print(f"  checkpointing {mode}: peak {peak / 2**20:.1f} MiB, {(peak - base) / 2**20:.1f} MiB above weights + AdamW state", flush=True)
     out["memory"] = mem

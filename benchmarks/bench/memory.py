@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import models
+from .common import adamw, models
 
 
 def peak_step_bytes(model, opt, idx, tgt, torch):
@@ -62,7 +62,7 @@ def bench_memory(args, torch):
         tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
         got = {}
         for label, m in (("cyclec", ours), ("reference", ref)):
-            got[label] = peak_step_bytes(m.train(), torch.optim.AdamW(m.parameters(), lr=1e-4), idx, tgt, torch)
+            got[label] = peak_step_bytes(m.train(), adamw(m, torch), idx, tgt, torch)
         (b0, p0), (b1, p1) = got["cyclec"], got["reference"]
         rows.append({"name": name, "cyclec": p0, "reference": p1, "ratio": p0 / p1, "act_ratio": (p0 - b0) / (p1 - b1)})
         print(f"  {name}: peak {p0 / 2**20:.1f} MiB vs {p1 / 2**20:.1f} MiB (x{p0 / p1:.3f}); above weights+state x{(p0 - b0) / (p1 - b1):.3f}", flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import re
 
-from .common import _loss, median, models
+from .common import _loss, adamw, median, models
 
 
 PHASES = ("forward", "backward", "optimizer")
@@ -110,7 +110,7 @@ def bench_ops(args, torch):
         idx = torch.randint(0, ours.config.vocab_size, (B, T), generator=torch.Generator().manual_seed(0))
         tgt = torch.cat((idx[:, 1:], torch.full((B, 1), -1)), dim=1)
         sides = (("cyclec", ours), ("reference", ref), ("transformers", hf))
-        opts = {label: torch.optim.AdamW(m.parameters(), lr=1e-4) for label, m in sides}
+        opts = {label: adamw(m, torch) for label, m in sides}
         got = {label: step_ops(m, opts[label], idx, tgt, label == "transformers", torch) for label, m in sides}
         steps = {label: (lambda mark, m=m, label=label: training_step(m, opts[label], idx, tgt, label == "transformers", mark))
                  for label, m in sides if label != "reference"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import time
 
-from .common import _loss, check_same, compile_regions, median, models, quartiles, ratio, SHRINK, shrunk, synchronize, throughput, time_sides
+from .common import _loss, adamw, check_same, compile_regions, median, models, quartiles, ratio, SHRINK, shrunk, synchronize, throughput, time_sides
 
 
 def bench_train(args, torch, compiled=False):
@@ -36,7 +36,7 @@ def bench_train(args, torch, compiled=False):
             ("readable", readable, False), ("reference", ref, False), ("transformers", hf, True))
         for label, model, is_hf in lineup:
             model.train()
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            opt = adamw(model, torch)
             fwd = model
             if label == "regional":
                 compile_regions(model)

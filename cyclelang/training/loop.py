@@ -459,7 +459,10 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
             raise _bad("E0512", str(err).splitlines()[0], "\n".join(str(err).splitlines()[1:]) or None) from None
     elif s.checkpointing != "none":
         module.parallelize(model, None, fsdp=False, tp=False, checkpointing=s.checkpointing, compile=False)
-    optimizer, scheduler = model.configure_optimizer()
+    from torch.distributed.tensor import DTensor
+
+    # torch's fused AdamW takes no DTensors: sharded parameters step with its default kernels
+    optimizer, scheduler = model.configure_optimizer(fused=not any(isinstance(p, DTensor) for p in model.parameters()))
     params = [p for p in model.parameters() if p.requires_grad]
     clip = e.startup.clip
     step_model = model
