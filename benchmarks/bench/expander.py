@@ -6,7 +6,7 @@ import copy
 import gc
 import sys
 
-from .common import _loss, adamw, compile_regions, FLAT, MAMBA2, MAMBA2_STATE, median, ratio, SHORT_CONV, shrunk, spec_text, time_sides
+from .common import _loss, adamw, compile_regions, FLAT, MAMBA2, MAMBA2_STATE, median, quartiles, ratio, SHORT_CONV, shrunk, spec_text, time_sides
 
 
 def _train_against_hf(name, ours, hf, args, torch, c):
@@ -42,13 +42,19 @@ def _train_against_hf(name, ours, hf, args, torch, c):
             for _ in range(2):  # warm-up (and, compiled, the compilation)
                 step()
             sides[label] = step
-        times = time_sides(sides, args.rounds, args.steps)
+        cpu = {}
+        times = time_sides(sides, args.rounds, args.steps, cpu=cpu)
         key = "compiled" if compiled else "eager"
         res[key] = {"ms": {k: 1000 * median(v) for k, v in times.items()}, "vs_hf": ratio(times, "cyclec", "transformers")}
+        # by this process's CPU time, the per-round ratios' quartiles beside their median: the
+        # machine's load moves it less than the wall clock
+        res[key]["cpu"] = {label: [ratio(cpu, label, "transformers"), *quartiles(cpu, label, "transformers")]
+                           for label in sides if label != "transformers"}
         if compiled:
             res[key].update(regional_vs_hf=ratio(times, "regional", "transformers"), regional_vs_whole=ratio(times, "regional", "cyclec"))
         print(f"  {name} {key}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in res[key]["ms"].items()) + f"; cyclec/transformers {res[key]['vs_hf']:.3f}"
-              + (f", regional/transformers {res[key]['regional_vs_hf']:.3f}, regional/whole {res[key]['regional_vs_whole']:.3f}" if compiled else ""),
+              + (f", regional/transformers {res[key]['regional_vs_hf']:.3f}, regional/whole {res[key]['regional_vs_whole']:.3f}" if compiled else "")
+              + "; by CPU time " + ", ".join(f"{k}/transformers {m:.3f} ({lo:.3f}-{hi:.3f})" for k, (m, lo, hi) in res[key]["cpu"].items()),
               flush=True)
     return res
 

@@ -153,16 +153,22 @@ def render(results) -> str:
     if "expander" in results:
         x = results["expander"]
         out += ["### The expander cycle: Mamba-2, DeepSeek-V2/V3 and Qwen3-MoE against transformers, and a decoding cost that stays flat", "",
-                "| figure | cyclec | transformers | cyclec / transformers |", "|---|---|---|---|"]
+                "| figure | cyclec | transformers | cyclec / transformers | by CPU time (quartiles) |", "|---|---|---|---|---|"]
+
+        def by_cpu(r, side):
+            m = r.get("cpu", {}).get(side)  # absent from runs before the CPU time was kept
+            return f"{m[0]:.3f} ({m[1]:.3f}-{m[2]:.3f})" if m else "-"
 
         def steps(label, r):
             for key, how in (("eager", "eager"), ("compiled", "both torch.compile'd")):
                 ms = r[key]["ms"]
-                out.append(f"| {label} training step, {how} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{r[key]['vs_hf']:.3f}** |")
+                out.append(f"| {label} training step, {how} | {ms['cyclec']:.1f} ms | {ms['transformers']:.1f} ms | **{r[key]['vs_hf']:.3f}** "
+                           f"| {by_cpu(r[key], 'cyclec')} |")
             if "regional_vs_hf" in r["compiled"]:  # ours by regions (`cyclec train --compile`), transformers torch.compile'd
                 ms = r["compiled"]["ms"]
                 out.append(f"| {label} training step, compiled by regions (`cyclec train --compile`; {r['compiled']['regional_vs_whole']:.3f}x whole) "
-                           f"| {ms['regional']:.1f} ms | {ms['transformers']:.1f} ms | **{r['compiled']['regional_vs_hf']:.3f}** |")
+                           f"| {ms['regional']:.1f} ms | {ms['transformers']:.1f} ms | **{r['compiled']['regional_vs_hf']:.3f}** "
+                           f"| {by_cpu(r['compiled'], 'regional')} |")
 
         steps("Mamba-2", x)
         for name, label in (("deepseek_v2", "DeepSeek-V2"), ("deepseek_v3", "DeepSeek-V3 (its router)"), ("qwen3_moe", "Qwen3-MoE"),
