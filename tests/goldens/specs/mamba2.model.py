@@ -329,19 +329,16 @@ class Model(nn.Module):
         return logits, loss
 
     def configure_optimizer(self, fused=True):
-        """AdamW from the startup block, with a LambdaLR stepping `learning_rate`.
-        Matrices decay; biases, norms and gains do not (nanoGPT). fused: one kernel steps every
-        tensor (transformers' Trainer's default); False for DTensor parameters (FSDP2, TP), which
-        torch's fused kernel does not take. Returns (optimizer, scheduler).
-        """
+        """Fused AdamW (fused=False for FSDP2's and TP's DTensors) from the startup block and a
+        LambdaLR stepping `learning_rate`. Matrices decay; biases, norms and gains do not."""
         config = self.config
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2),
-                                      fused=fused)
+        betas = (config.beta1, config.beta2)
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=betas, fused=fused)
         peak = config.lr if config.lr > 0 else 1.0
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: learning_rate(step, config) / peak)
