@@ -461,7 +461,8 @@ def _run(spec: ir.Spec, settings: Settings, run_dir: Path, *, spec_text: str, re
         module.parallelize(model, None, fsdp=False, tp=False, checkpointing=s.checkpointing, compile=False)
     from torch.distributed.tensor import DTensor
 
-    # torch's fused AdamW takes no DTensors: sharded parameters step with its default kernels
+    # DTensor parameters (FSDP2, TP, EP) step with torch's default kernels: with fused=True, torch
+    # 2.13 stops a two-rank run with "got mixed torch.Tensor and DTensor" (pytorch/pytorch#153354)
     optimizer, scheduler = model.configure_optimizer(fused=not any(isinstance(p, DTensor) for p in model.parameters()))
     params = [p for p in model.parameters() if p.requires_grad]
     clip = e.startup.clip
