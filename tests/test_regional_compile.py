@@ -415,8 +415,8 @@ def test_compile_model_passes_the_callers_options_and_inductors_aggressive_fusio
     """compile_model hands torch.compile the caller's options and fullgraph=True; regional with
     inductor adds `aggressive_fusion` under the caller's own inductor options (which can switch it
     off), never to another backend, nor to the whole graph. Inductor's other settings stay torch's
-    defaults (its vector-ISA probe included, see docs/benchmarks.md)."""
-    seen = []
+    defaults (its vector-ISA probe too, only started sooner: `start_cpu_probe`, for inductor alone)."""
+    seen, probes = [], []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
     fused = {"aggressive_fusion": True}
     cases = [({}, {"fullgraph": True, "options": fused}),
@@ -427,9 +427,42 @@ def test_compile_model_passes_the_callers_options_and_inductors_aggressive_fusio
     for given, passed in cases:
         seen.clear()
         model, mod = small("gpt2", depth=2)
+        monkeypatch.setattr(mod, "start_cpu_probe", lambda: probes.append(given.get("backend", "inductor")))
         mod.compile_model(model, **given)
         assert seen == [passed], (given, seen)
+    assert probes == ["inductor"] * 4  # not for aot_eager
     seen.clear()
     mod.compile_model(small("gpt2", depth=2)[0], "whole")
     assert seen == [{"fullgraph": True}]
+
+
+@pytest.mark.slow  # two fresh processes, one of them building the test libraries: about 11 s
+def test_the_cpu_probe_leaves_inductor_its_answers(tmp_path):
+    """`start_cpu_probe` checks each instruction set in threads of its own, and inductor then finds
+    every answer remembered: it builds and loads no test library itself (a fresh process, a fresh
+    inductor cache, so the threads really build), and picks the set it picks without them."""
+    code = """
+import threading, torch
+from torch._inductor import cpu_vec_isa
+import cyclelang.backends.torch.runtime.parallel as parallel
+parallel.start_cpu_probe()
+threads = [t for t in threading.enumerate() if t.name == "cpu-probe"]
+assert threads, "no probe thread started"
+for t in threads:
+    t.join()
+builds = []
+cpu_vec_isa.VecISA.check_build = lambda self, code: builds.append(str(self)) or False
+picked = cpu_vec_isa.pick_vec_isa()
+assert builds == [] and picked, (picked, builds)
+print(picked)
+"""
+    import os
+    import subprocess
+
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    plain = "from torch._inductor import cpu_vec_isa; print(cpu_vec_isa.pick_vec_isa())"  # torch's own probe
+    alone = subprocess.run([sys.executable, "-c", plain], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert alone.returncode == 0 and res.stdout.split() == alone.stdout.split(), (res.stdout, alone.stdout)
 

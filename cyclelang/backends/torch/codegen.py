@@ -213,7 +213,7 @@ class Lowering:
         else:
             w("TP_PLAN = {}")
         out.blank(2)
-        for name in ("unshard_rows", "apply_parallel_plan", "compile_model", "compiled_graphs"):
+        for name in ("unshard_rows", "apply_parallel_plan", "compile_model", "start_cpu_probe", "compiled_graphs"):
             out.block(definition(name))
             out.blank(2)
         out.block('''
