@@ -438,23 +438,26 @@ def test_compile_model_passes_the_callers_options_and_inductors_aggressive_fusio
 
 @pytest.mark.slow  # two fresh processes, one of them building the test libraries: about 11 s
 def test_the_cpu_probe_leaves_inductor_its_answers(tmp_path):
-    """`start_cpu_probe` checks each instruction set in threads of its own, and inductor then finds
-    every answer remembered: it builds and loads no test library itself (a fresh process, a fresh
-    inductor cache, so the threads really build), and picks the set it picks without them."""
+    """`start_cpu_probe` checks each instruction set in threads of its own (a fresh process, a fresh
+    inductor cache, so they really build); inductor, asking at once as it may, waits for them,
+    builds no test library itself, and picks the set, with the compiler flags, that torch's own
+    probe picks without them (two checks of one set at once once left a set's flags edited)."""
     code = """
 import threading, torch
 from torch._inductor import cpu_vec_isa
 import cyclelang.backends.torch.runtime.parallel as parallel
+check, builders = cpu_vec_isa.VecISA.check_build, []
+def counted(self, code):
+    builders.append(threading.current_thread().name)
+    return check(self, code)
+cpu_vec_isa.VecISA.check_build = counted
 parallel.start_cpu_probe()
 threads = [t for t in threading.enumerate() if t.name == "cpu-probe"]
-assert threads, "no probe thread started"
-for t in threads:
-    t.join()
-builds = []
-cpu_vec_isa.VecISA.check_build = lambda self, code: builds.append(str(self)) or False
 picked = cpu_vec_isa.pick_vec_isa()
-assert builds == [] and picked, (picked, builds)
-print(picked)
+assert threads and not any(t.is_alive() for t in threads), threads
+assert builders and set(builders) == {"cpu-probe"}, builders
+assert not hasattr(cpu_vec_isa.valid_vec_isa_list, "probe")  # torch's own again
+print(picked, "|", picked.build_arch_flags())
 """
     import os
     import subprocess
@@ -462,7 +465,7 @@ print(picked)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path))
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
-    plain = "from torch._inductor import cpu_vec_isa; print(cpu_vec_isa.pick_vec_isa())"  # torch's own probe
+    plain = "from torch._inductor import cpu_vec_isa as c; p = c.pick_vec_isa(); print(p, '|', p.build_arch_flags())"
     alone = subprocess.run([sys.executable, "-c", plain], env=env, capture_output=True, text=True, cwd=ROOT)
-    assert alone.returncode == 0 and res.stdout.split() == alone.stdout.split(), (res.stdout, alone.stdout)
+    assert alone.returncode == 0 and res.stdout.split() == alone.stdout.split(), (res.stdout, alone.stdout)  # torch's own probe
 

@@ -222,14 +222,23 @@ def start_cpu_probe():
     build for, one background thread per set the CPU reports. Inductor runs it when it first
     generates a CPU kernel, one set after the other (a test library built and loaded per set,
     seconds each in an empty cache); started here, the builds overlap dynamo's and AOTAutograd's
-    tracing instead of following it. Inductor keeps each answer; a cache that has the libraries
-    still loads each in a child process (0.6 s here in threads, 1.0 s one after the other).
-    Where inductor asks while a thread still works, it waits on the same build's file lock."""
+    tracing instead of following it. Inductor asks through `valid_vec_isa_list`, which waits for
+    the threads until they are done (a set's check is not safe to run twice at once: it edits
+    the set's compiler flags while it builds), then is torch's own again. A cache that has the
+    libraries still loads each in a child process (0.6 s here in threads, 1.0 s in turn)."""
     import functools
+    import importlib
     import platform
     import threading
 
     from torch._inductor import cpu_vec_isa
+
+    for module in ("codecache", "cpp_builder"):  # what a check imports: the threads import nothing
+        importlib.import_module("torch._inductor." + module)
+
+    asked = cpu_vec_isa.valid_vec_isa_list
+    if hasattr(asked, "probe") or not hasattr(asked, "cache_info") or asked.cache_info().currsize:
+        return  # a probe is running, or inductor has its answer (or torch changed its probe)
 
     def quietly(job):
         try:
@@ -237,13 +246,23 @@ def start_cpu_probe():
         except Exception:
             pass  # inductor's own probe meets the same failure and reports it
 
-    jobs = [cpu_vec_isa.pick_vec_isa]  # other machines: one set to check at most
+    jobs = [asked]  # other machines: one set to check at most
     if platform.machine() in ("x86_64", "AMD64"):
         flags = cpu_vec_isa.x86_isa_checker()
         jobs = [functools.partial(bool, isa) for isa in cpu_vec_isa.supported_vec_isa_list
                 if all(f in flags for f in str(isa).split())]
-    for job in jobs:
-        threading.Thread(target=quietly, args=(job,), name="cpu-probe", daemon=True).start()
+    threads = [threading.Thread(target=quietly, args=(job,), name="cpu-probe", daemon=True) for job in jobs]
+
+    def valid_vec_isa_list():
+        for thread in threads:
+            thread.join()
+        cpu_vec_isa.valid_vec_isa_list = asked
+        return asked()
+
+    valid_vec_isa_list.probe = threads
+    cpu_vec_isa.valid_vec_isa_list = valid_vec_isa_list
+    for thread in threads:
+        thread.start()
 
 
 def compiled_graphs(model):
