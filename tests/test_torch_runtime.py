@@ -17,7 +17,7 @@ import pytest
 
 import cyclelang
 from cyclelang.backends.torch import runtime
-from cyclelang.backends.torch.codegen import codegen
+from cyclelang.backends.torch.codegen import PARALLEL, codegen
 
 from .conftest import ROOT, need
 
@@ -39,10 +39,10 @@ def gen(seed=0):
 def test_runtime_modules_speak_the_generated_files_vocabulary():
     """Each module imports only what the generated file imports (torch, F, math), so a
     definition copied into the file finds every global it reads; besides those, only a
-    definition of its own module that codegen inlines with it (parallel.py's: compile_model
-    calls start_cpu_probe, which test_regional_compile finds in every file with compile_model)."""
+    definition codegen always inlines with it (the parallel section's, codegen.PARALLEL:
+    compile_model calls start_cpu_probe)."""
     file_globals = {"torch", "F", "math", "nn"} | set(dir(builtins))
-    siblings = {"parallel": {"start_cpu_probe"}}
+    siblings = {"parallel": set(PARALLEL)}
     for module in runtime.MODULES:
         tree = ast.parse((runtime.HERE / f"{module}.py").read_text("utf-8"))
         for node in tree.body:

@@ -118,6 +118,9 @@ __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 HELPERS = ("sinusoids", "rotary_tables", "scaled_rotary_tables", "alibi_slopes", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "apply_rotary_spread",
            "causal_mask", "sliding_mask", "padded_mask", "OffsetRMSNorm", "OffsetLayerNorm", "ScalarGain", "HeadNorm", "ssd_scan", "gated_rms_norm", "linear_scan",
            "selective_scan", "gated_delta_scan", "HyperConnection", "ManifoldConnection")
+# The runtime definitions of the parallel section (`cyclec build --parallel`), inlined together:
+# one may call another (compile_model calls start_cpu_probe).
+PARALLEL = ("unshard_rows", "apply_parallel_plan", "compile_model", "start_cpu_probe", "compiled_graphs")
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,7 @@ class Lowering:
         else:
             w("TP_PLAN = {}")
         out.blank(2)
-        for name in ("unshard_rows", "apply_parallel_plan", "compile_model", "start_cpu_probe", "compiled_graphs"):
+        for name in PARALLEL:
             out.block(definition(name))
             out.blank(2)
         out.block('''

@@ -193,12 +193,13 @@ def compile_model(model, mode="regional", ends=(), **options):
                 groups[name] = [getattr(model, name)]
         if "loss" in ends and hasattr(model, "loss_fn"):  # the readable form's loss is inline in its forward
             groups["loss"] = [model]
-    if mode == "regional" and options.get("backend", "inductor") == "inductor":
+    inductor = options.get("backend", "inductor") == "inductor"
+    if mode == "regional" and inductor:
         # inductor's aggressive fusion: fewer, larger kernels in a region (the llama spec's cold
         # compile about 6% less CPU, its step 3 to 5% faster; docs/benchmarks.md); the caller's
         # own inductor options win
         options = {**options, "options": {"aggressive_fusion": True, **(options.get("options") or {})}}
-    if options.get("backend", "inductor") == "inductor" and all(p.device.type == "cpu" for p in model.parameters()):
+    if inductor and all(p.device.type == "cpu" for p in model.parameters()):
         start_cpu_probe()
     model.compiled_regions, model.region_code = {}, {}
     for name, modules in groups.items():
