@@ -283,7 +283,8 @@ def test_readable_and_fast_forms_are_the_same_model(path):
     la, lb = fast(idx, targets=idx), None
     torch.manual_seed(0)  # dropout draws the same masks in both
     lb = readable(idx, targets=idx)
-    assert torch.equal(la[0], lb[0]) and torch.equal(la[1], lb[1])  # the fused loss's forward is F.cross_entropy's, bit for bit
+    assert torch.equal(la[0], lb[0])  # the logits bit for bit
+    torch.testing.assert_close(la[1], lb[1], rtol=1e-6, atol=0)  # the fast loss scores through the softmax: F.cross_entropy's to rounding
     la[1].backward(), lb[1].backward()
     for (n, p), q in zip(fast.named_parameters(), readable.parameters()):
         assert (p.grad is None) == (q.grad is None), n

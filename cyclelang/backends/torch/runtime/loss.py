@@ -10,14 +10,21 @@ from torch.nn import functional as F
 
 def next_token_loss_op(name):
     """The custom op `cyclelang::{name}`: F.cross_entropy(logits.float(), targets,
-    ignore_index=-1) with the same forward and a leaner backward.
+    ignore_index=-1), scored through the softmax so that its backward is one pass.
 
-    op(logits (N, vocab), targets (N,), -1: ignored) returns (loss, log-probabilities).
-    The gradient is (softmax(logits) - onehot(targets)) / tokens, built in one (N, vocab)
-    buffer from the saved log-probabilities; autograd's own backward fills a zero one-hot
-    gradient and allocates a third (N, vocab) tensor to combine them. Half-precision
-    logits are scored in float32 (a no-op for float32 ones), as autocast would.
-    The backward is plain torch ops, which torch.compile traces into the backward graph.
+    op(logits (N, vocab), targets (N,), -1: ignored) returns (loss, probabilities).
+    The forward writes one (N, vocab) buffer, the softmax, and a target's log-probability
+    is the log of its entry. That is exact while the entry is a normal float; a row whose
+    target scores below -69 (e^-69 = 1e-30) is scored again by log_softmax (on an
+    accelerator, where that check would wait for the device, every row is scored from its
+    largest entry instead, 1 / the row's sum). The gradient,
+    (softmax - onehot(targets)) / tokens, is then one scaled copy of the saved
+    probabilities: through log_softmax it would cost an `exp` pass more, and autograd's own
+    backward fills a zero one-hot gradient and allocates a third (N, vocab) tensor besides.
+    Loss and gradient equal F.cross_entropy's to float32 rounding (not bit for bit: the
+    loss sums in another order). Half-precision logits are scored in float32 (a no-op for
+    float32 ones), as autocast would. The backward is plain torch ops, which torch.compile
+    traces into the backward graph.
     A custom op rather than an autograd.Function: torch.compile traces a Function as a
     higher-order op that AOTAutograd's cache refuses, so every later compile of the model
     would redo the whole joint graph. The caches know the op by its name, and the backward
@@ -38,8 +45,19 @@ def next_token_loss_op(name):
 
     @torch.library.custom_op("cyclelang::" + name, mutates_args=())
     def run(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp = F.log_softmax(logits.float(), dim=-1)  # (N, vocab)
-        return F.nll_loss(logp, targets, ignore_index=-1), logp  # the mean over the kept targets
+        x = logits.float()
+        p = F.softmax(x, dim=-1)  # (N, vocab)
+        keep = targets >= 0  # (N,)
+        rows, t = torch.arange(p.size(0), device=p.device), torch.where(keep, targets, 0)
+        if p.device.type == "cpu":
+            logp = p[rows, t].log()
+            low = keep & (logp < -69.0)  # e^-69 = 1e-30: below, the entry loses digits
+            if low.any():
+                logp[low] = F.log_softmax(x[low], dim=-1).gather(-1, t[low, None])[:, 0]
+        else:  # log p_t = x_t - max - log(sum), and the largest entry is 1 / sum
+            top, at = x.max(dim=-1)
+            logp = x[rows, t] - top + p[rows, at].log()
+        return -(logp * keep).sum() / keep.sum(), p  # the mean over the kept targets
 
     @run.register_fake
     def _(logits, targets):
@@ -50,15 +68,16 @@ def next_token_loss_op(name):
         ctx.save_for_backward(output[1], inputs[1])
         ctx.dtype = inputs[0].dtype
         ctx.mark_non_differentiable(output[1])
-        # else autograd zero-fills an (N, vocab) gradient for the log-probabilities, unused
+        # else autograd zero-fills an (N, vocab) gradient for the probabilities, unused
         ctx.set_materialize_grads(False)
 
-    def backward(ctx, grad, _):  # _: None, the log-probabilities take no gradient
-        logp, targets = ctx.saved_tensors
+    def backward(ctx, grad, _):  # _: None, the probabilities take no gradient
+        p, targets = ctx.saved_tensors
         keep = targets >= 0  # (N,)
-        g = logp.exp()  # (N, vocab): softmax
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= 1.0
-        return g.mul_((keep * (grad / keep.sum()))[:, None]).to(ctx.dtype), None
+        scale = keep * (grad / keep.sum())  # (N,): 0 for an ignored target
+        g = p * scale[:, None]  # (N, vocab)
+        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= scale
+        return g.to(ctx.dtype), None
 
     run.register_autograd(backward, setup_context=setup_context)
     return getattr(torch.ops.cyclelang, name)
