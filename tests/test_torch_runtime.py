@@ -162,6 +162,32 @@ def test_next_token_loss_is_exact_for_targets_far_below_the_best_token(form):
     torch.testing.assert_close(op(x, t)[0], F.cross_entropy(x, t), rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_next_token_loss_traced_backward_equals_cross_entropy(backend):
+    """Under torch.compile the backward is traced in its other form (the one-hot part first,
+    which needs no incoming gradient, so the partitioner runs it in the forward in place and
+    the scaling reuses that buffer): the same loss and gradient as F.cross_entropy, through a
+    head so that the (N, vocab) gradient flows on, with ignored targets and rows far below
+    their best token, scaled by an outer factor."""
+    logits, targets = far_below()
+    w = torch.randn(40, 40, generator=gen(9))
+    h = (logits @ torch.linalg.inv(w)).requires_grad_()  # h @ w gives the far-below logits back
+
+    def ours(h):
+        return 3.0 * LOSS(h @ w, targets)[0]
+
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(ours, fullgraph=True, backend=backend)(h)
+        (grad,) = torch.autograd.grad(got, h)
+    finally:
+        torch._dynamo.reset()
+    want = 3.0 * F.cross_entropy(h @ w, targets, ignore_index=-1)
+    (grad_want,) = torch.autograd.grad(want, h)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
+    torch.testing.assert_close(grad, grad_want, rtol=1e-4, atol=1e-6)
+
+
 def test_next_token_loss_scores_half_precision_in_float32():
     g = gen(1)
     logits = torch.randn(16, 40, generator=g).to(torch.bfloat16).requires_grad_()

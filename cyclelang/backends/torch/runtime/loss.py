@@ -21,10 +21,11 @@ def next_token_loss_op(name):
     (softmax - onehot(targets)) / tokens, is then one scaled copy of the saved
     probabilities: through log_softmax it would cost an `exp` pass more, and autograd's own
     backward fills a zero one-hot gradient and allocates a third (N, vocab) tensor besides.
-    Loss and gradient equal F.cross_entropy's to float32 rounding (not bit for bit: the
-    loss sums in another order). Half-precision logits are scored in float32 (a no-op for
-    float32 ones), as autocast would. The backward is plain torch ops, which torch.compile
-    traces into the backward graph.
+    Traced by torch.compile, the backward subtracts the one-hot first: that part needs no
+    incoming gradient, so the partitioner moves it into the forward, in place, and the
+    scaling reuses the buffer (no (N, vocab) allocation in the backward graph). Loss and
+    gradient equal F.cross_entropy's to float32 rounding, not bit for bit. Half-precision
+    logits are scored in float32 (a no-op for float32 ones), as autocast would.
     A custom op rather than an autograd.Function: torch.compile traces a Function as a
     higher-order op that AOTAutograd's cache refuses, so every later compile of the model
     would redo the whole joint graph. The caches know the op by its name, and the backward
@@ -75,8 +76,13 @@ def next_token_loss_op(name):
         p, targets = ctx.saved_tensors
         keep = targets >= 0  # (N,)
         scale = keep * (grad / keep.sum())  # (N,): 0 for an ignored target
+        at = torch.arange(p.size(0), device=p.device), torch.where(keep, targets, 0)
+        if torch.compiler.is_compiling():  # traced: the one-hot part needs no `grad`, so the
+            # partitioner moves it into the forward, in place, and the scaling reuses its buffer
+            g = p.index_put(at, -keep.to(p.dtype), accumulate=True)
+            return (g * scale[:, None]).to(ctx.dtype), None
         g = p * scale[:, None]  # (N, vocab)
-        g[torch.arange(g.size(0), device=g.device), torch.where(keep, targets, 0)] -= scale
+        g[at] -= scale
         return g.to(ctx.dtype), None
 
     run.register_autograd(backward, setup_context=setup_context)
