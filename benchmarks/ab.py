@@ -4,6 +4,7 @@ timed in the same rounds, with transformers and the reference alongside.
     python benchmarks/ab.py llama HEAD~1 HEAD [--rounds 11]
     python benchmarks/ab.py moe HEAD~1 HEAD --compile     # each side torch.compile'd (revisions fullgraph)
     python benchmarks/ab.py qwen3_moe HEAD~1 HEAD --compile   # an imported family of run.py's expander table
+    python benchmarks/ab.py llama HEAD~1 HEAD --regional --keep-heap   # each revision by regions (compile_model), heap kept
 
 A spec of specs/ is timed with transformers and the hand-written reference alongside; an imported
 family (deepseek_v2, deepseek_v3, qwen3_moe, qwen3_next: the spec `cyclec import` writes for
@@ -31,14 +32,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-GEN = "import sys; sys.path.insert(0, '.'); import cyclelang; print(cyclelang.codegen(cyclelang.parse(sys.stdin.read()), fast=True), end='')"
+GEN = "import sys; sys.path.insert(0, '.'); import cyclelang; print(cyclelang.codegen(cyclelang.parse(sys.stdin.read()), fast=True{}), end='')"
 
 
-def source_at(rev: str, text: str, tmp: Path) -> str:
+def source_at(rev: str, text: str, tmp: Path, parallel: bool = False) -> str:
     tree = tmp / rev.replace("/", "_").replace("~", "_").replace("^", "_")
     subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), rev], cwd=ROOT, check=True)
     try:
-        return subprocess.run([sys.executable, "-c", GEN], cwd=tree, input=text, capture_output=True, text=True, check=True).stdout
+        gen = GEN.format(", parallel=True" if parallel else "")  # parallel: the file holds compile_model
+        return subprocess.run([sys.executable, "-c", gen], cwd=tree, input=text, capture_output=True, text=True, check=True).stdout
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=True)
 
@@ -51,11 +53,17 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compile", action="store_true", help="torch.compile every side (the revisions with fullgraph=True), as run.py's compiled table")
+    ap.add_argument("--regional", action="store_true", help="with --compile implied: each revision compiled by regions (its file's compile_model, "
+                                                              "what cyclec train --compile runs); transformers and the reference as with --compile")
+    ap.add_argument("--keep-heap", action="store_true", help="glibc keeps what is freed, as run.py --keep-heap: no side's step pays page faults")
     args = ap.parse_args(argv)
+    args.compile = args.compile or args.regional
     import torch
 
     import run as RB
 
+    if args.keep_heap:
+        RB.keep_heap()
     torch.set_num_threads(args.threads)
     from bench.common import adamw
     from bench.expander import IMPORTED, imported_models
@@ -70,10 +78,12 @@ def main(argv=None):
     idx = torch.randint(0, ours.config.vocab_size, (4, 128), generator=g)
     tgt = torch.cat((idx[:, 1:], torch.full((4, 1), -1)), dim=1)
 
-    def stepper(model, is_hf, fullgraph=False):
+    def stepper(model, is_hf, fullgraph=False, regions=None):
         model.train()
         opt = adamw(model, torch)
-        fwd = torch.compile(model, fullgraph=fullgraph) if args.compile else model
+        fwd = torch.compile(model, fullgraph=fullgraph) if args.compile and regions is None else model
+        if regions is not None:
+            regions(model)  # in place
 
         def step():
             opt.zero_grad(set_to_none=True)
@@ -87,7 +97,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         for i, rev in enumerate(args.revs):
             path = Path(tmp) / f"model_{i}.py"
-            path.write_text(source_at(rev, text, Path(tmp)), "utf-8")
+            path.write_text(source_at(rev, text, Path(tmp), parallel=args.regional), "utf-8")
             spec = importlib.util.spec_from_file_location(f"ab_model_{i}", path)
             mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mod)
@@ -95,7 +105,7 @@ def main(argv=None):
             model.load_state_dict(ours.state_dict())
             with torch.no_grad():
                 losses[rev] = float(RB._loss(model.train(), idx, tgt))
-            sides[rev] = stepper(model, False, fullgraph=True)
+            sides[rev] = stepper(model, False, fullgraph=True, regions=mod.compile_model if args.regional else None)
     assert max(losses.values()) - min(losses.values()) < 1e-4, losses
     sides["transformers"] = stepper(hf, True)
     if ref is not None:
