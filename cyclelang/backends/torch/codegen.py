@@ -245,9 +245,10 @@ def parallelize(model, mesh, *, fsdp=True, tp=False, checkpointing="none", compi
 # ====================================================================================
 # Runtime: performance pieces (cyclec build --fast; cyclec train asks for them).
 # next_token_loss is F.cross_entropy(logits.float(), targets, ignore_index=-1)
-# through the softmax, with a one-pass backward; lookup (with an untied head) is an nn.Embedding's lookup, a
-# custom op under torch.compile; the MoE's custom ops run its routing and experts as
-# one opaque op under torch.compile. Nothing above needs reading them to follow the model.
+# through the softmax, with a one-pass backward; lookup (with an untied head) is an
+# nn.Embedding's lookup, a custom op under torch.compile; the MoE's custom ops run its
+# routing and experts as one opaque op under torch.compile. Nothing above needs reading
+# them to follow the model.
 # ====================================================================================""")
         out.blank(2)
         out.block(definition("next_token_loss_op"))
