@@ -5,6 +5,7 @@
     python benchmarks/run.py --only train-loop     # `cyclec train`'s overhead and checkpointing's memory
     python benchmarks/run.py --only ops            # what a step dispatches: op counts, fresh MiB (load-independent)
     python benchmarks/run.py --write           # also refresh the figures in docs/benchmarks.md
+    python benchmarks/run.py --only compiled --keep-heap   # the code's own step time: glibc keeps what is freed (printed only)
     python benchmarks/run.py --device cuda --dtype bfloat16 --write   # the GPU section of the doc (train, compiled, decode)
 
 Every figure that matters is a ratio measured in the same run, against a side

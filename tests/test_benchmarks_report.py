@@ -174,3 +174,37 @@ def test_the_expander_table_has_a_regional_row_where_one_was_timed(bench):
                     "| 0.900 (0.880-0.920) |"]
     assert "| DeepSeek-V3 (its router) training step, both torch.compile'd | 9.0 ms | 9.5 ms | **0.947** | 0.950 (0.930-0.970) |" in text
     assert "| Mamba-2 training step, both torch.compile'd | 9.0 ms | 9.5 ms | **0.947** | - |" in text
+
+
+def test_keep_heap_reuses_freed_memory_and_is_never_written(bench):
+    """--keep-heap: blocks of a step's sizes, freed, come back from the heap rather than being
+    given back to the system and faulted in again (glibc as it comes trims the top of the heap
+    and faults every round here); a run that writes the doc's tables refuses the flag."""
+    import subprocess
+    import sys
+
+    prog = f"""
+import ctypes, importlib.util, resource, sys
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+if sys.argv[1] == "keep":
+    spec = importlib.util.spec_from_file_location("bench_run", {str(ROOT / "benchmarks" / "run.py")!r})
+    run = importlib.util.module_from_spec(spec); spec.loader.exec_module(run); run.keep_heap()
+sizes = [n << 20 for n in (16, 24, 8, 16)]
+def step():
+    blocks = [libc.malloc(n) for n in sizes]
+    for p, n in zip(blocks, sizes):
+        ctypes.memset(p, 1, n)
+    for p in blocks:
+        libc.free(p)
+step(); step()
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    step()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+"""
+    faults = {how: int(subprocess.run([sys.executable, "-c", prog, how], capture_output=True, text=True, check=True).stdout)
+              for how in ("keep", "as-it-comes")}
+    assert faults["keep"] < 64 and faults["as-it-comes"] > 4096, faults  # 64 MiB a round: 16,384 pages of 4 KiB
+    with pytest.raises(SystemExit):
+        bench.main(["--keep-heap", "--write", "--only", "compiled"])
