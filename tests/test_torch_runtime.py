@@ -124,12 +124,14 @@ def test_next_token_loss_equals_cross_entropy_forward_and_gradient(dtype):
 
 def far_below(dtype=torch.float32):
     """Logits whose targets sit far below their rows' best tokens: 300 nats (the softmax entry
-    is 0), 95 (a subnormal float) and 75 (normal, under the op's 1e-30 bound), beside ordinary rows."""
+    is 0), 95 (a subnormal float) and 75 (normal, under the op's 1e-30 bound), beside ordinary
+    rows and an ignored one whose every entry but one is 0."""
     logits = torch.randn(8, 40, generator=gen(5), dtype=dtype)
     targets = torch.randint(1, 40, (8,), generator=gen(6))
     for row, gap in ((0, 300.0), (2, 95.0), (5, 75.0)):
         logits[row, 0] = logits[row, targets[row]] + gap
-    targets[6] = -1
+    targets[6] = -1  # ignored, and its stand-in target (token 0) 300 nats down: an entry of 0 that must not score
+    logits[6, 1] = logits[6, 0] + 300.0
     return logits, targets
 
 

@@ -58,7 +58,8 @@ def next_token_loss_op(name):
         else:  # log p_t = x_t - max - log(sum), and the largest entry is 1 / sum
             top, at = x.max(dim=-1)
             logp = x[rows, t] - top + p[rows, at].log()
-        return -(logp * keep).sum() / keep.sum(), p  # the mean over the kept targets
+        logp = torch.where(keep, logp, 0.0)  # an ignored row's stand-in may be -inf: 0 instead
+        return -logp.sum() / keep.sum(), p  # the mean over the kept targets
 
     @run.register_fake
     def _(logits, targets):
