@@ -1,10 +1,10 @@
-"""The MoE's custom ops, the path torch.compile takes (`routed_experts`, runtime/experts.py).
+"""The MoE's custom ops, the path torch.compile takes (`routed_experts` around `expert_mlps`,
+runtime/experts.py).
 
 Eager mode splits the routed tokens by expert with a host sync; under torch.compile the
-trace sees the router's logits go into one custom op (softmax, routing, the experts'
-first layer and the balance loss, with a hand-written backward), the experts' activation
-(traced), then a second op (the experts' second layer, weighted, added up per token), and
-each token's output and the balance loss come out. These tests compile
+trace sees the router's logits go into one custom op (softmax, routing, experts, their
+sum and the balance loss, with a hand-written backward) and each token's output and the
+balance loss come out. These tests compile
 the module (fullgraph, the eager backend) and hold that path to eager mode: the same
 outputs and the same gradients for every activation, with and without biases, with
 capacity drops and with an expert that gets no token, for every routing variant.
@@ -19,13 +19,11 @@ import pytest
 from .conftest import need
 
 torch = need("torch")
-F = torch.nn.functional
 
 import cyclelang  # noqa: E402
 from cyclelang import ir  # noqa: E402
 from cyclelang.backends.torch.build import build  # noqa: E402
 from cyclelang.backends.torch.codegen import codegen  # noqa: E402
-from cyclelang.backends.torch.moe import routed_op_name  # noqa: E402
 
 ACTS = sorted(set(typing.get_args(ir.Activation)) - {"swiglu_clamp"})  # gpt-oss's clamped SwiGLU has no custom op: its MoE runs the eager gather
 
@@ -48,9 +46,10 @@ def moe_spec(act: str, bias: bool, capacity: float = 1.0, options: str = "capaci
 """
 
 
-def routed_ops():
-    """The routed layer's custom ops (in, out), registered by any fast build with a MoE."""
-    return getattr(torch.ops.cyclelang, routed_op_name() + "_in"), getattr(torch.ops.cyclelang, routed_op_name() + "_out")
+def op_name(act: str, op: str = "experts") -> str:
+    """The name the generated source registers its `act` experts' op (or routed op) under."""
+    src = codegen(cyclelang.parse(moe_spec(act, False)), fast=True)
+    return next(ln.split('"')[1] for ln in src.splitlines() if ln.startswith(f"{op}_{act} = "))
 
 
 def moe_module(act, bias, capacity=1.0, options="capacity={capacity} balance=0.01"):
@@ -149,48 +148,37 @@ def test_capacity_drops_and_an_idle_expert_take_the_same_path():
 
 
 @pytest.mark.slow  # opcheck and gradcheck take seconds; the fast tier holds the op path to eager above
-@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
-def test_the_second_op_passes_torch_library_opcheck(bias):
-    """The experts' second layer on hand-made rows: schema, fake (meta) kernel, autograd
-    registration and AOT dispatch, checked by torch; dropped rows add nothing, each kept row
-    adds its weight times its expert's output (bias included) to its token; the backward
-    (the activations, each row's weight, every weight and bias) against finite differences."""
-    moe_module("gelu", bias)
-    _, op = routed_ops()
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randn(10, 12, dtype=torch.float64, generator=gen, requires_grad=True)
-    rows = torch.rand(10, dtype=torch.float64, generator=gen).add_(0.5).requires_grad_()  # each row's router weight
-    order = torch.randperm(10, generator=gen)  # top 2 of 5 tokens: row i is token order[i] // 2's
+def test_the_op_passes_torch_library_opcheck():
+    """Schema, fake (meta) kernel, autograd registration and AOT dispatch, checked by torch."""
+    model, moe = moe_module("gelu", True)
+    op = type(moe).forward.__globals__["experts_gelu"]
+    xs = torch.randn(10, 24, dtype=torch.float64, requires_grad=True)
     counts = torch.tensor([2, 3, 0, 4, 1])  # two dropped rows first, then experts 0..3; expert 1 idle
-    proj = [torch.randn(24, 12, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(4)]
-    proj_bias = [torch.randn(24, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(4)] if bias else []
-    torch.library.opcheck(op, (a, rows, order, counts, proj, proj_bias, 2, 5))
-    y = op(a, rows, order, counts, proj, proj_bias, 2, 5)
-    want, start = torch.zeros(5, 24, dtype=torch.float64), 2
-    for e, n in enumerate(counts[1:].tolist()):
-        for i in range(start, start + n):
-            want[order[i] // 2] += rows[i] * F.linear(a[i], proj[e], proj_bias[e] if bias else None)
-        start += n
-    torch.testing.assert_close(y, want)
-    assert torch.autograd.gradcheck(lambda a, r, *ws: op(a, r, order, counts, list(ws[:4]), list(ws[4:]), 2, 5), (a, rows, *proj, *proj_bias))
+    weights = [p.detach().clone().requires_grad_(True) for ex in moe.experts for p in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias)]
+    rows = torch.rand(10, dtype=torch.float64).add_(0.5).requires_grad_()  # each assignment's router weight
+    for scale in (None, rows):
+        torch.library.opcheck(op, (xs, counts, weights, True, scale))
+        y = op(xs, counts, weights, True, scale)[0]
+        assert not y[:2].any()  # dropped rows read zeros
+    assert torch.autograd.gradcheck(lambda xs, *ws: op(xs, counts, list(ws), True, None)[0], (xs, *weights))
+    assert torch.autograd.gradcheck(lambda xs, r, *ws: op(xs, counts, list(ws), True, r)[0], (xs, rows, *weights))
 
 
 @pytest.mark.slow  # about 3 s a case; the fast tier holds the routed op to eager above
 @pytest.mark.parametrize("normalize", [True, False], ids=["normalised", "unnormalised"])
 @pytest.mark.parametrize("limit", [-1, 2], ids=["dropless", "capacity"])
 def test_the_routed_op_passes_torch_library_opcheck_and_gradcheck(normalize, limit):
-    """The routing op on its own: schema, fake kernel, autograd and AOT dispatch checked by
-    torch; then the routed layer's hand-written backward (x, the router's logits, every
-    expert weight; through the output and the balance loss together) against finite
-    differences; with limit 2, 4 experts take at most 8 of the 10 assignments, so some are
-    dropped."""
+    """The routed op on its own: schema, fake kernel, autograd and AOT dispatch checked by
+    torch, and its hand-written backward (x, the router's logits, every expert weight;
+    through the output and the balance loss together) against finite differences; with
+    limit 2, 4 experts take at most 8 of the 10 assignments, so some are dropped."""
     model, moe = moe_module("gelu", True)
     op = type(moe).forward.__globals__["routed_gelu"]
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(5, 24, dtype=torch.float64, generator=gen, requires_grad=True)
     logits = (3 * torch.randn(5, 4, dtype=torch.float64, generator=gen)).requires_grad_(True)
     weights = [p.detach().clone().requires_grad_(True) for ex in moe.experts for p in (ex.fc.weight, ex.fc.bias, ex.proj.weight, ex.proj.bias)]
-    torch.library.opcheck(routed_ops()[0], (x, logits, weights[0::4], weights[1::4], [], 2, limit, normalize, 0.5, "softmax", 1, 1, "top2", 1.0, 1e-20))
+    torch.library.opcheck(op, (x, logits, weights, True, 2, limit, normalize, 0.5))
     y, loss, probs, routed, *_, counts, _, _ = op(x, logits, weights, True, 2, limit, normalize, 0.5)
     assert routed.sum().item() == pytest.approx(1.0) and counts.sum().item() == 10
     assert (counts[0].item() > 0) == (limit >= 0)  # the capacity drops some assignments, dropless none
@@ -206,10 +194,9 @@ def test_the_routed_op_passes_torch_library_opcheck_and_gradcheck(normalize, lim
 
 
 def test_the_routed_op_saves_no_expert_outputs_for_its_backward():
-    """The second op's backward takes each row's weight gradient as the dot of the activations
-    with their gradient before it is weighted, so it reads the (A, hidden) activations and
-    never the (A, C) expert outputs, nor the (A, C) gathered inputs (the first op gathers
-    them again): a MoE layer saves 2 A x C floats less. (gelu: hidden 12, width 24, A = 5 x 2.)"""
+    """The experts' op weights each row's activations by its router weight before the second
+    matmul, so the backward reads the (A, fc rows) pre-activations and never the (A, C) expert
+    outputs: a MoE layer saves A x C floats less. (gelu: fc rows 12, width 24, A = 5 x 2.)"""
     model, moe = moe_module("gelu", True)
     op = type(moe).forward.__globals__["routed_gelu"]
     x = torch.randn(5, 24, dtype=torch.float64, requires_grad=True)
@@ -218,23 +205,22 @@ def test_the_routed_op_saves_no_expert_outputs_for_its_backward():
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
         y = op(x, moe.router(x), weights, True, 2, -1, True, 0.0)[0]
     assert (10, 12) in saved  # the pre-activations
-    assert (10, 24) not in saved  # no expert outputs, no gathered inputs
+    assert (10, 24) not in saved  # no expert outputs
     y.sum().backward()
     assert x.grad is not None and moe.experts[0].proj.weight.grad is not None
 
 
 def test_the_op_is_defined_once_per_process_and_named_by_its_code():
-    """Two builds share the ops (a second registration would raise), whatever their activation;
-    their name carries a digest of the ops' source, so changed code can never reuse an op
-    registered by older code."""
+    """Two builds share the op (a second registration would raise); its name carries a digest
+    of the op's source, so changed code can never reuse an op registered by older code."""
+    name = op_name("silu")
     a = build(cyclelang.parse(moe_spec("silu", False)), seed=0, fast=True)
-    b = build(cyclelang.parse(moe_spec("swiglu", False)), seed=1, fast=True)
-    src = codegen(cyclelang.parse(moe_spec("silu", False)), fast=True)
-    assert f'routed_silu = routed_experts("{routed_op_name()}", expert_choice, expert_silu)' in src
-    assert all(hasattr(torch.ops.cyclelang, routed_op_name() + end) for end in ("_in", "_in_backward", "_out", "_out_backward"))
-    assert type(a.stages[0].burn.moe).forward.__globals__["routed_silu"] is not None
-    assert type(b.stages[0].burn.moe).forward.__globals__["routed_swiglu"] is not None
-    assert "expert_silu" not in codegen(cyclelang.parse(moe_spec("swiglu", False)), fast=True)  # only the acts a spec uses
+    b = build(cyclelang.parse(moe_spec("silu", False)), seed=1, fast=True)
+    assert hasattr(torch.ops.cyclelang, name)
+    op_a = type(a.stages[0].burn.moe).forward.__globals__["experts_silu"]
+    op_b = type(b.stages[0].burn.moe).forward.__globals__["experts_silu"]
+    assert op_a is op_b is getattr(torch.ops.cyclelang, name)
+    assert "experts_silu" not in codegen(cyclelang.parse(moe_spec("swiglu", False)), fast=True)  # only the acts a spec uses
 
 
 def test_autocast_casts_the_op_inputs_as_linear_would():
@@ -296,8 +282,9 @@ def test_the_ops_are_marked_unsafe_for_cuda_graphs():
     """Both ops sync with the host (counts.tolist()), which a CUDA graph cannot capture;
     the tag makes inductor's cudagraphs (mode="reduce-overhead") leave them out."""
     model, moe = moe_module("relu", False)
-    for end in ("_in", "_in_backward", "_out", "_out_backward"):
-        assert torch.Tag.cudagraph_unsafe in getattr(torch.ops.cyclelang, routed_op_name() + end).default.tags
+    for name in (op_name("relu"), op_name("relu", "routed")):
+        for op in (getattr(torch.ops.cyclelang, name), getattr(torch.ops.cyclelang, name + "_backward")):
+            assert torch.Tag.cudagraph_unsafe in op.default.tags
 
 
 def test_frozen_experts_get_no_weight_gradients_and_the_same_input_gradient():

@@ -21,7 +21,6 @@ torch = need("torch")
 import cyclelang  # noqa: E402
 from cyclelang.backends.torch.build import build  # noqa: E402
 from cyclelang.backends.torch.codegen import codegen  # noqa: E402
-from cyclelang.backends.torch.moe import routed_op_name  # noqa: E402
 from cyclelang.diagnostics import CycleError  # noqa: E402
 
 DEEPSEEK = "router=sigmoid groups=4 top_groups=2 scale=2.5 correction=true"
@@ -192,9 +191,9 @@ def test_gradients_match_finite_differences(path):
 
 @pytest.mark.slow  # opcheck alone takes seconds; the fast tier holds the op's backward to autograd above
 def test_the_routed_op_passes_opcheck_and_gradcheck():
-    """The routing op with DeepSeek-V3's arguments on its own: schema, fake kernel, autograd;
-    and the routed layer's backward against finite differences in x and the logits (the
-    experts' weights: test_compile_equals_eager)."""
+    """The routed op with DeepSeek-V3's arguments on its own: schema, fake kernel, autograd,
+    and its backward against finite differences in x and the logits (the experts' weights:
+    test_compile_equals_eager)."""
     moe = moe_of(DEEPSEEK)
     op = type(moe).forward.__globals__["routed_swiglu"]
     gen = torch.Generator().manual_seed(0)
@@ -203,8 +202,7 @@ def test_the_routed_op_passes_opcheck_and_gradcheck():
     weights = [p.detach().clone().requires_grad_(True) for ex in moe.experts for p in (ex.fc.weight, ex.proj.weight)]
     corr = moe.correction.detach().clone()  # the selection bias rides last in the weights' list
     args, route = (False, 3, -1, True, 0.0), {"router": "sigmoid", "groups": 4, "top_groups": 2, "group_score": "top2", "scale": 2.5, "correction": True}
-    torch.library.opcheck(getattr(torch.ops.cyclelang, routed_op_name() + "_in"),
-                          (x, logits, weights[0::2], [], [corr], 3, -1, True, 0.0, "sigmoid", 4, 2, "top2", 2.5, 1e-20))
+    torch.library.opcheck(op, (x, logits, weights + [corr], *args), route)
     g = torch.randn(5, 24, dtype=torch.float64, generator=gen)
     assert torch.autograd.gradcheck(lambda x, lg: (op(x, lg, weights + [corr], *args, **route)[0] * g).sum(), (x, logits))
 

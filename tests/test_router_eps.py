@@ -30,7 +30,6 @@ from .conftest import need
 torch = need("torch")
 transformers = need("transformers")
 from cyclelang.backends.torch.build import build  # noqa: E402
-from cyclelang.backends.torch.moe import routed_op_name  # noqa: E402
 from cyclelang.cli import main  # noqa: E402
 from cyclelang.interop import InteropError, Unsupported, export_config, import_config, load_transformers  # noqa: E402
 from cyclelang.interop.families.conv import KEYS  # noqa: E402
@@ -150,14 +149,15 @@ def test_the_routed_ops_backward_matches_finite_differences(eps):
 
 @pytest.mark.slow  # opcheck alone takes seconds; the fast tier holds the op to the equations above
 def test_the_routed_op_passes_opcheck_with_an_epsilon():
-    """The routing op's schema, fake kernel and autograd registration take the epsilon."""
+    """The op's schema, fake kernel and autograd registration take the eps keyword."""
     moe = moe_of("normalize_eps=1e-6 scale=2.5")
+    op = type(moe).forward.__globals__["routed_swiglu"]
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(5, 24, dtype=torch.float64, generator=gen, requires_grad=True)
     logits = (SHIFT + 0.5 * torch.randn(5, 8, dtype=torch.float64, generator=gen)).requires_grad_(True)
     weights = [p.detach().clone().requires_grad_(True) for ex in moe.experts for p in (ex.fc.weight, ex.proj.weight)]
-    torch.library.opcheck(getattr(torch.ops.cyclelang, routed_op_name() + "_in"),
-                          (x, logits, weights[0::2], [], [moe.correction.detach().clone()], 3, -1, True, 0.0, "sigmoid", 1, 1, "top2", 2.5, 1e-6))
+    torch.library.opcheck(op, (x, logits, weights + [moe.correction.detach().clone()], False, 3, -1, True, 0.0),
+                          {"router": "sigmoid", "scale": 2.5, "correction": True, "eps": 1e-6})
 
 
 def test_the_generated_file_carries_the_epsilon(tmp_path):

@@ -299,7 +299,7 @@ def test_the_readable_form_has_no_performance_machinery_and_the_fast_one_keeps_i
         assert piece not in readable and piece in fast
     assert "F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)" in " ".join(readable.split())
     runtime = fast.index("# Runtime: performance pieces")
-    assert fast.index("class Model(") < runtime < fast.index("def next_token_loss_op") < fast.index("routed_swiglu = routed_experts(")
+    assert fast.index("class Model(") < runtime < fast.index("def next_token_loss_op") < fast.index("experts_swiglu = expert_mlps(")
     assert fast[:runtime].count("torch.library") == 0  # nothing of the op between the blocks
 
 

@@ -26,6 +26,7 @@ F = torch.nn.functional
 
 from cyclelang.backends.torch.runtime import cache, embedding, experts, loss, masks, positions  # noqa: E402
 
+ACTS = ["gelu", "gelu_tanh", "relu", "relu2", "silu", "swiglu", "geglu"]
 
 
 def gen(seed=0):
@@ -63,7 +64,7 @@ def test_runtime_modules_speak_the_generated_files_vocabulary():
 def test_inlined_text_is_the_modules_text():
     """What a generated file holds is each definition exactly as its module has it."""
     src = "".join(codegen(cyclelang.load(ROOT / "specs" / f"{name}.cycle"), fast=True) for name in ("moe", "mistral", "jamba"))
-    for name in ("next_token_loss_op", "table_lookup", "rotary_tables", "apply_rotary", "sliding_mask", "Cache", "expert_choice", "routed_experts"):
+    for name in ("next_token_loss_op", "table_lookup", "rotary_tables", "apply_rotary", "sliding_mask", "Cache", "expert_mlps", "swiglu_grad"):
         text = runtime.definition(name)
         assert text.startswith(("def ", "class ")) and text in src, name  # jamba's Cache keeps every kind of state
     assert runtime.definition("sinusoids").endswith("return table  # (length, width)")  # a closing comment stays
@@ -457,43 +458,58 @@ def test_cache_keeps_a_pools_last_inputs():
         assert torch.equal(c.state[layer], history[:, -2:])  # a bounded copy
 
 
-# --- the routed experts' custom ops -------------------------------------------------------------
+# --- activations and their gradients ------------------------------------------------------------
 
 
-def test_routed_experts_run_each_tokens_experts():
-    """The routed layer on its own, with hand-made weights: each token's output is its top
-    two experts' outputs weighted by its renormalised softmax scores (Mixtral's), an idle
-    expert included; the balance loss is Switch Transformer's; the hand-written backwards
-    (x, the logits, every weight and bias) agree with finite differences; and the ops are
-    defined once."""
-    run = experts.routed_experts("test_runtime_routed", experts.expert_choice, F.silu)
-    assert hasattr(torch.ops.cyclelang, "test_runtime_routed_in")
-    again = experts.routed_experts("test_runtime_routed", experts.expert_choice, F.relu)  # a second activation, the same ops
+def reference_act(act: str, h: torch.Tensor) -> torch.Tensor:
+    plain = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu, "relu2": lambda x: F.relu(x) ** 2, "silu": F.silu}
+    if act in plain:
+        return plain[act](h)
+    gate, up = h.chunk(2, dim=-1)
+    return plain["silu" if act == "swiglu" else "gelu"](gate) * up
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_act_grad_matches_autograd(act):
+    fn = getattr(experts, f"{act}_grad")
+    h = torch.randn(7, 10, generator=gen(4), dtype=torch.float64)
+    h = h + 0.01 * torch.sign(h)  # perturbed away from 0, where relu's derivative is a convention
+    g = torch.randn(7, 5 if act in ("swiglu", "geglu") else 10, generator=gen(5), dtype=torch.float64)
+    a, none = fn(h)
+    assert none is None
+    torch.testing.assert_close(a, reference_act(act, h), rtol=0, atol=0)
+    hr = h.clone().requires_grad_()
+    (ref,) = torch.autograd.grad((reference_act(act, hr) * g).sum(), hr)
+    a2, gh = fn(h, g)
+    assert torch.equal(a2, a)
+    torch.testing.assert_close(gh, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_expert_mlps_runs_each_experts_rows():
+    """The custom op on hand-made assignments: dropped rows are zeros, each expert's rows go
+    through its own MLP, and its backward agrees with finite differences."""
+    op = experts.expert_mlps("test_runtime_experts_silu", experts.silu_grad)
+    assert op is experts.expert_mlps("test_runtime_experts_silu", experts.silu_grad)  # defined once
     g = gen(6)
-    x = torch.randn(5, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    logits = torch.randn(5, 3, generator=g, dtype=torch.float64)
-    logits[:, 1] -= 50.0  # expert 1 takes no token
-    logits.requires_grad_()
+    xs = torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    counts = torch.tensor([1, 4, 0, 2])  # one dropped row, then experts 0, 1 (idle), 2
     weights = []
     for _ in range(3):
         weights += [torch.randn(6, 4, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64),
                     torch.randn(4, 6, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)]
     weights = [w.requires_grad_() for w in weights]
-    y, loss, probs, routed, h, order, counts, choice, weight = run(x, logits, weights, True, 2, -1, True, 0.5)
-    assert counts.tolist() == [0, 5, 0, 5]
-    want = torch.zeros(5, 4, dtype=torch.float64)
-    for t in range(5):
-        top = torch.topk(torch.softmax(logits[t], -1), 2)
-        for w, e in zip(top.values / top.values.sum(), top.indices.tolist()):
-            fc, fc_b, proj, proj_b = weights[4 * e : 4 * e + 4]
-            want[t] += w * F.linear(F.silu(F.linear(x[t], fc, fc_b)), proj, proj_b)
-    torch.testing.assert_close(y, want)
-    torch.testing.assert_close(loss, 0.5 * 3 * torch.sum(counts[1:] / 10 * torch.softmax(logits, -1).mean(0)))
-    assert not torch.equal(again(x, logits, weights, True, 2, -1, True, 0.5)[0], y)  # relu's, through the same ops
+    scale = torch.rand(7, generator=g, dtype=torch.float64).add_(0.5).requires_grad_()  # a router weight per row
+    out, h = op(xs, counts, weights, True, None)
+    weighted, _ = op(xs, counts, weights, True, scale)
+    assert not out[0].any() and not weighted[0].any()
+    rows = {0: slice(1, 5), 2: slice(5, 7)}
+    for e, r in rows.items():
+        fc, fc_b, proj, proj_b = weights[4 * e : 4 * e + 4]
+        expect = F.linear(F.silu(F.linear(xs[r], fc, fc_b)), proj, proj_b)
+        torch.testing.assert_close(out[r], expect)
+        torch.testing.assert_close(weighted[r], scale[r, None] * expect)  # the weight scales the bias too
+    assert torch.autograd.gradcheck(lambda x, *ws: op(x, counts, list(ws), True, None)[0], (xs, *weights))
+    # the weighted rows: the gradient at each row's weight too (bias and no bias)
+    assert torch.autograd.gradcheck(lambda x, s, *ws: op(x, counts, list(ws), True, s)[0], (xs, scale, *weights))
     plain = [w for i, w in enumerate(weights) if i % 2 == 0]  # fc.weight, proj.weight of each expert
-    for ws, bias in ((weights, True), (plain, False)):
-        def both(x, lg, *ws, bias=bias):
-            y, loss = run(x, lg, list(ws), bias, 2, -1, True, 0.5)[:2]
-            return y.sum() + 3 * loss
-
-        assert torch.autograd.gradcheck(both, (x, logits, *ws))
+    assert torch.autograd.gradcheck(lambda x, s, *ws: op(x, counts, list(ws), False, s)[0], (xs, scale, *plain))

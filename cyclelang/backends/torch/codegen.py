@@ -78,12 +78,11 @@ Semantics the generated code fixes (documented where they are chosen)
   is dropless, so the causal throat holds and the KV cache is exact. The
   balance loss is the Switch Transformer's: balance * experts * sum_e f_e * P_e.
   Eager mode gathers each expert's tokens exactly (one host sync for the counts).
-  Under torch.compile the router's softmax, the routing, the experts' first layer
-  and the balance loss run in one custom op, their second layer, weighted sum
-  included, in another (`routed_experts`, runtime/experts.py); each reads the counts
-  itself and has a hand-written backward, and the experts' activation between them is
-  traced: the model is one graph (fullgraph=True), inductor generates no kernels for
-  the routing but fuses the activation, and no expert computes padding.
+  Under torch.compile the router's softmax, the routing, the experts, their
+  weighted sum and the balance loss run in one custom op (`routed_experts` around
+  the experts' `expert_mlps`, runtime/experts.py) that reads the counts itself and
+  has a hand-written backward: the model is one graph (fullgraph=True), inductor
+  generates no kernels for the routing, and no expert computes padding.
 - The next-token loss is scored in float32 whatever the logits' dtype (as autocast
   and transformers do); its gradient returns in the logits' dtype.
 - The KV cache reserves the whole context per attention once and is written in

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ... import ir
-from ...ir.kinds import GATE_OF
-from .ops import ACTIVATIONS, MlpVariant, OpEmitter, call_args, hidden_size, if_set
+from .ops import MlpVariant, OpEmitter, call_args, hidden_size, if_set
 from .records import OpPlan, Plan
 from .runtime import definition, digest
 from .writer import Writer, doc_tag, num
@@ -61,36 +60,23 @@ class MoeVariant:
 
 
 
-def routed_op_name() -> str:
-    """The name the routed layer's custom ops are registered under (`cyclelang::{name}_in`, `_out`):
-    it carries a digest of their source, so two builds in one process share them only when
-    their code is the same."""
-    return f"routed_{digest(definition('expert_choice'), definition('routed_experts'))}"
-
-
 def expert_ops(out: Writer, acts: list[str]) -> None:
-    """For torch.compile: the routed layer's custom ops (runtime/experts.py), then per MoE
-    activation its function and the layer that runs it between the ops."""
+    """For torch.compile: per MoE activation, the experts' custom op and the routed op
+    around it (runtime/experts.py).
+
+    An op's name carries a digest of its source, so two builds in one process share an
+    op only when its code is the same."""
     if not acts:
         return
-    choice, routed = definition("expert_choice"), definition("routed_experts")
-    for text in (choice, routed):
+    grads = [definition(f"{act}_grad") for act in acts]
+    op, choice, routed = definition("expert_mlps"), definition("expert_choice"), definition("routed_experts")
+    for text in grads + [op, choice, routed]:
         out.block(text)
         out.blank(2)
-    for act in acts:
-        gated = act in GATE_OF
-        out.line(f"def expert_{act}(h):")
-        with out.indent():
-            part = "h = [gate | up]" if gated else "h"
-            out.line(f'"""The experts\' activation on their first layer\'s output {part}: traced, between the custom ops."""')
-            if gated:
-                out.line("gate, up = h.chunk(2, dim=-1)")
-                out.line(f"return {ACTIVATIONS[GATE_OF[act]].format('gate')} * up")
-            else:
-                out.line(f"return {ACTIVATIONS[act].format('h')}")
-        out.blank(2)
-    for act in acts:
-        out.line(f'routed_{act} = routed_experts("{routed_op_name()}", expert_choice, expert_{act})')
+    for act, grad in zip(acts, grads):
+        experts = f"experts_{act}_{digest(grad, op)}"
+        out.line(f'experts_{act} = expert_mlps("{experts}", {act}_grad)')
+        out.line(f'routed_{act} = routed_experts("routed_{act}_{digest(grad, op, choice, routed)}", "{experts}", expert_choice)')
     out.blank(2)
 
 

@@ -7,7 +7,7 @@
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states);
                 STATES: which of its methods each kind of state needs (`cache_class`)
     scan        ssd_scan, gated_rms_norm, linear_scan, selective_scan, gated_delta_scan: the recurrent mixers' scans
-    experts     expert_choice and routed_experts (the MoE's two custom ops, the activation traced between them)
+    experts     {act}_grad for every activation, expert_mlps, expert_choice and routed_experts (the MoE custom ops)
     norms       OffsetRMSNorm, OffsetLayerNorm: RMSNorm (Gemma) and LayerNorm (Nemotron) with an (offset + w) gain; ScalarGain (Gemma 4);
                 HeadNorm: a qk-norm with each head's own gain (StableLM, Cohere)
     hyper       HyperConnection, ManifoldConnection: a branch's junction with a chamber of several streams
