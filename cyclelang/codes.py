@@ -283,10 +283,10 @@ _add("E0224", "Graphviz ran out of time", "Graphviz's `dot` is given 60 seconds 
 # --- model families (issue 15, round two), appended -----------------------------------------------
 _add("E0240", "rotary scaling option of another kind", """
 Each rotary scaling reads its own options: `rotary_factor=` all four, `rotary_original=`
-dynamic, llama3 and yarn (linear stretches every frequency alike and has no original
-context), `rotary_low=` / `rotary_high=` llama3 only, `rotary_beta_fast=`,
-`rotary_beta_slow=` and `rotary_attention_factor=` yarn only. An option of another kind
-would be silently ignored, so it is refused.""", "turbine attention heads=8 rotary rotary_scaling=linear rotary_factor=4 rotary_low=1")
+and `rotary_temperature=` dynamic, llama3 and yarn (linear stretches every frequency alike
+and has no original context to count positions in), `rotary_low=` / `rotary_high=` llama3
+only, `rotary_beta_fast=`, `rotary_beta_slow=` and `rotary_attention_factor=` yarn only. An
+option of another kind would be silently ignored, so it is refused.""", "turbine attention heads=8 rotary rotary_scaling=linear rotary_factor=4 rotary_low=1")
 _add("E0241", "rotary scaling without rotary", """
 `rotary_scaling=` stretches the frequencies of rotary positions; an attention without
 `rotary` has none to stretch.""", "turbine attention heads=8 rotary_scaling=yarn rotary_factor=4")

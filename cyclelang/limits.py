@@ -47,7 +47,9 @@ def estimate_buffers(spec: ir.Spec) -> int:
     parts = list(ir.layout.layout(e).parts())
     ropes = ir.kinds.rotary_tables(p.node for p in parts)  # the planner's tables: one per distinct key
     held = sum(p.kind.buffers(p.node) * p.repeat for p in parts)  # an MoE's correction bias, ALiBi's slopes, ...
-    return n + sum(2 * e.feed.context * key[0] for key in ropes) + held
+    # cos and sin, and a query temperature's column where the scaling has one
+    tables = sum((2 * key[0] + bool(key[2] is not None and key[2].temperature)) * e.feed.context for key in ropes)
+    return n + tables + held
 
 
 def check_parameters(spec: ir.Spec, allow_large: bool = False, limit: int = MAX_PARAMETERS) -> int:

@@ -43,8 +43,7 @@ def default_config(family: str) -> dict:
 
 # Families whose transformers default config the importer refuses, and why (they still import where a checkpoint's
 # config avoids it).
-SKIP = {"ministral3": "its default rope scales queries by Llama 4's rule (llama_4_scaling_beta), which the language lacks",
-        "cohere_compass_text": "its default rope_parameters name no layer type, and transformers cannot build the model without them",
+SKIP = {"cohere_compass_text": "its default rope_parameters name no layer type, and transformers cannot build the model without them",
         "hunyuan_v1_moe": "its default head_dim is null, and transformers' HunYuan MoE attention cannot build without one",
         "lfm2_moe": "its default layer_types is null (transformers cannot build it), and its norm_topk_prob renormalises by the sum + 1e-6, "
                     "which the language's sigmoid router does not say",

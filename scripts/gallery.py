@@ -127,6 +127,8 @@ FAMILY_NOTES: dict[str, str] = {
     "internlm3": "InternLM3: the Llama block as transformers builds it for this model_type (LlamaForCausalLM), one bias switch for all.",
     "iquestcoder": "IQuest-Coder: the Llama block under another name (transformers builds LlamaForCausalLM for it).",
     "ministral": "Ministral: the Mistral block, its sliding window on the layers layer_types marks as sliding.",
+    "ministral3": "Ministral 3: the Mistral block under YaRN, its rotated queries sharpened by Llama 4's temperature past each "
+                  "multiple of the original context.",
     "seed_oss": "Seed-OSS: the Llama block with q, k and v biases and the output projection's own switch.",
     "minicpm3": "MiniCPM3: latent attention and a SwiGLU MLP in every layer, the embedding times 12, each branch times "
                 "1.4 / sqrt(depth), the logits scaled by dim_model_base / width.",

@@ -214,6 +214,11 @@ FAMILIES.update({  # rotary scaling, each at T = 12 past its original context of
                                                         rope_parameters={"rope_type": "yarn", "rope_theta": 30000.0, "factor": 4.0,
                                                                          "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0,
                                                                          "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.0}),
+    # ... and with it: the queries' temperature steps up at positions 3, 6, 9 and on through greedy decoding
+    "ministral3_temperature": lambda: transformers.Ministral3Config(
+        vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=12,
+        max_position_embeddings=32, rope_parameters={"rope_type": "yarn", "rope_theta": 30000.0, "factor": 4.0, "original_max_position_embeddings": 3,
+                                                     "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.4}),
     # BLOOM: ALiBi added after the scale, a LayerNorm after the embedding; 6 heads (slopes interleaved past 4)
     "bloom": lambda: transformers.BloomConfig(vocab_size=V, hidden_size=48, n_layer=2, n_head=6, layer_norm_epsilon=1e-6, bos_token_id=0,
                                               eos_token_id=1, seq_length=40),
@@ -338,6 +343,8 @@ CONFIG_CHANGES = {  # a checkpoint whose config differs from the spec imported f
                                                                                                  num_experts=3, num_experts_per_tok=2, moe_intermediate_size=16,
                                                                                                  shared_expert_intermediate_size=16), **o}),
                                                 dict(mlp_only_layers=[1]), "block structure (the statement): spec moe, checkpoint mlp"),
+    "ministral3 query temperature into none": (lambda **o: ministral3(**{"llama_4_scaling_beta": 0.0, **o}), dict(llama_4_scaling_beta=0.4),
+                                               "query temperature (llama_4_scaling_beta) (turbine attention rotary_temperature=): spec 0, checkpoint 0.4"),
     "gemma2 softcap": (lambda **o: transformers.Gemma2Config(**{**dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=40,
                                                                        pad_token_id=None, eos_token_id=None, bos_token_id=None), **o}),
@@ -358,7 +365,23 @@ def test_checkpoint_implying_another_engine_is_refused(tmp_path, case, via):
     assert words in str(err), str(err)
 
 
+def ministral3(rope_type="yarn", llama_4_scaling_beta=0.4):
+    """A Ministral 3 whose rope parameters hold Llama 4's query temperature (original context 3)."""
+    rope = {"rope_type": rope_type, "rope_theta": 30000.0, "original_max_position_embeddings": 3, "llama_4_scaling_beta": llama_4_scaling_beta}
+    if rope_type == "yarn":
+        rope.update(factor=4.0, beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)
+    return transformers.Ministral3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, max_position_embeddings=32, rope_parameters=rope)
+
+
 UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, on import and on load
+    # a family whose attention never reads it (transformers' Llama ignores the key): refused, not guessed inert
+    "llama query temperature": (llama, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                                                             "original_max_position_embeddings": 20, "llama_4_scaling_beta": 0.1}),
+                                "rope_parameters.llama_4_scaling_beta"),
+    # Ministral 3's temperature over plain rotary: the language carries it on a scaling with an original context
+    "ministral3 query temperature on plain rotary": (lambda **o: ministral3(**{"rope_type": "default", "llama_4_scaling_beta": 0.0, **o}),
+                                                     dict(llama_4_scaling_beta=0.4), "rope_parameters.llama_4_scaling_beta"),
     "rope longrope": (llama, dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
                                                    "long_factor": [2.0] * 4, "original_max_position_embeddings": 16}), "rope_parameters.rope_type"),
     "bloom residual after the norm": (lambda **o: transformers.BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4, bos_token_id=0,
@@ -645,6 +668,18 @@ def test_rotary_scaling_matters_at_the_tested_length(name):
     ref = hf(FAMILIES[name]())
     plain = FAMILIES[name]()
     plain.rope_parameters = {"rope_type": "default", "rope_theta": ref.config.rope_parameters["rope_theta"]}
+    other = transformers.AutoModelForCausalLM.from_config(plain).eval()
+    other.load_state_dict(ref.state_dict())
+    idx = ids()
+    with torch.no_grad():
+        assert rel(other(idx).logits, ref(idx).logits) > 1e-3
+
+
+def test_query_temperature_matters_at_the_tested_length():
+    """The same weights without Llama 4's query temperature give other logits at T = 12: ministral3_temperature's round trip is the temperature's."""
+    ref = hf(FAMILIES["ministral3_temperature"]())
+    plain = FAMILIES["ministral3_temperature"]()
+    plain.rope_parameters = {**plain.rope_parameters, "llama_4_scaling_beta": 0.0}
     other = transformers.AutoModelForCausalLM.from_config(plain).eval()
     other.load_state_dict(ref.state_dict())
     idx = ids()

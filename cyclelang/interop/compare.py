@@ -101,6 +101,7 @@ WORDS: dict[str, tuple[str, str]] = {
     "rotary_beta_fast": ("YaRN beta_fast", "turbine attention rotary_beta_fast="),
     "rotary_beta_slow": ("YaRN beta_slow", "turbine attention rotary_beta_slow="),
     "rotary_gain": ("YaRN attention_factor (cos/sin gain)", "turbine attention rotary_attention_factor="),
+    "rotary_temperature": ("query temperature (llama_4_scaling_beta)", "turbine attention rotary_temperature="),
     "softcap": ("logit soft-cap", "softcap="),
     "alibi": ("ALiBi positions", "turbine attention alibi"),
     "alibi_scaled": ("ALiBi bias scaled with the logits (Falcon)", "turbine attention alibi_scaled"),
@@ -112,8 +113,8 @@ WORDS: dict[str, tuple[str, str]] = {
 }
 
 # what each rotary scaling reads (the rest of an ir.RotaryScaling is its defaults, never compared)
-_SCALING_FIELDS = {"linear": ("factor",), "dynamic": ("factor", "original"), "llama3": ("factor", "original", "low", "high"),
-                   "yarn": ("factor", "original", "beta_fast", "beta_slow", "gain", "truncate")}
+_SCALING_FIELDS = {"linear": ("factor",), "dynamic": ("factor", "original", "temperature"), "llama3": ("factor", "original", "low", "high", "temperature"),
+                   "yarn": ("factor", "original", "beta_fast", "beta_slow", "gain", "truncate", "temperature")}
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,10 @@ class RotaryScaling(Node):
     it passed; `llama3` divides the low frequencies by `factor`, keeps the high ones and
     blends between (`low`, `high`: low_freq_factor, high_freq_factor); `yarn` blends
     interpolated and extrapolated frequencies by each one's rotations over `original`
-    positions (`beta_fast`, `beta_slow`) and scales cos and sin by `attention_factor`."""
+    positions (`beta_fast`, `beta_slow`) and scales cos and sin by `attention_factor`.
+    `temperature` t (Llama 4's attention temperature, as Ministral 3 reads it from
+    llama_4_scaling_beta): the rotated queries are multiplied by 1 + t ln(1 + floor(position /
+    original)), so past each multiple of the original context the softmax sharpens; 0: off."""
 
     type: ScalingType
     factor: Positive
@@ -78,6 +81,7 @@ class RotaryScaling(Node):
     beta_slow: Positive = 1.0  # yarn
     attention_factor: Positive | None = None  # yarn: the cos/sin gain; None: 0.1 ln(factor) + 1
     truncate: bool = True  # yarn: the blend's dims rounded out to whole ones (floor, ceil); false: as computed (gpt-oss)
+    temperature: Annotated[float, Field(ge=0.0, le=1e3, allow_inf_nan=False)] = 0.0  # the queries' log-position scale; 0: none
 
     _checked = checked()
 
@@ -86,6 +90,8 @@ class RotaryScaling(Node):
             raise ValueError("linear rotary scaling has no original context; dynamic, llama3 and yarn need one")
         if not self.truncate and self.type != "yarn":
             raise ValueError("truncate says how yarn rounds its blend's range; only yarn scaling has one")
+        if self.temperature and self.original is None:
+            raise ValueError("the query temperature counts positions in original contexts; linear rotary scaling has none")
         if self.type == "llama3" and self.high <= self.low:
             raise ValueError(f"llama3 rotary scaling needs high ({self.high:g}) above low ({self.low:g})")
 

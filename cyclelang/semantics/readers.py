@@ -148,7 +148,8 @@ class OpReaders:
 
     _SCALING_OPTIONS = {"rotary_factor": ("linear", "dynamic", "llama3", "yarn"), "rotary_original": ("dynamic", "llama3", "yarn"),
                         "rotary_low": ("llama3",), "rotary_high": ("llama3",), "rotary_beta_fast": ("yarn",),
-                        "rotary_beta_slow": ("yarn",), "rotary_attention_factor": ("yarn",), "rotary_truncate": ("yarn",)}
+                        "rotary_beta_slow": ("yarn",), "rotary_attention_factor": ("yarn",), "rotary_truncate": ("yarn",),
+                        "rotary_temperature": ("dynamic", "llama3", "yarn")}
 
     def _rotary_scaling(self, o: Options, ctx, rotary):
         """The attention's RotaryScaling, None for plain rotary, False after an error."""
@@ -181,7 +182,8 @@ class OpReaders:
             return False
         return ir.RotaryScaling(type=kind, factor=values["rotary_factor"], original=original, low=values["rotary_low"], high=values["rotary_high"],
                                 beta_fast=values["rotary_beta_fast"], beta_slow=values["rotary_beta_slow"],
-                                attention_factor=values["rotary_attention_factor"], truncate=values["rotary_truncate"])
+                                attention_factor=values["rotary_attention_factor"], truncate=values["rotary_truncate"],
+                                temperature=values["rotary_temperature"])
 
     def _head_dim(self, o: Options, w: int, heads: int, head_dim: int | None) -> int | None:
         """head_dim as given, or the width split into the heads (E0207 when they do not divide it)."""

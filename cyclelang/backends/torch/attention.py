@@ -44,6 +44,7 @@ class AttentionVariant:
     k_eq_v: bool = False  # the values are the keys' projection (Gemma 4): no value rows
     kv_store: bool = False  # KV sharing: its keys and values go to a slot of `shared`
     kv_reuse: bool = False  # KV sharing: it reads a slot's keys and values: q only, no cache of its own
+    temperature: bool = False  # the rotated queries times the rope's third table (Llama 4's attention temperature)
 
     @classmethod
     def of(cls, a: ir.Attention, causal: bool) -> "AttentionVariant":
@@ -54,7 +55,8 @@ class AttentionVariant:
                    alibi="none" if not a.alibi else "scaled" if a.alibi_scaled else "added",
                    qk_type=a.qk_norm_type, qk_bias=a.qk_norm_bias, qk_offset=bool(a.qk_norm_offset), qk_affine=a.qk_norm_affine,
                    qk_late=a.qk_norm_after_rotary and a.rotary_dims > 0, qk_heads=a.qk_norm_head_gains, sinks=a.sinks, gate=a.gate, gate_act=a.gate_act,
-                   v_norm=a.v_norm, k_eq_v=a.k_eq_v, kv_store=a.kv_store is not None, kv_reuse=a.kv_reuse is not None)
+                   v_norm=a.v_norm, k_eq_v=a.k_eq_v, kv_store=a.kv_store is not None, kv_reuse=a.kv_reuse is not None,
+                   temperature=a.rotary_scaling is not None and a.rotary_scaling.temperature > 0)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -134,6 +136,8 @@ class AttentionEmitter(OpEmitter):
         out = ()
         if a.rotary_dims:
             out += ("scaled_rotary_tables" if a.rotary_scaling is not None else "rotary_tables", ROTARY_FN[AttentionVariant.of(a, causal).rotary])
+            if AttentionVariant.of(a, causal).temperature:
+                out += ("query_temperature",)
         v = AttentionVariant.of(a, causal)
         if a.window is not None:
             out += ("sliding_mask",)
@@ -253,7 +257,9 @@ class AttentionEmitter(OpEmitter):
         if v.qk_norm and not v.qk_across and not v.qk_late:
             w("q = self.q_norm(q)")
         if v.rotary != "none":
-            w(f"q = {ROTARY_FN[v.rotary]}(q, *rope)")
+            w(f"q = {ROTARY_FN[v.rotary]}(q, *rope{'[:2]' if v.temperature else ''})")
+            if v.temperature:
+                w("q = q * rope[2]  # Llama 4's temperature: 1 + t ln(1 + floor(position / original))")
         if v.qk_late:
             w("q = self.q_norm(q)  # after rotary")
         w("k, v = shared[self.kv_slot]  # (B, nkv, S, hd): an earlier layer's keys and values, its cached past included")
@@ -288,8 +294,10 @@ v = v.view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hd
         if v.v_norm:
             w("v = F.rms_norm(v, (self.head_dim,), eps=self.qk_eps)  # the values normalised per head, no gain")
         if v.rotary != "none":
-            fn = ROTARY_FN[v.rotary]
-            w(f"q, k = {fn}(q, *rope), {fn}(k, *rope)")
+            fn, tables = ROTARY_FN[v.rotary], "*rope[:2]" if v.temperature else "*rope"
+            w(f"q, k = {fn}(q, {tables}), {fn}(k, {tables})")
+            if v.temperature:
+                w("q = q * rope[2]  # Llama 4's temperature: 1 + t ln(1 + floor(position / original))")
         if v.qk_late:
             w("q, k = self.q_norm(q), self.k_norm(k)  # after rotary: the rotated q and k")
 

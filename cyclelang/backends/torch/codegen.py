@@ -115,7 +115,7 @@ from .writer import COMMENT_MODES, COMMENTS, Writer, doc_tag, num
 __all__ = ["Lowered", "codegen", "engine_spec", "lower", "make_plan"]
 
 # The runtime definitions the file may inline before its classes, in the order they appear.
-HELPERS = ("sinusoids", "rotary_tables", "scaled_rotary_tables", "alibi_slopes", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "apply_rotary_spread",
+HELPERS = ("sinusoids", "rotary_tables", "scaled_rotary_tables", "query_temperature", "alibi_slopes", "apply_rotary", "apply_rotary_partial", "apply_rotary_interleaved", "apply_rotary_spread",
            "causal_mask", "sliding_mask", "padded_mask", "OffsetRMSNorm", "OffsetLayerNorm", "ScalarGain", "HeadNorm", "ssd_scan", "gated_rms_norm", "linear_scan",
            "selective_scan", "gated_delta_scan", "HyperConnection", "ManifoldConnection")
 # The runtime definitions of the parallel section (`cyclec build --parallel`), inlined together:

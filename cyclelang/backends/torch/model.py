@@ -98,6 +98,9 @@ def model_class(out: Writer, p: Plan) -> None:
                   + (f"  # {p.ropes[k][2].type} rotary scaling" if scaling else ""))
                 w(f'self.register_buffer("{pre}_cos", cos, persistent=False)  # (context, rotary dims)')
                 w(f'self.register_buffer("{pre}_sin", sin, persistent=False)')
+                if (sc := p.ropes[k][2]) is not None and sc.temperature:
+                    w(f'self.register_buffer("{pre}_temp", query_temperature(config.context, {sc.original}, {sc.temperature!r}), persistent=False)'
+                      "  # (context, 1): the queries' temperature")
             nz = e.nozzle
             if not nz.tied:
                 w(f"self.head = nn.Linear({p.head_width}, config.vocab_size, bias={num(nz.bias)})" + comment(nz.span, "LM head", "nozzle"), nz.span)
@@ -307,10 +310,12 @@ B, T = idx.size()''')
                     w(f"{pre}_cos, {pre}_sin = self.{pre}_cos, self.{pre}_sin")
                     out.nested(f"if n > {sc.original}:  # dynamic NTK: past the original context the rotary base grows with n",
                                f"{pre}_cos, {pre}_sin = scaled_rotary_tables(past + T, {dims}, {base}, {rotary_scaling(sc)}, seq_len=n)")
-            pairs = [f"({t}_cos[past : past + T], {t}_sin[past : past + T])" for t in tables]
+            # a table with a query temperature carries it third, (T, 1)
+            temps = [f"self.{pre}_temp" if (sc := p.ropes[k][2]) is not None and sc.temperature else None for k, pre in enumerate(pres)]
+            pairs = [f"({t}_cos[past : past + T], {t}_sin[past : past + T]" + (f", {h}[past : past + T])" if h else ")") for t, h in zip(tables, temps)]
             w("rope = [" + ", ".join(pairs) + "]  # (T, dims) each")
             if p.causal:
-                padded = [f"({t}_cos[pos][:, None], {t}_sin[pos][:, None])" for t in tables]
+                padded = [f"({t}_cos[pos][:, None], {t}_sin[pos][:, None]" + (f", {h}[pos][:, None])" if h else ")") for t, h in zip(tables, temps)]
                 w("if pos is not None:  # a padded batch: (B, 1, T, dims) each, every row at its own positions")
                 w("    rope = [" + ", ".join(padded) + "]")
         if any("shared" in o.inputs for o in p.ops()):

@@ -117,6 +117,10 @@ def _rope_config(a: Arch, rope: dict) -> dict:
         rope.update(beta_fast=sc.beta_fast, beta_slow=sc.beta_slow, attention_factor=sc.gain())
         if not sc.truncate:
             rope["truncate"] = False
+    if sc.temperature:
+        if a.family not in QUERY_TEMPERATURE:
+            raise Unsupported("rotary_temperature", f"{a.family}'s attention has no query temperature; {', '.join(sorted(QUERY_TEMPERATURE))} has")
+        rope.update(llama_4_scaling_beta=sc.temperature, original_max_position_embeddings=sc.original)
     return rope
 
 
@@ -140,6 +144,8 @@ def _scaling_text(sc: ir.RotaryScaling | None) -> str:
             out += f" rotary_attention_factor={_num(sc.attention_factor)}"
         if not sc.truncate:
             out += " rotary_truncate=false"
+    if sc.temperature:
+        out += f" rotary_temperature={_num(sc.temperature)}"
     return out
 
 
@@ -157,6 +163,9 @@ def _header(family: str, source: str) -> list[str]:
 
 
 _SCALINGS = ("linear", "dynamic", "llama3", "yarn")
+# The families whose attention multiplies its rotated queries by Llama 4's temperature,
+# 1 + rope_parameters.llama_4_scaling_beta ln(1 + floor(position / original_max_position_embeddings)).
+QUERY_TEMPERATURE = frozenset({"ministral3"})
 
 
 def _rope_kind(c: Config) -> tuple[dict, str, str]:
@@ -167,9 +176,12 @@ def _rope_kind(c: Config) -> tuple[dict, str, str]:
         raise Unsupported(f"{where}.rope_type", f"rotary scaling {kind!r} is not in the language; it has {', '.join(_SCALINGS)} "
                           "(and plain rotary, rope_type=default)")
     beta = rope.get("llama_4_scaling_beta")
-    if beta:
-        raise Unsupported(f"{where}.llama_4_scaling_beta", "queries scaled by 1 + beta log(1 + floor(position / original context)) "
-                          "(Llama 4's attention temperature) are not in the language")
+    if beta and c.family not in QUERY_TEMPERATURE:  # a key this family's attention never reads: refused rather than guessed inert
+        raise Unsupported(f"{where}.llama_4_scaling_beta", f"{c.family}'s attention does not read Llama 4's query temperature; "
+                          f"only {', '.join(sorted(QUERY_TEMPERATURE))} do")
+    if beta and kind in ("default", "linear"):  # transformers divides the positions by original_max_position_embeddings
+        raise Unsupported(f"{where}.llama_4_scaling_beta", f"the query temperature counts positions in original contexts; rope_type "
+                          f"{kind!r} has none (the language carries it on a dynamic, llama3 or yarn scaling)")
     return rope, where, kind
 
 
@@ -210,10 +222,15 @@ def _rope_scaling(c: Config, context: int) -> ir.RotaryScaling | None:
         gain = rope.get("attention_factor")
         if gain is None and rope.get("mscale") and rope.get("mscale_all_dim"):
             gain = float(mscale(factor, rope["mscale"]) / mscale(factor, rope["mscale_all_dim"]))
+    temperature = float(rope.get("llama_4_scaling_beta") or 0.0)
+    if temperature and rope.get("original_max_position_embeddings") != original:  # the temperature's period is the rope's own original
+        raise Unsupported(f + "llama_4_scaling_beta", f"the query temperature counts positions in {rope.get('original_max_position_embeddings')!r} "
+                          f"but the rotary scaling's original context is {original}: the language has one original context for both")
     return ir.RotaryScaling(type=kind, factor=float(factor), original=None if kind == "linear" else int(original),
                             low=float(rope.get("low_freq_factor", 1.0)), high=float(rope.get("high_freq_factor", 4.0)),
                             beta_fast=float(rope.get("beta_fast") or 32.0), beta_slow=float(rope.get("beta_slow") or 1.0),
-                            attention_factor=None if gain is None else float(gain), truncate=kind != "yarn" or truncate)
+                            attention_factor=None if gain is None else float(gain), truncate=kind != "yarn" or truncate,
+                            temperature=temperature)
 
 
 def _divides(n: int, heads: int, key: str, of: str) -> None:

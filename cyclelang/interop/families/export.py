@@ -126,6 +126,8 @@ def arch_of(engine: ir.Engine) -> Arch:
         family = "qwen3"
     elif attn.bias and not attn.out_bias:
         family = "qwen2"
+    elif attn.rotary_scaling is not None and attn.rotary_scaling.temperature:
+        family = "ministral3"  # Mistral whose rotated queries take Llama 4's temperature
     elif attn.window is not None:
         family = "mistral"
     else:

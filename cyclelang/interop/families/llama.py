@@ -435,7 +435,7 @@ def _decoder_config(a: Arch) -> dict:
     if a.family in _WINDOWED:
         cfg["sliding_window"] = a.window
     if a.family == "ministral3":  # its rotary reads Llama 4's query scaling: none (beta 0) at the rope's original context
-        cfg["rope_parameters"] = {**cfg["rope_parameters"], "llama_4_scaling_beta": 0.0}
+        cfg["rope_parameters"] = {"llama_4_scaling_beta": 0.0, **cfg["rope_parameters"]}  # rotary_temperature=, else none
         cfg["rope_parameters"].setdefault("original_max_position_embeddings", _max_positions(a))
     if a.family == "ministral":
         windows = a.layer_windows or (a.window,) * a.layers

@@ -2,7 +2,7 @@
 
     loss        next_token_loss_op (the loss's custom op): F.cross_entropy through the softmax, a one-pass backward
     embedding   table_lookup: the Feed's embedding lookups, a custom op under torch.compile
-    positions   sinusoids, rotary_tables, scaled_rotary_tables, alibi_slopes, apply_rotary, apply_rotary_partial, apply_rotary_interleaved, apply_rotary_spread
+    positions   sinusoids, rotary_tables, scaled_rotary_tables, query_temperature, alibi_slopes, apply_rotary, apply_rotary_partial, apply_rotary_interleaved, apply_rotary_spread
     masks       causal_mask, sliding_mask, padded_mask
     cache       Cache: the decoding state of a causal engine (KV, windows, recurrent states);
                 STATES: which of its methods each kind of state needs (`cache_class`)

@@ -84,6 +84,13 @@ def scaled_rotary_tables(length, dims, base, scaling, seq_len=None):
     return emb.cos() * gain, emb.sin() * gain
 
 
+def query_temperature(length, original, t):
+    """Llama 4's attention temperature as Ministral 3 computes it: each position's factor on the
+    rotated queries, 1 + t ln(1 + floor(position / original)), (length, 1)."""
+    pos = torch.arange(length)
+    return (1 + t * torch.log(1 + torch.floor(pos / original)))[:, None]
+
+
 def apply_rotary(x, cos, sin):
     """Rotate every dim of each head (the rotate-half layout of GPT-NeoX and Llama)."""
     x1, x2 = x.chunk(2, dim=-1)
