@@ -379,6 +379,9 @@ UNEXPRESSIBLE = {  # config fields the language cannot write: refused by name, o
     "llama query temperature": (llama, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
                                                              "original_max_position_embeddings": 20, "llama_4_scaling_beta": 0.1}),
                                 "rope_parameters.llama_4_scaling_beta"),
+    # Ministral 3's attention multiplies by 1 + beta ...: an absent beta has no default to fall to (transformers' model cannot run)
+    "ministral3 query temperature absent": (ministral3, dict(llama_4_scaling_beta=None), "rope_parameters.llama_4_scaling_beta"),
+    "ministral3 query temperature negative": (ministral3, dict(llama_4_scaling_beta=-0.5), "rope_parameters.llama_4_scaling_beta"),
     # Ministral 3's temperature over plain rotary: the language carries it on a scaling with an original context
     "ministral3 query temperature on plain rotary": (lambda **o: ministral3(**{"rope_type": "default", "llama_4_scaling_beta": 0.0, **o}),
                                                      dict(llama_4_scaling_beta=0.4), "rope_parameters.llama_4_scaling_beta"),

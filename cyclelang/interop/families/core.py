@@ -176,9 +176,14 @@ def _rope_kind(c: Config) -> tuple[dict, str, str]:
         raise Unsupported(f"{where}.rope_type", f"rotary scaling {kind!r} is not in the language; it has {', '.join(_SCALINGS)} "
                           "(and plain rotary, rope_type=default)")
     beta = rope.get("llama_4_scaling_beta")
+    if beta is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta <= 1e3):
+        raise Unsupported(f"{where}.llama_4_scaling_beta", f"{beta!r} is not a query temperature (a number in [0, 1000])")
+    if beta is None and c.family in QUERY_TEMPERATURE:  # its attention multiplies by 1 + beta ...: no default to fall to
+        raise Unsupported(f"{where}.llama_4_scaling_beta", f"{c.family}'s attention reads it (0 for none); these rope parameters lack it, "
+                          "and transformers' model cannot run without it")
     if beta and c.family not in QUERY_TEMPERATURE:  # a key this family's attention never reads: refused rather than guessed inert
-        raise Unsupported(f"{where}.llama_4_scaling_beta", f"{c.family}'s attention does not read Llama 4's query temperature; "
-                          f"only {', '.join(sorted(QUERY_TEMPERATURE))} do")
+        raise Unsupported(f"{where}.llama_4_scaling_beta", f"{c.family}'s attention does not read Llama 4's query temperature "
+                          f"(only the attention of {', '.join(sorted(QUERY_TEMPERATURE))} does)")
     if beta and kind in ("default", "linear"):  # transformers divides the positions by original_max_position_embeddings
         raise Unsupported(f"{where}.llama_4_scaling_beta", f"the query temperature counts positions in original contexts; rope_type "
                           f"{kind!r} has none (the language carries it on a dynamic, llama3 or yarn scaling)")
@@ -223,9 +228,11 @@ def _rope_scaling(c: Config, context: int) -> ir.RotaryScaling | None:
         if gain is None and rope.get("mscale") and rope.get("mscale_all_dim"):
             gain = float(mscale(factor, rope["mscale"]) / mscale(factor, rope["mscale_all_dim"]))
     temperature = float(rope.get("llama_4_scaling_beta") or 0.0)
-    if temperature and rope.get("original_max_position_embeddings") != original:  # the temperature's period is the rope's own original
-        raise Unsupported(f + "llama_4_scaling_beta", f"the query temperature counts positions in {rope.get('original_max_position_embeddings')!r} "
-                          f"but the rotary scaling's original context is {original}: the language has one original context for both")
+    period = rope.get("original_max_position_embeddings")
+    if temperature and period != original:  # the temperature counts in the rope's own original context
+        raise Unsupported(f + "llama_4_scaling_beta", "the query temperature counts positions in original_max_position_embeddings, "
+                          + ("which these rope parameters lack" if period is None else f"{period!r}")
+                          + f", and the rotary scaling's original context is {original}: the language has one original context for both")
     return ir.RotaryScaling(type=kind, factor=float(factor), original=None if kind == "linear" else int(original),
                             low=float(rope.get("low_freq_factor", 1.0)), high=float(rope.get("high_freq_factor", 4.0)),
                             beta_fast=float(rope.get("beta_fast") or 32.0), beta_slow=float(rope.get("beta_slow") or 1.0),
