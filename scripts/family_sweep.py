@@ -86,6 +86,9 @@ def shrink(config):
     for i, k in enumerate(("pad_token_id", "bos_token_id", "eos_token_id")):  # special tokens within the shrunk vocabulary
         if isinstance(d.get(k), int) and d[k] >= SMALL["vocab_size"]:
             _set(config, k, i)
+    text = getattr(config, "text_config", None)  # a multimodal config whose causal LM is its text model (Emu3's)
+    if text is not None and hasattr(text, "to_dict"):
+        shrink(text)
     return config
 
 
@@ -130,7 +133,7 @@ def check(model_type: str) -> tuple[str, str]:
             return "refused", "load: " + str(e)[:160]
         except Exception:  # noqa: BLE001
             return "CRASH", "load: " + traceback.format_exc().strip().splitlines()[-1][:160]
-        ids = torch.randint(0, config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+        ids = torch.randint(0, config.get_text_config().vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             try:
                 want = ref(ids).logits

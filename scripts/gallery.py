@@ -127,6 +127,7 @@ FAMILY_NOTES: dict[str, str] = {
     "internlm3": "InternLM3: the Llama block as transformers builds it for this model_type (LlamaForCausalLM), one bias switch for all.",
     "iquestcoder": "IQuest-Coder: the Llama block under another name (transformers builds LlamaForCausalLM for it).",
     "ministral": "Ministral: the Mistral block, its sliding window on the layers layer_types marks as sliding.",
+    "emu3_text_model": "Emu3's text decoder: the Llama block without biases, its vocabulary shared by text and image tokens.",
     "ministral3": "Ministral 3: the Mistral block under YaRN, its rotated queries sharpened by Llama 4's temperature past each "
                   "multiple of the original context.",
     "seed_oss": "Seed-OSS: the Llama block with q, k and v biases and the output projection's own switch.",

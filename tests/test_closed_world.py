@@ -47,8 +47,13 @@ def spread(model, seed=1, scale=0.05):
 
 
 def reference(folder):
-    """What a user gets from the folder: AutoModelForCausalLM, in float32, eager attention (soft-caps are eager's alone)."""
-    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    """What a user gets from the folder: AutoModelForCausalLM, in float32, eager attention (soft-caps are eager's alone); the
+    class the folder names where transformers maps no causal LM to its config (Emu3's text decoder: Emu3ForCausalLM)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    config = transformers.AutoConfig.from_pretrained(folder)
+    cls = transformers.AutoModelForCausalLM if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING else getattr(transformers, config.architectures[0])
+    return cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
 
 
 def cli_import(folder, out):
@@ -240,7 +245,7 @@ def per_family() -> dict:
     model_type, which collection need not pay for)."""
     out = {}
     for name in sorted(CONFIGS):
-        family = CONFIGS[name]().model_type
+        family = CONFIGS[name]().get_text_config().model_type  # a multimodal config's causal LM is its text model (Emu3's)
         out.setdefault(family, name)
     return out
 
@@ -273,7 +278,7 @@ def test_an_inert_key_loads_exactly_and_an_unknown_key_is_refused(tmp_path, fami
     spread(transformers.AutoModelForCausalLM.from_config(config)).save_pretrained(tmp_path / "ckpt")
     path = tmp_path / "ckpt" / "config.json"
     saved = json.loads(path.read_text())
-    fields = {f.name: f for f in dataclasses.fields(type(config))}
+    fields = {f.name: f for f in dataclasses.fields(type(config.get_text_config()))}
     from cyclelang.interop.closed import fields_of
 
     table = fields_of(family)

@@ -206,6 +206,13 @@ FAMILIES.update({  # rotary scaling, each at T = 12 past its original context of
     "seed_oss": lambda: transformers.SeedOssConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                                                    num_key_value_heads=2, head_dim=12, max_position_embeddings=40, attention_bias=True,
                                                    attention_out_bias=False, pad_token_id=3, residual_dropout=0.0, attention_dropout=0.0),
+    # Emu3's text decoder: AutoModelForCausalLM builds Emu3ForCausalLM from the text config and saves it as emu3_text_model
+    "emu3": lambda: transformers.Emu3Config(
+        text_config=dict(vocab_size=V, hidden_size=48, intermediate_size=72, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=40, rms_norm_eps=1e-6, pad_token_id=3, bos_token_id=1, eos_token_id=2, attention_dropout=0.0,
+                         rope_parameters={"rope_type": "default", "rope_theta": 20000.0}),
+        vq_config=dict(embed_dim=8, codebook_size=16, base_channels=8, channel_multiplier=[1], num_res_blocks=1, attn_resolutions=[],
+                       latent_channels=8, out_channels=3, in_channels=3, double_latent=False, temporal_downsample_factor=1)),
     "ministral": lambda: transformers.MinistralConfig(vocab_size=V, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
                                                       num_key_value_heads=2, head_dim=12, max_position_embeddings=40, sliding_window=5,
                                                       layer_types=["sliding_attention", "full_attention", "sliding_attention"]),

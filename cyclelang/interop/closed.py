@@ -43,6 +43,8 @@ CLASSES = {
     "gpt_neox": "GPTNeoXConfig", "gptj": "GPTJConfig", "falcon": "FalconConfig", "bloom": "BloomConfig",
     "mamba2": "Mamba2Config", "mamba": "MambaConfig", "jamba": "JambaConfig", "deepseek_v2": "DeepseekV2Config",
     "seed_oss": "SeedOssConfig", "internlm3": "InternLM3Config", "iquestcoder": "IQuestCoderConfig",
+    # Emu3's text decoder: what AutoModelForCausalLM builds for an emu3 config, and saves under this model_type
+    "emu3_text_model": "Emu3TextConfig",
     # the 2026 families (issue 33): their fields are in hf_fields.py so each reader is written closed-world against them
     "gemma3_text": "Gemma3TextConfig",
     "qwen3_moe": "Qwen3MoeConfig",

@@ -344,9 +344,9 @@ def spec_text(g: Gpt, source: str) -> str:
         feed += " scale=sqrt(width)" if g.embed_scale == math.sqrt(g.width) else f" scale={_num(g.embed_scale)}"
     if g.padding is not None:
         feed += f" padding={g.padding}"
-    lines = [f"# A {g.family} checkpoint, imported from {source} by `cyclec import`.",
-             "# Every value comes from the config field named beside it; the weights load with",
-             "# cyclelang.interop.load_transformers(model, checkpoint).",
+    from .families.core import _header  # here: families/ imports this module as it loads
+
+    lines = [*_header(g.family, source)[:-1],
              *(["# CTRL's sinusoids are [all sines | all cosines]; the feed's interleave them (sin, cos, sin, ...): the weights",
                 "# load with the residual channels permuted to match (channel 2k is CTRL's k, 2k + 1 is CTRL's n_embd/2 + k),",
                 "# the same function, each hidden state's channels in that order."] if g.halves else []),

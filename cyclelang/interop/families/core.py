@@ -157,7 +157,8 @@ def _engine_lines(a, src: dict, feed: str, body: list[str], norm: str) -> list[s
 
 
 def _header(family: str, source: str) -> list[str]:
-    return [f"# A {family} checkpoint, imported from {source} by `cyclec import`.",
+    """The comment every imported spec opens with (and a blank line)."""
+    return [f"# {'An' if family[0] in 'aeiou' else 'A'} {family} checkpoint, imported from {source} by `cyclec import`.",
             "# Every value comes from the config field named beside it; the weights load with",
             "# cyclelang.interop.load_transformers(model, checkpoint).", ""]
 
@@ -331,6 +332,7 @@ CAUSAL_LM = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": 
              "mamba2": "Mamba2ForCausalLM", "mamba": "MambaForCausalLM", "jamba": "JambaForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
              "gemma2": "Gemma2ForCausalLM", "bloom": "BloomForCausalLM", "ministral": "MinistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
              "seed_oss": "SeedOssForCausalLM", "internlm3": "LlamaForCausalLM", "iquestcoder": "LlamaForCausalLM",
+             "emu3_text_model": "Emu3ForCausalLM",
              "qwen3_moe": "Qwen3MoeForCausalLM",
              "olmoe": "OlmoeForCausalLM",
              "flex_olmo": "FlexOlmoForCausalLM",

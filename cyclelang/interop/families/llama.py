@@ -20,6 +20,7 @@ _DECODERS = {
     "llama": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}, _TP),
     "internlm3": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
     "iquestcoder": Keys(_LLAMA | {"head_dim", "attention_bias", "mlp_bias"}),
+    "emu3_text_model": Keys(_LLAMA),  # Emu3's text decoder: a Llama without biases (class attributes, not config fields)
     "seed_oss": Keys(_LLAMA | {"head_dim", "attention_bias", "attention_out_bias", "mlp_bias"}, _TP),
     "mistral": Keys(_LLAMA | {"head_dim", "sliding_window"}),
     "ministral": Keys(_LLAMA | {"head_dim", "sliding_window", "layer_types"}),
@@ -402,6 +403,9 @@ _HUNYUAN = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 
 def _decoder_config(a: Arch) -> dict:
     """The transformers config of an Arch of a Llama-shaped family (config_of's families without a writer of their own)."""
+    if a.family == "emu3_text_model":  # export falls back to llama: the same function, and a folder AutoModelForCausalLM loads
+        raise Unsupported("model_type", "AutoModelForCausalLM does not load an emu3_text_model folder back (transformers maps no "
+                          "causal LM to Emu3TextConfig); the same model exports as llama")
     act = (_HF_PLAIN if a.family in _UNGATED else _HF_GATED).get(a.act)
     if act is None and a.family in _UNGATED:
         raise Unsupported("act", f"{a.family}'s ungated MLP has no '{a.act}' activation")

@@ -51,10 +51,7 @@ def _mamba2_text(a: Mamba2, source: str) -> str:
         ssm += f" dt_hi={_num(a.dt_hi)}"
     norm = f"norm rmsnorm eps={_num(a.eps)}"
     return "\n".join([
-        f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
-        "# Every value comes from the config field named beside it; the weights load with",
-        "# cyclelang.interop.load_transformers(model, checkpoint).",
-        "",
+        *_header(a.family, source),
         f"let depth = {a.layers}  # {src['layers']}",
         f"let d_model = {a.width}  # {src['width']}",
         "",

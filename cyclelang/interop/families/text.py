@@ -10,7 +10,7 @@ from . import gemma4 as _gemma4
 from . import laguna as _laguna
 from . import hybrid as _hybrid
 from .bamba import HybridFamily, _hybrid_text
-from .core import Arch, _comment, _layer_runs, _num, _scaling_text
+from .core import Arch, _comment, _header, _layer_runs, _num, _scaling_text
 from .dense import _attn_templates
 from .latent import DeepseekV2Family, LatentDenseFamily, _deepseek_v2_text, _latent_dense_text
 from .ssm import JambaFamily, Mamba2, MambaFamily, _jamba_text, _mamba2_text, _mamba_text
@@ -162,10 +162,7 @@ def spec_text(a: Arch, source: str = "config.json") -> str:
     nozzle = "nozzle head" + (" tied" if a.tied else "") + (f" scale={_num(a.logit_scale)}" if a.logit_scale != 1.0 else "")
     nozzle += f" softcap={_num(float(a.logit_softcap))}" if a.logit_softcap is not None else ""
     nozzle += " bias=true" if a.head_bias else ""
-    lines = [f"# A {a.family} checkpoint, imported from {source} by `cyclec import`.",
-             "# Every value comes from the config field named beside it; the weights load with",
-             "# cyclelang.interop.load_transformers(model, checkpoint).",
-             "",
+    lines = [*_header(a.family, source),
              *([] if a.layer_windows or a.layer_dense or a.layer_attn else [f"let depth = {a.layers}  # {src.get('layers', 'layers')}"]),  # a pattern counts its own layers
              f"let d_model = {a.width}  # {src.get('width', 'width')}",
              "",
