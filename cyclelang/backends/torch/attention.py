@@ -133,12 +133,10 @@ class AttentionEmitter(OpEmitter):
         return f"{o.cls}({call_args(str(s['width']), heads=str(s['heads']), kv_heads=str(s['kv_heads']), head_dim=str(s['head_dim']), bias=num(a.bias), out_bias=if_set(a.out_bias, a.out_bias != a.bias), qk_eps=str(s['qk_eps']) if 'qk_eps' in s else None, qk_offset=str(s['qk_offset']) if 'qk_offset' in s else None, scale=str(s['scale']) if 'scale' in s else if_set(o.scale, o.scale is not None), softcap=if_set(a.softcap, a.softcap is not None), kv_slot=if_set(a.kv_store or a.kv_reuse, bool(a.kv_store or a.kv_reuse)), window=str(s['window']) if 'window' in s else None, dropout=str(s['dropout']) if 'dropout' in s else None)})"
 
     def runtime(self, a: ir.Attention, causal: bool) -> tuple[str, ...]:
-        out = ()
+        out, v = (), AttentionVariant.of(a, causal)
         if a.rotary_dims:
-            out += ("scaled_rotary_tables" if a.rotary_scaling is not None else "rotary_tables", ROTARY_FN[AttentionVariant.of(a, causal).rotary])
-            if AttentionVariant.of(a, causal).temperature:
-                out += ("query_temperature",)
-        v = AttentionVariant.of(a, causal)
+            out += ("scaled_rotary_tables" if a.rotary_scaling is not None else "rotary_tables", ROTARY_FN[v.rotary])
+            out += ("query_temperature",) if v.temperature else ()
         if a.window is not None:
             out += ("sliding_mask",)
         elif causal:
