@@ -297,7 +297,7 @@ assert set(READERS) == set(KEYS) == set(CAUSAL_LM) == set(ENGINE) == set(PREFIX)
 
 
 def spec_text(g: Gpt, source: str) -> str:
-    from .families.core import _comment, _layer_runs, _num
+    from .families.core import _comment, _header, _layer_runs, _num
 
     src = g.sources
     norm = f"norm layernorm eps={_num(g.eps)}" + ("" if g.norm_affine else " affine=false")
@@ -344,8 +344,6 @@ def spec_text(g: Gpt, source: str) -> str:
         feed += " scale=sqrt(width)" if g.embed_scale == math.sqrt(g.width) else f" scale={_num(g.embed_scale)}"
     if g.padding is not None:
         feed += f" padding={g.padding}"
-    from .families.core import _header  # here: families/ imports this module as it loads
-
     lines = [*_header(g.family, source)[:-1],
              *(["# CTRL's sinusoids are [all sines | all cosines]; the feed's interleave them (sin, cos, sin, ...): the weights",
                 "# load with the residual channels permuted to match (channel 2k is CTRL's k, 2k + 1 is CTRL's n_embd/2 + k),",

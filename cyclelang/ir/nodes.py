@@ -41,7 +41,7 @@ from __future__ import annotations
 from . import base, engine, merges, stages, turbines
 from .base import *  # noqa: F401,F403 - each module's __all__: a new node is declared in its own module only
 from .turbines import *  # noqa: F401,F403
-from .turbines import GATED, GATE_SCALED, ScalingType  # noqa: F401 (read as ir.nodes.X, not star-exported)
+from .turbines import GATED, GATE_SCALED, MAX_TEMPERATURE, ScalingType  # noqa: F401 (read as ir.nodes.X, not star-exported)
 from .merges import *  # noqa: F401,F403
 from .stages import *  # noqa: F401,F403
 from .engine import *  # noqa: F401,F403

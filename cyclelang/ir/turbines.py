@@ -58,6 +58,7 @@ Mask = Literal["causal", "open"]
 GATED = ("swiglu", "geglu", "geglu_tanh", "swiglu_clamp")  # a gated unit: act(gate) * up, with a fused [gate | up] projection
 GATE_SCALED = ("swiglu", "geglu", "geglu_tanh")  # the gated acts whose gate `gate_scale` multiplies (not swiglu_clamp's)
 ScalingType = Literal["linear", "dynamic", "llama3", "yarn"]
+MAX_TEMPERATURE = 1e3  # the largest query temperature the language takes (rotary_temperature=, llama_4_scaling_beta)
 
 
 class RotaryScaling(Node):
@@ -81,7 +82,7 @@ class RotaryScaling(Node):
     beta_slow: Positive = 1.0  # yarn
     attention_factor: Positive | None = None  # yarn: the cos/sin gain; None: 0.1 ln(factor) + 1
     truncate: bool = True  # yarn: the blend's dims rounded out to whole ones (floor, ceil); false: as computed (gpt-oss)
-    temperature: Annotated[float, Field(ge=0.0, le=1e3, allow_inf_nan=False)] = 0.0  # the queries' log-position scale; 0: none
+    temperature: Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False)] = 0.0  # the queries' log-position scale; 0: none
 
     _checked = checked()
 

@@ -378,7 +378,7 @@ TABLE: dict[str, tuple[Opt, ...]] = {
         Opt("alibi_scaled", "bool", "with alibi: the bias is multiplied by the logits' scale too, as Falcon does (BLOOM and MPT add it after)", "", default=False),
         Opt("rotary_truncate", "bool", "yarn scaling: round the blend's range out to whole dims (false: as computed, gpt-oss)", "", default=True, hook=True),
         Opt("rotary_temperature", "float", "with rotary_scaling dynamic, llama3 or yarn: the rotated queries times 1 + t ln(1 + floor(position / rotary_original)), sharper past each original context (Llama 4's attention temperature; Ministral 3's llama_4_scaling_beta)",
-            "", default=0.0, lo=0.0, hi=1e3, hook=True),
+            "", default=0.0, lo=0.0, hi=irn.MAX_TEMPERATURE, hook=True),
         Opt("sinks", "bool", "attention sinks: a learned logit per head joins every softmax's denominator, so a query may attend to nothing (gpt-oss)",
             "a bleed valve on the injector: some flow vents, unburnt, and the rest is thinned", default=False),
         Opt("rotary_spread", "bool", "with rotary: the rotated pairs are (i, i + head_dim/2) at base^(-2i/head_dim), spread over the whole head (Gemma 4's proportional rope)", "the injector's swirl spread over every element", default=False),

@@ -177,8 +177,8 @@ def _rope_kind(c: Config) -> tuple[dict, str, str]:
         raise Unsupported(f"{where}.rope_type", f"rotary scaling {kind!r} is not in the language; it has {', '.join(_SCALINGS)} "
                           "(and plain rotary, rope_type=default)")
     beta = rope.get("llama_4_scaling_beta")
-    if beta is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta <= 1e3):
-        raise Unsupported(f"{where}.llama_4_scaling_beta", f"{beta!r} is not a query temperature (a number in [0, 1000])")
+    if beta is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta <= ir.nodes.MAX_TEMPERATURE):
+        raise Unsupported(f"{where}.llama_4_scaling_beta", f"{beta!r} is not a query temperature (a number in [0, {ir.nodes.MAX_TEMPERATURE:g}])")
     if beta is None and c.family in QUERY_TEMPERATURE:  # its attention multiplies by 1 + beta ...: no default to fall to
         raise Unsupported(f"{where}.llama_4_scaling_beta", f"{c.family}'s attention reads it (0 for none); these rope parameters lack it, "
                           "and transformers' model cannot run without it")
